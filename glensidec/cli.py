@@ -1,0 +1,107 @@
+"""The `glensidec` command line.
+
+Exit codes: 0 success, 1 an error in the user's input (one line on stderr, no traceback),
+2 a usage error (click's own).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from . import __version__, data
+from .errors import GlensideError
+from .interp import run_program
+from .syntax import format_program, read_program
+from .terms import Program
+from .typecheck import check_program, root_type
+
+PROGRAM = click.argument("program", type=click.Path(dir_okay=False, path_type=Path))
+SHAPES = click.option("--shapes", type=click.Path(dir_okay=False, path_type=Path),
+                      help="Compatibility mode: a JSON file {\"name\": [dims]} declaring inputs.")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="glensidec")
+def cli() -> None:
+    """glensidec: compile Glenside tensor programs onto a systolic array."""
+
+
+def _load(program_path: Path, shapes: Path | None) -> Program:
+    return read_program(program_path, shapes)
+
+
+@cli.command()
+@PROGRAM
+@SHAPES
+def check(program: Path, shapes: Path | None) -> None:
+    """Parse and type-check PROGRAM; print its result's access shape and dtype."""
+    parsed = _load(program, shapes)
+    result = root_type(parsed, check_program(parsed))
+    click.echo(f"{result} {result.dtype}")
+
+
+@cli.command()
+@PROGRAM
+@SHAPES
+@click.option("--input", "input_options", multiple=True, metavar="NAME=FILE.npy",
+              help="A runtime input (repeat for each).")
+@click.option("--random-inputs", type=int, metavar="SEED",
+              help="Fill every runtime input with seeded random data.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the result here as .npy (default: print it).")
+def run(program: Path, shapes: Path | None, input_options: tuple[str, ...],
+        random_inputs: int | None, output: Path | None) -> None:
+    """Run PROGRAM with the reference interpreter."""
+    parsed = _load(program, shapes)
+    types = check_program(parsed)
+    if input_options and random_inputs is not None:
+        raise click.UsageError("give --input or --random-inputs, not both")
+    if random_inputs is not None:
+        inputs = data.random_inputs(parsed, random_inputs)
+    else:
+        given = dict(data.parse_input_option(option) for option in input_options)
+        inputs = data.load_inputs(parsed, given)
+    result = run_program(parsed, data.all_tensors(parsed, inputs), types)
+    if output is not None:
+        data.save_npy(output, result)
+        click.echo(f"wrote {output}: {result.dtype} {tuple(result.shape)}")
+    else:
+        click.echo(str(result))
+
+
+@cli.command()
+@PROGRAM
+@SHAPES
+@click.option("-i", "--in-place", is_flag=True, help="Rewrite PROGRAM instead of printing.")
+def fmt(program: Path, shapes: Path | None, in_place: bool) -> None:
+    """Print PROGRAM in canonical form (it parses back to the same program)."""
+    parsed = _load(program, shapes)
+    check_program(parsed)
+    text = format_program(parsed)
+    if in_place:
+        program.write_text(text)
+    else:
+        click.echo(text, nl=False)
+
+
+def main() -> None:
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(1)
+    except click.ClickException as error:
+        error.show()
+        sys.exit(error.exit_code)
+    except GlensideError as error:
+        click.echo(str(error), err=True)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,149 @@
+"""The table of constructs: every operator of the language, its arguments and what it makes.
+
+This table is the single list the other stages read: the parser checks arity and argument
+kinds against it, the type checker and the interpreter have one rule per entry (a test
+checks none is missing), and the e-graph encoding is generated from it. Adding a construct
+means one row here and one rule in each stage that must understand it.
+
+Argument kinds:
+  access        an access-pattern expression (or the name of a `let` binding)
+  nat / int     a non-negative / any integer literal
+  number        an integer or float literal
+  shape, list   a `(shape …)`/`(list …)`-valued term
+  access-shape  an `(access-shape …)`-valued term
+  pad-type      `zero-padding` or `min-padding`
+  compute-type  a compute type from COMPUTE_TYPES, bare or with parameters: `(clip 0 127)`
+  tensor        the name of a declared tensor
+  literal       a `(literal …)` term
+  dtype         one of i8, i16, i32, f32
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ACCESS = "access"
+NAT = "nat"
+INT = "int"
+NUMBER = "number"
+SHAPE = "shape"
+LIST = "list"
+ACCESS_SHAPE = "access-shape"
+PAD_TYPE = "pad-type"
+COMPUTE_TYPE = "compute-type"
+TENSOR = "tensor"
+LITERAL = "literal"
+DTYPE = "dtype"
+
+PAD_TYPES = ("zero-padding", "min-padding")
+
+Param = tuple[str, str]  # (name, kind)
+
+
+@dataclass(frozen=True)
+class Construct:
+    name: str
+    params: tuple[Param, ...]
+    result: str  # the kind of value the construct makes
+    summary: str
+    variadic: str | None = None  # kind of each further argument: `(shape 1 2 3)`
+    optional: tuple[Param, ...] = ()  # trailing arguments that may be left out
+    hardware: bool = False  # runs on the systolic array rather than the host
+
+    def signature(self) -> str:
+        """`(access-pad access pad-type axis before after)`, for messages and docs."""
+        words = [self.name, *(name for name, _ in self.params)]
+        words += [f"[{name}]" for name, _ in self.optional]
+        if self.variadic is not None:
+            words.append(f"{self.variadic}…")
+        return "(" + " ".join(words) + ")"
+
+
+def _c(name: str, params: str, result: str, summary: str, **extra: object) -> Construct:
+    """A row of the table; `params` is "name:kind name:kind …"."""
+    pairs = tuple((p.split(":")[0], p.split(":")[1]) for p in params.split())
+    return Construct(name, pairs, result, summary, **extra)  # type: ignore[arg-type]
+
+
+_TABLE = [
+    # Access patterns: re-view or move data, never compute.
+    _c("access-tensor", "tensor:tensor", ACCESS, "name a declared tensor as ((shape),())"),
+    _c("access", "access:access axis:nat", ACCESS, "re-split the access at `axis`"),
+    _c("access-transpose", "access:access permutation:list", ACCESS, "permute the axes"),
+    _c("access-cartesian-product", "left:access right:access", ACCESS,
+       "pair every item of `left` with every item of `right`"),
+    _c("access-pair", "left:access right:access", ACCESS, "zip two equal accesses item by item"),
+    _c("access-windows", "access:access window:shape strides:shape", ACCESS,
+       "sliding windows over the item axes"),
+    _c("access-squeeze", "access:access axis:nat", ACCESS, "drop a unit axis"),
+    _c("access-insert-axis", "access:access axis:nat", ACCESS, "insert a unit axis"),
+    _c("access-broadcast", "access:access target:access-shape", ACCESS,
+       "expand unit axes to a target shape"),
+    _c("access-pad", "access:access pad-type:pad-type axis:nat before:nat after:nat", ACCESS,
+       "pad one axis with zeros or the dtype's minimum"),
+    _c("access-slice", "access:access axis:nat low:nat high:nat", ACCESS,
+       "keep [low, high) of one axis"),
+    _c("access-concatenate", "left:access right:access axis:nat", ACCESS,
+       "join two accesses along one axis"),
+    _c("access-flatten", "access:access", ACCESS, "flatten the access and the item part each"),
+    _c("access-reshape", "access:access target:access-shape", ACCESS,
+       "row-major reshape to a target access shape"),
+    _c("access-shift-right", "access:access", ACCESS, "move the last access axis into the item"),
+    _c("access-move-axis", "access:access source:nat destination:nat", ACCESS,
+       "move one axis to another position"),
+    _c("access-literal", "literal:literal", ACCESS, "a scalar as the access ((),())"),
+    # Computation: the only construct that computes, over every item.
+    _c("compute", "compute-type:compute-type access:access", ACCESS, "map an op over every item"),
+    # Hardware.
+    _c("systolic-array", "rows:nat cols:nat activations:access weights:access", ACCESS,
+       "one invocation of a rows×cols weight-stationary array", hardware=True),
+    _c("systolic-array-with-blocking", "rows:nat cols:nat activations:access weights:access",
+       ACCESS, "the same product, blocked onto a rows×cols array", hardware=True),
+    # Scalars.
+    _c("literal", "value:number", LITERAL, "a scalar constant", optional=(("dtype", DTYPE),)),
+    # Shape-valued helpers, evaluated while type checking.
+    _c("shape", "", SHAPE, "a shape", variadic=NAT),
+    _c("list", "", LIST, "a list of integers", variadic=NAT),
+    _c("shape-of", "tensor:tensor", SHAPE, "the declared shape of a tensor"),
+    _c("slice-shape", "shape:shape start:nat", SHAPE, "the dims of `shape` from `start` on"),
+    _c("shape-insert-axis", "shape:shape axis:nat", SHAPE, "insert a 1 at `axis`"),
+    _c("shape-remove-axis", "shape:shape axis:nat", SHAPE, "remove the dim at `axis`"),
+    _c("access-shape", "access:shape item:shape", ACCESS_SHAPE, "an access shape ((S),(I))"),
+    _c("get-access-shape", "access:access", ACCESS_SHAPE, "the access shape of an access"),
+]
+
+CONSTRUCTS: dict[str, Construct] = {c.name: c for c in _TABLE}
+
+
+@dataclass(frozen=True)
+class ComputeType:
+    name: str
+    params: tuple[Param, ...]
+    summary: str
+
+
+def _ct(name: str, params: str, summary: str) -> ComputeType:
+    pairs = tuple((p.split(":")[0], p.split(":")[1]) for p in params.split())
+    return ComputeType(name, pairs, summary)
+
+
+_COMPUTE_TABLE = [
+    _ct("dot-product", "", "item (t,c…): multiply the t tuple members, sum everything"),
+    _ct("reduce-sum", "", "sum of the item"),
+    _ct("reduce-max", "", "maximum of the item"),
+    _ct("reduce-mean", "", "mean of the item"),
+    _ct("relu", "", "max(x, 0) elementwise"),
+    _ct("sqrt", "", "square root elementwise (floats)"),
+    _ct("negative", "", "-x elementwise"),
+    _ct("elementwise-add", "", "item (t,c…): sum of the t tuple members"),
+    _ct("elementwise-sub", "", "item (t,c…): first member minus the others"),
+    _ct("elementwise-mul", "", "item (t,c…): product of the t tuple members"),
+    _ct("elementwise-div", "", "item (t,c…): first member divided by the others"),
+    _ct("softmax", "", "softmax over the single item axis (floats)"),
+    _ct("clip", "low:number high:number", "clamp elementwise to [low, high]"),
+    _ct("cast", "dtype:dtype", "convert elementwise to dtype, saturating"),
+    _ct("requantize", "multiplier:int pre:nat post:nat zero-point:int",
+        "i32 accumulator to i8: ((((x >> pre) * m) + round) >> post) + zp, saturated"),
+]
+
+COMPUTE_TYPES: dict[str, ComputeType] = {c.name: c for c in _COMPUTE_TABLE}

@@ -1,0 +1,114 @@
+"""Tensor data in and out: weights from .npy/.npz, runtime inputs, random inputs.
+
+Data must match its declaration exactly (shape and dtype): a silent cast would make the
+interpreter, the C program and the RTL disagree about what was computed.
+"""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import GlensideError
+from .interp import NUMPY_DTYPES, Array
+from .terms import Program, TensorDecl
+from .typecheck import DTYPE_RANGES
+
+
+def _shape_text(shape: tuple[int, ...]) -> str:
+    return "(" + ",".join(str(d) for d in shape) + ")"
+
+
+def check_array(decl: TensorDecl, array: Array, origin: str) -> Array:
+    """`array` if it has `decl`'s shape and dtype, else a clear error naming both."""
+    want = np.dtype(NUMPY_DTYPES[decl.dtype])
+    if array.dtype != want or tuple(array.shape) != decl.shape:
+        raise GlensideError(
+            f"{decl.role} '{decl.name}': {origin} holds {array.dtype} {_shape_text(array.shape)}, "
+            f"expected {want} {_shape_text(decl.shape)} ({decl.dtype})")
+    return array
+
+
+def read_npy(path: Path, key: str | None = None) -> Array:
+    """One array from a .npy file, or from an .npz archive by key."""
+    try:
+        if path.suffix == ".npz":
+            with np.load(path, allow_pickle=False) as archive:
+                if key not in archive.files:
+                    raise GlensideError(f"{path}: no array '{key}' (it has: "
+                                        f"{', '.join(archive.files) or 'none'})")
+                return np.asarray(archive[key])
+        return np.asarray(np.load(path, allow_pickle=False))
+    except FileNotFoundError:
+        raise GlensideError(f"file not found: {path}") from None
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
+        raise GlensideError(f"cannot read {path}: {error}") from None
+
+
+def load_weights(program: Program) -> dict[str, Array]:
+    """Every weight's data, checked against its declaration; errors point at the declaration."""
+    weights = {}
+    for decl in program.weights():
+        path = program.weight_path(decl)
+        try:
+            array = read_npy(path, decl.key or decl.name)
+            weights[decl.name] = check_array(decl, array, str(path))
+        except GlensideError as error:
+            raise GlensideError(f"weight '{decl.name}': {error.message}", decl.span,
+                                program.path) from None
+    return weights
+
+
+def parse_input_option(text: str) -> tuple[str, Path]:
+    name, equals, path = text.partition("=")
+    if not equals or not name or not path:
+        raise GlensideError(f"--input takes NAME=FILE.npy, got '{text}'")
+    return name, Path(path)
+
+
+def load_inputs(program: Program, given: dict[str, Path]) -> dict[str, Array]:
+    """Runtime inputs from .npy files: every declared input, nothing else."""
+    declared = {decl.name: decl for decl in program.inputs()}
+    for name in given:
+        if name not in declared:
+            known = ", ".join(declared) or "none"
+            raise GlensideError(f"'{name}' is not an input of {program.path} (inputs: {known})")
+    missing = [name for name in declared if name not in given]
+    if missing:
+        raise GlensideError(f"missing input {', '.join(missing)}: give --input NAME=FILE.npy "
+                            f"or --random-inputs SEED")
+    return {name: check_array(declared[name], read_npy(path), str(path))
+            for name, path in given.items()}
+
+
+def random_tensor(decl: TensorDecl, generator: np.random.Generator) -> Array:
+    """Random data for a declaration: ints uniform over i8/i16 (i32: ±2^15), floats N(0,1)."""
+    if decl.dtype == "f32":
+        return generator.standard_normal(decl.shape).astype(np.float32)
+    low, high = DTYPE_RANGES[decl.dtype] if decl.dtype != "i32" else (-(2**15), 2**15 - 1)
+    values = generator.integers(low, high, size=decl.shape, endpoint=True)
+    return values.astype(NUMPY_DTYPES[decl.dtype])
+
+
+def random_inputs(program: Program, seed: int) -> dict[str, Array]:
+    generator = np.random.default_rng(seed)
+    return {decl.name: random_tensor(decl, generator) for decl in program.inputs()}
+
+
+def save_npy(path: Path, array: Array) -> None:
+    """Write an array so that a failure leaves no half-written file behind."""
+    temporary = path.with_name(path.name + ".partial")
+    try:
+        with open(temporary, "wb") as handle:
+            np.save(handle, array)
+        temporary.replace(path)
+    except OSError as error:
+        temporary.unlink(missing_ok=True)
+        raise GlensideError(f"cannot write {path}: {error}") from None
+
+
+def all_tensors(program: Program, inputs: dict[str, Array]) -> dict[str, Any]:
+    return {**load_weights(program), **inputs}

@@ -1,0 +1,440 @@
+"""The reference interpreter: numpy semantics for every construct, the ground truth.
+
+Every stage after this one (rewriting, C, RTL) is checked against what this module computes.
+A value is the full tensor (`AccessType.full` shaped) of its term; how it is split into
+access and item axes comes from the type table. One function per construct in `IMPLS` and one
+per compute type in `COMPUTE_IMPLS`, keyed by name like the type rules.
+
+Integer results are exact (two's complement, wrapping as typecheck.py documents). f32 sums of
+products are formed in f64 and rounded once to f32, so the reference is at least as accurate
+as any f32 implementation it is compared with.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from . import constructs as K
+from .terms import ComputeOp, Program, Term, postorder
+from .typecheck import (
+    DTYPE_RANGES,
+    INTEGER_DTYPES,
+    AccessShape,
+    AccessType,
+    ArgValue,
+    LiteralValue,
+    TypeTable,
+    check_program,
+)
+
+NUMPY_DTYPES: dict[str, type[np.generic]] = {
+    "i8": np.int8, "i16": np.int16, "i32": np.int32, "f32": np.float32,
+}
+
+Array = np.ndarray[Any, Any]
+
+
+@dataclass
+class Call:
+    """One construct application: argument values (arrays for accesses) and types."""
+
+    values: list[Any]
+    types: list[ArgValue]
+    result: AccessType
+
+    def access_type(self, index: int) -> AccessType:
+        value = self.types[index]
+        assert isinstance(value, AccessType)
+        return value
+
+
+Impl = Callable[[Call], Array]
+IMPLS: dict[str, Impl] = {}
+
+
+def impl(name: str) -> Callable[[Impl], Impl]:
+    assert name in K.CONSTRUCTS, name
+
+    def register(function: Impl) -> Impl:
+        IMPLS[name] = function
+        return function
+
+    return register
+
+
+def wrap(values: Array, dtype: str) -> Array:
+    """Integers reduced modulo 2^width into `dtype` (two's complement), floats rounded."""
+    return values.astype(NUMPY_DTYPES[dtype])
+
+
+def _item_axes(access: AccessType) -> tuple[int, ...]:
+    return tuple(range(len(access.shape), len(access.full)))
+
+
+# -- matrix products ------------------------------------------------------------------
+
+
+def matmul(left: Array, right: Array, dtype: str) -> Array:
+    """left (…, K) times right (K, N), accumulated as `dtype`'s dot product is.
+
+    i8/i16 products summed in f64 are exact (|sum| < 2^53 for any realistic K), so BLAS
+    gives the exact integer; i32 operands use int64, whose wrap-around is harmless modulo
+    2^32. The result is wrapped into the i32 accumulator.
+    """
+    if dtype == "f32":
+        return (left.astype(np.float64) @ right.astype(np.float64)).astype(np.float32)
+    reduction = left.shape[-1]
+    bound = (2 ** 15 if dtype == "i16" else 2 ** 7) ** 2 * max(reduction, 1)
+    if dtype in ("i8", "i16") and bound < 2 ** 53:
+        exact = left.astype(np.float64) @ right.astype(np.float64)
+        return wrap(exact.astype(np.int64), "i32")
+    return wrap(left.astype(np.int64) @ right.astype(np.int64), "i32")
+
+
+def _dot_of_cartesian_product(left: Array, right: Array, left_type: AccessType,
+                              right_type: AccessType) -> Array:
+    """dot-product over a cartesian product of two items: one matrix product."""
+    item_size = math.prod(left_type.item)
+    left_rows = left.reshape(math.prod(left_type.shape), item_size)
+    right_rows = right.reshape(math.prod(right_type.shape), item_size)
+    product = matmul(left_rows, right_rows.T, left_type.dtype)
+    return product.reshape(left_type.shape + right_type.shape)
+
+
+# -- access patterns ------------------------------------------------------------------
+
+
+@impl("access-tensor")
+def _access_tensor(call: Call) -> Array:
+    return np.asarray(call.values[0])
+
+
+@impl("access")
+def _access(call: Call) -> Array:
+    return np.asarray(call.values[0])
+
+
+IMPLS["access-flatten"] = _access
+IMPLS["access-shift-right"] = _access
+
+
+@impl("access-reshape")
+def _reshape(call: Call) -> Array:
+    return np.reshape(call.values[0], call.result.full)
+
+
+@impl("access-transpose")
+def _transpose(call: Call) -> Array:
+    return np.transpose(call.values[0], call.values[1])
+
+
+@impl("access-cartesian-product")
+def _cartesian_product(call: Call) -> Array:
+    left, right = call.values
+    left_type, right_type = call.access_type(0), call.access_type(1)
+    a_rank, b_rank = len(left_type.shape), len(right_type.shape)
+    item = left_type.item
+    left_view = left.reshape(left_type.shape + (1,) * b_rank + item)
+    right_view = right.reshape((1,) * a_rank + right_type.shape + item)
+    grid = left_type.shape + right_type.shape + item
+    return np.stack([np.broadcast_to(left_view, grid), np.broadcast_to(right_view, grid)],
+                    axis=a_rank + b_rank)
+
+
+@impl("access-pair")
+def _pair(call: Call) -> Array:
+    return np.stack(call.values, axis=len(call.access_type(0).shape))
+
+
+@impl("access-windows")
+def _windows(call: Call) -> Array:
+    data, window, strides = call.values
+    access = call.access_type(0)
+    item_axes = _item_axes(access)
+    views = np.lib.stride_tricks.sliding_window_view(data, tuple(window), axis=item_axes)
+    step = tuple(slice(None) for _ in access.shape) + tuple(slice(None, None, s) for s in strides)
+    windows: Array = views[step]
+    return windows
+
+
+@impl("access-squeeze")
+def _squeeze(call: Call) -> Array:
+    squeezed: Array = np.squeeze(call.values[0], axis=call.values[1])
+    return squeezed
+
+
+@impl("access-insert-axis")
+def _insert_axis(call: Call) -> Array:
+    return np.expand_dims(call.values[0], axis=call.values[1])
+
+
+@impl("access-broadcast")
+def _broadcast(call: Call) -> Array:
+    target = call.values[1]
+    assert isinstance(target, AccessShape)
+    return np.broadcast_to(call.values[0], target.shape + target.item)
+
+
+def minimum_value(dtype: str) -> float | int:
+    """What min-padding pads with: the identity of max."""
+    return DTYPE_RANGES[dtype][0] if dtype in INTEGER_DTYPES else -np.inf
+
+
+@impl("access-pad")
+def _pad(call: Call) -> Array:
+    data, pad_type, axis, before, after = call.values
+    access = call.access_type(0)
+    widths = [(0, 0)] * len(access.full)
+    widths[axis] = (before, after)
+    fill = 0 if pad_type == "zero-padding" else minimum_value(access.dtype)
+    return np.pad(data, widths, constant_values=fill)
+
+
+@impl("access-slice")
+def _slice(call: Call) -> Array:
+    data, axis, low, high = call.values
+    index = [slice(None)] * data.ndim
+    index[axis] = slice(low, high)
+    return np.asarray(data[tuple(index)])
+
+
+@impl("access-concatenate")
+def _concatenate(call: Call) -> Array:
+    return np.concatenate([call.values[0], call.values[1]], axis=call.values[2])
+
+
+@impl("access-move-axis")
+def _move_axis(call: Call) -> Array:
+    return np.asarray(np.moveaxis(call.values[0], call.values[1], call.values[2]))
+
+
+@impl("access-literal")
+def _access_literal(call: Call) -> Array:
+    literal = call.values[0]
+    assert isinstance(literal, LiteralValue)
+    return np.array(literal.value, dtype=NUMPY_DTYPES[literal.dtype])
+
+
+# -- compute --------------------------------------------------------------------------
+
+
+ComputeImpl = Callable[[ComputeOp, Array, AccessType, AccessType], Array]
+COMPUTE_IMPLS: dict[str, ComputeImpl] = {}
+
+
+def compute_impl(*names: str) -> Callable[[ComputeImpl], ComputeImpl]:
+    def register(function: ComputeImpl) -> ComputeImpl:
+        for name in names:
+            assert name in K.COMPUTE_TYPES, name
+            COMPUTE_IMPLS[name] = function
+        return function
+
+    return register
+
+
+@impl("compute")
+def _compute(call: Call) -> Array:
+    op = call.values[0]
+    assert isinstance(op, ComputeOp)
+    return COMPUTE_IMPLS[op.name](op, call.values[1], call.access_type(1), call.result)
+
+
+def _wide(data: Array, dtype: str) -> Array:
+    """Values in a type wide enough that the operation itself cannot overflow."""
+    return data.astype(np.float64 if dtype == "f32" else np.int64)
+
+
+@compute_impl("dot-product")
+def _dot_product(op: ComputeOp, data: Array, access: AccessType, result: AccessType) -> Array:
+    tuple_axis = len(access.shape)
+    products = np.prod(_wide(data, access.dtype), axis=tuple_axis)
+    sums = products.sum(axis=tuple(range(tuple_axis, products.ndim)))
+    return wrap(sums, result.dtype)
+
+
+@compute_impl("reduce-sum")
+def _reduce_sum(op: ComputeOp, data: Array, access: AccessType, result: AccessType) -> Array:
+    return wrap(_wide(data, access.dtype).sum(axis=_item_axes(access)), result.dtype)
+
+
+@compute_impl("reduce-max")
+def _reduce_max(op: ComputeOp, data: Array, access: AccessType, result: AccessType) -> Array:
+    if not access.item:
+        return data
+    return np.asarray(data.max(axis=_item_axes(access)))
+
+
+@compute_impl("reduce-mean")
+def _reduce_mean(op: ComputeOp, data: Array, access: AccessType, result: AccessType) -> Array:
+    count = math.prod(access.item)
+    if access.dtype == "f32":
+        return wrap(_wide(data, "f32").sum(axis=_item_axes(access)) / count, "f32")
+    # Integers: the exact sum, divided with rounding half away from zero.
+    sums = _wide(data, access.dtype).sum(axis=_item_axes(access))
+    magnitude = (np.abs(sums) + count // 2) // count
+    return wrap(np.sign(sums) * magnitude, result.dtype)
+
+
+@compute_impl("relu")
+def _relu(op: ComputeOp, data: Array, access: AccessType, result: AccessType) -> Array:
+    return np.maximum(data, np.zeros((), dtype=data.dtype))
+
+
+@compute_impl("negative")
+def _negative(op: ComputeOp, data: Array, access: AccessType, result: AccessType) -> Array:
+    return wrap(-_wide(data, access.dtype), access.dtype)
+
+
+@compute_impl("sqrt")
+def _sqrt(op: ComputeOp, data: Array, access: AccessType, result: AccessType) -> Array:
+    return np.sqrt(data)
+
+
+def _divide(numerator: Array, denominator: Array, dtype: str) -> Array:
+    if dtype == "f32":
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return numerator / denominator
+    # C semantics: truncate toward zero; x / 0 is defined as 0.
+    safe = np.where(denominator == 0, 1, denominator)
+    quotient = np.abs(numerator) // np.abs(safe) * np.sign(numerator) * np.sign(safe)
+    return np.where(denominator == 0, 0, quotient)
+
+
+_FOLDS: dict[str, Callable[[Array, Array, str], Array]] = {
+    "elementwise-add": lambda a, b, dtype: a + b,
+    "elementwise-sub": lambda a, b, dtype: a - b,
+    "elementwise-mul": lambda a, b, dtype: a * b,
+    "elementwise-div": _divide,
+}
+
+
+@compute_impl(*_FOLDS)
+def _elementwise(op: ComputeOp, data: Array, access: AccessType, result: AccessType) -> Array:
+    # Each step rounds (floats) or wraps (ints) to the dtype, as C computing in that type does.
+    members = np.moveaxis(data, len(access.shape), 0)
+    folded = members[0]
+    for member in members[1:]:
+        step = _FOLDS[op.name](_wide(folded, access.dtype), _wide(member, access.dtype),
+                               access.dtype)
+        folded = wrap(step, access.dtype)
+    return np.asarray(folded)
+
+
+@compute_impl("softmax")
+def _softmax(op: ComputeOp, data: Array, access: AccessType, result: AccessType) -> Array:
+    wide = _wide(data, "f32")
+    exponent = np.exp(wide - wide.max(axis=-1, keepdims=True))
+    return wrap(exponent / exponent.sum(axis=-1, keepdims=True), "f32")
+
+
+@compute_impl("clip")
+def _clip(op: ComputeOp, data: Array, access: AccessType, result: AccessType) -> Array:
+    low, high = op.params
+    return np.clip(data, low, high).astype(data.dtype)
+
+
+def saturate(data: Array, source: str, target: str) -> Array:
+    """Convert with saturation: floats round half to even, NaN becomes 0."""
+    if target == "f32":
+        return wrap(data, "f32")
+    low, high = DTYPE_RANGES[target]
+    if source == "f32":
+        rounded = np.rint(np.nan_to_num(data.astype(np.float64), nan=0.0))
+        return wrap(np.clip(rounded, low, high).astype(np.int64), target)
+    return wrap(np.clip(data.astype(np.int64), low, high), target)
+
+
+@compute_impl("cast")
+def _cast(op: ComputeOp, data: Array, access: AccessType, result: AccessType) -> Array:
+    return saturate(data, access.dtype, result.dtype)
+
+
+def requantize(data: Array, multiplier: int, pre: int, post: int, zero_point: int) -> Array:
+    """Glow's integer requantization; the product is formed in int64 and cannot overflow."""
+    scaled = (data.astype(np.int64) >> pre) * np.int64(multiplier)
+    if post > 0:
+        scaled = (scaled + (np.int64(1) << (post - 1))) >> post
+    return wrap(np.clip(scaled + zero_point, -128, 127), "i8")
+
+
+@compute_impl("requantize")
+def _requantize(op: ComputeOp, data: Array, access: AccessType, result: AccessType) -> Array:
+    multiplier, pre, post, zero_point = (int(p) for p in op.params)
+    return requantize(data, multiplier, pre, post, zero_point)
+
+
+# -- hardware -------------------------------------------------------------------------
+
+
+@impl("systolic-array")
+def _systolic_array(call: Call) -> Array:
+    activations, weights = call.values[2], call.values[3]
+    return matmul(activations, weights, call.access_type(2).dtype)
+
+
+IMPLS["systolic-array-with-blocking"] = _systolic_array
+
+
+# -- driver ---------------------------------------------------------------------------
+
+
+def _lazy_products(root: Term) -> set[Term]:
+    """Cartesian products only ever consumed by dot-product: never materialise them."""
+    consumers: dict[Term, list[Term]] = {}
+    for term in postorder(root):
+        for child in term.children():
+            consumers.setdefault(child, []).append(term)
+    return {
+        term for term, users in consumers.items()
+        if term.op == "access-cartesian-product" and all(
+            user.op == "compute" and isinstance(user.args[0], ComputeOp)
+            and user.args[0].name == "dot-product" for user in users)
+    }
+
+
+def evaluate(root: Term, types: TypeTable, tensors: dict[str, Array]) -> Array:
+    """The value of `root`, given every tensor it names."""
+    values: dict[Term, Array] = {}
+    lazy = _lazy_products(root)
+    for term in postorder(root):
+        construct = K.CONSTRUCTS[term.op]
+        if construct.result != K.ACCESS or term in lazy:
+            continue
+        result = types[term]
+        assert isinstance(result, AccessType)
+        if term.op == "compute" and isinstance(term.args[1], Term) and term.args[1] in lazy:
+            product = term.args[1]
+            left, right = product.args
+            assert isinstance(left, Term) and isinstance(right, Term)
+            left_type, right_type = types[left], types[right]
+            assert isinstance(left_type, AccessType) and isinstance(right_type, AccessType)
+            values[term] = _dot_of_cartesian_product(values[left], values[right], left_type,
+                                                     right_type)
+            continue
+        call_values: list[Any] = []
+        for arg in term.args:
+            if isinstance(arg, Term):
+                kind = K.CONSTRUCTS[arg.op].result
+                call_values.append(values[arg] if kind == K.ACCESS else types[arg])
+            elif term.op == "access-tensor":
+                call_values.append(tensors[str(arg)])
+            else:
+                call_values.append(str(arg) if not isinstance(arg, (int, float, ComputeOp))
+                                   else arg)
+        arg_types = [types[a] if isinstance(a, Term) else a for a in term.args]
+        value = IMPLS[term.op](Call(call_values, arg_types, result))  # type: ignore[arg-type]
+        assert value.shape == result.full, (term.op, value.shape, result.full)
+        values[term] = value
+    return np.ascontiguousarray(values[root])
+
+
+def run_program(program: Program, tensors: dict[str, Array],
+                types: TypeTable | None = None) -> Array:
+    """Run a whole program on its inputs and weights (validated by glensidec.data)."""
+    types = check_program(program) if types is None else types
+    return evaluate(program.root, types, tensors)

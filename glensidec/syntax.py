@@ -1,0 +1,512 @@
+"""Stage 1, syntax: program text ⇄ `Program`.
+
+Reading is two steps. Lark (grammar/glenside.lark) turns text into s-expressions with
+positions; `_Builder` then turns s-expressions into terms, checking each construct's arity
+and argument kinds against the construct table, resolving `let` names and tensor names.
+Writing (`format_program`) is the inverse and round-trips: parse(format(p)) == p.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections import Counter
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import lark
+
+from . import constructs as K
+from .constructs import COMPUTE_TYPES, CONSTRUCTS
+from .errors import GlensideError, Span
+from .resources import resource_dir
+from .terms import DTYPES, Arg, ComputeOp, Program, Symbol, TensorDecl, Term, postorder
+
+# ---------------------------------------------------------------------------------------
+# Text → s-expressions
+
+
+@dataclass(frozen=True)
+class Atom:
+    value: int | float | str
+    kind: str  # "int" | "float" | "string" | "symbol"
+    span: Span
+
+    def describe(self) -> str:
+        return {"string": "a string", "symbol": f"'{self.value}'"}.get(self.kind, str(self.value))
+
+
+@dataclass(frozen=True)
+class SList:
+    items: tuple[SExpr, ...]
+    span: Span
+
+    def head(self) -> str | None:
+        if self.items and isinstance(self.items[0], Atom) and self.items[0].kind == "symbol":
+            return str(self.items[0].value)
+        return None
+
+
+SExpr = Atom | SList
+
+
+@cache
+def _lark_parser() -> lark.Lark:
+    grammar = (resource_dir("grammar") / "glenside.lark").read_text()
+    # keep_all_tokens keeps the parentheses, so even `()` knows where it was written.
+    return lark.Lark(grammar, parser="lalr", keep_all_tokens=True)
+
+
+def _token_span(token: lark.Token) -> Span:
+    return Span(token.line or 1, token.column or 1)
+
+
+def _to_sexpr(tree: lark.Tree[lark.Token] | lark.Token) -> SExpr:
+    if isinstance(tree, lark.Token):
+        raise AssertionError(f"bare token {tree!r}")
+    if tree.data == "list":
+        open_paren = tree.children[0]
+        assert isinstance(open_paren, lark.Token)
+        items = tuple(_to_sexpr(child) for child in tree.children[1:-1])
+        return SList(items, _token_span(open_paren))
+    token = tree.children[0]
+    assert isinstance(token, lark.Token)
+    span = _token_span(token)
+    kind = str(tree.data)
+    if kind == "int":
+        return Atom(int(token), "int", span)
+    if kind == "float":
+        return Atom(float(token), "float", span)
+    if kind == "string":
+        return Atom(json.loads(token) if "\\" in token else str(token)[1:-1], "string", span)
+    return Atom(str(token), "symbol", span)
+
+
+def _check_parentheses(text: str) -> None:
+    """Report unbalanced parentheses where they are, before Lark reports them less clearly."""
+    open_spans: list[Span] = []
+    line, column = 1, 1
+    in_comment = in_string = escaped = False
+    for char in text:
+        if in_comment:
+            in_comment = char != "\n"
+        elif in_string:
+            in_string = escaped or char != '"'
+            escaped = not escaped and char == "\\"
+        elif char == ";":
+            in_comment = True
+        elif char == '"':
+            in_string = True
+        elif char == "(":
+            open_spans.append(Span(line, column))
+        elif char == ")":
+            if not open_spans:
+                raise GlensideError("unmatched ')'", Span(line, column))
+            open_spans.pop()
+        line, column = (line + 1, 1) if char == "\n" else (line, column + 1)
+    if open_spans:
+        raise GlensideError("'(' is never closed", open_spans[-1])
+
+
+def read_sexprs(text: str) -> list[SExpr]:
+    """Parse text into s-expressions; syntax errors are located GlensideErrors."""
+    _check_parentheses(text)
+    try:
+        tree = _lark_parser().parse(text)
+    except lark.exceptions.UnexpectedCharacters as error:
+        position = error.pos_in_stream or 0
+        char = text[position] if position < len(text) else "end of file"
+        span = Span(error.line, error.column)
+        raise GlensideError(f"unexpected character {char!r}", span) from None
+    except lark.exceptions.UnexpectedToken as error:
+        token = error.token
+        raise GlensideError(f"unexpected {str(token)!r}", _token_span(token)) from None
+    except lark.exceptions.UnexpectedInput as error:  # pragma: no cover - parens checked above
+        raise GlensideError("unexpected end of file", Span(error.line, error.column)) from None
+    return [_to_sexpr(child) for child in tree.children]
+
+
+# ---------------------------------------------------------------------------------------
+# s-expressions → Program
+
+
+def _suggest(name: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(name, known, n=1)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def _kind_of(term: Term) -> str:
+    return CONSTRUCTS[term.op].result
+
+
+_KIND_WORDS = {
+    K.ACCESS: "an access expression",
+    K.SHAPE: "a (shape …)",
+    K.LIST: "a (list …)",
+    K.ACCESS_SHAPE: "an (access-shape …)",
+    K.LITERAL: "a (literal …)",
+}
+
+
+class _Builder:
+    def __init__(self, tensors: dict[str, TensorDecl]):
+        self.tensors = tensors
+        self.bindings: dict[str, Term] = {}
+        self.binding_spans: dict[str, Span] = {}
+
+    # -- terms --------------------------------------------------------------------------
+    def term(self, sexpr: SExpr) -> Term:
+        if isinstance(sexpr, Atom):
+            if sexpr.kind == "symbol" and str(sexpr.value) in self.bindings:
+                return self.bindings[str(sexpr.value)]
+            if sexpr.kind == "symbol" and str(sexpr.value) in self.tensors:
+                raise GlensideError(
+                    f"'{sexpr.value}' is a tensor: write (access-tensor {sexpr.value})", sexpr.span
+                )
+            if sexpr.kind == "symbol":
+                known = list(self.bindings)
+                raise GlensideError(
+                    f"unknown name '{sexpr.value}'{_suggest(str(sexpr.value), known)}", sexpr.span
+                )
+            raise GlensideError(f"expected an expression, got {sexpr.describe()}", sexpr.span)
+        head = sexpr.head()
+        if head is None:
+            raise GlensideError("expected a construct name after '('", sexpr.span)
+        construct = CONSTRUCTS.get(head)
+        if construct is None:
+            hint = f" (did you mean (compute {head} …)?)" if head in COMPUTE_TYPES else ""
+            hint = hint or _suggest(head, list(CONSTRUCTS))
+            raise GlensideError(f"unknown construct '{head}'{hint}", sexpr.items[0].span)
+        return self.construct(construct, sexpr)
+
+    def construct(self, construct: K.Construct, sexpr: SList) -> Term:
+        given = sexpr.items[1:]
+        params = list(construct.params)
+        low, high = len(params), len(params) + len(construct.optional)
+        if construct.variadic is None and not low <= len(given) <= high:
+            expected = str(low) if low == high else f"{low} to {high}"
+            raise GlensideError(
+                f"{construct.name} takes {expected} arguments {construct.signature()}, "
+                f"got {len(given)}",
+                sexpr.span,
+            )
+        params += list(construct.optional)
+        args: list[Arg] = []
+        for index, item in enumerate(given):
+            name, kind = params[index] if index < len(params) else ("dim", construct.variadic)
+            assert kind is not None
+            args.append(self.argument(construct.name, name, kind, item))
+        return Term(construct.name, tuple(args), sexpr.span, tuple(item.span for item in given))
+
+    def argument(self, where: str, name: str, kind: str, item: SExpr) -> Arg:
+        if kind in (K.NAT, K.INT, K.NUMBER):
+            return self.number(where, name, kind, item)
+        if kind in (K.PAD_TYPE, K.DTYPE, K.TENSOR):
+            return self.symbol(where, name, kind, item)
+        if kind == K.COMPUTE_TYPE:
+            return self.compute_op(item)
+        term = self.term(item)
+        if _kind_of(term) != kind:
+            raise GlensideError(
+                f"{where}: argument '{name}' must be {_KIND_WORDS[kind]}, "
+                f"got {_KIND_WORDS[_kind_of(term)]}",
+                item.span,
+            )
+        return term
+
+    def number(self, where: str, name: str, kind: str, item: SExpr) -> int | float:
+        ok = isinstance(item, Atom) and (
+            item.kind == "int" or (kind == K.NUMBER and item.kind == "float")
+        )
+        if not ok or (kind == K.NAT and isinstance(item, Atom) and int(item.value) < 0):
+            word = {K.NAT: "a non-negative integer", K.INT: "an integer", K.NUMBER: "a number"}
+            got = item.describe() if isinstance(item, Atom) else "a list"
+            raise GlensideError(f"{where}: argument '{name}' must be {word[kind]}, got {got}",
+                                item.span)
+        assert isinstance(item, Atom) and isinstance(item.value, (int, float))
+        return item.value
+
+    def symbol(self, where: str, name: str, kind: str, item: SExpr) -> Symbol:
+        choices = {K.PAD_TYPE: list(K.PAD_TYPES), K.DTYPE: list(DTYPES),
+                   K.TENSOR: list(self.tensors)}[kind]
+        if not (isinstance(item, Atom) and item.kind == "symbol"):
+            got = item.describe() if isinstance(item, Atom) else "a list"
+            raise GlensideError(f"{where}: argument '{name}' must be a {kind} name, got {got}",
+                                item.span)
+        value = str(item.value)
+        if value not in choices:
+            what = "tensor" if kind == K.TENSOR else kind
+            extra = "" if kind == K.TENSOR else f"; one of {', '.join(choices)}"
+            raise GlensideError(f"unknown {what} '{value}'{_suggest(value, choices)}{extra}",
+                                item.span)
+        return Symbol(value)
+
+    def compute_op(self, item: SExpr) -> ComputeOp:
+        head = item if isinstance(item, Atom) else (item.items[0] if item.items else item)
+        if not (isinstance(head, Atom) and head.kind == "symbol"):
+            raise GlensideError("expected a compute type such as dot-product or (clip 0 127)",
+                                head.span)
+        compute_type = COMPUTE_TYPES.get(str(head.value))
+        if compute_type is None:
+            hint = _suggest(str(head.value), list(COMPUTE_TYPES))
+            raise GlensideError(f"unknown compute type '{head.value}'{hint}", head.span)
+        given = () if isinstance(item, Atom) else item.items[1:]
+        if len(given) != len(compute_type.params):
+            form = compute_type.name if not compute_type.params else (
+                "(" + " ".join([compute_type.name, *(p for p, _ in compute_type.params)]) + ")")
+            raise GlensideError(
+                f"compute type {compute_type.name} takes {len(compute_type.params)} parameters: "
+                f"{form}",
+                item.span,
+            )
+        params: list[int | float | str] = []
+        for (param, kind), value in zip(compute_type.params, given, strict=True):
+            if kind == K.DTYPE:
+                params.append(self.symbol(compute_type.name, param, kind, value).name)
+            else:
+                params.append(self.number(compute_type.name, param, kind, value))
+        return ComputeOp(compute_type.name, tuple(params))
+
+    # -- top-level forms ----------------------------------------------------------------
+    def bind(self, form: SList) -> str:
+        if len(form.items) != 3:
+            raise GlensideError("let takes a name and an expression: (let name expr)", form.span)
+        name = self.new_name(form.items[1], "let")
+        self.bindings[name] = self.term(form.items[2])
+        self.binding_spans[name] = form.items[1].span
+        return name
+
+    def new_name(self, item: SExpr, form: str) -> str:
+        if not (isinstance(item, Atom) and item.kind == "symbol"):
+            raise GlensideError(f"{form}: expected a name, got "
+                                f"{item.describe() if isinstance(item, Atom) else 'a list'}",
+                                item.span)
+        name = str(item.value)
+        if name in CONSTRUCTS or name in COMPUTE_TYPES or name in ("input", "weight", "let"):
+            raise GlensideError(f"'{name}' is a reserved word and cannot be a name", item.span)
+        earlier = self.binding_spans.get(name) or (
+            self.tensors[name].span if name in self.tensors else None)
+        if name in self.bindings or name in self.tensors:
+            raise GlensideError(f"'{name}' is already declared at {earlier}", item.span)
+        return name
+
+
+def _declared_shape(item: SExpr, where: str) -> tuple[int, ...]:
+    if not (isinstance(item, SList) and item.head() == "shape"):
+        raise GlensideError(f"{where}: expected (shape d…) with literal dims", item.span)
+    dims = []
+    for dim in item.items[1:]:
+        if not (isinstance(dim, Atom) and dim.kind == "int" and int(dim.value) > 0):
+            raise GlensideError(f"{where}: shape dims must be positive integers", dim.span)
+        dims.append(int(dim.value))
+    return tuple(dims)
+
+
+def _declaration(form: SList, builder: _Builder) -> TensorDecl:
+    role = form.head()
+    assert role in ("input", "weight")
+    usage = {"input": "(input name dtype (shape d…))",
+             "weight": '(weight name dtype (shape d…) "file.npy|file.npz" [key])'}[role]
+    count = len(form.items) - 1
+    if not (count == 3 if role == "input" else count in (4, 5)):
+        raise GlensideError(f"{role} takes {usage}, got {count} arguments", form.span)
+    name = builder.new_name(form.items[1], role)
+    dtype = builder.symbol(role, "dtype", K.DTYPE, form.items[2]).name
+    shape = _declared_shape(form.items[3], role)
+    source = key = None
+    if role == "weight":
+        path_atom = form.items[4]
+        if not (isinstance(path_atom, Atom) and path_atom.kind == "string"):
+            raise GlensideError("weight: the data file must be a quoted path", path_atom.span)
+        source = str(path_atom.value)
+        if not source.endswith((".npy", ".npz")):
+            raise GlensideError(f"weight: data file '{source}' must be .npy or .npz",
+                                path_atom.span)
+        if len(form.items) == 6:
+            key_atom = form.items[5]
+            if not (isinstance(key_atom, Atom) and key_atom.kind in ("symbol", "string")):
+                raise GlensideError("weight: the .npz key must be a name or a string",
+                                    key_atom.span)
+            key = str(key_atom.value)
+    return TensorDecl(name, shape, dtype, role, source, key, form.items[1].span)
+
+
+def parse_program(
+    text: str, path: str = "<input>", shapes: dict[str, TensorDecl] | None = None
+) -> Program:
+    """Parse a whole program. `shapes` declares runtime inputs for compatibility mode."""
+    try:
+        return _parse_program(text, path, shapes or {})
+    except GlensideError as error:
+        raise error.located(path) from None
+
+
+def _parse_program(text: str, path: str, shapes: dict[str, TensorDecl]) -> Program:
+    forms = read_sexprs(text)
+    tensors: dict[str, TensorDecl] = {}
+    builder = _Builder(tensors)
+    for form in forms:
+        if isinstance(form, SList) and form.head() in ("input", "weight"):
+            decl = _declaration(form, builder)
+            tensors[decl.name] = decl
+    for name, decl in shapes.items():
+        if name in tensors:
+            raise GlensideError(f"tensor '{name}' is declared in the program and in --shapes",
+                                tensors[name].span)
+        tensors[name] = decl
+    names: dict[Term, str] = {}
+    results: list[SExpr] = []
+    for form in forms:
+        head = form.head() if isinstance(form, SList) else None
+        if head == "let":
+            assert isinstance(form, SList)
+            name = builder.bind(form)
+            names.setdefault(builder.bindings[name], name)
+        elif head not in ("input", "weight"):
+            results.append(form)
+    if not results:
+        raise GlensideError("the program has no result expression", Span(1, 1))
+    if len(results) > 1:
+        raise GlensideError("a program has exactly one result expression; this is a second one",
+                            results[1].span)
+    root = builder.term(results[0])
+    if _kind_of(root) != K.ACCESS:
+        raise GlensideError(f"the result must be an access expression, not "
+                            f"{_KIND_WORDS[_kind_of(root)]}", results[0].span)
+    return Program(path, tensors, root, names)
+
+
+def read_program(path: str | Path, shapes_path: str | Path | None = None) -> Program:
+    """Read a program file (and, in compatibility mode, its shapes JSON)."""
+    shapes = load_shapes(shapes_path) if shapes_path is not None else None
+    return parse_program(_read_text(path), str(path), shapes)
+
+
+def _read_text(path: str | Path) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise GlensideError(f"no such file: {path}") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise GlensideError(f"cannot read {path}: {error}") from None
+
+
+def load_shapes(path: str | Path) -> dict[str, TensorDecl]:
+    """The original Glenside's side file: {"name": [dims]} or {"name": {"shape", "dtype"}}."""
+    text = _read_text(path)
+    try:
+        entries = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise GlensideError(f"invalid JSON: {error.msg}", Span(error.lineno, error.colno),
+                            str(path)) from None
+    if not isinstance(entries, dict):
+        raise GlensideError("a shapes file is a JSON object {\"name\": [dims], …}", None, str(path))
+    tensors = {}
+    for name, entry in entries.items():
+        shape, dtype = entry, "f32"
+        if isinstance(entry, dict):
+            shape, dtype = entry.get("shape"), entry.get("dtype", "f32")
+        dims_ok = isinstance(shape, list) and all(
+            isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape)
+        if not dims_ok or dtype not in DTYPES:
+            raise GlensideError(
+                f"tensor '{name}': expected a list of positive dims and a dtype in "
+                f"{', '.join(DTYPES)}, got {json.dumps(entry)}", None, str(path))
+        tensors[str(name)] = TensorDecl(str(name), tuple(shape), str(dtype), "input")
+    return tensors
+
+
+# ---------------------------------------------------------------------------------------
+# Program → text
+
+WIDTH = 90
+
+
+def _atom_text(arg: Arg) -> str:
+    if isinstance(arg, Symbol):
+        return arg.name
+    if isinstance(arg, ComputeOp):
+        if not arg.params:
+            return arg.name
+        return "(" + " ".join([arg.name, *(str(p) for p in arg.params)]) + ")"
+    if isinstance(arg, float):
+        return repr(arg)
+    return str(arg)
+
+
+class _Printer:
+    def __init__(self, names: dict[Term, str]):
+        self.names = names
+
+    def flat(self, term: Term, top: bool = False) -> str:
+        if not top and term in self.names:
+            return self.names[term]
+        parts = [term.op] + [self.flat(a) if isinstance(a, Term) else _atom_text(a)
+                             for a in term.args]
+        return "(" + " ".join(parts) + ")"
+
+    def pretty(self, term: Term, indent: int = 0, top: bool = False) -> str:
+        flat = self.flat(term, top)
+        if indent + len(flat) <= WIDTH or (not top and term in self.names):
+            return flat
+        pad = " " * (indent + 1)
+        lines = ["(" + term.op]
+        args = list(term.args)
+        while args and not isinstance(args[0], Term):  # leading atoms stay on the head line
+            lines[0] += " " + _atom_text(args.pop(0))
+        previous_was_atom = False
+        for arg in args:
+            if isinstance(arg, Term):
+                lines.append(pad + self.pretty(arg, indent + 1))
+            elif previous_was_atom:  # consecutive atoms share a line
+                lines[-1] += " " + _atom_text(arg)
+            else:
+                lines.append(pad + _atom_text(arg))
+            previous_was_atom = not isinstance(arg, Term)
+        return "\n".join(lines) + ")"
+
+
+def _shared_subterms(root: Term) -> list[Term]:
+    """Non-trivial subterms used more than once: printing them once keeps output linear."""
+    uses: Counter[Term] = Counter()
+    for term in postorder(root):
+        for child in set(term.children()):
+            uses[child] += 1
+    trivial = ("access-tensor", "access-literal", "literal", "shape", "list", "access-shape")
+    return [t for t in postorder(root) if uses[t] > 1 and t.op not in trivial
+            and _kind_of(t) == K.ACCESS]
+
+
+def format_program(program: Program) -> str:
+    """Canonical text for a program: declarations, lets in dependency order, the result."""
+    lines = []
+    for decl in program.tensors.values():
+        shape = "(shape " + " ".join(str(d) for d in decl.shape) + ")"
+        if decl.role == "input":
+            lines.append(f"(input {decl.name} {decl.dtype} {shape})")
+        else:
+            key = f" {decl.key}" if decl.key is not None else ""
+            lines.append(f"(weight {decl.name} {decl.dtype} {shape} {json.dumps(decl.source)}{key}")
+            lines[-1] += ")"
+    names = dict(program.names)
+    taken = set(names.values()) | set(program.tensors)
+    for index, term in enumerate(_shared_subterms(program.root)):
+        if term not in names:
+            base = term.args[0].name if isinstance(term.args[0], ComputeOp) else term.op
+            name = f"{base.replace('-', '_')}_{index}"
+            while name in taken:
+                name += "_"
+            names[term] = name
+            taken.add(name)
+    printer = _Printer(names)
+    order = [t for t in postorder(program.root) if t in names]
+    if lines and order:
+        lines.append("")
+    for term in order:
+        body = printer.pretty(term, indent=len(f"(let {names[term]} "), top=True)
+        lines.append(f"(let {names[term]} {body})")
+    if lines:
+        lines.append("")
+    lines.append(printer.pretty(program.root) if program.root not in names else names[program.root])
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,127 @@
+"""The abstract syntax every stage shares: terms, their arguments, and whole programs.
+
+A term is `op` applied to arguments, exactly as written in the s-expression syntax; which
+ops exist and what their arguments are is the construct table's business
+(`glensidec.constructs`). Terms are immutable and hashable, and compare by structure
+(source positions are carried along but never compared), so a program with shared
+subterms is a DAG and every stage can memoise per term.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeAlias
+
+from .errors import Span
+
+
+@dataclass(frozen=True)
+class Symbol:
+    """A bare name in argument position: a tensor, a padding type, a dtype, a compute type."""
+
+    name: str
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True)
+class ComputeOp:
+    """What `compute` maps over every item: `relu`, or a parameterised `(clip -128 127)`."""
+
+    name: str
+    params: tuple[int | float | str, ...] = ()
+
+
+@dataclass(frozen=True, eq=False)
+class Term:
+    op: str
+    args: tuple[Arg, ...]
+    span: Span | None = field(default=None, repr=False)
+    # Where each argument was written, for errors that point at one argument.
+    arg_spans: tuple[Span | None, ...] = field(default=(), repr=False)
+
+    def __post_init__(self) -> None:
+        # Hash once: programs are DAGs with heavy sharing, and a recursive hash per lookup
+        # would be exponential in the depth of a residual network.
+        object.__setattr__(self, "_hash", hash((self.op, self.args)))
+
+    def __hash__(self) -> int:
+        return self._hash  # type: ignore[attr-defined, no-any-return]
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if not isinstance(other, Term) or hash(self) != hash(other):
+            return False
+        return self.op == other.op and self.args == other.args
+
+    def arg_span(self, index: int) -> Span | None:
+        """Where argument `index` was written, else where the term was."""
+        if index < len(self.arg_spans) and self.arg_spans[index] is not None:
+            return self.arg_spans[index]
+        return self.span
+
+    def children(self) -> list[Term]:
+        return [arg for arg in self.args if isinstance(arg, Term)]
+
+
+Arg: TypeAlias = Term | int | float | Symbol | ComputeOp
+
+
+def postorder(root: Term) -> list[Term]:
+    """Every distinct subterm once, children before parents (iterative: nets are deep)."""
+    order: list[Term] = []
+    seen: set[Term] = set()
+    stack: list[tuple[Term, bool]] = [(root, False)]
+    while stack:
+        term, expanded = stack.pop()
+        if expanded:
+            order.append(term)
+            continue
+        if term in seen:
+            continue
+        seen.add(term)
+        stack.append((term, True))
+        stack.extend((child, False) for child in reversed(term.children()) if child not in seen)
+    return order
+
+
+DTYPES = ("i8", "i16", "i32", "f32")
+ROLES = ("input", "weight")
+
+
+@dataclass(frozen=True)
+class TensorDecl:
+    """A named tensor: a runtime input, or a weight whose data comes from a file."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    role: str
+    source: str | None = None  # weights: the .npy/.npz path as written, relative to the program
+    key: str | None = None  # weights from an .npz: the array's name inside it (default: name)
+    span: Span | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class Program:
+    """A whole program: its tensors, its result expression, and the names the user gave."""
+
+    path: str
+    tensors: dict[str, TensorDecl]
+    root: Term
+    # Subterms the user named with `let`, so the printer can give them their names back.
+    names: dict[Term, str] = field(default_factory=dict)
+
+    def inputs(self) -> list[TensorDecl]:
+        return [t for t in self.tensors.values() if t.role == "input"]
+
+    def weights(self) -> list[TensorDecl]:
+        return [t for t in self.tensors.values() if t.role == "weight"]
+
+    def weight_path(self, decl: TensorDecl) -> Path:
+        """Where a weight's data file is: its path is relative to the program's folder."""
+        assert decl.source is not None
+        return Path(self.path).parent / decl.source
