@@ -119,13 +119,13 @@ def _access(call: Call) -> Array:
     return np.asarray(call.values[0])
 
 
-IMPLS["access-flatten"] = _access
-IMPLS["access-shift-right"] = _access
-
-
 @impl("access-reshape")
 def _reshape(call: Call) -> Array:
     return np.reshape(call.values[0], call.result.full)
+
+
+IMPLS["access-flatten"] = _reshape
+IMPLS["access-shift-right"] = _reshape
 
 
 @impl("access-transpose")

@@ -79,8 +79,22 @@ def _to_sexpr(tree: lark.Tree[lark.Token] | lark.Token) -> SExpr:
     if kind == "float":
         return Atom(float(token), "float", span)
     if kind == "string":
-        return Atom(json.loads(token) if "\\" in token else str(token)[1:-1], "string", span)
+        return Atom(_unescape(str(token)[1:-1], span), "string", span)
     return Atom(str(token), "symbol", span)
+
+
+def _unescape(body: str, span: Span) -> str:
+    """String contents: backslash-quote and backslash-backslash are the only escapes."""
+    out, index = [], 0
+    while index < len(body):
+        if body[index] == "\\":
+            if index + 1 >= len(body) or body[index + 1] not in '"\\':
+                message = "invalid escape in string: only \\\" and \\\\ are allowed"
+                raise GlensideError(message, span)
+            index += 1
+        out.append(body[index])
+        index += 1
+    return "".join(out)
 
 
 def _check_parentheses(text: str) -> None:
@@ -423,6 +437,10 @@ def load_shapes(path: str | Path) -> dict[str, TensorDecl]:
 WIDTH = 90
 
 
+def _quote(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 def _atom_text(arg: Arg) -> str:
     if isinstance(arg, Symbol):
         return arg.name
@@ -486,9 +504,9 @@ def format_program(program: Program) -> str:
         if decl.role == "input":
             lines.append(f"(input {decl.name} {decl.dtype} {shape})")
         else:
-            key = f" {decl.key}" if decl.key is not None else ""
-            lines.append(f"(weight {decl.name} {decl.dtype} {shape} {json.dumps(decl.source)}{key}")
-            lines[-1] += ")"
+            key = f" {_quote(decl.key)}" if decl.key is not None else ""
+            source = _quote(str(decl.source))
+            lines.append(f"(weight {decl.name} {decl.dtype} {shape} {source}{key})")
     names = dict(program.names)
     taken = set(names.values()) | set(program.tensors)
     for index, term in enumerate(_shared_subterms(program.root)):
@@ -504,8 +522,12 @@ def format_program(program: Program) -> str:
     if lines and order:
         lines.append("")
     for term in order:
-        body = printer.pretty(term, indent=len(f"(let {names[term]} "), top=True)
-        lines.append(f"(let {names[term]} {body})")
+        head = f"(let {names[term]} "
+        flat = printer.flat(term, top=True)
+        if len(head) + len(flat) < WIDTH:
+            lines.append(f"{head}{flat})")
+        else:
+            lines.append(f"(let {names[term]}\n {printer.pretty(term, indent=1, top=True)})")
     if lines:
         lines.append("")
     lines.append(printer.pretty(program.root) if program.root not in names else names[program.root])

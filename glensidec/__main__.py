@@ -1,0 +1,5 @@
+"""`python -m glensidec` is the `glensidec` command."""
+
+from .cli import main
+
+main()

@@ -1,0 +1,55 @@
+"""Shared helpers: build a program from terms, run it through text, compare with numpy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from glensidec.data import random_tensor
+from glensidec.interp import run_program
+from glensidec.syntax import format_program, parse_program
+from glensidec.terms import Program, TensorDecl, Term
+from glensidec.typecheck import check_program, root_type
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "examples"
+
+
+def make_program(root: Term, tensors: dict[str, tuple[tuple[int, ...], str]]) -> Program:
+    """A program over runtime inputs, taken through text so the parser is exercised too."""
+    decls = {name: TensorDecl(name, shape, dtype, "input") for name, (shape, dtype) in
+             tensors.items()}
+    direct = Program("<test>", decls, root)
+    reparsed = parse_program(format_program(direct), "<test>")
+    assert reparsed.root == root
+    return reparsed
+
+
+def run_with(program: Program, seed: int = 0, **given: Any) -> tuple[np.ndarray, dict[str, Any]]:
+    """Run on `given` arrays, random data for the other inputs; returns (result, inputs)."""
+    generator = np.random.default_rng(seed)
+    inputs = {decl.name: given.get(decl.name, random_tensor(decl, generator))
+              for decl in program.inputs()}
+    types = check_program(program)
+    result = run_program(program, inputs, types)
+    assert result.shape == root_type(program, types).full
+    return result, inputs
+
+
+def assert_matches(actual: np.ndarray, expected: np.ndarray) -> None:
+    """Integers exactly (and in the same dtype); floats at 1e-5 relative."""
+    assert actual.shape == expected.shape
+    if np.issubdtype(actual.dtype, np.integer):
+        assert actual.dtype == expected.dtype, (actual.dtype, expected.dtype)
+        np.testing.assert_array_equal(actual, expected)
+    else:
+        scale = max(1.0, float(np.max(np.abs(expected))) if expected.size else 1.0)
+        np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5 * scale)
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    return np.random.default_rng(1234)

@@ -1,0 +1,107 @@
+"""The command line as a user meets it: exit codes, messages, files."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+from conftest import EXAMPLES
+
+from glensidec.data import all_tensors, random_inputs
+from glensidec.interp import run_program
+from glensidec.syntax import read_program
+
+
+def glensidec(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "glensidec", *map(str, args)],
+                          capture_output=True, text=True, cwd=cwd, timeout=120)
+
+
+def test_check_prints_shape_and_dtype() -> None:
+    done = glensidec("check", EXAMPLES / "small_cnn.gs")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "((1,10),()) i32\n"
+
+
+def test_check_compatibility_mode() -> None:
+    done = glensidec("check", EXAMPLES / "glenside" / "conv2d.glenside",
+                     "--shapes", EXAMPLES / "glenside" / "conv2d.json")
+    assert (done.returncode, done.stdout) == (0, "((1,8,32,32),()) f32\n"), done.stderr
+
+
+def test_run_with_inputs_matches_the_interpreter(tmp_path: Path) -> None:
+    program = read_program(EXAMPLES / "small_cnn.gs")
+    image = random_inputs(program, seed=3)["image"]
+    np.save(tmp_path / "image.npy", image)
+    image_option = f"image={tmp_path / 'image.npy'}"
+    done = glensidec("run", EXAMPLES / "small_cnn.gs", "--input", image_option,
+                     "-o", tmp_path / "out.npy")
+    assert done.returncode == 0, done.stderr
+    expected = run_program(program, all_tensors(program, {"image": image}))
+    np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), expected)
+
+
+def test_run_random_inputs_is_deterministic(tmp_path: Path) -> None:
+    outputs = []
+    for name in ("a.npy", "b.npy"):
+        done = glensidec("run", EXAMPLES / "matmul.gs", "--random-inputs", "5",
+                         "-o", tmp_path / name)
+        assert done.returncode == 0, done.stderr
+        outputs.append(np.load(tmp_path / name))
+    np.testing.assert_array_equal(*outputs)
+
+
+def test_missing_input_is_an_error() -> None:
+    done = glensidec("run", EXAMPLES / "small_cnn.gs")
+    assert done.returncode == 1
+    assert done.stderr.startswith("error: missing input image: give --input NAME=FILE.npy")
+    assert "Traceback" not in done.stderr
+
+
+def test_wrong_input_shape_is_an_error(tmp_path: Path) -> None:
+    np.save(tmp_path / "image.npy", np.zeros((1, 1, 8, 8), dtype=np.int8))
+    done = glensidec("run", EXAMPLES / "small_cnn.gs", "--input", f"image={tmp_path / 'image.npy'}")
+    assert done.returncode == 1
+    assert "input 'image'" in done.stderr and "expected int8 (1,1,16,16)" in done.stderr
+
+
+def test_missing_program_file_names_the_path(tmp_path: Path) -> None:
+    done = glensidec("check", tmp_path / "absent.gs")
+    assert done.returncode == 1
+    assert done.stderr == f"error: no such file: {tmp_path / 'absent.gs'}\n"
+
+
+def test_type_error_is_located(tmp_path: Path) -> None:
+    (tmp_path / "bad.gs").write_text("(input x i8 (shape 2 2))\n(access (access-tensor x) 3)\n")
+    done = glensidec("check", tmp_path / "bad.gs")
+    assert done.returncode == 1
+    assert done.stderr == (f"{tmp_path / 'bad.gs'}:2:27: error: access: axis 3 is out of range "
+                           "for ((2,2),()) (rank 2)\n")
+
+
+def test_usage_errors_exit_2() -> None:
+    assert glensidec("check").returncode == 2
+    assert glensidec("frobnicate").returncode == 2
+    assert glensidec("run", EXAMPLES / "matmul.gs", "--random-inputs", "x").returncode == 2
+
+
+def test_help_everywhere() -> None:
+    for command in ([], ["check"], ["run"], ["fmt"]):
+        done = glensidec(*command, "--help")
+        assert done.returncode == 0 and "Usage:" in done.stdout
+
+
+def test_fmt_prints_canonical_text(tmp_path: Path) -> None:
+    messy = tmp_path / "messy.gs"
+    messy.write_text("(input a f32 (shape 2 3))   ; comment\n(compute   relu\n(access-tensor a))")
+    done = glensidec("fmt", messy)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "(input a f32 (shape 2 3))\n\n(compute relu (access-tensor a))\n"
+
+
+def test_failed_run_leaves_no_output(tmp_path: Path) -> None:
+    done = glensidec("run", EXAMPLES / "small_cnn.gs", "-o", tmp_path / "out.npy")
+    assert done.returncode == 1
+    assert list(tmp_path.iterdir()) == []
