@@ -29,7 +29,7 @@ demo: install
 	$(BIN)/glensidec run examples/small_cnn.gs --random-inputs 0 -o $(VENV)/small_cnn_out.npy
 
 lint: install
-	$(BIN)/ruff check glensidec tests sim bench
+	$(BIN)/ruff check glensidec tests $(wildcard sim bench)
 	$(BIN)/mypy
 
 test: lint
