@@ -22,6 +22,7 @@ def test_every_compute_type_has_a_type_rule_and_an_interpreter_rule() -> None:
 
 
 def test_signatures_read_like_the_syntax() -> None:
-    assert K.CONSTRUCTS["access-pad"].signature() == "(access-pad access pad-type axis before after)"
+    pad = K.CONSTRUCTS["access-pad"]
+    assert pad.signature() == "(access-pad access pad-type axis before after)"
     assert K.CONSTRUCTS["shape"].signature() == "(shape nat…)"
     assert K.CONSTRUCTS["literal"].signature() == "(literal value [dtype])"
