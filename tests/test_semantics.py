@@ -9,9 +9,12 @@ import itertools
 
 import numpy as np
 import pytest
-from conftest import assert_matches, make_program, run_with
+from conftest import EXAMPLES, assert_matches, make_program, run_with
 
 from glensidec import builders as b
+from glensidec.data import random_inputs
+from glensidec.interp import run_program
+from glensidec.syntax import read_program
 from glensidec.terms import Symbol
 from glensidec.typecheck import check_program, root_type
 
@@ -368,3 +371,18 @@ def test_systolic_array_is_a_matmul(construct: str) -> None:
     result, inputs = run_with(program)
     expected = inputs["a"].astype(np.int64) @ inputs["w"].astype(np.int64)
     assert_matches(result, expected.astype(np.int32))
+
+
+# -- compatibility mode ----------------------------------------------------------------
+
+
+def test_original_glenside_conv2d_in_compatibility_mode() -> None:
+    program = read_program(EXAMPLES / "glenside" / "conv2d.glenside",
+                           EXAMPLES / "glenside" / "conv2d.json")
+    assert {d.name: (d.shape, d.dtype, d.role) for d in program.tensors.values()} == {
+        "activations": ((1, 3, 32, 32), "f32", "input"),
+        "weights": ((8, 3, 3, 3), "f32", "input")}
+    inputs = random_inputs(program, seed=11)
+    result = run_program(program, inputs)
+    expected = ref_conv2d_nchw(inputs["activations"], inputs["weights"], (1, 1), (1, 1, 1, 1))
+    assert_matches(result, expected)
