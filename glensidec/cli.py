@@ -62,8 +62,7 @@ def run(program: Path, shapes: Path | None, input_options: tuple[str, ...],
     if random_inputs is not None:
         inputs = data.random_inputs(parsed, random_inputs)
     else:
-        given = dict(data.parse_input_option(option) for option in input_options)
-        inputs = data.load_inputs(parsed, given)
+        inputs = data.load_inputs(parsed, data.parse_input_options(input_options))
     result = run_program(parsed, data.all_tensors(parsed, inputs), types)
     if output is not None:
         data.save_npy(output, result)
@@ -83,6 +82,55 @@ def fmt(program: Path, shapes: Path | None, in_place: bool) -> None:
     text = format_program(parsed)
     if in_place:
         program.write_text(text)
+    else:
+        click.echo(text, nl=False)
+
+
+@cli.command(name="compile")
+@PROGRAM
+@SHAPES
+@click.option("--array", "array_size", required=True, metavar="RxC",
+              help="The systolic array to map onto, e.g. 16x16.")
+@click.option("--emit", type=click.Choice(["rewritten", "egraph"]), default="rewritten",
+              show_default=True, help="The extracted program, or the e-graph (graphviz).")
+@click.option("--stats", is_flag=True, help="Report the run and the predicted cycles on stderr.")
+@click.option("--verify", is_flag=True,
+              help="Run the original and the rewritten program on random inputs and compare.")
+@click.option("--iterations", type=click.IntRange(min=0), default=30, show_default=True)
+@click.option("--max-enodes", type=click.IntRange(min=1), default=50_000, show_default=True)
+@click.option("--timeout", type=click.FloatRange(min=0), default=10.0, show_default=True,
+              metavar="S", help="Seconds of saturation before extracting the best so far.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write here instead of printing (.svg renders the e-graph).")
+def compile_command(program: Path, shapes: Path | None, array_size: str, emit: str,
+                    stats: bool, verify: bool, iterations: int, max_enodes: int,
+                    timeout: float, output: Path | None) -> None:
+    """Rewrite PROGRAM onto an RxC systolic array and print the fastest program found."""
+    from .extract import (
+        compile_program,
+        egraph_dot,
+        egraph_svg,
+        parse_array_size,
+        validate,
+    )
+    from .rewrite import Limits
+
+    config = parse_array_size(array_size)
+    parsed = _load(program, shapes)
+    compiled = compile_program(parsed, config, Limits(iterations, max_enodes, timeout))
+    if stats:
+        for line in compiled.report_lines(config):
+            click.echo(line, err=True)
+    if verify:
+        validate(parsed, compiled.program)
+        click.echo("verified: the rewritten program computes the same result", err=True)
+    if emit == "egraph":
+        text = egraph_dot(compiled.graph)
+        text = egraph_svg(text) if output is not None and output.suffix == ".svg" else text
+    else:
+        text = format_program(compiled.program)
+    if output is not None:
+        output.write_text(text)
     else:
         click.echo(text, nl=False)
 

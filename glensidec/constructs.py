@@ -143,7 +143,7 @@ _COMPUTE_TABLE = [
     _ct("clip", "low:number high:number", "clamp elementwise to [low, high]"),
     _ct("cast", "dtype:dtype", "convert elementwise to dtype, saturating"),
     _ct("requantize", "multiplier:int pre:nat post:nat zero-point:int",
-        "i32 accumulator to i8: ((((x >> pre) * m) + round) >> post) + zp, saturated"),
+        "integer (accumulator) to i8: ((((x >> pre) * m) + round) >> post) + zp, saturated"),
 ]
 
 COMPUTE_TYPES: dict[str, ComputeType] = {c.name: c for c in _COMPUTE_TABLE}

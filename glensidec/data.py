@@ -62,11 +62,17 @@ def load_weights(program: Program) -> dict[str, Array]:
     return weights
 
 
-def parse_input_option(text: str) -> tuple[str, Path]:
-    name, equals, path = text.partition("=")
-    if not equals or not name or not path:
-        raise GlensideError(f"--input takes NAME=FILE.npy, got '{text}'")
-    return name, Path(path)
+def parse_input_options(options: tuple[str, ...] | list[str]) -> dict[str, Path]:
+    """`NAME=FILE.npy` options as a dict; each name at most once."""
+    given: dict[str, Path] = {}
+    for text in options:
+        name, equals, path = text.partition("=")
+        if not equals or not name or not path:
+            raise GlensideError(f"--input takes NAME=FILE.npy, got '{text}'")
+        if name in given:
+            raise GlensideError(f"input '{name}' is given twice")
+        given[name] = Path(path)
+    return given
 
 
 def load_inputs(program: Program, given: dict[str, Path]) -> dict[str, Array]:

@@ -292,7 +292,8 @@ def _negative(op: ComputeOp, data: Array, access: AccessType, result: AccessType
 
 @compute_impl("sqrt")
 def _sqrt(op: ComputeOp, data: Array, access: AccessType, result: AccessType) -> Array:
-    return np.sqrt(data)
+    with np.errstate(invalid="ignore"):  # sqrt of a negative is NaN, as in C
+        return np.sqrt(data)
 
 
 def _divide(numerator: Array, denominator: Array, dtype: str) -> Array:
@@ -430,7 +431,10 @@ def evaluate(root: Term, types: TypeTable, tensors: dict[str, Array]) -> Array:
         value = IMPLS[term.op](Call(call_values, arg_types, result))  # type: ignore[arg-type]
         assert value.shape == result.full, (term.op, value.shape, result.full)
         values[term] = value
-    return np.ascontiguousarray(values[root])
+    root_type = types[root]
+    assert isinstance(root_type, AccessType)
+    # ascontiguousarray would turn a scalar result into shape (1,): keep the typed shape.
+    return np.ascontiguousarray(values[root]).reshape(root_type.full)
 
 
 def run_program(program: Program, tensors: dict[str, Array],

@@ -24,6 +24,7 @@ from .errors import GlensideError
 from .terms import ComputeOp, Program, Symbol, TensorDecl, Term, postorder
 
 INTEGER_DTYPES = ("i8", "i16", "i32")
+F32_MAX = 3.4028234663852886e38
 DTYPE_RANGES = {"i8": (-(2**7), 2**7 - 1), "i16": (-(2**15), 2**15 - 1),
                 "i32": (-(2**31), 2**31 - 1)}
 
@@ -309,6 +310,8 @@ def _literal(ctx: Context, args: list[ArgValue]) -> TypeValue:
         if not (float(value).is_integer() and low <= value <= high):
             raise Mistake(f"{value} is not a value of {dtype}", 0)
         value = int(value)
+    elif abs(value) > F32_MAX:
+        raise Mistake(f"{value} is outside the range of f32", 0)
     return LiteralValue(value, dtype)
 
 
@@ -398,6 +401,8 @@ def _clip(op: ComputeOp, access: AccessType) -> AccessType:
         if not (isinstance(low, int) and isinstance(high, int)
                 and dtype_low <= low and high <= dtype_high):
             raise Mistake(f"clip bounds [{low}, {high}] must be {access.dtype} integers", 0)
+    elif max(abs(low), abs(high)) > F32_MAX:
+        raise Mistake(f"clip bounds [{low}, {high}] are outside the range of f32", 0)
     return access
 
 
@@ -464,10 +469,16 @@ def _systolic_array_blocked(ctx: Context, args: list[ArgValue]) -> TypeValue:
 
 @rule("shape")
 def _shape(ctx: Context, args: list[ArgValue]) -> TypeValue:
+    dims = tuple(_int(a) for a in args)
+    for index, dim in enumerate(dims):
+        if dim < 1:  # an empty tensor has no item to reduce and no hardware meaning
+            raise Mistake(f"shape dims must be positive, got {_dims(dims)}", index)
+    return dims
+
+
+@rule("list")
+def _list(ctx: Context, args: list[ArgValue]) -> TypeValue:
     return tuple(_int(a) for a in args)
-
-
-RULES["list"] = _shape
 
 
 @rule("shape-of")

@@ -105,3 +105,10 @@ def test_failed_run_leaves_no_output(tmp_path: Path) -> None:
     done = glensidec("run", EXAMPLES / "small_cnn.gs", "-o", tmp_path / "out.npy")
     assert done.returncode == 1
     assert list(tmp_path.iterdir()) == []
+
+
+def test_input_given_twice_is_an_error(tmp_path: Path) -> None:
+    np.save(tmp_path / "image.npy", np.zeros((1, 1, 16, 16), dtype=np.int8))
+    option = f"image={tmp_path / 'image.npy'}"
+    done = glensidec("run", EXAMPLES / "small_cnn.gs", "--input", option, "--input", option)
+    assert (done.returncode, done.stderr) == (1, "error: input 'image' is given twice\n")

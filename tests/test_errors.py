@@ -77,6 +77,9 @@ BAD_PROGRAMS = [
     ("(access-tensor x) (input q i9 (shape 2))", 5, 28, "unknown dtype 'i9'"),
     ("(access-tensor x) (input q i8 (shape 2 0))", 5, 40, "shape dims must be positive integers"),
     ("(access-literal (literal 1.5 i8))", 5, 26, "literal: 1.5 is not a value of i8"),
+    ("(access-literal (literal 1e40))", 5, 26, "literal: 1e+40 is outside the range of f32"),
+    ("(access-broadcast (access-tensor f) (access-shape (shape) (shape 0 8)))", 5, 66,
+     "shape: shape dims must be positive, got (0,8)"),
 ]
 
 

@@ -386,3 +386,11 @@ def test_original_glenside_conv2d_in_compatibility_mode() -> None:
     result = run_program(program, inputs)
     expected = ref_conv2d_nchw(inputs["activations"], inputs["weights"], (1, 1), (1, 1, 1, 1))
     assert_matches(result, expected)
+
+
+def test_scalar_result_keeps_its_empty_shape() -> None:
+    program = make_program(b.compute("reduce-sum", b.access(b.tensor("x"), 0)),
+                           {"x": ((2, 3), "i8")})
+    x = np.arange(6, dtype=np.int8).reshape(2, 3)
+    result, _ = run_with(program, x=x)
+    assert result.shape == () and result.dtype == np.int32 and int(result) == 15
