@@ -1,0 +1,455 @@
+"""Stage 3, extraction: a cycle cost model, the cheapest program, and its validation.
+
+Costs are set inside egglog (`set-cost`, from rules in the `costs` ruleset) so that its
+built-in extractor, not a Python callback, picks the program:
+  * array constructs cost what `glensidec.hardware.gemm_cycles` says the RTL takes; the
+    (rows, cols, M, K, N) tuples present in the e-graph are computed in Python once each
+    and given to egglog as the `gemm-cost` table, which the cost rule reads;
+  * host compute costs by a simple CPU model (`HOST_*` below): per element read, and per
+    multiply-accumulate for dot-products;
+  * access constructs are views (no cycles): whoever consumes them reads through them,
+    the host in its loops and the array's driver when it gathers tiles (it zero-fills
+    partial tiles and reads with strides, see `hardware.Tile`), and the consumer's cost
+    already counts every element it reads.
+egglog costs are integers in 1/CYCLE of a cycle plus 1 per node: the node count only breaks
+ties between equally fast programs, and every cost is positive, which keeps extraction
+away from the cycles in the e-graph. egglog's extractor adds the costs of a term tree, so
+a subterm used twice is counted twice while choosing; the prediction reported for the
+chosen program (`predict`) counts every distinct subterm once.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+from egglog import bindings
+
+from . import constructs as K
+from . import data, hardware
+from .errors import GlensideError
+from .interp import Array, run_program
+from .rewrite import (
+    RULESETS,
+    ArrayTarget,
+    Decoder,
+    EGraph,
+    Limits,
+    Profile,
+    Stats,
+    quote,
+)
+from .terms import ComputeOp, Program, Term, postorder
+from .typecheck import AccessType, TypeTable, check_program, infer
+
+CYCLE = 100  # egglog cost units per predicted cycle; each node adds 1 more (a tie-break)
+HOST_ELEMENT = 1  # cycles per element an elementwise or reducing compute reads
+HOST_MAC = 2  # cycles per multiply-accumulate of a dot-product on the host CPU
+ARRAYS = tuple(name for name, c in K.CONSTRUCTS.items() if c.hardware)
+
+IN_DTYPES = {8: "i8", 16: "i16", 32: "i32"}
+
+
+def array_target(config: hardware.ArrayConfig) -> ArrayTarget:
+    if config.in_width not in IN_DTYPES:
+        raise GlensideError(f"no dtype is {config.in_width} bits wide")
+    return ArrayTarget(config.rows, config.cols, IN_DTYPES[config.in_width])
+
+
+# -- the cost model, in egglog ----------------------------------------------------------
+
+
+def cost_rules() -> list[str]:
+    """The `costs` ruleset: one `set-cost` rule per costed construct."""
+    rules = []
+    reads = "(= n (vprod (ashape a))) (= m (vprod (aitem a)))"
+    dot = quote("dot-product")
+    rules.append(
+        f"(rule ((= e (compute t a)) (= t {dot}) {reads})\n"
+        f"      ((set-cost (compute t a) (+ 1 (* {CYCLE} (/ (* {HOST_MAC} (* n m)) 2)))))\n"
+        "      :ruleset costs :name \"cost-dot-product\")")
+    rules.append(
+        f"(rule ((= e (compute t a)) (!= t {dot}) {reads})\n"
+        f"      ((set-cost (compute t a) (+ 1 (* {CYCLE} (* {HOST_ELEMENT} (* n m))))))\n"
+        "      :ruleset costs :name \"cost-compute\")")
+    for name in ARRAYS:
+        rules.append(
+            f"(rule ((= e ({name} r c a b)) (= m (vprod (ashape a))) "
+            "(= k (vec-get (aitem a) 0)) (= n (vec-get (aitem b) 1)) "
+            "(= g (gemm-cost r c m k n)))\n"
+            f"      ((set-cost ({name} r c a b) (+ 1 (* {CYCLE} g))))\n"
+            f"      :ruleset costs :name {quote('cost-' + name)})")
+    return rules
+
+
+COST_DECLARATIONS = """
+(function gemm-cost (i64 i64 i64 i64 i64) i64 :merge old)
+(relation on-array (Term))
+"""
+
+
+def reach_rules() -> list[str]:
+    """The `reach` ruleset: `on-array` holds for e-classes with a mapped representative.
+
+    A class is on the array when it holds an array construct, or a view of (or the
+    accumulation or concatenation of) classes on the array. It lets extraction tell a
+    dot-product that could not be mapped from one the extractor failed to map.
+    """
+    views = {
+        "access-slice": "(access-slice x p q r)", "access-transpose": "(access-transpose x p)",
+        "access-reshape": "(access-reshape x p)", "access": "(access x p)",
+    }
+    rules = [f"(rule ((= e ({name} r c a b))) ((on-array e)) :ruleset reach)"
+             for name in ARRAYS]
+    rules += [f"(rule ((= e {pattern}) (on-array x)) ((on-array e)) :ruleset reach)"
+              for pattern in views.values()]
+    rules += [
+        "(rule ((= e (access-concatenate x y p)) (on-array x) (on-array y)) ((on-array e))"
+        " :ruleset reach)",
+        '(rule ((= e (compute "reduce-sum" (access-pair x y))) (on-array x) (on-array y))'
+        " ((on-array e)) :ruleset reach)",
+    ]
+    return rules
+
+
+def _ints(egraph: bindings.EGraph, value: bindings.Value) -> list[int]:
+    return [egraph.value_to_i64(v) for v in egraph.value_to_vec(value)]
+
+
+def array_shapes(graph: EGraph) -> set[tuple[int, int, int, int, int]]:
+    """(rows, cols, M, K, N) of every array node in the e-graph."""
+    egraph = graph.egraph
+    frozen = egraph.freeze()
+    shapes = set()
+    for name in ARRAYS:
+        for row in frozen.functions[name].rows:
+            rows, cols, left, right = row.inputs
+            left_shape = egraph.lookup_function("ashape", [left])
+            left_item = egraph.lookup_function("aitem", [left])
+            right_item = egraph.lookup_function("aitem", [right])
+            if left_shape is None or left_item is None or right_item is None:
+                raise GlensideError(f"internal: an untyped {name} node in the e-graph")
+            m = math.prod(_ints(egraph, left_shape))
+            k = _ints(egraph, left_item)[0]
+            n = _ints(egraph, right_item)[1]
+            shapes.add((egraph.value_to_i64(rows), egraph.value_to_i64(cols), m, k, n))
+    return shapes
+
+
+@functools.cache
+def gemm_cycles(rows: int, cols: int, m: int, k: int, n: int, acc_width: int = 32) -> int:
+    """Exact RTL cycles of one GEMM (memoised: a depthwise layer repeats one shape 64×)."""
+    return hardware.gemm_cycles(hardware.ArrayConfig(rows, cols, acc_width=acc_width), m, k, n)
+
+
+def set_costs(graph: EGraph) -> None:
+    """Give every array node its exact cycle count and every host node its CPU cost."""
+    facts = [f"(set (gemm-cost {r} {c} {m} {k} {n}) {gemm_cycles(r, c, m, k, n)})"
+             for r, c, m, k, n in sorted(array_shapes(graph))]
+    graph.run("\n".join(facts))
+    graph.run_ruleset("costs", saturate=True)
+    _check_costed(graph)
+
+
+def _check_costed(graph: EGraph) -> None:
+    """Fail loudly if a costed node was left at the default cost (an untyped class)."""
+    (output,) = graph.run("(print-size)")
+    assert isinstance(output, bindings.PrintAllFunctionsSize)
+    sizes = dict(output.sizes)
+    for name in ("compute", *ARRAYS):
+        if sizes.get(f"cost_table_{name}", 0) != sizes.get(name, 0):
+            raise GlensideError(f"internal: some {name} nodes have no cost (untyped e-class)")
+
+
+# -- prediction for one program (DAG: shared subterms once) -----------------------------
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """One array construct of a program and its predicted cycles."""
+
+    op: str
+    rows: int
+    cols: int
+    m: int
+    k: int
+    n: int
+    cycles: int
+
+
+@dataclass
+class Prediction:
+    array_cycles: int = 0
+    host_cycles: int = 0
+    invocations: list[Invocation] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return self.array_cycles + self.host_cycles
+
+
+def _access(types: TypeTable, term: object) -> AccessType:
+    value = types[term]  # type: ignore[index]
+    assert isinstance(value, AccessType)
+    return value
+
+
+def host_cost(term: Term, types: TypeTable) -> int:
+    """The CPU model of the module docstring, for one host construct."""
+    if term.op == "compute":
+        op, operand = term.args
+        assert isinstance(op, ComputeOp)
+        reads = math.prod(_access(types, operand).full)
+        if op.name == "dot-product":
+            return HOST_MAC * reads // 2
+        return HOST_ELEMENT * reads
+    return 0
+
+
+def invocation(term: Term, types: TypeTable, acc_width: int = 32) -> Invocation:
+    rows, cols, left, right = term.args
+    assert isinstance(rows, int) and isinstance(cols, int)
+    m = math.prod(_access(types, left).shape)
+    k, n = _access(types, right).item
+    return Invocation(term.op, rows, cols, m, k, n, gemm_cycles(rows, cols, m, k, n, acc_width))
+
+
+def predict(root: Term, types: TypeTable, acc_width: int = 32) -> Prediction:
+    """Predicted cycles of a program: every distinct subterm once."""
+    prediction = Prediction()
+    for term in postorder(root):
+        if term.op in ARRAYS:
+            call = invocation(term, types, acc_width)
+            prediction.invocations.append(call)
+            prediction.array_cycles += call.cycles
+        else:
+            prediction.host_cycles += host_cost(term, types)
+    return prediction
+
+
+@dataclass(frozen=True)
+class Matmul:
+    """A dot-product over a cartesian product: M×K times K×N."""
+
+    m: int
+    k: int
+    n: int
+
+
+def matmuls(root: Term, types: TypeTable, dtype: str = "i8") -> list[Matmul]:
+    """The matrix products of a program (`dtype` operands), as it is written."""
+    found = []
+    for term in postorder(root):
+        operand = term.args[1] if term.op == "compute" else None
+        if (isinstance(operand, Term) and operand.op == "access-cartesian-product"
+                and isinstance(term.args[0], ComputeOp) and term.args[0].name == "dot-product"):
+            left, right = (_access(types, arg) for arg in operand.args)
+            if left.dtype == dtype:
+                found.append(Matmul(math.prod(left.shape), math.prod(left.item),
+                                    math.prod(right.shape)))
+    return found
+
+
+Bound = Callable[[hardware.ArrayConfig, int, int, int], int]  # t_min, scalesim_ws_cycles
+
+
+def best_orientation(bound: Bound, config: hardware.ArrayConfig, matmul: Matmul) -> int:
+    """A bound for the better of the two operand orientations of one product."""
+    return min(bound(config, matmul.m, matmul.k, matmul.n),
+               bound(config, matmul.n, matmul.k, matmul.m))
+
+
+def unmapped_products(root: Term, types: TypeTable, dtype: str) -> list[Term]:
+    """Host dot-products over cartesian products of `dtype` operands left in a program."""
+    return [term for term in postorder(root)
+            if term.op == "compute" and isinstance(term.args[0], ComputeOp)
+            and term.args[0].name == "dot-product" and isinstance(term.args[1], Term)
+            and term.args[1].op == "access-cartesian-product"
+            and _access(types, term.args[1]).dtype == dtype]
+
+
+# -- compiling: saturate, cost, extract -------------------------------------------------
+
+
+@dataclass
+class Compiled:
+    original: Program
+    program: Program
+    stats: Stats
+    extraction_cost: int
+    prediction: Prediction
+    graph: EGraph
+
+    def report_lines(self, config: hardware.ArrayConfig) -> Iterator[str]:
+        yield from self.stats.lines()
+        if self.stats.hit_limit():
+            yield "a limit was hit: the program is the best found so far"
+        yield f"extraction cost: {self.extraction_cost}"
+        yield (f"predicted cycles: {self.prediction.total} (array {self.prediction.array_cycles},"
+               f" host {self.prediction.host_cycles})")
+        for call in self.prediction.invocations:
+            yield (f"  {call.op} {call.rows}x{call.cols}: M={call.m} K={call.k} N={call.n}: "
+                   f"{call.cycles} cycles")
+        products = matmuls(self.original.root, check_program(self.original),
+                           IN_DTYPES[config.in_width])
+        if products:
+            t_min = sum(best_orientation(hardware.t_min, config, p) for p in products)
+            scalesim = sum(best_orientation(hardware.scalesim_ws_cycles, config, p)
+                           for p in products)
+            yield f"T_min (better orientation, summed): {t_min}"
+            yield f"SCALE-Sim WS (better orientation, summed): {scalesim}"
+
+
+def compile_program(program: Program, config: hardware.ArrayConfig,
+                    limits: Limits | None = None,
+                    rulesets: tuple[str, ...] = RULESETS) -> Compiled:
+    """Saturate `program` with `rulesets` for `config`'s array and extract the cheapest."""
+    types = check_program(program)
+    target = array_target(config)
+    graph = EGraph(rulesets, target, Profile.of(program.root, types), COST_DECLARATIONS)
+    graph.run("(ruleset costs)\n" + "\n".join(cost_rules()))
+    graph.run("(ruleset reach)\n" + "\n".join(reach_rules()))
+    root_name = graph.add(program.root, types)
+    stats = graph.saturate(limits or Limits())
+    set_costs(graph)
+    (output,) = graph.run(f"(extract {root_name})")
+    assert isinstance(output, bindings.ExtractBest)
+    root = Decoder(output.termdag).term(output.term)
+    extracted = Program(program.path, program.tensors, root, _surviving_names(program, root))
+    new_types = infer(root, program.tensors)
+    check_runnable(root, new_types, target)
+    check_mapped(graph, root, new_types, target)
+    return Compiled(program, extracted, stats, output.cost,
+                    predict(root, new_types, config.acc_width), graph)
+
+
+def _surviving_names(program: Program, root: Term) -> dict[Term, str]:
+    """The user's `let` names for the subterms the extracted program still has."""
+    present = set(postorder(root))
+    return {term: name for term, name in program.names.items() if term in present}
+
+
+def check_runnable(root: Term, types: TypeTable, target: ArrayTarget) -> None:
+    """Every array construct must run on the target array as it is."""
+    for term in postorder(root):
+        if term.op not in ARRAYS:
+            continue
+        rows, cols = term.args[0], term.args[1]
+        if (rows, cols) != (target.rows, target.cols):
+            raise GlensideError(f"internal: extracted a {rows}x{cols} {term.op} for a "
+                                f"{target.rows}x{target.cols} array")
+
+
+def check_mapped(graph: EGraph, root: Term, types: TypeTable, target: ArrayTarget) -> None:
+    """A dot-product left on the host although the array would be faster is a failure.
+
+    The e-class must have a mapping (`on-array`), and the mapping must be predicted faster
+    than the host: tiny products (a scalar dot-product of ten elements) may stay on the host
+    by the cost model's choice, anything else means the extractor or its costs are wrong.
+    """
+    host_products = unmapped_products(root, types, target.dtype)
+    if not host_products:
+        return
+    graph.run_ruleset("reach", saturate=True)
+    classes = graph.classes(root)
+    for product in host_products:
+        if not graph.holds("on-array", classes[product]):
+            continue
+        array = mapped_cycles(product, types, target)
+        host = host_cost(product, types)
+        if array < host:
+            raise GlensideError(
+                f"extraction left a dot-product of {_access(types, product)} on the host "
+                f"({host} cycles) although the e-graph maps it onto the array ({array} "
+                "cycles): the extractor's costs are wrong")
+
+
+def mapped_cycles(product: Term, types: TypeTable, target: ArrayTarget) -> int:
+    """Array cycles of a dot-product over a cartesian product, padded, better orientation."""
+    operands = product.args[1]
+    assert isinstance(operands, Term)
+    left, right = (_access(types, arg) for arg in operands.args)
+    m, k, n = math.prod(left.shape), math.prod(left.item), math.prod(right.shape)
+
+    def padded(size: int, multiple: int) -> int:
+        return -(-size // multiple) * multiple
+
+    rows, cols = target.rows, target.cols
+    return min(gemm_cycles(rows, cols, m, padded(k, rows), padded(n, cols)),
+               gemm_cycles(rows, cols, n, padded(k, rows), padded(m, cols)))
+
+
+# -- translation validation -------------------------------------------------------------
+
+
+def validate(original: Program, rewritten: Program, seeds: tuple[int, ...] = (0,)) -> None:
+    """Run both programs on the same random inputs; raise on any difference.
+
+    Integers must agree exactly (and in dtype), floats to 1e-5 relative.
+    """
+    original_types, rewritten_types = check_program(original), check_program(rewritten)
+    for seed in seeds:
+        tensors = data.all_tensors(original, data.random_inputs(original, seed))
+        expected = run_program(original, tensors, original_types)
+        actual = run_program(rewritten, tensors, rewritten_types)
+        problem = difference(expected, actual)
+        if problem:
+            raise GlensideError(f"translation validation failed (inputs seed {seed}): {problem}")
+
+
+def difference(expected: Array, actual: Array) -> str | None:
+    """Why two results differ, or None when they agree."""
+    if expected.shape != actual.shape or expected.dtype != actual.dtype:
+        return (f"result {actual.dtype} {actual.shape} instead of "
+                f"{expected.dtype} {expected.shape}")
+    if np.issubdtype(expected.dtype, np.integer):
+        wrong = int(np.count_nonzero(expected != actual))
+        return f"{wrong} of {expected.size} values differ" if wrong else None
+    scale = max(1.0, float(np.max(np.abs(expected)))) if expected.size else 1.0
+    close = np.isclose(actual, expected, rtol=1e-5, atol=1e-5 * scale, equal_nan=True)
+    wrong = int(np.count_nonzero(~close))
+    return f"{wrong} of {expected.size} values differ beyond 1e-5" if wrong else None
+
+
+# -- command-line helpers ---------------------------------------------------------------
+
+
+def parse_array_size(text: str) -> hardware.ArrayConfig:
+    """`16x16` → the array configuration (int8 in, int32 accumulate)."""
+    rows, times, cols = text.lower().partition("x")
+    if not (times and rows.isdigit() and cols.isdigit()):
+        raise GlensideError(f"--array takes ROWSxCOLS such as 16x16, got '{text}'")
+    try:
+        return hardware.ArrayConfig(int(rows), int(cols))
+    except ValueError as error:
+        raise GlensideError(f"--array {text}: {error}") from None
+
+
+EGRAPH_RENDER_LIMIT = 5_000  # e-nodes: graphviz output past this is unreadable and slow
+
+
+def egraph_dot(graph: EGraph) -> str:
+    """The e-graph as graphviz dot text (small e-graphs only)."""
+    size = graph.size()
+    if size > EGRAPH_RENDER_LIMIT:
+        raise GlensideError(f"the e-graph has {size} e-nodes; --emit egraph renders at most "
+                            f"{EGRAPH_RENDER_LIMIT} (lower --iterations or --max-enodes)")
+    return graph.egraph.serialize([]).to_dot()
+
+
+def egraph_svg(dot_text: str) -> str:
+    """Render dot text to SVG with graphviz's `dot`."""
+    import shutil
+    import subprocess
+
+    dot = shutil.which("dot")
+    if dot is None:
+        raise GlensideError("graphviz's `dot` is not installed: write .dot instead of .svg")
+    done = subprocess.run([dot, "-Tsvg"], input=dot_text, capture_output=True, text=True,
+                          check=False)
+    if done.returncode != 0:
+        raise GlensideError(f"dot failed: {done.stderr.strip()}")
+    return done.stdout

@@ -1,0 +1,225 @@
+"""The cost model, extraction and translation validation of glensidec.extract, and the CLI."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from conftest import EXAMPLES, make_program
+
+from glensidec import builders as B
+from glensidec import extract, hardware, workloads
+from glensidec.cli import cli
+from glensidec.errors import GlensideError
+from glensidec.extract import (
+    best_orientation,
+    compile_program,
+    matmuls,
+    predict,
+    unmapped_products,
+    validate,
+)
+from glensidec.interp import run_program
+from glensidec.syntax import parse_program, read_program
+from glensidec.terms import Program, postorder
+from glensidec.typecheck import check_program
+
+ARRAY = hardware.ArrayConfig(16, 16)
+WORKLOADS = workloads.workloads()
+
+
+@pytest.mark.parametrize("workload", WORKLOADS, ids=lambda w: w.name)
+def test_workload_meets_its_budget_and_is_correct(workload: workloads.Workload) -> None:
+    start = time.perf_counter()
+    program = parse_program(workload.text)
+    compiled = compile_program(program, ARRAY)
+    seconds = time.perf_counter() - start
+    assert seconds <= workload.seconds, f"{seconds:.2f} s"
+    if workload.max_enodes is not None:
+        assert compiled.stats.enodes <= workload.max_enodes
+    assert compiled.stats.stop_reason == "saturated"
+    types = check_program(compiled.program)
+    if workload.must_map:
+        assert not unmapped_products(compiled.program.root, types, "i8")
+        assert compiled.prediction.invocations
+    validate(program, compiled.program)
+
+
+@pytest.mark.parametrize("workload", [w for w in WORKLOADS if w.must_map],
+                         ids=lambda w: w.name)
+def test_predicted_cycles_are_near_t_min_and_beat_scalesim(
+        workload: workloads.Workload) -> None:
+    program = parse_program(workload.text)
+    compiled = compile_program(program, ARRAY)
+    products = matmuls(program.root, check_program(program))
+    t_min = sum(best_orientation(hardware.t_min, ARRAY, p) for p in products)
+    scalesim = sum(best_orientation(hardware.scalesim_ws_cycles, ARRAY, p) for p in products)
+    array_cycles = sum(call.cycles for call in compiled.prediction.invocations)
+    assert array_cycles <= 1.05 * t_min
+    assert array_cycles <= scalesim
+
+
+def test_im2col_case_maps_through_the_27_column_matrix() -> None:
+    program = parse_program(workloads.conv2d(3, 32, 8, 3))
+    compiled = compile_program(program, ARRAY)
+    (call,) = compiled.prediction.invocations
+    assert call.k == 32  # 27 = 3·3·3 padded with zeros to two 16-row folds
+    assert {call.m, call.n} & {900}  # the 900 im2col rows are streamed
+
+
+def test_the_prediction_is_gemm_cycles_plus_host_work() -> None:
+    program = parse_program(workloads.mlp((64, 32, 16)))
+    compiled = compile_program(program, ARRAY)
+    expected = sum(hardware.gemm_cycles(ARRAY, c.m, c.k, c.n)
+                   for c in compiled.prediction.invocations)
+    assert sum(c.cycles for c in compiled.prediction.invocations) == expected
+    types = check_program(compiled.program)
+    host = sum(extract.host_cost(t, types) for t in postorder(compiled.program.root)
+               if t.op not in extract.ARRAYS)
+    assert compiled.prediction.host_cycles == host
+
+
+def test_shared_subterms_are_counted_once() -> None:
+    x = B.compute("relu", B.tensor("x"))
+    shared = make_program(B.compute("elementwise-add", B.op("access-pair", x, x)),
+                          {"x": ((8, 8), "i8")})
+    types = check_program(shared)
+    relu_cost = extract.host_cost(x, types)
+    prediction = predict(shared.root, types)
+    distinct = sum(extract.host_cost(t, types) for t in postorder(shared.root))
+    assert prediction.host_cycles == distinct
+    assert relu_cost > 1 and distinct < relu_cost * 2 + 200
+
+
+def test_leaving_a_mappable_product_on_the_host_is_an_error(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Wrong array costs in egglog (×1000) make it pick the host: extraction must refuse."""
+    real = extract.gemm_cycles
+    shapes_costed: list[tuple[int, ...]] = []
+
+    def inflated_costs(graph: extract.EGraph) -> None:
+        for shape in sorted(extract.array_shapes(graph)):
+            shapes_costed.append(shape)
+            graph.run(f"(set (gemm-cost {' '.join(map(str, shape))}) {1000 * real(*shape)})")
+        graph.run_ruleset("costs", saturate=True)
+
+    monkeypatch.setattr(extract, "set_costs", inflated_costs)
+    program = parse_program(workloads.mlp((64, 32, 16)))
+    with pytest.raises(GlensideError, match=r"on the host .* although the e-graph maps it"):
+        compile_program(program, ARRAY)
+    assert shapes_costed
+
+
+def test_a_tiny_product_may_stay_on_the_host_by_the_cost_models_choice() -> None:
+    """A 10-element scalar dot-product: the host's 20 cycles beat any array invocation."""
+    root = B.matmul(B.access(B.tensor("x"), 0), B.access(B.tensor("w"), 0))
+    program = make_program(root, {"x": ((5, 2), "i8"), "w": ((5, 2), "i8")})
+    compiled = compile_program(program, ARRAY)
+    types = check_program(compiled.program)
+    (product,) = unmapped_products(compiled.program.root, types, "i8")
+    assert extract.host_cost(product, types) < extract.mapped_cycles(
+        product, types, extract.array_target(ARRAY))
+    validate(program, compiled.program)
+
+
+def test_unmappable_products_may_stay_on_the_host() -> None:
+    """f32 products have no mapping (the array multiplies int8): no error, host code."""
+    program = read_program(EXAMPLES / "matmul.gs")
+    compiled = compile_program(program, ARRAY)
+    assert unmapped_products(compiled.program.root, check_program(compiled.program), "f32")
+
+
+def test_validation_catches_a_wrong_program() -> None:
+    program = parse_program(workloads.mlp((32, 16)))
+    wrong_root = B.matmul(B.access(B.tensor("x"), 1),
+                          B.access(B.compute("negative", B.tensor("w1")), 1))
+    wrong = Program(program.path, program.tensors, wrong_root)
+    with pytest.raises(GlensideError, match="translation validation failed"):
+        validate(program, wrong)
+
+
+def test_validation_accepts_float_rounding_and_rejects_real_differences() -> None:
+    import numpy as np
+
+    values = np.linspace(1, 2, 10, dtype=np.float32)
+    assert extract.difference(values, values * np.float32(1 + 1e-7)) is None
+    assert extract.difference(values, values + np.float32(1e-3)) is not None
+    assert extract.difference(values.astype(np.int32), values.astype(np.int64)) is not None
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.gs")), ids=lambda p: p.name)
+def test_every_example_compiles_and_validates(path: Path) -> None:
+    program = read_program(path)
+    compiled = compile_program(program, ARRAY)
+    validate(program, compiled.program, seeds=(0, 1))
+
+
+# -- CLI --------------------------------------------------------------------------------
+
+
+def _compile(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, ["compile", *args], catch_exceptions=False)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_cli_compile_prints_a_program_that_parses_and_runs(tmp_path: Path) -> None:
+    code, stdout, stderr = _compile(str(EXAMPLES / "small_cnn.gs"), "--array", "16x16",
+                                    "--verify", "--stats")
+    assert code == 0
+    assert "verified" in stderr and "stop reason: saturated" in stderr
+    assert "predicted cycles" in stderr
+    rewritten = tmp_path / "small_cnn.gs"
+    rewritten.write_text(stdout)
+    (tmp_path / "small_cnn.npz").write_bytes((EXAMPLES / "small_cnn.npz").read_bytes())
+    program = read_program(rewritten)
+    assert "systolic-array-with-blocking" in stdout
+    from glensidec import data
+
+    run_program(program, data.all_tensors(program, data.random_inputs(program, 0)))
+
+
+def test_cli_compile_writes_output_and_the_egraph(tmp_path: Path) -> None:
+    source = tmp_path / "conv.gs"
+    source.write_text(workloads.conv2d(1, 6, 2, 3))
+    target = tmp_path / "out.gs"
+    code, _, _ = _compile(str(source), "--array", "4x4", "-o", str(target))
+    assert code == 0 and "systolic-array" in target.read_text()
+    dot = tmp_path / "egraph.dot"
+    code, _, _ = _compile(str(source), "--array", "4x4", "--emit", "egraph", "-o", str(dot))
+    assert code == 0 and dot.read_text().lstrip().startswith(("digraph", "strict digraph"))
+
+
+def test_cli_compile_reports_limits(tmp_path: Path) -> None:
+    source = tmp_path / "conv.gs"
+    source.write_text(workloads.conv2d(3, 12, 4, 3, 1, 1))
+    code, _, stderr = _compile(str(source), "--array", "16x16", "--stats", "--iterations", "1")
+    assert code == 0
+    assert "stop reason: iteration limit (1)" in stderr
+    assert "best found so far" in stderr
+
+
+def test_cli_compiles_the_original_glenside_im2col_file_in_compatibility_mode(
+        tmp_path: Path) -> None:
+    """The original's own program text and a shapes file (declaring int8 tensors)."""
+    shapes = tmp_path / "im2col.json"
+    shapes.write_text('{"image": {"shape": [1, 3, 32, 32], "dtype": "i8"}, '
+                      '"weights": {"shape": [8, 3, 3, 3], "dtype": "i8"}}')
+    code, stdout, stderr = _compile(str(EXAMPLES / "glenside" / "im2col.glenside"),
+                                    "--shapes", str(shapes), "--array", "16x16", "--verify")
+    assert code == 0 and "verified" in stderr
+    assert "systolic-array-with-blocking 16 16" in stdout
+    assert "(compute dot-product" not in stdout
+
+
+@pytest.mark.parametrize("array", ["16", "0x4", "ax4", "1x16"])
+def test_cli_compile_rejects_bad_arrays(array: str) -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "glensidec", "compile",
+                           str(EXAMPLES / "matmul.gs"), "--array", array],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("error: --array")
