@@ -144,6 +144,8 @@ _COMPUTE_TABLE = [
     _ct("cast", "dtype:dtype", "convert elementwise to dtype, saturating"),
     _ct("requantize", "multiplier:int pre:nat post:nat zero-point:int",
         "integer (accumulator) to i8: ((((x >> pre) * m) + round) >> post) + zp, saturated"),
+    _ct("requantize-per-channel", "pre:nat post:nat zero-point:int",
+        "item (2,c…) of i32 (accumulator x, multiplier m): requantize x by m to i8"),
 ]
 
 COMPUTE_TYPES: dict[str, ComputeType] = {c.name: c for c in _COMPUTE_TABLE}

@@ -369,6 +369,18 @@ def _requantize(op: ComputeOp, data: Array, access: AccessType, result: AccessTy
     return requantize(data, multiplier, pre, post, zero_point)
 
 
+@compute_impl("requantize-per-channel")
+def _requantize_per_channel(op: ComputeOp, data: Array, access: AccessType,
+                            result: AccessType) -> Array:
+    pre, post, zero_point = (int(p) for p in op.params)
+    members = np.moveaxis(data, len(access.shape), 0)
+    accumulators, multipliers = members[0], members[1].astype(np.int64)
+    scaled = (accumulators.astype(np.int64) >> pre) * multipliers
+    if post > 0:
+        scaled = (scaled + (np.int64(1) << (post - 1))) >> post
+    return wrap(np.clip(scaled + zero_point, -128, 127), "i8")
+
+
 # -- hardware -------------------------------------------------------------------------
 
 

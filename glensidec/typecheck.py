@@ -426,6 +426,22 @@ def _requantize(op: ComputeOp, access: AccessType) -> AccessType:
     return AccessType(access.shape, access.item, "i8")
 
 
+@compute_rule("requantize-per-channel")
+def _requantize_per_channel(op: ComputeOp, access: AccessType) -> AccessType:
+    # Per-channel requantization: each accumulator is paired with its own multiplier (an
+    # i32 tensor broadcast along the channel axis); shifts and zero point are shared.
+    pre, post, zero_point = (int(p) for p in op.params)
+    if access.dtype != "i32" or not access.item or access.item[0] != 2:
+        raise Mistake(f"requantize-per-channel takes i32 items (2,c…) pairing accumulators "
+                      f"with multipliers, got {access} {access.dtype}", 1)
+    if pre > 31 or post > 62:
+        raise Mistake(f"requantize-per-channel shifts pre={pre} (at most 31), post={post} "
+                      f"(at most 62)", 0)
+    if not -128 <= zero_point <= 127:
+        raise Mistake(f"requantize-per-channel zero point {zero_point} is not an i8", 0)
+    return AccessType(access.shape, access.item[1:], "i8")
+
+
 # -- hardware -------------------------------------------------------------------------
 
 
