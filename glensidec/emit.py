@@ -1,0 +1,450 @@
+"""Stage 6, emission: a lowered, planned program as a standalone C program in a directory.
+
+`compile_to_directory(program, types, outdir, config)` writes, through the Jinja2 templates
+in `templates/`:
+
+    model.c / model.h          model_run(constants, mutable_io, activations) and the layout
+    array_runtime.c / .h       gs_array_gemm(): the one seam every array call goes through
+    main.c, Makefile           `make` builds ./model; ./model NAME=FILE.npy … -o OUT.npy
+    weights.bin                the constants region
+
+The directory appears atomically: everything is written into a temporary sibling that is
+renamed at the end, so a failure never leaves a half-written OUTDIR. Output is
+deterministic: compiling the same program twice gives byte-identical files.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+import numpy as np
+
+from . import data
+from .hardware import ArrayConfig, gemm_cycles
+from .interp import Array
+from .lower import (
+    ACTIVATION,
+    CONSTANT,
+    INPUT,
+    OUTPUT,
+    ArrayGemm,
+    Copy,
+    Dot,
+    Fill,
+    Fold,
+    Instruction,
+    LoweredProgram,
+    LowerOptions,
+    Map,
+    Reduce,
+    RequantizePerChannel,
+    Softmax,
+    View,
+    constant_array,
+    lower_program,
+    refine,
+)
+from .plan import MemoryPlan, plan_memory
+from .resources import resource_dir
+from .terms import Program
+from .typecheck import TypeTable
+
+C_TYPES = {"i8": "int8_t", "i16": "int16_t", "i32": "int32_t", "f32": "float"}
+NPY_DESCR = {"i8": "<i1", "i16": "<i2", "i32": "<i4", "f32": "<f4"}
+ITEM_SIZE = {"i8": 1, "i16": 2, "i32": 4, "f32": 4}
+TEMPLATES = ("model.c", "model.h", "array_runtime.c", "array_runtime.h", "main.c", "Makefile")
+
+
+@dataclass(frozen=True)
+class CompileResult:
+    outdir: Path
+    lowered: LoweredProgram
+    plan: MemoryPlan
+    predicted_cycles: int  # Σ hardware.gemm_cycles over the array calls of one run
+
+
+def predicted_cycles(lowered: LoweredProgram, config: ArrayConfig) -> int:
+    return sum(gemm_cycles(config, call.m, call.k, call.n) for call in lowered.array_calls())
+
+
+# -- loop nests -----------------------------------------------------------------------
+
+Loop = tuple[str, int]  # (index variable, trip count)
+
+
+@dataclass
+class Nest:
+    """Loops walking several views in lockstep, and each view's element index in C."""
+
+    loops: list[Loop]
+    indices: list[str]
+
+
+def nest(views: Sequence[View], first: int, count: int, prefix: str,
+         with_offset: bool = True) -> Nest:
+    """Loops over logical dims [first, first+count) of every view (the lowerer made sure
+    their axes refine into one nest); an inner nest leaves the offset to the outer one."""
+    loops: list[Loop] = []
+    terms: list[list[tuple[str, int]]] = [[] for _ in views]
+    for dim in range(first, first + count):
+        refined = refine([view.dims[dim] for view in views])
+        assert refined is not None, "operands the lowerer should have copied"
+        for position, axis in enumerate(refined[0]):
+            var = f"{prefix}{len(loops)}"
+            loops.append((var, axis.size))
+            for operand, pieces in enumerate(refined):
+                if pieces[position].stride:
+                    terms[operand].append((var, pieces[position].stride))
+    indices = [_index(view.offset if with_offset else 0, operand_terms) for view, operand_terms in
+               zip(views, terms, strict=True)]
+    return Nest(loops, indices)
+
+
+def _index(offset: int, terms: list[tuple[str, int]]) -> str:
+    parts = [str(offset)] if offset else []
+    parts += [var if stride == 1 else f"{var} * {stride}" for var, stride in terms]
+    return " + ".join(parts) or "0"
+
+
+def _wrap(loops: list[Loop], body: list[str], indent: int = 2) -> list[str]:
+    """`for` loops around body lines; a bare block when there are no loops."""
+    if not loops:
+        return [" " * indent + "{", *(" " * (indent + 2) + line for line in body),
+                " " * indent + "}"]
+    lines = []
+    for depth, (var, size) in enumerate(loops):
+        loop = f"for (long {var} = 0; {var} < {size}; ++{var}) {{"
+        lines.append(" " * (indent + 2 * depth) + loop)
+    inner = indent + 2 * len(loops)
+    lines += [" " * inner + line for line in body]
+    lines += [" " * (indent + 2 * depth) + "}" for depth in reversed(range(len(loops)))]
+    return lines
+
+
+# -- instructions ---------------------------------------------------------------------
+
+
+class _Renderer:
+    def __init__(self, lowered: LoweredProgram):
+        self.lowered = lowered
+
+    def dtype(self, view: View) -> str:
+        return self.lowered.buffer_of(view).dtype
+
+    def at(self, view: View, index: str) -> str:
+        return f"{view.buffer}[{index}]"
+
+    def load(self, name: str, view: View, index: str) -> str:
+        return f"const {C_TYPES[self.dtype(view)]} {name} = {self.at(view, index)};"
+
+    def render(self, position: int, instruction: Instruction) -> str:
+        method = getattr(self, "_" + type(instruction).__name__.lower())
+        what, lines = method(instruction)
+        header = f"  /* [{position}] {what}: {instruction.note} */"
+        dst = instruction.writes().buffer
+        trace = f"  GS_TRACE_BUFFER({position}, {dst}, {self.lowered.buffers[dst].nbytes});"
+        return "\n".join([header, *lines, trace])
+
+    def _copy(self, copy: Copy) -> tuple[str, list[str]]:
+        loops = nest([copy.dst, copy.src], 0, len(copy.dst.dims), "i")
+        body = [f"{self.at(copy.dst, loops.indices[0])} = {self.at(copy.src, loops.indices[1])};"]
+        return f"copy into {copy.dst.buffer}", _wrap(loops.loops, body)
+
+    def _fill(self, fill: Fill) -> tuple[str, list[str]]:
+        dtype = self.dtype(fill.dst)
+        value = "0" if dtype != "f32" else "0.0f"
+        if fill.minimum:
+            value = "-INFINITY" if dtype == "f32" else f"{dtype.upper().replace('I', 'INT')}_MIN"
+        loops = nest([fill.dst], 0, len(fill.dst.dims), "i")
+        body = [f"{self.at(fill.dst, loops.indices[0])} = {value};"]
+        return f"fill {fill.dst.buffer}", _wrap(loops.loops, body)
+
+    def _map(self, instruction: Map) -> tuple[str, list[str]]:
+        loops = nest([instruction.dst, instruction.src], 0, len(instruction.dst.dims), "i")
+        expression = map_expression(instruction.op.name, instruction.op.params, "x",
+                                    self.dtype(instruction.src), self.dtype(instruction.dst))
+        body = [self.load("x", instruction.src, loops.indices[1]),
+                f"{self.at(instruction.dst, loops.indices[0])} = {expression};"]
+        return f"{instruction.dst.buffer} = {instruction.op.name}", _wrap(loops.loops, body)
+
+    def _fold(self, fold: Fold) -> tuple[str, list[str]]:
+        loops = nest([fold.dst, *fold.members], 0, len(fold.dst.dims), "i")
+        dtype = self.dtype(fold.dst)
+        loads = [self.load(f"x{i}", m, index) for i, (m, index) in
+                 enumerate(zip(fold.members, loops.indices[1:], strict=True))]
+        expression = "x0"
+        for position in range(1, len(fold.members)):
+            expression = fold_expression(fold.op, expression, f"x{position}", dtype)
+        body = [*loads, f"{self.at(fold.dst, loops.indices[0])} = {expression};"]
+        return f"{fold.dst.buffer} = {fold.op}", _wrap(loops.loops, body)
+
+    def _requantizeperchannel(self, instruction: RequantizePerChannel) -> tuple[str, list[str]]:
+        dst, members = instruction.dst, instruction.members
+        loops = nest([dst, *members], 0, len(dst.dims), "i")
+        expression = (f"gs_requantize((int64_t)x0, (int64_t)x1, {instruction.pre}, "
+                      f"{instruction.post}, {instruction.zero_point})")
+        body = [self.load("x0", members[0], loops.indices[1]),
+                self.load("x1", members[1], loops.indices[2]),
+                f"{self.at(dst, loops.indices[0])} = {expression};"]
+        return f"{dst.buffer} = requantize-per-channel", _wrap(loops.loops, body)
+
+    def _reduction(self, dst: View, sources: Sequence[View], reduce_rank: int,
+                   accumulate: str, setup: str, finish: str) -> list[str]:
+        """Outer loops over dst, an accumulator, inner loops over the reduced dims.
+        `accumulate` uses {0}, {1}… for the sources' elements; `finish` uses `acc`."""
+        outer = nest([dst, *sources], 0, len(dst.dims), "i")
+        inner = nest(sources, len(dst.dims), reduce_rank, "k", with_offset=False)
+        update = [self.load(f"x{i}", s, _join(outer_index, inner_index))
+                  for i, (s, outer_index, inner_index) in enumerate(
+                      zip(sources, outer.indices[1:], inner.indices, strict=True))]
+        update.append(accumulate.format(*(f"x{i}" for i in range(len(sources)))))
+        accumulation = _wrap(inner.loops, update, 0) if inner.loops else update
+        body = [setup, *accumulation, f"{self.at(dst, outer.indices[0])} = {finish};"]
+        return _wrap(outer.loops, body)
+
+    def _reduce(self, reduce: Reduce) -> tuple[str, list[str]]:
+        source, result = self.dtype(reduce.src), self.dtype(reduce.dst)
+        count = int(np.prod(reduce.src.shape[len(reduce.dst.dims):]))
+        setup, accumulate, finish = reduce_parts(reduce.op, source, result, count)
+        lines = self._reduction(reduce.dst, [reduce.src], reduce.reduce_rank, accumulate, setup,
+                                finish)
+        return f"{reduce.dst.buffer} = {reduce.op}", lines
+
+    def _dot(self, dot: Dot) -> tuple[str, list[str]]:
+        dtype = self.dtype(dot.members[0])
+        if dtype == "f32":
+            product = " * ".join(f"(double){{{i}}}" for i in range(len(dot.members)))
+            setup, finish = "double acc = 0.0;", "(float)acc"
+        else:
+            # Products and sums modulo 2^32: unsigned arithmetic wraps without UB.
+            product = " * ".join(f"(uint32_t){{{i}}}" for i in range(len(dot.members)))
+            setup, finish = "uint32_t acc = 0u;", "gs_wrap_i32((int64_t)acc)"
+        lines = self._reduction(dot.dst, dot.members, dot.reduce_rank, f"acc += {product};",
+                                setup, finish)
+        return f"{dot.dst.buffer} = dot-product on the host", lines
+
+    def _softmax(self, softmax: Softmax) -> tuple[str, list[str]]:
+        rank = len(softmax.dst.dims)
+        outer = nest([softmax.dst, softmax.src], 0, rank - 1, "i")
+        inner = nest([softmax.dst, softmax.src], rank - 1, 1, "k", with_offset=False)
+        dst_at, src_at = (self.at(view, _join(o, i)) for view, o, i in
+                          zip((softmax.dst, softmax.src), outer.indices, inner.indices,
+                              strict=True))
+        load = f"const double x = (double){src_at};"
+        body = ["double top = -INFINITY, total = 0.0;",
+                *_wrap(inner.loops, [load, "if (x > top || isnan(x)) top = x;"], 0),
+                *_wrap(inner.loops, [load, "total += exp(x - top);"], 0),
+                *_wrap(inner.loops, [load, f"{dst_at} = (float)(exp(x - top) / total);"], 0)]
+        return f"{softmax.dst.buffer} = softmax", _wrap(outer.loops, body)
+
+    def _arraygemm(self, gemm: ArrayGemm) -> tuple[str, list[str]]:
+        def pointer(view: View) -> str:
+            return view.buffer if not view.offset else f"{view.buffer} + {view.offset}"
+        call = (f"if (gs_array_gemm({gemm.m}, {gemm.k}, {gemm.n}, {pointer(gemm.a)}, "
+                f"{pointer(gemm.b)}, NULL, {pointer(gemm.dst)}) != 0)")
+        what = (f"{gemm.dst.buffer} = {gemm.a.buffer} . {gemm.b.buffer} on the systolic array "
+                f"(M={gemm.m} K={gemm.k} N={gemm.n})")
+        return what, ["  " + call, "    return 1;"]
+
+
+def _join(first: str, second: str) -> str:
+    if first == "0":
+        return second
+    return first if second == "0" else f"{first} + {second}"
+
+
+# -- per-dtype expressions ------------------------------------------------------------
+
+
+def _float(value: int | float | str) -> str:
+    return f"((float){float(value)!r})"
+
+
+def map_expression(op: str, params: Sequence[int | float | str], x: str, source: str,
+                   result: str) -> str:
+    """The C expression for one element of an elementwise unary compute."""
+    integer = source != "f32"
+    if op == "relu":
+        return f"({x} > 0 ? {x} : 0)" if integer else f"({x} < 0.0f ? 0.0f : {x})"
+    if op == "negative":
+        return f"gs_wrap_{source}(-(int64_t){x})" if integer else f"(-{x})"
+    if op == "sqrt":
+        return f"sqrtf({x})"
+    if op == "clip":
+        low, high = (str(int(p)) if integer else _float(p) for p in params)
+        return f"({x} < {low} ? {low} : ({x} > {high} ? {high} : {x}))"
+    if op == "cast":
+        return cast_expression(x, source, result)
+    assert op == "requantize", op
+    multiplier, pre, post, zero_point = (int(p) for p in params)
+    return f"gs_requantize((int64_t){x}, {multiplier}, {pre}, {post}, {zero_point})"
+
+
+def cast_expression(x: str, source: str, result: str) -> str:
+    if source == result:
+        return x
+    if result == "f32":
+        return f"(float){x}"
+    if source == "f32":
+        return f"gs_sat_{result}(gs_round_f32({x}))"
+    return f"gs_sat_{result}((int64_t){x})"
+
+
+_FOLD_OPERATORS = {"elementwise-add": "+", "elementwise-sub": "-", "elementwise-mul": "*",
+                   "elementwise-div": "/"}
+
+
+def fold_expression(op: str, left: str, right: str, dtype: str) -> str:
+    """One fold step, rounded (f32: exact in double, then to float) or wrapped (ints)."""
+    operator = _FOLD_OPERATORS[op]
+    if dtype == "f32":
+        return f"(float)((double){left} {operator} (double){right})"
+    if op == "elementwise-div":
+        return f"gs_wrap_{dtype}(gs_div_i64({left}, {right}))"
+    # int64 holds every i32 sum, difference and product exactly; then wrap to the dtype.
+    return f"gs_wrap_{dtype}((int64_t){left} {operator} (int64_t){right})"
+
+
+def reduce_parts(op: str, source: str, result: str, count: int) -> tuple[str, str, str]:
+    """(accumulator set-up, per-element update using {0}, final value from acc)."""
+    if op == "reduce-sum":
+        if source == "f32":
+            return "double acc = 0.0;", "acc += (double){0};", "(float)acc"
+        return "uint32_t acc = 0u;", "acc += (uint32_t){0};", "gs_wrap_i32((int64_t)acc)"
+    if op == "reduce-max":
+        if source == "f32":
+            return ("float acc = -INFINITY;", "if ({0} > acc || isnan({0})) acc = {0};", "acc")
+        minimum = f"{source.upper().replace('I', 'INT')}_MIN"
+        return f"{C_TYPES[source]} acc = {minimum};", "if ({0} > acc) acc = {0};", "acc"
+    assert op == "reduce-mean", op
+    if source == "f32":
+        return "double acc = 0.0;", "acc += (double){0};", f"(float)(acc / {count}.0)"
+    return ("int64_t acc = 0;", "acc += {0};", f"gs_wrap_{result}(gs_mean_i64(acc, {count}))")
+
+
+# -- files ----------------------------------------------------------------------------
+
+
+def _declarations(lowered: LoweredProgram, plan: MemoryPlan) -> list[dict[str, object]]:
+    used = {view.buffer for instruction in lowered.instructions
+            for view in (instruction.writes(), *instruction.reads())}
+    intervals = {interval.name: interval for interval in plan.intervals}
+    sections: list[dict[str, object]] = []
+    regions = ((CONSTANT, "constants (weights.bin)", "constants", plan.constants),
+               (INPUT, "inputs (placeholders)", "mutable_io", plan.mutable),
+               (OUTPUT, "the output (placeholder)", "mutable_io", plan.mutable),
+               (ACTIVATION, "activations (offsets from the memory planner)", "activations",
+                plan.activations.offsets))
+    for kind, title, region, offsets in regions:
+        lines = []
+        for buffer in lowered.buffers.values():
+            if buffer.kind != kind or buffer.name not in used:
+                continue
+            const = "const " if kind in (CONSTANT, INPUT) else ""
+            ctype = C_TYPES[buffer.dtype]
+            line = (f"{const}{ctype} *const {buffer.name} = ({const}{ctype} *)({region} + "
+                    f"{offsets[buffer.name]});")
+            shape = "x".join(map(str, buffer.shape)) or "scalar"
+            note = f" /* {buffer.dtype} {shape}"
+            if buffer.name in intervals:
+                live = intervals[buffer.name]
+                note += f", live [{live.start}, {live.end}]"
+            lines.append(line + note + " */")
+        if lines:
+            sections.append({"title": title, "lines": lines})
+    return sections
+
+
+def _placeholders(lowered: LoweredProgram, plan: MemoryPlan) -> list[dict[str, object]]:
+    rows = []
+    for name, offset in plan.mutable.items():
+        buffer = lowered.buffers[name]
+        rows.append({"name": name, "tensor": buffer.tensor or name, "offset": offset,
+                     "role": "output" if buffer.kind == OUTPUT else "input",
+                     "shape": list(buffer.shape), "descr": NPY_DESCR[buffer.dtype],
+                     "dtype": buffer.dtype,
+                     "element_size": ITEM_SIZE[buffer.dtype]})
+    return rows
+
+
+def weights_blob(lowered: LoweredProgram, plan: MemoryPlan, weights: dict[str, Array]) -> bytes:
+    """The constants region: every constant at its planned offset, little-endian."""
+    blob = bytearray(plan.constants_size)
+    for name, offset in plan.constants.items():
+        array = constant_array(lowered.buffers[name], weights)
+        raw = array.astype(array.dtype.newbyteorder("<")).tobytes()
+        blob[offset:offset + len(raw)] = raw
+    return bytes(blob)
+
+
+def render_files(program: Program, lowered: LoweredProgram, plan: MemoryPlan,
+                 config: ArrayConfig, weights: dict[str, Array]) -> dict[str, bytes]:
+    renderer = _Renderer(lowered)
+    blocks = [renderer.render(index, instruction)
+              for index, instruction in enumerate(lowered.instructions)]
+    placeholders = _placeholders(lowered, plan)
+    context = {
+        "source": Path(program.path).name, "rows": config.rows, "cols": config.cols,
+        "in_width": config.in_width, "acc_width": config.acc_width,
+        "acc_depth": config.acc_depth,
+        "constants_size": plan.constants_size, "mutable_size": plan.mutable_size,
+        "activations_size": plan.activations.used, "lower_bound": plan.activations.lower_bound,
+        "efficiency": plan.activations.efficiency, "strategy": plan.activations.strategy,
+        "naive": plan.naive_activations,
+        "predicted_cycles": predicted_cycles(lowered, config),
+        "array_calls": len(lowered.array_calls()),
+        "instruction_count": len(lowered.instructions),
+        "placeholders": placeholders, "output_name": lowered.output,
+        "max_rank": max([1, *(len(lowered.buffers[name].shape) for name in plan.mutable)]),
+        "declarations": _declarations(lowered, plan), "blocks": blocks,
+    }
+    environment = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(resource_dir("templates"))),
+        trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined, autoescape=False)
+    files = {name: environment.get_template(name + ".j2").render(context).encode()
+             for name in TEMPLATES}
+    files["weights.bin"] = weights_blob(lowered, plan, weights)
+    return files
+
+
+def write_directory_atomically(outdir: Path, files: dict[str, bytes]) -> None:
+    """Write into a temporary sibling, then rename it to `outdir` (replacing an old one)."""
+    outdir = outdir.resolve()
+    outdir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{outdir.name}.", dir=outdir.parent))
+    try:
+        for name, content in sorted(files.items()):
+            (staging / name).write_bytes(content)
+        os.chmod(staging, 0o755)
+        if outdir.exists():
+            retired = Path(tempfile.mkdtemp(prefix=f".{outdir.name}.old.", dir=outdir.parent))
+            os.replace(outdir, retired / outdir.name)
+            os.replace(staging, outdir)
+            shutil.rmtree(retired)
+        else:
+            os.replace(staging, outdir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def compile_to_directory(program: Program, types: TypeTable, outdir: str | Path,
+                         config: ArrayConfig, options: LowerOptions | None = None,
+                         weights: dict[str, Array] | None = None) -> CompileResult:
+    """Compile `program` to a C program in `outdir` (see the module docstring).
+
+    `weights` defaults to the program's weight files (glensidec.data.load_weights).
+    """
+    weights = data.load_weights(program) if weights is None else weights
+    lowered = lower_program(program, types, options)
+    plan = plan_memory(lowered)
+    files = render_files(program, lowered, plan, config, weights)
+    write_directory_atomically(Path(outdir), files)
+    return CompileResult(Path(outdir), lowered, plan, predicted_cycles(lowered, config))

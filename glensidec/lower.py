@@ -1,0 +1,1004 @@
+"""Stage 5, lowering: a typed program to a buffer-level program (Glow's low-level IR).
+
+The access-pattern program is pure; the buffer-level program is a list of instructions over
+named buffers, in execution order. Three ideas carry it (docs/codegen.md):
+
+* **Views, not copies.** Every affine re-view of a value (`access`, transpose, move-axis,
+  squeeze, insert-axis, broadcast, slice, windows, flatten, reshape, shift-right) is a `View`:
+  a buffer, an element offset and one *group* of (size, stride) axes per logical dim. A
+  logical dim made of several axes is what keeps a flattened windows view (the im2col
+  matrix) a view. Only a reshape that would split an axis unevenly, and the data movement
+  that is not affine (pad, concatenate, a materialised pair or product), copy.
+* **Fused tuples.** `access-pair` and `access-cartesian-product` are lazy: a compute over
+  them reads its two members through two views. `dot-product` over a cartesian product of
+  i8 operands becomes one `ArrayGemm` (the systolic array runtime); the hardware constructs
+  always do when their operands are i8.
+* **Hash-consing.** Terms compare by structure, so each distinct term is lowered once and
+  its value reused wherever it appears (common subterms are computed once).
+
+`lower_program` returns a `LoweredProgram`; `format_lowered` prints it for debugging.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from .interp import NUMPY_DTYPES, Array
+from .terms import ComputeOp, Program, Symbol, Term, postorder
+from .typecheck import AccessType, LiteralValue, TypeTable
+
+# -- views ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One loop of a view: `size` steps of `stride` elements (stride 0 broadcasts)."""
+
+    size: int
+    stride: int
+
+
+Group = tuple[Axis, ...]  # the axes of one logical dim, outermost first
+
+
+def canonical(axes: Iterable[Axis]) -> Group:
+    """Drop unit axes and merge neighbours that walk memory as one axis would."""
+    merged: list[Axis] = []
+    for axis in axes:
+        if axis.size == 1:
+            continue
+        if merged and merged[-1].stride == axis.size * axis.stride:
+            merged[-1] = Axis(merged[-1].size * axis.size, axis.stride)
+        else:
+            merged.append(axis)
+    return tuple(merged)
+
+
+def group_size(group: Group) -> int:
+    return math.prod(axis.size for axis in group)
+
+
+@dataclass(frozen=True)
+class View:
+    """Elements of `buffer` at `offset + Σ index·stride`, one axis group per logical dim."""
+
+    buffer: str
+    offset: int
+    dims: tuple[Group, ...]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(group_size(group) for group in self.dims)
+
+    def axes(self) -> list[Axis]:
+        """All axes in row-major order of the logical index."""
+        return [axis for group in self.dims for axis in group]
+
+    def is_row_major(self) -> bool:
+        """Does the view read its elements as one contiguous run, in order?"""
+        merged = canonical(self.axes())
+        return not merged or (len(merged) == 1 and merged[0].stride == 1)
+
+    def with_dims(self, dims: Iterable[Group], offset: int | None = None) -> View:
+        return View(self.buffer, self.offset if offset is None else offset, tuple(dims))
+
+    def __str__(self) -> str:
+        groups = ",".join("x".join(f"{a.size}:{a.stride}" for a in g) or "1" for g in self.dims)
+        return f"{self.buffer}@{self.offset}[{groups}]"
+
+
+def contiguous(buffer: str, shape: Sequence[int], offset: int = 0) -> View:
+    """The row-major view of a whole buffer."""
+    dims: list[Group] = []
+    stride = 1
+    for size in reversed(shape):
+        dims.append(canonical([Axis(size, stride)]))
+        stride *= size
+    return View(buffer, offset, tuple(reversed(dims)))
+
+
+def split_axes(axes: Sequence[Axis], sizes: Sequence[int]) -> list[Group] | None:
+    """Cut a row-major axis list into consecutive groups of `sizes` elements each.
+
+    An axis straddling two groups is split into an outer and an inner axis when its size
+    allows; otherwise the cut is not affine and the answer is None (the caller copies).
+    """
+    queue = deque(axis for axis in axes if axis.size != 1)
+    groups: list[Group] = []
+    for size in sizes:
+        group: list[Axis] = []
+        need = size
+        while need > 1:
+            if not queue:
+                return None
+            axis = queue.popleft()
+            if need % axis.size == 0:
+                group.append(axis)
+                need //= axis.size
+            elif axis.size % need == 0:
+                inner = axis.size // need
+                group.append(Axis(need, axis.stride * inner))
+                queue.appendleft(Axis(inner, axis.stride))
+                need = 1
+            else:
+                return None
+        groups.append(canonical(group))
+    return groups if not queue else None
+
+
+def regroup(view: View, shape: Sequence[int]) -> View | None:
+    """The same elements in the same row-major order, as logical dims `shape` (a reshape)."""
+    groups = split_axes(canonical(view.axes()), shape)
+    return None if groups is None else view.with_dims(groups)
+
+
+def merge_dims(view: View, splits: Sequence[int]) -> View:
+    """Merge consecutive logical dims: `splits` are the dim counts of each new dim."""
+    dims: list[Group] = []
+    start = 0
+    for count in splits:
+        dims.append(canonical([a for g in view.dims[start:start + count] for a in g]))
+        start += count
+    return view.with_dims(dims)
+
+
+def transpose(view: View, permutation: Sequence[int]) -> View:
+    return view.with_dims(view.dims[axis] for axis in permutation)
+
+
+def move_axis(view: View, source: int, destination: int) -> View:
+    dims = list(view.dims)
+    dims.insert(destination, dims.pop(source))
+    return view.with_dims(dims)
+
+
+def squeeze(view: View, axis: int) -> View:
+    return view.with_dims(view.dims[:axis] + view.dims[axis + 1:])
+
+
+def insert_axis(view: View, axis: int) -> View:
+    return view.with_dims(view.dims[:axis] + ((),) + view.dims[axis:])
+
+
+def broadcast(view: View, target: Sequence[int]) -> View:
+    dims = [group if group_size(group) == size else canonical([Axis(size, 0)])
+            for group, size in zip(view.dims, target, strict=True)]
+    return view.with_dims(dims)
+
+
+def expand(view: View, position: int, sizes: Sequence[int]) -> View:
+    """Insert broadcast (stride-0) logical dims of `sizes` at `position`."""
+    new = tuple(canonical([Axis(size, 0)]) for size in sizes)
+    return view.with_dims(view.dims[:position] + new + view.dims[position:])
+
+
+def _single(group: Group) -> Axis | None:
+    if not group:
+        return Axis(1, 0)
+    return group[0] if len(group) == 1 else None
+
+
+def slice_view(view: View, axis: int, low: int, high: int) -> View | None:
+    group = view.dims[axis]
+    single = _single(group)
+    if single is not None:
+        offset = view.offset + low * single.stride
+        new_group = canonical([Axis(high - low, single.stride)])
+    else:
+        inner = group_size(group[1:])
+        if low % inner or high % inner:
+            return None
+        offset = view.offset + (low // inner) * group[0].stride
+        new_group = canonical([Axis((high - low) // inner, group[0].stride), *group[1:]])
+    dims = list(view.dims)
+    dims[axis] = new_group
+    return view.with_dims(dims, offset)
+
+
+def select(view: View, axis: int, index: int) -> View:
+    """Fix logical dim `axis` at `index` (the dim disappears)."""
+    offset = view.offset
+    for sub in reversed(view.dims[axis]):
+        offset += (index % sub.size) * sub.stride
+        index //= sub.size
+    return view.with_dims(view.dims[:axis] + view.dims[axis + 1:], offset)
+
+
+def windows(view: View, access_rank: int, window: Sequence[int],
+            strides: Sequence[int]) -> View | None:
+    """Sliding windows over the item dims: positions (size P, stride s·t), then windows."""
+    positions: list[Group] = []
+    inside: list[Group] = []
+    for index, (size, step) in enumerate(zip(window, strides, strict=True)):
+        group = view.dims[access_rank + index]
+        single = _single(group)
+        if single is None:
+            return None
+        count = (single.size - size) // step + 1
+        positions.append(canonical([Axis(count, single.stride * step)]))
+        inside.append(canonical([Axis(size, single.stride)]))
+    return view.with_dims(view.dims[:access_rank] + tuple(positions) + tuple(inside))
+
+
+def refine(groups: Sequence[Group]) -> list[list[Axis]] | None:
+    """Axes that walk every group in lockstep: the common refinement of their axis sizes.
+
+    All groups hold the same number of elements. Each is cut at every other's axis
+    boundaries; that works when the boundaries (inner products) form a divisibility chain,
+    else None (the caller copies an operand into a contiguous buffer first).
+    """
+    boundaries = {1}
+    for group in groups:
+        inner = 1
+        for axis in reversed(group):
+            inner *= axis.size
+            boundaries.add(inner)
+    chain = sorted(boundaries)
+    if any(high % low for low, high in itertools.pairwise(chain)):
+        return None
+    refined: list[list[Axis]] = []
+    for group in groups:
+        pieces: list[Axis] = []
+        inner = 1
+        for axis in reversed(group):
+            cuts = [cut for cut in chain if inner <= cut <= inner * axis.size]
+            for low, high in itertools.pairwise(cuts):
+                pieces.append(Axis(high // low, axis.stride * (low // inner)))
+            inner *= axis.size
+        refined.append(list(reversed(pieces)))
+    return refined
+
+
+def co_refinable(dims_per_operand: Sequence[Sequence[Group]]) -> bool:
+    """Can one loop nest walk these operands' (equally shaped) leading dims together?"""
+    rank = min(len(dims) for dims in dims_per_operand)
+    return all(refine([dims[d] for dims in dims_per_operand]) is not None for d in range(rank))
+
+
+def view_array(view: View, flat: Array) -> Array:
+    """The view's elements as a numpy array of its logical shape (reads `flat`)."""
+    axes = view.axes()
+    if not axes:
+        return np.array(flat[view.offset]).reshape(view.shape)
+    item = flat.itemsize
+    strided = np.lib.stride_tricks.as_strided(
+        flat[view.offset:], shape=[a.size for a in axes], strides=[a.stride * item for a in axes],
+        writeable=False)
+    return np.array(strided).reshape(view.shape)
+
+
+# -- buffers and instructions ---------------------------------------------------------
+
+CONSTANT, INPUT, OUTPUT, ACTIVATION = "constant", "input", "output", "activation"
+
+
+@dataclass(frozen=True)
+class ConstantSource:
+    """Where a constant's bytes come from: a weight tensor, a literal, or a packed view."""
+
+    tensor: str | None = None
+    literal: int | float | None = None
+    packed: View | None = None  # a view of another constant, stored contiguously …
+    packed_from: Buffer | None = None  # … namely of this one
+
+
+@dataclass(frozen=True)
+class Buffer:
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    kind: str  # CONSTANT, INPUT, OUTPUT or ACTIVATION
+    source: ConstantSource | None = None
+    tensor: str | None = None  # the declared tensor an input or weight buffer holds
+
+    @property
+    def elements(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.elements * np.dtype(NUMPY_DTYPES[self.dtype]).itemsize
+
+
+@dataclass(frozen=True)
+class Instruction:
+    """Base of every instruction: `note` says which construct of the source it implements."""
+
+    note: str
+
+    def reads(self) -> tuple[View, ...]:
+        return ()
+
+    def writes(self) -> View:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Copy(Instruction):
+    dst: View
+    src: View
+
+    def reads(self) -> tuple[View, ...]:
+        return (self.src,)
+
+    def writes(self) -> View:
+        return self.dst
+
+
+@dataclass(frozen=True)
+class Fill(Instruction):
+    """dst = the padding value: zero, or the dtype's minimum (`minimum=True`)."""
+
+    dst: View
+    minimum: bool
+
+    def writes(self) -> View:
+        return self.dst
+
+
+@dataclass(frozen=True)
+class Map(Instruction):
+    """An elementwise unary compute (relu, sqrt, negative, clip, cast, requantize)."""
+
+    op: ComputeOp
+    dst: View
+    src: View
+
+    def reads(self) -> tuple[View, ...]:
+        return (self.src,)
+
+    def writes(self) -> View:
+        return self.dst
+
+
+@dataclass(frozen=True)
+class Fold(Instruction):
+    """elementwise-add/sub/mul/div folded across tuple members, wrapping at every step."""
+
+    op: str
+    dst: View
+    members: tuple[View, ...]
+
+    def reads(self) -> tuple[View, ...]:
+        return self.members
+
+    def writes(self) -> View:
+        return self.dst
+
+
+@dataclass(frozen=True)
+class RequantizePerChannel(Instruction):
+    """requantize-per-channel: each i32 accumulator with its own i32 multiplier, to i8."""
+
+    dst: View
+    members: tuple[View, ...]  # (accumulators, multipliers)
+    pre: int
+    post: int
+    zero_point: int
+
+    def reads(self) -> tuple[View, ...]:
+        return self.members
+
+    def writes(self) -> View:
+        return self.dst
+
+
+@dataclass(frozen=True)
+class Reduce(Instruction):
+    """reduce-sum/max/mean over the last `reduce_rank` logical dims of `src`."""
+
+    op: str
+    dst: View
+    src: View
+    reduce_rank: int
+
+    def reads(self) -> tuple[View, ...]:
+        return (self.src,)
+
+    def writes(self) -> View:
+        return self.dst
+
+
+@dataclass(frozen=True)
+class Dot(Instruction):
+    """dot-product on the host: Σ over the last `reduce_rank` dims of Π members."""
+
+    dst: View
+    members: tuple[View, ...]
+    reduce_rank: int
+
+    def reads(self) -> tuple[View, ...]:
+        return self.members
+
+    def writes(self) -> View:
+        return self.dst
+
+
+@dataclass(frozen=True)
+class Softmax(Instruction):
+    """softmax over the last logical dim."""
+
+    dst: View
+    src: View
+
+    def reads(self) -> tuple[View, ...]:
+        return (self.src,)
+
+    def writes(self) -> View:
+        return self.dst
+
+
+@dataclass(frozen=True)
+class ArrayGemm(Instruction):
+    """C(M×N) i32 = A(M×K) i8 · B(K×N) i8 on the systolic array; operands row-major."""
+
+    dst: View
+    a: View
+    b: View
+    m: int
+    k: int
+    n: int
+
+    def reads(self) -> tuple[View, ...]:
+        return (self.a, self.b)
+
+    def writes(self) -> View:
+        return self.dst
+
+
+@dataclass
+class LoweredProgram:
+    buffers: dict[str, Buffer]
+    instructions: list[Instruction]
+    output: str  # the buffer holding the program's result
+    output_shape: tuple[int, ...]
+
+    def buffer_of(self, view: View) -> Buffer:
+        return self.buffers[view.buffer]
+
+    def array_calls(self) -> list[ArrayGemm]:
+        return [i for i in self.instructions if isinstance(i, ArrayGemm)]
+
+
+@dataclass(frozen=True)
+class LowerOptions:
+    # Send i8 dot-products over cartesian products (matmuls, im2col convolutions) to the
+    # array even when no rewrite mapped them: the array is the point of the accelerator.
+    offload_i8_gemm: bool = True
+
+
+# -- lazy tuples ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Pair:
+    """`access-pair`: two member views of dims S+I; the tuple axis sits at `axis` = len(S)."""
+
+    left: View
+    right: View
+    axis: int
+
+
+@dataclass(frozen=True)
+class Product:
+    """`access-cartesian-product`: left dims A+I, right dims B+I."""
+
+    left: View
+    right: View
+    left_rank: int
+    right_rank: int
+
+    def as_pair(self) -> Pair:
+        a, b = self.left_rank, self.right_rank
+        left = expand(self.left, a, self.right.shape[:b])
+        right = expand(self.right, 0, self.left.shape[:a])
+        return Pair(left, right, a + b)
+
+
+Value = View | Pair | Product
+
+# C keywords and the generated code's own identifiers (loop indices are i0…, k0…).
+_C_RESERVED = frozenset([
+    "auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else",
+    "enum", "extern", "float", "for", "goto", "if", "inline", "int", "long", "register",
+    "restrict", "return", "short", "signed", "sizeof", "static", "struct", "switch", "typedef",
+    "union", "unsigned", "void", "volatile", "while", "constants", "mutable_io", "activations",
+    "main", "model_run", "acc", "top", "total", "exps", "NULL", "isnan", "sqrtf", "exp",
+])
+
+
+def c_identifier(text: str) -> str:
+    name = re.sub(r"[^A-Za-z0-9_]", "_", text)
+    if (not name or name[0].isdigit() or name in _C_RESERVED or name.startswith(("gs_", "model_"))
+            or re.fullmatch(r"[ikx][0-9]*", name)):
+        name = "t_" + name
+    return name
+
+
+_FOLDS = ("elementwise-add", "elementwise-sub", "elementwise-mul", "elementwise-div")
+_MAPS = ("relu", "sqrt", "negative", "clip", "cast", "requantize")
+_REDUCES = ("reduce-sum", "reduce-max", "reduce-mean")
+
+
+def describe(term: Term, names: dict[Term, str]) -> str:
+    """A one-line rendering of a term for comments: named subterms by name, long ones cut."""
+    def text(arg: object, depth: int) -> str:
+        if isinstance(arg, Term):
+            if arg in names and depth > 0:
+                return names[arg]
+            if depth > 2:
+                return "…"
+            return "(" + " ".join([arg.op, *(text(a, depth + 1) for a in arg.args)]) + ")"
+        if isinstance(arg, ComputeOp):
+            return arg.name if not arg.params else "(" + " ".join(
+                [arg.name, *map(str, arg.params)]) + ")"
+        return str(arg)
+    line = text(term, 0)
+    line = line.replace("*/", "* /")
+    return line if len(line) <= 110 else line[:109] + "…"
+
+
+# -- the lowerer ----------------------------------------------------------------------
+
+
+@dataclass
+class _Lowerer:
+    program: Program
+    types: TypeTable
+    options: LowerOptions
+    buffers: dict[str, Buffer] = field(default_factory=dict)
+    instructions: list[Instruction] = field(default_factory=list)
+    values: dict[Term, Value] = field(default_factory=dict)
+    auto_named: set[str] = field(default_factory=set)
+    note: str = ""
+
+    # -- buffers --
+    def new_buffer(self, base: str, dtype: str, shape: tuple[int, ...], kind: str = ACTIVATION,
+                   source: ConstantSource | None = None, auto: bool = True,
+                   tensor: str | None = None) -> View:
+        name = c_identifier(base)
+        if name in self.buffers:
+            index = 1
+            while f"{name}_{index}" in self.buffers:
+                index += 1
+            name = f"{name}_{index}"
+        self.buffers[name] = Buffer(name, dtype, shape, kind, source, tensor)
+        if auto:
+            self.auto_named.add(name)
+        return contiguous(name, shape)
+
+    def result_buffer(self, term: Term, base: str) -> View:
+        """A fresh buffer for `term`'s value, named by its `let` if it has one."""
+        result = self.access_type(term)
+        if term in self.program.names:
+            return self.new_buffer(self.program.names[term], result.dtype, result.full,
+                                   auto=False)
+        return self.new_buffer(base, result.dtype, result.full)
+
+    def dtype(self, view: View) -> str:
+        return self.buffers[view.buffer].dtype
+
+    def emit(self, instruction: Instruction) -> None:
+        self.instructions.append(instruction)
+
+    def access_type(self, term: Term) -> AccessType:
+        value = self.types[term]
+        assert isinstance(value, AccessType)
+        return value
+
+    # -- values --
+    def lower(self) -> LoweredProgram:
+        for term in postorder(self.program.root):
+            if self.access_type_or_none(term) is None or term in self.values:
+                continue
+            self.note = describe(term, self.program.names)
+            value = getattr(self, "_" + term.op.replace("-", "_"))(term)
+            self.values[term] = value
+            self.adopt_name(term, value)
+        return self.finish()
+
+    def arg_type(self, term: Term, index: int) -> AccessType:
+        """The access type of argument `index` of `term`."""
+        arg = term.args[index]
+        assert isinstance(arg, Term)
+        return self.access_type(arg)
+
+    def arg_ints(self, term: Term, index: int) -> tuple[int, ...]:
+        """The value of a (shape …)/(list …) argument, as the type checker evaluated it."""
+        arg = term.args[index]
+        assert isinstance(arg, Term)
+        value = self.types[arg]
+        assert isinstance(value, tuple)
+        return value
+
+    def access_type_or_none(self, term: Term) -> AccessType | None:
+        value = self.types.get(term)
+        return value if isinstance(value, AccessType) else None
+
+    def adopt_name(self, term: Term, value: Value) -> None:
+        """A `let` naming a view of an unnamed buffer gives the buffer its name."""
+        name = self.program.names.get(term)
+        if name is None or not isinstance(value, View) or value.buffer not in self.auto_named:
+            return
+        new_name = c_identifier(name)
+        if new_name in self.buffers or new_name in self.program.tensors:
+            return
+        old = value.buffer
+        self.buffers = {(new_name if key == old else key): (replace(buf, name=new_name)
+                        if key == old else buf) for key, buf in self.buffers.items()}
+        self.auto_named.discard(old)
+        self.instructions = [_rename(i, old, new_name) for i in self.instructions]
+        self.values = {t: _rename_value(v, old, new_name) for t, v in self.values.items()}
+        self.values[term] = _rename_value(value, old, new_name)
+
+    def value(self, arg: object) -> Value:
+        assert isinstance(arg, Term)
+        return self.values[arg]
+
+    def view(self, arg: object) -> View:
+        """The argument as a view, materialising a lazy pair or product."""
+        value = self.value(arg)
+        if isinstance(value, Product):
+            value = value.as_pair()
+        if isinstance(value, Pair):
+            return self.materialize_pair(value, arg)
+        return value
+
+    def materialize_pair(self, pair: Pair, term: object) -> View:
+        assert isinstance(term, Term)
+        dst = self.result_buffer(term, term.op.replace("access-", ""))
+        for index, member in enumerate((pair.left, pair.right)):
+            self.emit(Copy(f"{self.note}: member {index}", select(dst, pair.axis, index), member))
+        return dst
+
+    def materialize(self, view: View, base: str) -> View:
+        """A contiguous copy of `view` (when a re-view is not affine)."""
+        dst = self.new_buffer(base, self.dtype(view), view.shape)
+        self.emit(Copy(f"{self.note}: copy (not expressible as a view)", dst, view))
+        return dst
+
+    # -- access constructs --
+    def _access_tensor(self, term: Term) -> Value:
+        # Each distinct term is lowered once, and `(access-tensor t)` is one term per t.
+        name = str(term.args[0])
+        decl = self.program.tensors[name]
+        kind = INPUT if decl.role == "input" else CONSTANT
+        source = ConstantSource(tensor=name) if kind == CONSTANT else None
+        return self.new_buffer(name, decl.dtype, decl.shape, kind, source, auto=False,
+                               tensor=name)
+
+    def _access(self, term: Term) -> Value:
+        return self.view(term.args[0])
+
+    _access_shift_right = _access
+
+    def _access_transpose(self, term: Term) -> Value:
+        return transpose(self.view(term.args[0]), self.arg_ints(term, 1))
+
+    def _access_move_axis(self, term: Term) -> Value:
+        source, destination = term.args[1], term.args[2]
+        assert isinstance(source, int) and isinstance(destination, int)
+        return move_axis(self.view(term.args[0]), source, destination)
+
+    def _access_squeeze(self, term: Term) -> Value:
+        assert isinstance(term.args[1], int)
+        return squeeze(self.view(term.args[0]), term.args[1])
+
+    def _access_insert_axis(self, term: Term) -> Value:
+        assert isinstance(term.args[1], int)
+        return insert_axis(self.view(term.args[0]), term.args[1])
+
+    def _access_broadcast(self, term: Term) -> Value:
+        return broadcast(self.view(term.args[0]), self.access_type(term).full)
+
+    def _reshape(self, term: Term) -> Value:
+        source = self.view(term.args[0])
+        target = self.access_type(term).full
+        view = regroup(source, target)
+        if view is None:
+            view = regroup(self.materialize(source, "reshaped"), target)
+            assert view is not None
+        return view
+
+    _access_flatten = _reshape
+    _access_reshape = _reshape
+
+    def _access_slice(self, term: Term) -> Value:
+        axis, low, high = term.args[1], term.args[2], term.args[3]
+        assert isinstance(axis, int) and isinstance(low, int) and isinstance(high, int)
+        source = self.view(term.args[0])
+        view = slice_view(source, axis, low, high)
+        if view is None:
+            view = slice_view(self.materialize(source, "sliced"), axis, low, high)
+            assert view is not None
+        return view
+
+    def _access_windows(self, term: Term) -> Value:
+        source = self.view(term.args[0])
+        rank = len(self.arg_type(term, 0).shape)
+        window, strides = self.arg_ints(term, 1), self.arg_ints(term, 2)
+        view = windows(source, rank, window, strides)
+        if view is None:
+            view = windows(self.materialize(source, "windowed"), rank, window, strides)
+            assert view is not None
+        return view
+
+    def _access_pad(self, term: Term) -> Value:
+        source = self.view(term.args[0])
+        kind, axis, before, after = term.args[1:]
+        assert isinstance(axis, int) and isinstance(before, int) and isinstance(after, int)
+        dst = self.result_buffer(term, "padded")
+        size = dst.shape[axis]
+        minimum = isinstance(kind, Symbol) and kind.name == "min-padding"
+        for low, high in ((0, before), (size - after, size)):
+            if high > low:
+                border = slice_view(dst, axis, low, high)
+                assert border is not None
+                self.emit(Fill(f"{self.note}: border", border, minimum))
+        interior = slice_view(dst, axis, before, size - after)
+        assert interior is not None
+        self.emit(Copy(f"{self.note}: interior", interior, source))
+        return dst
+
+    def _access_concatenate(self, term: Term) -> Value:
+        left, right = self.view(term.args[0]), self.view(term.args[1])
+        axis = term.args[2]
+        assert isinstance(axis, int)
+        dst = self.result_buffer(term, "concatenated")
+        split = left.shape[axis]
+        for name, part, low, high in (("left", left, 0, split),
+                                      ("right", right, split, dst.shape[axis])):
+            region = slice_view(dst, axis, low, high)
+            assert region is not None
+            self.emit(Copy(f"{self.note}: {name}", region, part))
+        return dst
+
+    def _access_pair(self, term: Term) -> Value:
+        left = self.arg_type(term, 0)
+        return Pair(self.view(term.args[0]), self.view(term.args[1]), len(left.shape))
+
+    def _access_cartesian_product(self, term: Term) -> Value:
+        left, right = self.arg_type(term, 0), self.arg_type(term, 1)
+        return Product(self.view(term.args[0]), self.view(term.args[1]), len(left.shape),
+                       len(right.shape))
+
+    def _access_literal(self, term: Term) -> Value:
+        literal_term = term.args[0]
+        assert isinstance(literal_term, Term)
+        literal = self.types[literal_term]
+        assert isinstance(literal, LiteralValue)
+        return self.new_buffer("literal", literal.dtype, (), CONSTANT,
+                               ConstantSource(literal=literal.value))
+
+    # -- compute --
+    def _compute(self, term: Term) -> Value:
+        op, arg = term.args
+        assert isinstance(op, ComputeOp) and isinstance(arg, Term)
+        name = op.name
+        if name == "dot-product":
+            return self.dot_product(term, arg)
+        if name in _FOLDS:
+            dst = self.result_buffer(term, name.removeprefix("elementwise-"))
+            members = self.tuple_members(arg)
+            self.emit(Fold(self.note, name, dst, tuple(self.operands(dst, members, 0))))
+            return dst
+        if name == "requantize-per-channel":
+            pre, post, zero_point = (int(p) for p in op.params)
+            dst = self.result_buffer(term, "requantized")
+            members = self.operands(dst, self.tuple_members(arg), 0)
+            self.emit(RequantizePerChannel(self.note, dst, tuple(members), pre, post, zero_point))
+            return dst
+        source = self.view(arg)
+        if name in _REDUCES:
+            return self.reduce(term, name, source, len(self.access_type(arg).item))
+        dst = self.result_buffer(term, name.replace("-", "_"))
+        if name == "softmax":
+            self.emit(Softmax(self.note, dst, *self.operands(dst, [source], 0)))
+        else:
+            assert name in _MAPS, name
+            self.emit(Map(self.note, op, dst, *self.operands(dst, [source], 0)))
+        return dst
+
+    def reduce(self, term: Term, name: str, source: View, reduce_rank: int) -> View:
+        dst = self.result_buffer(term, name.replace("-", "_"))
+        (source,) = self.operands(dst, [source], reduce_rank)
+        self.emit(Reduce(self.note, name, dst, source, reduce_rank))
+        return dst
+
+    def tuple_members(self, arg: Term) -> list[View]:
+        """The t members of a tuple access ((S),(t,c…)) as views of dims S+c."""
+        value = self.value(arg)
+        if isinstance(value, Product) and arg.op == "access-cartesian-product":
+            value = value.as_pair()
+        if isinstance(value, Pair) and arg.op in ("access-pair", "access-cartesian-product"):
+            return [value.left, value.right]
+        view = self.view(arg)
+        axis = len(self.access_type(arg).shape)
+        return [select(view, axis, index) for index in range(view.shape[axis])]
+
+    def operands(self, dst: View, sources: list[View], reduce_rank: int) -> list[View]:
+        """Sources a single loop nest can walk with `dst`; others are copied contiguous."""
+        def fits(candidates: list[View]) -> bool:
+            outer = [dst.dims, *(s.dims[:len(dst.dims)] for s in candidates)]
+            inner = [s.dims[len(dst.dims):] for s in candidates]
+            return co_refinable(outer) and (not reduce_rank or co_refinable(inner))
+        if fits(sources):
+            return sources
+        return [s if s.is_row_major() else self.materialize(s, s.buffer + "_packed")
+                for s in sources]
+
+    def dot_product(self, term: Term, arg: Term) -> View:
+        value = self.value(arg)
+        if isinstance(value, Product) and arg.op == "access-cartesian-product":
+            dtype = self.dtype(value.left)
+            if dtype == "i8" and self.options.offload_i8_gemm:
+                return self.product_on_array(term, value)
+            pair = value.as_pair()
+            item_rank = len(pair.left.dims) - pair.axis
+            dst = self.result_buffer(term, "dot_product")
+            members = self.operands(dst, [pair.left, pair.right], item_rank)
+            self.emit(Dot(self.note, dst, tuple(members), item_rank))
+            return dst
+        members = self.tuple_members(arg)
+        dst = self.result_buffer(term, "dot_product")
+        item_rank = len(members[0].dims) - len(dst.dims)
+        self.emit(Dot(self.note, dst, tuple(self.operands(dst, members, item_rank)), item_rank))
+        return dst
+
+    def product_on_array(self, term: Term, product: Product) -> View:
+        a_rank, b_rank = product.left_rank, product.right_rank
+        left_item = len(product.left.dims) - a_rank
+        a = merge_dims(product.left, [a_rank, left_item])
+        b = transpose(merge_dims(product.right, [b_rank, left_item]), (1, 0))
+        return self.gemm(term, a, b)
+
+    def gemm(self, term: Term, a: View, b: View) -> View:
+        """dst(M×N) = a(M×K)·b(K×N) on the array (the result buffer keeps term's shape)."""
+        a = self.matrix_operand(a, "a")
+        b = self.matrix_operand(b, "b")
+        (m, k), n = a.shape, b.shape[1]
+        dst = self.result_buffer(term, "gemm")
+        matrix = regroup(dst, (m, n))
+        assert matrix is not None
+        self.emit(ArrayGemm(self.note, matrix, a, b, m, k, n))
+        return dst
+
+    def matrix_operand(self, view: View, role: str) -> View:
+        """A row-major matrix for the array: as is, packed at compile time, or copied."""
+        if view.is_row_major():
+            return view
+        source = self.buffers[view.buffer]
+        base = f"{view.buffer}_packed_{role}"
+        if source.kind == CONSTANT:
+            # Weights are known at compile time: store them in the order the array reads.
+            packed = self.new_buffer(base, source.dtype, view.shape, CONSTANT,
+                                     ConstantSource(packed=view, packed_from=source))
+            return packed
+        dst = self.new_buffer(base, source.dtype, view.shape)
+        self.emit(Copy(f"{self.note}: pack operand {role.upper()} row-major", dst, view))
+        return dst
+
+    def _systolic_array(self, term: Term) -> Value:
+        activations = self.view(term.args[2])
+        weights = self.view(term.args[3])
+        act_type = self.arg_type(term, 2)
+        if act_type.dtype == "i8":
+            # No access dims: merging zero dims gives M = 1.
+            a = merge_dims(activations, [len(act_type.shape), 1])
+            return self.gemm(term, a, weights)
+        # Not int8: the array cannot run it; the host computes the same product.
+        rank = len(act_type.shape)
+        outputs = weights.shape[1]
+        left = expand(activations, rank, [outputs])
+        right = expand(transpose(weights, (1, 0)), 0, act_type.shape)
+        dst = self.result_buffer(term, "systolic")
+        members = self.operands(dst, [left, right], 1)
+        self.emit(Dot(self.note, dst, tuple(members), 1))
+        return dst
+
+    _systolic_array_with_blocking = _systolic_array
+
+    # -- the result --
+    def finish(self) -> LoweredProgram:
+        root = self.program.root
+        self.note = "the result"
+        view = self.view(root)  # a view's logical shape is always its term's full shape
+        shape = self.access_type(root).full
+        buffer = self.buffers[view.buffer]
+        whole = view.offset == 0 and view.is_row_major() and buffer.elements == math.prod(shape)
+        if whole and buffer.kind == ACTIVATION:
+            # Glow's copy propagation: the last value is computed straight into the output.
+            self.buffers[view.buffer] = replace(buffer, kind=OUTPUT, shape=shape)
+            output = view.buffer
+        else:
+            base = self.program.names.get(root, "output")
+            dst = self.new_buffer(base, buffer.dtype, shape, OUTPUT, auto=False)
+            self.emit(Copy("the result: copy into the output placeholder", dst, view))
+            output = dst.buffer
+        return LoweredProgram(self.live_buffers(output), self.instructions, output, shape)
+
+    def live_buffers(self, output: str) -> dict[str, Buffer]:
+        """Drop buffers no instruction touches (weights used only in packed form), but keep
+        every declared input: the harness takes each one by name."""
+        used = {output} | {view.buffer for instruction in self.instructions
+                           for view in (instruction.writes(), *instruction.reads())}
+        buffers = {name: buf for name, buf in self.buffers.items()
+                   if name in used or buf.kind == INPUT}
+        for decl in self.program.inputs():
+            if not any(buf.tensor == decl.name for buf in buffers.values()):
+                view = self.new_buffer(decl.name, decl.dtype, decl.shape, INPUT, auto=False,
+                                       tensor=decl.name)
+                buffers[view.buffer] = self.buffers[view.buffer]
+        return buffers
+
+
+def _rename_view(view: View, old: str, new: str) -> View:
+    return replace(view, buffer=new) if view.buffer == old else view
+
+
+def _rename_value(value: Value, old: str, new: str) -> Value:
+    if isinstance(value, View):
+        return _rename_view(value, old, new)
+    return replace(value, left=_rename_view(value.left, old, new),
+                   right=_rename_view(value.right, old, new))
+
+
+def _rename(instruction: Instruction, old: str, new: str) -> Instruction:
+    changes: dict[str, object] = {}
+    for name, current in vars(instruction).items():
+        if isinstance(current, View):
+            changes[name] = _rename_view(current, old, new)
+        elif isinstance(current, tuple) and current and isinstance(current[0], View):
+            changes[name] = tuple(_rename_view(v, old, new) for v in current)
+    return replace(instruction, **changes)  # type: ignore[arg-type]
+
+
+def lower_program(program: Program, types: TypeTable,
+                  options: LowerOptions | None = None) -> LoweredProgram:
+    """The buffer-level program computing `program`'s result."""
+    return _Lowerer(program, types, options or LowerOptions()).lower()
+
+
+# -- debugging ------------------------------------------------------------------------
+
+
+def format_lowered(lowered: LoweredProgram) -> str:
+    """One line per buffer, then one per instruction: `kind dst <- operands  ; note`."""
+    lines = [f"{b.kind:10} {b.name}: {b.dtype}{list(b.shape)}" for b in lowered.buffers.values()]
+    for index, instruction in enumerate(lowered.instructions):
+        fields = {k: v for k, v in vars(instruction).items() if k != "note"}
+        dst = fields.pop("dst")
+        rest = ", ".join(f"{k}={_field_text(v)}" for k, v in fields.items())
+        lines.append(f"{index:3} {type(instruction).__name__.lower():8} {dst} <- {rest}"
+                     f"  ; {instruction.note}")
+    lines.append(f"output {lowered.output}")
+    return "\n".join(lines)
+
+
+def _field_text(value: object) -> str:
+    if isinstance(value, tuple):
+        return "(" + ", ".join(_field_text(v) for v in value) + ")"
+    if isinstance(value, ComputeOp):
+        return value.name + ("" if not value.params else str(list(value.params)))
+    return str(value)
+
+
+def constant_array(buffer: Buffer, weights: dict[str, Array]) -> Array:
+    """The data of a constant buffer (a weight, a literal, or a compile-time packed view)."""
+    source = buffer.source
+    assert buffer.kind == CONSTANT and source is not None
+    dtype = NUMPY_DTYPES[buffer.dtype]
+    if source.tensor is not None:
+        return np.ascontiguousarray(weights[source.tensor], dtype=dtype)
+    if source.literal is not None:
+        return np.array(source.literal, dtype=dtype)
+    assert source.packed is not None and source.packed_from is not None
+    flat = constant_array(source.packed_from, weights).reshape(-1)
+    return view_array(source.packed, flat).reshape(buffer.shape)

@@ -1,0 +1,319 @@
+"""Lowering: the view algebra against numpy, and what each lowering rule produces.
+
+End-to-end equivalence of lowered programs (through C) is in test_emit.py; here each rule's
+shape is checked: which constructs stay views, which copy, what fuses, what is shared.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from conftest import EXAMPLES, make_program
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from glensidec import builders as b
+from glensidec.lower import (
+    CONSTANT,
+    OUTPUT,
+    ArrayGemm,
+    Axis,
+    Copy,
+    Dot,
+    Fill,
+    Fold,
+    LoweredProgram,
+    LowerOptions,
+    Map,
+    View,
+    broadcast,
+    canonical,
+    constant_array,
+    contiguous,
+    format_lowered,
+    lower_program,
+    merge_dims,
+    refine,
+    regroup,
+    select,
+    slice_view,
+    transpose,
+    view_array,
+    windows,
+)
+from glensidec.syntax import read_program
+from glensidec.terms import Program
+from glensidec.typecheck import check_program
+
+
+def lower(program: Program, **options: bool) -> LoweredProgram:
+    return lower_program(program, check_program(program), LowerOptions(**options))
+
+
+def kinds(lowered: LoweredProgram) -> list[str]:
+    return [type(i).__name__ for i in lowered.instructions]
+
+
+# -- the view algebra against numpy ---------------------------------------------------
+
+shapes = st.lists(st.integers(1, 5), min_size=1, max_size=4).map(tuple)
+
+
+def _base(shape: tuple[int, ...]) -> tuple[View, np.ndarray]:
+    flat = np.arange(math.prod(shape) + 7, dtype=np.int32)
+    return View("t", 7, contiguous("t", shape).dims), flat
+
+
+@given(shapes, st.randoms(use_true_random=False))
+@settings(max_examples=60, deadline=None)
+def test_transpose_slice_select_broadcast_match_numpy(shape: tuple[int, ...], random: object
+                                                      ) -> None:
+    import random as random_module
+    assert isinstance(random, random_module.Random)
+    view, flat = _base(shape)
+    expected = flat[7:].reshape(shape)
+    permutation = list(range(len(shape)))
+    random.shuffle(permutation)
+    view, expected = transpose(view, permutation), expected.transpose(permutation)
+    axis = random.randrange(len(shape))
+    low = random.randrange(expected.shape[axis])
+    high = random.randrange(low + 1, expected.shape[axis] + 1)
+    sliced = slice_view(view, axis, low, high)
+    assert sliced is not None  # a single-axis dim always slices
+    index = [slice(None)] * len(shape)
+    index[axis] = slice(low, high)
+    view, expected = sliced, expected[tuple(index)]
+    np.testing.assert_array_equal(view_array(view, flat), expected)
+    pick = random.randrange(expected.shape[0])
+    np.testing.assert_array_equal(view_array(select(view, 0, pick), flat), expected[pick])
+    target = tuple(d if d != 1 else 3 for d in expected.shape)
+    np.testing.assert_array_equal(view_array(broadcast(view, target), flat),
+                                  np.broadcast_to(expected, target))
+
+
+@given(shapes, shapes, st.randoms(use_true_random=False))
+@settings(max_examples=80, deadline=None)
+def test_regroup_is_a_row_major_reshape_or_refuses(shape: tuple[int, ...],
+                                                   target_seed: tuple[int, ...],
+                                                   random: object) -> None:
+    """A reshape of a transposed view: exact when regroup answers, None only when no
+    strides can express it (then the lowerer copies)."""
+    import random as random_module
+    assert isinstance(random, random_module.Random)
+    view, flat = _base(shape)
+    permutation = list(range(len(shape)))
+    random.shuffle(permutation)
+    view = transpose(view, permutation)
+    expected = flat[7:].reshape(shape).transpose(permutation)
+    size = math.prod(shape)
+    target = _factor(size, target_seed)
+    result = regroup(view, target)
+    if result is not None:
+        np.testing.assert_array_equal(view_array(result, flat), expected.reshape(target))
+    if permutation == sorted(permutation):
+        assert result is not None  # a contiguous buffer reshapes to anything
+
+
+def _factor(size: int, seed: tuple[int, ...]) -> tuple[int, ...]:
+    """A shape with `size` elements, shaped by `seed`."""
+    dims = []
+    for dim in seed:
+        if size % dim == 0:
+            dims.append(dim)
+            size //= dim
+    return (*dims, size)
+
+
+def test_flattening_an_im2col_window_view_stays_a_view() -> None:
+    view, flat = _base((3, 6, 6))
+    patches = windows(view, 0, (3, 3, 3), (1, 1, 1))  # ((),(3,6,6)) → ((1,4,4),(3,3,3))
+    assert patches is not None
+    matrix = merge_dims(patches, [3, 3])  # the im2col matrix ((16),(27))
+    assert matrix.shape == (16, 27)
+    data = flat[7:].reshape(3, 6, 6)
+    expected = np.stack([data[:, i:i + 3, j:j + 3].reshape(27) for i in range(4)
+                         for j in range(4)])
+    np.testing.assert_array_equal(view_array(matrix, flat), expected)
+
+
+def test_windows_with_strides_match_numpy() -> None:
+    view, flat = _base((2, 9, 8))
+    result = windows(view, 1, (3, 2), (2, 3))
+    assert result is not None
+    data = flat[7:].reshape(2, 9, 8)
+    expected = np.lib.stride_tricks.sliding_window_view(data, (3, 2), axis=(1, 2))[:, ::2, ::3]
+    np.testing.assert_array_equal(view_array(result, flat), expected)
+
+
+@given(st.lists(st.lists(st.sampled_from([2, 3, 4, 6]), min_size=0, max_size=3),
+                min_size=2, max_size=3))
+@settings(max_examples=100, deadline=None)
+def test_refine_walks_every_group_in_lockstep(factorisations: list[list[int]]) -> None:
+    """Groups of equal size, strides row-major in an arbitrary order: refinement, when it
+    exists, visits the same logical elements through every group."""
+    sizes = [math.prod(f) for f in factorisations]
+    groups = []
+    for factors in factorisations:
+        # pad every group to the largest size with a leading factor, when it divides
+        scale = max(sizes) // math.prod(factors) if max(sizes) % math.prod(factors) == 0 else 0
+        if not scale:
+            return
+        factors = [scale, *factors] if scale > 1 else factors
+        groups.append(canonical(Axis(size, math.prod(factors[i + 1:]))
+                                for i, size in enumerate(factors)))
+    refined = refine(groups)
+    if refined is None:
+        return
+    assert len({tuple(a.size for a in axes) for axes in refined}) == 1
+
+    def addresses(axes: list[Axis]) -> list[int]:
+        out = [0]
+        for axis in axes:
+            out = [a + i * axis.stride for a in out for i in range(axis.size)]
+        return out
+    for group, axes in zip(groups, refined, strict=True):
+        assert addresses(axes) == addresses(list(group))
+
+
+def test_refine_refuses_incompatible_cuts() -> None:
+    three_by_four = (Axis(3, 4), Axis(4, 1))
+    four_by_three = (Axis(4, 3), Axis(3, 1))
+    assert refine([three_by_four, four_by_three]) is None
+    assert refine([three_by_four, (Axis(12, 1),)]) is not None
+
+
+# -- lowering rules -------------------------------------------------------------------
+
+
+def test_pure_reviews_lower_to_one_instruction_over_a_strided_view() -> None:
+    """transpose, squeeze, windows, insert-axis, broadcast, access: no copy at all."""
+    x = b.tensor("x")
+    windowed = b.op("access-windows", b.access(x, 1), b.shape(4, 3), b.shape(2, 1))
+    moved = b.transpose(b.op("access-squeeze", windowed, 1), 2, 0, 1, 3)
+    root = b.compute("relu", b.op("access-insert-axis", moved, 1))
+    lowered = lower(make_program(root, {"x": ((1, 4, 7), "f32")}))
+    assert kinds(lowered) == ["Map"]
+    (instruction,) = lowered.instructions
+    assert isinstance(instruction, Map)
+    assert instruction.src.buffer == "t_x" and not instruction.src.is_row_major()
+
+
+def test_a_reshape_strides_cannot_express_copies_once() -> None:
+    root = b.compute("relu", b.reshape(b.transpose(b.tensor("x"), 1, 0), (2,), (3,)))
+    lowered = lower(make_program(root, {"x": ((2, 3), "i16")}))
+    assert kinds(lowered) == ["Copy", "Map"]
+    assert "not expressible as a view" in lowered.instructions[0].note
+
+
+def test_pad_fills_borders_and_copies_the_interior() -> None:
+    root = b.compute("relu", b.pad(b.access(b.tensor("x"), 1), 1, 2, 1, "min-padding"))
+    lowered = lower(make_program(root, {"x": ((3, 4), "i8")}))
+    assert kinds(lowered) == ["Fill", "Fill", "Copy", "Map"]
+    fills = [i for i in lowered.instructions if isinstance(i, Fill)]
+    assert [f.dst.shape for f in fills] == [(3, 2), (3, 1)] and all(f.minimum for f in fills)
+
+
+def test_pair_and_product_fuse_into_their_compute() -> None:
+    x, y = b.access(b.tensor("x"), 1), b.access(b.tensor("y"), 1)
+    tensors: dict[str, tuple[tuple[int, ...], str]] = {"x": ((4, 6), "i8"), "y": ((4, 6), "i8")}
+    added = lower(make_program(b.compute("elementwise-add", b.op("access-pair", x, y)), tensors))
+    assert kinds(added) == ["Fold"]
+    assert isinstance(added.instructions[0], Fold)
+    assert [m.buffer for m in added.instructions[0].members] == ["t_x", "y"]
+    on_array = lower(make_program(b.matmul(x, y), tensors))
+    assert kinds(on_array) == ["Copy", "ArrayGemm"]  # y's rows become B's columns: packed
+    assert "pack operand B" in on_array.instructions[0].note
+    on_host = lower(make_program(b.matmul(x, y), tensors), offload_i8_gemm=False)
+    assert kinds(on_host) == ["Dot"]
+    tensors = {"x": ((4, 6), "f32"), "y": ((4, 6), "f32")}
+    floats = lower(make_program(b.matmul(x, y), tensors))
+    assert kinds(floats) == ["Dot"]
+    assert isinstance(floats.instructions[0], Dot) and floats.instructions[0].reduce_rank == 1
+
+
+def test_an_unfused_pair_is_materialised() -> None:
+    x = b.access(b.tensor("x"), 1)
+    root = b.compute("relu", b.op("access-pair", x, x))
+    lowered = lower(make_program(root, {"x": ((3, 5), "f32")}))
+    assert kinds(lowered) == ["Copy", "Copy", "Map"]
+
+
+def test_common_subterms_are_computed_once() -> None:
+    activated = b.compute("relu", b.access(b.tensor("x"), 1))
+    doubled = b.compute("elementwise-add", b.op("access-pair", activated, activated))
+    root = b.compute("elementwise-mul", b.op("access-pair", doubled, activated))
+    lowered = lower(make_program(root, {"x": ((8, 8), "i32")}))
+    assert kinds(lowered) == ["Map", "Fold", "Fold"]
+
+
+def test_im2col_convolution_packs_the_window_view_once_and_calls_the_array() -> None:
+    program = read_program(EXAMPLES / "small_cnn.gs")
+    lowered = lower(program)
+    calls = lowered.array_calls()
+    assert [(c.m, c.k, c.n) for c in calls] == [(8, 9, 256), (1, 512, 10)]
+    packs = [i for i in lowered.instructions if isinstance(i, Copy) and "pack" in i.note]
+    assert len(packs) == 1  # the im2col matrix; the dense weights are packed at compile time
+    # no copies besides the padding interiors and that pack: every re-view is a view
+    copies = [i for i in lowered.instructions if isinstance(i, Copy)]
+    assert len(copies) == 3
+
+
+def test_constant_operands_are_packed_at_compile_time() -> None:
+    program = read_program(EXAMPLES / "small_cnn.gs")
+    lowered = lower(program)
+    dense = next(c for c in lowered.array_calls() if c.k == 512)
+    assert isinstance(dense, ArrayGemm)
+    packed = lowered.buffers[dense.b.buffer]
+    assert packed.kind == CONSTANT and packed.shape == (512, 10)
+    weights = {"dense_w": np.arange(5120, dtype=np.int8).reshape(10, 512)}
+    np.testing.assert_array_equal(constant_array(packed, weights), weights["dense_w"].T)
+    # the unpacked original is no longer needed at run time
+    assert "dense_w" not in lowered.buffers
+
+
+def test_buffers_are_named_after_lets_and_ops() -> None:
+    lowered = lower(read_program(EXAMPLES / "resnet_block.gs"))
+    names = set(lowered.buffers)
+    assert {"conv1", "conv1_biased", "hidden", "conv2", "skip", "block_sum", "x"} - names == \
+        {"x"}  # `x` is a loop-index name in the C code, so the tensor's buffer is t_x
+    assert "t_x" in names
+    assert lowered.buffers[lowered.output].kind == OUTPUT
+    assert {"relu", "requantize", "requantize_1", "padded", "padded_1"} <= names
+
+
+def test_the_result_is_computed_in_place_or_copied_once() -> None:
+    relu = b.compute("relu", b.access(b.tensor("x"), 1))
+    in_place = lower(make_program(relu, {"x": ((3, 4), "f32")}))
+    assert kinds(in_place) == ["Map"] and in_place.output == "relu"
+    view_of_input = lower(make_program(b.transpose(b.tensor("x"), 1, 0), {"x": ((3, 4), "f32")}))
+    assert kinds(view_of_input) == ["Copy"]
+    assert view_of_input.buffers[view_of_input.output].shape == (4, 3)
+
+
+def test_format_lowered_prints_every_buffer_and_instruction() -> None:
+    lowered = lower(read_program(EXAMPLES / "small_cnn.gs"))
+    text = format_lowered(lowered)
+    assert len(text.splitlines()) == len(lowered.buffers) + len(lowered.instructions) + 1
+    assert "arraygemm conv@0[8:256,256:1] <- a=conv_w@0[8:9,9:1]" in text
+
+
+def test_every_example_lowers_and_every_view_stays_inside_its_buffer() -> None:
+    programs = [read_program(p) for p in sorted(EXAMPLES.glob("*.gs"))]
+    programs += [read_program(p, p.with_suffix(".json"))
+                 for p in sorted((EXAMPLES / "glenside").glob("*.glenside"))]
+    for program in programs:
+        lowered = lower(program)
+        for instruction in lowered.instructions:
+            for view in (instruction.writes(), *instruction.reads()):
+                _assert_in_bounds(view, lowered.buffers[view.buffer].elements)
+
+
+def _assert_in_bounds(view: View, elements: int) -> None:
+    axes = view.axes()
+    lowest = view.offset + sum((a.size - 1) * a.stride for a in axes if a.stride < 0)
+    highest = view.offset + sum((a.size - 1) * a.stride for a in axes if a.stride > 0)
+    assert lowest >= 0 and highest < elements, (view, elements)
+
+
+
