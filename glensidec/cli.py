@@ -91,8 +91,9 @@ def fmt(program: Path, shapes: Path | None, in_place: bool) -> None:
 @SHAPES
 @click.option("--array", "array_size", required=True, metavar="RxC",
               help="The systolic array to map onto, e.g. 16x16.")
-@click.option("--emit", type=click.Choice(["rewritten", "egraph"]), default="rewritten",
-              show_default=True, help="The extracted program, or the e-graph (graphviz).")
+@click.option("--emit", type=click.Choice(["c", "rewritten", "egraph"]),
+              help="What to write: the C program (the default with -o), the rewritten "
+                   "program (the default without -o), or the e-graph (graphviz).")
 @click.option("--stats", is_flag=True, help="Report the run and the predicted cycles on stderr.")
 @click.option("--verify", is_flag=True,
               help="Run the original and the rewritten program on random inputs and compare.")
@@ -100,21 +101,24 @@ def fmt(program: Path, shapes: Path | None, in_place: bool) -> None:
 @click.option("--max-enodes", type=click.IntRange(min=1), default=50_000, show_default=True)
 @click.option("--timeout", type=click.FloatRange(min=0), default=10.0, show_default=True,
               metavar="S", help="Seconds of saturation before extracting the best so far.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
-              help="Write here instead of printing (.svg renders the e-graph).")
-def compile_command(program: Path, shapes: Path | None, array_size: str, emit: str,
+@click.option("-o", "--output", type=click.Path(path_type=Path),
+              help="OUTDIR for the C program; a file for --emit rewritten|egraph "
+                   "(.svg renders the e-graph).")
+def compile_command(program: Path, shapes: Path | None, array_size: str, emit: str | None,
                     stats: bool, verify: bool, iterations: int, max_enodes: int,
                     timeout: float, output: Path | None) -> None:
-    """Rewrite PROGRAM onto an RxC systolic array and print the fastest program found."""
-    from .extract import (
-        compile_program,
-        egraph_dot,
-        egraph_svg,
-        parse_array_size,
-        validate,
-    )
+    """Map PROGRAM onto an RxC systolic array; write the C program to OUTDIR.
+
+    `make -C OUTDIR` builds OUTDIR/model; `make -C OUTDIR sim` co-simulates it on the RTL.
+    Without -o, print the rewritten program instead.
+    """
+    from .emit import compile_to_directory
+    from .extract import compile_program, egraph_dot, egraph_svg, parse_array_size, validate
     from .rewrite import Limits
 
+    emit = emit or ("c" if output is not None else "rewritten")
+    if emit == "c" and output is None:
+        raise click.UsageError("--emit c writes a directory: give -o OUTDIR")
     config = parse_array_size(array_size)
     parsed = _load(program, shapes)
     compiled = compile_program(parsed, config, Limits(iterations, max_enodes, timeout))
@@ -124,11 +128,19 @@ def compile_command(program: Path, shapes: Path | None, array_size: str, emit: s
     if verify:
         validate(parsed, compiled.program)
         click.echo("verified: the rewritten program computes the same result", err=True)
+    if emit == "c":
+        assert output is not None
+        result = compile_to_directory(compiled.program, check_program(compiled.program), output,
+                                      config)
+        click.echo(f"wrote {output}: {len(result.lowered.instructions)} instructions, "
+                   f"predicted array cycles {result.predicted_cycles}")
+        return
     if emit == "egraph":
         text = egraph_dot(compiled.graph)
         text = egraph_svg(text) if output is not None and output.suffix == ".svg" else text
     else:
-        text = format_program(compiled.program)
+        rewritten = compiled.program if output is None else compiled.program.moved_to(output)
+        text = format_program(rewritten)
     if output is not None:
         output.write_text(text)
     else:

@@ -9,7 +9,8 @@ subterms is a DAG and every stage can memoise per term.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import os
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TypeAlias
 
@@ -125,3 +126,13 @@ class Program:
         """Where a weight's data file is: its path is relative to the program's folder."""
         assert decl.source is not None
         return Path(self.path).parent / decl.source
+
+    def moved_to(self, path: str | Path) -> Program:
+        """The same program saved as `path`: weight paths re-pointed from its new folder."""
+        folder = Path(path).resolve().parent
+        tensors = {
+            name: replace(decl, source=os.path.relpath(self.weight_path(decl).resolve(), folder))
+            if decl.role == "weight" else decl
+            for name, decl in self.tensors.items()
+        }
+        return replace(self, path=str(path), tensors=tensors)

@@ -112,3 +112,44 @@ def test_input_given_twice_is_an_error(tmp_path: Path) -> None:
     option = f"image={tmp_path / 'image.npy'}"
     done = glensidec("run", EXAMPLES / "small_cnn.gs", "--input", option, "--input", option)
     assert (done.returncode, done.stderr) == (1, "error: input 'image' is given twice\n")
+
+
+def test_compile_to_c_matches_the_interpreter(tmp_path: Path) -> None:
+    outdir = tmp_path / "cnn"
+    done = glensidec("compile", EXAMPLES / "small_cnn.gs", "--array", "8x8", "-o", outdir)
+    assert done.returncode == 0, done.stderr
+    subprocess.run(["make", "-s", "-C", str(outdir), "OPT=-O0"], check=True, timeout=120)
+    program = read_program(EXAMPLES / "small_cnn.gs")
+    image = random_inputs(program, seed=9)["image"]
+    np.save(tmp_path / "image.npy", image)
+    ran = subprocess.run([str(outdir / "model"), f"image={tmp_path / 'image.npy'}",
+                          "-o", str(tmp_path / "out.npy")], capture_output=True, text=True,
+                         timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    assert "predicted array cycles:" in ran.stdout
+    expected = run_program(program, all_tensors(program, {"image": image}))
+    np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), expected)
+
+
+def test_compile_rewritten_program_elsewhere_still_finds_its_weights(tmp_path: Path) -> None:
+    target = tmp_path / "deep" / "rewritten.gs"
+    target.parent.mkdir()
+    done = glensidec("compile", EXAMPLES / "small_cnn.gs", "--array", "16x16",
+                     "--emit", "rewritten", "-o", target)
+    assert done.returncode == 0, done.stderr
+    assert "systolic-array" in target.read_text()
+    checked = glensidec("run", target, "--random-inputs", "2", "-o", tmp_path / "a.npy")
+    original = glensidec("run", EXAMPLES / "small_cnn.gs", "--random-inputs", "2",
+                         "-o", tmp_path / "b.npy")
+    assert checked.returncode == 0 and original.returncode == 0, checked.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "a.npy"), np.load(tmp_path / "b.npy"))
+
+
+def test_failed_compile_leaves_no_output_directory(tmp_path: Path) -> None:
+    program = tmp_path / "prog.gs"
+    program.write_text('(weight w i8 (shape 4 4) "missing.npy")\n'
+                       "(compute relu (access-tensor w))\n")
+    done = glensidec("compile", program, "--array", "4x4", "-o", tmp_path / "out")
+    assert done.returncode == 1
+    assert "file not found" in done.stderr and "Traceback" not in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["prog.gs"]
