@@ -147,6 +147,18 @@ def compile_command(program: Path, shapes: Path | None, array_size: str, emit: s
         click.echo(text, nl=False)
 
 
+def _register_front_ends() -> None:
+    # The importer and the quantizer define their own commands next to their code.
+    from .importer import import_command
+    from .quantize import quantize_command
+
+    cli.add_command(import_command)
+    cli.add_command(quantize_command)
+
+
+_register_front_ends()
+
+
 def main() -> None:
     try:
         cli.main(standalone_mode=False)

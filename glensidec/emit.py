@@ -15,8 +15,10 @@ deterministic: compiling the same program twice gives byte-identical files.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -53,7 +55,7 @@ from .lower import (
 from .plan import MemoryPlan, plan_memory
 from .resources import resource_dir
 from .terms import Program
-from .typecheck import TypeTable
+from .typecheck import DTYPE_RANGES, TypeTable
 
 C_TYPES = {"i8": "int8_t", "i16": "int16_t", "i32": "int32_t", "f32": "float"}
 NPY_DESCR = {"i8": "<i1", "i16": "<i2", "i32": "<i4", "f32": "<f4"}
@@ -277,13 +279,28 @@ def map_expression(op: str, params: Sequence[int | float | str], x: str, source:
     if op == "sqrt":
         return f"sqrtf({x})"
     if op == "clip":
-        low, high = (str(int(p)) if integer else _float(p) for p in params)
-        return f"({x} < {low} ? {low} : ({x} > {high} ? {high} : {x}))"
+        return clip_expression(x, params, source)
     if op == "cast":
         return cast_expression(x, source, result)
     assert op == "requantize", op
     multiplier, pre, post, zero_point = (int(p) for p in params)
     return f"gs_requantize((int64_t){x}, {multiplier}, {pre}, {post}, {zero_point})"
+
+
+def clip_expression(x: str, params: Sequence[int | float | str], dtype: str) -> str:
+    """Clamp to [low, high]; a bound at the dtype's own limit is no comparison at all
+    (gcc rejects an always-false `x > 127` on an int8_t under -Wextra -Werror)."""
+    if dtype == "f32":
+        low, high = (_float(p) for p in params)
+        return f"({x} < {low} ? {low} : ({x} > {high} ? {high} : {x}))"
+    low_value, high_value = (int(p) for p in params)
+    dtype_low, dtype_high = DTYPE_RANGES[dtype]
+    expression = x
+    if high_value < dtype_high:
+        expression = f"({expression} > {high_value} ? {high_value} : {expression})"
+    if low_value > dtype_low:
+        expression = f"({x} < {low_value} ? {low_value} : {expression})"
+    return expression
 
 
 def cast_expression(x: str, source: str, result: str) -> str:
@@ -391,6 +408,7 @@ def render_files(program: Program, lowered: LoweredProgram, plan: MemoryPlan,
     placeholders = _placeholders(lowered, plan)
     context = {
         "source": Path(program.path).name, "rows": config.rows, "cols": config.cols,
+        "python": sys.executable,
         "in_width": config.in_width, "acc_width": config.acc_width,
         "acc_depth": config.acc_depth,
         "constants_size": plan.constants_size, "mutable_size": plan.mutable_size,
@@ -411,7 +429,29 @@ def render_files(program: Program, lowered: LoweredProgram, plan: MemoryPlan,
     files = {name: environment.get_template(name + ".j2").render(context).encode()
              for name in TEMPLATES}
     files["weights.bin"] = weights_blob(lowered, plan, weights)
+    files["cosim.json"] = cosim_manifest(program, lowered, config).encode()
     return files
+
+
+def cosim_manifest(program: Program, lowered: LoweredProgram, config: ArrayConfig) -> str:
+    """What `make sim` needs to know: the array, and every call the program makes to it.
+
+    Float products cannot run on the int8 array; they are listed so co-simulation can say
+    so instead of silently simulating nothing.
+    """
+    float_products = sum(
+        1 for instruction in lowered.instructions
+        if isinstance(instruction, Dot)
+        and lowered.buffer_of(instruction.dst).dtype == "f32")
+    manifest = {
+        "source": Path(program.path).name,
+        "array": {"rows": config.rows, "cols": config.cols, "in_width": config.in_width,
+                  "acc_width": config.acc_width, "acc_depth": config.acc_depth},
+        "array_calls": [[call.m, call.k, call.n] for call in lowered.array_calls()],
+        "float_products": float_products,
+        "inputs": [decl.name for decl in program.inputs()],
+    }
+    return json.dumps(manifest, indent=2) + "\n"
 
 
 def write_directory_atomically(outdir: Path, files: dict[str, bytes]) -> None:

@@ -13,7 +13,7 @@ as any f32 implementation it is compared with.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Set
 from dataclasses import dataclass
 from typing import Any
 
@@ -410,43 +410,63 @@ def _lazy_products(root: Term) -> set[Term]:
     }
 
 
-def evaluate(root: Term, types: TypeTable, tensors: dict[str, Array]) -> Array:
-    """The value of `root`, given every tensor it names."""
+def evaluate_all(root: Term, types: TypeTable, tensors: dict[str, Array],
+                 given: dict[Term, Array] | None = None,
+                 visit: Callable[[Term, Array], None] | None = None) -> dict[Term, Array]:
+    """The value of every access subterm of `root`, given every tensor it names.
+
+    `given` terms take the value given instead of being computed (the quantizer replays a
+    layer on chosen inputs); `visit(term, value)` sees each computed value (profiling).
+    """
+    given = given or {}
     values: dict[Term, Array] = {}
     lazy = _lazy_products(root)
     for term in postorder(root):
-        construct = K.CONSTRUCTS[term.op]
-        if construct.result != K.ACCESS or term in lazy:
+        if K.CONSTRUCTS[term.op].result != K.ACCESS or term in lazy:
             continue
-        result = types[term]
-        assert isinstance(result, AccessType)
-        if term.op == "compute" and isinstance(term.args[1], Term) and term.args[1] in lazy:
-            product = term.args[1]
-            left, right = product.args
-            assert isinstance(left, Term) and isinstance(right, Term)
-            left_type, right_type = types[left], types[right]
-            assert isinstance(left_type, AccessType) and isinstance(right_type, AccessType)
-            values[term] = _dot_of_cartesian_product(values[left], values[right], left_type,
-                                                     right_type)
+        if term in given:
+            values[term] = given[term]
             continue
-        call_values: list[Any] = []
-        for arg in term.args:
-            if isinstance(arg, Term):
-                kind = K.CONSTRUCTS[arg.op].result
-                call_values.append(values[arg] if kind == K.ACCESS else types[arg])
-            elif term.op == "access-tensor":
-                call_values.append(tensors[str(arg)])
-            else:
-                call_values.append(str(arg) if not isinstance(arg, (int, float, ComputeOp))
-                                   else arg)
-        arg_types = [types[a] if isinstance(a, Term) else a for a in term.args]
-        value = IMPLS[term.op](Call(call_values, arg_types, result))  # type: ignore[arg-type]
-        assert value.shape == result.full, (term.op, value.shape, result.full)
-        values[term] = value
+        values[term] = apply_term(term, types, values, tensors, lazy)
+        if visit is not None:
+            visit(term, values[term])
+    return values
+
+
+def apply_term(term: Term, types: TypeTable, values: dict[Term, Array],
+               tensors: dict[str, Array], lazy: Set[Term] = frozenset()) -> Array:
+    """One construct applied to its arguments' values (`values` holds the access ones);
+    `lazy` cartesian products were never materialised and are fused into their dot-product."""
+    result = types[term]
+    assert isinstance(result, AccessType)
+    product = term.args[1] if term.op == "compute" else None
+    if isinstance(product, Term) and product in lazy:
+        left, right = product.children()
+        left_type, right_type = types[left], types[right]
+        assert isinstance(left_type, AccessType) and isinstance(right_type, AccessType)
+        return _dot_of_cartesian_product(values[left], values[right], left_type, right_type)
+    call_values: list[Any] = []
+    for arg in term.args:
+        if isinstance(arg, Term):
+            kind = K.CONSTRUCTS[arg.op].result
+            call_values.append(values[arg] if kind == K.ACCESS else types[arg])
+        elif term.op == "access-tensor":
+            call_values.append(tensors[str(arg)])
+        else:
+            call_values.append(arg if isinstance(arg, (int, float, ComputeOp)) else str(arg))
+    arg_types = [types[a] if isinstance(a, Term) else a for a in term.args]
+    value = IMPLS[term.op](Call(call_values, arg_types, result))  # type: ignore[arg-type]
+    assert value.shape == result.full, (term.op, value.shape, result.full)
+    return value
+
+
+def evaluate(root: Term, types: TypeTable, tensors: dict[str, Array]) -> Array:
+    """The value of `root`, given every tensor it names."""
     root_type = types[root]
     assert isinstance(root_type, AccessType)
+    value = evaluate_all(root, types, tensors)[root]
     # ascontiguousarray would turn a scalar result into shape (1,): keep the typed shape.
-    return np.ascontiguousarray(values[root]).reshape(root_type.full)
+    return np.ascontiguousarray(value).reshape(root_type.full)
 
 
 def run_program(program: Program, tensors: dict[str, Array],

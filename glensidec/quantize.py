@@ -1,0 +1,1044 @@
+"""Profile-guided post-training int8 quantization, in Glow's style (docs/import.md).
+
+1. **Profile**: run the float program in the interpreter over calibration data and record the
+   min/max of every computed tensor (keyed by the term's position in the program), with a
+   hash of the program so a profile is never applied to a changed one.
+2. **Quantize**: walk the float program once, children first, and give every term an integer
+   counterpart:
+   - `Q8`: an i8 tensor with `real = scale·(q − zero_point)`;
+   - `Acc`: an i32 accumulator with `real = scale·(acc + offset)`, where `scale` and `offset`
+     are arrays of the tensor's full shape (per-channel scales, biases and zero-point
+     corrections are all just entries of them); data movement applies to them as to the
+     tensor, a constant add changes `offset`, a constant multiply changes `scale`;
+   - `Const`: a value computed from weights only (folded at quantization time);
+   - `Host`: an f32 tensor computed after dequantization (softmax).
+   An `Acc` becomes `Q8` ("materialized") where something needs i8: one integer add of its
+   `offset` (bias and zero-point corrections, i32) and one requantization, with a single
+   multiplier (`requantize`) or one per channel (`requantize-per-channel`).
+The result is an ordinary integer program: matmuls and convolutions stay dot-products over
+cartesian products (or pairs, depthwise) of i8 operands, accumulating in i32.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import click
+import numpy as np
+
+from . import builders as B
+from . import constructs as K
+from .data import load_weights, read_npy
+from .errors import GlensideError
+from .interp import NUMPY_DTYPES, apply_term, evaluate_all
+from .syntax import format_program, read_program
+from .terms import ComputeOp, Program, Symbol, TensorDecl, Term, postorder
+from .typecheck import AccessType, TypeTable, check_program, infer
+
+Array = np.ndarray[Any, Any]
+PROFILE_FORMAT = "glensidec-profile"
+PROFILE_VERSION = 1
+
+# Constructs that only move data: the same op applies to a quantized tensor unchanged.
+DATA_MOVEMENT = {"access", "access-transpose", "access-reshape", "access-flatten",
+                 "access-squeeze", "access-insert-axis", "access-broadcast", "access-slice",
+                 "access-shift-right", "access-move-axis", "access-pad", "access-windows"}
+# ... and those an accumulator can go through with its scale and offset arrays alongside.
+ACC_MOVEMENT = DATA_MOVEMENT - {"access-pad", "access-windows"}
+PAIRS = {"access-pair", "access-cartesian-product"}
+
+
+# -- evaluating any term, with overrides ---------------------------------------------------
+
+
+def substitute(root: Term, replacements: dict[Term, Term]) -> Term:
+    """`root` with every occurrence of a key replaced by its value."""
+    rebuilt: dict[Term, Term] = {}
+    for term in postorder(root):
+        if term in replacements:
+            rebuilt[term] = replacements[term]
+            continue
+        args = tuple(rebuilt[a] if isinstance(a, Term) else a for a in term.args)
+        rebuilt[term] = Term(term.op, args)
+    return rebuilt[root]
+
+
+# -- profiles ---------------------------------------------------------------------------------
+
+
+def program_hash(program: Program, weights: dict[str, Array]) -> str:
+    """sha256 of the canonical text and of every weight's bytes."""
+    digest = hashlib.sha256(format_program(program).encode())
+    for name in sorted(weights):
+        digest.update(name.encode() + b"\0" + np.ascontiguousarray(weights[name]).tobytes())
+    return digest.hexdigest()
+
+
+def term_keys(program: Program) -> dict[Term, str]:
+    """A stable key per subterm: `t<index>` in postorder (names added for readers)."""
+    return {term: f"t{index}" for index, term in enumerate(postorder(program.root))}
+
+
+def profiled(term: Term, program: Program) -> bool:
+    if term.op == "access-tensor":
+        return program.tensors[str(term.args[0])].role == "input"
+    return term.op in ("compute", "access-concatenate")
+
+
+@dataclass
+class Profile:
+    program_sha256: str
+    samples: int
+    ranges: dict[str, tuple[float, float]]  # term key → (min, max)
+    labels: dict[str, str] = field(default_factory=dict)  # term key → let name / op
+
+    def to_json(self) -> str:
+        tensors = {key: {"min": low, "max": high, "term": self.labels.get(key, "")}
+                   for key, (low, high) in self.ranges.items()}
+        return json.dumps({"format": PROFILE_FORMAT, "version": PROFILE_VERSION,
+                           "program_sha256": self.program_sha256, "samples": self.samples,
+                           "tensors": tensors}, indent=1, sort_keys=True) + "\n"
+
+
+def calibration_batches(program: Program, calibration: dict[str, Array] | str | Path
+                        ) -> list[dict[str, Array]]:
+    """Calibration data as one input dict per sample of the program's declared shapes.
+
+    Each array is either (samples, *shape) or, when the batch axis comes first, its
+    concatenation along axis 0 (samples·N, …).
+    """
+    if not isinstance(calibration, dict):
+        path = Path(calibration)
+        calibration = {decl.name: read_npy(path, decl.name) for decl in program.inputs()}
+    counts = set()
+    split: dict[str, list[Array]] = {}
+    for decl in program.inputs():
+        if decl.name not in calibration:
+            raise GlensideError(f"calibration data has no array for input '{decl.name}' "
+                                f"(it has: {', '.join(sorted(calibration)) or 'none'})")
+        array = np.asarray(calibration[decl.name], dtype=np.float32)
+        if array.shape[1:] == decl.shape:
+            samples = list(array)
+        elif decl.shape and array.ndim == len(decl.shape) and array.shape[1:] == decl.shape[
+                1:] and array.shape[0] % decl.shape[0] == 0:
+            samples = list(array.reshape(-1, *decl.shape))
+        else:
+            raise GlensideError(f"calibration array '{decl.name}' has shape {array.shape}; "
+                                f"expected (samples, {', '.join(map(str, decl.shape))})")
+        split[decl.name] = samples
+        counts.add(len(samples))
+    if len(counts) != 1 or 0 in counts:
+        raise GlensideError(f"calibration arrays disagree on (or have no) samples: {counts}")
+    count = counts.pop()
+    return [{name: samples[i] for name, samples in split.items()} for i in range(count)]
+
+
+def profile(program: Program, calibration: dict[str, Array] | str | Path) -> Profile:
+    """Run the float program on every calibration sample; min/max of every profiled term."""
+    types = check_program(program)
+    weights = load_weights(program)
+    keys = term_keys(program)
+    wanted = {term for term in keys if profiled(term, program)}
+    ranges: dict[str, tuple[float, float]] = {}
+
+    def record(term: Term, value: Array) -> None:
+        if term in wanted and value.dtype.kind == "f" and value.size:
+            key = keys[term]
+            low, high = float(np.min(value)), float(np.max(value))
+            old = ranges.get(key, (low, high))
+            ranges[key] = (min(old[0], low), max(old[1], high))
+
+    batches = calibration_batches(program, calibration)
+    for inputs in batches:
+        evaluate_all(program.root, types, {**weights, **inputs}, visit=record)
+    labels = {keys[t]: str(t.args[0]) if t.op == "access-tensor" else program.names.get(t, t.op)
+              for t in wanted}
+    return Profile(program_hash(program, weights), len(batches), ranges, labels)
+
+
+def save_profile(prof: Profile, path: str | Path) -> None:
+    _write_atomically(Path(path), prof.to_json().encode())
+
+
+def load_profile(path: str | Path, program: Program | None = None) -> Profile:
+    """Read a profile; with `program`, refuse it unless it was made for that very program."""
+    try:
+        raw = json.loads(Path(path).read_text(encoding="utf-8"))
+        if raw.get("format") != PROFILE_FORMAT or raw.get("version") != PROFILE_VERSION:
+            raise ValueError(f"not a {PROFILE_FORMAT} version {PROFILE_VERSION} file")
+        ranges = {k: (float(v["min"]), float(v["max"])) for k, v in raw["tensors"].items()}
+        labels = {k: str(v.get("term", "")) for k, v in raw["tensors"].items()}
+        prof = Profile(str(raw["program_sha256"]), int(raw["samples"]), ranges, labels)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+        raise GlensideError(f"cannot read profile {path}: {error}") from None
+    if program is not None:
+        check_profile(prof, program, load_weights(program), str(path))
+    return prof
+
+
+def check_profile(prof: Profile, program: Program, weights: dict[str, Array],
+                  origin: str = "the profile") -> None:
+    actual = program_hash(program, weights)
+    if prof.program_sha256 != actual:
+        raise GlensideError(f"{origin} was made for a different program (sha256 "
+                            f"{prof.program_sha256[:12]}…, this one is {actual[:12]}…): "
+                            f"profile the program again")
+
+
+# -- quantization parameters -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class QParams:
+    """`real = scale·(q − zero_point)` for q in i8."""
+
+    scale: float
+    zero_point: int
+
+    def quantize(self, real: Array) -> Array:
+        q = np.rint(np.asarray(real, dtype=np.float64) / self.scale) + self.zero_point
+        clipped: Array = np.clip(q, -128, 127).astype(np.int8)
+        return clipped
+
+    def dequantize(self, q: Array) -> Array:
+        return ((np.asarray(q, dtype=np.float64) - self.zero_point) * self.scale).astype(
+            np.float32)
+
+
+def activation_params(low: float, high: float, symmetric: bool) -> QParams:
+    """Glow's parameters: widen [min, max] to include 0; symmetric or asymmetric int8."""
+    low, high = min(low, 0.0), max(high, 0.0)
+    if high - low <= 0.0 or not math.isfinite(high - low):
+        return QParams(1.0, 0)
+    if symmetric:
+        return QParams(max(-low, high) / 127.0, 0)
+    scale = (high - low) / 255.0
+    return QParams(scale, int(np.clip(round(-128 - low / scale), -128, 127)))
+
+
+def weight_scales(weights: Array, per_channel: bool) -> Array:
+    """Symmetric weight scales max|w|/127: one, or one per output channel (axis 0)."""
+    magnitude = np.abs(weights.astype(np.float64))
+    if per_channel and weights.ndim >= 1:
+        peaks = magnitude.reshape(weights.shape[0], -1).max(axis=1)
+    else:
+        peaks = np.array([magnitude.max() if magnitude.size else 0.0])
+    return np.where(peaks > 0, peaks / 127.0, 1.0)
+
+
+@dataclass(frozen=True)
+class Multipliers:
+    """Integer requantization: `(pre, post, m)` with real multiplier ≈ m / 2^post, pre = 0."""
+
+    values: Array  # int64, each fits in i32
+    post: int
+    pre: int = 0
+
+
+def integer_multipliers(real: Array) -> Multipliers:
+    """m = round(r·2^post) with the largest post ≤ 62 keeping every |m| < 2^31."""
+    peak = float(np.max(np.abs(real))) if real.size else 0.0
+    limit = 2.0 ** 31 - 1
+    if not math.isfinite(peak) or peak > limit:
+        raise GlensideError(f"cannot requantize: a real multiplier of {peak:g} does not fit "
+                            f"the i32 multiplier")
+    post = 62 if peak == 0.0 else max(0, min(62, math.floor(math.log2(limit / peak))))
+    values = np.rint(real.astype(np.float64) * 2.0 ** post)
+    values = np.clip(values, -limit, limit).astype(np.int64)
+    return Multipliers(values, post)
+
+
+def requantize_reference(acc: Array, multiplier: Array | int, post: int, zero_point: int,
+                         pre: int = 0) -> Array:
+    """The formula the program's requantize computes, in numpy (for docs and tests)."""
+    scaled = (acc.astype(np.int64) >> pre) * np.asarray(multiplier, dtype=np.int64)
+    if post > 0:
+        scaled = (scaled + (np.int64(1) << (post - 1))) >> post
+    result: Array = np.clip(scaled + zero_point, -128, 127).astype(np.int8)
+    return result
+
+
+def _plus(params: QParams) -> str:
+    return f"{'-' if params.zero_point < 0 else '+'} {abs(params.zero_point)}"
+
+
+def _minus(params: QParams) -> str:
+    return f"{'+' if params.zero_point < 0 else '-'} {abs(params.zero_point)}"
+
+
+# -- quantized values --------------------------------------------------------------------------
+
+
+@dataclass
+class Q8:
+    term: Term
+    params: QParams
+    base: Term  # the i8 term this one re-views (the probe point for zero-point corrections)
+    raw_zeros: bool = False  # zero-padding inserted q = 0, which is not real 0 when zp ≠ 0
+    min_padded: bool = False
+
+
+@dataclass
+class Acc:
+    term: Term  # i32
+    scale: Array  # full shape, float64
+    offset: Array  # full shape, int64
+    origin: Term  # the float term whose profile describes this value
+
+
+@dataclass
+class Const:
+    array: Array  # full shape
+    term: Term  # the float term (a chain over weights and literals)
+
+
+@dataclass
+class Host:
+    term: Term  # f32, computed on dequantized values
+
+
+@dataclass
+class Pair:
+    op: str
+    left: Value
+    right: Value
+
+
+Value = Q8 | Acc | Const | Host | Pair
+
+
+@dataclass
+class Layer:
+    """A float term and the i8 term that stands for it in the quantized program."""
+
+    name: str
+    float_term: Term
+    quant_term: Term
+    params: QParams
+
+
+@dataclass
+class QuantizedProgram:
+    """The integer program, its weight arrays and what a user needs to feed and read it."""
+
+    program: Program
+    weights: dict[str, Array]
+    inputs: dict[str, QParams]
+    output: QParams | None  # None: the output is f32 (computed on the host)
+    layers: list[Layer]
+    profile: Profile
+    options: dict[str, bool]
+    weight_scales: dict[str, Array] = field(default_factory=dict)  # i8 weight → its scales
+
+    def quantize_inputs(self, inputs: dict[str, Array]) -> dict[str, Array]:
+        return {name: self.inputs[name].quantize(array) for name, array in inputs.items()}
+
+    def dequantize_output(self, output: Array) -> Array:
+        return self.output.dequantize(output) if self.output is not None else output
+
+    def metadata(self) -> dict[str, Any]:
+        def params(p: QParams) -> dict[str, float | int]:
+            return {"scale": p.scale, "zero_point": p.zero_point}
+
+        return {
+            "format": "glensidec-quantized", "version": 1,
+            "float_program_sha256": self.profile.program_sha256,
+            "options": self.options,
+            "inputs": {name: params(p) for name, p in self.inputs.items()},
+            "output": params(self.output) if self.output else {"dtype": "f32"},
+            "layers": [{"name": layer.name, **params(layer.params)} for layer in self.layers],
+        }
+
+    def header(self) -> str:
+        lines = ["; int8 program made by glensidec quantize (Glow-style post-training, "
+                 f"{'per-channel' if self.options['per_channel'] else 'per-tensor'} weights, "
+                 f"{'symmetric' if self.options['symmetric'] else 'asymmetric'} activations)."]
+        for name, p in self.inputs.items():
+            lines.append(f"; input {name}: q = clip(round(x / {p.scale!r}) {_plus(p)}, "
+                         f"-128, 127)")
+        if self.output is not None:
+            lines.append(f"; output: real = {self.output.scale!r} * (q {_minus(self.output)})")
+        else:
+            lines.append("; output: f32 (dequantized on the host before softmax)")
+        return "\n".join(lines) + "\n"
+
+
+# -- the quantizer -------------------------------------------------------------------------------
+
+
+class Quantizer:
+    def __init__(self, program: Program, weights: dict[str, Array], prof: Profile,
+                 per_channel: bool, symmetric: bool, weights_file: str):
+        self.program = program
+        self.float_types = check_program(program)
+        self.float_weights = weights
+        self.keys = term_keys(program)
+        self.profile = prof
+        self.per_channel = per_channel
+        self.symmetric = symmetric
+        self.weights_file = weights_file
+        self.tensors: dict[str, TensorDecl] = {}
+        self.weights: dict[str, Array] = {}
+        self.types: TypeTable = {}
+        self.values: dict[Term, Value] = {}
+        self.names: dict[Term, str] = {}
+        self.taken: set[str] = {d.name for d in program.inputs()}
+        self.layers: dict[Term, Layer] = {}
+        self.inputs: dict[str, QParams] = {}
+        self.quantized_weights: dict[str, tuple[Term, Array]] = {}
+        self.weight_scales: dict[str, Array] = {}
+
+    # -- helpers --------------------------------------------------------------------------
+    def qtype(self, term: Term) -> AccessType:
+        infer(term, self.tensors, self.types)
+        result = self.types[term]
+        assert isinstance(result, AccessType)
+        return result
+
+    def ftype(self, term: Term) -> AccessType:
+        result = self.float_types[term]
+        assert isinstance(result, AccessType)
+        return result
+
+    def label(self, term: Term) -> str:
+        if term.op == "access-tensor":
+            return str(term.args[0])
+        return self.program.names.get(term, f"{term.op} {self.keys[term]}")
+
+    def fresh(self, wanted: str) -> str:
+        name, counter = wanted, 2
+        while name in self.taken or name in K.CONSTRUCTS or name in K.COMPUTE_TYPES:
+            name, counter = f"{wanted}_{counter}", counter + 1
+        self.taken.add(name)
+        return name
+
+    def params_of(self, term: Term) -> QParams:
+        key = self.keys[term]
+        if key not in self.profile.ranges:
+            raise GlensideError(f"the profile has no range for {self.label(term)}")
+        return activation_params(*self.profile.ranges[key], self.symmetric)
+
+    def add_weight(self, wanted: str, array: Array, dtype: str) -> Term:
+        name = self.fresh(wanted)
+        self.tensors[name] = TensorDecl(name, tuple(array.shape), dtype, "weight",
+                                        self.weights_file)
+        self.weights[name] = np.ascontiguousarray(array, dtype=NUMPY_DTYPES[dtype])
+        return B.tensor(name)
+
+    def spread(self, array: Array, like: AccessType, dtype: str, wanted: str) -> Term:
+        """A constant of `like`'s full shape, stored at its smallest broadcastable shape."""
+        reduced = minimal_broadcast(array).astype(NUMPY_DTYPES[dtype])
+        reduced = reduced.reshape((1,) * (len(like.full) - reduced.ndim) + reduced.shape)
+        kept = tuple(d for d in reduced.shape if d > 1)
+        if not kept:
+            value = reduced.reshape(()).item()
+            source = B.op("access-literal", B.op("literal", value, Symbol(dtype)))
+        else:
+            source = self.add_weight(wanted, reduced.reshape(kept), dtype)
+        rank = len(like.shape)
+        shaped = B.reshape(source, reduced.shape[:rank], reduced.shape[rank:])
+        if reduced.shape == like.full:
+            return shaped
+        return B.broadcast(shaped, like.shape, like.item)
+
+    def scalar_like(self, value: int | float, dtype: str, like: AccessType) -> Term:
+        return self.spread(np.array(value), like, dtype, "scalar")
+
+    def name(self, term: Term, float_term: Term, suffix: str = "") -> None:
+        if float_term in self.program.names and term not in self.names and term.op not in (
+                "access-tensor", "access-literal"):
+            self.names[term] = self.fresh(self.program.names[float_term] + suffix)
+
+    def record(self, float_term: Term, q: Q8) -> None:
+        if float_term not in self.layers:
+            self.layers[float_term] = Layer(self.label(float_term), float_term, q.term,
+                                            q.params)
+
+    # -- the walk -----------------------------------------------------------------------
+    def run(self) -> tuple[Term, Q8 | Host]:
+        for term in postorder(self.program.root):
+            if K.CONSTRUCTS[term.op].result != K.ACCESS:
+                continue
+            try:
+                value = self.quantize_term(term)
+            except _Unsupported as error:
+                raise GlensideError(f"quantize: {self.label(term)}: {error}") from None
+            self.values[term] = value
+            if isinstance(value, Q8):
+                self.name(value.term, term)
+                if term.op == "compute":
+                    self.record(term, value)
+        root = self.values[self.program.root]
+        if isinstance(root, Acc):
+            root = self.materialize(root, root.origin)
+        if isinstance(root, Q8):
+            try:
+                no_raw_zeros(root)
+            except _Unsupported as error:
+                raise GlensideError(f"quantize: the result: {error}") from None
+        if not isinstance(root, (Q8, Host)):
+            raise GlensideError("quantize: the program's result does not depend on an input")
+        return root.term, root
+
+    def quantize_term(self, term: Term) -> Value:
+        children = [self.values[c] for c in term.children() if c in self.values]
+        if term.op == "access-tensor":
+            return self.leaf(term)
+        if all(isinstance(c, Const) for c in children):
+            values = {c.term: c.array for c in children if isinstance(c, Const)}
+            return Const(apply_term(term, self.float_types, values, self.float_weights), term)
+        if term.op in PAIRS:
+            return Pair(term.op, children[0], children[1])
+        if term.op in DATA_MOVEMENT:
+            return self.move(term, children[0])
+        if term.op == "access-concatenate":
+            return self.concatenate(term, children[0], children[1])
+        if term.op == "compute":
+            return self.compute(term, children[0])
+        raise _Unsupported(f"{term.op} is not supported")
+
+    def leaf(self, term: Term) -> Value:
+        decl = self.program.tensors[str(term.args[0])]
+        if decl.role == "weight":
+            return Const(self.float_weights[decl.name], term)
+        params = self.params_of(term)
+        self.tensors[decl.name] = TensorDecl(decl.name, decl.shape, "i8", "input")
+        self.inputs[decl.name] = params
+        q = Q8(term, params, term)
+        self.record(term, q)
+        return q
+
+    # -- data movement ------------------------------------------------------------------
+    def rebuild(self, term: Term, *children: Term) -> Term:
+        replacements = iter(children)
+        args = tuple(next(replacements) if isinstance(a, Term) and
+                     K.CONSTRUCTS[a.op].result == K.ACCESS else a for a in term.args)
+        return Term(term.op, args)
+
+    def move(self, term: Term, child: Value) -> Value:
+        if isinstance(child, Acc) and term.op in ACC_MOVEMENT:
+            return Acc(self.rebuild(term, child.term), self.move_array(term, child.scale),
+                       self.move_array(term, child.offset), child.origin)
+        if isinstance(child, Acc):
+            child = self.materialize(child, child.origin)
+        if isinstance(child, Host):
+            return Host(self.rebuild(term, child.term))
+        if not isinstance(child, Q8):
+            raise _Unsupported(f"{term.op} of {type(child).__name__}")
+        pad_kind = str(term.args[1]) if term.op == "access-pad" else ""
+        return Q8(self.rebuild(term, child.term), child.params, child.base,
+                  child.raw_zeros or (pad_kind == "zero-padding" and child.params.zero_point != 0),
+                  child.min_padded or pad_kind == "min-padding")
+
+    def move_array(self, term: Term, array: Array) -> Array:
+        """Apply a data-movement term to a parameter array of its operand's full shape."""
+        child = term.children()[0]
+        return apply_term(term, self.float_types, {child: array}, {})
+
+    def concatenate(self, term: Term, left: Value, right: Value) -> Value:
+        if isinstance(left, Host) and isinstance(right, Host):
+            return Host(self.rebuild(term, left.term, right.term))
+        target = self.params_of(term)
+        if (isinstance(left, Q8) and isinstance(right, Q8) and left.params == right.params
+                and not (left.raw_zeros or right.raw_zeros)):
+            target = left.params
+        parts = [self.to_params(part, target, term) for part in (left, right)]
+        joined = self.rebuild(term, parts[0], parts[1])
+        return Q8(joined, target, joined)
+
+    def to_params(self, value: Value, target: QParams, origin: Term) -> Term:
+        """An i8 term for `value` with exactly the parameters `target`."""
+        if isinstance(value, Const):
+            return self.add_weight(f"{self.label(origin)}_const", target.quantize(value.array),
+                                   "i8")
+        if isinstance(value, Q8):
+            no_raw_zeros(value)
+        if isinstance(value, Q8) and value.params == target:
+            return value.term
+        if isinstance(value, (Q8, Acc)):
+            acc = value if isinstance(value, Acc) else self.widen(value, origin)
+            return self.requantize(acc, target).term
+        raise _Unsupported(f"cannot requantize a {type(value).__name__}")
+
+    # -- compute ------------------------------------------------------------------------
+    def compute(self, term: Term, operand: Value) -> Value:
+        op = term.args[0]
+        assert isinstance(op, ComputeOp)
+        name = op.name
+        if name == "dot-product":
+            return self.dot_product(term, operand)
+        if name in ("elementwise-add", "elementwise-sub", "elementwise-mul", "elementwise-div"):
+            if not isinstance(operand, Pair):
+                raise _Unsupported(f"{name} of more than two members")
+            return self.elementwise(term, name, operand)
+        if isinstance(operand, Pair):
+            raise _Unsupported(f"{name} of a pair")
+        if name in ("relu", "clip"):
+            return self.clamp(term, op, operand)
+        if name == "softmax":
+            return Host(self.rebuild(term, self.dequantized(operand)))
+        if isinstance(operand, Host):
+            return Host(self.rebuild(term, operand.term))
+        if isinstance(operand, Acc):
+            operand = self.materialize(operand, operand.origin)
+        assert isinstance(operand, Q8)
+        if name in ("reduce-max", "reduce-mean"):
+            no_raw_zeros(operand)
+            if operand.min_padded and name == "reduce-mean":
+                raise _Unsupported("reduce-mean over min-padding")
+            new = self.rebuild(term, operand.term)
+            return Q8(new, operand.params, new)
+        if name == "reduce-sum":
+            return self.integer_sum(term, operand)
+        if name == "negative":
+            acc = self.widen(operand, operand.term)
+            return Acc(acc.term, -acc.scale, acc.offset, term)
+        raise _Unsupported(f"compute {name} has no integer form")
+
+    def dequantized(self, value: Value) -> Term:
+        if isinstance(value, Host):
+            return value.term
+        if isinstance(value, Acc):
+            value = self.materialize(value, value.origin)
+        if not isinstance(value, Q8):
+            raise _Unsupported(f"cannot dequantize a {type(value).__name__}")
+        no_raw_zeros(value)
+        like = self.qtype(value.term)
+        real = B.compute("cast", value.term, "f32")
+        if value.params.zero_point:
+            zero = self.scalar_like(float(-value.params.zero_point), "f32", like)
+            real = B.compute("elementwise-add", B.op("access-pair", real, zero))
+        scale = self.scalar_like(value.params.scale, "f32", like)
+        return B.compute("elementwise-mul", B.op("access-pair", real, scale))
+
+    def clamp(self, term: Term, op: ComputeOp, operand: Value) -> Value:
+        if isinstance(operand, Host):
+            return Host(self.rebuild(term, operand.term))
+        if isinstance(operand, Acc):
+            # Requantize straight to the clamp's own (narrower) range: one bit more.
+            operand = self.materialize(operand, term, record=False)
+        if not isinstance(operand, Q8):
+            raise _Unsupported(f"{op.name} of {type(operand).__name__}")
+        no_raw_zeros(operand)
+        clipped = self.clip_q8(op, operand)
+        if clipped is not operand.term:
+            self.name(operand.term, term, "_q")
+        return Q8(clipped, operand.params, clipped)
+
+    def clip_q8(self, op: ComputeOp, operand: Q8) -> Term:
+        """relu/clip in the integer domain; nothing when the i8 range already ensures it."""
+        low, high = (0.0, math.inf) if op.name == "relu" else (float(op.params[0]),
+                                                                 float(op.params[1]))
+        params = operand.params
+        q_low = -128 if math.isinf(low) else int(np.clip(
+            round(low / params.scale) + params.zero_point, -128, 127))
+        q_high = 127 if math.isinf(high) else int(np.clip(
+            round(high / params.scale) + params.zero_point, -128, 127))
+        if (q_low, q_high) == (-128, 127):
+            return operand.term
+        if (q_low, q_high) == (0, 127):  # zero point 0: plainly a relu
+            return B.compute("relu", operand.term)
+        return B.compute("clip", operand.term, q_low, q_high)
+
+    def integer_sum(self, term: Term, operand: Q8) -> Value:
+        summed = self.rebuild(term, operand.term)
+        like = self.qtype(summed)
+        offset = -self.probe(summed, operand)
+        return Acc(summed, np.full(like.full, operand.params.scale), offset, term)
+
+    def probe(self, term: Term, operand: Q8) -> Array:
+        """`term` evaluated with `operand`'s base filled with its zero point: Σ zp·w etc."""
+        if operand.params.zero_point == 0:
+            return np.zeros(self.qtype(term).full, dtype=np.int64)
+        base_type = self.qtype(operand.base)
+        name = self.fresh("zero_point_probe")
+        probe_decl = TensorDecl(name, base_type.full, "i8", "input")
+        tensors = {**self.tensors, name: probe_decl}
+        probe = B.tensor(name)
+        probed = substitute(term, {operand.base: B.access(probe, len(base_type.shape))}
+                            if base_type.shape != base_type.full else {operand.base: probe})
+        types = infer(probed, tensors, {})
+        fill = np.full(base_type.full, operand.params.zero_point, dtype=np.int8)
+        values = evaluate_all(probed, types, {**self.weights, name: fill})
+        self.taken.discard(name)
+        return values[probed].astype(np.int64)
+
+    # -- matrix products ----------------------------------------------------------------
+    def dot_product(self, term: Term, operand: Value) -> Value:
+        if not isinstance(operand, Pair):
+            raise _Unsupported("dot-product of anything but a pair or cartesian product")
+        sides = [operand.left, operand.right]
+        constant = [isinstance(s, Const) for s in sides]
+        if constant.count(True) != 1:
+            raise _Unsupported("dot-product needs exactly one constant (weight) operand")
+        weight_index = constant.index(True)
+        weight = sides[weight_index]
+        activation = sides[1 - weight_index]
+        assert isinstance(weight, Const)
+        if isinstance(activation, Acc):
+            activation = self.materialize(activation, activation.origin)
+        if not isinstance(activation, Q8) or activation.min_padded:
+            raise _Unsupported("dot-product of an activation that is not an i8 tensor")
+        chain, item_scales = self.quantized_weight_chain(weight.term)
+        members = [chain, activation.term] if weight_index == 0 else [activation.term, chain]
+        product = self.float_product(term)
+        dot = self.rebuild(term, Term(product.op, tuple(members)))
+        result = self.qtype(dot)
+        left_type, right_type = (self.ftype(c) for c in product.children())
+        if operand.op == "access-cartesian-product":
+            shape = (left_type.shape + (1,) * len(right_type.shape) if weight_index == 0
+                     else (1,) * len(left_type.shape) + right_type.shape)
+            item_scales = item_scales.reshape(shape)
+        scale = np.broadcast_to(item_scales * activation.params.scale, result.full)
+        offset = -self.probe(dot, activation)
+        return Acc(dot, np.array(scale), offset, term)
+
+    def float_product(self, term: Term) -> Term:
+        product = term.args[1]
+        assert isinstance(product, Term)
+        return product
+
+    def quantized_weight_chain(self, chain: Term) -> tuple[Term, Array]:
+        """The weight operand over i8 weights, and the scale of each of its items."""
+        leaves = [t for t in postorder(chain) if t.op == "access-tensor"]
+        if len(leaves) != 1:
+            raise _Unsupported("a weight operand must view exactly one weight tensor")
+        leaf = leaves[0]
+        name = str(leaf.args[0])
+        if name not in self.quantized_weights:
+            array = self.float_weights[name]
+            scales = weight_scales(array, self.per_channel)
+            spread = scales.reshape((-1,) + (1,) * (array.ndim - 1)) if array.ndim else scales
+            q = np.clip(np.rint(array / spread), -127, 127).astype(np.int8)
+            q_leaf = self.add_weight(name, q, "i8")
+            self.quantized_weights[name] = (q_leaf, np.broadcast_to(spread, array.shape))
+            self.weight_scales[str(q_leaf.args[0])] = spread
+        q_leaf, full_scales = self.quantized_weights[name]
+        operand = self.ftype(chain)
+        scales_view = _apply_chain(chain, leaf, np.array(full_scales), self.float_types)
+        items = scales_view.reshape(operand.shape + (-1,))
+        if not np.all(items == items[..., :1]):
+            raise _Unsupported("per-channel weight scales vary within a dot-product item")
+        return substitute(chain, {leaf: q_leaf}), items[..., 0]
+
+    # -- elementwise --------------------------------------------------------------------
+    def widen(self, value: Q8, term: Term, boost: int = 1) -> Acc:
+        """An i8 tensor as an i32 accumulator, times `boost` (headroom for added constants)."""
+        no_raw_zeros(value)
+        wide = B.compute("cast", value.term, "i32")
+        like = self.qtype(wide)
+        if boost != 1:
+            wide = B.compute("elementwise-mul", B.op("access-pair", wide,
+                                                     self.scalar_like(boost, "i32", like)))
+        scale = np.full(like.full, value.params.scale / boost)
+        offset = np.full(like.full, -value.params.zero_point * boost, dtype=np.int64)
+        return Acc(wide, scale, offset, term)
+
+    def elementwise(self, term: Term, name: str, pair: Pair) -> Value:
+        left, right = pair.left, pair.right
+        if isinstance(left, Host) or isinstance(right, Host):
+            terms = [self.dequantized(v) if not isinstance(v, Const) else
+                     self.spread(v.array, self.ftype(v.term), "f32", "constant")
+                     for v in (left, right)]
+            return Host(self.rebuild(term, Term(pair.op, tuple(terms))))
+        if isinstance(right, Const):
+            return self.with_constant(term, name, left, right.array, constant_first=False)
+        if isinstance(left, Const):
+            return self.with_constant(term, name, right, left.array, constant_first=True)
+        if name in ("elementwise-add", "elementwise-sub"):
+            return self.add_dynamic(term, name, left, right)
+        raise _Unsupported(f"{name} of two computed tensors has no integer form")
+
+    def with_constant(self, term: Term, name: str, value: Value, constant: Array,
+                      constant_first: bool) -> Value:
+        if isinstance(value, Q8):
+            # ×256 so that added constants are rounded to 1/256 of an input step.
+            value = self.widen(value, term, boost=256)
+        if not isinstance(value, Acc):
+            raise _Unsupported(f"{name} of a {type(value).__name__}")
+        constant = constant.astype(np.float64)
+        scale, offset = value.scale, value.offset
+        if name == "elementwise-mul":
+            scale = scale * constant
+        elif name == "elementwise-div":
+            if constant_first:
+                raise _Unsupported("dividing a constant by a computed tensor")
+            scale = scale / constant
+        else:
+            if name == "elementwise-sub" and constant_first:  # c − x
+                scale = -scale
+            sign = -1.0 if name == "elementwise-sub" and not constant_first else 1.0
+            with np.errstate(divide="ignore", invalid="ignore"):
+                steps = np.rint(sign * constant / scale)
+            if not np.all(np.isfinite(steps)) or np.max(np.abs(steps), initial=0) > 2 ** 31:
+                raise _Unsupported("the constant does not fit the accumulator's scale")
+            offset = offset + steps.astype(np.int64)
+        if np.any(scale == 0):
+            raise _Unsupported("multiplying by a constant zero loses the tensor")
+        return Acc(value.term, np.array(scale), offset, term)
+
+    def add_dynamic(self, term: Term, name: str, left: Value, right: Value) -> Value:
+        """Residual add: both sides to i8, then a common fine scale in i32 (TFLite's way)."""
+        sides = []
+        for side in (left, right):
+            if isinstance(side, Acc):
+                side = self.materialize(side, side.origin)
+            if not isinstance(side, Q8):
+                raise _Unsupported(f"{name} of a {type(side).__name__}")
+            no_raw_zeros(side)
+            sides.append(side)
+        # |q − zp| ≤ 255 and multipliers ≤ 2^14 keep the sum below 2^23: no i32 overflow.
+        common = max(s.params.scale for s in sides) / 2 ** 14
+        terms, offset = [], 0
+        like = self.qtype(sides[0].term)
+        for index, side in enumerate(sides):
+            multiplier = round(side.params.scale / common)
+            wide = B.compute("cast", side.term, "i32")
+            terms.append(B.compute("elementwise-mul", B.op(
+                "access-pair", wide, self.scalar_like(multiplier, "i32", like))))
+            sign = -1 if index == 1 and name == "elementwise-sub" else 1
+            offset -= sign * side.params.zero_point * multiplier
+        summed = B.compute(name, B.op("access-pair", terms[0], terms[1]))
+        full = self.qtype(summed).full
+        return Acc(summed, np.full(full, common), np.full(full, offset, dtype=np.int64), term)
+
+    # -- accumulators to i8 ---------------------------------------------------------------
+    def materialize(self, acc: Acc, origin: Term, record: bool = True) -> Q8:
+        q = self.requantize(acc, self.params_of(origin))
+        if record:
+            self.name(q.term, origin)
+            self.record(origin, q)
+        return q
+
+    def requantize(self, acc: Acc, target: QParams) -> Q8:
+        like = self.qtype(acc.term)
+        label = self.program.names.get(acc.origin) or f"layer_{self.keys.get(acc.origin, 'x')}"
+        term = acc.term
+        offset = acc.offset
+        if np.any(offset != 0):
+            if np.max(np.abs(offset)) >= 2 ** 31:
+                raise _Unsupported("a bias or zero-point correction does not fit in i32")
+            spread = self.spread(offset.astype(np.int32), like, "i32", f"{label}_bias")
+            term = B.compute("elementwise-add", B.op("access-pair", term, spread))
+        real = minimal_broadcast(acc.scale / target.scale)
+        multipliers = integer_multipliers(real)
+        if real.size == 1:
+            result = B.compute("requantize", term, int(multipliers.values.reshape(-1)[0]),
+                               multipliers.pre, multipliers.post, target.zero_point)
+        else:
+            spread = self.spread(np.broadcast_to(multipliers.values.astype(np.int32),
+                                                 like.full), like, "i32",
+                                 f"{label}_multiplier")
+            result = B.compute("requantize-per-channel", B.op("access-pair", term, spread),
+                               multipliers.pre, multipliers.post, target.zero_point)
+        self.qtype(result)
+        return Q8(result, target, result)
+
+
+class _Unsupported(Exception):
+    """Something the quantizer has no integer form for; reported with the term's name."""
+
+
+def no_raw_zeros(value: Q8) -> None:
+    """Zero padding writes q = 0, which is real 0 only when the zero point is 0; only
+    dot-products and sums correct for it (exactly, by probing)."""
+    if value.raw_zeros:
+        raise _Unsupported(f"zero padding of an i8 tensor whose zero point is "
+                           f"{value.params.zero_point}, not 0, is only supported right before "
+                           f"a convolution (quantize with --symmetric)")
+
+
+def minimal_broadcast(array: Array) -> Array:
+    """`array` with every axis along which it is constant reduced to size 1."""
+    reduced = np.asarray(array)
+    for axis in range(reduced.ndim):
+        first = reduced.take([0], axis=axis)
+        if reduced.shape[axis] > 1 and np.all(reduced == first):
+            reduced = first
+    return np.ascontiguousarray(reduced)
+
+
+def _apply_chain(chain: Term, leaf: Term, array: Array, types: TypeTable) -> Array:
+    return evaluate_all(chain, types, {}, given={leaf: array})[chain]
+
+
+# -- entry points --------------------------------------------------------------------------------
+
+
+def quantize(program: Program, calibration: dict[str, Array] | str | Path | Profile,
+             per_channel: bool = False, symmetric_activations: bool = False,
+             weights_file: str | None = None) -> QuantizedProgram:
+    """Quantize a float program; `calibration` is data (dict or .npz) or a saved Profile.
+
+    A Program holds no weight data, so the result carries the program together with its
+    weight arrays (`save_quantized` writes both). `weights_file` is the .npz name the
+    program's weight declarations refer to (default: `<program stem>.q.npz`).
+    """
+    check_program(program)
+    for decl in program.tensors.values():
+        if decl.dtype != "f32":
+            raise GlensideError(f"quantize takes a float program; {decl.role} '{decl.name}' "
+                                f"is {decl.dtype}")
+    weights = load_weights(program)
+    if isinstance(calibration, Profile):
+        prof = calibration
+        check_profile(prof, program, weights)
+    else:
+        prof = profile(program, calibration)
+    stem = Path(program.path).stem
+    weights_file = weights_file or f"{stem}.q.npz"
+    quantizer = Quantizer(program, weights, prof, per_channel, symmetric_activations,
+                          weights_file)
+    root, result = quantizer.run()
+    tensors = {**{d.name: quantizer.tensors[d.name] for d in program.inputs()},
+               **{n: d for n, d in quantizer.tensors.items() if d.role == "weight"}}
+    path = str(Path(program.path).with_name(f"{stem}.q.gs"))
+    names = {term: name for term, name in quantizer.names.items()}
+    quantized = Program(path, tensors, root, names)
+    check_program(quantized)
+    output = result.params if isinstance(result, Q8) else None
+    return QuantizedProgram(quantized, quantizer.weights, quantizer.inputs, output,
+                            list(quantizer.layers.values()), prof,
+                            {"per_channel": per_channel, "symmetric": symmetric_activations},
+                            quantizer.weight_scales)
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    try:
+        temporary.write_bytes(data)
+        temporary.replace(path)
+    except OSError as error:
+        temporary.unlink(missing_ok=True)
+        raise GlensideError(f"cannot write {path}: {error}") from None
+
+
+def save_quantized(quantized: QuantizedProgram, path: str | Path) -> Path:
+    """Write PATH (.gs), its weights (.npz beside it) and PATH.json (parameters); each file
+    appears whole or not at all."""
+    from .importer import write_npz
+
+    path = Path(path)
+    program = quantized.program
+    weights_file = path.with_name(f"{path.stem}.npz")
+    relocated = {name: TensorDecl(d.name, d.shape, d.dtype, d.role,
+                                  weights_file.name if d.role == "weight" else None)
+                 for name, d in program.tensors.items()}
+    text = quantized.header() + format_program(Program(str(path), relocated, program.root,
+                                                       program.names))
+    staging = weights_file.with_name(f".{weights_file.name}.{os.getpid()}.partial")
+    try:
+        write_npz(staging, quantized.weights)
+        staging.replace(weights_file)
+    except OSError as error:
+        staging.unlink(missing_ok=True)
+        raise GlensideError(f"cannot write {weights_file}: {error}") from None
+    metadata = json.dumps(quantized.metadata(), indent=1, sort_keys=True) + "\n"
+    _write_atomically(path.with_name(path.name + ".json"), metadata.encode())
+    _write_atomically(path, text.encode())
+    return path
+
+
+def layer_values(quantized: QuantizedProgram, inputs: dict[str, Array]) -> Iterator[
+        tuple[Layer, Array]]:
+    """Each recorded layer's i8 value when the quantized program runs on float `inputs`."""
+    program = quantized.program
+    types = check_program(program)
+    tensors = {**quantized.weights, **quantized.quantize_inputs(inputs)}
+    values = evaluate_all(program.root, types, tensors)
+    for layer in quantized.layers:
+        term = layer.quant_term
+        if term.op == "access-tensor":
+            yield layer, tensors[str(term.args[0])]
+        else:
+            yield layer, values[term]
+
+
+@click.command("quantize")
+@click.argument("program", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--calibrate", "calibration", type=click.Path(dir_okay=False, path_type=Path),
+              help="Calibration inputs: an .npz with one (samples, …) array per input.")
+@click.option("--profile", "profile_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Use a saved profile instead of (or, with --calibrate, save one to) "
+                   "this file.")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="Where to write the int8 program (.gs; weights go beside it as .npz).")
+@click.option("--per-channel", is_flag=True, help="One weight scale per output channel.")
+@click.option("--symmetric", is_flag=True, help="Symmetric activations (zero point 0).")
+def quantize_command(program: Path, calibration: Path | None, profile_path: Path | None,
+                     output: Path, per_channel: bool, symmetric: bool) -> None:
+    """Quantize a float PROGRAM to int8 with calibration data (Glow's profile-guided way)."""
+    parsed = read_program(program)
+    float_files = {program.resolve(), *(parsed.weight_path(d).resolve() for d in
+                                        parsed.weights())}
+    if {output.resolve(), output.with_suffix(".npz").resolve()} & float_files:
+        raise GlensideError(f"-o {output} would overwrite the float program or its weights")
+    source: Profile | Path
+    if calibration is not None:
+        source = calibration
+        if profile_path is not None:
+            prof = profile(parsed, calibration)
+            save_profile(prof, profile_path)
+            source = prof
+    elif profile_path is not None:
+        source = load_profile(profile_path, parsed)
+    else:
+        raise GlensideError("give --calibrate DATA.npz or --profile PROFILE.json")
+    quantized = quantize(parsed, source, per_channel, symmetric)
+    written = save_quantized(quantized, output)
+    click.echo(f"wrote {written}, {written.with_suffix('.npz')} and {written}.json")
+
+
+@dataclass
+class LayerError:
+    """Worst error of one layer over some inputs, in units of its output step (LSB).
+
+    end_to_end: the quantized program against the float program, both from the same float
+      inputs (errors of earlier layers included).
+    isolated: this layer alone, fed the dequantized i8 values of the layers before it
+      (its own int8 weights and output rounding).
+    arithmetic: as isolated, with the float weights replaced by the dequantized i8 weights:
+      what is left is the integer arithmetic itself (rounding of the output: ≤ 0.5).
+    """
+
+    name: str
+    end_to_end: float
+    isolated: float
+    arithmetic: float
+
+
+def layer_errors(quantized: QuantizedProgram, program: Program,
+                 samples: list[dict[str, Array]]) -> list[LayerError]:
+    """Measure every recorded layer of `quantized` (made from `program`) on `samples`."""
+    types = check_program(program)
+    weights = load_weights(program)
+    fake = dict(weights)
+    for name, scales in quantized.weight_scales.items():
+        fake[name] = (quantized.weights[name].astype(np.float64) * scales).astype(np.float32)
+    worst: dict[str, list[float]] = {layer.name: [0.0, 0.0, 0.0] for layer in quantized.layers}
+    for inputs in samples:
+        reference = evaluate_all(program.root, types, {**weights, **inputs})
+        dequantized = {layer.float_term: layer.params.dequantize(q)
+                       for layer, q in layer_values(quantized, inputs)}
+        for layer in quantized.layers:
+            ours = dequantized[layer.float_term]
+            errors = [ours - reference[layer.float_term]]
+            if layer.float_term.op == "access-tensor":
+                errors += [errors[0] * 0, errors[0] * 0]
+            else:
+                given = {t: v for t, v in dequantized.items() if t != layer.float_term}
+                for tensors in (weights, fake):
+                    alone = evaluate_all(layer.float_term, types, {**tensors, **inputs},
+                                           given=given)[layer.float_term]
+                    errors.append(ours - alone)
+            for index, error in enumerate(errors):
+                lsb = float(np.max(np.abs(error))) / layer.params.scale
+                worst[layer.name][index] = max(worst[layer.name][index], lsb)
+    return [LayerError(name, *values) for name, values in worst.items()]
