@@ -309,38 +309,32 @@ class Buffer:
 
 @dataclass(frozen=True)
 class Instruction:
-    """Base of every instruction: `note` says which construct of the source it implements."""
+    """Base of every instruction: `note` says which construct of the source it implements;
+    every instruction writes exactly one view, `dst`."""
 
     note: str
+    dst: View
 
     def reads(self) -> tuple[View, ...]:
         return ()
 
     def writes(self) -> View:
-        raise NotImplementedError
+        return self.dst
 
 
 @dataclass(frozen=True)
 class Copy(Instruction):
-    dst: View
     src: View
 
     def reads(self) -> tuple[View, ...]:
         return (self.src,)
-
-    def writes(self) -> View:
-        return self.dst
 
 
 @dataclass(frozen=True)
 class Fill(Instruction):
     """dst = the padding value: zero, or the dtype's minimum (`minimum=True`)."""
 
-    dst: View
     minimum: bool
-
-    def writes(self) -> View:
-        return self.dst
 
 
 @dataclass(frozen=True)
@@ -348,14 +342,10 @@ class Map(Instruction):
     """An elementwise unary compute (relu, sqrt, negative, clip, cast, requantize)."""
 
     op: ComputeOp
-    dst: View
     src: View
 
     def reads(self) -> tuple[View, ...]:
         return (self.src,)
-
-    def writes(self) -> View:
-        return self.dst
 
 
 @dataclass(frozen=True)
@@ -363,21 +353,16 @@ class Fold(Instruction):
     """elementwise-add/sub/mul/div folded across tuple members, wrapping at every step."""
 
     op: str
-    dst: View
     members: tuple[View, ...]
 
     def reads(self) -> tuple[View, ...]:
         return self.members
-
-    def writes(self) -> View:
-        return self.dst
 
 
 @dataclass(frozen=True)
 class RequantizePerChannel(Instruction):
     """requantize-per-channel: each i32 accumulator with its own i32 multiplier, to i8."""
 
-    dst: View
     members: tuple[View, ...]  # (accumulators, multipliers)
     pre: int
     post: int
@@ -386,60 +371,44 @@ class RequantizePerChannel(Instruction):
     def reads(self) -> tuple[View, ...]:
         return self.members
 
-    def writes(self) -> View:
-        return self.dst
-
 
 @dataclass(frozen=True)
 class Reduce(Instruction):
     """reduce-sum/max/mean over the last `reduce_rank` logical dims of `src`."""
 
     op: str
-    dst: View
     src: View
     reduce_rank: int
 
     def reads(self) -> tuple[View, ...]:
         return (self.src,)
-
-    def writes(self) -> View:
-        return self.dst
 
 
 @dataclass(frozen=True)
 class Dot(Instruction):
     """dot-product on the host: Σ over the last `reduce_rank` dims of Π members."""
 
-    dst: View
     members: tuple[View, ...]
     reduce_rank: int
 
     def reads(self) -> tuple[View, ...]:
         return self.members
 
-    def writes(self) -> View:
-        return self.dst
-
 
 @dataclass(frozen=True)
 class Softmax(Instruction):
     """softmax over the last logical dim."""
 
-    dst: View
     src: View
 
     def reads(self) -> tuple[View, ...]:
         return (self.src,)
-
-    def writes(self) -> View:
-        return self.dst
 
 
 @dataclass(frozen=True)
 class ArrayGemm(Instruction):
     """C(M×N) i32 = A(M×K) i8 · B(K×N) i8 on the systolic array; operands row-major."""
 
-    dst: View
     a: View
     b: View
     m: int
@@ -448,9 +417,6 @@ class ArrayGemm(Instruction):
 
     def reads(self) -> tuple[View, ...]:
         return (self.a, self.b)
-
-    def writes(self) -> View:
-        return self.dst
 
 
 @dataclass
@@ -787,7 +753,7 @@ class _Lowerer:
         if name in _FOLDS:
             dst = self.result_buffer(term, name.removeprefix("elementwise-"))
             members = self.tuple_members(arg)
-            self.emit(Fold(self.note, name, dst, tuple(self.operands(dst, members, 0))))
+            self.emit(Fold(self.note, dst, name, tuple(self.operands(dst, members, 0))))
             return dst
         if name == "requantize-per-channel":
             pre, post, zero_point = (int(p) for p in op.params)
@@ -803,13 +769,13 @@ class _Lowerer:
             self.emit(Softmax(self.note, dst, *self.operands(dst, [source], 0)))
         else:
             assert name in _MAPS, name
-            self.emit(Map(self.note, op, dst, *self.operands(dst, [source], 0)))
+            self.emit(Map(self.note, dst, op, *self.operands(dst, [source], 0)))
         return dst
 
     def reduce(self, term: Term, name: str, source: View, reduce_rank: int) -> View:
         dst = self.result_buffer(term, name.replace("-", "_"))
         (source,) = self.operands(dst, [source], reduce_rank)
-        self.emit(Reduce(self.note, name, dst, source, reduce_rank))
+        self.emit(Reduce(self.note, dst, name, source, reduce_rank))
         return dst
 
     def tuple_members(self, arg: Term) -> list[View]:
