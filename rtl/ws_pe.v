@@ -9,7 +9,8 @@
 // Weights reach a PE through a per-column shift chain (w_in -> w_chain -> the PE
 // below). The chain is separate from the banks: loading the next tile never disturbs
 // the weights in use. w_commit copies the chain's *next* value into bank w_bank, so the
-// commit can coincide with the tile's last weight beat.
+// commit can coincide with the tile's last weight beat (and with the tile's first
+// activation, through the bypass below).
 //
 // All state advances only when en is high: the whole array freezes for one cycle when
 // the result stream is back-pressured (see ws_top).
@@ -39,10 +40,17 @@ module ws_pe #(
     reg signed [IN_W-1:0] w_bank1;
 
     wire        [IN_W-1:0]    w_chain_next = w_shift ? w_in : w_chain;
-    wire signed [IN_W-1:0]    w_used       = sel_in ? w_bank1 : w_bank0;
+    // A commit in this very cycle bypasses to the multiplier, so the first activation of
+    // a tile may enter in the same cycle as its tile's last weight beat. The controller
+    // keeps the previous tile of that bank at least one cycle clear of the commit.
+    wire                      bypass       = w_commit && (w_bank == sel_in);
+    wire signed [IN_W-1:0]    w_used       = bypass ? w_chain_next : (sel_in ? w_bank1 : w_bank0);
     wire signed [2*IN_W-1:0]  product      = a_in * w_used;
-    // Assigning a signed value to a wider signed net sign-extends it (ACC_W >= 2*IN_W).
+    // Assigning a signed value to a wider signed net sign-extends it (ACC_W >= 2*IN_W);
+    // the widening is the point, so Verilator's width warning is waived for this line.
+    /* verilator lint_off WIDTHEXPAND */
     wire signed [ACC_W-1:0]   product_ext  = product;
+    /* verilator lint_on WIDTHEXPAND */
 
     always @(posedge clk) begin
         if (rst) begin

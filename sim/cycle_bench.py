@@ -1,0 +1,66 @@
+"""Helpers for the cycle-by-cycle module testbenches (PE, array, skew, controller, accumulator).
+
+These small modules are driven from Python one clock at a time against a model from
+models.py: random inputs are applied after each falling edge, combinational outputs are
+compared 1 ns later, registered outputs before the next inputs. (The GEMM-level tests do
+not work this way: they move whole tiles per transaction.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from cocotb.clock import Clock
+from cocotb.triggers import FallingEdge, Timer
+
+PARAMS_ENV = "GLENSIDEC_TB_PARAMS"
+
+
+def params_env(parameters: dict[str, int]) -> dict[str, str]:
+    return {PARAMS_ENV: json.dumps(parameters)}
+
+
+def params() -> dict[str, int]:
+    parameters: dict[str, int] = json.loads(os.environ[PARAMS_ENV])
+    return parameters
+
+
+def pack(values: Sequence[int] | np.ndarray, width: int) -> int:
+    """Lanes into one bus value, lane 0 in the low bits."""
+    word = 0
+    for lane, value in enumerate(np.asarray(values).tolist()):
+        word |= (int(value) & ((1 << width) - 1)) << (lane * width)
+    return word
+
+
+def unpack(word: int, lanes: int, width: int, signed: bool = True) -> np.ndarray:
+    mask = (1 << width) - 1
+    values = np.array([(word >> (lane * width)) & mask for lane in range(lanes)], dtype=np.int64)
+    if signed:
+        values = np.where(values >= 1 << (width - 1), values - (1 << width), values)
+    return values
+
+
+def read(signal: Any) -> int:
+    """Unsigned value of a signal (1-bit signals read as Logic, wider as LogicArray)."""
+    value = signal.value
+    return int(value.to_unsigned()) if hasattr(value, "to_unsigned") else int(value)
+
+
+async def start_clock(dut: Any) -> None:
+    Clock(dut.clk, 10, unit="ns").start()
+    await FallingEdge(dut.clk)
+
+
+async def next_cycle(dut: Any) -> None:
+    """From one falling edge (after comparing) to the next one."""
+    await FallingEdge(dut.clk)
+
+
+async def settle() -> None:
+    """Let combinational outputs follow inputs written at the falling edge."""
+    await Timer(1, unit="ns")

@@ -1,0 +1,55 @@
+"""The RTL is lint-clean under `verilator --lint-only -Wall` and parses under Icarus."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+from sim_harness import ARRAY_SHAPES, shape_id
+
+from glensidec import rtl_build
+
+MODULES = list(rtl_build.RTL_MODULES)
+
+
+def verilator_lint(top: str, parameters: dict[str, int], *extra: str) -> None:
+    rtl_build.prepare_verilator_environment()
+    sources = rtl_build.rtl_sources(*([top] if top.startswith("tb_") else []))
+    command = ["verilator", "--lint-only", "-Wall", "--top-module", top, *extra]
+    command += [f"-G{name}={value}" for name, value in parameters.items()]
+    result = subprocess.run(
+        command + [str(path) for path in sources], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "%Warning" not in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_module_lints_clean_with_defaults(module: str) -> None:
+    verilator_lint(module, {})
+
+
+@pytest.mark.parametrize("shape", [*ARRAY_SHAPES, (3, 5), (2, 1)], ids=shape_id)
+def test_top_lints_clean_for_every_shape(shape: tuple[int, int]) -> None:
+    verilator_lint("ws_top", {"ROWS": shape[0], "COLS": shape[1], "ACC_DEPTH": 48})
+
+
+def test_gemm_wrapper_lints_clean() -> None:
+    # the same timescale the simulation build passes
+    timescale = "/".join(rtl_build.TIMESCALE)
+    verilator_lint(
+        rtl_build.GEMM_TESTBENCH, {"ROWS": 4, "COLS": 8}, "--timing", "--timescale", timescale
+    )
+
+
+@pytest.mark.skipif(shutil.which("iverilog") is None, reason="Icarus Verilog not installed")
+def test_icarus_compiles_everything(tmp_path: object) -> None:
+    sources = rtl_build.rtl_sources(rtl_build.GEMM_TESTBENCH)
+    result = subprocess.run(
+        ["iverilog", "-g2012", "-o", "/dev/null", "-s", rtl_build.GEMM_TESTBENCH]
+        + [str(path) for path in sources],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
