@@ -1,7 +1,7 @@
 # glensidec: every target sets up what it needs in .venv first.
-#   make demo   the main job on a bundled example
-#   make test   the whole test suite (lint, types, unit and integration tests)
-#   make sim    the RTL testbenches under cocotb + Verilator
+#   make demo   the main job: compile the bundled int8 CNN, run it, co-simulate it on the RTL
+#   make test   the whole test suite: lint, types, unit, integration and RTL tests
+#   make sim    the RTL testbenches and whole-program co-simulations (cocotb + Verilator)
 
 PYTHON ?= python3
 VENV   := .venv
@@ -19,27 +19,40 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet ".[dev]"
 	touch $@
 
-# ... and the package itself is reinstalled (non-editable) every time, so tests always
-# exercise the wheel a user would get, with grammar/, templates/ and rtl/ inside it.
+# ... and the package itself is installed editable, so the venv always runs this tree.
+# (tests/test_packaging.py builds the real wheel and runs compile and co-simulation from a
+# plain, non-editable install of it.)
 install: $(STAMP)
-	$(BIN)/pip install --quiet --no-deps --force-reinstall .
+	$(BIN)/pip install --quiet --no-deps --editable .
 
+# The main job: compile the bundled int8 CNN for a 16x16 array, run the C program, and
+# co-simulate it with every array call on the Verilog array; all three must agree.
+DEMO := out/small_cnn
 demo: install
 	$(BIN)/glensidec check examples/small_cnn.gs
-	$(BIN)/glensidec run examples/small_cnn.gs --random-inputs 0 -o $(VENV)/small_cnn_out.npy
+	mkdir -p out
+	$(BIN)/python examples/random_image.py out/image.npy
+	$(BIN)/glensidec run examples/small_cnn.gs --input image=out/image.npy -o out/interpreter.npy
+	$(BIN)/glensidec compile examples/small_cnn.gs --array 16x16 --stats --verify -o $(DEMO)
+	$(MAKE) -s -C $(DEMO)
+	$(DEMO)/model image=out/image.npy -o out/c.npy
+	$(MAKE) -C $(DEMO) sim INPUTS="image=$(CURDIR)/out/image.npy" OUTPUT=$(CURDIR)/out/sim.npy
+	$(BIN)/python examples/compare.py out/interpreter.npy out/c.npy out/sim.npy
 
 lint: install
 	$(BIN)/ruff check glensidec tests $(wildcard sim bench)
 	$(BIN)/mypy
 
 test: lint
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q tests
+	$(MAKE) -C sim PYTHON=$(abspath $(BIN))/python
 
 sim: install
 	$(MAKE) -C sim PYTHON=$(abspath $(BIN))/python
+	$(BIN)/pytest -q tests/test_cosim.py
 
 bench: install
 	$(BIN)/python bench/run.py
 
 clean:
-	rm -rf $(VENV) build dist sim_build sim/sim_build .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) out build dist sim_build sim/sim_build .pytest_cache .mypy_cache .ruff_cache

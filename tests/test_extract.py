@@ -184,7 +184,7 @@ def test_cli_compile_writes_output_and_the_egraph(tmp_path: Path) -> None:
     source = tmp_path / "conv.gs"
     source.write_text(workloads.conv2d(1, 6, 2, 3))
     target = tmp_path / "out.gs"
-    code, _, _ = _compile(str(source), "--array", "4x4", "-o", str(target))
+    code, _, _ = _compile(str(source), "--array", "4x4", "--emit", "rewritten", "-o", str(target))
     assert code == 0 and "systolic-array" in target.read_text()
     dot = tmp_path / "egraph.dot"
     code, _, _ = _compile(str(source), "--array", "4x4", "--emit", "egraph", "-o", str(dot))

@@ -1,0 +1,208 @@
+"""Stage 7, simulation: run a compiled program with its array calls executed by the RTL.
+
+`make -C OUTDIR sim INPUTS="x=x.npy" OUTPUT=out.npy` runs `python -m glensidec.cosim`. The
+compiled C program (main.c, model.c, array_runtime.c, built as `libmodel_cosim.so`) runs
+unchanged inside the simulator process: glensidec.cosim_test loads it with ctypes,
+replaces its array backend (`gs_array_set_backend`, the one seam every array call goes
+through) with a callback, and calls its `main`. Each callback runs the GEMM on the
+Verilog array through glensidec.rtl_driver (cocotb `bridge`/`resume` let the blocking C
+call await the simulator), hands the RTL's result back to the C program, and records the
+simulated cycles beside the cycle model's prediction. Any difference in data (against the
+bit-exact reference) or in cycles fails the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import GlensideError
+from .hardware import ArrayConfig, gemm_tiles
+from .rtl_build import GEMM_TESTBENCH, GemmBenchDepths, build_gemm_testbench, rtl_sources, run
+
+LIBRARY = "libmodel_cosim.so"
+MANIFEST = "cosim.json"
+REPORT = "cosim_report.json"
+TEST_MODULE = "glensidec.cosim_test"
+
+# Environment of the cocotb test process.
+ENV_LIBRARY = "GLENSIDEC_COSIM_LIBRARY"
+ENV_ARGS = "GLENSIDEC_COSIM_ARGS"
+ENV_REPORT = "GLENSIDEC_COSIM_REPORT"
+ENV_MANIFEST = "GLENSIDEC_COSIM_MANIFEST"
+
+
+@dataclass(frozen=True)
+class Manifest:
+    config: ArrayConfig
+    array_calls: list[tuple[int, int, int]]
+    float_products: int
+    source: str
+
+    @staticmethod
+    def read(outdir: Path) -> Manifest:
+        path = outdir / MANIFEST
+        try:
+            raw = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise GlensideError(f"{path} not found: is {outdir} a `glensidec compile` "
+                                "output directory?") from None
+        array = raw["array"]
+        config = ArrayConfig(array["rows"], array["cols"], array["in_width"],
+                             array["acc_width"], array["acc_depth"])
+        calls = [(int(m), int(k), int(n)) for m, k, n in raw["array_calls"]]
+        return Manifest(config, calls, int(raw["float_products"]), str(raw["source"]))
+
+
+def _power_of_two(count: int) -> int:
+    return 1 << max(4, math.ceil(math.log2(max(count, 1))))
+
+
+def testbench_depths(manifest: Manifest) -> GemmBenchDepths:
+    """Memories big enough for the program's largest array call: the default depths unless
+    a call needs more (then powers of two), so most programs share one build per array."""
+    defaults = GemmBenchDepths()
+    needs = {name: getattr(defaults, name) for name in
+             ("weight_beats", "activation_rows", "tiles", "d_rows", "result_rows")}
+    rows = manifest.config.rows
+    for m, k, n in manifest.array_calls:
+        tiles = gemm_tiles(manifest.config, m, k, n)
+        distinct_a_blocks = {(tile.m0, tile.k0): tile.m_len for tile in tiles}
+        needs["weight_beats"] = max(needs["weight_beats"], len(tiles) * rows)
+        needs["activation_rows"] = max(needs["activation_rows"],
+                                       sum(distinct_a_blocks.values()))
+        needs["tiles"] = max(needs["tiles"], len(tiles))
+        needs["result_rows"] = max(needs["result_rows"],
+                                   sum(tile.m_len for tile in tiles if tile.emit))
+    return GemmBenchDepths(**{name: _power_of_two(count) for name, count in needs.items()})
+
+
+def build_directory(outdir: Path, config: ArrayConfig, depths: GemmBenchDepths,
+                    simulator: str, waves: bool) -> Path:
+    """Where the simulator is built. With GLENSIDEC_SIM_CACHE set, builds are shared by
+    every program with the same array, depths, simulator and RTL sources (a Verilator
+    build takes tens of seconds); otherwise OUTDIR/sim_build."""
+    cache = os.environ.get("GLENSIDEC_SIM_CACHE")
+    if not cache:
+        return outdir / "sim_build"
+    key = hashlib.sha256()
+    key.update(repr((config, depths, simulator, waves)).encode())
+    for source in rtl_sources(GEMM_TESTBENCH):
+        key.update(source.read_bytes())
+    return Path(cache) / f"{GEMM_TESTBENCH}_{config.rows}x{config.cols}_{key.hexdigest()[:16]}"
+
+
+@dataclass
+class CosimResult:
+    calls: list[dict[str, int | bool | float]]
+    status: int
+    wall_seconds: float  # the whole simulator run, start-up included
+
+    @property
+    def rtl_seconds(self) -> float:
+        """Wall time spent inside the array calls (driver and simulator)."""
+        return sum(float(call["rtl_seconds"]) for call in self.calls)
+
+    @property
+    def simulated_cycles(self) -> int:
+        return sum(int(call["simulated_cycles"]) for call in self.calls)
+
+    @property
+    def predicted_cycles(self) -> int:
+        return sum(int(call["predicted_cycles"]) for call in self.calls)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == 0 and all(call["data_ok"] and call["cycles_ok"]
+                                        for call in self.calls)
+
+
+def cosimulate(outdir: Path, program_args: list[str], *, waves: bool = False,
+               simulator: str = "verilator") -> CosimResult:
+    """Build the RTL and the C library for `outdir`, run the program, return the report."""
+    outdir = outdir.resolve()
+    manifest = Manifest.read(outdir)
+    if manifest.float_products and not manifest.array_calls:
+        raise GlensideError(
+            f"{manifest.source} computes its products in f32: the systolic array is "
+            f"int{manifest.config.in_width} x int{manifest.config.in_width} -> "
+            f"int{manifest.config.acc_width} and cannot run them (run ./model for the "
+            "host C program, or quantize the program to int8 first)")
+    if not (outdir / LIBRARY).is_file():
+        subprocess.run(["make", "-s", "-C", str(outdir), LIBRARY], check=True)
+    depths = testbench_depths(manifest)
+    build_dir = build_directory(outdir, manifest.config, depths, simulator, waves)
+    runner = build_gemm_testbench(manifest.config, build_dir, depths, simulator=simulator,
+                                  waves=waves)
+    report = outdir / REPORT
+    report.unlink(missing_ok=True)
+    started = time.perf_counter()
+    run(runner, GEMM_TESTBENCH, TEST_MODULE, build_dir, waves=waves, extra_env={
+        ENV_LIBRARY: str(outdir / LIBRARY),
+        ENV_ARGS: json.dumps([str(outdir / "model"), *program_args]),
+        ENV_REPORT: str(report),
+        ENV_MANIFEST: str(outdir / MANIFEST),
+    })
+    wall = time.perf_counter() - started
+    if not report.is_file():
+        raise GlensideError("co-simulation stopped before it finished (see the messages above)")
+    raw = json.loads(report.read_text())
+    return CosimResult(raw["calls"], int(raw["status"]), wall)
+
+
+def print_report(result: CosimResult) -> None:
+    print(f"{'call':>4} {'M':>6} {'K':>6} {'N':>6} {'predicted':>10} {'simulated':>10}  data")
+    for index, call in enumerate(result.calls):
+        print(f"{index:>4} {call['m']:>6} {call['k']:>6} {call['n']:>6} "
+              f"{call['predicted_cycles']:>10} {call['simulated_cycles']:>10}  "
+              f"{'ok' if call['data_ok'] else 'MISMATCH'}")
+    rate = result.simulated_cycles / result.rtl_seconds if result.rtl_seconds else 0.0
+    print(f"simulated array cycles: {result.simulated_cycles} "
+          f"(predicted {result.predicted_cycles}); {len(result.calls)} array calls")
+    print(f"wall time: {result.wall_seconds:.2f} s in the simulator, "
+          f"{result.rtl_seconds:.3f} s in array calls ({rate:,.0f} simulated cycles/s)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m glensidec.cosim",
+        description="Co-simulate a compiled program: its array calls run on the RTL.")
+    parser.add_argument("outdir", type=Path, help="a `glensidec compile -o` directory")
+    parser.add_argument("inputs", nargs="*", metavar="NAME=FILE.npy")
+    parser.add_argument("-o", "--output", default="sim_output.npy", help="result .npy")
+    parser.add_argument("--waves", default="0", help="1: record waveforms (sim_build/)")
+    parser.add_argument("--simulator", default="verilator", choices=["verilator", "icarus"])
+    args = parser.parse_args(argv)
+    # The simulator runs in sim_build/: hand the program absolute paths.
+    program_args = []
+    for item in args.inputs:
+        name, equals, path = item.partition("=")
+        program_args.append(f"{name}={Path(path).resolve()}" if equals else item)
+    program_args += ["-o", str(Path(args.output).resolve())]
+    try:
+        result = cosimulate(args.outdir, program_args, waves=args.waves == "1",
+                            simulator=args.simulator)
+    except GlensideError as error:
+        print(error, file=sys.stderr)
+        return 1
+    print_report(result)
+    if result.status != 0:
+        print(f"error: the program failed (status {result.status})", file=sys.stderr)
+    elif not result.ok:
+        print("error: the RTL disagrees with the model (data or cycles); see above",
+              file=sys.stderr)
+    else:
+        print("co-simulation: every array result and cycle count matches")
+    return 0 if result.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,83 @@
+"""The cocotb test that co-simulates a compiled program (started by glensidec.cosim).
+
+Runs inside the simulator: loads the program's `libmodel_cosim.so`, routes its array
+backend to the RTL and runs its `main` in a bridge thread, so the C code blocks while the
+simulator executes each GEMM.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from cocotb import test
+from cocotb.task import bridge, resume
+
+from glensidec.cosim import (
+    ENV_ARGS,
+    ENV_LIBRARY,
+    ENV_MANIFEST,
+    ENV_REPORT,
+    Manifest,
+    testbench_depths,
+)
+from glensidec.hardware import gemm_cycles, reference_gemm
+from glensidec.rtl_driver import GemmDriver, GemmRun
+
+# int (*)(long M, long K, long N, const int8_t *A, const int8_t *B, const int32_t *D,
+#         int32_t *C), as array_runtime.h declares gs_array_backend_fn.
+BACKEND = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_long, ctypes.c_long, ctypes.c_long,
+                           ctypes.POINTER(ctypes.c_int8), ctypes.POINTER(ctypes.c_int8),
+                           ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_int32))
+
+
+def _matrix(pointer: Any, rows: int, cols: int) -> np.ndarray[Any, Any]:
+    return np.ctypeslib.as_array(pointer, shape=(rows, cols))
+
+
+@test()
+async def run_compiled_program(dut: Any) -> None:
+    manifest = Manifest.read(Path(os.environ[ENV_MANIFEST]).parent)
+    config = manifest.config
+    driver = GemmDriver(dut, config, testbench_depths(manifest))
+    await driver.reset()
+    library = ctypes.CDLL(os.environ[ENV_LIBRARY])
+    gemm_on_rtl = resume(driver.gemm)
+    calls: list[dict[str, int | bool | float]] = []
+
+    def backend(m: int, k: int, n: int, a_ptr: Any, b_ptr: Any, d_ptr: Any,
+                c_ptr: Any) -> int:
+        a = _matrix(a_ptr, m, k).copy()
+        b = _matrix(b_ptr, k, n).copy()
+        d = _matrix(d_ptr, m, n).copy() if d_ptr else None
+        started = time.perf_counter()
+        run: GemmRun = gemm_on_rtl(a, b, d)
+        rtl_seconds = time.perf_counter() - started
+        expected = reference_gemm(a, b, d, config.acc_width, config.in_width)
+        predicted = gemm_cycles(config, m, k, n)
+        _matrix(c_ptr, m, n)[:] = run.C  # the program continues with the RTL's numbers
+        calls.append({"m": m, "k": k, "n": n, "predicted_cycles": predicted,
+                      "simulated_cycles": run.cycles,
+                      "data_ok": bool(np.array_equal(run.C, expected)),
+                      "cycles_ok": run.cycles == predicted, "rtl_seconds": rtl_seconds})
+        return 0
+
+    callback = BACKEND(backend)  # kept alive until the program returns
+    library.gs_array_set_backend(callback)
+    argv = json.loads(os.environ[ENV_ARGS])
+    argv_c = (ctypes.c_char_p * len(argv))(*(arg.encode() for arg in argv))
+    library.gs_model_main.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
+
+    def run_main() -> int:
+        return int(library.gs_model_main(len(argv), argv_c))
+
+    status = await bridge(run_main)()
+    with open(os.environ[ENV_REPORT], "w") as report:
+        json.dump({"status": int(status), "calls": calls}, report, indent=1)
+    assert status == 0, f"the program returned {status}"
+    assert all(call["data_ok"] and call["cycles_ok"] for call in calls), calls
