@@ -31,6 +31,8 @@ from .rtl_build import GEMM_TESTBENCH, GemmBenchDepths, build_gemm_testbench, rt
 LIBRARY = "libmodel_cosim.so"
 MANIFEST = "cosim.json"
 REPORT = "cosim_report.json"
+BUILD_LOG = "cosim_build.log"
+RUN_LOG = "cosim_run.log"
 TEST_MODULE = "glensidec.cosim_test"
 
 # Environment of the cocotb test process.
@@ -140,22 +142,38 @@ def cosimulate(outdir: Path, program_args: list[str], *, waves: bool = False,
         subprocess.run(["make", "-s", "-C", str(outdir), LIBRARY], check=True)
     depths = testbench_depths(manifest)
     build_dir = build_directory(outdir, manifest.config, depths, simulator, waves)
-    runner = build_gemm_testbench(manifest.config, build_dir, depths, simulator=simulator,
-                                  waves=waves)
+    build_log, run_log = outdir / BUILD_LOG, outdir / RUN_LOG
+    print(f"building the {manifest.config.rows}x{manifest.config.cols} array testbench "
+          f"with {simulator} (log: {build_log})", flush=True)
+    try:
+        runner = build_gemm_testbench(manifest.config, build_dir, depths, simulator=simulator,
+                                      waves=waves, log_file=build_log)
+    except (Exception, SystemExit):
+        raise GlensideError(f"the simulator build failed:\n{_tail(build_log)}") from None
     report = outdir / REPORT
     report.unlink(missing_ok=True)
+    print(f"co-simulating {manifest.source}: {len(manifest.array_calls)} array calls "
+          f"(log: {run_log})", flush=True)
     started = time.perf_counter()
-    run(runner, GEMM_TESTBENCH, TEST_MODULE, build_dir, waves=waves, extra_env={
-        ENV_LIBRARY: str(outdir / LIBRARY),
-        ENV_ARGS: json.dumps([str(outdir / "model"), *program_args]),
-        ENV_REPORT: str(report),
-        ENV_MANIFEST: str(outdir / MANIFEST),
-    })
+    run(runner, GEMM_TESTBENCH, TEST_MODULE, build_dir, waves=waves, log_file=run_log,
+        extra_env={
+            ENV_LIBRARY: str(outdir / LIBRARY),
+            ENV_ARGS: json.dumps([str(outdir / "model"), *program_args]),
+            ENV_REPORT: str(report),
+            ENV_MANIFEST: str(outdir / MANIFEST),
+        })
     wall = time.perf_counter() - started
     if not report.is_file():
-        raise GlensideError("co-simulation stopped before it finished (see the messages above)")
+        raise GlensideError(f"co-simulation stopped before it finished:\n{_tail(run_log)}")
     raw = json.loads(report.read_text())
     return CosimResult(raw["calls"], int(raw["status"]), wall)
+
+
+def _tail(log: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return f"(no log at {log})"
 
 
 def print_report(result: CosimResult) -> None:

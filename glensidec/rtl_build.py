@@ -162,8 +162,11 @@ def build(
     waves: bool = False,
     timing: bool = False,
     public_ports: bool = False,
+    log_file: Path | None = None,
 ) -> Any:
     """Build `toplevel` once into `build_dir` and return the runner to run tests with.
+
+    With `log_file`, the simulator's build output goes there instead of the terminal.
 
     `timing` is for testbenches that generate their own clock with delays (Verilator
     needs `--timing` for them). `public_ports` shows the top module's ports to cocotb
@@ -188,6 +191,7 @@ def build(
             build_dir=str(build_dir),
             timescale=TIMESCALE,
             waves=waves,
+            log_file=None if log_file is None else str(log_file),
         )
     return runner
 
@@ -199,6 +203,7 @@ def build_gemm_testbench(
     *,
     simulator: str = "verilator",
     waves: bool = False,
+    log_file: Path | None = None,
 ) -> Any:
     """Build tb_ws_gemm (ws_top plus memories) for `config`: the DUT of GemmDriver."""
     return build(
@@ -209,6 +214,7 @@ def build_gemm_testbench(
         simulator=simulator,
         waves=waves,
         timing=True,
+        log_file=log_file,
     )
 
 
@@ -221,8 +227,11 @@ def run(
     testcase: str | None = None,
     extra_env: Mapping[str, str] | None = None,
     waves: bool = False,
+    log_file: Path | None = None,
 ) -> tuple[int, int]:
     """Run cocotb tests of `test_module` (importable from `test_dir`); (tests, failures).
+
+    With `log_file`, the simulator's output goes there instead of the terminal.
 
     Outside pytest the runner does not raise when tests fail, so always check the
     returned failure count.
@@ -238,6 +247,7 @@ def run(
         waves=waves,
         timescale=TIMESCALE,
         results_xml=str((Path(test_dir) / f"results_{toplevel}.xml").resolve()),
+        log_file=None if log_file is None else str(log_file),
     )
     tests, failures = get_results(results)
     return int(tests), int(failures)
