@@ -513,28 +513,15 @@ def global_average_pool(imp: Importer, node: Node) -> Value:
     return B.reshape(mean, (*dims[:2], *(1 for _ in dims[2:])), ())
 
 
-@translates("Add")
-def add(imp: Importer, node: Node) -> Value:
+# ONNX's numpy-broadcasting binary ops, one compute type each.
+ELEMENTWISE_OPS = {"Add": "elementwise-add", "Sub": "elementwise-sub",
+                   "Mul": "elementwise-mul", "Div": "elementwise-div"}
+
+
+@translates(*ELEMENTWISE_OPS)
+def binary(imp: Importer, node: Node) -> Value:
     check_attributes(node, set())
-    return elementwise(imp, node, "elementwise-add")
-
-
-@translates("Sub")
-def sub(imp: Importer, node: Node) -> Value:
-    check_attributes(node, set())
-    return elementwise(imp, node, "elementwise-sub")
-
-
-@translates("Mul")
-def mul(imp: Importer, node: Node) -> Value:
-    check_attributes(node, set())
-    return elementwise(imp, node, "elementwise-mul")
-
-
-@translates("Div")
-def div(imp: Importer, node: Node) -> Value:
-    check_attributes(node, set())
-    return elementwise(imp, node, "elementwise-div")
+    return elementwise(imp, node, ELEMENTWISE_OPS[node.op])
 
 
 @translates("Flatten")
