@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import functools
 import math
+import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from egglog import bindings
@@ -42,7 +43,7 @@ from .rewrite import (
     Stats,
     quote,
 )
-from .terms import ComputeOp, Program, Term, postorder
+from .terms import Arg, ComputeOp, Program, Symbol, TensorDecl, Term, postorder
 from .typecheck import AccessType, TypeTable, check_program, infer
 
 CYCLE = 100  # egglog cost units per predicted cycle; each node adds 1 more (a tie-break)
@@ -282,6 +283,9 @@ class Compiled:
     extraction_cost: int
     prediction: Prediction
     graph: EGraph
+    # Wall seconds per stage: "encode" (rules and program into egglog), "saturate",
+    # "extract" (costs, extraction, decoding and the checks).
+    seconds: dict[str, float] = field(default_factory=dict)
 
     def report_lines(self, config: hardware.ArrayConfig) -> Iterator[str]:
         yield from self.stats.lines()
@@ -306,24 +310,227 @@ class Compiled:
 def compile_program(program: Program, config: hardware.ArrayConfig,
                     limits: Limits | None = None,
                     rulesets: tuple[str, ...] = RULESETS) -> Compiled:
-    """Saturate `program` with `rulesets` for `config`'s array and extract the cheapest."""
+    """Saturate `program` with `rulesets` for `config`'s array and extract the cheapest.
+
+    A program with one dot-product is saturated whole. With several, each product and the
+    views it reads is saturated in an e-graph of its own (`compile_by_region`): every rule
+    matches one product and views below it, so nothing is lost, and the e-graph, the
+    limits and the time grow with the largest layer instead of with the whole network.
+    """
+    start = time.perf_counter()
     types = check_program(program)
     target = array_target(config)
-    graph = EGraph(rulesets, target, Profile.of(program.root, types), COST_DECLARATIONS)
+    products = [term for term in postorder(program.root) if is_product(term)]
+    graph = new_graph(program, types, products, target, rulesets)
+    if len(products) > 1:
+        return compile_by_region(program, types, products, graph, config, limits or Limits(),
+                                 start)
+    root_name = graph.add(program.root, types)
+    encoded = time.perf_counter()
+    stats = graph.saturate(limits or Limits())
+    saturated = time.perf_counter()
+    root, cost = extract_checked(graph, root_name, program.tensors, target)
+    extracted = Program(program.path, program.tensors, root, _surviving_names(program, root))
+    prediction = predict(root, infer(root, program.tensors), config.acc_width)
+    seconds = {"encode": encoded - start, "saturate": saturated - encoded,
+               "extract": time.perf_counter() - saturated}
+    return Compiled(program, extracted, stats, cost, prediction, graph, seconds)
+
+
+def new_graph(program: Program, types: TypeTable, products: list[Term], target: ArrayTarget,
+              rulesets: tuple[str, ...]) -> EGraph:
+    """An e-graph with the rules for `program` (and for its regions' placeholders)."""
+    profile = Profile.of(program.root, types)
+    # A region reads a computed operand ((S),(I)) as (access (access-tensor p) len(S)).
+    placeholders = {(len(t.full), len(t.shape)) for product in products
+                    for t in (_access(types, b) for b in _boundaries(product)) if t.item}
+    profile = replace(profile, accesses=profile.accesses | placeholders)
+    graph = EGraph(rulesets, target, profile, COST_DECLARATIONS)
     graph.run("(ruleset costs)\n" + "\n".join(cost_rules()))
     graph.run("(ruleset reach)\n" + "\n".join(reach_rules()))
-    root_name = graph.add(program.root, types)
-    stats = graph.saturate(limits or Limits())
+    return graph
+
+
+def extract_checked(graph: EGraph, root_name: str, tensors: dict[str, TensorDecl],
+                    target: ArrayTarget) -> tuple[Term, int]:
+    """Cost the saturated e-graph, extract the cheapest `root_name`, check it runs and is
+    mapped; the term and its extraction cost."""
     set_costs(graph)
     (output,) = graph.run(f"(extract {root_name})")
     assert isinstance(output, bindings.ExtractBest)
     root = Decoder(output.termdag).term(output.term)
-    extracted = Program(program.path, program.tensors, root, _surviving_names(program, root))
-    new_types = infer(root, program.tensors)
+    new_types = infer(root, tensors)
     check_runnable(root, new_types, target)
     check_mapped(graph, root, new_types, target)
-    return Compiled(program, extracted, stats, output.cost,
-                    predict(root, new_types, config.acc_width), graph)
+    return root, output.cost
+
+
+# -- big programs: one product region at a time -----------------------------------------
+
+
+def is_product(term: Term) -> bool:
+    return (term.op == "compute" and isinstance(term.args[0], ComputeOp)
+            and term.args[0].name == "dot-product")
+
+
+def _boundaries(product: Term) -> list[Term]:
+    """The computed operands of a product's region: the computes (and array constructs)
+    reached from it through views. The region is the product and the views above them."""
+    found: list[Term] = []
+    stack = [arg for arg in product.args if isinstance(arg, Term)]
+    seen: set[Term] = set()
+    while stack:
+        term = stack.pop()
+        if term in seen:
+            continue
+        seen.add(term)
+        if term.op == "compute" or term.op in ARRAYS:
+            found.append(term)
+        else:
+            stack.extend(term.children())
+    return found
+
+
+def _rebuild(root: Term, replace_term: Callable[[Term, tuple[Arg, ...]], Term | None],
+             stop: Callable[[Term], bool] = lambda term: False,
+             rebuilt: dict[Term, Term] | None = None) -> Term:
+    """`root` rebuilt bottom-up: `replace_term(term, new args)` may give a term's new form
+    (None keeps it with its new arguments); below `stop` terms nothing is visited.
+    `rebuilt` (old term → new) is the memo, which a caller may share between calls."""
+    rebuilt = {} if rebuilt is None else rebuilt
+    stack: list[tuple[Term, bool]] = [(root, False)]
+    while stack:
+        term, expanded = stack.pop()
+        if term in rebuilt:
+            continue
+        children = [] if stop(term) else term.children()
+        if not expanded and children:
+            stack.append((term, True))
+            stack.extend((child, False) for child in children if child not in rebuilt)
+            continue
+        args = tuple(rebuilt.get(a, a) if isinstance(a, Term) else a for a in term.args)
+        same = all(new is old for new, old in zip(args, term.args, strict=True))
+        rebuilt[term] = replace_term(term, args) or (term if same else Term(term.op, args))
+    return rebuilt[root]
+
+
+@dataclass
+class Region:
+    """One product with its computed operands replaced by placeholder tensors."""
+
+    root: Term
+    tensors: dict[str, TensorDecl]  # the program's tensors and the placeholders
+    boundaries: dict[str, Term]  # placeholder name → the computed operand it stands for
+
+
+def product_region(product: Term, types: TypeTable, tensors: dict[str, TensorDecl]) -> Region:
+    region = Region(product, dict(tensors), {})
+    stand_ins: dict[Term, Term] = {}
+    for boundary in _boundaries(product):
+        value = _access(types, boundary)
+        name = f"region-operand-{len(region.boundaries)}"
+        assert name not in tensors, name
+        region.tensors[name] = TensorDecl(name, value.full, value.dtype, "input")
+        region.boundaries[name] = boundary
+        leaf = Term("access-tensor", (Symbol(name),))
+        stand_ins[boundary] = Term("access", (leaf, len(value.shape))) if value.item else leaf
+    region.root = _rebuild(product, lambda term, _: stand_ins.get(term),
+                           stop=lambda term: term in stand_ins)
+    return region
+
+
+def splice(region: Region, term: Term, operands: dict[str, Term], types: TypeTable) -> Term:
+    """An extracted region term with its placeholders replaced by the (compiled) operands;
+    `types` are the operands' types, which their placeholders mirror."""
+
+    def placeholder(arg: Arg) -> str | None:
+        if isinstance(arg, Term) and arg.op == "access-tensor":
+            name = arg.args[0]
+            assert isinstance(name, Symbol)
+            return name.name if name.name in region.boundaries else None
+        return None
+
+    def operand(name: str, split: int | None) -> Term:
+        value = _access(types, region.boundaries[name])
+        full = operands[name]
+        wanted = len(value.full) if split is None else split
+        return full if wanted == len(value.shape) else Term("access", (full, wanted))
+
+    def replace_term(old: Term, args: tuple[Arg, ...]) -> Term | None:
+        name = placeholder(old)
+        if name is not None:  # a bare placeholder is ((full shape),())
+            return operand(name, None)
+        inner = placeholder(old.args[0]) if old.op == "access" and old.args else None
+        if inner is not None:  # (access placeholder k): access the operand itself
+            split = old.args[1]
+            assert isinstance(split, int)
+            return operand(inner, split)
+        return None
+
+    return _rebuild(term, replace_term)
+
+
+def compile_by_region(program: Program, types: TypeTable, products: list[Term],
+                      graph: EGraph, config: hardware.ArrayConfig, limits: Limits,
+                      start: float) -> Compiled:
+    """Saturate and extract every product region in turn, then splice the results into the
+    program. --iterations and --max-enodes apply to each region; the time budget is shared
+    (`_share`), so a slow layer cannot starve the layers after it (they would stay on the
+    host)."""
+    target = array_target(config)
+    compiled: dict[Term, Term] = {}  # every term rebuilt so far, products compiled
+    region_stats: list[Stats] = []
+    seconds = {"encode": 0.0, "saturate": 0.0, "extract": 0.0}
+    cost = 0
+    for product in products:
+        region = product_region(product, types, program.tensors)
+        share = _share(limits, region_stats, len(products))
+        term, region_cost, stats = _compile_region(graph, region, share, target, seconds)
+        region_stats.append(stats)
+        operands = {name: _compiled(boundary, compiled)
+                    for name, boundary in region.boundaries.items()}
+        compiled[product] = splice(region, term, operands, types)
+        cost += region_cost
+    root = _compiled(program.root, compiled)
+    new_types = infer(root, program.tensors)
+    check_runnable(root, new_types, target)
+    graph.add(root, new_types)  # the graph holds the extracted program (--emit egraph)
+    extracted = Program(program.path, program.tensors, root, _surviving_names(program, root))
+    seconds["encode"] += time.perf_counter() - start - sum(seconds.values())  # the rest
+    return Compiled(program, extracted, Stats.combine(region_stats), cost,
+                    predict(root, new_types, config.acc_width), graph, seconds)
+
+
+def _share(limits: Limits, done: list[Stats], regions: int) -> Limits:
+    """The next region's limits: the time left divided by the regions left, so regions
+    that saturate quickly leave their share to the slow ones."""
+    left = max(0.0, limits.timeout - sum(stats.seconds for stats in done))
+    return replace(limits, timeout=left / (regions - len(done)))
+
+
+def _compile_region(graph: EGraph, region: Region, limits: Limits, target: ArrayTarget,
+                    seconds: dict[str, float]) -> tuple[Term, int, Stats]:
+    """Saturate and extract one region between egglog's `push` and `pop` (the rules stay
+    compiled); adds its stage times to `seconds`."""
+    graph.run("(push)")
+    began = time.perf_counter()
+    root_name = graph.add(region.root, infer(region.root, region.tensors))
+    encoded = time.perf_counter()
+    stats = graph.saturate(limits)
+    saturated = time.perf_counter()
+    term, cost = extract_checked(graph, root_name, region.tensors, target)
+    graph.run("(pop)")
+    seconds["encode"] += encoded - began
+    seconds["saturate"] += saturated - encoded
+    seconds["extract"] += time.perf_counter() - saturated
+    return term, cost, stats
+
+
+def _compiled(term: Term, compiled: dict[Term, Term]) -> Term:
+    """`term` with the products below it in their compiled form. Regions are compiled in
+    post-order, so every product below `term` is in `compiled` already; `compiled` is also
+    the memo, so each term of the program is rebuilt once in all."""
+    return _rebuild(term, lambda old, args: None, rebuilt=compiled)
 
 
 def _surviving_names(program: Program, root: Term) -> dict[Term, str]:

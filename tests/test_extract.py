@@ -22,7 +22,7 @@ from glensidec.extract import (
     validate,
 )
 from glensidec.interp import run_program
-from glensidec.syntax import parse_program, read_program
+from glensidec.syntax import format_program, parse_program, read_program
 from glensidec.terms import Program, postorder
 from glensidec.typecheck import check_program
 
@@ -129,6 +129,86 @@ def test_unmappable_products_may_stay_on_the_host() -> None:
     program = read_program(EXAMPLES / "matmul.gs")
     compiled = compile_program(program, ARRAY)
     assert unmapped_products(compiled.program.root, check_program(compiled.program), "f32")
+
+
+# -- big programs: one region per product ---------------------------------------------
+
+
+def _dot_products(program: Program) -> list[object]:
+    return [t for t in postorder(program.root) if t.op == "compute"
+            and t.args[0].name == "dot-product"]  # type: ignore[union-attr]
+
+
+def test_products_are_compiled_region_by_region_and_spliced_back() -> None:
+    """Two products, one reading a computed operand with an item ((M),(K)), the other the
+    same input: each saturated alone, the relu between them kept once, the result exact."""
+    a = B.access(B.tensor("a"), 1)
+    relu = B.compute("relu", a)  # ((12),(32)): its region reads it through a placeholder
+    first = B.matmul(relu, B.access(B.tensor("b"), 1))
+    second = B.matmul(a, B.access(B.tensor("c"), 1))
+    root = B.compute("elementwise-add", B.op("access-pair", first, second))
+    program = make_program(root, {"a": ((12, 32), "i8"), "b": ((20, 32), "i8"),
+                                  "c": ((20, 32), "i8")})
+    compiled = compile_program(program, ARRAY)
+    assert compiled.stats.regions == 2 and compiled.stats.stop_reason == "saturated"
+    ops = [t.op for t in postorder(compiled.program.root)]
+    assert ops.count("systolic-array-with-blocking") + ops.count("systolic-array") == 2
+    assert not _dot_products(compiled.program)
+    relus = [t for t in postorder(compiled.program.root) if t.op == "compute"
+             and t.args[0].name == "relu"]  # type: ignore[union-attr]
+    assert relus == [relu]  # spliced back as it was: no placeholder, no extra access
+    assert "region-operand" not in format_program(compiled.program)
+    validate(program, compiled.program, seeds=(0, 1))
+
+
+def _depthwise_chain(layers: int, channels: int, size: int) -> Program:
+    """`layers` depthwise 3×3 layers, requantized to i8 in between."""
+    x = B.tensor("x")
+    tensors = {"x": ((1, channels, size, size), "i8")}
+    for layer in range(layers):
+        name = f"w{layer}"
+        tensors[name] = ((channels, 1, 3, 3), "i8")
+        product = B.depthwise_conv2d_nchw(x, B.tensor(name), 1, channels, (size, size),
+                                          (3, 3), (1, 1), (1, 1, 1, 1))
+        x = B.compute("requantize", product, 1, 0, 8, 0) if layer + 1 < layers else product
+    return make_program(x, tensors)
+
+
+def _whole_program(program: Program, limits: extract.Limits) -> tuple[str, int]:
+    """Stop reason and extraction cost with the whole program in one e-graph."""
+    types = check_program(program)
+    products = [t for t in postorder(program.root) if extract.is_product(t)]
+    target = extract.array_target(ARRAY)
+    graph = extract.new_graph(program, types, products, target, extract.RULESETS)
+    name = graph.add(program.root, types)
+    stats = graph.saturate(limits)
+    return stats.stop_reason, extract.extract_checked(graph, name, program.tensors, target)[1]
+
+
+def test_each_region_has_the_limits_to_itself() -> None:
+    """Three depthwise layers of 16 channels under a 4,000 e-node limit: one e-graph for
+    all of them hits the limit before the cheap block-diagonal groups exist; one e-graph
+    per layer saturates each, and each layer compiles as it does alone."""
+    limits = extract.Limits(max_enodes=4_000)
+    program = _depthwise_chain(3, 16, 6)
+    compiled = compile_program(program, ARRAY, limits)
+    stats = compiled.stats
+    assert stats.regions == 3 and stats.stop_reason == "saturated"
+    assert 1_000 < stats.enodes < 4_000  # the largest region's e-graph
+    assert not _dot_products(compiled.program)  # every layer on the array
+    validate(program, compiled.program)
+    alone = compile_program(_depthwise_chain(1, 16, 6), ARRAY, limits)
+    assert compiled.prediction.invocations == alone.prediction.invocations * 3
+    reason, whole_cost = _whole_program(program, limits)
+    assert reason.startswith("e-node limit") and compiled.extraction_cost < whole_cost
+
+
+def test_a_time_limit_is_shared_between_regions() -> None:
+    program = _depthwise_chain(2, 8, 4)
+    compiled = compile_program(program, ARRAY, extract.Limits(timeout=0.0))
+    assert compiled.stats.stop_reason.startswith("time limit")
+    assert compiled.stats.stop_reason.endswith("of 2 regions")
+    validate(program, compiled.program)
 
 
 def test_validation_catches_a_wrong_program() -> None:
