@@ -159,7 +159,14 @@ def _register_front_ends() -> None:
 _register_front_ends()
 
 
+# Every stage walks terms recursively somewhere (parsing, printing, lowering); a program
+# written as one deeply nested expression (thousands of layers without `let`) needs more
+# than Python's default 1000 frames. Python-to-Python calls do not use the C stack in 3.11.
+RECURSION_LIMIT = 20_000
+
+
 def main() -> None:
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), RECURSION_LIMIT))
     try:
         cli.main(standalone_mode=False)
     except click.exceptions.Abort:
@@ -170,6 +177,10 @@ def main() -> None:
         sys.exit(error.exit_code)
     except GlensideError as error:
         click.echo(str(error), err=True)
+        sys.exit(1)
+    except RecursionError:
+        click.echo(f"error: the program nests more than about {RECURSION_LIMIT} levels deep; "
+                   "name intermediate results with (let name expr)", err=True)
         sys.exit(1)
     except KeyboardInterrupt:
         sys.exit(130)

@@ -153,3 +153,25 @@ def test_failed_compile_leaves_no_output_directory(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert "file not found" in done.stderr and "Traceback" not in done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["prog.gs"]
+
+
+def deep_program(path: Path, depth: int) -> Path:
+    """One expression `depth` constructs deep: no lets to keep it shallow."""
+    path.write_text("(input x i8 (shape 4 4))\n" + "(compute relu " * depth
+                    + "(access-tensor x)" + ")" * depth + "\n")
+    return path
+
+
+def test_deeply_nested_program_runs_through_every_command(tmp_path: Path) -> None:
+    program = deep_program(tmp_path / "deep.gs", 3000)
+    for command in (["check"], ["fmt"], ["run", "--random-inputs", "1"],
+                    ["compile", "--array", "4x4", "-o", str(tmp_path / "out")]):
+        done = glensidec(command[0], program, *command[1:])
+        assert done.returncode == 0, done.stderr[-500:]
+    assert glensidec("check", program).stdout == "((4,4),()) i8\n"
+
+
+def test_too_deep_a_program_is_a_clean_error(tmp_path: Path) -> None:
+    done = glensidec("check", deep_program(tmp_path / "deeper.gs", 30000))
+    assert done.returncode == 1
+    assert done.stderr.startswith("error: the program nests more than about 20000 levels")
