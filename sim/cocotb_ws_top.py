@@ -10,7 +10,7 @@ from __future__ import annotations
 import cocotb
 import numpy as np
 from cocotb.triggers import ClockCycles
-from models import Gaps, stream_result_cycles
+from models import stream_result_cycles
 
 from glensidec.hardware import (
     ArrayConfig,
@@ -114,10 +114,10 @@ async def extreme_values(dut: object) -> None:
 
 
 GAP_SETTINGS = [
-    Gaps(weights=64, activations=64, d=64, result_stall=64, seed=3),
-    Gaps(weights=200, activations=30, d=120, result_stall=0, seed=7),
-    Gaps(weights=0, activations=0, d=0, result_stall=180, seed=11),
-    Gaps(weights=128, activations=128, d=128, result_stall=128, seed=0xBEEF),
+    StreamGaps(weights=64, activations=64, d=64, result_stall=64, seed=3),
+    StreamGaps(weights=200, activations=30, d=120, result_stall=0, seed=7),
+    StreamGaps(weights=0, activations=0, d=0, result_stall=180, seed=11),
+    StreamGaps(weights=128, activations=128, d=128, result_stall=128, seed=0xBEEF),
 ]
 
 
@@ -130,7 +130,7 @@ async def gaps_and_backpressure(dut: object) -> None:
     for gaps in GAP_SETTINGS:
         for M, K, N in shapes:
             A, B, D = random_operands(rng, M, K, N, with_d=True)
-            run = await driver.gemm(A, B, D, StreamGaps(**vars(gaps)))
+            run = await driver.gemm(A, B, D, gaps)
             check_data(run, A, B, D)
             tiles = gemm_tiles(config, M, K, N, has_d=True)
             assert run.result_cycles == stream_result_cycles(config, tiles, gaps)

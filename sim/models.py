@@ -15,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from glensidec.hardware import ArrayConfig, Tile
+from glensidec.rtl_driver import StreamGaps
 
 Ints = npt.NDArray[np.int64]
 
@@ -218,18 +219,8 @@ def lfsr_step(value: int) -> int:
     return ((value << 1) & 0xFFFF) | feedback
 
 
-@dataclass(frozen=True)
-class Gaps:
-    """Same meaning as glensidec.rtl_driver.StreamGaps (kept free of cocotb)."""
-
-    weights: int = 0
-    activations: int = 0
-    d: int = 0
-    result_stall: int = 0
-    seed: int = 1
-
-
-def stream_result_cycles(config: ArrayConfig, tiles: list[Tile], gaps: Gaps) -> list[int]:
+def stream_result_cycles(config: ArrayConfig, tiles: list[Tile], gaps: StreamGaps
+                         ) -> list[int]:
     """Exact cycle of every result of `tiles` in tb_ws_gemm with the given LFSR gaps."""
     ctrl = CtrlModel(config.rows, config.cols, config.acc_depth)
     seed = gaps.seed & 0xFFFF or 1
