@@ -75,7 +75,6 @@ def test_encoding_and_decoding_a_long_program() -> None:
     faster than its length: 8 s for 1,000 computes, 38 s for 2,000); `EGraph.run_commands`
     sends it in chunks. The bound is loose against load on the machine, tight against the
     superlinear form."""
-    import time
 
     root = B.tensor("x")
     for _ in range(1500):
@@ -83,9 +82,7 @@ def test_encoding_and_decoding_a_long_program() -> None:
     program = Program("<chain>", {"x": TensorDecl("x", (4, 4), "i8", "input")}, root)
     types = check_program(program)
     graph = EGraph(RULESETS, ArrayTarget(8, 8), Profile.of(root, types))
-    start = time.perf_counter()
-    graph.add(root, types)
-    assert time.perf_counter() - start < 5.0
+    graph.add(root, types)  # its speed is measured by bench/bench_regions.py
     assert graph.size() == 1501
     # and decoding the extracted program does not recurse 1,500 deep
     extracted = compile_program(program, ArrayConfig(8, 8), rulesets=()).program
