@@ -46,10 +46,6 @@ class Case:
     opt: str = "-O0"  # faster builds; the sanitizer builds use -O1
 
 
-def _program(root: Term, tensors: dict[str, tuple[tuple[int, ...], str]]) -> Program:
-    return make_program(root, tensors)
-
-
 def _example_cases() -> list[Case]:
     cases = [Case(path.stem, read_program(path)) for path in sorted(EXAMPLES.glob("*.gs"))]
     for path in sorted((EXAMPLES / "glenside").glob("*.glenside")):
@@ -91,19 +87,20 @@ def _unary_cases() -> list[Case]:
     for dtype, values in [*ints.items(), ("f32", floats)]:
         x = b.access(b.tensor("x"), 1)
         root = _concatenated(b.compute("relu", x), b.compute("negative", x))
-        cases.append(Case(f"relu_negative_{dtype}", _program(root, {"x": (values.shape, dtype)}),
-                          {"x": values}))
+        program = make_program(root, {"x": (values.shape, dtype)})
+        cases.append(Case(f"relu_negative_{dtype}", program, {"x": values}))
     root = b.compute("sqrt", b.access(b.tensor("x"), 1))
-    cases.append(Case("sqrt_f32", _program(root, {"x": ((3, 6), "f32")}), {"x": np.abs(floats)}))
+    program = make_program(root, {"x": ((3, 6), "f32")})
+    cases.append(Case("sqrt_f32", program, {"x": np.abs(floats)}))
     root = b.compute("clip", b.access(b.tensor("x"), 1), -3, 100)
-    cases.append(Case("clip_i8", _program(root, {"x": ((4, 16), "i8")})))
+    cases.append(Case("clip_i8", make_program(root, {"x": ((4, 16), "i8")})))
     # Bounds at the dtype's own limits must not become always-false comparisons.
     for low, high in [(0, 127), (-128, 5), (-128, 127)]:
         root = b.compute("clip", b.access(b.tensor("x"), 1), low, high)
         cases.append(Case(f"clip_i8_{low}_{high}".replace("-", "m"),
-                          _program(root, {"x": ((4, 16), "i8")})))
+                          make_program(root, {"x": ((4, 16), "i8")})))
     root = b.compute("clip", b.access(b.tensor("x"), 1), -0.5, 1.25)
-    cases.append(Case("clip_f32", _program(root, {"x": ((4, 16), "f32")})))
+    cases.append(Case("clip_f32", make_program(root, {"x": ((4, 16), "f32")})))
     return cases
 
 
@@ -120,7 +117,7 @@ def _cast_cases() -> list[Case]:
         root = b.compute("cast", b.access(b.tensor("x"), 0), target)
         shape = values.shape if values is not None else (5, 7)
         given = {"x": values} if values is not None else {}
-        cases.append(Case(f"cast_{source}_{target}", _program(root, {"x": (shape, source)}),
+        cases.append(Case(f"cast_{source}_{target}", make_program(root, {"x": (shape, source)}),
                           given))
     return cases
 
@@ -132,7 +129,7 @@ def _requantize_cases() -> list[Case]:
     params = ((1, 0, 4, 0), (1073741824, 3, 40, -7), (-3, 1, 0, 5), (2**31 - 1, 0, 62, 127))
     root = _concatenated(*(b.compute("requantize", b.access(b.tensor("x"), 0), *p)
                            for p in params))
-    cases = [Case("requantize", _program(root, {"x": ((64,), "i32")}), {"x": values})]
+    cases = [Case("requantize", make_program(root, {"x": ((64,), "i32")}), {"x": values})]
     # per channel: accumulators ((4,16),()) paired with one multiplier per row, broadcast
     multipliers = b.broadcast(b.op("access-insert-axis", b.tensor("m"), 1), (4, 16), ())
     root = b.compute("requantize-per-channel", _pair(b.access(b.tensor("x"), 2), multipliers),
@@ -140,7 +137,7 @@ def _requantize_cases() -> list[Case]:
     given = {"x": values.reshape(4, 16),
              "m": np.array([1 << 20, -(1 << 19), 2**31 - 1, 12345], dtype=np.int32)}
     cases.append(Case("requantize_per_channel",
-                      _program(root, {"x": ((4, 16), "i32"), "m": ((4,), "i32")}), given))
+                      make_program(root, {"x": ((4, 16), "i32"), "m": ((4,), "i32")}), given))
     return cases
 
 
@@ -159,7 +156,7 @@ def _fold_cases() -> list[Case]:
         operands = _pair(b.access(b.tensor("x"), 1), b.access(b.tensor("y"), 1))
         root = _concatenated(*(b.compute(f"elementwise-{op}", operands)
                                for op in ("add", "sub", "mul", "div")))
-        program = _program(root, {"x": ((4, 32), dtype), "y": ((4, 32), dtype)})
+        program = make_program(root, {"x": ((4, 32), dtype), "y": ((4, 32), dtype)})
         given: dict[str, np.ndarray] = {}
         if dtype != "f32":
             low = {"i8": -(2**7), "i16": -(2**15), "i32": -(2**31)}[dtype]
@@ -171,7 +168,7 @@ def _fold_cases() -> list[Case]:
         cases.append(Case(f"add_sub_mul_div_{dtype}", program, given))
     # a three-member tuple from a real tensor: ((4),(3,5)), folded left to right
     root = b.compute("elementwise-sub", b.access(b.tensor("t"), 1))
-    cases.append(Case("sub_tuple3_i16", _program(root, {"t": ((4, 3, 5), "i16")})))
+    cases.append(Case("sub_tuple3_i16", make_program(root, {"t": ((4, 3, 5), "i16")})))
     return cases
 
 
@@ -186,15 +183,15 @@ def _reduce_cases() -> list[Case]:
         else:
             root = b.compute("reduce-sum", x)
             cases.append(Case(f"reduce_sum_{dtype}",
-                              _program(root, {"x": ((3, 4, 7), dtype)})))
-        cases.append(Case(f"reductions_{dtype}", _program(_concatenated(*same_dtype),
+                              make_program(root, {"x": ((3, 4, 7), dtype)})))
+        cases.append(Case(f"reductions_{dtype}", make_program(_concatenated(*same_dtype),
                                                           {"x": ((3, 4, 7), dtype)})))
     root = b.compute("reduce-sum", b.access(b.tensor("x"), 2))  # no item dims: a widening copy
-    cases.append(Case("reduce_sum_empty_item_i8", _program(root, {"x": ((3, 4), "i8")})))
+    cases.append(Case("reduce_sum_empty_item_i8", make_program(root, {"x": ((3, 4), "i8")})))
     root = b.compute("reduce-sum", b.access(b.tensor("x"), 0))  # the whole tensor: a scalar
-    cases.append(Case("reduce_sum_to_scalar_i16", _program(root, {"x": ((3, 4), "i16")})))
+    cases.append(Case("reduce_sum_to_scalar_i16", make_program(root, {"x": ((3, 4), "i16")})))
     root = b.compute("softmax", b.access(b.tensor("x"), 2))
-    cases.append(Case("softmax_f32", _program(root, {"x": ((2, 3, 10), "f32")})))
+    cases.append(Case("softmax_f32", make_program(root, {"x": ((2, 3, 10), "f32")})))
     return cases
 
 
@@ -202,18 +199,18 @@ def _dot_cases() -> list[Case]:
     cases = []
     for dtype in ("i8", "i16", "i32", "f32"):
         root = b.matmul(b.access(b.tensor("a"), 1), b.access(b.transpose(b.tensor("w"), 1, 0), 1))
-        program = _program(root, {"a": ((12, 40), dtype), "w": ((40, 10), dtype)})
+        program = make_program(root, {"a": ((12, 40), dtype), "w": ((40, 10), dtype)})
         cases.append(Case(f"matmul_{dtype}", program))
         root = b.compute("dot-product", _pair(b.access(b.tensor("x"), 1),
                                               b.access(b.tensor("y"), 1)))
         cases.append(Case(f"dot_pair_{dtype}",
-                          _program(root, {"x": ((6, 3, 5), dtype), "y": ((6, 3, 5), dtype)})))
+                          make_program(root, {"x": ((6, 3, 5), dtype), "y": ((6, 3, 5), dtype)})))
     root = b.matmul(b.access(b.tensor("a"), 1), b.access(b.tensor("w"), 1))
-    cases.append(Case("matmul_i8_on_host", _program(root, {"a": ((9, 33), "i8"),
+    cases.append(Case("matmul_i8_on_host", make_program(root, {"a": ((9, 33), "i8"),
                                                            "w": ((7, 33), "i8")}),
                       options=LowerOptions(offload_i8_gemm=False)))
     root = b.compute("dot-product", b.access(b.tensor("t"), 1))  # three members
-    cases.append(Case("dot_tuple3_i32", _program(root, {"t": ((4, 3, 6), "i32")})))
+    cases.append(Case("dot_tuple3_i32", make_program(root, {"t": ((4, 3, 6), "i32")})))
     return cases
 
 
@@ -222,20 +219,20 @@ def _systolic_cases() -> list[Case]:
         return b.op(construct, rows, cols, b.access(b.tensor("a"), a_axis),
                     b.access(b.tensor("w"), 0))
     return [
-        Case("systolic_array", _program(array("systolic-array", 4, 4),
+        Case("systolic_array", make_program(array("systolic-array", 4, 4),
                                         {"a": ((10, 4), "i8"), "w": ((4, 4), "i8")})),
-        Case("systolic_array_vector", _program(array("systolic-array", 6, 3, 0),
+        Case("systolic_array_vector", make_program(array("systolic-array", 6, 3, 0),
                                                {"a": ((6,), "i8"), "w": ((6, 3), "i8")})),
-        Case("systolic_blocking", _program(array("systolic-array-with-blocking", 4, 4),
+        Case("systolic_blocking", make_program(array("systolic-array-with-blocking", 4, 4),
                                            {"a": ((20, 24), "i8"), "w": ((24, 12), "i8")}),
              asan=True),
-        Case("systolic_blocking_deep_k", _program(array("systolic-array-with-blocking", 8, 8),
+        Case("systolic_blocking_deep_k", make_program(array("systolic-array-with-blocking", 8, 8),
                                                   {"a": ((3, 64), "i8"), "w": ((64, 16), "i8")})),
         Case("systolic_blocking_f32_host",
-             _program(array("systolic-array-with-blocking", 4, 4),
+             make_program(array("systolic-array-with-blocking", 4, 4),
                       {"a": ((5, 8), "f32"), "w": ((8, 4), "f32")})),
         Case("systolic_blocking_transposed_weights",
-             _program(b.op("systolic-array-with-blocking", 4, 4, b.access(b.tensor("a"), 1),
+             make_program(b.op("systolic-array-with-blocking", 4, 4, b.access(b.tensor("a"), 1),
                            b.access(b.transpose(b.tensor("w"), 1, 0), 0)),
                       {"a": ((7, 8), "i8"), "w": ((8, 8), "i8")})),
     ]
@@ -246,37 +243,38 @@ def _view_cases() -> list[Case]:
     cases = []
     # a reshape of a transpose that splits an axis unevenly: must copy
     root = b.compute("relu", b.reshape(b.transpose(x, 1, 0), (2,), (3,)))
-    cases.append(Case("reshape_needs_copy", _program(root, {"x": ((2, 3), "i16")})))
+    cases.append(Case("reshape_needs_copy", make_program(root, {"x": ((2, 3), "i16")})))
     root = b.compute("negative", b.op("access-concatenate", b.access(x, 1),
                                       b.access(b.tensor("y"), 1), 1))
-    cases.append(Case("concatenate", _program(root, {"x": ((3, 4), "i32"),
+    cases.append(Case("concatenate", make_program(root, {"x": ((3, 4), "i32"),
                                                      "y": ((3, 5), "i32")})))
     root = b.compute("relu", b.op("access-slice", b.op("access-move-axis", b.access(x, 1), 0, 2),
                                   1, 1, 3))
-    cases.append(Case("slice_move_axis", _program(root, {"x": ((2, 4, 5), "f32")})))
+    cases.append(Case("slice_move_axis", make_program(root, {"x": ((2, 4, 5), "f32")})))
     pooled = b.max_pool_nchw(x, (3, 3), (2, 2), (1, 1, 1, 1))
-    cases.append(Case("max_pool_min_padding_f32", _program(pooled, {"x": ((1, 2, 9, 9), "f32")})))
-    cases.append(Case("max_pool_min_padding_i8", _program(pooled, {"x": ((1, 2, 9, 9), "i8")})))
+    program = make_program(pooled, {"x": ((1, 2, 9, 9), "f32")})
+    cases.append(Case("max_pool_min_padding_f32", program))
+    cases.append(Case("max_pool_min_padding_i8", make_program(pooled, {"x": ((1, 2, 9, 9), "i8")})))
     # a product nobody fuses: materialised
     root = b.compute("relu", b.op("access-cartesian-product", b.access(x, 1),
                                   b.access(b.tensor("y"), 1)))
-    cases.append(Case("product_materialized", _program(root, {"x": ((3, 4), "i8"),
+    cases.append(Case("product_materialized", make_program(root, {"x": ((3, 4), "i8"),
                                                               "y": ((2, 4), "i8")})))
     root = b.compute("reduce-sum", b.op("access-pair", b.access(x, 1), b.access(x, 1)))
-    cases.append(Case("pair_materialized_shared", _program(root, {"x": ((3, 4), "i8")})))
+    cases.append(Case("pair_materialized_shared", make_program(root, {"x": ((3, 4), "i8")})))
     root = b.op("access-shift-right", b.op("access-flatten", b.access(x, 2)))  # result is a view
-    cases.append(Case("result_is_input_view", _program(root, {"x": ((2, 3, 4), "i8")})))
+    cases.append(Case("result_is_input_view", make_program(root, {"x": ((2, 3, 4), "i8")})))
     literal = b.op("access-literal", b.op("literal", 2.5))
     spread = b.broadcast(b.op("access-insert-axis", b.op("access-insert-axis", literal, 0), 0),
                          (3, 4), ())
     root = b.compute("elementwise-mul", _pair(b.access(x, 2), spread))
-    cases.append(Case("literal_broadcast", _program(root, {"x": ((3, 4), "f32")})))
+    cases.append(Case("literal_broadcast", make_program(root, {"x": ((3, 4), "f32")})))
     nhwc = b.conv2d_nhwc(x, b.tensor("w"), 3, (3, 3), (2, 1), (1, 0, 1, 2))
-    cases.append(Case("conv2d_nhwc_i8", _program(nhwc, {"x": ((1, 7, 6, 3), "i8"),
+    cases.append(Case("conv2d_nhwc_i8", make_program(nhwc, {"x": ((1, 7, 6, 3), "i8"),
                                                         "w": ((3, 3, 3, 4), "i8")})))
     depthwise = b.depthwise_conv2d_nchw(x, b.tensor("w"), 1, 3, (5, 5), (3, 3),
                                         pads=(1, 1, 1, 1))
-    cases.append(Case("depthwise_f32", _program(depthwise, {"x": ((1, 3, 5, 5), "f32"),
+    cases.append(Case("depthwise_f32", make_program(depthwise, {"x": ((1, 3, 5, 5), "f32"),
                                                             "w": ((3, 1, 3, 3), "f32")})))
     return cases
 
@@ -329,7 +327,7 @@ def _random_view_program(seed: int) -> Program:
             candidate = b.op("access-move-axis", term, int(rng.integers(rank)),
                              int(rng.integers(rank)))
         try:
-            program = _program(candidate, {"x": (shape, dtype)})
+            program = make_program(candidate, {"x": (shape, dtype)})
         except Exception:  # a random op that does not type-check: skip it
             continue
         result = check_program(program)[program.root]
@@ -339,7 +337,7 @@ def _random_view_program(seed: int) -> Program:
         term, full = candidate, result.full
     split = int(rng.integers(0, len(full) + 1))
     final = str(rng.choice(["relu", "negative", "reduce-max", "reduce-sum"]))
-    return _program(b.compute(final, b.access(term, split)), {"x": (shape, dtype)})
+    return make_program(b.compute(final, b.access(term, split)), {"x": (shape, dtype)})
 
 
 def _network_cases() -> list[Case]:
@@ -347,11 +345,12 @@ def _network_cases() -> list[Case]:
     hidden = b.dense(b.access(b.tensor("x"), 1), b.tensor("w"))
     biased = b.channel_bias(hidden, b.tensor("bias"), (4, 10), channel_axis=1)
     root = b.compute("softmax", b.access(b.compute("relu", biased), 1))
-    mlp = _program(root, {"x": ((4, 20), "f32"), "w": ((10, 20), "f32"), "bias": ((10,), "f32")})
+    mlp = make_program(root, {"x": ((4, 20), "f32"), "w": ((10, 20), "f32"),
+                              "bias": ((10,), "f32")})
     conv = b.conv2d_nchw(b.tensor("x"), b.tensor("w"), 2, (3, 3), (1, 1), (1, 1, 1, 1))
     pooled = b.compute("reduce-mean", b.access(conv, 2))
     quantized = b.compute("clip", b.compute("requantize", pooled, 3, 0, 5, -2), -100, 100)
-    quant = _program(quantized, {"x": ((1, 2, 6, 6), "i8"), "w": ((5, 2, 3, 3), "i8")})
+    quant = make_program(quantized, {"x": ((1, 2, 6, 6), "i8"), "w": ((5, 2, 3, 3), "i8")})
     return [Case("mlp_softmax_f32", mlp), Case("conv_mean_requantize_i8", quant, asan=True)]
 
 
@@ -549,7 +548,7 @@ def _runtime_build(tmp_path: Path, config: ArrayConfig, driver: str) -> Path:
     from glensidec.emit import render_files
     from glensidec.lower import lower_program
     from glensidec.plan import plan_memory
-    program = _program(b.compute("relu", b.access(b.tensor("x"), 0)), {"x": ((2,), "i8")})
+    program = make_program(b.compute("relu", b.access(b.tensor("x"), 0)), {"x": ((2,), "i8")})
     lowered = lower_program(program, check_program(program))
     files = render_files(program, lowered, plan_memory(lowered), config, {})
     for name in ("array_runtime.c", "array_runtime.h"):
