@@ -26,10 +26,22 @@ sys.path.insert(0, str(REPO / "tests"))  # the ONNX model builder lives with the
 
 from test_import import OnnxGraph  # noqa: E402
 
-from glensidec import hardware  # noqa: E402
-from glensidec.data import load_weights  # noqa: E402
-from glensidec.emit import compile_to_directory  # noqa: E402
-from glensidec.extract import (  # noqa: E402
+from glensidec.backend.emit import compile_to_directory  # noqa: E402
+from glensidec.frontends.importer import import_onnx  # noqa: E402
+from glensidec.frontends.quantize import (  # noqa: E402
+    LayerError,
+    QuantizedProgram,
+    layer_errors,
+    quantize,
+    save_quantized,
+)
+from glensidec.hardware import array as hardware  # noqa: E402
+from glensidec.lang.data import load_weights  # noqa: E402
+from glensidec.lang.interp import run_program  # noqa: E402
+from glensidec.lang.syntax import read_program  # noqa: E402
+from glensidec.lang.terms import ComputeOp, Program, Symbol, Term, postorder  # noqa: E402
+from glensidec.lang.typecheck import AccessType, check_program  # noqa: E402
+from glensidec.opt.extract import (  # noqa: E402
     ARRAYS,
     Compiled,
     Matmul,
@@ -38,18 +50,6 @@ from glensidec.extract import (  # noqa: E402
     invocation,
     unmapped_products,
 )
-from glensidec.importer import import_onnx  # noqa: E402
-from glensidec.interp import run_program  # noqa: E402
-from glensidec.quantize import (  # noqa: E402
-    LayerError,
-    QuantizedProgram,
-    layer_errors,
-    quantize,
-    save_quantized,
-)
-from glensidec.syntax import read_program  # noqa: E402
-from glensidec.terms import ComputeOp, Program, Symbol, Term, postorder  # noqa: E402
-from glensidec.typecheck import AccessType, check_program  # noqa: E402
 
 CALIBRATION_SAMPLES = 2
 LIMIT_SECONDS = 60.0

@@ -27,13 +27,14 @@ sys.path.insert(0, str(REPO / "bench"))
 from bench_import import resnet18  # noqa: E402
 from test_import import OnnxGraph  # noqa: E402
 
-from glensidec import extract, hardware  # noqa: E402
-from glensidec.importer import import_onnx  # noqa: E402
-from glensidec.quantize import quantize, save_quantized  # noqa: E402
-from glensidec.rewrite import RULESETS, Limits  # noqa: E402
-from glensidec.syntax import read_program  # noqa: E402
-from glensidec.terms import ComputeOp, Program, postorder  # noqa: E402
-from glensidec.typecheck import check_program, infer  # noqa: E402
+from glensidec.frontends.importer import import_onnx  # noqa: E402
+from glensidec.frontends.quantize import quantize, save_quantized  # noqa: E402
+from glensidec.hardware import array as hardware  # noqa: E402
+from glensidec.lang.syntax import read_program  # noqa: E402
+from glensidec.lang.terms import ComputeOp, Program, postorder  # noqa: E402
+from glensidec.lang.typecheck import check_program, infer  # noqa: E402
+from glensidec.opt import extract  # noqa: E402
+from glensidec.opt.rewrite import RULESETS, Limits  # noqa: E402
 
 ARRAY = hardware.ArrayConfig(16, 16)
 CLI_LIMITS = Limits(iterations=30, max_enodes=50_000, timeout=10.0)  # `glensidec compile`

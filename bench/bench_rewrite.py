@@ -19,8 +19,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from glensidec import hardware
-from glensidec.extract import (
+from glensidec.frontends.workloads import Workload, workloads
+from glensidec.hardware import array as hardware
+from glensidec.lang.syntax import parse_program
+from glensidec.lang.typecheck import check_program
+from glensidec.opt.extract import (
     Compiled,
     best_orientation,
     compile_program,
@@ -30,9 +33,6 @@ from glensidec.extract import (
     unmapped_products,
     validate,
 )
-from glensidec.syntax import parse_program
-from glensidec.typecheck import check_program
-from glensidec.workloads import Workload, workloads
 
 RESULTS = Path(__file__).resolve().parent / "results" / "rewrite.md"
 

@@ -15,9 +15,9 @@ from typing import Any
 import cocotb
 import numpy as np
 
-from glensidec.hardware import reference_gemm
-from glensidec.rtl_build import GemmBenchDepths
-from glensidec.rtl_driver import GemmDriver, config_from_env
+from glensidec.cosim.rtl_build import GemmBenchDepths
+from glensidec.cosim.rtl_driver import GemmDriver, config_from_env
+from glensidec.hardware.array import reference_gemm
 
 
 @cocotb.test()

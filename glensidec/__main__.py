@@ -1,5 +1,5 @@
 """`python -m glensidec` is the `glensidec` command."""
 
-from .cli import main
+from glensidec.cli import main
 
 main()

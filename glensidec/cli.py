@@ -11,12 +11,13 @@ from pathlib import Path
 
 import click
 
-from . import __version__, data
-from .errors import GlensideError
-from .interp import run_program
-from .syntax import format_program, read_program
-from .terms import Program
-from .typecheck import check_program, root_type
+from glensidec import __version__
+from glensidec.errors import GlensideError
+from glensidec.lang import data
+from glensidec.lang.interp import run_program
+from glensidec.lang.syntax import format_program, read_program
+from glensidec.lang.terms import Program
+from glensidec.lang.typecheck import check_program, root_type
 
 PROGRAM = click.argument("program", type=click.Path(dir_okay=False, path_type=Path))
 SHAPES = click.option("--shapes", type=click.Path(dir_okay=False, path_type=Path),
@@ -112,9 +113,15 @@ def compile_command(program: Path, shapes: Path | None, array_size: str, emit: s
     `make -C OUTDIR` builds OUTDIR/model; `make -C OUTDIR sim` co-simulates it on the RTL.
     Without -o, print the rewritten program instead.
     """
-    from .emit import compile_to_directory
-    from .extract import compile_program, egraph_dot, egraph_svg, parse_array_size, validate
-    from .rewrite import Limits
+    from glensidec.backend.emit import compile_to_directory
+    from glensidec.opt.extract import (
+        compile_program,
+        egraph_dot,
+        egraph_svg,
+        parse_array_size,
+        validate,
+    )
+    from glensidec.opt.rewrite import Limits
 
     emit = emit or ("c" if output is not None else "rewritten")
     if emit == "c" and output is None:
@@ -149,8 +156,8 @@ def compile_command(program: Path, shapes: Path | None, array_size: str, emit: s
 
 def _register_front_ends() -> None:
     # The importer and the quantizer define their own commands next to their code.
-    from .importer import import_command
-    from .quantize import quantize_command
+    from glensidec.frontends.importer import import_command
+    from glensidec.frontends.quantize import quantize_command
 
     cli.add_command(import_command)
     cli.add_command(quantize_command)

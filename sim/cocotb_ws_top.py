@@ -1,7 +1,7 @@
 """cocotb tests of ws_top inside tb_ws_gemm, whole GEMMs per transaction.
 
 Every test checks the result bits against `reference_gemm` and the cycle of every result
-row against a model: `glensidec.hardware` for gap-free streaming, `models.py`'s
+row against a model: `glensidec.hardware.array` for gap-free streaming, `models.py`'s
 cycle-level stream model when the wrapper inserts random gaps and back-pressure.
 """
 
@@ -12,7 +12,14 @@ import numpy as np
 from cocotb.triggers import ClockCycles
 from models import stream_result_cycles
 
-from glensidec.hardware import (
+from glensidec.cosim.rtl_driver import (
+    GemmDriver,
+    GemmRun,
+    StreamGaps,
+    build_images,
+    config_from_env,
+)
+from glensidec.hardware.array import (
     ArrayConfig,
     gemm_cycles,
     gemm_tiles,
@@ -20,7 +27,6 @@ from glensidec.hardware import (
     result_cycles,
     tile_timings,
 )
-from glensidec.rtl_driver import GemmDriver, GemmRun, StreamGaps, build_images, config_from_env
 
 INT8_MIN, INT8_MAX = -128, 127
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1

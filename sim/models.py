@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from glensidec.hardware import ArrayConfig, Tile
-from glensidec.rtl_driver import StreamGaps
+from glensidec.cosim.rtl_driver import StreamGaps
+from glensidec.hardware.array import ArrayConfig, Tile
 
 Ints = npt.NDArray[np.int64]
 

@@ -12,9 +12,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from glensidec import rtl_build
-from glensidec.hardware import ArrayConfig
-from glensidec.rtl_driver import config_to_env
+from glensidec.cosim import rtl_build
+from glensidec.cosim.rtl_driver import config_to_env
+from glensidec.hardware.array import ArrayConfig
 
 SIM_DIR = Path(__file__).resolve().parent
 SIMULATOR = os.environ.get("SIM", "verilator")

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 from sim_harness import ARRAY_SHAPES, shape_id
 
-from glensidec import rtl_build
+from glensidec.cosim import rtl_build
 
 MODULES = list(rtl_build.RTL_MODULES)
 

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from sim_harness import ARRAY_SHAPES, array_env, build_module, run_cocotb, shape_id
 
-from glensidec.hardware import ArrayConfig
-from glensidec.rtl_build import GEMM_TESTBENCH, GemmBenchDepths
+from glensidec.cosim.rtl_build import GEMM_TESTBENCH, GemmBenchDepths
+from glensidec.hardware.array import ArrayConfig
 
 #: A small accumulator so the tests also cover M chunks (M > acc_depth with K folds).
 ACC_DEPTH = 32

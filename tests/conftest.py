@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from hypothesis import settings
 
-from glensidec.data import random_tensor
-from glensidec.interp import run_program
-from glensidec.syntax import format_program, parse_program
-from glensidec.terms import Program, TensorDecl, Term
-from glensidec.typecheck import check_program, root_type
+from glensidec.lang.data import random_tensor
+from glensidec.lang.interp import run_program
+from glensidec.lang.syntax import format_program, parse_program
+from glensidec.lang.terms import Program, TensorDecl, Term
+from glensidec.lang.typecheck import check_program, root_type
 
 # CI runs the fuzz tests on a fixed sequence of examples (a landing must not depend on luck);
 # developers' runs keep exploring new random programs.

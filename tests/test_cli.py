@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 from conftest import EXAMPLES
 
-from glensidec.data import all_tensors, random_inputs
-from glensidec.interp import run_program
-from glensidec.syntax import read_program
+from glensidec.lang.data import all_tensors, random_inputs
+from glensidec.lang.interp import run_program
+from glensidec.lang.syntax import read_program
 
 
 def glensidec(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

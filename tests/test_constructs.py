@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from glensidec import constructs as K
-from glensidec.interp import COMPUTE_IMPLS, IMPLS
-from glensidec.typecheck import COMPUTE_RULES, RULES
+from glensidec.lang import constructs as K
+from glensidec.lang.interp import COMPUTE_IMPLS, IMPLS
+from glensidec.lang.typecheck import COMPUTE_RULES, RULES
 
 
 def test_every_construct_has_a_type_rule() -> None:

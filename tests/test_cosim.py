@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 from conftest import EXAMPLES
 
-from glensidec.data import all_tensors, random_inputs
-from glensidec.interp import run_program
-from glensidec.syntax import read_program
+from glensidec.lang.data import all_tensors, random_inputs
+from glensidec.lang.interp import run_program
+from glensidec.lang.syntax import read_program
 
 
 @pytest.fixture(scope="module")

@@ -19,12 +19,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from glensidec.constructs import COMPUTE_TYPES, CONSTRUCTS
 from glensidec.errors import GlensideError
-from glensidec.interp import NUMPY_DTYPES, run_program
-from glensidec.syntax import parse_program
-from glensidec.terms import DTYPES, Program, TensorDecl
-from glensidec.typecheck import check_program, root_type
+from glensidec.lang.constructs import COMPUTE_TYPES, CONSTRUCTS
+from glensidec.lang.interp import NUMPY_DTYPES, run_program
+from glensidec.lang.syntax import parse_program
+from glensidec.lang.terms import DTYPES, Program, TensorDecl
+from glensidec.lang.typecheck import check_program, root_type
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "language.md"
 FENCE = re.compile(r"^```glenside[ \t]*\n(.*?)^```[ \t]*\n", re.MULTILINE | re.DOTALL)
@@ -59,7 +59,7 @@ EXAMPLES = extract(DOC.read_text(encoding="utf-8"))
 
 
 def shapes_from_json(text: str) -> dict[str, TensorDecl]:
-    """The same reading as `--shapes FILE.json` (glensidec.syntax.load_shapes)."""
+    """The same reading as `--shapes FILE.json` (glensidec.lang.syntax.load_shapes)."""
     decls = {}
     for name, entry in json.loads(text).items():
         shape, dtype = (entry["shape"], entry.get("dtype", "f32")) if isinstance(entry, dict) \

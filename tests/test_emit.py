@@ -17,17 +17,17 @@ import numpy as np
 import pytest
 from conftest import EXAMPLES, assert_matches, make_program
 
-from glensidec import builders as b
-from glensidec import data
-from glensidec.emit import CompileResult, compile_to_directory
-from glensidec.hardware import ArrayConfig, gemm_cycles, reference_gemm
-from glensidec.interp import run_program
-from glensidec.lower import LowerOptions
-from glensidec.plan import check_no_overlap
+from glensidec.backend.emit import CompileResult, compile_to_directory
+from glensidec.backend.lower import LowerOptions
+from glensidec.backend.plan import check_no_overlap
+from glensidec.frontends import builders as b
+from glensidec.hardware.array import ArrayConfig, gemm_cycles, reference_gemm
+from glensidec.lang import data
+from glensidec.lang.interp import run_program
+from glensidec.lang.syntax import read_program
+from glensidec.lang.terms import Program, Term
+from glensidec.lang.typecheck import check_program
 from glensidec.resources import resource_dir
-from glensidec.syntax import read_program
-from glensidec.terms import Program, Term
-from glensidec.typecheck import check_program
 
 CONFIG = ArrayConfig(8, 8)
 
@@ -60,7 +60,7 @@ def _extracted_cases() -> list[Case]:
     """Programs as equality saturation extracts them (systolic-array-with-blocking, padded
     reductions): what `glensidec compile` will feed the code generator."""
     try:
-        from glensidec.extract import compile_program
+        from glensidec.opt.extract import compile_program
     except ImportError:  # pragma: no cover - the rewriter is developed alongside
         return []
     cases = []
@@ -284,7 +284,7 @@ def _random_view_program(seed: int) -> Program:
     algebra, the copy fallbacks and loop-nest refinement all meet here."""
     import math
 
-    from glensidec.typecheck import AccessType
+    from glensidec.lang.typecheck import AccessType
     rng = np.random.default_rng(seed)
     shape = tuple(int(d) for d in rng.integers(1, 6, int(rng.integers(2, 5))))
     dtype = str(rng.choice(["i8", "i16", "f32"]))
@@ -452,7 +452,7 @@ def test_sanitizer_build_runs_clean_and_agrees(built: dict[str, Built], name: st
 
 
 def test_every_compute_type_is_covered() -> None:
-    from glensidec.constructs import COMPUTE_TYPES
+    from glensidec.lang.constructs import COMPUTE_TYPES
     seen = set()
     for case in CASES:
         for term in _terms(case.program.root):
@@ -462,7 +462,7 @@ def test_every_compute_type_is_covered() -> None:
 
 
 def _terms(root: Term) -> list[Term]:
-    from glensidec.terms import postorder
+    from glensidec.lang.terms import postorder
     return postorder(root)
 
 
@@ -545,9 +545,9 @@ int main(int argc, char **argv) {
 
 
 def _runtime_build(tmp_path: Path, config: ArrayConfig, driver: str) -> Path:
-    from glensidec.emit import render_files
-    from glensidec.lower import lower_program
-    from glensidec.plan import plan_memory
+    from glensidec.backend.emit import render_files
+    from glensidec.backend.lower import lower_program
+    from glensidec.backend.plan import plan_memory
     program = make_program(b.compute("relu", b.access(b.tensor("x"), 0)), {"x": ((2,), "i8")})
     lowered = lower_program(program, check_program(program))
     files = render_files(program, lowered, plan_memory(lowered), config, {})

@@ -9,11 +9,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from glensidec.constructs import COMPUTE_TYPES, CONSTRUCTS
-from glensidec.data import load_weights
 from glensidec.errors import GlensideError
-from glensidec.syntax import format_program, parse_program
-from glensidec.typecheck import check_program
+from glensidec.lang.constructs import COMPUTE_TYPES, CONSTRUCTS
+from glensidec.lang.data import load_weights
+from glensidec.lang.syntax import format_program, parse_program
+from glensidec.lang.typecheck import check_program
 
 DECLS = """(input x i8 (shape 1 3 8 8))
 (input w i8 (shape 4 3 3 3))

@@ -1,4 +1,4 @@
-"""The cost model, extraction and translation validation of glensidec.extract, and the CLI."""
+"""The cost model, extraction and translation validation of glensidec.opt.extract, and the CLI."""
 
 from __future__ import annotations
 
@@ -8,11 +8,17 @@ import pytest
 from click.testing import CliRunner
 from conftest import EXAMPLES, make_program
 
-from glensidec import builders as B
-from glensidec import extract, hardware, workloads
 from glensidec.cli import cli
 from glensidec.errors import GlensideError
-from glensidec.extract import (
+from glensidec.frontends import builders as B
+from glensidec.frontends import workloads
+from glensidec.hardware import array as hardware
+from glensidec.lang.interp import run_program
+from glensidec.lang.syntax import format_program, parse_program, read_program
+from glensidec.lang.terms import Program, postorder
+from glensidec.lang.typecheck import check_program
+from glensidec.opt import extract
+from glensidec.opt.extract import (
     best_orientation,
     compile_program,
     matmuls,
@@ -20,10 +26,6 @@ from glensidec.extract import (
     unmapped_products,
     validate,
 )
-from glensidec.interp import run_program
-from glensidec.syntax import format_program, parse_program, read_program
-from glensidec.terms import Program, postorder
-from glensidec.typecheck import check_program
 
 ARRAY = hardware.ArrayConfig(16, 16)
 WORKLOADS = workloads.workloads()
@@ -252,7 +254,7 @@ def test_cli_compile_prints_a_program_that_parses_and_runs(tmp_path: Path) -> No
     (tmp_path / "small_cnn.npz").write_bytes((EXAMPLES / "small_cnn.npz").read_bytes())
     program = read_program(rewritten)
     assert "systolic-array-with-blocking" in stdout
-    from glensidec import data
+    from glensidec.lang import data
 
     run_program(program, data.all_tensors(program, data.random_inputs(program, 0)))
 

@@ -12,7 +12,7 @@ import itertools
 import numpy as np
 import pytest
 
-from glensidec.hardware import (
+from glensidec.hardware.array import (
     ArrayConfig,
     gemm_cycles,
     gemm_tiles,

@@ -22,15 +22,15 @@ import pytest
 from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
 
-from glensidec.data import load_weights
-from glensidec.emit import compile_to_directory
+from glensidec.backend.emit import compile_to_directory
 from glensidec.errors import GlensideError
-from glensidec.hardware import ArrayConfig
-from glensidec.importer import import_command, import_onnx, sanitize
-from glensidec.interp import run_program
-from glensidec.syntax import read_program
-from glensidec.terms import Program
-from glensidec.typecheck import check_program
+from glensidec.frontends.importer import import_command, import_onnx, sanitize
+from glensidec.hardware.array import ArrayConfig
+from glensidec.lang.data import load_weights
+from glensidec.lang.interp import run_program
+from glensidec.lang.syntax import read_program
+from glensidec.lang.terms import Program
+from glensidec.lang.typecheck import check_program
 
 Array = np.ndarray[Any, Any]
 
@@ -165,7 +165,7 @@ def run_interpreter(program: Program, inputs: dict[str, Array]) -> Array:
 
 
 def run_generated_c(program: Program, inputs: dict[str, Array]) -> Array:
-    """Compile with the C back end (glensidec.emit), build with make, run on `inputs`."""
+    """Compile with the C back end (glensidec.backend.emit), build with make, run on `inputs`."""
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         compile_to_directory(program, check_program(program), root / "c", ArrayConfig(8, 8))
@@ -402,7 +402,7 @@ def test_wrong_input_name(tmp_path: Path) -> None:
     path.write_bytes(model.SerializeToString())  # onnx.save would not check; we must
     expect_failure(path, tmp_path, "not a valid ONNX model")
     # and without the checker in the way, the importer's own message
-    from glensidec.importer import build_program
+    from glensidec.frontends.importer import build_program
 
     with pytest.raises(GlensideError, match="input 'X' is not defined by any graph input"):
         build_program(model, "w.npz", "p.gs")

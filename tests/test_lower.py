@@ -13,8 +13,7 @@ from conftest import EXAMPLES, make_program
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from glensidec import builders as b
-from glensidec.lower import (
+from glensidec.backend.lower import (
     CONSTANT,
     OUTPUT,
     ArrayGemm,
@@ -42,9 +41,10 @@ from glensidec.lower import (
     view_array,
     windows,
 )
-from glensidec.syntax import read_program
-from glensidec.terms import Program
-from glensidec.typecheck import check_program
+from glensidec.frontends import builders as b
+from glensidec.lang.syntax import read_program
+from glensidec.lang.terms import Program
+from glensidec.lang.typecheck import check_program
 
 
 def lower(program: Program, **options: bool) -> LoweredProgram:

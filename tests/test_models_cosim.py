@@ -25,13 +25,13 @@ import pytest
 from test_import import MODELS, OnnxGraph, imported
 from test_quantize import SCHEMES, calibration_for, sample_list
 
-from glensidec.data import load_weights
-from glensidec.extract import compile_program, parse_array_size, unmapped_products
-from glensidec.interp import run_program
-from glensidec.quantize import QuantizedProgram, quantize, save_quantized
-from glensidec.syntax import read_program
-from glensidec.terms import ComputeOp, Program, postorder
-from glensidec.typecheck import check_program
+from glensidec.frontends.quantize import QuantizedProgram, quantize, save_quantized
+from glensidec.lang.data import load_weights
+from glensidec.lang.interp import run_program
+from glensidec.lang.syntax import read_program
+from glensidec.lang.terms import ComputeOp, Program, postorder
+from glensidec.lang.typecheck import check_program
+from glensidec.opt.extract import compile_program, parse_array_size, unmapped_products
 
 Array = np.ndarray[Any, Any]
 

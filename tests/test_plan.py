@@ -9,9 +9,8 @@ from conftest import EXAMPLES, make_program
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from glensidec import builders as b
-from glensidec.lower import LoweredProgram, lower_program
-from glensidec.plan import (
+from glensidec.backend.lower import LoweredProgram, lower_program
+from glensidec.backend.plan import (
     ALIGNMENT,
     Interval,
     check_no_overlap,
@@ -20,9 +19,10 @@ from glensidec.plan import (
     plan_activations,
     plan_memory,
 )
-from glensidec.syntax import read_program
-from glensidec.terms import Program
-from glensidec.typecheck import check_program
+from glensidec.frontends import builders as b
+from glensidec.lang.syntax import read_program
+from glensidec.lang.terms import Program
+from glensidec.lang.typecheck import check_program
 
 
 def lowered_of(program: Program) -> LoweredProgram:

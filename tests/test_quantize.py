@@ -27,11 +27,9 @@ from test_import import (
     single_op_model,
 )
 
-from glensidec import builders as B
-from glensidec.data import load_weights
 from glensidec.errors import GlensideError
-from glensidec.interp import run_program
-from glensidec.quantize import (
+from glensidec.frontends import builders as B
+from glensidec.frontends.quantize import (
     QuantizedProgram,
     activation_params,
     integer_multipliers,
@@ -44,9 +42,11 @@ from glensidec.quantize import (
     save_profile,
     save_quantized,
 )
-from glensidec.syntax import format_program, parse_program, read_program
-from glensidec.terms import Program, TensorDecl
-from glensidec.typecheck import check_program, root_type
+from glensidec.lang.data import load_weights
+from glensidec.lang.interp import run_program
+from glensidec.lang.syntax import format_program, parse_program, read_program
+from glensidec.lang.terms import Program, TensorDecl
+from glensidec.lang.typecheck import check_program, root_type
 
 Array = np.ndarray[Any, Any]
 SCHEMES = {"per-tensor-asymmetric": (False, False), "per-channel-symmetric": (True, True),

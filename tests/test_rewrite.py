@@ -1,4 +1,4 @@
-"""The e-graph encoding, the type rules and each ruleset of glensidec.rewrite, one by one.
+"""The e-graph encoding, the type rules and each ruleset of glensidec.opt.rewrite, one by one.
 
 Every test that rewrites also runs the interpreter on the original and the extracted
 program (translation validation), so a wrong rule fails here, not in the C backend.
@@ -9,15 +9,15 @@ from __future__ import annotations
 import pytest
 from conftest import EXAMPLES, make_program
 
-from glensidec import builders as B
-from glensidec import workloads
 from glensidec.errors import GlensideError
-from glensidec.extract import array_shapes, compile_program, predict, validate
-from glensidec.hardware import ArrayConfig
-from glensidec.rewrite import RULESETS, ArrayTarget, EGraph, Limits, Profile
-from glensidec.syntax import parse_program, read_program
-from glensidec.terms import Program, Symbol, TensorDecl, postorder
-from glensidec.typecheck import AccessType, check_program
+from glensidec.frontends import builders as B
+from glensidec.frontends import workloads
+from glensidec.hardware.array import ArrayConfig
+from glensidec.lang.syntax import parse_program, read_program
+from glensidec.lang.terms import Program, Symbol, TensorDecl, postorder
+from glensidec.lang.typecheck import AccessType, check_program
+from glensidec.opt.extract import array_shapes, compile_program, predict, validate
+from glensidec.opt.rewrite import RULESETS, ArrayTarget, EGraph, Limits, Profile
 
 ARRAY = ArrayConfig(16, 16)
 
@@ -60,8 +60,8 @@ def test_programs_round_trip_through_the_egraph_unchanged(program: Program) -> N
 
 
 def test_the_encoding_covers_every_construct() -> None:
-    from glensidec.constructs import CONSTRUCTS
-    from glensidec.rewrite import schema
+    from glensidec.lang.constructs import CONSTRUCTS
+    from glensidec.opt.rewrite import schema
 
     text = schema()
     for name in CONSTRUCTS:
@@ -190,7 +190,7 @@ def test_explicit_blocking_splits_the_reduction_and_accumulates() -> None:
 
 def test_explicitly_blocked_program_is_extracted_and_correct(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from glensidec import extract
+    from glensidec.opt import extract
 
     monkeypatch.setattr(extract, "array_target",
                         lambda config: ArrayTarget(config.rows, config.cols,
@@ -268,7 +268,7 @@ def test_stats_report_size_and_time_per_ruleset() -> None:
 
 
 def test_compiling_twice_gives_identical_text() -> None:
-    from glensidec.syntax import format_program
+    from glensidec.lang.syntax import format_program
 
     program = parse_program(workloads.conv2d(3, 16, 8, 3, 2, 1))
     first = format_program(compile_program(program, ARRAY).program)

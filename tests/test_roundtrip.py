@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from conftest import EXAMPLES
 
-from glensidec.data import all_tensors, random_inputs
-from glensidec.interp import run_program
-from glensidec.syntax import format_program, parse_program, read_program
-from glensidec.typecheck import check_program
+from glensidec.lang.data import all_tensors, random_inputs
+from glensidec.lang.interp import run_program
+from glensidec.lang.syntax import format_program, parse_program, read_program
+from glensidec.lang.typecheck import check_program
 
 PROGRAMS = sorted(EXAMPLES.rglob("*.gs")) + sorted(EXAMPLES.rglob("*.glenside"))
 

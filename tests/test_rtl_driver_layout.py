@@ -5,8 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from glensidec.hardware import ArrayConfig, gemm_tiles
-from glensidec.rtl_driver import build_images, hex_lines, pack_rows, parse_hex_lines, unpack_rows
+from glensidec.cosim.rtl_driver import (
+    build_images,
+    hex_lines,
+    pack_rows,
+    parse_hex_lines,
+    unpack_rows,
+)
+from glensidec.hardware.array import ArrayConfig, gemm_tiles
 
 
 @pytest.mark.parametrize("width", [8, 12, 32])

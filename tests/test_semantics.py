@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 from conftest import EXAMPLES, assert_matches, make_program, run_with
 
-from glensidec import builders as b
-from glensidec.data import random_inputs
-from glensidec.interp import run_program
-from glensidec.syntax import read_program
-from glensidec.terms import Symbol
-from glensidec.typecheck import check_program, root_type
+from glensidec.frontends import builders as b
+from glensidec.lang.data import random_inputs
+from glensidec.lang.interp import run_program
+from glensidec.lang.syntax import read_program
+from glensidec.lang.terms import Symbol
+from glensidec.lang.typecheck import check_program, root_type
 
 # -- independent references ------------------------------------------------------------
 

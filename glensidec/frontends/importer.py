@@ -27,12 +27,12 @@ from typing import Any, TypeVar
 import click
 import numpy as np
 
-from . import builders as B
-from .constructs import COMPUTE_TYPES, CONSTRUCTS
-from .errors import GlensideError
-from .syntax import format_program
-from .terms import Program, TensorDecl, Term
-from .typecheck import AccessType, TypeTable, infer
+from glensidec.errors import GlensideError
+from glensidec.frontends import builders as B
+from glensidec.lang.constructs import COMPUTE_TYPES, CONSTRUCTS
+from glensidec.lang.syntax import format_program
+from glensidec.lang.terms import Program, TensorDecl, Term
+from glensidec.lang.typecheck import AccessType, TypeTable, infer
 
 Array = np.ndarray[Any, Any]
 Value = Term | Array  # a computed access, or a constant known at import time

@@ -30,9 +30,9 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from .interp import NUMPY_DTYPES, Array
-from .terms import ComputeOp, Program, Symbol, Term, postorder
-from .typecheck import AccessType, LiteralValue, TypeTable
+from glensidec.lang.interp import NUMPY_DTYPES, Array
+from glensidec.lang.terms import ComputeOp, Program, Symbol, Term, postorder
+from glensidec.lang.typecheck import AccessType, LiteralValue, TypeTable
 
 # -- views ----------------------------------------------------------------------------
 

@@ -33,14 +33,14 @@ from typing import Any
 import click
 import numpy as np
 
-from . import builders as B
-from . import constructs as K
-from .data import load_weights, read_npy
-from .errors import GlensideError
-from .interp import NUMPY_DTYPES, apply_term, evaluate_all
-from .syntax import format_program, read_program
-from .terms import ComputeOp, Program, Symbol, TensorDecl, Term, postorder
-from .typecheck import AccessType, TypeTable, check_program, infer
+from glensidec.errors import GlensideError
+from glensidec.frontends import builders as B
+from glensidec.lang import constructs as K
+from glensidec.lang.data import load_weights, read_npy
+from glensidec.lang.interp import NUMPY_DTYPES, apply_term, evaluate_all
+from glensidec.lang.syntax import format_program, read_program
+from glensidec.lang.terms import ComputeOp, Program, Symbol, TensorDecl, Term, postorder
+from glensidec.lang.typecheck import AccessType, TypeTable, check_program, infer
 
 Array = np.ndarray[Any, Any]
 PROFILE_FORMAT = "glensidec-profile"
@@ -923,7 +923,7 @@ def _write_atomically(path: Path, data: bytes) -> None:
 def save_quantized(quantized: QuantizedProgram, path: str | Path) -> Path:
     """Write PATH (.gs), its weights (.npz beside it) and PATH.json (parameters); each file
     appears whole or not at all."""
-    from .importer import write_npz
+    from glensidec.frontends.importer import write_npz
 
     path = Path(path)
     program = quantized.program

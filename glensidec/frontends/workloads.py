@@ -1,7 +1,7 @@
 """Benchmark programs as Glenside text: convolutions, an MLP, a depthwise layer.
 
 Each generator returns .gs source (int8 tensors, weights declared as `input`s so no data
-files are needed), written with `glensidec.builders` in the original Glenside's own forms
+files are needed), written with `glensidec.frontends.builders` in the original Glenside's own forms
 (NCHW/OIHW conv2d with access-pad and access-windows strides) and printed by
 `syntax.format_program`. The rewriting benchmark and its tests parse this text, so they
 measure the whole path a user's program takes.
@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import pairwise
 
-from . import builders as B
-from .syntax import format_program
-from .terms import Program, TensorDecl, Term
+from glensidec.frontends import builders as B
+from glensidec.lang.syntax import format_program
+from glensidec.lang.terms import Program, TensorDecl, Term
 
 
 def _text(root: Term, tensors: dict[str, tuple[int, ...]], comment: str) -> str:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from glensidec.hardware import ArrayConfig
+from glensidec.hardware.array import ArrayConfig
 from glensidec.resources import resource_dir
 
 #: Synthesizable modules of the array, in dependency order (leaves first).

@@ -2,7 +2,7 @@
 
 A term is `op` applied to arguments, exactly as written in the s-expression syntax; which
 ops exist and what their arguments are is the construct table's business
-(`glensidec.constructs`). Terms are immutable and hashable, and compare by structure
+(`glensidec.lang.constructs`). Terms are immutable and hashable, and compare by structure
 (source positions are carried along but never compared), so a program with shared
 subterms is a DAG and every stage can memoise per term.
 """
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TypeAlias
 
-from .errors import Span
+from glensidec.errors import Span
 
 
 @dataclass(frozen=True)

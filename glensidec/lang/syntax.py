@@ -17,11 +17,20 @@ from pathlib import Path
 
 import lark
 
-from . import constructs as K
-from .constructs import COMPUTE_TYPES, CONSTRUCTS
-from .errors import GlensideError, Span
-from .resources import resource_dir
-from .terms import DTYPES, Arg, ComputeOp, Program, Symbol, TensorDecl, Term, postorder
+from glensidec.errors import GlensideError, Span
+from glensidec.lang import constructs as K
+from glensidec.lang.constructs import COMPUTE_TYPES, CONSTRUCTS
+from glensidec.lang.terms import (
+    DTYPES,
+    Arg,
+    ComputeOp,
+    Program,
+    Symbol,
+    TensorDecl,
+    Term,
+    postorder,
+)
+from glensidec.resources import resource_dir
 
 # ---------------------------------------------------------------------------------------
 # Text → s-expressions

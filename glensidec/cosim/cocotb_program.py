@@ -1,4 +1,4 @@
-"""The cocotb test that co-simulates a compiled program (started by glensidec.cosim).
+"""The cocotb test that co-simulates a compiled program (started by glensidec.cosim.runner).
 
 Runs inside the simulator: loads the program's `libmodel_cosim.so`, routes its array
 backend to the RTL and runs its `main` in a bridge thread, so the C code blocks while the
@@ -18,7 +18,8 @@ import numpy as np
 from cocotb import test
 from cocotb.task import bridge, resume
 
-from glensidec.cosim import (
+from glensidec.cosim.rtl_driver import GemmDriver, GemmRun
+from glensidec.cosim.runner import (
     ENV_ARGS,
     ENV_LIBRARY,
     ENV_MANIFEST,
@@ -26,8 +27,7 @@ from glensidec.cosim import (
     Manifest,
     testbench_depths,
 )
-from glensidec.hardware import gemm_cycles, reference_gemm
-from glensidec.rtl_driver import GemmDriver, GemmRun
+from glensidec.hardware.array import gemm_cycles, reference_gemm
 
 # int (*)(long M, long K, long N, const int8_t *A, const int8_t *B, const int32_t *D,
 #         int32_t *C), as array_runtime.h declares gs_array_backend_fn.

@@ -2,10 +2,10 @@
 
 `make -C OUTDIR sim INPUTS="x=x.npy" OUTPUT=out.npy` runs `python -m glensidec.cosim`. The
 compiled C program (main.c, model.c, array_runtime.c, built as `libmodel_cosim.so`) runs
-unchanged inside the simulator process: glensidec.cosim_test loads it with ctypes,
+unchanged inside the simulator process: glensidec.cosim.cocotb_program loads it with ctypes,
 replaces its array backend (`gs_array_set_backend`, the one seam every array call goes
 through) with a callback, and calls its `main`. Each callback runs the GEMM on the
-Verilog array through glensidec.rtl_driver (cocotb `bridge`/`resume` let the blocking C
+Verilog array through glensidec.cosim.rtl_driver (cocotb `bridge`/`resume` let the blocking C
 call await the simulator), hands the RTL's result back to the C program, and records the
 simulated cycles beside the cycle model's prediction. Any difference in data (against the
 bit-exact reference) or in cycles fails the run.
@@ -24,16 +24,22 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import GlensideError
-from .hardware import ArrayConfig, gemm_tiles
-from .rtl_build import GEMM_TESTBENCH, GemmBenchDepths, build_gemm_testbench, rtl_sources, run
+from glensidec.cosim.rtl_build import (
+    GEMM_TESTBENCH,
+    GemmBenchDepths,
+    build_gemm_testbench,
+    rtl_sources,
+    run,
+)
+from glensidec.errors import GlensideError
+from glensidec.hardware.array import ArrayConfig, gemm_tiles
 
 LIBRARY = "libmodel_cosim.so"
 MANIFEST = "cosim.json"
 REPORT = "cosim_report.json"
 BUILD_LOG = "cosim_build.log"
 RUN_LOG = "cosim_run.log"
-TEST_MODULE = "glensidec.cosim_test"
+TEST_MODULE = "glensidec.cosim.cocotb_program"
 
 # Environment of the cocotb test process.
 ENV_LIBRARY = "GLENSIDEC_COSIM_LIBRARY"

@@ -1,7 +1,7 @@
 """Stage 3, rewriting: programs into an egglog e-graph, rulesets over it, and back out.
 
 Why the low-level `egglog.bindings` text interface rather than the high-level Python API:
-the language is data (the construct table in `glensidec.constructs`), so its e-graph
+the language is data (the construct table in `glensidec.lang.constructs`), so its e-graph
 encoding is data too. One egglog constructor is generated per construct row, rules are
 generated as egglog text (some specialised per rank or per array size, which text makes
 easy), and nothing here restates the language by hand. docs/rewriting.md has the details.
@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 
 from egglog import bindings
 
-from . import constructs as K
-from .errors import GlensideError
-from .terms import Arg, ComputeOp, Symbol, Term, postorder
-from .typecheck import AccessType, TypeTable, accumulator_dtype
+from glensidec.errors import GlensideError
+from glensidec.lang import constructs as K
+from glensidec.lang.terms import Arg, ComputeOp, Symbol, Term, postorder
+from glensidec.lang.typecheck import AccessType, TypeTable, accumulator_dtype
 
 TERM = "Term"
 VEC = "IntVec"

@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from .errors import GlensideError
-from .interp import NUMPY_DTYPES, Array
-from .terms import Program, TensorDecl
-from .typecheck import DTYPE_RANGES
+from glensidec.errors import GlensideError
+from glensidec.lang.interp import NUMPY_DTYPES, Array
+from glensidec.lang.terms import Program, TensorDecl
+from glensidec.lang.typecheck import DTYPE_RANGES
 
 
 def _shape_text(shape: tuple[int, ...]) -> str:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from .lower import ACTIVATION, CONSTANT, INPUT, OUTPUT, LoweredProgram
+from glensidec.backend.lower import ACTIVATION, CONSTANT, INPUT, OUTPUT, LoweredProgram
 
 ALIGNMENT = 64
 

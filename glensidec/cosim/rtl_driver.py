@@ -3,11 +3,11 @@
 One call moves whole tiles per transaction: the driver writes the operand memories of
 the testbench wrapper, raises `start`, awaits `done` and reads the result rows and the
 cycle each left the array. No Python runs per clock cycle, so simulation speed is the
-simulator's. The tile order is exactly `glensidec.hardware.gemm_tiles`.
+simulator's. The tile order is exactly `glensidec.hardware.array.gemm_tiles`.
 
 Usable from any cocotb test, including a co-simulation where C code calls into Python
 (through cocotb's `bridge`/`resume`): build the testbench with
-`glensidec.rtl_build.build_gemm_testbench`, then in the test::
+`glensidec.cosim.rtl_build.build_gemm_testbench`, then in the test::
 
     driver = GemmDriver(dut, config)
     await driver.reset()
@@ -26,8 +26,8 @@ import numpy as np
 import numpy.typing as npt
 from cocotb.triggers import ClockCycles, RisingEdge
 
-from glensidec.hardware import ArrayConfig, Tile, gemm_tiles, reference_gemm
-from glensidec.rtl_build import GemmBenchDepths
+from glensidec.cosim.rtl_build import GemmBenchDepths
+from glensidec.hardware.array import ArrayConfig, Tile, gemm_tiles, reference_gemm
 
 Matrix = npt.NDArray[np.integer]
 

@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from . import constructs as K
-from .terms import ComputeOp, Program, Term, postorder
-from .typecheck import (
+from glensidec.lang import constructs as K
+from glensidec.lang.terms import ComputeOp, Program, Term, postorder
+from glensidec.lang.typecheck import (
     DTYPE_RANGES,
     INTEGER_DTYPES,
     AccessShape,
@@ -471,6 +471,6 @@ def evaluate(root: Term, types: TypeTable, tensors: dict[str, Array]) -> Array:
 
 def run_program(program: Program, tensors: dict[str, Array],
                 types: TypeTable | None = None) -> Array:
-    """Run a whole program on its inputs and weights (validated by glensidec.data)."""
+    """Run a whole program on its inputs and weights (validated by glensidec.lang.data)."""
     types = check_program(program) if types is None else types
     return evaluate(program.root, types, tensors)

@@ -2,7 +2,7 @@
 
 Costs are set inside egglog (`set-cost`, from rules in the `costs` ruleset) so that its
 built-in extractor, not a Python callback, picks the program:
-  * array constructs cost what `glensidec.hardware.gemm_cycles` says the RTL takes; the
+  * array constructs cost what `glensidec.hardware.array.gemm_cycles` says the RTL takes; the
     (rows, cols, M, K, N) tuples present in the e-graph are computed in Python once each
     and given to egglog as the `gemm-cost` table, which the cost rule reads;
   * host compute costs by a simple CPU model (`HOST_*` below): per element read, and per
@@ -29,11 +29,14 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from egglog import bindings
 
-from . import constructs as K
-from . import data, hardware
-from .errors import GlensideError
-from .interp import Array, run_program
-from .rewrite import (
+from glensidec.errors import GlensideError
+from glensidec.hardware import array as hardware
+from glensidec.lang import constructs as K
+from glensidec.lang import data
+from glensidec.lang.interp import Array, run_program
+from glensidec.lang.terms import Arg, ComputeOp, Program, Symbol, TensorDecl, Term, postorder
+from glensidec.lang.typecheck import AccessType, TypeTable, check_program, infer
+from glensidec.opt.rewrite import (
     RULESETS,
     ArrayTarget,
     Decoder,
@@ -43,8 +46,6 @@ from .rewrite import (
     Stats,
     quote,
 )
-from .terms import Arg, ComputeOp, Program, Symbol, TensorDecl, Term, postorder
-from .typecheck import AccessType, TypeTable, check_program, infer
 
 CYCLE = 100  # egglog cost units per predicted cycle; each node adds 1 more (a tie-break)
 HOST_ELEMENT = 1  # cycles per element an elementwise or reducing compute reads

@@ -7,7 +7,7 @@ Padding follows ONNX's order: (top, left, bottom, right).
 
 from __future__ import annotations
 
-from .terms import Arg, ComputeOp, Symbol, Term
+from glensidec.lang.terms import Arg, ComputeOp, Symbol, Term
 
 
 def op(name: str, *args: Arg) -> Term:

@@ -27,10 +27,7 @@ from pathlib import Path
 import jinja2
 import numpy as np
 
-from . import data
-from .hardware import ArrayConfig, gemm_cycles
-from .interp import Array
-from .lower import (
+from glensidec.backend.lower import (
     ACTIVATION,
     CONSTANT,
     INPUT,
@@ -52,10 +49,13 @@ from .lower import (
     lower_program,
     refine,
 )
-from .plan import MemoryPlan, plan_memory
-from .resources import resource_dir
-from .terms import Program
-from .typecheck import DTYPE_RANGES, TypeTable
+from glensidec.backend.plan import MemoryPlan, plan_memory
+from glensidec.hardware.array import ArrayConfig, gemm_cycles
+from glensidec.lang import data
+from glensidec.lang.interp import Array
+from glensidec.lang.terms import Program
+from glensidec.lang.typecheck import DTYPE_RANGES, TypeTable
+from glensidec.resources import resource_dir
 
 C_TYPES = {"i8": "int8_t", "i16": "int16_t", "i32": "int32_t", "f32": "float"}
 NPY_DESCR = {"i8": "<i1", "i16": "<i2", "i32": "<i4", "f32": "<f4"}
@@ -480,7 +480,7 @@ def compile_to_directory(program: Program, types: TypeTable, outdir: str | Path,
                          weights: dict[str, Array] | None = None) -> CompileResult:
     """Compile `program` to a C program in `outdir` (see the module docstring).
 
-    `weights` defaults to the program's weight files (glensidec.data.load_weights).
+    `weights` defaults to the program's weight files (glensidec.lang.data.load_weights).
     """
     weights = data.load_weights(program) if weights is None else weights
     lowered = lower_program(program, types, options)

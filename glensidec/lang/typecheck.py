@@ -19,9 +19,9 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import constructs as K
-from .errors import GlensideError
-from .terms import ComputeOp, Program, Symbol, TensorDecl, Term, postorder
+from glensidec.errors import GlensideError
+from glensidec.lang import constructs as K
+from glensidec.lang.terms import ComputeOp, Program, Symbol, TensorDecl, Term, postorder
 
 INTEGER_DTYPES = ("i8", "i16", "i32")
 F32_MAX = 3.4028234663852886e38
