@@ -256,6 +256,40 @@ def test_trained_classifier_top1_and_onnxruntime_int8(tmp_path: Path) -> None:
 DIFFERENT_ROUNDING = {"resnet_block": 1.0}
 
 
+def onnxruntime_integer_products_are_exact() -> bool:
+    """Whether this CPU's onnxruntime computes int8 matrix products exactly.
+
+    onnxruntime's x86 int8 kernels depend on the CPU. With VNNI (AVX-512 VNNI or AVX-VNNI)
+    u8/s8 products accumulate straight into i32 and are exact. On AVX2-only CPUs the path
+    goes through `vpmaddubsw`, which sums two u8·s8 products into a *saturating* i16: two
+    products of 255·127 make 64,770 > 32,767, so large activations against large weights
+    lose magnitude, and its integers then differ from exact arithmetic by several LSBs (the
+    failure seen on an AMD EPYC with AVX2 and no VNNI). This probe asks onnxruntime itself,
+    with operands that saturate that path, rather than guessing from CPU flags.
+    """
+    from onnx import TensorProto, helper
+
+    generator = np.random.default_rng(0)
+    depth = 64
+    for a_type, a_range in ((TensorProto.UINT8, (0, 256)), (TensorProto.INT8, (-128, 128))):
+        a_dtype = np.uint8 if a_type == TensorProto.UINT8 else np.int8
+        graph = helper.make_graph(
+            [helper.make_node("MatMulInteger", ["a", "b"], ["y"])], "probe",
+            [helper.make_tensor_value_info("a", a_type, [4, depth]),
+             helper.make_tensor_value_info("b", TensorProto.INT8, [depth, 4])],
+            [helper.make_tensor_value_info("y", TensorProto.INT32, [4, 4])])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+        session = ort.InferenceSession(model.SerializeToString(),
+                                       providers=["CPUExecutionProvider"])
+        extreme = np.full((4, depth), a_range[1] - 1, dtype=a_dtype)
+        for a in (extreme, generator.integers(*a_range, size=(4, depth)).astype(a_dtype)):
+            b = np.full((depth, 4), 127, dtype=np.int8)
+            got = session.run(None, {"a": a, "b": b})[0]
+            if not np.array_equal(got, a.astype(np.int64) @ b.astype(np.int64)):
+                return False
+    return True
+
+
 def test_onnxruntime_int8_comparison_on_the_networks(tmp_path: Path) -> None:
     """Same model, same calibration data through onnxruntime's quant_pre_process and
     quantize_static (QDQ, per-channel QInt8 weights, asymmetric QInt8 activations, MinMax):
@@ -264,8 +298,15 @@ def test_onnxruntime_int8_comparison_on_the_networks(tmp_path: Path) -> None:
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
-    print("\nnetwork: max (mean) |output error| / output range — glensidec vs onnxruntime int8")
+    # Our integers are exact by construction (interpreter = C = RTL, tested elsewhere). Whether
+    # onnxruntime's are depends on the CPU (see the probe), so integer equality with it is
+    # asserted only where its products are exact; everywhere, ours must be about as close to
+    # the float model as onnxruntime's int8 (the accuracy bound below), which holds on any CPU.
+    exact_onnxruntime = onnxruntime_integer_products_are_exact()
+    print("\nnetwork: max (mean) |output error| / output range — glensidec vs onnxruntime int8"
+          f" (onnxruntime's int8 products exact on this CPU: {exact_onnxruntime})")
     for name, build in sorted(MODELS.items()):
+        worst_lsb = 0.0
         model = build()
         program = imported(model, tmp_path, name)
         calibration = calibration_for(program, 32)
@@ -295,12 +336,14 @@ def test_onnxruntime_int8_comparison_on_the_networks(tmp_path: Path) -> None:
                 theirs.append(np.abs(their_output - expected) / spread)
                 assert quantized.output is not None
                 difference = np.max(np.abs(our_output - their_output)) / quantized.output.scale
-                assert difference <= DIFFERENT_ROUNDING.get(name, 0.0) + 1e-3, (name, label)
+                if exact_onnxruntime:
+                    assert difference <= DIFFERENT_ROUNDING.get(name, 0.0) + 1e-3, (name, label)
+                worst_lsb = max(worst_lsb, float(difference))
             ours_max, theirs_max = float(np.max(ours)), float(np.max(theirs))
             line += (f"  {label}: glensidec {ours_max:.4f} ({np.mean(ours):.4f}), "
                      f"onnxruntime {theirs_max:.4f} ({np.mean(theirs):.4f})")
             assert ours_max <= max(2.0 * theirs_max, 0.02), (name, label)
-        print(line)
+        print(f"{line}  max |ours - onnxruntime|: {worst_lsb:.2f} LSB")
 
 
 # -- the requantize-per-channel construct ------------------------------------------------------
@@ -564,3 +607,22 @@ def test_resnet18_imports_quantizes_and_compiles_onto_the_array(tmp_path: Path) 
         assert row["call"].cycles == row["t_min"], row
     assert result["c_equals_interpreter"]
     assert bench.failures(result) == []
+
+
+def test_the_onnxruntime_exactness_probe_detects_a_saturating_kernel(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe must say 'inexact' when products saturate as vpmaddubsw does: emulate that
+    kernel (pairs of u8·s8 products summed into a saturating i16) in place of onnxruntime."""
+
+    class SaturatingSession:
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            pass
+
+        def run(self, outputs: Any, feeds: dict[str, Array]) -> list[Array]:
+            a, b = (feeds["a"].astype(np.int64), feeds["b"].astype(np.int64))
+            pairs = a[:, 0::2, None] * b[None, 0::2, :] + a[:, 1::2, None] * b[None, 1::2, :]
+            return [np.clip(pairs, -32768, 32767).sum(axis=1).astype(np.int32)]
+
+    assert onnxruntime_integer_products_are_exact() in (True, False)
+    monkeypatch.setattr(ort, "InferenceSession", SaturatingSession)
+    assert onnxruntime_integer_products_are_exact() is False
