@@ -126,13 +126,27 @@ def dma_load_slots(command: DmaCommand, bus_bytes: int) -> int:
     )
 
 
-def dma_load_cycles(commands: Sequence[DmaCommand], bus_bytes: int, latency: int) -> int:
-    """Cycles of ws_dma_load for commands offered back to back, up to the last row write.
+def dma_load_writes(
+    commands: Sequence[DmaCommand], bus_bytes: int, latency: int
+) -> list[tuple[int, int]]:
+    """(cycle, scratchpad row) of every row write of ws_dma_load, in order.
 
-    The first command is accepted in cycle 0; issue slots follow without gaps (the next
-    command is accepted in its predecessor's last slot); the last slot's data returns
-    `latency` cycles later and is written to the scratchpad one cycle after that.
+    Commands offered back to back: the first is accepted in cycle 0, issue slots follow
+    in cycles 1, 2, … without gaps (the next command is accepted in its predecessor's
+    last slot); a row's last slot's data returns `latency` cycles later and the row is
+    written one cycle after that.
     """
+    writes: list[tuple[int, int]] = []
+    slot = 0
+    for command in commands:
+        for row in dma_rows(command):
+            slot += 1 if row.padding else row_beats(row.addr, command.length, bus_bytes)
+            writes.append((slot + latency + 1, row.spad_row))
+    return writes
+
+
+def dma_load_cycles(commands: Sequence[DmaCommand], bus_bytes: int, latency: int) -> int:
+    """Cycles of ws_dma_load for back-to-back commands, up to and including the last write."""
     slots = sum(dma_load_slots(command, bus_bytes) for command in commands)
     return slots + latency + 2
 
@@ -173,6 +187,16 @@ def dma_store_cycles(commands: Sequence[DmaCommand], bus_bytes: int) -> int:
         for row in dma_rows(command)
     )
     return beats + 1
+
+
+def dma_store_reference(
+    memory: npt.NDArray[np.uint8], command: DmaCommand, rows: Sequence[npt.NDArray[np.uint8]]
+) -> npt.NDArray[np.uint8]:
+    """Main memory after a store of `rows` (the first `length` bytes of each)."""
+    result = memory.copy()
+    for row, data in zip(dma_rows(command), rows, strict=True):
+        result[row.addr : row.addr + command.length] = data[: command.length]
+    return result
 
 
 def im2col_command(
