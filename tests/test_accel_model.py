@@ -6,15 +6,22 @@ import numpy as np
 import pytest
 
 from glensidec.hardware.accel import (
+    CapacityError,
+    ConvLayer,
     DmaCommand,
     EpilogueConfig,
+    LayerPlan,
     MemoryConfig,
     dma_load_bytes,
     dma_load_cycles,
     dma_load_reference,
+    dma_load_slots,
     dma_rows,
     epilogue_reference,
     im2col_command,
+    im2col_load_slots,
+    layer_cost,
+    plan_layer,
     row_beats,
 )
 from glensidec.lang.interp import requantize
@@ -92,3 +99,43 @@ def test_memory_config_defaults_and_errors() -> None:
         MemoryConfig(bus_bytes=12)
     with pytest.raises(ValueError, match="1000-byte scratchpad"):
         MemoryConfig(scratchpad_bytes=1000)
+
+
+@pytest.mark.parametrize("layer", [ConvLayer("a", 7, 7, 32, 8, 3, 2, 1),
+                                   ConvLayer("b", 6, 5, 3, 8, 3, 1, 1),
+                                   ConvLayer("c", 4, 4, 16, 8, 1, 1, 0)], ids=lambda v: v.name)
+@pytest.mark.parametrize("bus", [16, 8])
+def test_layer_load_slots_are_the_dma_commands_slots(layer: ConvLayer, bus: int) -> None:
+    """The vectorized count used by the planner equals the DMA's own, command by command."""
+    out_h, out_w = layer.out_size
+    expected = sum(
+        dma_load_slots(im2col_command(
+            feature_base=0, height=layer.height, width=layer.width, channels=layer.channels,
+            kernel=(layer.kernel, layer.kernel), stride=layer.stride, padding=layer.padding,
+            tap=(ky, kx), channel0=c0, length=min(16, layer.channels - c0), spad_row=0,
+            zero_point=0), bus)
+        for ky in range(layer.kernel) for kx in range(layer.kernel)
+        for c0 in range(0, layer.channels, 16))
+    assert im2col_load_slots(layer, 16, bus, 0, out_h * out_w) == expected
+
+
+def test_plans_respect_memory_and_bandwidth() -> None:
+    layer = ConvLayer("l", 14, 14, 64, 64, 3, 1, 1)
+    fast = plan_layer(16, 16, 1024, MemoryConfig(), layer)
+    slow = plan_layer(16, 16, 1024, MemoryConfig(bus_bytes=8), layer)
+    assert fast.compute_cycles <= fast.total_cycles <= slow.total_cycles
+    assert fast.bytes_loaded >= layer.height * layer.width * layer.channels
+    with pytest.raises(CapacityError, match=r"layer l: a tile of 1 activation rows × 36 K folds "
+                                            r"and 576 weight rows \(16 B each\) does not fit a "
+                                            r"4096-byte buffer"):
+        layer_cost(16, 16, 1024, MemoryConfig(scratchpad_bytes=16 * 1024), layer,
+                   LayerPlan(m_chunk=1, fold_piece=36))
+    with pytest.raises(CapacityError, match="exceed the accumulator's 8 rows"):
+        layer_cost(16, 16, 8, MemoryConfig(), layer, LayerPlan(m_chunk=9, fold_piece=1))
+
+
+def test_a_memory_too_small_for_any_tile_is_an_error_naming_sizes() -> None:
+    tiny = MemoryConfig(scratchpad_bytes=256)  # four buffers of 4 rows: no weight tile fits
+    with pytest.raises(CapacityError, match=r"16 weight rows .* does not fit a 64-byte buffer "
+                                            r"\(a quarter of the 256-byte scratchpad\)"):
+        plan_layer(16, 16, 1024, tiny, ConvLayer("l", 4, 4, 16, 16, 1))

@@ -280,3 +280,229 @@ def epilogue_reference(
     saturated = np.clip(scaled + config.zero_point, type_min, type_max)
     clipped: npt.NDArray[np.int64] = np.clip(saturated, config.low, config.high).astype(np.int64)
     return clipped
+
+
+# -- layer schedule (the planned top: a model, not yet checked against RTL) ---------------
+
+
+class CapacityError(ValueError):
+    """A layer's tile does not fit the scratchpad or accumulator (the message names sizes)."""
+
+
+@dataclass(frozen=True)
+class ConvLayer:
+    """A convolution (or, with 1×1 everything, a dense layer) on an NHWC int8 feature map."""
+
+    name: str
+    height: int
+    width: int
+    channels: int
+    out_channels: int
+    kernel: int = 1
+    stride: int = 1
+    padding: int = 0
+
+    @property
+    def out_size(self) -> tuple[int, int]:
+        return (
+            (self.height + 2 * self.padding - self.kernel) // self.stride + 1,
+            (self.width + 2 * self.padding - self.kernel) // self.stride + 1,
+        )
+
+    @property
+    def gemm(self) -> tuple[int, int, int]:
+        """(M, K, N) of the layer's matrix product (K unpadded)."""
+        out_h, out_w = self.out_size
+        return out_h * out_w, self.kernel * self.kernel * self.channels, self.out_channels
+
+
+@dataclass(frozen=True)
+class LayerCost:
+    """Predicted cycles and traffic of one layer under the planned schedule."""
+
+    layer: ConvLayer
+    m_chunk: int  # activation rows per chunk (accumulator and scratchpad limited)
+    folds: int  # K folds: taps × channel chunks of ROWS
+    compute_cycles: int  # array busy time, no memory stalls
+    total_cycles: int  # with DMA waits, pipeline fill/drain, epilogue and store tail
+    bytes_loaded: int
+    bytes_stored: int
+
+    @property
+    def stall_cycles(self) -> int:
+        return self.total_cycles - self.compute_cycles
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def im2col_load_slots(layer: ConvLayer, rows: int, bus_bytes: int, m0: int, m_len: int) -> int:
+    """Issue slots of the im2col loads of output rows m0 … m0+m_len (all K folds).
+
+    Exactly `dma_load_slots` of the `im2col_command`s restricted to those output pixels
+    (feature map at address 0), computed with numpy instead of row by row.
+    """
+    out_w = layer.out_size[1]
+    pixels = np.arange(m0, m0 + m_len)
+    oy, ox = pixels // out_w, pixels % out_w
+    slots = 0
+    for ky in range(layer.kernel):
+        for kx in range(layer.kernel):
+            y = oy * layer.stride + ky - layer.padding
+            x = ox * layer.stride + kx - layer.padding
+            inside = (y >= 0) & (y < layer.height) & (x >= 0) & (x < layer.width)
+            slots += int(np.count_nonzero(~inside)) * _ceil(layer.channels, rows)
+            for channel0 in range(0, layer.channels, rows):
+                length = min(rows, layer.channels - channel0)
+                addr = (y[inside] * layer.width + x[inside]) * layer.channels + channel0
+                beats = (addr + length - 1) // bus_bytes - addr // bus_bytes + 1
+                slots += int(beats.sum())
+    return slots
+
+
+@dataclass(frozen=True)
+class LayerPlan:
+    """Tile sizes of one layer: activation rows per chunk and K folds per piece."""
+
+    m_chunk: int
+    fold_piece: int
+
+
+def _plan_steps(layer: ConvLayer, rows: int, cols: int, plan: LayerPlan) -> Iterator[
+        tuple[int, int, int, int, int]]:
+    """Steps in order (M chunk, N block, K piece): (chunk, block, piece, m0, m_len)."""
+    M, _, N = layer.gemm
+    pieces = _ceil(layer.kernel * layer.kernel * _ceil(layer.channels, rows), plan.fold_piece)
+    for chunk, m0 in enumerate(range(0, M, plan.m_chunk)):
+        for block in range(_ceil(N, cols)):
+            for piece in range(pieces):
+                yield chunk, block, piece, m0, min(plan.m_chunk, M - m0)
+
+
+def layer_cost(
+    array_rows: int,
+    array_cols: int,
+    acc_depth: int,
+    memory: MemoryConfig,
+    layer: ConvLayer,
+    plan: LayerPlan,
+) -> LayerCost:
+    """Cycles and traffic of one layer under `plan` (the schedule of docs/hardware.md).
+
+    The scratchpad is four buffers of a quarter each: two for activations (im2col rows:
+    an M chunk × a K piece), two for weights (a K piece of one N block); the load of the
+    next buffer overlaps compute on the other. Steps run M chunk, N block, K piece; the
+    activations of a chunk stay for every N block when one piece holds all K folds, the
+    weights stay for every chunk when all of them fit the two weight buffers. Results
+    leave through the epilogue and the store DMA while the array computes.
+
+    A schedule model composed from module timings that are checked against RTL (DMA
+    slots, array steady state); the top module that would run it is not built yet, so
+    these totals are predictions not yet checked against simulation.
+    """
+    R, C = array_rows, array_cols
+    M, _, N = layer.gemm
+    folds = layer.kernel * layer.kernel * _ceil(layer.channels, R)
+    buffer_rows = memory.scratchpad_rows // 4
+    piece_folds = min(plan.fold_piece, folds)
+    if piece_folds * R > buffer_rows or plan.m_chunk * piece_folds > buffer_rows:
+        raise CapacityError(
+            f"layer {layer.name}: a tile of {plan.m_chunk} activation rows × {piece_folds} K "
+            f"folds and {piece_folds * R} weight rows ({memory.row_bytes} B each) does not fit "
+            f"a {buffer_rows * memory.row_bytes}-byte buffer (a quarter of the "
+            f"{memory.scratchpad_bytes}-byte scratchpad)"
+        )
+    if plan.m_chunk > acc_depth:
+        raise CapacityError(
+            f"layer {layer.name}: {plan.m_chunk} rows per chunk exceed the accumulator's "
+            f"{acc_depth} rows ({acc_depth * C * 4} B)"
+        )
+    pieces = _ceil(folds, piece_folds)
+    weights_resident = 2 * buffer_rows >= folds * R * _ceil(N, C)
+    activations_resident = pieces == 1
+    store_beats = _ceil(min(C, N), memory.bus_bytes)  # per result row
+
+    read_free = compute_end = store_end = compute = loaded = 0
+    a_uses: list[int] = []  # the step index each activation load serves first
+    w_uses: list[int] = []
+    step_ends: list[int] = []
+    a_ready = w_ready = 0
+    chunk_slots: dict[tuple[int, int], int] = {}
+    for index, (_, block, piece, m0, m_len) in enumerate(_plan_steps(layer, R, C, plan)):
+        kf = min(piece_folds, folds - piece * piece_folds)
+        if not activations_resident or block == 0:
+            # im2col of this chunk's rows; one load per (chunk, piece) or per chunk
+            if (m0, m_len) not in chunk_slots:
+                chunk_slots[m0, m_len] = im2col_load_slots(layer, R, memory.bus_bytes, m0, m_len)
+            # a piece of kf folds costs kf/folds of the chunk's im2col (exact when the
+            # channel count is a multiple of ROWS: every fold is alike)
+            slots = _ceil(chunk_slots[m0, m_len] * kf, folds)
+            free = step_ends[a_uses[-2]] if len(a_uses) >= 2 else 0
+            read_free = max(read_free, free) + slots
+            a_ready = read_free + memory.latency + 1
+            a_uses.append(index)
+            loaded += slots * memory.bus_bytes
+        if not weights_resident or m0 == 0:
+            beats = kf * R * _ceil(C, memory.bus_bytes)
+            free = step_ends[w_uses[-2]] if len(w_uses) >= 2 else 0
+            read_free = max(read_free, free) + beats
+            w_ready = read_free + memory.latency + 1
+            w_uses.append(index)
+            loaded += beats * memory.bus_bytes
+        busy = kf * max(m_len, R)
+        compute += busy
+        start = max(compute_end, a_ready, w_ready)
+        if start > compute_end or index == 0:
+            start += R  # a stalled array refills: the first weights commit before rows flow
+        compute_end = start + busy
+        step_ends.append(compute_end)
+        if piece == pieces - 1:  # the last K piece emits its rows through the epilogue
+            emit = compute_end - m_len + R + C - 1 + EPILOGUE_LATENCY
+            store_end = max(store_end, emit) + m_len * store_beats
+    total = max(compute_end + R + C - 1 + EPILOGUE_LATENCY, store_end) + 1
+    return LayerCost(
+        layer=layer,
+        m_chunk=plan.m_chunk,
+        folds=folds,
+        compute_cycles=compute,
+        total_cycles=total,
+        bytes_loaded=loaded,
+        bytes_stored=M * _ceil(N, C) * store_beats * memory.bus_bytes,
+    )
+
+
+def plan_layer(
+    array_rows: int, array_cols: int, acc_depth: int, memory: MemoryConfig, layer: ConvLayer
+) -> LayerCost:
+    """The fastest plan among a few tile sizes (fewest bytes moved on a tie).
+
+    K pieces of all folds, or halves down to one fold; the M chunk as large as the
+    accumulator and an activation buffer allow. A layer no plan fits raises
+    CapacityError naming the sizes.
+    """
+    R = array_rows
+    M, _, _ = layer.gemm
+    folds = layer.kernel * layer.kernel * _ceil(layer.channels, R)
+    buffer_rows = memory.scratchpad_rows // 4
+    best: LayerCost | None = None
+    error: CapacityError | None = None
+    piece = folds
+    while True:
+        m_chunk = min(M, acc_depth, buffer_rows // max(1, piece))
+        try:
+            cost = layer_cost(array_rows, array_cols, acc_depth, memory, layer,
+                              LayerPlan(max(1, m_chunk), piece))
+        except CapacityError as problem:
+            error = error or problem
+        else:
+            key = (cost.total_cycles, cost.bytes_loaded)
+            if best is None or key < (best.total_cycles, best.bytes_loaded):
+                best = cost
+        if piece == 1:
+            break
+        piece = _ceil(piece, 2)
+    if best is None:
+        assert error is not None
+        raise error
+    return best
