@@ -8,6 +8,7 @@ commands back to back. Every scratchpad write is checked: its cycle, its row, it
 from __future__ import annotations
 
 from collections import deque
+from pathlib import Path
 from typing import Any
 
 import cocotb
@@ -112,3 +113,63 @@ async def random_sequences(dut: Any) -> None:
         assert not read(dut.busy), f"sequence {sequence}: busy after its last write"
         await next_cycle(dut)
     assert rows_checked > 200, rows_checked
+
+
+@cocotb.test()
+async def im2col_layer(dut: Any) -> None:
+    """Every im2col fold of one convolution (JSON in DMA_LAYER), back to back.
+
+    Checks every write like `random_sequences` and writes the simulated cycles to the
+    JSON file DMA_LAYER_OUT (bench/bench_accel.py: bandwidth against the model).
+    """
+    import json
+    import os
+
+    row_bytes, bus, latency = params()["ROW_BYTES"], params()["BUS_BYTES"], params()["LATENCY"]
+    layer = json.loads(os.environ["DMA_LAYER"])
+    height, width, channels = layer["height"], layer["width"], layer["channels"]
+    kernel, stride, padding = layer["kernel"], layer["stride"], layer["padding"]
+    rng = np.random.default_rng(0)
+    memory = rng.integers(0, 256, height * width * channels + 2 * bus).astype(np.uint8)
+    commands, spad_row = [], 0
+    for ky in range(kernel):
+        for kx in range(kernel):
+            for channel0 in range(0, channels, row_bytes):
+                command = im2col_command(
+                    feature_base=0, height=height, width=width, channels=channels,
+                    kernel=(kernel, kernel), stride=stride, padding=padding, tap=(ky, kx),
+                    channel0=channel0, length=min(row_bytes, channels - channel0),
+                    spad_row=spad_row, zero_point=layer["zero_point"])
+                commands.append(command)
+                spad_row += command.rows
+    expected_rows: dict[int, np.ndarray] = {}
+    for command in commands:
+        expected_rows.update(dma_load_reference(memory, command, row_bytes))
+    expected_writes = deque(dma_load_writes(commands, bus, latency))
+    dut.rst.value, dut.cmd_valid.value = 1, 0
+    await start_clock(dut)
+    await next_cycle(dut)
+    dut.rst.value = 0
+    pending, responses = deque(commands), deque()
+    cycle = 0
+    while expected_writes:
+        if pending:
+            apply_command(dut, pending[0])
+        dut.cmd_valid.value = int(bool(pending))
+        if responses and responses[0][0] == cycle:
+            dut.mem_resp_data.value = pack(responses.popleft()[1], 8)
+        await settle()
+        if pending and read(dut.cmd_ready):
+            pending.popleft()
+        if read(dut.mem_req_valid):
+            addr = read(dut.mem_req_addr)
+            responses.append((cycle + latency, memory[addr:addr + bus]))
+        if read(dut.wr_en):
+            when, row = expected_writes.popleft()
+            assert (cycle, read(dut.wr_addr)) == (when, row), f"write at {cycle}"
+            got = unpack(read(dut.wr_data), row_bytes, 8, signed=False)
+            assert np.array_equal(got, expected_rows[row]), f"row {row}"
+        await next_cycle(dut)
+        cycle += 1
+    assert cycle == dma_load_cycles(commands, bus, latency)
+    Path(os.environ["DMA_LAYER_OUT"]).write_text(json.dumps({"cycles": cycle}))
