@@ -162,7 +162,9 @@ class _Renderer:
         dtype = self.dtype(fill.dst)
         value = "0" if dtype != "f32" else "0.0f"
         if fill.minimum:
-            value = "-INFINITY" if dtype == "f32" else f"{dtype.upper().replace('I', 'INT')}_MIN"
+            # f32: the lowest finite float (-FLT_MAX), what the interpreter pads with.
+            value = ("-3.40282347e+38f" if dtype == "f32"
+                     else f"{dtype.upper().replace('I', 'INT')}_MIN")
         loops = nest([fill.dst], 0, len(fill.dst.dims), "i")
         body = [f"{self.at(fill.dst, loops.indices[0])} = {value};"]
         return f"fill {fill.dst.buffer}", _wrap(loops.loops, body)
