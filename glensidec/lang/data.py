@@ -6,6 +6,8 @@ interpreter, the C program and the RTL disagree about what was computed.
 
 from __future__ import annotations
 
+import json
+import re
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -75,13 +77,43 @@ def parse_input_options(options: tuple[str, ...] | list[str]) -> dict[str, Path]
     return given
 
 
+# `glensidec import` records each ONNX input whose name it had to change, so the name the
+# user's model has keeps working: `; onnx-input "input" input_2` (the ONNX name JSON-quoted).
+ALIAS_LINE = re.compile(r'^; onnx-input ("(?:[^"\\]|\\.)*") (\S+)$', re.MULTILINE)
+
+
+def alias_line(original: str, name: str) -> str:
+    return f"; onnx-input {json.dumps(original)} {name}"
+
+
+def input_aliases(program: Program) -> dict[str, str]:
+    """Original (ONNX) input name → the program's input name, from the program's header."""
+    path = Path(program.path)
+    if not path.is_file():
+        return {}
+    text = path.read_text(encoding="utf-8", errors="replace")
+    return {json.loads(quoted): name for quoted, name in ALIAS_LINE.findall(text)}
+
+
 def load_inputs(program: Program, given: dict[str, Path]) -> dict[str, Array]:
-    """Runtime inputs from .npy files: every declared input, nothing else."""
+    """Runtime inputs from .npy files: every declared input, nothing else.
+
+    An input may be named as the program declares it or by its original ONNX name.
+    """
     declared = {decl.name: decl for decl in program.inputs()}
-    for name in given:
-        if name not in declared:
+    aliases = {original: name for original, name in input_aliases(program).items()
+               if name in declared and original not in declared}
+    renamed: dict[str, Path] = {}
+    for name, path in given.items():
+        if name not in declared and name not in aliases:
             known = ", ".join(declared) or "none"
+            known += "".join(f" ('{a}' is {n})" for a, n in aliases.items())
             raise GlensideError(f"'{name}' is not an input of {program.path} (inputs: {known})")
+        target = aliases.get(name, name)
+        if target in renamed:
+            raise GlensideError(f"input '{target}' is given twice")
+        renamed[target] = path
+    given = renamed
     missing = [name for name in declared if name not in given]
     if missing:
         raise GlensideError(f"missing input {', '.join(missing)}: give --input NAME=FILE.npy "
