@@ -302,6 +302,8 @@ OPS: dict[str, tuple[Callable[[OnnxGraph, str], str], list[int]]] = {
     "add_both_broadcast": (lambda g, x: g.node(
         "Add", [x, g.node("Transpose", [x], perm=[0, 2, 1])]), [2, 3, 1]),
     "flatten_axis2": (lambda g, x: g.node("Flatten", [x], axis=2), [2, 3, 4, 5]),
+    "flatten_negative_axis": (lambda g, x: g.node("Flatten", [x], axis=-1), [2, 3, 4, 5]),
+    "flatten_axis_minus_rank": (lambda g, x: g.node("Flatten", [x], axis=-4), [2, 3, 4, 5]),
     "reshape_zero_minus_one": (lambda g, x: g.node(
         "Reshape", [x, g.const("shape", np.array([0, -1, 2], np.int64))]), [2, 3, 4]),
     "transpose_default": (lambda g, x: g.node("Transpose", [x]), [2, 3, 4]),
@@ -384,6 +386,21 @@ def test_unsupported_attribute(tmp_path: Path) -> None:
     model = single_op_model(lambda g, x: g.node(
         "Conv", [x, g.random("w", (2, 2, 3, 3))], dilations=[2, 2]), [1, 2, 8, 8])
     expect_failure(save(model, tmp_path / "dil.onnx"), tmp_path, "(Conv)", "dilations [2, 2]")
+
+
+def test_training_mode_dropout_is_refused(tmp_path: Path) -> None:
+    model = single_op_model(lambda g, x: g.node(
+        "Dropout", [x, g.const("r", np.array(0.5, "f4")), g.const("t", np.array(True))]),
+        [3, 4])
+    expect_failure(save(model, tmp_path / "drop.onnx"), tmp_path, "(Dropout)",
+                   "training_mode=true is not supported")
+
+
+def test_inference_mode_dropout_is_identity(tmp_path: Path) -> None:
+    model = single_op_model(lambda g, x: g.node(
+        "Dropout", [x, g.const("r", np.array(0.5, "f4")), g.const("t", np.array(False))]),
+        [3, 4])
+    check_against_onnxruntime(model, tmp_path, "interp")
 
 
 def test_dynamic_shape(tmp_path: Path) -> None:
