@@ -36,14 +36,24 @@ def check_array(decl: TensorDecl, array: Array, origin: str) -> Array:
 
 def read_npy(path: Path, key: str | None = None) -> Array:
     """One array from a .npy file, or from an .npz archive by key."""
+    return read_arrays(path, [key])[key]
+
+
+def read_arrays(path: Path, keys: list[str | None]) -> dict[str | None, Array]:
+    """Arrays from one .npy file (key None) or several from one .npz archive, opened once
+    (a network's weights are hundreds of arrays in one archive)."""
     try:
         if path.suffix == ".npz":
             with np.load(path, allow_pickle=False) as archive:
-                if key not in archive.files:
-                    raise GlensideError(f"{path}: no array '{key}' (it has: "
-                                        f"{', '.join(archive.files) or 'none'})")
-                return np.asarray(archive[key])
-        return np.asarray(np.load(path, allow_pickle=False))
+                arrays: dict[str | None, Array] = {}
+                for key in keys:
+                    if key not in archive.files:
+                        raise GlensideError(f"{path}: no array '{key}' (it has: "
+                                            f"{', '.join(archive.files) or 'none'})")
+                    arrays[key] = np.asarray(archive[key])
+                return arrays
+        array = np.asarray(np.load(path, allow_pickle=False))
+        return {key: array for key in keys}
     except FileNotFoundError:
         raise GlensideError(f"file not found: {path}") from None
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
@@ -51,16 +61,26 @@ def read_npy(path: Path, key: str | None = None) -> Array:
 
 
 def load_weights(program: Program) -> dict[str, Array]:
-    """Every weight's data, checked against its declaration; errors point at the declaration."""
-    weights = {}
+    """Every weight's data, checked against its declaration; errors point at the declaration.
+
+    Each weight file is read once, however many weights it holds."""
+    by_file: dict[Path, list[TensorDecl]] = {}
     for decl in program.weights():
-        path = program.weight_path(decl)
+        by_file.setdefault(program.weight_path(decl), []).append(decl)
+    weights = {}
+    for path, decls in by_file.items():
         try:
-            array = read_npy(path, decl.key or decl.name)
-            weights[decl.name] = check_array(decl, array, str(path))
-        except GlensideError as error:
-            raise GlensideError(f"weight '{decl.name}': {error.message}", decl.span,
-                                program.path) from None
+            arrays = read_arrays(path, [decl.key or decl.name for decl in decls])
+        except GlensideError:
+            arrays = {}  # name the first declaration that cannot be read, below
+        for decl in decls:
+            try:
+                key = decl.key or decl.name
+                array = arrays[key] if key in arrays else read_npy(path, key)
+                weights[decl.name] = check_array(decl, array, str(path))
+            except GlensideError as error:
+                raise GlensideError(f"weight '{decl.name}': {error.message}", decl.span,
+                                    program.path) from None
     return weights
 
 

@@ -113,8 +113,23 @@ class Reshape:
     items: tuple[int, ...] = ()
 
 
+@dataclass(frozen=True)
+class Slice:
+    axis: int
+    low: int
+    high: int
+
+
+@dataclass(frozen=True)
+class Pad:
+    axis: int
+    before: int
+    after: int
+    kind: str = "zero-padding"
+
+
 Op = Input | Conv | Dense | ChannelOp | Pointwise | ScalarOp | Pool | GlobalPool | Binary | \
-    Concat | Reshape
+    Concat | Reshape | Slice | Pad
 
 POINTWISE = {"relu", "clip", "cast", "requantize", "negative", "sqrt"}
 ELEMENTWISE = {"elementwise-add", "elementwise-sub", "elementwise-mul", "elementwise-div"}
@@ -166,11 +181,14 @@ class Graph:
                     lets: dict[str, str] | None = None) -> Graph:
         """A new graph (the transformations' result): weight declarations follow `weights`."""
         decls = {}
+        sources = [d.source for d in self.weight_decls.values() if d.source]
+        default = sources[0] if sources else "weights.npz"
         for name, array in weights.items():
             old = self.weight_decls.get(name)
             dtype = old.dtype if old is not None else "f32"
             decls[name] = TensorDecl(name, tuple(array.shape), dtype, "weight",
-                                     old.source if old else None, None)
+                                     old.source if old and old.source else default,
+                                     old.key if old else None)
         return replace(self, layers=layers, weights=weights, weight_decls=decls,
                        lets=dict(self.lets if lets is None else lets))
 
@@ -240,6 +258,11 @@ class Builder:
             return B.compute(op.compute, B.op("access-pair", *operands))
         if isinstance(op, Concat):
             return B.op("access-concatenate", operands[0], operands[1], op.axis)
+        if isinstance(op, Slice):
+            return B.op("access-slice", operands[0], op.axis, op.low, op.high)
+        if isinstance(op, Pad):
+            return B.op("access-pad", operands[0], Symbol(op.kind), op.axis, op.before,
+                        op.after)
         assert isinstance(op, Reshape)
         return B.reshape(operands[0], op.dims, op.items)
 
@@ -367,7 +390,8 @@ class Lifter:
     def match(self, term: Term) -> tuple[Op, list[Term]]:
         for matcher in (self.input, self.conv, self.grouped_conv, self.depthwise, self.dense,
                         self.channel_op, self.scalar_op, self.binary, self.pointwise,
-                        self.pool, self.global_pool, self.concat, self.reshape):
+                        self.pool, self.global_pool, self.concat, self.reshape, self.slice,
+                        self.pad):
             try:
                 op, operands = matcher(term)
             except _NoMatch:
@@ -539,6 +563,17 @@ class Lifter:
             raise _NoMatch
         target = _child(term, 1)
         return Reshape(_ints(_child(target, 0)), _ints(_child(target, 1))), [_child(term, 0)]
+
+    def slice(self, term: Term) -> tuple[Op, list[Term]]:
+        if term.op != "access-slice":
+            raise _NoMatch
+        return Slice(*(_int(a) for a in term.args[1:])), [_child(term, 0)]
+
+    def pad(self, term: Term) -> tuple[Op, list[Term]]:
+        if term.op != "access-pad" or not isinstance(term.args[1], Symbol):
+            raise _NoMatch
+        axis, before, after = (_int(a) for a in term.args[2:])
+        return Pad(axis, before, after, term.args[1].name), [_child(term, 0)]
 
     # -- the walk -----------------------------------------------------------------------------
     def lift(self, root: Term) -> str:
