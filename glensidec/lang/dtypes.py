@@ -26,7 +26,7 @@ class DType:
     name: str  # as the language spells it: i8
     numpy: type[np.generic]  # np.int8
     c_type: str  # int8_t
-    c_min: str  # the C expression for the smallest value: INT8_MIN, -INFINITY
+    c_min: str  # the C expression for the lowest finite value: INT8_MIN, -FLT_MAX
     npy_descr: str  # the .npy header's descr: <i1
     size: int  # bytes per element
     low: int | float  # smallest and largest finite value
@@ -49,8 +49,8 @@ DTYPES: dict[str, DType] = {
     "i8": _integer(8),
     "i16": _integer(16),
     "i32": _integer(32),
-    "f32": DType("f32", np.float32, "float", "-INFINITY", "<f4", 4, -F32_MAX, F32_MAX, False,
-                 "f32"),
+    "f32": DType("f32", np.float32, "float", "-3.40282347e+38f", "<f4", 4, -F32_MAX, F32_MAX,
+                 False, "f32"),
 }
 
 NAMES = tuple(DTYPES)

@@ -168,8 +168,9 @@ def _broadcast(call: Call) -> Array:
 
 
 def minimum_value(dtype: str) -> float | int:
-    """What min-padding pads with: the identity of max."""
-    return DTYPES[dtype].low if DTYPES[dtype].integer else -np.inf
+    """What min-padding pads with: the dtype's lowest finite value, as the original's
+    `DataType::min_value()` (f32::MIN = -3.4028235e38 for f32, not -inf)."""
+    return DTYPES[dtype].low
 
 
 @impl("access-pad")
