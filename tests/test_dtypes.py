@@ -18,6 +18,8 @@ def test_every_row_agrees_with_numpy() -> None:
         assert (d.low, d.high) == (info.min, info.max), d.name
         assert d.c_type == ("float" if not d.integer else f"int{d.bits}_t")
         assert d.accumulator in DTYPES
+        c_lowest = np.float32(d.c_min.removesuffix("f")) if not d.integer else None
+        assert d.c_min == f"INT{d.bits}_MIN" if d.integer else c_lowest == info.min
 
 
 def test_names_and_widths() -> None:
