@@ -30,6 +30,8 @@ import numpy as np
 from glensidec.errors import GlensideError
 from glensidec.frontends import builders as B
 from glensidec.lang.constructs import COMPUTE_TYPES, CONSTRUCTS
+from glensidec.lang.data import alias_line
+from glensidec.lang.dtypes import F32_MAX
 from glensidec.lang.syntax import format_program
 from glensidec.lang.terms import Program, TensorDecl, Term
 from glensidec.lang.typecheck import AccessType, TypeTable, infer
@@ -37,7 +39,6 @@ from glensidec.lang.typecheck import AccessType, TypeTable, infer
 Array = np.ndarray[Any, Any]
 Value = Term | Array  # a computed access, or a constant known at import time
 
-F32_MAX = float(np.finfo(np.float32).max)
 RESERVED = set(CONSTRUCTS) | set(COMPUTE_TYPES) | {"input", "weight", "let"}
 
 
@@ -818,6 +819,11 @@ def write_atomically(outdir: Path, files: Callable[[Path], None]) -> None:
 
 def import_onnx(model_path: str | Path, outdir: str | Path) -> Path:
     """Write `outdir/<stem>.gs` and `outdir/<stem>.npz` from an ONNX model; returns the .gs."""
+    return import_model(model_path, outdir)[0]
+
+
+def import_model(model_path: str | Path, outdir: str | Path) -> tuple[Path, dict[str, str]]:
+    """`import_onnx`, also returning the inputs' names: ONNX name → program name."""
     model_path, outdir = Path(model_path), Path(outdir)
     stem = sanitize(model_path.stem)
     model = _load_model(model_path)
@@ -826,6 +832,10 @@ def import_onnx(model_path: str | Path, outdir: str | Path) -> Path:
               f"(ONNX opset {_opset(model)}, producer {model.producer_name or 'unknown'}).\n"
               f"; Weights: {stem}.npz. Float (f32) program; `glensidec quantize` makes an "
               f"int8 one.\n")
+    renamed = {o: n for o, n in onnx_input_names(model).items() if o != n}
+    if renamed:  # `glensidec run --input NAME=…` accepts the ONNX names through these lines
+        header += "; Inputs renamed from the ONNX model (either name works with --input):\n"
+        header += "".join(alias_line(o, n) + "\n" for o, n in renamed.items())
     text = header + format_program(program)
 
     def files(staging: Path) -> None:
@@ -833,7 +843,7 @@ def import_onnx(model_path: str | Path, outdir: str | Path) -> Path:
         write_npz(staging / f"{stem}.npz", weights)
 
     write_atomically(outdir, files)
-    return outdir / f"{stem}.gs"
+    return outdir / f"{stem}.gs", onnx_input_names(model)
 
 
 def _opset(model: Any) -> int:
@@ -846,5 +856,8 @@ def _opset(model: Any) -> int:
               help="Directory to write the program and its weights into.")
 def import_command(model: Path, outdir: Path) -> None:
     """Import an ONNX MODEL as a float Glenside program (+ weights) in OUTDIR."""
-    program = import_onnx(model, outdir)
+    program, input_names = import_model(model, outdir)
     click.echo(f"wrote {program} and {program.with_suffix('.npz')}")
+    for original, name in input_names.items():
+        note = "" if original == name else " (renamed: --input accepts either name)"
+        click.echo(f"input '{original}' → {name}{note}")
