@@ -6,6 +6,7 @@ interpreter, the C program and the RTL disagree about what was computed.
 
 from __future__ import annotations
 
+import io
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from glensidec.errors import GlensideError
 from glensidec.lang.interp import NUMPY_DTYPES, Array
 from glensidec.lang.terms import Program, TensorDecl
 from glensidec.lang.typecheck import DTYPE_RANGES
+from glensidec.outputs import write_file
 
 
 def _shape_text(shape: tuple[int, ...]) -> str:
@@ -106,14 +108,9 @@ def random_inputs(program: Program, seed: int) -> dict[str, Array]:
 
 def save_npy(path: Path, array: Array) -> None:
     """Write an array so that a failure leaves no half-written file behind."""
-    temporary = path.with_name(path.name + ".partial")
-    try:
-        with open(temporary, "wb") as handle:
-            np.save(handle, array)
-        temporary.replace(path)
-    except OSError as error:
-        temporary.unlink(missing_ok=True)
-        raise GlensideError(f"cannot write {path}: {error}") from None
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    write_file(path, buffer.getvalue())
 
 
 def all_tensors(program: Program, inputs: dict[str, Array]) -> dict[str, Any]:
