@@ -8,6 +8,8 @@ its own and in networks, the hardware constructs, and the view/copy lowering rul
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -53,7 +55,7 @@ def _example_cases() -> list[Case]:
         cases.append(Case("glenside_" + path.stem, read_program(path, path.with_suffix(".json"))))
     for case in cases:
         case.asan = case.name in ("resnet_block", "small_cnn", "glenside_im2col")
-        case.opt = "-O2"  # the examples build exactly as `make` does by default
+        case.opt = "-O3"  # the examples build exactly as `make` does by default
     return cases
 
 
@@ -465,6 +467,31 @@ def test_every_compute_type_is_covered() -> None:
 def _terms(root: Term) -> list[Term]:
     from glensidec.lang.terms import postorder
     return postorder(root)
+
+
+def test_build_options_keep_the_result_and_repeat_reports_times(built: dict[str, Built],
+                                                                tmp_path: Path) -> None:
+    """make NATIVE=1 THREADS=2 (OpenMP) computes the same bits; --repeat N prints the
+    min and median ms per inference and still describes one inference's array calls."""
+    run = built["resnet_block"]
+    copy = tmp_path / "resnet_block"
+    shutil.copytree(run.outdir, copy)
+    subprocess.run(["make", "-s", "-C", str(copy), "clean"], check=True, capture_output=True)
+    completed = subprocess.run(["make", "-s", "-C", str(copy), "NATIVE=1", "THREADS=2"],
+                               capture_output=True, text=True)
+    assert completed.returncode == 0, completed.stderr
+    assert "-march=native" in (copy / ".build-flags").read_text()
+    assert "-fopenmp" in (copy / ".build-flags").read_text()
+    stdout, output = _run(copy / "model", [*run.input_args, "--repeat", "5"], copy / "o.npy")
+    assert_same(output, run.expected)
+    timing = re.search(r"inference ms: min ([0-9.]+) median ([0-9.]+) over 5 runs\n", stdout)
+    assert timing is not None, stdout
+    assert 0 < float(timing.group(1)) <= float(timing.group(2))
+    cycles = re.findall(r"predicted array cycles: (\d+)", stdout)
+    assert cycles == re.findall(r"predicted array cycles: (\d+)", run.stdout)
+    rejected = subprocess.run([str(copy / "model"), *run.input_args, "--repeat", "0"],
+                              capture_output=True, text=True)
+    assert rejected.returncode == 1 and "--repeat takes a count" in rejected.stderr
 
 
 def test_resnet_block_is_nontrivial(built: dict[str, Built]) -> None:

@@ -304,6 +304,8 @@ OPS: dict[str, tuple[Callable[[OnnxGraph, str], str], list[int]]] = {
     "add_both_broadcast": (lambda g, x: g.node(
         "Add", [x, g.node("Transpose", [x], perm=[0, 2, 1])]), [2, 3, 1]),
     "flatten_axis2": (lambda g, x: g.node("Flatten", [x], axis=2), [2, 3, 4, 5]),
+    "flatten_negative_axis": (lambda g, x: g.node("Flatten", [x], axis=-1), [2, 3, 4, 5]),
+    "flatten_axis_minus_rank": (lambda g, x: g.node("Flatten", [x], axis=-4), [2, 3, 4, 5]),
     "reshape_zero_minus_one": (lambda g, x: g.node(
         "Reshape", [x, g.const("shape", np.array([0, -1, 2], np.int64))]), [2, 3, 4]),
     "transpose_default": (lambda g, x: g.node("Transpose", [x]), [2, 3, 4]),
@@ -388,6 +390,21 @@ def test_unsupported_attribute(tmp_path: Path) -> None:
     expect_failure(save(model, tmp_path / "dil.onnx"), tmp_path, "(Conv)", "dilations [2, 2]")
 
 
+def test_training_mode_dropout_is_refused(tmp_path: Path) -> None:
+    model = single_op_model(lambda g, x: g.node(
+        "Dropout", [x, g.const("r", np.array(0.5, "f4")), g.const("t", np.array(True))]),
+        [3, 4])
+    expect_failure(save(model, tmp_path / "drop.onnx"), tmp_path, "(Dropout)",
+                   "training_mode=true is not supported")
+
+
+def test_inference_mode_dropout_is_identity(tmp_path: Path) -> None:
+    model = single_op_model(lambda g, x: g.node(
+        "Dropout", [x, g.const("r", np.array(0.5, "f4")), g.const("t", np.array(False))]),
+        [3, 4])
+    check_against_onnxruntime(model, tmp_path, "interp")
+
+
 def test_dynamic_shape(tmp_path: Path) -> None:
     g = OnnxGraph()
     x = g.input("x", ["batch", 4])
@@ -437,3 +454,32 @@ def test_cli_import_error_is_a_glenside_error(tmp_path: Path) -> None:
     assert isinstance(result.exception, GlensideError)
     assert not (tmp_path / "o").exists()
     assert os.listdir(tmp_path) == []
+
+
+def test_onnx_input_names_work_with_run(tmp_path: Path) -> None:
+    """PyTorch calls the input `input`, a reserved word: the program says `input_2`, and
+    `glensidec run --input input=…` still works; the import prints the mapping."""
+    from glensidec.cli import cli as main
+
+    g = OnnxGraph()
+    g.input("input", [1, 4])
+    model_path = save(g.model(g.node("Relu", ["input"]), [1, 4]), tmp_path / "m.onnx")
+    runner = CliRunner()
+    result = runner.invoke(import_command, [str(model_path), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    assert "input 'input' → input_2 (renamed" in result.output
+    program = tmp_path / "out" / "m.gs"
+    assert [d.name for d in read_program(program).inputs()] == ["input_2"]
+    x = np.array([[-1.0, 2.0, -3.0, 4.0]], np.float32)
+    np.save(tmp_path / "x.npy", x)
+    for name in ("input", "input_2"):
+        out = tmp_path / f"{name}.npy"
+        result = runner.invoke(main, ["run", str(program), "--input", f"{name}=" +
+                                      str(tmp_path / "x.npy"), "-o", str(out)])
+        assert result.exit_code == 0, result.output
+        np.testing.assert_array_equal(np.load(out), np.maximum(x, 0))
+    result = runner.invoke(main, ["run", str(program), "--input", f"inpt={tmp_path / 'x.npy'}"])
+    assert "('input' is input_2)" in str(result.exception)
+    both = [f"input={tmp_path / 'x.npy'}", f"input_2={tmp_path / 'x.npy'}"]
+    result = runner.invoke(main, ["run", str(program), "--input", both[0], "--input", both[1]])
+    assert "given twice" in str(result.exception)

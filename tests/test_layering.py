@@ -14,7 +14,8 @@ import glensidec
 PACKAGE = Path(glensidec.__file__).resolve().parent
 # Down the pipeline, base first. `hardware` is the target description that rewriting,
 # extraction, code generation and simulation all read; it depends on nothing of ours.
-STAGES = ["lang", "frontends", "hardware", "opt", "backend", "cosim"]
+# `nas` transforms whole programs and scores them by compiling them, so it comes last.
+STAGES = ["lang", "frontends", "hardware", "opt", "backend", "cosim", "nas"]
 SHARED = {"errors", "resources", "outputs"}
 
 

@@ -17,6 +17,7 @@ deterministic: compiling the same program twice gives byte-identical files.
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -79,12 +80,23 @@ def predicted_cycles(lowered: LoweredProgram, config: ArrayConfig) -> int:
 Loop = tuple[str, int]  # (index variable, trip count)
 
 
+# Below this many iterations an OpenMP fork/join costs more than the loop itself.
+PARALLEL_MIN_TRIPS = 1 << 14
+
+
 @dataclass
 class Nest:
     """Loops walking several views in lockstep, and each view's element index in C."""
 
     loops: list[Loop]
     indices: list[str]
+    first_writes: bool = False  # the outermost loop moves the first view (the destination)
+
+    def parallel(self, work: int) -> bool:
+        """Whether the outermost loop may run as `omp parallel for`: it writes a distinct
+        slice of the destination per iteration, and the nest does enough work."""
+        return self.first_writes and bool(self.loops) and self.loops[0][1] > 1 \
+            and work >= PARALLEL_MIN_TRIPS
 
 
 def nest(views: Sequence[View], first: int, count: int, prefix: str,
@@ -104,7 +116,17 @@ def nest(views: Sequence[View], first: int, count: int, prefix: str,
                     terms[operand].append((var, pieces[position].stride))
     indices = [_index(view.offset if with_offset else 0, operand_terms) for view, operand_terms in
                zip(views, terms, strict=True)]
-    return Nest(loops, indices)
+    first_writes = bool(loops) and any(var == loops[0][0] for var, _ in terms[0])
+    return Nest(loops, indices, first_writes)
+
+
+def _wrap_nest(loops: Nest, body: list[str]) -> list[str]:
+    """An elementwise nest: parallel over its outer loop when that is safe and worth it."""
+    return _wrap(loops.loops, body, parallel=loops.parallel(_trips(loops.loops)))
+
+
+def _trips(loops: list[Loop]) -> int:
+    return math.prod(size for _, size in loops)
 
 
 def _index(offset: int, terms: list[tuple[str, int]]) -> str:
@@ -113,12 +135,14 @@ def _index(offset: int, terms: list[tuple[str, int]]) -> str:
     return " + ".join(parts) or "0"
 
 
-def _wrap(loops: list[Loop], body: list[str], indent: int = 2) -> list[str]:
-    """`for` loops around body lines; a bare block when there are no loops."""
+def _wrap(loops: list[Loop], body: list[str], indent: int = 2,
+          parallel: bool = False) -> list[str]:
+    """`for` loops around body lines; a bare block when there are no loops. `parallel`
+    marks the outermost loop GS_PARALLEL_FOR (omp parallel for under make THREADS=N)."""
     if not loops:
         return [" " * indent + "{", *(" " * (indent + 2) + line for line in body),
                 " " * indent + "}"]
-    lines = []
+    lines = [" " * indent + "GS_PARALLEL_FOR"] if parallel else []
     for depth, (var, size) in enumerate(loops):
         loop = f"for (long {var} = 0; {var} < {size}; ++{var}) {{"
         lines.append(" " * (indent + 2 * depth) + loop)
@@ -155,16 +179,18 @@ class _Renderer:
     def _copy(self, copy: Copy) -> tuple[str, list[str]]:
         loops = nest([copy.dst, copy.src], 0, len(copy.dst.dims), "i")
         body = [f"{self.at(copy.dst, loops.indices[0])} = {self.at(copy.src, loops.indices[1])};"]
-        return f"copy into {copy.dst.buffer}", _wrap(loops.loops, body)
+        return f"copy into {copy.dst.buffer}", _wrap_nest(loops, body)
 
     def _fill(self, fill: Fill) -> tuple[str, list[str]]:
         dtype = self.dtype(fill.dst)
         value = "0" if dtype != "f32" else "0.0f"
         if fill.minimum:
-            value = "-INFINITY" if dtype == "f32" else f"{dtype.upper().replace('I', 'INT')}_MIN"
+            # f32: the lowest finite float (-FLT_MAX), what the interpreter pads with.
+            value = ("-3.40282347e+38f" if dtype == "f32"
+                     else f"{dtype.upper().replace('I', 'INT')}_MIN")
         loops = nest([fill.dst], 0, len(fill.dst.dims), "i")
         body = [f"{self.at(fill.dst, loops.indices[0])} = {value};"]
-        return f"fill {fill.dst.buffer}", _wrap(loops.loops, body)
+        return f"fill {fill.dst.buffer}", _wrap_nest(loops, body)
 
     def _map(self, instruction: Map) -> tuple[str, list[str]]:
         loops = nest([instruction.dst, instruction.src], 0, len(instruction.dst.dims), "i")
@@ -172,7 +198,7 @@ class _Renderer:
                                     self.dtype(instruction.src), self.dtype(instruction.dst))
         body = [self.load("x", instruction.src, loops.indices[1]),
                 f"{self.at(instruction.dst, loops.indices[0])} = {expression};"]
-        return f"{instruction.dst.buffer} = {instruction.op.name}", _wrap(loops.loops, body)
+        return f"{instruction.dst.buffer} = {instruction.op.name}", _wrap_nest(loops, body)
 
     def _fold(self, fold: Fold) -> tuple[str, list[str]]:
         loops = nest([fold.dst, *fold.members], 0, len(fold.dst.dims), "i")
@@ -183,7 +209,7 @@ class _Renderer:
         for position in range(1, len(fold.members)):
             expression = fold_expression(fold.op, expression, f"x{position}", dtype)
         body = [*loads, f"{self.at(fold.dst, loops.indices[0])} = {expression};"]
-        return f"{fold.dst.buffer} = {fold.op}", _wrap(loops.loops, body)
+        return f"{fold.dst.buffer} = {fold.op}", _wrap_nest(loops, body)
 
     def _requantizeperchannel(self, instruction: RequantizePerChannel) -> tuple[str, list[str]]:
         dst, members = instruction.dst, instruction.members
@@ -193,7 +219,7 @@ class _Renderer:
         body = [self.load("x0", members[0], loops.indices[1]),
                 self.load("x1", members[1], loops.indices[2]),
                 f"{self.at(dst, loops.indices[0])} = {expression};"]
-        return f"{dst.buffer} = requantize-per-channel", _wrap(loops.loops, body)
+        return f"{dst.buffer} = requantize-per-channel", _wrap_nest(loops, body)
 
     def _reduction(self, dst: View, sources: Sequence[View], reduce_rank: int,
                    accumulate: str, setup: str, finish: str) -> list[str]:
@@ -207,7 +233,8 @@ class _Renderer:
         update.append(accumulate.format(*(f"x{i}" for i in range(len(sources)))))
         accumulation = _wrap(inner.loops, update, 0) if inner.loops else update
         body = [setup, *accumulation, f"{self.at(dst, outer.indices[0])} = {finish};"]
-        return _wrap(outer.loops, body)
+        work = _trips(outer.loops) * _trips(inner.loops)
+        return _wrap(outer.loops, body, parallel=outer.parallel(work))
 
     def _reduce(self, reduce: Reduce) -> tuple[str, list[str]]:
         source, result = self.dtype(reduce.src), self.dtype(reduce.dst)
@@ -242,7 +269,9 @@ class _Renderer:
                 *_wrap(inner.loops, [load, "if (x > top || isnan(x)) top = x;"], 0),
                 *_wrap(inner.loops, [load, "total += exp(x - top);"], 0),
                 *_wrap(inner.loops, [load, f"{dst_at} = (float)(exp(x - top) / total);"], 0)]
-        return f"{softmax.dst.buffer} = softmax", _wrap(outer.loops, body)
+        work = _trips(outer.loops) * _trips(inner.loops)
+        return f"{softmax.dst.buffer} = softmax", _wrap(outer.loops, body,
+                                                        parallel=outer.parallel(work))
 
     def _arraygemm(self, gemm: ArrayGemm) -> tuple[str, list[str]]:
         def pointer(view: View) -> str:

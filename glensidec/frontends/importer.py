@@ -28,6 +28,7 @@ import numpy as np
 from glensidec.errors import GlensideError
 from glensidec.frontends import builders as B
 from glensidec.lang.constructs import COMPUTE_TYPES, CONSTRUCTS
+from glensidec.lang.data import alias_line
 from glensidec.lang.syntax import format_program
 from glensidec.lang.terms import Program, TensorDecl, Term
 from glensidec.lang.typecheck import AccessType, TypeTable, infer
@@ -463,6 +464,12 @@ def identity(imp: Importer, node: Node) -> Value:
     check_attributes(node, {"ratio", "seed"} if node.op == "Dropout" else set())
     if len(node.outputs) > 1 and node.outputs[1]:
         raise GlensideError(f"{node.where()}: the mask output is not supported")
+    if node.op == "Dropout" and imp.has_input(node, 2):
+        # training_mode = true drops at random: no inference program computes that
+        training = imp.value(node, 2)
+        if isinstance(training, Term) or bool(np.asarray(training).reshape(-1)[0]):
+            raise GlensideError(f"{node.where()}: training_mode=true is not supported "
+                                f"(inference only)")
     return imp.value(node, 0)
 
 
@@ -528,7 +535,10 @@ def flatten(imp: Importer, node: Node) -> Value:
     check_attributes(node, {"axis"})
     x = imp.dynamic(node, 0)
     dims = imp.full_shape(x)
-    axis = int(node.attributes.get("axis", 1)) % (len(dims) + 1)
+    axis = int(node.attributes.get("axis", 1))
+    if not -len(dims) <= axis <= len(dims):
+        raise GlensideError(f"{node.where()}: axis {axis} is out of range for rank {len(dims)}")
+    axis += len(dims) if axis < 0 else 0  # ONNX: a negative axis counts from the back
     return B.reshape(x, (math.prod(dims[:axis]), math.prod(dims[axis:])), ())
 
 
@@ -646,7 +656,18 @@ def _attributes(node_proto: Any) -> dict[str, Any]:
     return {a.name: onnx.helper.get_attribute_value(a) for a in node_proto.attribute}
 
 
-def _input_decl(imp: Importer, value_info: Any) -> TensorDecl:
+def onnx_input_names(model: Any) -> dict[str, str]:
+    """The graph's runtime inputs: ONNX name → the program's input name (sanitized, unique).
+
+    Inputs are the first names given out, so this is the same in every import of the model.
+    """
+    initializers = {i.name for i in model.graph.initializer}
+    names = Names()
+    return {v.name: names.fresh(v.name) for v in model.graph.input
+            if v.name not in initializers}
+
+
+def _input_decl(imp: Importer, value_info: Any, name: str) -> TensorDecl:
     import onnx
 
     tensor_type = value_info.type.tensor_type
@@ -662,7 +683,7 @@ def _input_decl(imp: Importer, value_info: Any) -> TensorDecl:
             raise GlensideError(f"input '{value_info.name}' has a dynamic shape: dim {index} "
                                 f"is '{symbolic}'; export the model with static shapes")
         dims.append(int(dim.dim_value))
-    name = imp.symbols.fresh(value_info.name)
+    imp.symbols.taken.add(name)
     return TensorDecl(name, tuple(dims), "f32", "input")
 
 
@@ -696,10 +717,11 @@ def build_program(model: Any, weights_file: str, program_path: str) -> tuple[Pro
     imp = Importer(weights_file)
     for initializer in graph.initializer:
         imp.values[initializer.name] = numpy_helper.to_array(initializer)
+    input_names = onnx_input_names(model)
     for value_info in graph.input:
         if value_info.name in imp.values:
             continue
-        decl = _input_decl(imp, value_info)
+        decl = _input_decl(imp, value_info, input_names[value_info.name])
         imp.tensors[decl.name] = decl
         imp.values[value_info.name] = B.tensor(decl.name)
     nodes = [Node(n.name or n.output[0], n.op_type, list(n.input), list(n.output),
@@ -786,6 +808,12 @@ def import_onnx(model_path: str | Path, outdir: str | Path, force: bool = False)
     OUTDIR must be new, empty or an earlier import's (see glensidec.outputs); `force`
     replaces only glensidec's own files in it.
     """
+    return import_model(model_path, outdir, force)[0]
+
+
+def import_model(model_path: str | Path, outdir: str | Path,
+                 force: bool = False) -> tuple[Path, dict[str, str]]:
+    """`import_onnx`, also returning the inputs' names: ONNX name → program name."""
     model_path, outdir = Path(model_path), Path(outdir)
     stem = sanitize(model_path.stem)
     check_output_directory(outdir, [f"{stem}.gs", f"{stem}.npz"], force)
@@ -795,10 +823,14 @@ def import_onnx(model_path: str | Path, outdir: str | Path, force: bool = False)
               f"(ONNX opset {_opset(model)}, producer {model.producer_name or 'unknown'}).\n"
               f"; Weights: {stem}.npz. Float (f32) program; `glensidec quantize` makes an "
               f"int8 one.\n")
+    renamed = {o: n for o, n in onnx_input_names(model).items() if o != n}
+    if renamed:  # `glensidec run --input NAME=…` accepts the ONNX names through these lines
+        header += "; Inputs renamed from the ONNX model (either name works with --input):\n"
+        header += "".join(alias_line(o, n) + "\n" for o, n in renamed.items())
     text = header + format_program(program)
     write_directory(outdir, {f"{stem}.gs": text.encode("utf-8"),
                              f"{stem}.npz": npz_bytes(weights)}, force=force)
-    return outdir / f"{stem}.gs"
+    return outdir / f"{stem}.gs", onnx_input_names(model)
 
 
 def _opset(model: Any) -> int:
@@ -814,5 +846,8 @@ def _opset(model: Any) -> int:
               help="Replace glensidec's own files in an OUTDIR that also holds others.")
 def import_command(model: Path, outdir: Path, force: bool) -> None:
     """Import an ONNX MODEL as a float Glenside program (+ weights) in OUTDIR."""
-    program = import_onnx(model, outdir, force)
+    program, input_names = import_model(model, outdir, force)
     click.echo(f"wrote {program} and {program.with_suffix('.npz')}")
+    for original, name in input_names.items():
+        note = "" if original == name else " (renamed: --input accepts either name)"
+        click.echo(f"input '{original}' → {name}{note}")

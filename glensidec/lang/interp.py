@@ -23,6 +23,7 @@ from glensidec.lang import constructs as K
 from glensidec.lang.terms import ComputeOp, Program, Term, postorder
 from glensidec.lang.typecheck import (
     DTYPE_RANGES,
+    F32_MAX,
     INTEGER_DTYPES,
     AccessShape,
     AccessType,
@@ -181,8 +182,9 @@ def _broadcast(call: Call) -> Array:
 
 
 def minimum_value(dtype: str) -> float | int:
-    """What min-padding pads with: the identity of max."""
-    return DTYPE_RANGES[dtype][0] if dtype in INTEGER_DTYPES else -np.inf
+    """What min-padding pads with: the dtype's lowest finite value, as the original's
+    `DataType::min_value()` (f32::MIN = -3.4028235e38 for f32, not -inf)."""
+    return DTYPE_RANGES[dtype][0] if dtype in INTEGER_DTYPES else -F32_MAX
 
 
 @impl("access-pad")

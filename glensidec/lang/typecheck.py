@@ -219,7 +219,9 @@ def _broadcast(ctx: Context, args: list[ArgValue]) -> TypeValue:
     if len(target_full) != len(access.full) or any(
             d not in (1, t) for d, t in zip(access.full, target_full, strict=True)):
         raise Mistake(f"cannot broadcast {access} to {target}", 1)
-    return AccessType(target.shape, target.item, access.dtype)
+    # The operand's split is kept, as in the original (language.rs, AccessBroadcast): the
+    # target gives only the full shape.
+    return access.split_at(target_full, len(access.shape))
 
 
 @rule("access-pad")
@@ -278,9 +280,8 @@ def _reshape(ctx: Context, args: list[ArgValue]) -> TypeValue:
 @rule("access-shift-right")
 def _shift_right(ctx: Context, args: list[ArgValue]) -> TypeValue:
     access = _access(args[0])
-    if not access.shape:
-        raise Mistake(f"{access} has no access axis to shift into the item", 0)
-    return access.split_at(access.full, len(access.shape) - 1)
+    # With no access axis it is a no-op, as in the original (saturating_sub in language.rs).
+    return access.split_at(access.full, max(len(access.shape) - 1, 0))
 
 
 @rule("access-move-axis")

@@ -321,6 +321,7 @@ def compile_program(program: Program, config: hardware.ArrayConfig,
     start = time.perf_counter()
     types = check_program(program)
     target = array_target(config)
+    check_written_arrays(program, config)
     products = [term for term in postorder(program.root) if is_product(term)]
     graph = new_graph(program, types, products, target, rulesets)
     if len(products) > 1:
@@ -538,6 +539,24 @@ def _surviving_names(program: Program, root: Term) -> dict[Term, str]:
     """The user's `let` names for the subterms the extracted program still has."""
     present = set(postorder(root))
     return {term: name for term, name in program.names.items() if term in present}
+
+
+def check_written_arrays(program: Program, config: hardware.ArrayConfig) -> None:
+    """Array constructs the user wrote must fit the one array compiled for, located.
+
+    One program drives one array configuration (`--array`); an array of another size
+    written in the program cannot run on it (several sizes in one program are not
+    supported yet), so it is the user's error, not the extractor's.
+    """
+    for term in postorder(program.root):
+        if term.op not in ARRAYS:
+            continue
+        rows, cols = term.args[0], term.args[1]
+        if (rows, cols) != (config.rows, config.cols):
+            raise GlensideError(
+                f"{term.op}: a {rows}x{cols} array, but the program is compiled for "
+                f"--array {config.rows}x{config.cols} (one array size per program)",
+                term.arg_span(0), program.path)
 
 
 def check_runnable(root: Term, types: TypeTable, target: ArrayTarget) -> None:

@@ -288,7 +288,11 @@ def _operand(var: str) -> str:
 def _simple_type_rules() -> list[str]:
     rules = [
         _rule("type-broadcast", "types",
-              f"(= e (access-broadcast a (access-shape (shape s) (shape i)))) {_operand('a')}",
+              # Typed here only when the target's split is the operand's (a broadcast keeps
+              # the operand's split); the rules only ever build such broadcasts, and the
+              # program's own are typed by the encoder.
+              f"(= e (access-broadcast a (access-shape (shape s) (shape i)))) {_operand('a')} "
+              "(= (vec-length s) (vec-length sa))",
               _typed("e", "s", "i", "da")),
         _rule("type-reshape", "types",
               f"(= e (access-reshape a (access-shape (shape s) (shape i)))) {_operand('a')}",
