@@ -21,7 +21,8 @@ import pytest
 
 from glensidec.backend.emit import compile_to_directory
 from glensidec.hardware.array import ArrayConfig
-from glensidec.lang.interp import NUMPY_DTYPES, run_program
+from glensidec.lang.dtypes import DTYPES
+from glensidec.lang.interp import run_program
 from glensidec.lang.syntax import parse_program
 from glensidec.lang.terms import Program, TensorDecl
 from glensidec.lang.typecheck import AccessType, check_program
@@ -30,8 +31,8 @@ F32_MIN = float(np.finfo(np.float32).min)  # Rust's f32::MIN: the lowest finite 
 
 
 def _dtype_of(array: np.ndarray) -> str:
-    for name, numpy_type in NUMPY_DTYPES.items():
-        if array.dtype == numpy_type:
+    for name, dtype in DTYPES.items():
+        if array.dtype == dtype.numpy:
             return name
     raise AssertionError(array.dtype)
 
