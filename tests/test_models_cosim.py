@@ -26,7 +26,7 @@ from glensidec.frontends.quantize import QuantizedProgram, quantize, save_quanti
 from glensidec.lang.data import load_weights
 from glensidec.lang.interp import run_program
 from glensidec.lang.syntax import read_program
-from glensidec.lang.terms import ComputeOp, Program, postorder
+from glensidec.lang.terms import Program, compute_name, postorder
 from glensidec.lang.typecheck import check_program
 from glensidec.opt.extract import compile_program, parse_array_size, unmapped_products
 
@@ -38,8 +38,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.rtl]
 
 def products(program: Program) -> int:
     """The dot-products (convolutions and dense layers, depthwise too) of a program."""
-    return sum(1 for term in postorder(program.root) if term.op == "compute"
-               and isinstance(term.args[0], ComputeOp) and term.args[0].name == "dot-product")
+    return sum(1 for term in postorder(program.root) if compute_name(term) == "dot-product")
 
 
 def check_mapped(program: Program, array: str) -> int:
