@@ -1,4 +1,4 @@
-"""Stage 3, extraction: a cycle cost model, the cheapest program, and its validation.
+"""Stage 4, extraction: a cycle cost model, the cheapest program, and its validation.
 
 Costs are set inside egglog (`set-cost`, from rules in the `costs` ruleset) so that its
 built-in extractor, not a Python callback, picks the program:
