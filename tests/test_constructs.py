@@ -56,7 +56,7 @@ def test_every_compute_type_is_of_exactly_one_kind() -> None:
     kinds = [ComputeKind.MAP, set(ComputeKind.FOLD), ComputeKind.REDUCE, ComputeKind.DOT,
              ComputeKind.HOST_ONLY]
     assert sum(len(kind) for kind in kinds) == len(K.COMPUTE_TYPES)
-    assert ComputeKind.ALL == set(K.COMPUTE_TYPES)
+    assert set(K.COMPUTE_TYPES) == ComputeKind.ALL
     assert ComputeKind.ACCUMULATING <= ComputeKind.ALL
     assert set(ComputeKind.FOLD.values()) <= {"+", "-", "*", "/"}  # C's binary operators
 

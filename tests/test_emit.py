@@ -29,6 +29,7 @@ from glensidec.lang.interp import run_program
 from glensidec.lang.syntax import read_program
 from glensidec.lang.terms import Program, Term
 from glensidec.lang.typecheck import check_program
+from glensidec.outputs import MANIFEST
 from glensidec.resources import resource_dir
 
 CONFIG = ArrayConfig(8, 8)
@@ -571,7 +572,8 @@ int main(int argc, char **argv) {
 """
 
 
-def _runtime_build(tmp_path: Path, config: ArrayConfig, driver: str) -> Path:
+def _runtime_build(tmp_path: Path, config: ArrayConfig, driver: str,
+                   extra_flags: tuple[str, ...] = ()) -> Path:
     from glensidec.backend.emit import render_files
     from glensidec.backend.lower import lower_program
     from glensidec.backend.plan import plan_memory
@@ -583,7 +585,7 @@ def _runtime_build(tmp_path: Path, config: ArrayConfig, driver: str) -> Path:
     (tmp_path / "driver.c").write_text(driver)
     executable = tmp_path / "driver"
     subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-O1",
-                    "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+                    "-fsanitize=address,undefined", "-fno-sanitize-recover=all", *extra_flags,
                     "-o", str(executable), str(tmp_path / "driver.c"),
                     str(tmp_path / "array_runtime.c")], check=True)
     return executable
@@ -604,10 +606,15 @@ def test_c_cycle_model_equals_python(tmp_path: Path, config: ArrayConfig) -> Non
     assert [int(v) for v in printed] == [gemm_cycles(config, *shape) for shape in shapes]
 
 
-def test_runtime_gemm_is_bit_exact_with_d(tmp_path: Path) -> None:
+@pytest.mark.parametrize("flags", [(), ("-DGS_PORTABLE_ONLY",), ("-O3",)],
+                         ids=["dispatched", "portable-only", "O3"])
+def test_runtime_gemm_is_bit_exact_with_d(tmp_path: Path, flags: tuple[str, ...]) -> None:
+    """The blocked C model (the CPU-dispatched AVX2 copy and the portable one) against
+    numpy: edge blocks in M and N, and K past the kernel's exact-int32 run (GS_I8_KC), so
+    the sum itself wraps modulo 2^32."""
     rng = np.random.default_rng(5)
-    executable = _runtime_build(tmp_path, CONFIG, RUNTIME_DRIVER)
-    for m, k, n in ((3, 5, 7), (17, 300, 9), (1, 1, 1)):
+    executable = _runtime_build(tmp_path, CONFIG, RUNTIME_DRIVER, flags)
+    for m, k, n in ((3, 5, 7), (17, 300, 9), (1, 1, 1), (9, 37, 300), (5, 140_000, 3)):
         a = rng.integers(-128, 128, (m, k)).astype(np.int8)
         w = rng.integers(-128, 128, (k, n)).astype(np.int8)
         d = rng.integers(-(2**31), 2**31, (m, n), dtype=np.int64).astype(np.int32)
@@ -748,7 +755,7 @@ def test_compiling_twice_gives_identical_bytes(tmp_path: Path) -> None:
     names = sorted(p.name for p in first.iterdir())
     assert names == sorted(p.name for p in second.iterdir())
     assert names == sorted(["Makefile", "array_runtime.c", "array_runtime.h", "cosim.json",
-                            "main.c", "model.c", "model.h", "weights.bin"])
+                            "main.c", "model.c", "model.h", "weights.bin", MANIFEST])
     for name in names:
         assert (first / name).read_bytes() == (second / name).read_bytes(), name
 
@@ -761,9 +768,9 @@ def test_failed_compile_leaves_nothing_and_recompile_replaces(tmp_path: Path) ->
         compile_to_directory(program, types, outdir, CONFIG, weights={})  # no weight data
     assert list(tmp_path.iterdir()) == []
     compile_to_directory(program, types, outdir, CONFIG)
-    (outdir / "stale.txt").write_text("left from an earlier compile")
+    (outdir / "model").write_bytes(b"a build product: ours, so it may go")
     compile_to_directory(program, types, outdir, ArrayConfig(4, 4))
-    assert not (outdir / "stale.txt").exists()
+    assert not (outdir / "model").exists()
     assert "4x4 systolic array" in (outdir / "model.h").read_text()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
