@@ -33,7 +33,8 @@ from glensidec.errors import GlensideError
 from glensidec.hardware import array as hardware
 from glensidec.lang import constructs as K
 from glensidec.lang import data
-from glensidec.lang.interp import Array, run_program
+from glensidec.lang.dtypes import Array, by_bits
+from glensidec.lang.interp import run_program
 from glensidec.lang.terms import Arg, ComputeOp, Program, Symbol, TensorDecl, Term, postorder
 from glensidec.lang.typecheck import AccessType, TypeTable, check_program, infer
 from glensidec.opt.rewrite import (
@@ -52,13 +53,16 @@ HOST_ELEMENT = 1  # cycles per element an elementwise or reducing compute reads
 HOST_MAC = 2  # cycles per multiply-accumulate of a dot-product on the host CPU
 ARRAYS = tuple(name for name, c in K.CONSTRUCTS.items() if c.hardware)
 
-IN_DTYPES = {8: "i8", 16: "i16", 32: "i32"}
-
-
 def array_target(config: hardware.ArrayConfig) -> ArrayTarget:
-    if config.in_width not in IN_DTYPES:
+    return ArrayTarget(config.rows, config.cols, input_dtype(config))
+
+
+def input_dtype(config: hardware.ArrayConfig) -> str:
+    """The integer dtype as wide as the array's inputs."""
+    dtype = by_bits(config.in_width)
+    if dtype is None:
         raise GlensideError(f"no dtype is {config.in_width} bits wide")
-    return ArrayTarget(config.rows, config.cols, IN_DTYPES[config.in_width])
+    return dtype
 
 
 # -- the cost model, in egglog ----------------------------------------------------------
@@ -299,7 +303,7 @@ class Compiled:
             yield (f"  {call.op} {call.rows}x{call.cols}: M={call.m} K={call.k} N={call.n}: "
                    f"{call.cycles} cycles")
         products = matmuls(self.original.root, check_program(self.original),
-                           IN_DTYPES[config.in_width])
+                           input_dtype(config))
         if products:
             t_min = sum(best_orientation(hardware.t_min, config, p) for p in products)
             scalesim = sum(best_orientation(hardware.scalesim_ws_cycles, config, p)
@@ -321,6 +325,7 @@ def compile_program(program: Program, config: hardware.ArrayConfig,
     start = time.perf_counter()
     types = check_program(program)
     target = array_target(config)
+    check_written_arrays(program, config)
     products = [term for term in postorder(program.root) if is_product(term)]
     graph = new_graph(program, types, products, target, rulesets)
     if len(products) > 1:
@@ -538,6 +543,24 @@ def _surviving_names(program: Program, root: Term) -> dict[Term, str]:
     """The user's `let` names for the subterms the extracted program still has."""
     present = set(postorder(root))
     return {term: name for term, name in program.names.items() if term in present}
+
+
+def check_written_arrays(program: Program, config: hardware.ArrayConfig) -> None:
+    """Array constructs the user wrote must fit the one array compiled for, located.
+
+    One program drives one array configuration (`--array`); an array of another size
+    written in the program cannot run on it (several sizes in one program are not
+    supported yet), so it is the user's error, not the extractor's.
+    """
+    for term in postorder(program.root):
+        if term.op not in ARRAYS:
+            continue
+        rows, cols = term.args[0], term.args[1]
+        if (rows, cols) != (config.rows, config.cols):
+            raise GlensideError(
+                f"{term.op}: a {rows}x{cols} array, but the program is compiled for "
+                f"--array {config.rows}x{config.cols} (one array size per program)",
+                term.arg_span(0), program.path)
 
 
 def check_runnable(root: Term, types: TypeTable, target: ArrayTarget) -> None:

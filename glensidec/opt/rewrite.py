@@ -30,12 +30,13 @@ from egglog import bindings
 
 from glensidec.errors import GlensideError
 from glensidec.lang import constructs as K
+from glensidec.lang.dtypes import NAMES as DTYPE_NAMES
+from glensidec.lang.dtypes import accumulator
 from glensidec.lang.terms import Arg, ComputeOp, Symbol, Term, postorder
-from glensidec.lang.typecheck import AccessType, TypeTable, accumulator_dtype
+from glensidec.lang.typecheck import AccessType, TypeTable
 
 TERM = "Term"
 VEC = "IntVec"
-DTYPES = ("i8", "i16", "i32", "f32")
 
 _SORT_OF_KIND = {
     K.ACCESS: TERM, K.SHAPE: TERM, K.LIST: TERM, K.ACCESS_SHAPE: TERM, K.LITERAL: TERM,
@@ -288,7 +289,11 @@ def _operand(var: str) -> str:
 def _simple_type_rules() -> list[str]:
     rules = [
         _rule("type-broadcast", "types",
-              f"(= e (access-broadcast a (access-shape (shape s) (shape i)))) {_operand('a')}",
+              # Typed here only when the target's split is the operand's (a broadcast keeps
+              # the operand's split); the rules only ever build such broadcasts, and the
+              # program's own are typed by the encoder.
+              f"(= e (access-broadcast a (access-shape (shape s) (shape i)))) {_operand('a')} "
+              "(= (vec-length s) (vec-length sa))",
               _typed("e", "s", "i", "da")),
         _rule("type-reshape", "types",
               f"(= e (access-reshape a (access-shape (shape s) (shape i)))) {_operand('a')}",
@@ -322,8 +327,8 @@ def _flatten_type_rules() -> list[str]:
 def _reduction_type_rules() -> list[str]:
     """Sums of products and the array: the item is reduced away, in the accumulator dtype."""
     rules = []
-    for dtype in DTYPES:
-        accumulated = quote(accumulator_dtype(dtype))
+    for dtype in DTYPE_NAMES:
+        accumulated = quote(accumulator(dtype))
         for reduction in ("dot-product", "reduce-sum"):
             rules.append(_rule(f"type-{reduction}-{dtype}", "types",
                                f"(= e (compute {quote(reduction)} a)) {_operand('a')} "
