@@ -810,11 +810,14 @@ def take(term: Term, dims: tuple[int, ...], axis: int, indices: range) -> Term:
     if len(indices) == dims[axis] and indices.step == 1:
         return term
     first, last = indices[0], indices[-1]
-    term = B.op("access-slice", term, axis, first, last + 1)
+    # Cut whole steps when the axis has room, so no padding (which int8 may refuse) is needed.
+    end = min(first + len(indices) * indices.step, dims[axis]) if indices.step > 1 else last + 1
+    term = B.op("access-slice", term, axis, first, end)
     if indices.step == 1:
         return term
-    cut = (*dims[:axis], last + 1 - first, *dims[axis + 1:])
-    return every_nth(term, cut, len(cut), axis, len(indices), indices.step)
+    cut = (*dims[:axis], end - first, *dims[axis + 1:])
+    # The padding, if any, is cut away again: min-padding quantizes with any zero point.
+    return every_nth(term, cut, len(cut), axis, len(indices), indices.step, "min-padding")
 
 
 @translates("Slice")
