@@ -29,6 +29,7 @@ from glensidec.lang.interp import run_program
 from glensidec.lang.syntax import read_program
 from glensidec.lang.terms import Program, Term
 from glensidec.lang.typecheck import check_program
+from glensidec.outputs import MANIFEST
 from glensidec.resources import resource_dir
 
 CONFIG = ArrayConfig(8, 8)
@@ -754,7 +755,7 @@ def test_compiling_twice_gives_identical_bytes(tmp_path: Path) -> None:
     names = sorted(p.name for p in first.iterdir())
     assert names == sorted(p.name for p in second.iterdir())
     assert names == sorted(["Makefile", "array_runtime.c", "array_runtime.h", "cosim.json",
-                            "main.c", "model.c", "model.h", "weights.bin"])
+                            "main.c", "model.c", "model.h", "weights.bin", MANIFEST])
     for name in names:
         assert (first / name).read_bytes() == (second / name).read_bytes(), name
 
@@ -767,9 +768,9 @@ def test_failed_compile_leaves_nothing_and_recompile_replaces(tmp_path: Path) ->
         compile_to_directory(program, types, outdir, CONFIG, weights={})  # no weight data
     assert list(tmp_path.iterdir()) == []
     compile_to_directory(program, types, outdir, CONFIG)
-    (outdir / "stale.txt").write_text("left from an earlier compile")
+    (outdir / "model").write_bytes(b"a build product: ours, so it may go")
     compile_to_directory(program, types, outdir, ArrayConfig(4, 4))
-    assert not (outdir / "stale.txt").exists()
+    assert not (outdir / "model").exists()
     assert "4x4 systolic array" in (outdir / "model.h").read_text()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 

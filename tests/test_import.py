@@ -31,6 +31,7 @@ from glensidec.lang.interp import run_program
 from glensidec.lang.syntax import read_program
 from glensidec.lang.terms import Program
 from glensidec.lang.typecheck import check_program
+from glensidec.outputs import MANIFEST
 
 Array = np.ndarray[Any, Any]
 
@@ -265,7 +266,8 @@ def test_program_is_readable_and_folds_batch_norm(tmp_path: Path) -> None:
     # batch-norms after convolutions are folded away: no multiply, two biased convs
     assert "elementwise-mul" not in text
     assert text.count("(let relu") == 2 and "(let add" in text
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["block.gs", "block.npz"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(["block.gs", "block.npz",
+                                                                   MANIFEST])
 
 
 def test_import_is_deterministic(tmp_path: Path) -> None:
@@ -279,7 +281,7 @@ def test_reimport_replaces_the_directory(tmp_path: Path) -> None:
     outdir = tmp_path / "out"
     import_onnx(save(mlp(), tmp_path / "a.onnx"), outdir)
     import_onnx(save(mlp(), tmp_path / "b.onnx"), outdir)
-    assert sorted(p.name for p in outdir.iterdir()) == ["b.gs", "b.npz"]
+    assert sorted(p.name for p in outdir.iterdir()) == sorted(["b.gs", "b.npz", MANIFEST])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.onnx", "b.onnx", "out"]
 
 
@@ -499,7 +501,7 @@ def test_failure_keeps_an_existing_output(tmp_path: Path) -> None:
     model = single_op_model(lambda g, x: g.node("Erf", [x]), [2, 3])
     with pytest.raises(GlensideError):
         import_onnx(save(model, tmp_path / "bad.onnx"), outdir)
-    assert sorted(p.name for p in outdir.iterdir()) == ["good.gs", "good.npz"]
+    assert sorted(p.name for p in outdir.iterdir()) == sorted(["good.gs", "good.npz", MANIFEST])
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
 
 

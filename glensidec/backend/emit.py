@@ -8,8 +8,9 @@ in `templates/`:
     main.c, Makefile           `make` builds ./model; ./model NAME=FILE.npy … -o OUT.npy
     weights.bin                the constants region
 
-The directory appears atomically: everything is written into a temporary sibling that is
-renamed at the end, so a failure never leaves a half-written OUTDIR. Output is
+The directory appears atomically (glensidec.outputs): everything is written into a temporary
+sibling that is renamed at the end, so a failure never leaves a half-written OUTDIR, and
+OUTDIR must be new, empty or glensidec's own earlier output (recorded in its manifest). Output is
 deterministic: compiling the same program twice gives byte-identical files.
 """
 
@@ -17,10 +18,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import shutil
 import sys
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +54,7 @@ from glensidec.lang import data
 from glensidec.lang.dtypes import DTYPES, Array, integer_range
 from glensidec.lang.terms import Program
 from glensidec.lang.typecheck import TypeTable
+from glensidec.outputs import write_directory
 from glensidec.resources import resource_dir
 
 TEMPLATES = ("model.c", "model.h", "array_runtime.c", "array_runtime.h", "main.c", "Makefile")
@@ -478,37 +477,30 @@ def cosim_manifest(program: Program, lowered: LoweredProgram, config: ArrayConfi
     return json.dumps(manifest, indent=2) + "\n"
 
 
-def write_directory_atomically(outdir: Path, files: dict[str, bytes]) -> None:
-    """Write into a temporary sibling, then rename it to `outdir` (replacing an old one)."""
-    outdir = outdir.resolve()
-    outdir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{outdir.name}.", dir=outdir.parent))
-    try:
-        for name, content in sorted(files.items()):
-            (staging / name).write_bytes(content)
-        os.chmod(staging, 0o755)
-        if outdir.exists():
-            retired = Path(tempfile.mkdtemp(prefix=f".{outdir.name}.old.", dir=outdir.parent))
-            os.replace(outdir, retired / outdir.name)
-            os.replace(staging, outdir)
-            shutil.rmtree(retired)
-        else:
-            os.replace(staging, outdir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+# What `make` and `make sim` create in OUTDIR: ours too, so compiling again into a built
+# directory is allowed (see glensidec.outputs).
+BUILD_PRODUCTS = ("model", "model_asan", "model_trace", "libmodel_cosim.so", "sim_build",
+                  "sim_output.npy", "cosim_report.json", "cosim_build.log", "cosim_run.log")
+
+
+def write_directory_atomically(outdir: Path, files: dict[str, bytes],
+                               force: bool = False) -> None:
+    """Write OUTDIR whole or not at all, only where glensidec.outputs allows it."""
+    write_directory(outdir, files, force=force, products=BUILD_PRODUCTS)
 
 
 def compile_to_directory(program: Program, types: TypeTable, outdir: str | Path,
                          config: ArrayConfig, options: LowerOptions | None = None,
-                         weights: dict[str, Array] | None = None) -> CompileResult:
+                         weights: dict[str, Array] | None = None,
+                         force: bool = False) -> CompileResult:
     """Compile `program` to a C program in `outdir` (see the module docstring).
 
     `weights` defaults to the program's weight files (glensidec.lang.data.load_weights).
+    `force`: replace glensidec's own files in an OUTDIR that also holds others.
     """
     weights = data.load_weights(program) if weights is None else weights
     lowered = lower_program(program, types, options)
     plan = plan_memory(lowered)
     files = render_files(program, lowered, plan, config, weights)
-    write_directory_atomically(Path(outdir), files)
+    write_directory_atomically(Path(outdir), files, force)
     return CompileResult(Path(outdir), lowered, plan, predicted_cycles(lowered, config))

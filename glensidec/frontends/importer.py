@@ -13,16 +13,14 @@ translate exactly is a GlensideError naming the node, its op and what is missing
 
 from __future__ import annotations
 
+import io
 import math
-import os
 import re
-import shutil
-import tempfile
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 import click
 import numpy as np
@@ -35,6 +33,7 @@ from glensidec.lang.dtypes import F32_MAX
 from glensidec.lang.syntax import format_program
 from glensidec.lang.terms import Program, TensorDecl, Term
 from glensidec.lang.typecheck import AccessType, TypeTable, infer
+from glensidec.outputs import check_output_directory, write_directory
 
 Array = np.ndarray[Any, Any]
 Value = Term | Array  # a computed access, or a constant known at import time
@@ -1143,7 +1142,7 @@ def _constant_value(node: Node) -> Array:
 # -- writing -------------------------------------------------------------------------------
 
 
-def write_npz(path: Path, arrays: dict[str, Array]) -> None:
+def write_npz(path: Path | BinaryIO, arrays: dict[str, Array]) -> None:
     """An .npz with fixed timestamps, so the same arrays give the same bytes."""
     with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
         for name in sorted(arrays):
@@ -1153,36 +1152,28 @@ def write_npz(path: Path, arrays: dict[str, Array]) -> None:
                                           allow_pickle=False)
 
 
-def write_atomically(outdir: Path, files: Callable[[Path], None]) -> None:
-    """Fill a temporary sibling of `outdir`, then rename it into place; no debris on failure."""
-    outdir = outdir.absolute()
-    outdir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{outdir.name}.", suffix=".tmp", dir=outdir.parent))
-    old = outdir.with_name(f".{outdir.name}.old-{os.getpid()}")
-    try:
-        files(staging)
-        if outdir.exists():
-            if not outdir.is_dir():
-                raise GlensideError(f"{outdir} exists and is not a directory")
-            outdir.rename(old)
-        staging.rename(outdir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        if old.exists() and not outdir.exists():
-            old.rename(outdir)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
+def npz_bytes(arrays: dict[str, Array]) -> bytes:
+    """`write_npz`'s bytes, for writing through glensidec.outputs."""
+    buffer = io.BytesIO()
+    write_npz(buffer, arrays)
+    return buffer.getvalue()
 
 
-def import_onnx(model_path: str | Path, outdir: str | Path) -> Path:
-    """Write `outdir/<stem>.gs` and `outdir/<stem>.npz` from an ONNX model; returns the .gs."""
-    return import_model(model_path, outdir)[0]
+def import_onnx(model_path: str | Path, outdir: str | Path, force: bool = False) -> Path:
+    """Write `outdir/<stem>.gs` and `outdir/<stem>.npz` from an ONNX model; returns the .gs.
+
+    OUTDIR must be new, empty or an earlier import's (see glensidec.outputs); `force`
+    replaces only glensidec's own files in it.
+    """
+    return import_model(model_path, outdir, force)[0]
 
 
-def import_model(model_path: str | Path, outdir: str | Path) -> tuple[Path, dict[str, str]]:
+def import_model(model_path: str | Path, outdir: str | Path,
+                 force: bool = False) -> tuple[Path, dict[str, str]]:
     """`import_onnx`, also returning the inputs' names: ONNX name → program name."""
     model_path, outdir = Path(model_path), Path(outdir)
     stem = sanitize(model_path.stem)
+    check_output_directory(outdir, [f"{stem}.gs", f"{stem}.npz"], force)
     model = _load_model(model_path)
     program, weights = build_program(model, f"{stem}.npz", str(outdir / f"{stem}.gs"))
     header = (f"; Imported from {model_path.name} by glensidec import "
@@ -1194,12 +1185,8 @@ def import_model(model_path: str | Path, outdir: str | Path) -> tuple[Path, dict
         header += "; Inputs renamed from the ONNX model (either name works with --input):\n"
         header += "".join(alias_line(o, n) + "\n" for o, n in renamed.items())
     text = header + format_program(program)
-
-    def files(staging: Path) -> None:
-        (staging / f"{stem}.gs").write_text(text, encoding="utf-8")
-        write_npz(staging / f"{stem}.npz", weights)
-
-    write_atomically(outdir, files)
+    write_directory(outdir, {f"{stem}.gs": text.encode("utf-8"),
+                             f"{stem}.npz": npz_bytes(weights)}, force=force)
     return outdir / f"{stem}.gs", onnx_input_names(model)
 
 
@@ -1209,11 +1196,14 @@ def _opset(model: Any) -> int:
 
 @click.command("import")
 @click.argument("model", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("-o", "--outdir", required=True, type=click.Path(file_okay=False, path_type=Path),
-              help="Directory to write the program and its weights into.")
-def import_command(model: Path, outdir: Path) -> None:
+@click.option("-o", "--outdir", required=True, type=click.Path(path_type=Path),
+              help="Directory to write the program and its weights into (new, empty, or "
+                   "an earlier import's).")
+@click.option("--force", is_flag=True,
+              help="Replace glensidec's own files in an OUTDIR that also holds others.")
+def import_command(model: Path, outdir: Path, force: bool) -> None:
     """Import an ONNX MODEL as a float Glenside program (+ weights) in OUTDIR."""
-    program, input_names = import_model(model, outdir)
+    program, input_names = import_model(model, outdir, force)
     click.echo(f"wrote {program} and {program.with_suffix('.npz')}")
     for original, name in input_names.items():
         note = "" if original == name else " (renamed: --input accepts either name)"

@@ -24,7 +24,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +41,12 @@ from glensidec.lang.interp import apply_term, evaluate_all
 from glensidec.lang.syntax import format_program, read_program
 from glensidec.lang.terms import ComputeOp, Program, Symbol, TensorDecl, Term, postorder
 from glensidec.lang.typecheck import AccessType, TypeTable, check_program, infer
+from glensidec.outputs import (
+    check_sibling_files,
+    check_writable_file,
+    file_digests,
+    write_file,
+)
 
 Array = np.ndarray[Any, Any]
 PROFILE_FORMAT = "glensidec-profile"
@@ -165,7 +170,7 @@ def profile(program: Program, calibration: dict[str, Array] | str | Path) -> Pro
 
 
 def save_profile(prof: Profile, path: str | Path) -> None:
-    _write_atomically(Path(path), prof.to_json().encode())
+    write_file(Path(path), prof.to_json().encode())
 
 
 def load_profile(path: str | Path, program: Program | None = None) -> Profile:
@@ -901,39 +906,29 @@ def quantize(program: Program, calibration: dict[str, Array] | str | Path | Prof
                             quantizer.weight_scales)
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    try:
-        temporary.write_bytes(data)
-        temporary.replace(path)
-    except OSError as error:
-        temporary.unlink(missing_ok=True)
-        raise GlensideError(f"cannot write {path}: {error}") from None
-
-
-def save_quantized(quantized: QuantizedProgram, path: str | Path) -> Path:
+def save_quantized(quantized: QuantizedProgram, path: str | Path, force: bool = False) -> Path:
     """Write PATH (.gs), its weights (.npz beside it) and PATH.json (parameters); each file
-    appears whole or not at all."""
-    from glensidec.frontends.importer import write_npz
+    appears whole or not at all, and an existing one is replaced only if an earlier run
+    wrote it (PATH.json records their hashes) or with `force`."""
+    from glensidec.frontends.importer import npz_bytes
 
     path = Path(path)
     program = quantized.program
     weights_file = path.with_name(f"{path.stem}.npz")
+    record = path.with_name(path.name + ".json")
+    check_sibling_files([path, weights_file, record], record, force)
     relocated = {name: TensorDecl(d.name, d.shape, d.dtype, d.role,
                                   weights_file.name if d.role == "weight" else None)
                  for name, d in program.tensors.items()}
     text = quantized.header() + format_program(Program(str(path), relocated, program.root,
                                                        program.names))
-    staging = weights_file.with_name(f".{weights_file.name}.{os.getpid()}.partial")
-    try:
-        write_npz(staging, quantized.weights)
-        staging.replace(weights_file)
-    except OSError as error:
-        staging.unlink(missing_ok=True)
-        raise GlensideError(f"cannot write {weights_file}: {error}") from None
-    metadata = json.dumps(quantized.metadata(), indent=1, sort_keys=True) + "\n"
-    _write_atomically(path.with_name(path.name + ".json"), metadata.encode())
-    _write_atomically(path, text.encode())
+    files = {path.name: text.encode(), weights_file.name: npz_bytes(quantized.weights)}
+    metadata = {**quantized.metadata(), "files": file_digests(files)}
+    # The record goes first and the program last: a program on disk always has its weights
+    # and parameters beside it.
+    write_file(record, json.dumps(metadata, indent=1, sort_keys=True) + "\n")
+    write_file(weights_file, files[weights_file.name])
+    write_file(path, files[path.name])
     return path
 
 
@@ -963,14 +958,19 @@ def layer_values(quantized: QuantizedProgram, inputs: dict[str, Array]) -> Itera
               help="Where to write the int8 program (.gs; weights go beside it as .npz).")
 @click.option("--per-channel", is_flag=True, help="One weight scale per output channel.")
 @click.option("--symmetric", is_flag=True, help="Symmetric activations (zero point 0).")
+@click.option("--force", is_flag=True,
+              help="Replace existing output files an earlier run did not write.")
 def quantize_command(program: Path, calibration: Path | None, profile_path: Path | None,
-                     output: Path, per_channel: bool, symmetric: bool) -> None:
+                     output: Path, per_channel: bool, symmetric: bool, force: bool) -> None:
     """Quantize a float PROGRAM to int8 with calibration data (Glow's profile-guided way)."""
+    check_writable_file(output)
     parsed = read_program(program)
     float_files = {program.resolve(), *(parsed.weight_path(d).resolve() for d in
                                         parsed.weights())}
     if {output.resolve(), output.with_suffix(".npz").resolve()} & float_files:
         raise GlensideError(f"-o {output} would overwrite the float program or its weights")
+    record = output.with_name(output.name + ".json")
+    check_sibling_files([output, output.with_name(f"{output.stem}.npz"), record], record, force)
     source: Profile | Path
     if calibration is not None:
         source = calibration
@@ -983,7 +983,7 @@ def quantize_command(program: Path, calibration: Path | None, profile_path: Path
     else:
         raise GlensideError("give --calibrate DATA.npz or --profile PROFILE.json")
     quantized = quantize(parsed, source, per_channel, symmetric)
-    written = save_quantized(quantized, output)
+    written = save_quantized(quantized, output, force)
     click.echo(f"wrote {written}, {written.with_suffix('.npz')} and {written}.json")
 
 
