@@ -51,6 +51,7 @@ from glensidec.backend.lower import (
 from glensidec.backend.plan import MemoryPlan, plan_memory
 from glensidec.hardware.array import ArrayConfig, gemm_cycles
 from glensidec.lang import data
+from glensidec.lang.constructs import ComputeKind
 from glensidec.lang.dtypes import DTYPES, Array, integer_range
 from glensidec.lang.terms import Program
 from glensidec.lang.typecheck import TypeTable
@@ -336,13 +337,9 @@ def cast_expression(x: str, source: str, result: str) -> str:
     return f"gs_sat_{result}((int64_t){x})"
 
 
-_FOLD_OPERATORS = {"elementwise-add": "+", "elementwise-sub": "-", "elementwise-mul": "*",
-                   "elementwise-div": "/"}
-
-
 def fold_expression(op: str, left: str, right: str, dtype: str) -> str:
     """One fold step, rounded (f32: exact in double, then to float) or wrapped (ints)."""
-    operator = _FOLD_OPERATORS[op]
+    operator = ComputeKind.FOLD[op]
     if dtype == "f32":
         return f"(float)((double){left} {operator} (double){right})"
     if op == "elementwise-div":

@@ -32,7 +32,7 @@ from glensidec.lang.data import alias_line
 from glensidec.lang.dtypes import F32_MAX
 from glensidec.lang.syntax import format_program
 from glensidec.lang.terms import Program, TensorDecl, Term
-from glensidec.lang.typecheck import AccessType, TypeTable, infer
+from glensidec.lang.typecheck import TypeTable, infer, infer_access
 from glensidec.outputs import check_output_directory, write_directory
 
 Array = np.ndarray[Any, Any]
@@ -102,16 +102,11 @@ class Importer:
 
     # -- values -------------------------------------------------------------------------
     def full_shape(self, term: Term) -> tuple[int, ...]:
-        infer(term, self.tensors, self.types)
-        access = self.types[term]
-        assert isinstance(access, AccessType)
-        return access.full
+        return infer_access(term, self.tensors, self.types).full
 
     def as_full_access(self, term: Term) -> Term:
         """The invariant every value keeps: all axes in the access part, ((full),())."""
-        infer(term, self.tensors, self.types)
-        access = self.types[term]
-        assert isinstance(access, AccessType)
+        access = infer_access(term, self.tensors, self.types)
         return term if not access.item else B.access(term, len(access.full))
 
     def dynamic(self, node: Node, index: int) -> Term:
