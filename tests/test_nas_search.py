@@ -13,17 +13,17 @@ import pytest
 pytest.importorskip("torch", reason="needs the nas extra: pip install '.[nas]'")
 pytest.importorskip("distributed", reason="needs the nas extra: pip install '.[nas]'")
 
-from click.testing import CliRunner  # noqa: E402
-from test_import import save  # noqa: E402
-from test_nas_transforms import skip_net  # noqa: E402
+from click.testing import CliRunner
+from test_import import save
+from test_nas_transforms import skip_net
 
-from glensidec.cli import cli  # noqa: E402
-from glensidec.frontends.importer import import_onnx  # noqa: E402
-from glensidec.lang.data import load_weights  # noqa: E402
-from glensidec.lang.syntax import format_program, read_program  # noqa: E402
-from glensidec.nas import search as S  # noqa: E402
-from glensidec.nas.graph import lift  # noqa: E402
-from glensidec.opt.extract import parse_array_size  # noqa: E402
+from glensidec.cli import cli
+from glensidec.frontends.importer import import_onnx
+from glensidec.lang.data import load_weights
+from glensidec.lang.syntax import format_program, read_program
+from glensidec.nas import search as S
+from glensidec.nas.graph import lift
+from glensidec.opt.extract import parse_array_size
 
 
 @pytest.fixture
