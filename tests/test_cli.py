@@ -175,3 +175,21 @@ def test_too_deep_a_program_is_a_clean_error(tmp_path: Path) -> None:
     done = glensidec("check", deep_program(tmp_path / "deeper.gs", 30000))
     assert done.returncode == 1
     assert done.stderr.startswith("error: the program nests more than about 20000 levels")
+
+
+def test_written_array_of_another_size_is_a_located_error(tmp_path: Path) -> None:
+    # Glenside's codegen_mlp writes a (systolic-array 2 4 …); compiled for another array
+    # size it is the user's error, located at the size, and nothing is written.
+    source = tmp_path / "sa.gs"
+    source.write_text("(input a i8 (shape 10 2))\n(input w i8 (shape 2 4))\n"
+                      "(systolic-array 2 4 (access (access-tensor a) 1) "
+                      "(access (access-tensor w) 0))\n")
+    done = glensidec("compile", source, "--array", "16x16", "-o", tmp_path / "out")
+    assert done.returncode == 1
+    assert done.stderr == (f"{source}:3:17: error: systolic-array: a 2x4 array, but the "
+                           "program is compiled for --array 16x16 (one array size per "
+                           "program)\n")
+    assert "internal" not in done.stderr
+    assert not (tmp_path / "out").exists()
+    done = glensidec("compile", source, "--array", "2x4", "-o", tmp_path / "out")
+    assert done.returncode == 0, done.stderr

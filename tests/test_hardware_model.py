@@ -194,3 +194,15 @@ def test_resource_count_of_the_smallest_array_by_hand() -> None:
     assert count.skew_register_bits == 9 + 11 + 32 + 32
     assert (count.multipliers, count.adders) == (4, 6)
     assert count.accumulator_bits == 1024 * 2 * 32
+
+
+@pytest.mark.parametrize("config", [*CONFIGS, ArrayConfig(4, 4, acc_depth=8)], ids=str)
+def test_gemm_cycles_follow_the_tile_schedule_it_summarises(config: ArrayConfig) -> None:
+    # gemm_cycles runs the tile recurrence on plain integers (and memoises it); it must
+    # agree with the Tile-object definition on every shape, including M chunking.
+    R, C = config.rows, config.cols
+    for M in (1, R - 1, R, 3 * R + 5, 20):
+        for K in (1, R, 2 * R + 1, 5 * R):
+            for N in (1, C, 2 * C + 1):
+                reference = tile_sequence_cycles(config, gemm_tiles(config, M, K, N))
+                assert gemm_cycles(config, M, K, N) == reference, (M, K, N)

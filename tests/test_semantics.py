@@ -46,7 +46,7 @@ def ref_conv2d_nchw(x: np.ndarray, w: np.ndarray, strides: tuple[int, int],
 def ref_max_pool(x: np.ndarray, kernel: int, stride: int, pads: tuple[int, int, int, int]
                  ) -> np.ndarray:
     top, left, bottom, right = pads
-    low = np.iinfo(x.dtype).min if np.issubdtype(x.dtype, np.integer) else -np.inf
+    low = np.iinfo(x.dtype).min if np.issubdtype(x.dtype, np.integer) else np.finfo(x.dtype).min
     padded = np.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)), constant_values=low)
     out_h = (padded.shape[2] - kernel) // stride + 1
     out_w = (padded.shape[3] - kernel) // stride + 1

@@ -23,6 +23,7 @@ in cycles counted from the first cycle the weight stream is offered:
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -176,9 +177,31 @@ def tile_sequence_cycles(config: ArrayConfig, tiles: Sequence[Tile]) -> int:
     return cycles[-1] + 1
 
 
+@functools.lru_cache(maxsize=4096)
 def gemm_cycles(config: ArrayConfig, M: int, K: int, N: int) -> int:
-    """Exact RTL cycles for ``A(MxK)·B(KxN) (+ D)`` in the `gemm_tiles` schedule."""
-    return tile_sequence_cycles(config, gemm_tiles(config, M, K, N))
+    """Exact RTL cycles for ``A(MxK)·B(KxN) (+ D)`` in the `gemm_tiles` schedule.
+
+    The same recurrence as `tile_timings` and `result_cycles`, on plain integers instead of
+    Tile objects (the compiler asks for every GEMM shape of a network, and a ResNet layer
+    has thousands of tiles), memoised per shape. Tests check it against
+    ``tile_sequence_cycles(config, gemm_tiles(...))``.
+    """
+    _check_shape(M, K, N)
+    rows, latency = config.rows, config.latency
+    k_folds = _ceil_div(K, rows)
+    index, commit, last_row, last_row_before, last_result = 0, -1, -1, -1, -1
+    for _, m_len in m_chunks(config, M, K):
+        for _ in range(_ceil_div(N, config.cols)):
+            for fold in range(k_folds):
+                commit += rows
+                if index >= 2:
+                    commit = max(commit, last_row_before + rows)
+                first = commit if index == 0 else max(commit, last_row + 1)
+                last_row_before, last_row = last_row, first + m_len - 1
+                if fold == k_folds - 1:
+                    last_result = last_row + latency
+                index += 1
+    return last_result + 1
 
 
 def folds(config: ArrayConfig, K: int, N: int) -> int:

@@ -6,6 +6,9 @@ interpreter, the C program and the RTL disagree about what was computed.
 
 from __future__ import annotations
 
+import io
+import json
+import re
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -13,9 +16,9 @@ from typing import Any
 import numpy as np
 
 from glensidec.errors import GlensideError
-from glensidec.lang.interp import NUMPY_DTYPES, Array
+from glensidec.lang.dtypes import DTYPES, Array, integer_range
 from glensidec.lang.terms import Program, TensorDecl
-from glensidec.lang.typecheck import DTYPE_RANGES
+from glensidec.outputs import write_file
 
 
 def _shape_text(shape: tuple[int, ...]) -> str:
@@ -24,7 +27,7 @@ def _shape_text(shape: tuple[int, ...]) -> str:
 
 def check_array(decl: TensorDecl, array: Array, origin: str) -> Array:
     """`array` if it has `decl`'s shape and dtype, else a clear error naming both."""
-    want = np.dtype(NUMPY_DTYPES[decl.dtype])
+    want = np.dtype(DTYPES[decl.dtype].numpy)
     if array.dtype != want or tuple(array.shape) != decl.shape:
         raise GlensideError(
             f"{decl.role} '{decl.name}': {origin} holds {array.dtype} {_shape_text(array.shape)}, "
@@ -34,14 +37,24 @@ def check_array(decl: TensorDecl, array: Array, origin: str) -> Array:
 
 def read_npy(path: Path, key: str | None = None) -> Array:
     """One array from a .npy file, or from an .npz archive by key."""
+    return read_arrays(path, [key])[key]
+
+
+def read_arrays(path: Path, keys: list[str | None]) -> dict[str | None, Array]:
+    """Arrays from one .npy file (key None) or several from one .npz archive, opened once
+    (a network's weights are hundreds of arrays in one archive)."""
     try:
         if path.suffix == ".npz":
             with np.load(path, allow_pickle=False) as archive:
-                if key not in archive.files:
-                    raise GlensideError(f"{path}: no array '{key}' (it has: "
-                                        f"{', '.join(archive.files) or 'none'})")
-                return np.asarray(archive[key])
-        return np.asarray(np.load(path, allow_pickle=False))
+                arrays: dict[str | None, Array] = {}
+                for key in keys:
+                    if key not in archive.files:
+                        raise GlensideError(f"{path}: no array '{key}' (it has: "
+                                            f"{', '.join(archive.files) or 'none'})")
+                    arrays[key] = np.asarray(archive[key])
+                return arrays
+        array = np.asarray(np.load(path, allow_pickle=False))
+        return {key: array for key in keys}
     except FileNotFoundError:
         raise GlensideError(f"file not found: {path}") from None
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
@@ -49,16 +62,26 @@ def read_npy(path: Path, key: str | None = None) -> Array:
 
 
 def load_weights(program: Program) -> dict[str, Array]:
-    """Every weight's data, checked against its declaration; errors point at the declaration."""
-    weights = {}
+    """Every weight's data, checked against its declaration; errors point at the declaration.
+
+    Each weight file is read once, however many weights it holds."""
+    by_file: dict[Path, list[TensorDecl]] = {}
     for decl in program.weights():
-        path = program.weight_path(decl)
+        by_file.setdefault(program.weight_path(decl), []).append(decl)
+    weights = {}
+    for path, decls in by_file.items():
         try:
-            array = read_npy(path, decl.key or decl.name)
-            weights[decl.name] = check_array(decl, array, str(path))
-        except GlensideError as error:
-            raise GlensideError(f"weight '{decl.name}': {error.message}", decl.span,
-                                program.path) from None
+            arrays = read_arrays(path, [decl.key or decl.name for decl in decls])
+        except GlensideError:
+            arrays = {}  # name the first declaration that cannot be read, below
+        for decl in decls:
+            try:
+                key = decl.key or decl.name
+                array = arrays[key] if key in arrays else read_npy(path, key)
+                weights[decl.name] = check_array(decl, array, str(path))
+            except GlensideError as error:
+                raise GlensideError(f"weight '{decl.name}': {error.message}", decl.span,
+                                    program.path) from None
     return weights
 
 
@@ -75,13 +98,43 @@ def parse_input_options(options: tuple[str, ...] | list[str]) -> dict[str, Path]
     return given
 
 
+# `glensidec import` records each ONNX input whose name it had to change, so the name the
+# user's model has keeps working: `; onnx-input "input" input_2` (the ONNX name JSON-quoted).
+ALIAS_LINE = re.compile(r'^; onnx-input ("(?:[^"\\]|\\.)*") (\S+)$', re.MULTILINE)
+
+
+def alias_line(original: str, name: str) -> str:
+    return f"; onnx-input {json.dumps(original)} {name}"
+
+
+def input_aliases(program: Program) -> dict[str, str]:
+    """Original (ONNX) input name → the program's input name, from the program's header."""
+    path = Path(program.path)
+    if not path.is_file():
+        return {}
+    text = path.read_text(encoding="utf-8", errors="replace")
+    return {json.loads(quoted): name for quoted, name in ALIAS_LINE.findall(text)}
+
+
 def load_inputs(program: Program, given: dict[str, Path]) -> dict[str, Array]:
-    """Runtime inputs from .npy files: every declared input, nothing else."""
+    """Runtime inputs from .npy files: every declared input, nothing else.
+
+    An input may be named as the program declares it or by its original ONNX name.
+    """
     declared = {decl.name: decl for decl in program.inputs()}
-    for name in given:
-        if name not in declared:
+    aliases = {original: name for original, name in input_aliases(program).items()
+               if name in declared and original not in declared}
+    renamed: dict[str, Path] = {}
+    for name, path in given.items():
+        if name not in declared and name not in aliases:
             known = ", ".join(declared) or "none"
+            known += "".join(f" ('{a}' is {n})" for a, n in aliases.items())
             raise GlensideError(f"'{name}' is not an input of {program.path} (inputs: {known})")
+        target = aliases.get(name, name)
+        if target in renamed:
+            raise GlensideError(f"input '{target}' is given twice")
+        renamed[target] = path
+    given = renamed
     missing = [name for name in declared if name not in given]
     if missing:
         raise GlensideError(f"missing input {', '.join(missing)}: give --input NAME=FILE.npy "
@@ -94,9 +147,9 @@ def random_tensor(decl: TensorDecl, generator: np.random.Generator) -> Array:
     """Random data for a declaration: ints uniform over i8/i16 (i32: ±2^15), floats N(0,1)."""
     if decl.dtype == "f32":
         return generator.standard_normal(decl.shape).astype(np.float32)
-    low, high = DTYPE_RANGES[decl.dtype] if decl.dtype != "i32" else (-(2**15), 2**15 - 1)
+    low, high = integer_range(decl.dtype) if decl.dtype != "i32" else (-(2**15), 2**15 - 1)
     values = generator.integers(low, high, size=decl.shape, endpoint=True)
-    return values.astype(NUMPY_DTYPES[decl.dtype])
+    return values.astype(DTYPES[decl.dtype].numpy)
 
 
 def random_inputs(program: Program, seed: int) -> dict[str, Array]:
@@ -106,14 +159,9 @@ def random_inputs(program: Program, seed: int) -> dict[str, Array]:
 
 def save_npy(path: Path, array: Array) -> None:
     """Write an array so that a failure leaves no half-written file behind."""
-    temporary = path.with_name(path.name + ".partial")
-    try:
-        with open(temporary, "wb") as handle:
-            np.save(handle, array)
-        temporary.replace(path)
-    except OSError as error:
-        temporary.unlink(missing_ok=True)
-        raise GlensideError(f"cannot write {path}: {error}") from None
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    write_file(path, buffer.getvalue())
 
 
 def all_tensors(program: Program, inputs: dict[str, Array]) -> dict[str, Any]:

@@ -30,12 +30,13 @@ from egglog import bindings
 
 from glensidec.errors import GlensideError
 from glensidec.lang import constructs as K
+from glensidec.lang.dtypes import NAMES as DTYPE_NAMES
+from glensidec.lang.dtypes import accumulator
 from glensidec.lang.terms import Arg, ComputeOp, Symbol, Term, postorder
-from glensidec.lang.typecheck import AccessType, TypeTable, accumulator_dtype
+from glensidec.lang.typecheck import AccessType, TypeTable, access_type
 
 TERM = "Term"
 VEC = "IntVec"
-DTYPES = ("i8", "i16", "i32", "f32")
 
 _SORT_OF_KIND = {
     K.ACCESS: TERM, K.SHAPE: TERM, K.LIST: TERM, K.ACCESS_SHAPE: TERM, K.LITERAL: TERM,
@@ -288,7 +289,11 @@ def _operand(var: str) -> str:
 def _simple_type_rules() -> list[str]:
     rules = [
         _rule("type-broadcast", "types",
-              f"(= e (access-broadcast a (access-shape (shape s) (shape i)))) {_operand('a')}",
+              # Typed here only when the target's split is the operand's (a broadcast keeps
+              # the operand's split); the rules only ever build such broadcasts, and the
+              # program's own are typed by the encoder.
+              f"(= e (access-broadcast a (access-shape (shape s) (shape i)))) {_operand('a')} "
+              "(= (vec-length s) (vec-length sa))",
               _typed("e", "s", "i", "da")),
         _rule("type-reshape", "types",
               f"(= e (access-reshape a (access-shape (shape s) (shape i)))) {_operand('a')}",
@@ -322,9 +327,9 @@ def _flatten_type_rules() -> list[str]:
 def _reduction_type_rules() -> list[str]:
     """Sums of products and the array: the item is reduced away, in the accumulator dtype."""
     rules = []
-    for dtype in DTYPES:
-        accumulated = quote(accumulator_dtype(dtype))
-        for reduction in ("dot-product", "reduce-sum"):
+    for dtype in DTYPE_NAMES:
+        accumulated = quote(accumulator(dtype))
+        for reduction in sorted(K.ComputeKind.ACCUMULATING):
             rules.append(_rule(f"type-{reduction}-{dtype}", "types",
                                f"(= e (compute {quote(reduction)} a)) {_operand('a')} "
                                f"(= da {quote(dtype)})",
@@ -654,10 +659,8 @@ class Profile:
 
     @staticmethod
     def of(root: Term, types: TypeTable) -> Profile:
-        def access_type(term: Arg) -> AccessType:
-            value = types[term]  # type: ignore[index]
-            assert isinstance(value, AccessType)
-            return value
+        def of_type(term: Arg) -> AccessType:
+            return access_type(types, term)
 
         terms = postorder(root)
         ranks = [len(t.full) for t in types.values() if isinstance(t, AccessType)]
@@ -668,15 +671,15 @@ class Profile:
         pairs: set[tuple[int, int, int]] = set()
         for term in terms:
             if term.op == "access-transpose":
-                inner = access_type(term.args[0])
+                inner = of_type(term.args[0])
                 transposes.add((len(inner.shape), len(inner.item)))
             elif term.op == "access":
-                accesses.add((len(access_type(term).full), len(access_type(term).shape)))
-            elif term.op in ("access-cartesian-product", "access-pair"):
-                left, right = (len(access_type(arg).shape) for arg in term.args)
+                accesses.add((len(of_type(term).full), len(of_type(term).shape)))
+            elif term.op in K.Group.TUPLE:
+                left, right = (len(of_type(arg).shape) for arg in term.args)
                 if term.op == "access-pair":  # the depthwise rules make it a product
                     pair_rank, right = max(pair_rank, left), 1
-                    item = len(access_type(term.args[0]).item)
+                    item = len(of_type(term.args[0]).item)
                     pairs |= {(left, item, axis) for axis in range(left)}
                     transposes |= {(left, item), (left, 0)}
                     accesses.add((left + item, left - 1))

@@ -1,0 +1,87 @@
+"""Random-weight ONNX networks for the host benchmark: ResNet-18, ResNet-50, MobileNet-v1.
+
+Layer for layer as torchvision / the MobileNet paper define them (batch 1, 3x224x224),
+built with the tests' `OnnxGraph` so no download is needed.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))  # the ONNX model builder lives with the tests
+
+from test_import import OnnxGraph  # noqa: E402
+
+
+def _stem(g: OnnxGraph) -> str:
+    x = g.input("image", [1, 3, 224, 224])
+    x = g.node("Relu", [g.bn(g.conv(x, 3, 64, 7, 2, 3, bias=False), 64)])
+    return g.node("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+
+
+def _head(g: OnnxGraph, x: str, channels: int) -> Any:
+    x = g.node("Flatten", [g.node("GlobalAveragePool", [x])], axis=1)
+    return g.model(g.gemm(x, channels, 1000), [1, 1000])
+
+
+def _basic_block(g: OnnxGraph, x: str, cin: int, cout: int, stride: int) -> str:
+    y = g.node("Relu", [g.bn(g.conv(x, cin, cout, 3, stride, 1, bias=False), cout)])
+    y = g.bn(g.conv(y, cout, cout, 3, 1, 1, bias=False), cout)
+    shortcut = x
+    if stride != 1 or cin != cout:
+        shortcut = g.bn(g.conv(x, cin, cout, 1, stride, 0, bias=False), cout)
+    return g.node("Relu", [g.node("Add", [y, shortcut])])
+
+
+def _bottleneck(g: OnnxGraph, x: str, cin: int, width: int, stride: int) -> str:
+    cout = 4 * width
+    y = g.node("Relu", [g.bn(g.conv(x, cin, width, 1, 1, 0, bias=False), width)])
+    y = g.node("Relu", [g.bn(g.conv(y, width, width, 3, stride, 1, bias=False), width)])
+    y = g.bn(g.conv(y, width, cout, 1, 1, 0, bias=False), cout)
+    shortcut = x
+    if stride != 1 or cin != cout:
+        shortcut = g.bn(g.conv(x, cin, cout, 1, stride, 0, bias=False), cout)
+    return g.node("Relu", [g.node("Add", [y, shortcut])])
+
+
+def resnet18(seed: int = 0) -> Any:
+    """torchvision's ResNet-18: 11.7 M parameters, 1.8 GMAC."""
+    g = OnnxGraph(seed)
+    x, channels = _stem(g), 64
+    for stage, width in enumerate((64, 128, 256, 512)):
+        for block in range(2):
+            x = _basic_block(g, x, channels, width, 2 if stage > 0 and block == 0 else 1)
+            channels = width
+    return _head(g, x, channels)
+
+
+def resnet50(seed: int = 0) -> Any:
+    """torchvision's ResNet-50 (stride on the 3x3 conv): 25.6 M parameters, 4.1 GMAC."""
+    g = OnnxGraph(seed)
+    x, channels = _stem(g), 64
+    for stage, (width, blocks) in enumerate(((64, 3), (128, 4), (256, 6), (512, 3))):
+        for block in range(blocks):
+            x = _bottleneck(g, x, channels, width, 2 if stage > 0 and block == 0 else 1)
+            channels = 4 * width
+    return _head(g, x, channels)
+
+
+MOBILENET_V1 = ((64, 1), (128, 2), (128, 1), (256, 2), (256, 1), (512, 2), (512, 1),
+                (512, 1), (512, 1), (512, 1), (512, 1), (1024, 2), (1024, 1))
+
+
+def mobilenet_v1(seed: int = 0) -> Any:
+    """MobileNet-v1 1.0/224: 4.2 M parameters, 0.57 GMAC, 13 depthwise-separable blocks."""
+    g = OnnxGraph(seed)
+    x = g.input("image", [1, 3, 224, 224])
+    x = g.node("Relu", [g.bn(g.conv(x, 3, 32, 3, 2, 1, bias=False), 32)])
+    channels = 32
+    for width, stride in MOBILENET_V1:
+        x = g.node("Relu", [g.bn(g.conv(x, channels, channels, 3, stride, 1, group=channels,
+                                        bias=False), channels)])
+        x = g.node("Relu", [g.bn(g.conv(x, channels, width, 1, 1, 0, bias=False), width)])
+        channels = width
+    return _head(g, x, channels)
