@@ -167,19 +167,56 @@ def compile_command(program: Path, shapes: Path | None, array_size: str, emit: s
         click.echo(text, nl=False)
 
 
-def _register_front_ends() -> None:
-    # The importer and the quantizer define their own commands next to their code.
-    from glensidec.frontends.importer import import_command
-    from glensidec.frontends.quantize import quantize_command
+@cli.command("import")
+@click.argument("model", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("-o", "--outdir", required=True, type=click.Path(path_type=Path),
+              help="Directory to write the program and its weights into (new, empty, or "
+                   "an earlier import's).")
+@click.option("--force", is_flag=True,
+              help="Replace glensidec's own files in an OUTDIR that also holds others.")
+def import_command(model: Path, outdir: Path, force: bool) -> None:
+    """Import an ONNX MODEL as a float Glenside program (+ weights) in OUTDIR."""
+    from glensidec.frontends.importer import import_model
+
+    program, input_names = import_model(model, outdir, force)
+    click.echo(f"wrote {program} and {program.with_suffix('.npz')}")
+    for original, name in input_names.items():
+        note = "" if original == name else " (renamed: --input accepts either name)"
+        click.echo(f"input '{original}' → {name}{note}")
+
+
+@cli.command("quantize")
+@PROGRAM
+@click.option("--calibrate", "calibration", type=click.Path(dir_okay=False, path_type=Path),
+              help="Calibration inputs: an .npz with one (samples, …) array per input.")
+@click.option("--profile", "profile_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Use a saved profile instead of (or, with --calibrate, save one to) "
+                   "this file.")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="Where to write the int8 program (.gs; weights go beside it as .npz).")
+@click.option("--per-channel", is_flag=True, help="One weight scale per output channel.")
+@click.option("--symmetric", is_flag=True, help="Symmetric activations (zero point 0).")
+@click.option("--force", is_flag=True,
+              help="Replace existing output files an earlier run did not write.")
+def quantize_command(program: Path, calibration: Path | None, profile_path: Path | None,
+                     output: Path, per_channel: bool, symmetric: bool, force: bool) -> None:
+    """Quantize a float PROGRAM to int8 with calibration data (Glow's profile-guided way)."""
+    from glensidec.frontends.quantize import quantize_files
+
+    written = quantize_files(program, calibration, profile_path, output, per_channel,
+                             symmetric, force)
+    click.echo(f"wrote {written}, {written.with_suffix('.npz')} and {written}.json")
+
+
+def _register_nas_commands() -> None:
+    # The NAS commands still live next to their code (glensidec/nas/commands.py).
     from glensidec.nas.commands import nas_command, transform_command
 
-    cli.add_command(import_command)
-    cli.add_command(quantize_command)
     cli.add_command(transform_command)
     cli.add_command(nas_command)
 
 
-_register_front_ends()
+_register_nas_commands()
 
 
 # Every stage walks terms recursively somewhere (parsing, printing, lowering); a program
