@@ -53,9 +53,10 @@ from glensidec.backend.lower import (
 from glensidec.backend.plan import MemoryPlan, plan_memory
 from glensidec.hardware.array import ArrayConfig, gemm_cycles
 from glensidec.lang import data
+from glensidec.lang.expand import expand_program, needs_expansion
 from glensidec.lang.interp import Array
 from glensidec.lang.terms import Program
-from glensidec.lang.typecheck import DTYPE_RANGES, TypeTable
+from glensidec.lang.typecheck import DTYPE_RANGES, TypeTable, check_program
 from glensidec.resources import resource_dir
 
 C_TYPES = {"i8": "int8_t", "i16": "int16_t", "i32": "int32_t", "f32": "float"}
@@ -512,6 +513,9 @@ def compile_to_directory(program: Program, types: TypeTable, outdir: str | Path,
     `weights` defaults to the program's weight files (glensidec.lang.data.load_weights).
     """
     weights = data.load_weights(program) if weights is None else weights
+    if needs_expansion(program.root):
+        program = expand_program(program)
+        types = check_program(program)
     lowered = lower_program(program, types, options)
     plan = plan_memory(lowered)
     files = render_files(program, lowered, plan, config, weights)

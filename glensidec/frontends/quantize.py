@@ -37,10 +37,17 @@ from glensidec.errors import GlensideError
 from glensidec.frontends import builders as B
 from glensidec.lang import constructs as K
 from glensidec.lang.data import load_weights, read_npy
+from glensidec.lang.expand import expand_program
 from glensidec.lang.interp import NUMPY_DTYPES, apply_term, evaluate_all
 from glensidec.lang.syntax import format_program, read_program
 from glensidec.lang.terms import ComputeOp, Program, Symbol, TensorDecl, Term, postorder
-from glensidec.lang.typecheck import AccessType, TypeTable, check_program, infer
+from glensidec.lang.typecheck import (
+    AccessType,
+    TypeTable,
+    check_program,
+    infer,
+    require_access_result,
+)
 
 Array = np.ndarray[Any, Any]
 PROFILE_FORMAT = "glensidec-profile"
@@ -976,6 +983,8 @@ def quantize_command(program: Path, calibration: Path | None, profile_path: Path
                      output: Path, per_channel: bool, symmetric: bool) -> None:
     """Quantize a float PROGRAM to int8 with calibration data (Glow's profile-guided way)."""
     parsed = read_program(program)
+    require_access_result(parsed, check_program(parsed), "quantize")
+    parsed = expand_program(parsed)  # tuples and conv2d modes become what the quantizer knows
     float_files = {program.resolve(), *(parsed.weight_path(d).resolve() for d in
                                         parsed.weights())}
     if {output.resolve(), output.with_suffix(".npz").resolve()} & float_files:

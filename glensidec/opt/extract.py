@@ -33,6 +33,7 @@ from glensidec.errors import GlensideError
 from glensidec.hardware import array as hardware
 from glensidec.lang import constructs as K
 from glensidec.lang import data
+from glensidec.lang.expand import expand_program
 from glensidec.lang.interp import Array, run_program
 from glensidec.lang.terms import Arg, ComputeOp, Program, Symbol, TensorDecl, Term, postorder
 from glensidec.lang.typecheck import AccessType, TypeTable, check_program, infer
@@ -319,6 +320,7 @@ def compile_program(program: Program, config: hardware.ArrayConfig,
     limits and the time grow with the largest layer instead of with the whole network.
     """
     start = time.perf_counter()
+    program = expand_program(program)
     types = check_program(program)
     target = array_target(config)
     check_written_arrays(program, config)
