@@ -21,9 +21,10 @@ import pytest
 
 from glensidec.errors import GlensideError
 from glensidec.lang.constructs import COMPUTE_TYPES, CONSTRUCTS
-from glensidec.lang.interp import NUMPY_DTYPES, run_program
+from glensidec.lang.dtypes import DTYPES
+from glensidec.lang.interp import run_program
 from glensidec.lang.syntax import parse_program
-from glensidec.lang.terms import DTYPES, Program, TensorDecl
+from glensidec.lang.terms import Program, TensorDecl
 from glensidec.lang.typecheck import check_program, describe_value, root_type
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "language.md"
@@ -111,11 +112,11 @@ def test_example(example: Example) -> None:
     if "inputs" in example.notes or "value" in example.notes:
         result = root_type(program, types)
         given = json.loads(example.notes["inputs"]) if "inputs" in example.notes else {}
-        inputs = {name: np.array(given[name], dtype=NUMPY_DTYPES[decl.dtype])
+        inputs = {name: np.array(given[name], dtype=DTYPES[decl.dtype].numpy)
                   for name, decl in program.tensors.items()}
         value = run_program(program, inputs, types)
         expected = np.array(json.loads(example.notes["value"]))
-        assert value.dtype == np.dtype(NUMPY_DTYPES[result.dtype])
+        assert value.dtype == np.dtype(DTYPES[result.dtype].numpy)
         if result.dtype == "f32":
             np.testing.assert_allclose(value, expected, rtol=1e-6)
         else:

@@ -571,7 +571,8 @@ int main(int argc, char **argv) {
 """
 
 
-def _runtime_build(tmp_path: Path, config: ArrayConfig, driver: str) -> Path:
+def _runtime_build(tmp_path: Path, config: ArrayConfig, driver: str,
+                   extra_flags: tuple[str, ...] = ()) -> Path:
     from glensidec.backend.emit import render_files
     from glensidec.backend.lower import lower_program
     from glensidec.backend.plan import plan_memory
@@ -583,7 +584,7 @@ def _runtime_build(tmp_path: Path, config: ArrayConfig, driver: str) -> Path:
     (tmp_path / "driver.c").write_text(driver)
     executable = tmp_path / "driver"
     subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-O1",
-                    "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+                    "-fsanitize=address,undefined", "-fno-sanitize-recover=all", *extra_flags,
                     "-o", str(executable), str(tmp_path / "driver.c"),
                     str(tmp_path / "array_runtime.c")], check=True)
     return executable
@@ -604,10 +605,15 @@ def test_c_cycle_model_equals_python(tmp_path: Path, config: ArrayConfig) -> Non
     assert [int(v) for v in printed] == [gemm_cycles(config, *shape) for shape in shapes]
 
 
-def test_runtime_gemm_is_bit_exact_with_d(tmp_path: Path) -> None:
+@pytest.mark.parametrize("flags", [(), ("-DGS_PORTABLE_ONLY",), ("-O3",)],
+                         ids=["dispatched", "portable-only", "O3"])
+def test_runtime_gemm_is_bit_exact_with_d(tmp_path: Path, flags: tuple[str, ...]) -> None:
+    """The blocked C model (the CPU-dispatched AVX2 copy and the portable one) against
+    numpy: edge blocks in M and N, and K past the kernel's exact-int32 run (GS_I8_KC), so
+    the sum itself wraps modulo 2^32."""
     rng = np.random.default_rng(5)
-    executable = _runtime_build(tmp_path, CONFIG, RUNTIME_DRIVER)
-    for m, k, n in ((3, 5, 7), (17, 300, 9), (1, 1, 1)):
+    executable = _runtime_build(tmp_path, CONFIG, RUNTIME_DRIVER, flags)
+    for m, k, n in ((3, 5, 7), (17, 300, 9), (1, 1, 1), (9, 37, 300), (5, 140_000, 3)):
         a = rng.integers(-128, 128, (m, k)).astype(np.int8)
         w = rng.integers(-128, 128, (k, n)).astype(np.int8)
         d = rng.integers(-(2**31), 2**31, (m, n), dtype=np.int64).astype(np.int32)

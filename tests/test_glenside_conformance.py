@@ -24,8 +24,9 @@ from glensidec.backend.emit import compile_to_directory
 from glensidec.errors import GlensideError
 from glensidec.hardware.array import ArrayConfig
 from glensidec.lang import constructs as K
+from glensidec.lang.dtypes import DTYPES
 from glensidec.lang.expand import expand_program
-from glensidec.lang.interp import NUMPY_DTYPES, evaluate_result, run_program
+from glensidec.lang.interp import evaluate_result, run_program
 from glensidec.lang.syntax import parse_program
 from glensidec.lang.terms import Program, TensorDecl, postorder
 from glensidec.lang.typecheck import AccessShape, AccessType, TupleType, check_program
@@ -34,8 +35,8 @@ F32_MIN = float(np.finfo(np.float32).min)  # Rust's f32::MIN: the lowest finite 
 
 
 def _dtype_of(array: np.ndarray) -> str:
-    for name, numpy_type in NUMPY_DTYPES.items():
-        if array.dtype == numpy_type:
+    for name, dtype in DTYPES.items():
+        if array.dtype == dtype.numpy:
             return name
     raise AssertionError(array.dtype)
 

@@ -38,11 +38,11 @@ from glensidec.frontends.quantize import (
     profile,
     quantize,
     quantize_command,
-    requantize_reference,
     save_profile,
     save_quantized,
 )
 from glensidec.lang.data import load_weights
+from glensidec.lang.dtypes import requantize
 from glensidec.lang.interp import run_program
 from glensidec.lang.syntax import format_program, parse_program, read_program
 from glensidec.lang.terms import Program, TensorDecl
@@ -407,7 +407,7 @@ def test_integer_multipliers_fit_and_approximate() -> None:
     assert np.all(np.abs(approx - real) <= 0.5 / 2.0 ** multipliers.post)
     acc = np.array([123456, -98765, 7], dtype=np.int32)
     single = integer_multipliers(np.array([0.001]))
-    out = requantize_reference(acc, int(single.values[0]), single.post, 3)
+    out = requantize(acc, int(single.values[0]), 0, single.post, 3)
     np.testing.assert_array_equal(out, np.clip(np.floor(acc * 0.001 + 0.5) + 3, -128, 127))
     with pytest.raises(GlensideError, match="does not fit"):
         integer_multipliers(np.array([2.0 ** 40]))

@@ -53,15 +53,12 @@ from glensidec.backend.lower import (
 from glensidec.backend.plan import MemoryPlan, plan_memory
 from glensidec.hardware.array import ArrayConfig, gemm_cycles
 from glensidec.lang import data
+from glensidec.lang.dtypes import DTYPES, Array, integer_range
 from glensidec.lang.expand import expand_program, needs_expansion
-from glensidec.lang.interp import Array
 from glensidec.lang.terms import Program
-from glensidec.lang.typecheck import DTYPE_RANGES, TypeTable, check_program
+from glensidec.lang.typecheck import TypeTable, check_program
 from glensidec.resources import resource_dir
 
-C_TYPES = {"i8": "int8_t", "i16": "int16_t", "i32": "int32_t", "f32": "float"}
-NPY_DESCR = {"i8": "<i1", "i16": "<i2", "i32": "<i4", "f32": "<f4"}
-ITEM_SIZE = {"i8": 1, "i16": 2, "i32": 4, "f32": 4}
 TEMPLATES = ("model.c", "model.h", "array_runtime.c", "array_runtime.h", "main.c", "Makefile")
 
 
@@ -168,7 +165,7 @@ class _Renderer:
         return f"{view.buffer}[{index}]"
 
     def load(self, name: str, view: View, index: str) -> str:
-        return f"const {C_TYPES[self.dtype(view)]} {name} = {self.at(view, index)};"
+        return f"const {DTYPES[self.dtype(view)].c_type} {name} = {self.at(view, index)};"
 
     def render(self, position: int, instruction: Instruction) -> str:
         method = getattr(self, "_" + type(instruction).__name__.lower())
@@ -187,9 +184,7 @@ class _Renderer:
         dtype = self.dtype(fill.dst)
         value = "0" if dtype != "f32" else "0.0f"
         if fill.minimum:
-            # f32: the lowest finite float (-FLT_MAX), what the interpreter pads with.
-            value = ("-3.40282347e+38f" if dtype == "f32"
-                     else f"{dtype.upper().replace('I', 'INT')}_MIN")
+            value = DTYPES[dtype].c_min
         loops = nest([fill.dst], 0, len(fill.dst.dims), "i")
         body = [f"{self.at(fill.dst, loops.indices[0])} = {value};"]
         return f"fill {fill.dst.buffer}", _wrap_nest(loops, body)
@@ -324,7 +319,7 @@ def clip_expression(x: str, params: Sequence[int | float | str], dtype: str) -> 
         low, high = (_float(p) for p in params)
         return f"({x} < {low} ? {low} : ({x} > {high} ? {high} : {x}))"
     low_value, high_value = (int(p) for p in params)
-    dtype_low, dtype_high = DTYPE_RANGES[dtype]
+    dtype_low, dtype_high = integer_range(dtype)
     expression = x
     if high_value < dtype_high:
         expression = f"({expression} > {high_value} ? {high_value} : {expression})"
@@ -367,8 +362,8 @@ def reduce_parts(op: str, source: str, result: str, count: int) -> tuple[str, st
     if op == "reduce-max":
         if source == "f32":
             return ("float acc = -INFINITY;", "if ({0} > acc || isnan({0})) acc = {0};", "acc")
-        minimum = f"{source.upper().replace('I', 'INT')}_MIN"
-        return f"{C_TYPES[source]} acc = {minimum};", "if ({0} > acc) acc = {0};", "acc"
+        setup = f"{DTYPES[source].c_type} acc = {DTYPES[source].c_min};"
+        return setup, "if ({0} > acc) acc = {0};", "acc"
     assert op == "reduce-mean", op
     if source == "f32":
         return "double acc = 0.0;", "acc += (double){0};", f"(float)(acc / {count}.0)"
@@ -394,7 +389,7 @@ def _declarations(lowered: LoweredProgram, plan: MemoryPlan) -> list[dict[str, o
             if buffer.kind != kind or buffer.name not in used:
                 continue
             const = "const " if kind in (CONSTANT, INPUT) else ""
-            ctype = C_TYPES[buffer.dtype]
+            ctype = DTYPES[buffer.dtype].c_type
             line = (f"{const}{ctype} *const {buffer.name} = ({const}{ctype} *)({region} + "
                     f"{offsets[buffer.name]});")
             shape = "x".join(map(str, buffer.shape)) or "scalar"
@@ -414,9 +409,9 @@ def _placeholders(lowered: LoweredProgram, plan: MemoryPlan) -> list[dict[str, o
         buffer = lowered.buffers[name]
         rows.append({"name": name, "tensor": buffer.tensor or name, "offset": offset,
                      "role": "output" if buffer.kind == OUTPUT else "input",
-                     "shape": list(buffer.shape), "descr": NPY_DESCR[buffer.dtype],
+                     "shape": list(buffer.shape), "descr": DTYPES[buffer.dtype].npy_descr,
                      "dtype": buffer.dtype,
-                     "element_size": ITEM_SIZE[buffer.dtype]})
+                     "element_size": DTYPES[buffer.dtype].size})
     return rows
 
 

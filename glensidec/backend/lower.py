@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from glensidec.lang.interp import NUMPY_DTYPES, Array
+from glensidec.lang.dtypes import DTYPES, Array
 from glensidec.lang.terms import ComputeOp, Program, Symbol, Term, postorder
 from glensidec.lang.typecheck import AccessType, LiteralValue, TypeTable
 
@@ -304,7 +304,7 @@ class Buffer:
 
     @property
     def nbytes(self) -> int:
-        return self.elements * np.dtype(NUMPY_DTYPES[self.dtype]).itemsize
+        return self.elements * DTYPES[self.dtype].size
 
 
 @dataclass(frozen=True)
@@ -960,7 +960,7 @@ def constant_array(buffer: Buffer, weights: dict[str, Array]) -> Array:
     """The data of a constant buffer (a weight, a literal, or a compile-time packed view)."""
     source = buffer.source
     assert buffer.kind == CONSTANT and source is not None
-    dtype = NUMPY_DTYPES[buffer.dtype]
+    dtype = DTYPES[buffer.dtype].numpy
     if source.tensor is not None:
         return np.ascontiguousarray(weights[source.tensor], dtype=dtype)
     if source.literal is not None:

@@ -31,6 +31,7 @@ from glensidec.errors import GlensideError
 from glensidec.frontends import builders as B
 from glensidec.lang.constructs import COMPUTE_TYPES, CONSTRUCTS
 from glensidec.lang.data import alias_line
+from glensidec.lang.dtypes import F32_MAX
 from glensidec.lang.syntax import format_program
 from glensidec.lang.terms import Program, TensorDecl, Term
 from glensidec.lang.typecheck import AccessType, TypeTable, infer
@@ -38,7 +39,6 @@ from glensidec.lang.typecheck import AccessType, TypeTable, infer
 Array = np.ndarray[Any, Any]
 Value = Term | Array  # a computed access, or a constant known at import time
 
-F32_MAX = float(np.finfo(np.float32).max)
 RESERVED = set(CONSTRUCTS) | set(COMPUTE_TYPES) | {"input", "weight", "let"}
 
 

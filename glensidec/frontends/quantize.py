@@ -37,8 +37,9 @@ from glensidec.errors import GlensideError
 from glensidec.frontends import builders as B
 from glensidec.lang import constructs as K
 from glensidec.lang.data import load_weights, read_npy
+from glensidec.lang.dtypes import DTYPES
 from glensidec.lang.expand import expand_program
-from glensidec.lang.interp import NUMPY_DTYPES, apply_term, evaluate_all
+from glensidec.lang.interp import apply_term, evaluate_all
 from glensidec.lang.syntax import format_program, read_program
 from glensidec.lang.terms import ComputeOp, Program, Symbol, TensorDecl, Term, postorder
 from glensidec.lang.typecheck import (
@@ -262,16 +263,6 @@ def integer_multipliers(real: Array) -> Multipliers:
     return Multipliers(values, post)
 
 
-def requantize_reference(acc: Array, multiplier: Array | int, post: int, zero_point: int,
-                         pre: int = 0) -> Array:
-    """The formula the program's requantize computes, in numpy (for docs and tests)."""
-    scaled = (acc.astype(np.int64) >> pre) * np.asarray(multiplier, dtype=np.int64)
-    if post > 0:
-        scaled = (scaled + (np.int64(1) << (post - 1))) >> post
-    result: Array = np.clip(scaled + zero_point, -128, 127).astype(np.int8)
-    return result
-
-
 def _plus(params: QParams) -> str:
     return f"{'-' if params.zero_point < 0 else '+'} {abs(params.zero_point)}"
 
@@ -436,12 +427,12 @@ class Quantizer:
         name = self.fresh(wanted)
         self.tensors[name] = TensorDecl(name, tuple(array.shape), dtype, "weight",
                                         self.weights_file)
-        self.weights[name] = np.ascontiguousarray(array, dtype=NUMPY_DTYPES[dtype])
+        self.weights[name] = np.ascontiguousarray(array, dtype=DTYPES[dtype].numpy)
         return B.tensor(name)
 
     def spread(self, array: Array, like: AccessType, dtype: str, wanted: str) -> Term:
         """A constant of `like`'s full shape, stored at its smallest broadcastable shape."""
-        reduced = minimal_broadcast(array).astype(NUMPY_DTYPES[dtype])
+        reduced = minimal_broadcast(array).astype(DTYPES[dtype].numpy)
         reduced = reduced.reshape((1,) * (len(like.full) - reduced.ndim) + reduced.shape)
         kept = tuple(d for d in reduced.shape if d > 1)
         if not kept:

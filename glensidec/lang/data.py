@@ -15,9 +15,8 @@ from typing import Any
 import numpy as np
 
 from glensidec.errors import GlensideError
-from glensidec.lang.interp import NUMPY_DTYPES, Array
+from glensidec.lang.dtypes import DTYPES, Array, integer_range
 from glensidec.lang.terms import Program, TensorDecl
-from glensidec.lang.typecheck import DTYPE_RANGES
 
 
 def _shape_text(shape: tuple[int, ...]) -> str:
@@ -26,7 +25,7 @@ def _shape_text(shape: tuple[int, ...]) -> str:
 
 def check_array(decl: TensorDecl, array: Array, origin: str) -> Array:
     """`array` if it has `decl`'s shape and dtype, else a clear error naming both."""
-    want = np.dtype(NUMPY_DTYPES[decl.dtype])
+    want = np.dtype(DTYPES[decl.dtype].numpy)
     if array.dtype != want or tuple(array.shape) != decl.shape:
         raise GlensideError(
             f"{decl.role} '{decl.name}': {origin} holds {array.dtype} {_shape_text(array.shape)}, "
@@ -146,9 +145,9 @@ def random_tensor(decl: TensorDecl, generator: np.random.Generator) -> Array:
     """Random data for a declaration: ints uniform over i8/i16 (i32: ±2^15), floats N(0,1)."""
     if decl.dtype == "f32":
         return generator.standard_normal(decl.shape).astype(np.float32)
-    low, high = DTYPE_RANGES[decl.dtype] if decl.dtype != "i32" else (-(2**15), 2**15 - 1)
+    low, high = integer_range(decl.dtype) if decl.dtype != "i32" else (-(2**15), 2**15 - 1)
     values = generator.integers(low, high, size=decl.shape, endpoint=True)
-    return values.astype(NUMPY_DTYPES[decl.dtype])
+    return values.astype(DTYPES[decl.dtype].numpy)
 
 
 def random_inputs(program: Program, seed: int) -> dict[str, Array]:

@@ -20,11 +20,9 @@ from typing import Any
 import numpy as np
 
 from glensidec.lang import constructs as K
+from glensidec.lang.dtypes import DTYPES, Array, integer_range, requantize, wrap
 from glensidec.lang.terms import ComputeOp, Program, Term, postorder
 from glensidec.lang.typecheck import (
-    DTYPE_RANGES,
-    F32_MAX,
-    INTEGER_DTYPES,
     AccessShape,
     AccessType,
     ArgValue,
@@ -33,12 +31,6 @@ from glensidec.lang.typecheck import (
     TypeTable,
     check_program,
 )
-
-NUMPY_DTYPES: dict[str, type[np.generic]] = {
-    "i8": np.int8, "i16": np.int16, "i32": np.int32, "f32": np.float32,
-}
-
-Array = np.ndarray[Any, Any]
 
 
 @dataclass
@@ -69,11 +61,6 @@ def impl(name: str) -> Callable[[Impl], Impl]:
     return register
 
 
-def wrap(values: Array, dtype: str) -> Array:
-    """Integers reduced modulo 2^width into `dtype` (two's complement), floats rounded."""
-    return values.astype(NUMPY_DTYPES[dtype])
-
-
 def _item_axes(access: AccessType) -> tuple[int, ...]:
     return tuple(range(len(access.shape), len(access.full)))
 
@@ -90,9 +77,8 @@ def matmul(left: Array, right: Array, dtype: str) -> Array:
     """
     if dtype == "f32":
         return (left.astype(np.float64) @ right.astype(np.float64)).astype(np.float32)
-    reduction = left.shape[-1]
-    bound = (2 ** 15 if dtype == "i16" else 2 ** 7) ** 2 * max(reduction, 1)
-    if dtype in ("i8", "i16") and bound < 2 ** 53:
+    bound = int(DTYPES[dtype].low) ** 2 * max(left.shape[-1], 1)
+    if DTYPES[dtype].bits <= 16 and bound < 2 ** 53:
         exact = left.astype(np.float64) @ right.astype(np.float64)
         return wrap(exact.astype(np.int64), "i32")
     return wrap(left.astype(np.int64) @ right.astype(np.int64), "i32")
@@ -185,7 +171,7 @@ def _broadcast(call: Call) -> Array:
 def minimum_value(dtype: str) -> float | int:
     """What min-padding pads with: the dtype's lowest finite value, as the original's
     `DataType::min_value()` (f32::MIN = -3.4028235e38 for f32, not -inf)."""
-    return DTYPE_RANGES[dtype][0] if dtype in INTEGER_DTYPES else -F32_MAX
+    return DTYPES[dtype].low
 
 
 @impl("access-pad")
@@ -220,7 +206,7 @@ def _move_axis(call: Call) -> Array:
 def _access_literal(call: Call) -> Array:
     literal = call.values[0]
     assert isinstance(literal, LiteralValue)
-    return np.array(literal.value, dtype=NUMPY_DTYPES[literal.dtype])
+    return np.array(literal.value, dtype=DTYPES[literal.dtype].numpy)
 
 
 # -- compute --------------------------------------------------------------------------
@@ -346,7 +332,7 @@ def saturate(data: Array, source: str, target: str) -> Array:
     """Convert with saturation: floats round half to even, NaN becomes 0."""
     if target == "f32":
         return wrap(data, "f32")
-    low, high = DTYPE_RANGES[target]
+    low, high = integer_range(target)
     if source == "f32":
         rounded = np.rint(np.nan_to_num(data.astype(np.float64), nan=0.0))
         return wrap(np.clip(rounded, low, high).astype(np.int64), target)
@@ -356,14 +342,6 @@ def saturate(data: Array, source: str, target: str) -> Array:
 @compute_impl("cast")
 def _cast(op: ComputeOp, data: Array, access: AccessType, result: AccessType) -> Array:
     return saturate(data, access.dtype, result.dtype)
-
-
-def requantize(data: Array, multiplier: int, pre: int, post: int, zero_point: int) -> Array:
-    """Glow's integer requantization; the product is formed in int64 and cannot overflow."""
-    scaled = (data.astype(np.int64) >> pre) * np.int64(multiplier)
-    if post > 0:
-        scaled = (scaled + (np.int64(1) << (post - 1))) >> post
-    return wrap(np.clip(scaled + zero_point, -128, 127), "i8")
 
 
 @compute_impl("requantize")
@@ -377,11 +355,7 @@ def _requantize_per_channel(op: ComputeOp, data: Array, access: AccessType,
                             result: AccessType) -> Array:
     pre, post, zero_point = (int(p) for p in op.params)
     members = np.moveaxis(data, len(access.shape), 0)
-    accumulators, multipliers = members[0], members[1].astype(np.int64)
-    scaled = (accumulators.astype(np.int64) >> pre) * multipliers
-    if post > 0:
-        scaled = (scaled + (np.int64(1) << (post - 1))) >> post
-    return wrap(np.clip(scaled + zero_point, -128, 127), "i8")
+    return requantize(members[0], members[1], pre, post, zero_point)
 
 
 # -- hardware -------------------------------------------------------------------------
@@ -522,7 +496,7 @@ def evaluate_result(program: Program, tensors: dict[str, Array], types: TypeTabl
     if isinstance(result, AccessType):
         return evaluate(program.root, types, tensors)
     if isinstance(result, LiteralValue):
-        return np.array(result.value, dtype=NUMPY_DTYPES[result.dtype])
+        return np.array(result.value, dtype=DTYPES[result.dtype].numpy)
     if isinstance(result, TupleType):
         values = evaluate_all(program.root, types, tensors)
         return tuple(np.ascontiguousarray(values[member]) for member in program.root.children())

@@ -20,8 +20,8 @@ import lark
 from glensidec.errors import GlensideError, Span
 from glensidec.lang import constructs as K
 from glensidec.lang.constructs import COMPUTE_TYPES, CONSTRUCTS
+from glensidec.lang.dtypes import NAMES as DTYPE_NAMES
 from glensidec.lang.terms import (
-    DTYPES,
     Arg,
     ComputeOp,
     Program,
@@ -255,7 +255,7 @@ class _Builder:
         return item.value
 
     def symbol(self, where: str, name: str, kind: str, item: SExpr) -> Symbol:
-        choices = {K.PAD_TYPE: list(K.PAD_TYPES), K.DTYPE: list(DTYPES),
+        choices = {K.PAD_TYPE: list(K.PAD_TYPES), K.DTYPE: list(DTYPE_NAMES),
                    K.TENSOR: list(self.tensors)}[kind]
         if not (isinstance(item, Atom) and item.kind == "symbol"):
             got = item.describe() if isinstance(item, Atom) else "a list"
@@ -444,10 +444,10 @@ def load_shapes(path: str | Path) -> dict[str, TensorDecl]:
             shape, dtype = entry.get("shape"), entry.get("dtype", "f32")
         dims_ok = isinstance(shape, list) and all(
             isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape)
-        if not dims_ok or dtype not in DTYPES:
+        if not dims_ok or dtype not in DTYPE_NAMES:
             raise GlensideError(
                 f"tensor '{name}': expected a list of positive dims and a dtype in "
-                f"{', '.join(DTYPES)}, got {json.dumps(entry)}", None, str(path))
+                f"{', '.join(DTYPE_NAMES)}, got {json.dumps(entry)}", None, str(path))
         tensors[str(name)] = TensorDecl(str(name), tuple(shape), str(dtype), "input")
     return tensors
 

@@ -89,7 +89,6 @@ def postorder(root: Term) -> list[Term]:
     return order
 
 
-DTYPES = ("i8", "i16", "i32", "f32")
 ROLES = ("input", "weight")
 
 

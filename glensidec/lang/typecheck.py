@@ -8,7 +8,7 @@ strings. A rule raises `Mistake(message, argument_index)`; `check_program` turns
 
 Integer arithmetic, exactly (hardware can implement every rule; docs/language.md):
   * i8/i16/i32 values are two's complement; every sum and product wraps modulo 2^32 in the
-    i32 accumulator type (`accumulator_dtype`), as the systolic array's adders do.
+    i32 accumulator type (`dtypes.accumulator`), as the systolic array's adders do.
   * dot-product, reduce-sum and the systolic array accumulate i8/i16/i32 in i32.
   * elementwise ops keep their dtype and wrap at its width.
 """
@@ -21,17 +21,8 @@ from dataclasses import dataclass
 
 from glensidec.errors import GlensideError
 from glensidec.lang import constructs as K
+from glensidec.lang.dtypes import F32_MAX, INTEGER_NAMES, accumulator, integer_range
 from glensidec.lang.terms import ComputeOp, Program, Symbol, TensorDecl, Term, postorder
-
-INTEGER_DTYPES = ("i8", "i16", "i32")
-F32_MAX = 3.4028234663852886e38
-DTYPE_RANGES = {"i8": (-(2**7), 2**7 - 1), "i16": (-(2**15), 2**15 - 1),
-                "i32": (-(2**31), 2**31 - 1)}
-
-
-def accumulator_dtype(dtype: str) -> str:
-    """The dtype a sum of products of `dtype` is kept in."""
-    return "f32" if dtype == "f32" else "i32"
 
 
 def _dims(dims: tuple[int, ...]) -> str:
@@ -316,8 +307,8 @@ def _literal(ctx: Context, args: list[ArgValue]) -> TypeValue:
     value = args[0]
     assert isinstance(value, (int, float))
     dtype = str(args[1]) if len(args) > 1 else ("i32" if isinstance(value, int) else "f32")
-    if dtype in INTEGER_DTYPES:
-        low, high = DTYPE_RANGES[dtype]
+    if dtype in INTEGER_NAMES:
+        low, high = integer_range(dtype)
         if not (float(value).is_integer() and low <= value <= high):
             raise Mistake(f"{value} is not a value of {dtype}", 0)
         value = int(value)
@@ -355,6 +346,11 @@ def _needs_tuple(op: ComputeOp, access: AccessType) -> None:
         raise Mistake(f"{op.name} needs items of shape (t,c…), got {access}", 1)
 
 
+def _fits(value: int, dtype: str) -> bool:
+    low, high = integer_range(dtype)
+    return low <= value <= high
+
+
 def _needs_float(op: ComputeOp, access: AccessType) -> None:
     if access.dtype != "f32":
         raise Mistake(f"{op.name} is defined on f32 only, got {access.dtype}", 1)
@@ -363,12 +359,12 @@ def _needs_float(op: ComputeOp, access: AccessType) -> None:
 @compute_rule("dot-product")
 def _dot_product(op: ComputeOp, access: AccessType) -> AccessType:
     _needs_tuple(op, access)
-    return AccessType(access.shape, (), accumulator_dtype(access.dtype))
+    return AccessType(access.shape, (), accumulator(access.dtype))
 
 
 @compute_rule("reduce-sum")
 def _reduce_sum(op: ComputeOp, access: AccessType) -> AccessType:
-    return AccessType(access.shape, (), accumulator_dtype(access.dtype))
+    return AccessType(access.shape, (), accumulator(access.dtype))
 
 
 @compute_rule("reduce-max", "reduce-mean")
@@ -407,8 +403,8 @@ def _clip(op: ComputeOp, access: AccessType) -> AccessType:
     assert isinstance(low, (int, float)) and isinstance(high, (int, float))
     if low > high:
         raise Mistake(f"clip bounds [{low}, {high}] are empty", 0)
-    if access.dtype in INTEGER_DTYPES:
-        dtype_low, dtype_high = DTYPE_RANGES[access.dtype]
+    if access.dtype in INTEGER_NAMES:
+        dtype_low, dtype_high = integer_range(access.dtype)
         if not (isinstance(low, int) and isinstance(high, int)
                 and dtype_low <= low and high <= dtype_high):
             raise Mistake(f"clip bounds [{low}, {high}] must be {access.dtype} integers", 0)
@@ -425,14 +421,13 @@ def _cast(op: ComputeOp, access: AccessType) -> AccessType:
 @compute_rule("requantize")
 def _requantize(op: ComputeOp, access: AccessType) -> AccessType:
     multiplier, pre, post, zero_point = (int(p) for p in op.params)
-    if access.dtype not in INTEGER_DTYPES:
+    if access.dtype not in INTEGER_NAMES:
         raise Mistake(f"requantize takes an integer accumulator, got {access.dtype}", 1)
-    low, high = DTYPE_RANGES["i32"]
-    if not low <= multiplier <= high:
+    if not _fits(multiplier, "i32"):
         raise Mistake(f"requantize multiplier {multiplier} does not fit in i32", 0)
     if pre > 31 or post > 62:
         raise Mistake(f"requantize shifts pre={pre} (at most 31), post={post} (at most 62)", 0)
-    if not -128 <= zero_point <= 127:
+    if not _fits(zero_point, "i8"):
         raise Mistake(f"requantize zero point {zero_point} is not an i8", 0)
     return AccessType(access.shape, access.item, "i8")
 
@@ -448,7 +443,7 @@ def _requantize_per_channel(op: ComputeOp, access: AccessType) -> AccessType:
     if pre > 31 or post > 62:
         raise Mistake(f"requantize-per-channel shifts pre={pre} (at most 31), post={post} "
                       f"(at most 62)", 0)
-    if not -128 <= zero_point <= 127:
+    if not _fits(zero_point, "i8"):
         raise Mistake(f"requantize-per-channel zero point {zero_point} is not an i8", 0)
     return AccessType(access.shape, access.item[1:], "i8")
 
@@ -478,7 +473,7 @@ def _systolic_array(ctx: Context, args: list[ArgValue]) -> TypeValue:
     if weights.item != (rows, cols):
         raise Mistake(f"weights {weights} must be ((),({rows},{cols})) on a {rows}x{cols} array",
                       3)
-    return AccessType((*activations.shape, cols), (), accumulator_dtype(activations.dtype))
+    return AccessType((*activations.shape, cols), (), accumulator(activations.dtype))
 
 
 @rule("systolic-array-with-blocking")
@@ -488,7 +483,7 @@ def _systolic_array_blocked(ctx: Context, args: list[ArgValue]) -> TypeValue:
     if reduction % rows or outputs % cols:
         raise Mistake(f"weights {weights} do not block onto a {rows}x{cols} array "
                       f"({reduction} % {rows}, {outputs} % {cols} must be 0)", 3)
-    return AccessType((*activations.shape, outputs), (), accumulator_dtype(activations.dtype))
+    return AccessType((*activations.shape, outputs), (), accumulator(activations.dtype))
 
 
 def _conv2d_blocked(layout: str, divisible: bool) -> Rule:
@@ -520,7 +515,7 @@ def _conv2d_blocked(layout: str, divisible: bool) -> Rule:
                           f"array ({c} % {rows}, {o} % {cols} must be 0)", 0)
         out_h, out_w = (h - kh) // stride_h + 1, (w - kw) // stride_w + 1
         full = (n, o, out_h, out_w) if layout == "nchw-oihw" else (n, out_h, out_w, o)
-        return AccessType(full, (), accumulator_dtype(data.dtype))
+        return AccessType(full, (), accumulator(data.dtype))
 
     return conv
 

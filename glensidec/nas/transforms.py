@@ -39,7 +39,6 @@ from glensidec.nas.graph import (
     Graph,
     Layer,
     Op,
-    Pad,
     Reshape,
     Slice,
     conv_out_hw,
@@ -443,21 +442,20 @@ def spatial_split(graph: Graph, name: str, bands: int, init: Init = INHERIT) -> 
     out_h, _ = conv_out_hw((height, width), (kh, kw), op.stride, op.pads)
     if bands < 1 or bands > out_h:
         raise GlensideError(f"{what}: the output has {out_h} rows; bands must be 1..{out_h}")
-    top, left, bottom, right = op.pads
+    top, left, _, right = op.pads
     edit = Edit(graph)
-    source = layer.inputs[0]
-    if top or bottom:
-        source = edit.insert(name, Pad(2, top, bottom), (source,), f"{name}_padded", let=False)
     part: str | None = None
     for band in range(bands):
         first, last = band * out_h // bands, (band + 1) * out_h // bands
-        low, high = first * op.stride[0], (last - 1) * op.stride[0] + kh
-        rows = edit.insert(name, Slice(2, low, high), (source,), f"{name}_rows{band}",
-                           let=False)
+        # the band's input rows, in unpadded coordinates; padding stays inside each conv
+        low, high = first * op.stride[0] - top, (last - 1) * op.stride[0] + kh - top
+        pads = (max(0, -low), left, max(0, high - height), right)
+        rows = edit.insert(name, Slice(2, max(0, low), min(height, high)), layer.inputs,
+                           f"{name}_rows{band}", let=False)
         weights = old if init.inherit else init.he(old.shape, int(np.prod(old.shape[1:])),
                                                   f"{name}/{band}")
         weight = edit.new_weight(f"{op.weight}_band{band}", weights)
-        conv = edit.insert(name, Conv(weight, 1, op.stride, (0, left, 0, right)), (rows,),
+        conv = edit.insert(name, Conv(weight, 1, op.stride, pads), (rows,),
                            f"{name}_band{band}")
         part = _join(edit, name, part, conv, 2, band == bands - 1)
     edit.weights.pop(op.weight)

@@ -33,8 +33,9 @@ from glensidec.errors import GlensideError
 from glensidec.hardware import array as hardware
 from glensidec.lang import constructs as K
 from glensidec.lang import data
+from glensidec.lang.dtypes import Array, by_bits
 from glensidec.lang.expand import expand_program
-from glensidec.lang.interp import Array, run_program
+from glensidec.lang.interp import run_program
 from glensidec.lang.terms import Arg, ComputeOp, Program, Symbol, TensorDecl, Term, postorder
 from glensidec.lang.typecheck import AccessType, TypeTable, check_program, infer
 from glensidec.opt.rewrite import (
@@ -53,13 +54,16 @@ HOST_ELEMENT = 1  # cycles per element an elementwise or reducing compute reads
 HOST_MAC = 2  # cycles per multiply-accumulate of a dot-product on the host CPU
 ARRAYS = tuple(name for name, c in K.CONSTRUCTS.items() if c.hardware)
 
-IN_DTYPES = {8: "i8", 16: "i16", 32: "i32"}
-
-
 def array_target(config: hardware.ArrayConfig) -> ArrayTarget:
-    if config.in_width not in IN_DTYPES:
+    return ArrayTarget(config.rows, config.cols, input_dtype(config))
+
+
+def input_dtype(config: hardware.ArrayConfig) -> str:
+    """The integer dtype as wide as the array's inputs."""
+    dtype = by_bits(config.in_width)
+    if dtype is None:
         raise GlensideError(f"no dtype is {config.in_width} bits wide")
-    return ArrayTarget(config.rows, config.cols, IN_DTYPES[config.in_width])
+    return dtype
 
 
 # -- the cost model, in egglog ----------------------------------------------------------
@@ -300,7 +304,7 @@ class Compiled:
             yield (f"  {call.op} {call.rows}x{call.cols}: M={call.m} K={call.k} N={call.n}: "
                    f"{call.cycles} cycles")
         products = matmuls(self.original.root, check_program(self.original),
-                           IN_DTYPES[config.in_width])
+                           input_dtype(config))
         if products:
             t_min = sum(best_orientation(hardware.t_min, config, p) for p in products)
             scalesim = sum(best_orientation(hardware.scalesim_ws_cycles, config, p)

@@ -30,12 +30,13 @@ from egglog import bindings
 
 from glensidec.errors import GlensideError
 from glensidec.lang import constructs as K
+from glensidec.lang.dtypes import NAMES as DTYPE_NAMES
+from glensidec.lang.dtypes import accumulator
 from glensidec.lang.terms import Arg, ComputeOp, Symbol, Term, postorder
-from glensidec.lang.typecheck import AccessType, TypeTable, accumulator_dtype
+from glensidec.lang.typecheck import AccessType, TypeTable
 
 TERM = "Term"
 VEC = "IntVec"
-DTYPES = ("i8", "i16", "i32", "f32")
 
 _SORT_OF_KIND = {
     K.ACCESS: TERM, K.SHAPE: TERM, K.LIST: TERM, K.ACCESS_SHAPE: TERM, K.LITERAL: TERM,
@@ -326,8 +327,8 @@ def _flatten_type_rules() -> list[str]:
 def _reduction_type_rules() -> list[str]:
     """Sums of products and the array: the item is reduced away, in the accumulator dtype."""
     rules = []
-    for dtype in DTYPES:
-        accumulated = quote(accumulator_dtype(dtype))
+    for dtype in DTYPE_NAMES:
+        accumulated = quote(accumulator(dtype))
         for reduction in ("dot-product", "reduce-sum"):
             rules.append(_rule(f"type-{reduction}-{dtype}", "types",
                                f"(= e (compute {quote(reduction)} a)) {_operand('a')} "

@@ -1,0 +1,99 @@
+"""The element types: every fact about i8, i16, i32 and f32 lives in this one table.
+
+The parser's list of dtype names, the type checker's ranges, the interpreter's numpy types,
+the C code's types, limits and .npy descriptors, and the accumulator a dot product sums in
+are all read from here. Adding a dtype is one row (and the C helpers it needs in
+templates/model.c).
+
+`requantize` is here too: it is the integer arithmetic the interpreter, the quantizer and
+its tests must agree on bit for bit (the C template's `gs_requantize` is its twin).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+Array = np.ndarray[Any, Any]
+
+F32_MAX = 3.4028234663852886e38  # float(np.finfo(np.float32).max)
+
+
+@dataclass(frozen=True)
+class DType:
+    name: str  # as the language spells it: i8
+    numpy: type[np.generic]  # np.int8
+    c_type: str  # int8_t
+    c_min: str  # the C expression for the lowest finite value: INT8_MIN, -FLT_MAX
+    npy_descr: str  # the .npy header's descr: <i1
+    size: int  # bytes per element
+    low: int | float  # smallest and largest finite value
+    high: int | float
+    integer: bool
+    accumulator: str  # the dtype a sum of products of this dtype is kept in
+
+    @property
+    def bits(self) -> int:
+        return 8 * self.size
+
+
+def _integer(bits: int) -> DType:
+    return DType(f"i{bits}", np.dtype(f"int{bits}").type, f"int{bits}_t", f"INT{bits}_MIN",
+                 f"<i{bits // 8}", bits // 8, -(2 ** (bits - 1)), 2 ** (bits - 1) - 1, True,
+                 "i32")
+
+
+DTYPES: dict[str, DType] = {
+    "i8": _integer(8),
+    "i16": _integer(16),
+    "i32": _integer(32),
+    "f32": DType("f32", np.float32, "float", "-3.40282347e+38f", "<f4", 4, -F32_MAX, F32_MAX,
+                 False, "f32"),
+}
+
+NAMES = tuple(DTYPES)
+INTEGER_NAMES = tuple(name for name, d in DTYPES.items() if d.integer)
+
+
+def dtype(name: str) -> DType:
+    return DTYPES[name]
+
+
+def integer_range(name: str) -> tuple[int, int]:
+    """[low, high] of an integer dtype."""
+    d = DTYPES[name]
+    assert d.integer, name
+    return int(d.low), int(d.high)
+
+
+def accumulator(name: str) -> str:
+    """The dtype a sum of products of `name` is kept in (i32 for every integer, as the
+    systolic array's adders do)."""
+    return DTYPES[name].accumulator
+
+
+def by_bits(bits: int) -> str | None:
+    """The integer dtype `bits` wide (the array's input width), or None."""
+    return next((d.name for d in DTYPES.values() if d.integer and d.bits == bits), None)
+
+
+def wrap(values: Array, name: str) -> Array:
+    """Integers reduced modulo 2^width into `name` (two's complement), floats rounded."""
+    return values.astype(DTYPES[name].numpy)
+
+
+def requantize(acc: Array, multiplier: Array | int, pre: int, post: int,
+               zero_point: int) -> Array:
+    """Glow's integer requantization of accumulators to i8:
+    saturate(((((acc >> pre) · m) + 2^(post-1)) >> post) + zero_point).
+
+    The product is formed in int64 and cannot overflow (acc, m in i32, pre ≥ 0); `multiplier`
+    is one integer or an array broadcast against `acc` (per channel).
+    """
+    scaled = (acc.astype(np.int64) >> pre) * np.asarray(multiplier, dtype=np.int64)
+    if post > 0:
+        scaled = (scaled + (np.int64(1) << (post - 1))) >> post
+    low, high = integer_range("i8")
+    return wrap(np.clip(scaled + zero_point, low, high), "i8")

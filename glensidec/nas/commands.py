@@ -1,0 +1,224 @@
+"""`glensidec transform`: apply architecture transformations to a float program."""
+
+from __future__ import annotations
+
+import io
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+import numpy as np
+
+from glensidec.errors import GlensideError
+from glensidec.lang.data import load_weights
+from glensidec.lang.syntax import format_program, read_program
+from glensidec.lang.terms import Program
+from glensidec.lang.typecheck import check_program
+from glensidec.nas import transforms as T
+from glensidec.nas.graph import Graph, lift, lower
+
+if TYPE_CHECKING:
+    from glensidec.nas.cost import Cost
+
+# The cost model imports the compiler (egglog); it is loaded when a command needs it, so
+# that `glensidec --help` and the other commands start quickly.
+
+# Applied in this order, whatever the order on the command line (click groups repeated
+# options): shrink channels first, then restructure what is left.
+ORDER = ("bottleneck", "group", "split-out", "bottleneck-block", "depthwise", "spatial-split")
+ARITY = {"group": 1, "bottleneck": 1, "bottleneck-block": 1, "depthwise": 0,
+         "spatial-split": 1, "split-out": 2}
+
+
+@dataclass(frozen=True)
+class Step:
+    """One transformation as given on the command line: `--group c2:4`."""
+
+    kind: str
+    layer: str
+    numbers: tuple[int, ...]
+
+    def __str__(self) -> str:
+        return f"--{self.kind} {':'.join([self.layer, *map(str, self.numbers)])}"
+
+    def apply(self, graph: Graph, init: T.Init) -> Graph:
+        return T.TRANSFORMS[self.kind](graph, self.layer, *self.numbers, init=init)
+
+
+def parse_step(kind: str, text: str) -> Step:
+    parts = text.split(":")
+    usage = ":".join(["LAYER", *("N" for _ in range(ARITY[kind]))])
+    if len(parts) != 1 + ARITY[kind] or not parts[0] or \
+            not all(p.isdigit() and int(p) > 0 for p in parts[1:]):
+        raise GlensideError(f"--{kind} takes {usage} (positive numbers), got '{text}'")
+    return Step(kind, parts[0], tuple(int(p) for p in parts[1:]))
+
+
+def affected(before: Graph, after: Graph) -> tuple[list[str], list[str]]:
+    """Layers of `before` that the step changed or removed, and those of `after` it made."""
+    def signature(graph: Graph, name: str) -> object:
+        layer = graph.layers[name]
+        weight = getattr(layer.op, "weight", None)
+        shape = tuple(graph.weights[weight].shape) if weight in graph.weights else ()
+        return layer.op, layer.inputs, shape
+
+    old = [n for n in before.layers if n not in after.layers or
+           signature(before, n) != signature(after, n)]
+    new = [n for n in after.layers if n not in before.layers or
+           signature(before, n) != signature(after, n)]
+    return old, new
+
+
+def _sum(costs: dict[str, Cost], names: list[str]) -> Cost:
+    from glensidec.nas.cost import Cost
+
+    total = Cost()
+    for name in names:
+        total = total + costs[name]
+    return total
+
+
+def _counts(graph: Graph, names: list[str]) -> tuple[int, int]:
+    from glensidec.nas.cost import params_and_macs
+
+    counted = params_and_macs(graph)
+    return (sum(counted[n][0] for n in names if n in counted),
+            sum(counted[n][1] for n in names if n in counted))
+
+
+def report_step(step: Step, before: Graph, after: Graph, config_text: str,
+                echo: Callable[[str], None]) -> None:
+    from glensidec.nas.cost import layer_costs
+    from glensidec.opt.extract import parse_array_size
+
+    config = parse_array_size(config_text)
+    old, new = affected(before, after)
+    params = _counts(before, old), _counts(after, new)
+    cycles = _sum(layer_costs(before, config), old), _sum(layer_costs(after, config), new)
+    echo(f"{step}: layers {', '.join(old) or '-'} -> {', '.join(new) or '-'}")
+    echo(f"  params {params[0][0]} -> {params[1][0]}, MACs {params[0][1]} -> {params[1][1]}, "
+         f"predicted cycles of these layers alone {cycles[0].total} -> {cycles[1].total}")
+
+
+def _totals(graph: Graph) -> tuple[int, int]:
+    from glensidec.nas.cost import params_and_macs
+
+    counted = params_and_macs(graph)
+    return sum(p for p, _ in counted.values()), sum(m for _, m in counted.values())
+
+
+def write_outputs(program: Program, weights: dict[str, np.ndarray], output: Path,
+                  inputs: set[Path]) -> Path:
+    """OUT.gs and OUT.npz, both or neither; never over the model or its weights."""
+    npz = output.with_suffix(".npz")
+    if {output.resolve(), npz.resolve()} & inputs:
+        raise GlensideError(f"-o {output} would overwrite the model or its weights; "
+                            f"choose another name")
+    if output.suffix != ".gs":
+        raise GlensideError(f"-o {output}: the program's name must end in .gs")
+    folder = output.parent if str(output.parent) else Path(".")
+    if not folder.is_dir():
+        raise GlensideError(f"-o {output}: no such directory: {folder}")
+    staged: list[Path] = []
+    try:
+        for target, data in ((npz, _npz_bytes(weights)),
+                             (output, format_program(program).encode())):
+            descriptor, name = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.")
+            staged.append(Path(name))
+            with os.fdopen(descriptor, "wb") as handle:
+                handle.write(data)
+        for temporary, target in zip(staged, (npz, output), strict=True):
+            os.replace(temporary, target)
+    except OSError as error:
+        raise GlensideError(f"cannot write {output}: {error}") from None
+    finally:
+        for temporary in staged:
+            temporary.unlink(missing_ok=True)
+    return npz
+
+
+def _npz_bytes(weights: dict[str, np.ndarray]) -> bytes:
+    buffer = io.BytesIO()
+    np.savez(buffer, **weights)  # type: ignore[arg-type]
+    return buffer.getvalue()
+
+
+def list_layers(graph: Graph, echo: Callable[[str], None]) -> None:
+    rows = T.transformable(graph)
+    if not rows:
+        echo("no transformable layers (no conv or dense)")
+    for row in rows:
+        echo(f"{row['name']}  {row['kind']}  channels {row['in']}->{row['out']}  "
+             f"kernel {row['kernel']}  coupled {row['coupled']}")
+
+
+def _steps(options: dict[str, tuple[str, ...]]) -> list[Step]:
+    return [parse_step(kind, text) for kind in ORDER for text in options[kind]]
+
+
+@click.command("transform")
+@click.argument("model", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--group", multiple=True, metavar="LAYER:G", help="Split into G groups.")
+@click.option("--bottleneck", multiple=True, metavar="LAYER:B",
+              help="Keep 1/B of the output channels (and of the layers coupled to it).")
+@click.option("--bottleneck-block", multiple=True, metavar="LAYER:B",
+              help="1x1 down by B, the kxk conv at C/B, 1x1 up.")
+@click.option("--depthwise", multiple=True, metavar="LAYER",
+              help="Depthwise kxk then pointwise 1x1.")
+@click.option("--spatial-split", multiple=True, metavar="LAYER:S",
+              help="S bands of output rows, each with its own weights.")
+@click.option("--split-out", multiple=True, metavar="LAYER:S:G",
+              help="S parts of the output channels, each a conv in G groups.")
+@click.option("--init", type=click.Choice(["inherit", "random"]), default="inherit",
+              show_default=True, help="New weights from the old ones, or random (He).")
+@click.option("--seed", type=int, default=0, show_default=True, help="For --init random.")
+@click.option("--array", "array_size", default="16x16", show_default=True, metavar="RxC",
+              help="The array the predicted cycles are for.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+              help="The new program (.gs); its weights go beside it (.npz).")
+def transform_command(model: Path, group: tuple[str, ...], bottleneck: tuple[str, ...],
+                      bottleneck_block: tuple[str, ...], depthwise: tuple[str, ...],
+                      spatial_split: tuple[str, ...], split_out: tuple[str, ...], init: str,
+                      seed: int, array_size: str, output: Path | None) -> None:
+    """Transform MODEL's architecture; with no transformation, list its transformable layers.
+
+    Transformations apply in the order bottleneck, group, split-out, bottleneck-block,
+    depthwise, spatial-split. Each prints the layers it changed with their parameters,
+    multiply-accumulates and predicted cycles on the array, before and after.
+    """
+    from glensidec.nas.cost import compiled_cost, network_cost
+    from glensidec.opt.extract import parse_array_size
+
+    config = parse_array_size(array_size)
+    program = read_program(model)
+    check_program(program)
+    graph = lift(program, load_weights(program))
+    steps = _steps({"group": group, "bottleneck": bottleneck, "depthwise": depthwise,
+                    "bottleneck-block": bottleneck_block, "spatial-split": spatial_split,
+                    "split-out": split_out})
+    if not steps:
+        list_layers(graph, click.echo)
+        return
+    if output is None:
+        raise click.UsageError("give -o OUT.gs for the transformed program")
+    seeds = T.Init(init == "inherit", seed)
+    current = graph
+    for step in steps:
+        after = step.apply(current, seeds)
+        report_step(step, current, after, array_size, click.echo)
+        current = after
+    before_cost, after_cost = network_cost(graph, config), network_cost(current, config)
+    compiled = compiled_cost(current, config)
+    (p0, m0), (p1, m1) = _totals(graph), _totals(current)
+    click.echo(f"network: params {p0} -> {p1}, MACs {m0} -> {m1}, predicted cycles on "
+               f"{array_size} {before_cost.total} -> {after_cost.total} (array "
+               f"{before_cost.array} -> {after_cost.array}, host {before_cost.host} -> "
+               f"{after_cost.host}); compiled in full: {compiled.total}")
+    inputs = {model.resolve(), *(program.weight_path(d).resolve() for d in program.weights())}
+    result = lower(current, output.with_suffix(".npz").name, str(output))
+    npz = write_outputs(result, current.weights, output, inputs)
+    click.echo(f"wrote {output} and {npz}")

@@ -1,0 +1,127 @@
+"""`glensidec transform` and the cost it reports: the compiler's cycle model, estimated per
+term and compiled in full, agree."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_import import MODELS, save
+from test_nas_transforms import skip_net
+
+from glensidec.frontends.importer import import_onnx
+from glensidec.lang.data import load_weights, random_inputs
+from glensidec.lang.interp import run_program
+from glensidec.lang.syntax import read_program
+from glensidec.nas import transforms as T
+from glensidec.nas.cost import compiled_cost, layer_costs, network_cost
+from glensidec.nas.graph import lift
+from glensidec.opt.extract import parse_array_size
+
+
+def glensidec(*words: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "glensidec", *map(str, words)],
+                          capture_output=True, text=True, check=False)
+
+
+@pytest.fixture
+def skip_model(tmp_path: Path) -> Path:
+    return import_onnx(save(skip_net(), tmp_path / "skip.onnx"), tmp_path / "skip")
+
+
+def run(path: Path) -> np.ndarray:
+    program = read_program(path)
+    return run_program(program, {**load_weights(program), **random_inputs(program, 5)})
+
+
+def test_no_transformation_lists_the_transformable_layers(skip_model: Path) -> None:
+    result = glensidec("transform", skip_model)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert [line.split()[0] for line in lines] == ["a", "b", "c", "d", "fc"]
+    assert lines[1] == "b  conv  channels 8->8  kernel 3x3  coupled b,c"
+    assert lines[4] == "fc  dense  channels 128->10  kernel -  coupled fc"
+
+
+def test_transform_writes_a_program_and_its_weights_beside_it(skip_model: Path,
+                                                               tmp_path: Path) -> None:
+    out = tmp_path / "new" / "split.gs"
+    out.parent.mkdir()
+    result = glensidec("transform", skip_model, "--spatial-split", "d:2", "--bottleneck",
+                       "a:2", "-o", out)
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in out.parent.iterdir()) == ["split.gs", "split.npz"]
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("--bottleneck a:2: layers a, a.bias, b, d -> a, a.bias, b, d")
+    # a 4->8 3x3 (64 positions), b 8->8 3x3 (64), d 16->8 3x3 (16): a keeps 4 outputs, b and
+    # d (through the concat: 8 + 4 inputs) their inputs
+    assert lines[1].startswith("  params 2016 -> 1296, MACs 73728 -> 41472, ")
+    network = next(line for line in lines if line.startswith("network: "))
+    estimate = network.split(" predicted cycles on 16x16 ")[1].split(" (")[0].split(" -> ")[1]
+    assert network.endswith(f"compiled in full: {estimate}")
+    # spatial-split with inherited weights computes exactly the original network
+    program = read_program(out)
+    assert [d.source for d in program.weights()] == ["split.npz"] * len(program.weights())
+    only_split = tmp_path / "only.gs"
+    assert glensidec("transform", skip_model, "--spatial-split", "d:3", "-o",
+                     only_split).returncode == 0
+    np.testing.assert_allclose(run(only_split), run(skip_model), rtol=1e-5, atol=1e-5)
+
+
+def test_transform_is_deterministic(skip_model: Path, tmp_path: Path) -> None:
+    for name in ("one", "two"):
+        (tmp_path / name).mkdir()
+        result = glensidec("transform", skip_model, "--depthwise", "d", "--group", "a:2",
+                           "--init", "random", "--seed", "3", "-o", tmp_path / name / "t.gs")
+        assert result.returncode == 0, result.stderr
+    for suffix in (".gs", ".npz"):
+        first, second = (tmp_path / name / f"t{suffix}" for name in ("one", "two"))
+        assert first.read_bytes() == second.read_bytes()
+
+
+def test_transform_never_writes_over_the_model(skip_model: Path) -> None:
+    before = skip_model.read_bytes(), skip_model.with_suffix(".npz").read_bytes()
+    result = glensidec("transform", skip_model, "--group", "a:2", "-o", skip_model)
+    assert result.returncode == 1
+    assert result.stderr.strip() == (f"error: -o {skip_model} would overwrite the model or "
+                                     f"its weights; choose another name")
+    assert (skip_model.read_bytes(), skip_model.with_suffix(".npz").read_bytes()) == before
+
+
+@pytest.mark.parametrize(("words", "message"), [
+    (("--group", "zz:2"), "error: no conv/dense layer 'zz' (layers: a, b, c, d, fc)"),
+    (("--group", "a"), "error: --group takes LAYER:N (positive numbers), got 'a'"),
+    (("--group", "a:3"), "error: group a:3: output channels per group 8 is not divisible by 3"),
+    (("--bottleneck", "fc:2"), "error: bottleneck fc:2: it would change the network's output"),
+])
+def test_bad_transformations_are_one_line_errors(skip_model: Path, tmp_path: Path,
+                                                 words: tuple[str, ...], message: str) -> None:
+    result = glensidec("transform", skip_model, *words, "-o", tmp_path / "out.gs")
+    assert result.returncode == 1
+    assert len(result.stderr.splitlines()) == 1 and result.stderr.startswith(message)
+    assert not (tmp_path / "out.gs").exists() and not (tmp_path / "out.npz").exists()
+
+
+@pytest.mark.parametrize("name", ["lenet", "resnet_block", "mobilenet_block"])
+def test_estimate_equals_the_compilers_prediction(name: str, tmp_path: Path) -> None:
+    program = read_program(import_onnx(save(MODELS[name](), tmp_path / "m.onnx"),
+                                       tmp_path / "m"))
+    graph = lift(program, load_weights(program))
+    convs = [row["name"] for row in T.transformable(graph) if row["kind"] == "conv"]
+    config = parse_array_size("16x16")
+    for candidate in (graph, T.depthwise(graph, convs[-1]), T.group(graph, convs[0], 2)
+                      if name != "lenet" else T.spatial_split(graph, convs[0], 2)):
+        assert network_cost(candidate, config) == compiled_cost(candidate, config)
+
+
+def test_layer_costs_are_memoised_by_shape(tmp_path: Path) -> None:
+    program = read_program(import_onnx(save(MODELS["resnet_block"](), tmp_path / "m.onnx"),
+                                       tmp_path / "m"))
+    graph = lift(program, load_weights(program))
+    costs = layer_costs(graph, parse_array_size("16x16"))
+    convs = [row["name"] for row in T.transformable(graph)]
+    assert costs[convs[0]] == costs[convs[1]]  # two 16->16 3x3 convs on 16x16: one cost
+    assert costs[convs[0]].array > 0
