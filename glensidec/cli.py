@@ -1,7 +1,7 @@
 """The `glensidec` command line.
 
 Exit codes: 0 success, 1 an error in the user's input (one line on stderr, no traceback),
-2 a usage error (click's own).
+2 a usage error (click's own), 130 interrupted (SIGINT), 143 terminated (SIGTERM).
 """
 
 from __future__ import annotations
@@ -19,6 +19,13 @@ from glensidec.lang.interp import evaluate_result
 from glensidec.lang.syntax import format_program, read_program
 from glensidec.lang.terms import Program
 from glensidec.lang.typecheck import check_program, describe_value, require_access_result
+from glensidec.outputs import (
+    Terminated,
+    check_output_directory,
+    check_writable_file,
+    raise_on_sigterm,
+    write_file,
+)
 
 PROGRAM = click.argument("program", type=click.Path(dir_okay=False, path_type=Path))
 SHAPES = click.option("--shapes", type=click.Path(dir_okay=False, path_type=Path),
@@ -89,7 +96,7 @@ def fmt(program: Path, shapes: Path | None, in_place: bool) -> None:
     check_program(parsed)
     text = format_program(parsed)
     if in_place:
-        program.write_text(text)
+        write_file(program, text)
     else:
         click.echo(text, nl=False)
 
@@ -110,11 +117,13 @@ def fmt(program: Path, shapes: Path | None, in_place: bool) -> None:
 @click.option("--timeout", type=click.FloatRange(min=0), default=10.0, show_default=True,
               metavar="S", help="Seconds of saturation before extracting the best so far.")
 @click.option("-o", "--output", type=click.Path(path_type=Path),
-              help="OUTDIR for the C program; a file for --emit rewritten|egraph "
-                   "(.svg renders the e-graph).")
+              help="OUTDIR for the C program (new, empty, or an earlier compile's); a file "
+                   "for --emit rewritten|egraph (.svg renders the e-graph).")
+@click.option("--force", is_flag=True,
+              help="Replace glensidec's own files in an OUTDIR that also holds others.")
 def compile_command(program: Path, shapes: Path | None, array_size: str, emit: str | None,
                     stats: bool, verify: bool, iterations: int, max_enodes: int,
-                    timeout: float, output: Path | None) -> None:
+                    timeout: float, output: Path | None, force: bool) -> None:
     """Map PROGRAM onto an RxC systolic array; write the C program to OUTDIR.
 
     `make -C OUTDIR` builds OUTDIR/model; `make -C OUTDIR sim` co-simulates it on the RTL.
@@ -133,6 +142,10 @@ def compile_command(program: Path, shapes: Path | None, array_size: str, emit: s
     emit = emit or ("c" if output is not None else "rewritten")
     if emit == "c" and output is None:
         raise click.UsageError("--emit c writes a directory: give -o OUTDIR")
+    if emit == "c" and output is not None:
+        check_output_directory(output, force=force)  # before any work: refuse early
+    elif output is not None:
+        check_writable_file(output)
     config = parse_array_size(array_size)
     parsed = _load(program, shapes)
     require_access_result(parsed, check_program(parsed), "compile")
@@ -146,7 +159,7 @@ def compile_command(program: Path, shapes: Path | None, array_size: str, emit: s
     if emit == "c":
         assert output is not None
         result = compile_to_directory(compiled.program, check_program(compiled.program), output,
-                                      config)
+                                      config, force=force)
         click.echo(f"wrote {output}: {len(result.lowered.instructions)} instructions, "
                    f"predicted array cycles {result.predicted_cycles}")
         return
@@ -157,7 +170,7 @@ def compile_command(program: Path, shapes: Path | None, array_size: str, emit: s
         rewritten = compiled.program if output is None else compiled.program.moved_to(output)
         text = format_program(rewritten)
     if output is not None:
-        output.write_text(text)
+        write_file(output, text)
     else:
         click.echo(text, nl=False)
 
@@ -184,11 +197,15 @@ RECURSION_LIMIT = 20_000
 
 def main() -> None:
     sys.setrecursionlimit(max(sys.getrecursionlimit(), RECURSION_LIMIT))
+    raise_on_sigterm()  # so staging files are cleaned up on SIGTERM too
     try:
         cli.main(standalone_mode=False)
-    except click.exceptions.Abort:
-        click.echo("aborted", err=True)
-        sys.exit(1)
+    except click.exceptions.Abort:  # click's form of KeyboardInterrupt
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+    except Terminated:
+        click.echo("terminated", err=True)
+        sys.exit(143)
     except click.ClickException as error:
         error.show()
         sys.exit(error.exit_code)

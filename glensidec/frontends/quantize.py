@@ -24,8 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,22 +44,28 @@ from glensidec.lang.terms import ComputeOp, Program, Symbol, TensorDecl, Term, p
 from glensidec.lang.typecheck import (
     AccessType,
     TypeTable,
+    access_type,
     check_program,
     infer,
+    infer_access,
     require_access_result,
+)
+from glensidec.outputs import (
+    check_sibling_files,
+    check_writable_file,
+    file_digests,
+    write_file,
 )
 
 Array = np.ndarray[Any, Any]
 PROFILE_FORMAT = "glensidec-profile"
 PROFILE_VERSION = 1
 
-# Constructs that only move data: the same op applies to a quantized tensor unchanged.
-DATA_MOVEMENT = {"access", "access-transpose", "access-reshape", "access-flatten",
-                 "access-squeeze", "access-insert-axis", "access-broadcast", "access-slice",
-                 "access-shift-right", "access-move-axis", "access-pad", "access-windows"}
+# Constructs that only move data: the same op applies to a quantized tensor unchanged
+# (padding too: where its raw zeros matter, `no_raw_zeros` says so) ...
+DATA_MOVEMENT = K.Group.VIEW | {"access-pad"}
 # ... and those an accumulator can go through with its scale and offset arrays alongside.
-ACC_MOVEMENT = DATA_MOVEMENT - {"access-pad", "access-windows"}
-PAIRS = {"access-pair", "access-cartesian-product"}
+ACC_MOVEMENT = K.Group.VIEW - {"access-windows"}
 
 
 # -- evaluating any term, with overrides ---------------------------------------------------
@@ -172,7 +177,7 @@ def profile(program: Program, calibration: dict[str, Array] | str | Path) -> Pro
 
 
 def save_profile(prof: Profile, path: str | Path) -> None:
-    _write_atomically(Path(path), prof.to_json().encode())
+    write_file(Path(path), prof.to_json().encode())
 
 
 def load_profile(path: str | Path, program: Program | None = None) -> Profile:
@@ -395,15 +400,10 @@ class Quantizer:
 
     # -- helpers --------------------------------------------------------------------------
     def qtype(self, term: Term) -> AccessType:
-        infer(term, self.tensors, self.types)
-        result = self.types[term]
-        assert isinstance(result, AccessType)
-        return result
+        return infer_access(term, self.tensors, self.types)
 
     def ftype(self, term: Term) -> AccessType:
-        result = self.float_types[term]
-        assert isinstance(result, AccessType)
-        return result
+        return access_type(self.float_types, term)
 
     def label(self, term: Term) -> str:
         if term.op == "access-tensor":
@@ -492,15 +492,10 @@ class Quantizer:
         if all(isinstance(c, Const) for c in children):
             values = {c.term: c.array for c in children if isinstance(c, Const)}
             return Const(apply_term(term, self.float_types, values, self.float_weights), term)
-        if term.op in PAIRS:
-            return Pair(term.op, children[0], children[1])
-        if term.op in DATA_MOVEMENT:
-            return self.move(term, children[0])
-        if term.op == "access-concatenate":
-            return self.concatenate(term, children[0], children[1])
-        if term.op == "compute":
-            return self.compute(term, children[0])
-        raise _Unsupported(f"{term.op} is not supported")
+        translate = TRANSLATORS.get(term.op)
+        if translate is None:
+            raise _Unsupported(f"{term.op} is not supported")
+        return translate(self, term, children)
 
     def leaf(self, term: Term) -> Value:
         decl = self.program.tensors[str(term.args[0])]
@@ -569,36 +564,34 @@ class Quantizer:
     def compute(self, term: Term, operand: Value) -> Value:
         op = term.args[0]
         assert isinstance(op, ComputeOp)
-        name = op.name
-        if name == "dot-product":
-            return self.dot_product(term, operand)
-        if name in ("elementwise-add", "elementwise-sub", "elementwise-mul", "elementwise-div"):
+        if op.name in K.ComputeKind.FOLD:
             if not isinstance(operand, Pair):
-                raise _Unsupported(f"{name} of more than two members")
-            return self.elementwise(term, name, operand)
-        if isinstance(operand, Pair):
-            raise _Unsupported(f"{name} of a pair")
-        if name in ("relu", "clip"):
-            return self.clamp(term, op, operand)
-        if name == "softmax":
-            return Host(self.rebuild(term, self.dequantized(operand)))
+                raise _Unsupported(f"{op.name} of more than two members")
+        elif isinstance(operand, Pair) and op.name not in K.ComputeKind.DOT:
+            raise _Unsupported(f"{op.name} of a pair")
+        return COMPUTE_TRANSLATORS[op.name](self, term, op, operand)
+
+    def on_integers(self, term: Term, operand: Value,
+                    translate: Callable[[Q8], Value]) -> Value:
+        """`translate` an i8 operand; a host (float) operand stays on the host."""
         if isinstance(operand, Host):
             return Host(self.rebuild(term, operand.term))
         if isinstance(operand, Acc):
             operand = self.materialize(operand, operand.origin)
         assert isinstance(operand, Q8)
-        if name in ("reduce-max", "reduce-mean"):
-            no_raw_zeros(operand)
-            if operand.min_padded and name == "reduce-mean":
-                raise _Unsupported("reduce-mean over min-padding")
-            new = self.rebuild(term, operand.term)
-            return Q8(new, operand.params, new)
-        if name == "reduce-sum":
-            return self.integer_sum(term, operand)
-        if name == "negative":
-            acc = self.widen(operand, operand.term)
-            return Acc(acc.term, -acc.scale, acc.offset, term)
-        raise _Unsupported(f"compute {name} has no integer form")
+        return translate(operand)
+
+    def keep_scale(self, term: Term, op: ComputeOp, operand: Q8) -> Value:
+        """reduce-max, reduce-mean: the same op on the integers, with the same parameters."""
+        no_raw_zeros(operand)
+        if operand.min_padded and op.name == "reduce-mean":
+            raise _Unsupported("reduce-mean over min-padding")
+        new = self.rebuild(term, operand.term)
+        return Q8(new, operand.params, new)
+
+    def negate(self, term: Term, operand: Q8) -> Value:
+        acc = self.widen(operand, operand.term)
+        return Acc(acc.term, -acc.scale, acc.offset, term)
 
     def dequantized(self, value: Value) -> Term:
         if isinstance(value, Host):
@@ -840,6 +833,57 @@ class Quantizer:
         return Q8(result, target, result)
 
 
+# -- the rewrite walk's translator tables -----------------------------------------------------
+# One entry per construct and compute type (tests/test_constructs.py checks none is missing).
+
+Translator = Callable[[Quantizer, Term, list[Value]], Value]
+TRANSLATORS: dict[str, Translator] = {
+    **{name: lambda q, term, children: Pair(term.op, children[0], children[1])
+       for name in K.Group.TUPLE},
+    **{name: lambda q, term, children: q.move(term, children[0]) for name in DATA_MOVEMENT},
+    "access-concatenate": lambda q, term, children: q.concatenate(term, children[0],
+                                                                  children[1]),
+    "compute": lambda q, term, children: q.compute(term, children[0]),
+}
+# Leaves: a tensor is an input (`Quantizer.leaf`) or a weight; a literal is a constant, as is
+# every term over constants only.
+FROM_CONSTANTS = K.Group.LEAF
+# A float program has no array calls yet: the quantized program gets them when compiled.
+NOT_QUANTIZED = K.Group.HARDWARE
+
+
+def _no_integer_form(q: Quantizer, term: Term, op: ComputeOp, operand: Value) -> Value:
+    def refuse(value: Q8) -> Value:
+        raise _Unsupported(f"compute {op.name} has no integer form")
+    return q.on_integers(term, operand, refuse)
+
+
+def _fold(q: Quantizer, term: Term, op: ComputeOp, operand: Value) -> Value:
+    assert isinstance(operand, Pair)  # Quantizer.compute checked
+    return q.elementwise(term, op.name, operand)
+
+
+ComputeTranslator = Callable[[Quantizer, Term, ComputeOp, Value], Value]
+COMPUTE_TRANSLATORS: dict[str, ComputeTranslator] = {
+    "dot-product": lambda q, term, op, operand: q.dot_product(term, operand),
+    **{name: _fold for name in K.ComputeKind.FOLD},
+    "relu": lambda q, term, op, operand: q.clamp(term, op, operand),
+    "clip": lambda q, term, op, operand: q.clamp(term, op, operand),
+    "softmax": lambda q, term, op, operand: Host(q.rebuild(term, q.dequantized(operand))),
+    "reduce-max": lambda q, term, op, operand: q.on_integers(
+        term, operand, lambda value: q.keep_scale(term, op, value)),
+    "reduce-mean": lambda q, term, op, operand: q.on_integers(
+        term, operand, lambda value: q.keep_scale(term, op, value)),
+    "reduce-sum": lambda q, term, op, operand: q.on_integers(
+        term, operand, lambda value: q.integer_sum(term, value)),
+    "negative": lambda q, term, op, operand: q.on_integers(
+        term, operand, lambda value: q.negate(term, value)),
+    # Computed on floats only: quantized programs keep them on the host side of a cast.
+    **{name: _no_integer_form for name in ("sqrt", "cast", "requantize",
+                                           "requantize-per-channel")},
+}
+
+
 class _Unsupported(Exception):
     """Something the quantizer has no integer form for; reported with the term's name."""
 
@@ -908,39 +952,29 @@ def quantize(program: Program, calibration: dict[str, Array] | str | Path | Prof
                             quantizer.weight_scales)
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    try:
-        temporary.write_bytes(data)
-        temporary.replace(path)
-    except OSError as error:
-        temporary.unlink(missing_ok=True)
-        raise GlensideError(f"cannot write {path}: {error}") from None
-
-
-def save_quantized(quantized: QuantizedProgram, path: str | Path) -> Path:
+def save_quantized(quantized: QuantizedProgram, path: str | Path, force: bool = False) -> Path:
     """Write PATH (.gs), its weights (.npz beside it) and PATH.json (parameters); each file
-    appears whole or not at all."""
-    from glensidec.frontends.importer import write_npz
+    appears whole or not at all, and an existing one is replaced only if an earlier run
+    wrote it (PATH.json records their hashes) or with `force`."""
+    from glensidec.frontends.importer import npz_bytes
 
     path = Path(path)
     program = quantized.program
     weights_file = path.with_name(f"{path.stem}.npz")
+    record = path.with_name(path.name + ".json")
+    check_sibling_files([path, weights_file, record], record, force)
     relocated = {name: TensorDecl(d.name, d.shape, d.dtype, d.role,
                                   weights_file.name if d.role == "weight" else None)
                  for name, d in program.tensors.items()}
     text = quantized.header() + format_program(Program(str(path), relocated, program.root,
                                                        program.names))
-    staging = weights_file.with_name(f".{weights_file.name}.{os.getpid()}.partial")
-    try:
-        write_npz(staging, quantized.weights)
-        staging.replace(weights_file)
-    except OSError as error:
-        staging.unlink(missing_ok=True)
-        raise GlensideError(f"cannot write {weights_file}: {error}") from None
-    metadata = json.dumps(quantized.metadata(), indent=1, sort_keys=True) + "\n"
-    _write_atomically(path.with_name(path.name + ".json"), metadata.encode())
-    _write_atomically(path, text.encode())
+    files = {path.name: text.encode(), weights_file.name: npz_bytes(quantized.weights)}
+    metadata = {**quantized.metadata(), "files": file_digests(files)}
+    # The record goes first and the program last: a program on disk always has its weights
+    # and parameters beside it.
+    write_file(record, json.dumps(metadata, indent=1, sort_keys=True) + "\n")
+    write_file(weights_file, files[weights_file.name])
+    write_file(path, files[path.name])
     return path
 
 
@@ -970,9 +1004,12 @@ def layer_values(quantized: QuantizedProgram, inputs: dict[str, Array]) -> Itera
               help="Where to write the int8 program (.gs; weights go beside it as .npz).")
 @click.option("--per-channel", is_flag=True, help="One weight scale per output channel.")
 @click.option("--symmetric", is_flag=True, help="Symmetric activations (zero point 0).")
+@click.option("--force", is_flag=True,
+              help="Replace existing output files an earlier run did not write.")
 def quantize_command(program: Path, calibration: Path | None, profile_path: Path | None,
-                     output: Path, per_channel: bool, symmetric: bool) -> None:
+                     output: Path, per_channel: bool, symmetric: bool, force: bool) -> None:
     """Quantize a float PROGRAM to int8 with calibration data (Glow's profile-guided way)."""
+    check_writable_file(output)
     parsed = read_program(program)
     require_access_result(parsed, check_program(parsed), "quantize")
     parsed = expand_program(parsed)  # tuples and conv2d modes become what the quantizer knows
@@ -980,6 +1017,8 @@ def quantize_command(program: Path, calibration: Path | None, profile_path: Path
                                         parsed.weights())}
     if {output.resolve(), output.with_suffix(".npz").resolve()} & float_files:
         raise GlensideError(f"-o {output} would overwrite the float program or its weights")
+    record = output.with_name(output.name + ".json")
+    check_sibling_files([output, output.with_name(f"{output.stem}.npz"), record], record, force)
     source: Profile | Path
     if calibration is not None:
         source = calibration
@@ -992,7 +1031,7 @@ def quantize_command(program: Path, calibration: Path | None, profile_path: Path
     else:
         raise GlensideError("give --calibrate DATA.npz or --profile PROFILE.json")
     quantized = quantize(parsed, source, per_channel, symmetric)
-    written = save_quantized(quantized, output)
+    written = save_quantized(quantized, output, force)
     click.echo(f"wrote {written}, {written.with_suffix('.npz')} and {written}.json")
 
 

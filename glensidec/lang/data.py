@@ -6,6 +6,7 @@ interpreter, the C program and the RTL disagree about what was computed.
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import zipfile
@@ -17,6 +18,7 @@ import numpy as np
 from glensidec.errors import GlensideError
 from glensidec.lang.dtypes import DTYPES, Array, integer_range
 from glensidec.lang.terms import Program, TensorDecl
+from glensidec.outputs import write_file
 
 
 def _shape_text(shape: tuple[int, ...]) -> str:
@@ -157,14 +159,9 @@ def random_inputs(program: Program, seed: int) -> dict[str, Array]:
 
 def save_npy(path: Path, array: Array) -> None:
     """Write an array so that a failure leaves no half-written file behind."""
-    temporary = path.with_name(path.name + ".partial")
-    try:
-        with open(temporary, "wb") as handle:
-            np.save(handle, array)
-        temporary.replace(path)
-    except OSError as error:
-        temporary.unlink(missing_ok=True)
-        raise GlensideError(f"cannot write {path}: {error}") from None
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    write_file(path, buffer.getvalue())
 
 
 def all_tensors(program: Program, inputs: dict[str, Array]) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Stage 3, extraction: a cycle cost model, the cheapest program, and its validation.
+"""Stage 4, extraction: a cycle cost model, the cheapest program, and its validation.
 
 Costs are set inside egglog (`set-cost`, from rules in the `costs` ruleset) so that its
 built-in extractor, not a Python callback, picks the program:
@@ -36,8 +36,22 @@ from glensidec.lang import data
 from glensidec.lang.dtypes import Array, by_bits
 from glensidec.lang.expand import expand_program
 from glensidec.lang.interp import run_program
-from glensidec.lang.terms import Arg, ComputeOp, Program, Symbol, TensorDecl, Term, postorder
-from glensidec.lang.typecheck import AccessType, TypeTable, check_program, infer
+from glensidec.lang.terms import (
+    Arg,
+    Program,
+    Symbol,
+    TensorDecl,
+    Term,
+    compute_name,
+    is_matmul,
+    postorder,
+)
+from glensidec.lang.typecheck import (
+    TypeTable,
+    access_type,
+    check_program,
+    infer,
+)
 from glensidec.opt.rewrite import (
     RULESETS,
     ArrayTarget,
@@ -198,19 +212,11 @@ class Prediction:
         return self.array_cycles + self.host_cycles
 
 
-def _access(types: TypeTable, term: object) -> AccessType:
-    value = types[term]  # type: ignore[index]
-    assert isinstance(value, AccessType)
-    return value
-
-
 def host_cost(term: Term, types: TypeTable) -> int:
     """The CPU model of the module docstring, for one host construct."""
     if term.op == "compute":
-        op, operand = term.args
-        assert isinstance(op, ComputeOp)
-        reads = math.prod(_access(types, operand).full)
-        if op.name == "dot-product":
+        reads = math.prod(access_type(types, term.args[1]).full)
+        if compute_name(term) == "dot-product":
             return HOST_MAC * reads // 2
         return HOST_ELEMENT * reads
     return 0
@@ -219,8 +225,8 @@ def host_cost(term: Term, types: TypeTable) -> int:
 def invocation(term: Term, types: TypeTable, acc_width: int = 32) -> Invocation:
     rows, cols, left, right = term.args
     assert isinstance(rows, int) and isinstance(cols, int)
-    m = math.prod(_access(types, left).shape)
-    k, n = _access(types, right).item
+    m = math.prod(access_type(types, left).shape)
+    k, n = access_type(types, right).item
     return Invocation(term.op, rows, cols, m, k, n, gemm_cycles(rows, cols, m, k, n, acc_width))
 
 
@@ -250,10 +256,10 @@ def matmuls(root: Term, types: TypeTable, dtype: str = "i8") -> list[Matmul]:
     """The matrix products of a program (`dtype` operands), as it is written."""
     found = []
     for term in postorder(root):
-        operand = term.args[1] if term.op == "compute" else None
-        if (isinstance(operand, Term) and operand.op == "access-cartesian-product"
-                and isinstance(term.args[0], ComputeOp) and term.args[0].name == "dot-product"):
-            left, right = (_access(types, arg) for arg in operand.args)
+        if is_matmul(term):
+            operand = term.args[1]
+            assert isinstance(operand, Term)
+            left, right = (access_type(types, arg) for arg in operand.args)
             if left.dtype == dtype:
                 found.append(Matmul(math.prod(left.shape), math.prod(left.item),
                                     math.prod(right.shape)))
@@ -272,10 +278,7 @@ def best_orientation(bound: Bound, config: hardware.ArrayConfig, matmul: Matmul)
 def unmapped_products(root: Term, types: TypeTable, dtype: str) -> list[Term]:
     """Host dot-products over cartesian products of `dtype` operands left in a program."""
     return [term for term in postorder(root)
-            if term.op == "compute" and isinstance(term.args[0], ComputeOp)
-            and term.args[0].name == "dot-product" and isinstance(term.args[1], Term)
-            and term.args[1].op == "access-cartesian-product"
-            and _access(types, term.args[1]).dtype == dtype]
+            if is_matmul(term) and access_type(types, term.args[1]).dtype == dtype]
 
 
 # -- compiling: saturate, cost, extract -------------------------------------------------
@@ -351,7 +354,7 @@ def new_graph(program: Program, types: TypeTable, products: list[Term], target: 
     profile = Profile.of(program.root, types)
     # A region reads a computed operand ((S),(I)) as (access (access-tensor p) len(S)).
     placeholders = {(len(t.full), len(t.shape)) for product in products
-                    for t in (_access(types, b) for b in _boundaries(product)) if t.item}
+                    for t in (access_type(types, b) for b in _boundaries(product)) if t.item}
     profile = replace(profile, accesses=profile.accesses | placeholders)
     graph = EGraph(rulesets, target, profile, COST_DECLARATIONS)
     graph.run("(ruleset costs)\n" + "\n".join(cost_rules()))
@@ -377,8 +380,7 @@ def extract_checked(graph: EGraph, root_name: str, tensors: dict[str, TensorDecl
 
 
 def is_product(term: Term) -> bool:
-    return (term.op == "compute" and isinstance(term.args[0], ComputeOp)
-            and term.args[0].name == "dot-product")
+    return compute_name(term) == "dot-product"
 
 
 def _boundaries(product: Term) -> list[Term]:
@@ -435,7 +437,7 @@ def product_region(product: Term, types: TypeTable, tensors: dict[str, TensorDec
     region = Region(product, dict(tensors), {})
     stand_ins: dict[Term, Term] = {}
     for boundary in _boundaries(product):
-        value = _access(types, boundary)
+        value = access_type(types, boundary)
         name = f"region-operand-{len(region.boundaries)}"
         assert name not in tensors, name
         region.tensors[name] = TensorDecl(name, value.full, value.dtype, "input")
@@ -459,7 +461,7 @@ def splice(region: Region, term: Term, operands: dict[str, Term], types: TypeTab
         return None
 
     def operand(name: str, split: int | None) -> Term:
-        value = _access(types, region.boundaries[name])
+        value = access_type(types, region.boundaries[name])
         full = operands[name]
         wanted = len(value.full) if split is None else split
         return full if wanted == len(value.shape) else Term("access", (full, wanted))
@@ -595,7 +597,7 @@ def check_mapped(graph: EGraph, root: Term, types: TypeTable, target: ArrayTarge
         host = host_cost(product, types)
         if array < host:
             raise GlensideError(
-                f"extraction left a dot-product of {_access(types, product)} on the host "
+                f"extraction left a dot-product of {access_type(types, product)} on the host "
                 f"({host} cycles) although the e-graph maps it onto the array ({array} "
                 "cycles): the extractor's costs are wrong")
 
@@ -604,7 +606,7 @@ def mapped_cycles(product: Term, types: TypeTable, target: ArrayTarget) -> int:
     """Array cycles of a dot-product over a cartesian product, padded, better orientation."""
     operands = product.args[1]
     assert isinstance(operands, Term)
-    left, right = (_access(types, arg) for arg in operands.args)
+    left, right = (access_type(types, arg) for arg in operands.args)
     m, k, n = math.prod(left.shape), math.prod(left.item), math.prod(right.shape)
 
     def padded(size: int, multiple: int) -> int:

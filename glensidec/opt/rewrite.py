@@ -33,7 +33,7 @@ from glensidec.lang import constructs as K
 from glensidec.lang.dtypes import NAMES as DTYPE_NAMES
 from glensidec.lang.dtypes import accumulator
 from glensidec.lang.terms import Arg, ComputeOp, Symbol, Term, postorder
-from glensidec.lang.typecheck import AccessType, TypeTable
+from glensidec.lang.typecheck import AccessType, TypeTable, access_type
 
 TERM = "Term"
 VEC = "IntVec"
@@ -329,7 +329,7 @@ def _reduction_type_rules() -> list[str]:
     rules = []
     for dtype in DTYPE_NAMES:
         accumulated = quote(accumulator(dtype))
-        for reduction in ("dot-product", "reduce-sum"):
+        for reduction in sorted(K.ComputeKind.ACCUMULATING):
             rules.append(_rule(f"type-{reduction}-{dtype}", "types",
                                f"(= e (compute {quote(reduction)} a)) {_operand('a')} "
                                f"(= da {quote(dtype)})",
@@ -659,10 +659,8 @@ class Profile:
 
     @staticmethod
     def of(root: Term, types: TypeTable) -> Profile:
-        def access_type(term: Arg) -> AccessType:
-            value = types[term]  # type: ignore[index]
-            assert isinstance(value, AccessType)
-            return value
+        def of_type(term: Arg) -> AccessType:
+            return access_type(types, term)
 
         terms = postorder(root)
         ranks = [len(t.full) for t in types.values() if isinstance(t, AccessType)]
@@ -673,15 +671,15 @@ class Profile:
         pairs: set[tuple[int, int, int]] = set()
         for term in terms:
             if term.op == "access-transpose":
-                inner = access_type(term.args[0])
+                inner = of_type(term.args[0])
                 transposes.add((len(inner.shape), len(inner.item)))
             elif term.op == "access":
-                accesses.add((len(access_type(term).full), len(access_type(term).shape)))
-            elif term.op in ("access-cartesian-product", "access-pair"):
-                left, right = (len(access_type(arg).shape) for arg in term.args)
+                accesses.add((len(of_type(term).full), len(of_type(term).shape)))
+            elif term.op in K.Group.TUPLE:
+                left, right = (len(of_type(arg).shape) for arg in term.args)
                 if term.op == "access-pair":  # the depthwise rules make it a product
                     pair_rank, right = max(pair_rank, left), 1
-                    item = len(access_type(term.args[0]).item)
+                    item = len(of_type(term.args[0]).item)
                     pairs |= {(left, item, axis) for axis in range(left)}
                     transposes |= {(left, item), (left, 0)}
                     accesses.add((left + item, left - 1))
