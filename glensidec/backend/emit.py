@@ -55,9 +55,8 @@ from glensidec.hardware.array import ArrayConfig, gemm_cycles
 from glensidec.lang import data
 from glensidec.lang.constructs import ComputeKind
 from glensidec.lang.dtypes import DTYPES, Array, integer_range
-from glensidec.lang.expand import expand_program, needs_expansion
 from glensidec.lang.terms import Program
-from glensidec.lang.typecheck import TypeTable, check_program
+from glensidec.lang.typecheck import TypeTable
 from glensidec.outputs import write_directory
 from glensidec.resources import resource_dir
 
@@ -668,9 +667,6 @@ def compile_to_directory(program: Program, types: TypeTable, outdir: str | Path,
     `force`: replace glensidec's own files in an OUTDIR that also holds others.
     """
     weights = data.load_weights(program) if weights is None else weights
-    if needs_expansion(program.root):
-        program = expand_program(program)
-        types = check_program(program)
     lowered = lower_program(program, types, options)
     plan = plan_memory(lowered)
     files = render_files(program, lowered, plan, config, weights)

@@ -209,10 +209,15 @@ class Group:
     COMPUTE = frozenset({"compute"})
     # Run on the systolic array.
     HARDWARE = frozenset(name for name, c in CONSTRUCTS.items() if c.hardware)
-    # Not accesses: literals and shape-valued helpers, evaluated while type checking.
+    # Not accesses: literals and shape-valued helpers, evaluated while type checking (and
+    # construct-tuple, a tuple of accesses).
     STATIC = frozenset(name for name, c in CONSTRUCTS.items() if c.result != ACCESS)
+    # Accesses replaced by other constructs before rewriting and lowering
+    # (glensidec.lang.expand): tuple-get-item, the original's conv2d modes of the array.
+    EXPANDED = frozenset(name for name, c in CONSTRUCTS.items()
+                         if c.expanded and c.result == ACCESS)
 
-    ACCESS = LEAF | VIEW | COPY | TUPLE | COMPUTE | HARDWARE
+    ACCESS = LEAF | VIEW | COPY | TUPLE | COMPUTE | HARDWARE | EXPANDED
 
 
 class ComputeKind:
