@@ -10,14 +10,15 @@ import sys
 from pathlib import Path
 
 import click
+import numpy as np
 
 from glensidec import __version__
 from glensidec.errors import GlensideError
 from glensidec.lang import data
-from glensidec.lang.interp import run_program
+from glensidec.lang.interp import evaluate_result
 from glensidec.lang.syntax import format_program, read_program
 from glensidec.lang.terms import Program
-from glensidec.lang.typecheck import check_program, root_type
+from glensidec.lang.typecheck import check_program, describe_value, require_access_result
 from glensidec.outputs import (
     Terminated,
     check_output_directory,
@@ -47,8 +48,7 @@ def _load(program_path: Path, shapes: Path | None) -> Program:
 def check(program: Path, shapes: Path | None) -> None:
     """Parse and type-check PROGRAM; print its result's access shape and dtype."""
     parsed = _load(program, shapes)
-    result = root_type(parsed, check_program(parsed))
-    click.echo(f"{result} {result.dtype}")
+    click.echo(describe_value(check_program(parsed)[parsed.root]))
 
 
 @cli.command()
@@ -71,7 +71,14 @@ def run(program: Path, shapes: Path | None, input_options: tuple[str, ...],
         inputs = data.random_inputs(parsed, random_inputs)
     else:
         inputs = data.load_inputs(parsed, data.parse_input_options(input_options))
-    result = run_program(parsed, data.all_tensors(parsed, inputs), types)
+    value = evaluate_result(parsed, data.all_tensors(parsed, inputs), types)
+    if not isinstance(value, np.ndarray):  # a shape or a tuple: printed, never written
+        if output is not None:
+            require_access_result(parsed, types, "run -o")
+        members = value if value is not None else ()
+        click.echo("\n".join([describe_value(types[parsed.root]), *map(str, members)]))
+        return
+    result = value
     if output is not None:
         data.save_npy(output, result)
         click.echo(f"wrote {output}: {result.dtype} {tuple(result.shape)}")
@@ -141,6 +148,7 @@ def compile_command(program: Path, shapes: Path | None, array_size: str, emit: s
         check_writable_file(output)
     config = parse_array_size(array_size)
     parsed = _load(program, shapes)
+    require_access_result(parsed, check_program(parsed), "compile")
     compiled = compile_program(parsed, config, Limits(iterations, max_enodes, timeout))
     if stats:
         for line in compiled.report_lines(config):

@@ -36,6 +36,7 @@ from glensidec.frontends import builders as B
 from glensidec.lang import constructs as K
 from glensidec.lang.data import load_weights, read_npy
 from glensidec.lang.dtypes import DTYPES
+from glensidec.lang.expand import expand_program
 from glensidec.lang.interp import apply_term, evaluate_all
 from glensidec.lang.syntax import format_program, read_program
 from glensidec.lang.terms import ComputeOp, Program, Symbol, TensorDecl, Term, postorder
@@ -46,6 +47,7 @@ from glensidec.lang.typecheck import (
     check_program,
     infer,
     infer_access,
+    require_access_result,
 )
 from glensidec.outputs import (
     check_sibling_files,
@@ -996,6 +998,8 @@ def quantize_files(program: Path, calibration: Path | None, profile_path: Path |
     or a saved profile, written to `output` (.gs, with .npz weights and a .json record)."""
     check_writable_file(output)
     parsed = read_program(program)
+    require_access_result(parsed, check_program(parsed), "quantize")
+    parsed = expand_program(parsed)  # tuples and conv2d modes become what the quantizer knows
     float_files = {program.resolve(), *(parsed.weight_path(d).resolve() for d in
                                         parsed.weights())}
     if {output.resolve(), output.with_suffix(".npz").resolve()} & float_files:
