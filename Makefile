@@ -12,11 +12,12 @@ STAMP  := $(VENV)/.deps-stamp
 
 all: test
 
-# Dependencies are installed once per change of pyproject.toml ...
+# Dependencies are installed once per change of pyproject.toml (with the `nas` extra:
+# torch==2.13.0 resolves to its CPU wheel, so the NAS tests run here and in CI) ...
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet ".[dev]"
+	$(BIN)/pip install --quiet ".[dev,nas]"
 	touch $@
 
 # ... and the package itself is installed editable, so the venv always runs this tree.
