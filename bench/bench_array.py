@@ -1,6 +1,6 @@
 """Benchmark of the weight-stationary array: RTL cycles against the model and the bounds.
 
-Run alone (``/work/main/.venv/bin/python bench/bench_array.py``) or import and call
+Run alone (``.venv/bin/python bench/bench_array.py``) or import and call
 `main()`. It builds tb_ws_gemm at 8x8 and 16x16 under Verilator, runs GEMMs through the
 cocotb driver (every result checked bit-exactly), and writes bench/results/array.md:
 

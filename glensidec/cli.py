@@ -161,7 +161,7 @@ def compile_command(program: Path, shapes: Path | None, array_size: str, emit: s
         click.echo("verified: the rewritten program computes the same result", err=True)
     if emit == "c":
         assert output is not None
-        result = compile_to_directory(compiled.program, check_program(compiled.program), output,
+        result = compile_to_directory(compiled.program, compiled.types, output,
                                       config, force=force)
         click.echo(f"wrote {output}: {len(result.lowered.instructions)} instructions, "
                    f"predicted array cycles {result.predicted_cycles}")
@@ -182,11 +182,12 @@ def _register_front_ends() -> None:
     # The importer and the quantizer define their own commands next to their code.
     from glensidec.frontends.importer import import_command
     from glensidec.frontends.quantize import quantize_command
-    from glensidec.nas.commands import transform_command
+    from glensidec.nas.commands import nas_command, transform_command
 
     cli.add_command(import_command)
     cli.add_command(quantize_command)
     cli.add_command(transform_command)
+    cli.add_command(nas_command)
 
 
 _register_front_ends()

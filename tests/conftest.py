@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -68,3 +72,62 @@ def assert_matches(actual: np.ndarray, expected: np.ndarray) -> None:
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(1234)
+
+
+# -- compile, build, run and co-simulate -----------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def sim_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One simulator build folder for the whole session: co-simulations of the same array
+    shape reuse one Verilator build (GLENSIDEC_SIM_CACHE; runner.py keys builds by shape)."""
+    return tmp_path_factory.mktemp("sim_cache")
+
+
+def run_checked(words: list[str], timeout: int = 900,
+                **options: Any) -> subprocess.CompletedProcess[str]:
+    """Run a command; a failure shows the end of its output."""
+    done = subprocess.run(words, capture_output=True, text=True, timeout=timeout, check=False,
+                          **options)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done
+
+
+@dataclass
+class Executions:
+    """What the generated C program and its co-simulation computed, and what they said."""
+
+    c: np.ndarray[Any, Any]
+    sim: np.ndarray[Any, Any]
+    report: dict[str, Any]  # OUTDIR/cosim_report.json
+    log: str  # the co-simulation's standard output
+
+
+def compile_and_cosimulate(program_path: Path, array: str, inputs: dict[str, Any],
+                           workdir: Path, sim_cache: Path,
+                           shapes: Path | None = None) -> Executions:
+    """`glensidec compile --array ARRAY -o OUTDIR`, `make`, run `OUTDIR/model` on `inputs`
+    and `make sim` with the same inputs: the flow a user follows, in `workdir`."""
+    outdir = workdir / "out"
+    command = [sys.executable, "-m", "glensidec", "compile", str(program_path), "--array", array,
+               "-o", str(outdir)]
+    run_checked(command + (["--shapes", str(shapes)] if shapes is not None else []))
+    arguments = []
+    for name, value in inputs.items():
+        np.save(workdir / f"{name}.npy", value)
+        arguments.append(f"{name}={workdir / f'{name}.npy'}")
+    run_checked(["make", "-s", "-C", str(outdir), "OPT=-O1"])
+    run_checked([str(outdir / "model"), *arguments, "-o", str(workdir / "c.npy")])
+    sim = run_checked(["make", "-C", str(outdir), "sim", f"INPUTS={' '.join(arguments)}",
+                       f"OUTPUT={workdir / 'sim.npy'}"],
+                      env={**os.environ, "GLENSIDEC_SIM_CACHE": str(sim_cache)})
+    report = json.loads((outdir / "cosim_report.json").read_text())
+    return Executions(np.load(workdir / "c.npy"), np.load(workdir / "sim.npy"), report,
+                      sim.stdout)
+
+
+def assert_calls_match_the_model(report: dict[str, Any]) -> None:
+    """Every array call's data was right and took exactly its predicted cycles."""
+    assert report["status"] == 0
+    for call in report["calls"]:
+        assert call["data_ok"] and call["simulated_cycles"] == call["predicted_cycles"]

@@ -71,6 +71,14 @@ class OnnxGraph:
                                            **attrs))
         return output
 
+    def nodes_out(self, op: str, inputs: list[str], count: int, **attrs: Any) -> list[str]:
+        """A node with several outputs (Split)."""
+        self.count += 1
+        outputs = [f"{op.lower()}{self.count}_{i}" for i in range(count)]
+        self.nodes.append(helper.make_node(op, inputs, outputs, name=f"{op}_{self.count}",
+                                           **attrs))
+        return outputs
+
     def conv(self, x: str, cin: int, cout: int, k: int, stride: int = 1, pad: int = 0,
              group: int = 1, bias: bool = True, name: str | None = None) -> str:
         fan_in = cin // group * k * k
@@ -97,6 +105,22 @@ class OnnxGraph:
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
         model.ir_version = 8  # what this onnxruntime loads
         return model
+
+
+def channel_shuffle(g: OnnxGraph, x: str, groups: int) -> str:
+    """PyTorch's channel shuffle as exported: the shape is computed (Shape → Gather → …)."""
+    shape = g.node("Shape", [x])
+    dims = [g.node("Gather", [shape, g.const(f"i{i}", np.array(i, np.int64))], axis=0)
+            for i in range(4)]
+    per_group = g.node("Div", [dims[1], g.const("groups", np.array(groups, np.int64))])
+    parts = [g.node("Unsqueeze", [d, g.const(f"u{i}", np.array([0], np.int64))])
+             for i, d in enumerate([dims[0], g.const("g", np.array(groups, np.int64)),
+                                    per_group, dims[2], dims[3]])]
+    grouped = g.node("Reshape", [x, g.node("Concat", parts, axis=0)])
+    swapped = g.node("Transpose", [grouped], perm=[0, 2, 1, 3, 4])
+    flat = g.node("Concat", [parts[0], g.const("minus1", np.array([-1], np.int64)), parts[3],
+                             parts[4]], axis=0)
+    return g.node("Reshape", [swapped, flat])
 
 
 def mlp(seed: int = 0, sizes: tuple[int, ...] = (32, 64, 48, 10), batch: int = 1) -> Any:
@@ -270,7 +294,12 @@ def single_op_model(build: Callable[[OnnxGraph, str], str], shape: list[int],
     out = build(g, g.input("x", shape))
     model = g.model(out, [])
     model.graph.output[0].type.tensor_type.ClearField("shape")
-    return onnx.shape_inference.infer_shapes(model)  # onnx works out the output shape
+    model = onnx.shape_inference.infer_shapes(model)  # onnx works out the output shape
+    output = model.graph.output[0].type.tensor_type
+    if not output.HasField("shape"):  # a computed Reshape target: ask onnxruntime
+        dims = run_onnxruntime(model, onnx_inputs(model)).shape
+        output.shape.dim.extend(onnx.TensorShapeProto.Dimension(dim_value=d) for d in dims)
+    return model
 
 
 OPS: dict[str, tuple[Callable[[OnnxGraph, str], str], list[int]]] = {
@@ -295,6 +324,44 @@ OPS: dict[str, tuple[Callable[[OnnxGraph, str], str], list[int]]] = {
     "averagepool_include_pad": (lambda g, x: g.node(
         "AveragePool", [x], kernel_shape=[3, 2], strides=[1, 2], pads=[1, 0, 1, 0],
         count_include_pad=1), [1, 2, 6, 6]),
+    "conv_dilations": (lambda g, x: g.node(
+        "Conv", [x, g.random("w", (4, 2, 3, 2))], dilations=[2, 3], pads=[2, 1, 1, 2]),
+        [1, 2, 9, 10]),
+    "maxpool_ceil_mode": (lambda g, x: g.node(
+        "MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1), [1, 2, 10, 9]),
+    "maxpool_dilations_pads": (lambda g, x: g.node(
+        "MaxPool", [x], kernel_shape=[2, 3], strides=[1, 2], dilations=[2, 2],
+        pads=[1, 0, 0, 1]), [1, 2, 8, 9]),
+    "averagepool_exclude_pad_ceil": (lambda g, x: g.node(
+        "AveragePool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1],
+        ceil_mode=1), [1, 2, 8, 7]),
+    "averagepool_include_pad_ceil": (lambda g, x: g.node(
+        "AveragePool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 0, 1, 0],
+        ceil_mode=1, count_include_pad=1), [1, 2, 8, 8]),
+    "pad_nonzero_constant": (lambda g, x: g.node(
+        "Pad", [x, g.const("p", np.array([1, 0, 0, 2], np.int64)),
+                g.const("v", np.array(-1.5, "f4"))]), [3, 4]),
+    "slice_steps": (lambda g, x: g.node("Slice", [
+        x, g.const("st", np.array([1, 0], np.int64)), g.const("en", np.array([9, 100], np.int64)),
+        g.const("ax", np.array([2, -1], np.int64)), g.const("sp", np.array([3, 2], np.int64))]),
+        [2, 3, 10, 7]),
+    "split_then_sub": (lambda g, x: g.node("Sub", [
+        g.nodes_out("Split", [x, g.const("sz", np.array([1, 3], np.int64))], 2, axis=1)[0],
+        g.nodes_out("Split", [x], 2, axis=1)[1]]), [2, 4, 3]),
+    "expand_tile": (lambda g, x: g.node("Tile", [
+        g.node("Expand", [x, g.const("s", np.array([2, 1, 3], np.int64))]),
+        g.const("r", np.array([1, 2, 2], np.int64))]), [4, 1]),
+    "gather_squeeze_unsqueeze": (lambda g, x: g.node("Unsqueeze", [
+        g.node("Squeeze", [g.node("Gather", [x, g.const("i", np.array([[2], [0]], np.int64))],
+                                  axis=1), g.const("a", np.array([2], np.int64))]),
+        g.const("b", np.array([0, -1], np.int64))]), [2, 3, 4]),
+    "reduce_mean_spatial": (lambda g, x: g.node(
+        "ReduceMean", [x], axes=[2, 3], keepdims=0), [2, 3, 4, 5]),
+    "reduce_sum_max_min": (lambda g, x: g.node("Add", [
+        g.node("ReduceSum", [x, g.const("ax", np.array([0, 2], np.int64))], keepdims=1),
+        g.node("Sub", [g.node("ReduceMax", [x], axes=[-1]), g.node("ReduceMin", [x], axes=[-1])
+                       ])]), [2, 3, 4]),
+    "channel_shuffle_from_shape": (lambda g, x: channel_shuffle(g, x, 2), [1, 6, 3, 3]),
     "global_average_pool": (lambda g, x: g.node("GlobalAveragePool", [x]), [2, 3, 5, 4]),
     "add_mul_broadcast": (lambda g, x: g.node("Mul", [
         g.node("Add", [x, g.random("c", (3, 1, 1))]), g.random("s", (4,))]), [2, 3, 5, 4]),
@@ -386,8 +453,9 @@ def test_unsupported_op(tmp_path: Path) -> None:
 
 def test_unsupported_attribute(tmp_path: Path) -> None:
     model = single_op_model(lambda g, x: g.node(
-        "Conv", [x, g.random("w", (2, 2, 3, 3))], dilations=[2, 2]), [1, 2, 8, 8])
-    expect_failure(save(model, tmp_path / "dil.onnx"), tmp_path, "(Conv)", "dilations [2, 2]")
+        "Pad", [x, g.const("p", np.array([1, 1, 1, 1], np.int64))], mode="reflect"), [3, 4])
+    expect_failure(save(model, tmp_path / "pad.onnx"), tmp_path, "(Pad)",
+                   "mode 'reflect' is not supported")
 
 
 def test_training_mode_dropout_is_refused(tmp_path: Path) -> None:

@@ -13,15 +13,12 @@ are shared through GLENSIDEC_SIM_CACHE.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from conftest import assert_calls_match_the_model, compile_and_cosimulate
 from test_import import MODELS, OnnxGraph, imported
 from test_quantize import SCHEMES, calibration_for, sample_list
 
@@ -29,29 +26,19 @@ from glensidec.frontends.quantize import QuantizedProgram, quantize, save_quanti
 from glensidec.lang.data import load_weights
 from glensidec.lang.interp import run_program
 from glensidec.lang.syntax import read_program
-from glensidec.lang.terms import ComputeOp, Program, postorder
+from glensidec.lang.terms import Program, compute_name, postorder
 from glensidec.lang.typecheck import check_program
 from glensidec.opt.extract import compile_program, parse_array_size, unmapped_products
 
 Array = np.ndarray[Any, Any]
 
-
-@pytest.fixture(scope="module")
-def sim_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("sim_cache")
-
-
-def run(words: list[str], **options: Any) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(words, capture_output=True, text=True, timeout=900, check=False,
-                          **options)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return done
+# Every test here builds C and co-simulates it on the Verilog array.
+pytestmark = [pytest.mark.slow, pytest.mark.rtl]
 
 
 def products(program: Program) -> int:
     """The dot-products (convolutions and dense layers, depthwise too) of a program."""
-    return sum(1 for term in postorder(program.root) if term.op == "compute"
-               and isinstance(term.args[0], ComputeOp) and term.args[0].name == "dot-product")
+    return sum(1 for term in postorder(program.root) if compute_name(term) == "dot-product")
 
 
 def check_mapped(program: Program, array: str) -> int:
@@ -62,42 +49,22 @@ def check_mapped(program: Program, array: str) -> int:
     return len(compiled.prediction.invocations)
 
 
-def three_executors(quantized: QuantizedProgram, sample: dict[str, Array], array: str,
-                    workdir: Path, sim_cache: Path) -> tuple[Array, Array, Array, dict[str, Any]]:
-    """(interpreter, C, co-simulation) results of the saved int8 program, and the report."""
-    program_path = save_quantized(quantized, workdir / "model.q.gs")
-    program = read_program(program_path)
-    outdir = workdir / "out"
-    run([sys.executable, "-m", "glensidec", "compile", str(program_path), "--array", array,
-         "-o", str(outdir)])
-    inputs = quantized.quantize_inputs(sample)
-    arguments = []
-    for name, value in inputs.items():
-        np.save(workdir / f"{name}.npy", value)
-        arguments.append(f"{name}={workdir / f'{name}.npy'}")
-    run(["make", "-s", "-C", str(outdir), "OPT=-O1"])
-    run([str(outdir / "model"), *arguments, "-o", str(workdir / "c.npy")])
-    run(["make", "-C", str(outdir), "sim", f"INPUTS={' '.join(arguments)}",
-         f"OUTPUT={workdir / 'sim.npy'}"],
-        env={**os.environ, "GLENSIDEC_SIM_CACHE": str(sim_cache)})
-    expected = run_program(program, {**load_weights(program), **inputs})
-    report = json.loads((outdir / "cosim_report.json").read_text())
-    return expected, np.load(workdir / "c.npy"), np.load(workdir / "sim.npy"), report
-
-
 def check_agreement(quantized: QuantizedProgram, sample: dict[str, Array], array: str,
                     workdir: Path, sim_cache: Path) -> dict[str, Any]:
-    expected, c_result, sim_result, report = three_executors(quantized, sample, array, workdir,
-                                                             sim_cache)
+    """Interpreter, C and co-simulation of the saved int8 program give the same integers;
+    returns the co-simulation report."""
+    program_path = save_quantized(quantized, workdir / "model.q.gs")
+    program = read_program(program_path)
+    inputs = quantized.quantize_inputs(sample)
+    run = compile_and_cosimulate(program_path, array, inputs, workdir, sim_cache)
+    expected = run_program(program, {**load_weights(program), **inputs})
     assert expected.dtype == np.int8
-    np.testing.assert_array_equal(c_result, expected)
-    np.testing.assert_array_equal(sim_result, expected)
-    assert report["status"] == 0
-    for call in report["calls"]:
-        assert call["data_ok"] and call["simulated_cycles"] == call["predicted_cycles"]
+    np.testing.assert_array_equal(run.c, expected)
+    np.testing.assert_array_equal(run.sim, expected)
+    assert_calls_match_the_model(run.report)
     calls = check_mapped(quantized.program, array)
-    assert len(report["calls"]) == calls >= products(quantized.program) > 0
-    return report
+    assert len(run.report["calls"]) == calls >= products(quantized.program) > 0
+    return run.report
 
 
 @pytest.mark.parametrize("scheme", ["per-channel-symmetric", "per-tensor-asymmetric"])

@@ -560,6 +560,7 @@ def test_cli_quantize(tmp_path: Path) -> None:
 REFUSED = {  # (op, symmetric activations) → the reason the quantizer gives
     ("averagepool_include_pad", False): "zero padding of an i8 tensor whose zero point",
     ("pad_constant", False): "zero padding of an i8 tensor whose zero point",
+    ("pad_nonzero_constant", False): "zero padding of an i8 tensor whose zero point",
     ("matmul_two_inputs", False): "dot-product needs exactly one constant",
     ("matmul_two_inputs", True): "dot-product needs exactly one constant",
 }

@@ -30,9 +30,10 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from glensidec.lang.constructs import ComputeKind
 from glensidec.lang.dtypes import DTYPES, Array
 from glensidec.lang.terms import ComputeOp, Program, Symbol, Term, postorder
-from glensidec.lang.typecheck import AccessType, LiteralValue, TypeTable
+from glensidec.lang.typecheck import AccessType, LiteralValue, TypeTable, access_type
 
 # -- views ----------------------------------------------------------------------------
 
@@ -488,11 +489,6 @@ def c_identifier(text: str) -> str:
     return name
 
 
-_FOLDS = ("elementwise-add", "elementwise-sub", "elementwise-mul", "elementwise-div")
-_MAPS = ("relu", "sqrt", "negative", "clip", "cast", "requantize")
-_REDUCES = ("reduce-sum", "reduce-max", "reduce-mean")
-
-
 def describe(term: Term, names: dict[Term, str]) -> str:
     """A one-line rendering of a term for comments: named subterms by name, long ones cut."""
     def text(arg: object, depth: int) -> str:
@@ -555,9 +551,7 @@ class _Lowerer:
         self.instructions.append(instruction)
 
     def access_type(self, term: Term) -> AccessType:
-        value = self.types[term]
-        assert isinstance(value, AccessType)
-        return value
+        return access_type(self.types, term)
 
     # -- values --
     def lower(self) -> LoweredProgram:
@@ -750,7 +744,7 @@ class _Lowerer:
         name = op.name
         if name == "dot-product":
             return self.dot_product(term, arg)
-        if name in _FOLDS:
+        if name in ComputeKind.FOLD:
             dst = self.result_buffer(term, name.removeprefix("elementwise-"))
             members = self.tuple_members(arg)
             self.emit(Fold(self.note, dst, name, tuple(self.operands(dst, members, 0))))
@@ -762,13 +756,13 @@ class _Lowerer:
             self.emit(RequantizePerChannel(self.note, dst, tuple(members), pre, post, zero_point))
             return dst
         source = self.view(arg)
-        if name in _REDUCES:
+        if name in ComputeKind.REDUCE:
             return self.reduce(term, name, source, len(self.access_type(arg).item))
         dst = self.result_buffer(term, name.replace("-", "_"))
         if name == "softmax":
             self.emit(Softmax(self.note, dst, *self.operands(dst, [source], 0)))
         else:
-            assert name in _MAPS, name
+            assert name in ComputeKind.MAP, name
             self.emit(Map(self.note, dst, op, *self.operands(dst, [source], 0)))
         return dst
 

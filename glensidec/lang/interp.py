@@ -21,7 +21,7 @@ import numpy as np
 
 from glensidec.lang import constructs as K
 from glensidec.lang.dtypes import DTYPES, Array, integer_range, requantize, wrap
-from glensidec.lang.terms import ComputeOp, Program, Term, postorder
+from glensidec.lang.terms import ComputeOp, Program, Term, compute_name, postorder
 from glensidec.lang.typecheck import (
     AccessShape,
     AccessType,
@@ -380,9 +380,8 @@ def _lazy_products(root: Term) -> set[Term]:
             consumers.setdefault(child, []).append(term)
     return {
         term for term, users in consumers.items()
-        if term.op == "access-cartesian-product" and all(
-            user.op == "compute" and isinstance(user.args[0], ComputeOp)
-            and user.args[0].name == "dot-product" for user in users)
+        if term.op == "access-cartesian-product"
+        and all(compute_name(user) == "dot-product" for user in users)
     }
 
 

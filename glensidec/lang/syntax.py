@@ -569,8 +569,7 @@ def _shared_subterms(root: Term) -> list[Term]:
     for term in postorder(root):
         for child in set(term.children()):
             uses[child] += 1
-    trivial = ("access-tensor", "access-literal", "literal", "shape", "list", "access-shape")
-    return [t for t in postorder(root) if uses[t] > 1 and t.op not in trivial
+    return [t for t in postorder(root) if uses[t] > 1 and t.op not in K.Group.LEAF
             and _kind_of(t) == K.ACCESS]
 
 

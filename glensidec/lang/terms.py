@@ -71,6 +71,20 @@ class Term:
 Arg: TypeAlias = Term | int | float | Symbol | ComputeOp
 
 
+def compute_name(term: Arg) -> str | None:
+    """The compute type of a `compute` term (`relu`, `dot-product`, …), else None."""
+    if isinstance(term, Term) and term.op == "compute" and isinstance(term.args[0], ComputeOp):
+        return term.args[0].name
+    return None
+
+
+def is_matmul(term: Arg) -> bool:
+    """A dot-product over a cartesian product: a matrix product (a dense layer, an im2col
+    convolution), which the systolic array runs."""
+    return (compute_name(term) == "dot-product" and isinstance(term, Term)
+            and isinstance(term.args[1], Term) and term.args[1].op == "access-cartesian-product")
+
+
 def postorder(root: Term) -> list[Term]:
     """Every distinct subterm once, children before parents (iterative: nets are deep)."""
     order: list[Term] = []

@@ -596,7 +596,20 @@ def check_program(program: Program) -> TypeTable:
         raise error.located(program.path) from None
 
 
+def access_type(types: TypeTable, term: object) -> AccessType:
+    """The type of an access-valued term (one whose construct makes an access)."""
+    assert isinstance(term, Term), term
+    value = types[term]
+    assert isinstance(value, AccessType), (term.op, value)
+    return value
+
+
+def infer_access(term: Term, tensors: dict[str, TensorDecl], types: TypeTable) -> AccessType:
+    """Type `term` (extending `types`) and return its access type: for stages that build
+    new terms and need the type of each as they go."""
+    infer(term, tensors, types)
+    return access_type(types, term)
+
+
 def root_type(program: Program, types: TypeTable) -> AccessType:
-    result = types[program.root]
-    assert isinstance(result, AccessType)
-    return result
+    return access_type(types, program.root)
