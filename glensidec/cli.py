@@ -7,8 +7,10 @@ Exit codes: 0 success, 1 an error in the user's input (one line on stderr, no tr
 from __future__ import annotations
 
 import math
+import os
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import click
 
@@ -199,17 +201,25 @@ _register_front_ends()
 RECURSION_LIMIT = 20_000
 
 
+def _exit_interrupted(message: str, code: int) -> NoReturn:
+    """Exit with `code` now. Cleanup already ran as the exception unwound; a normal exit
+    could still end in SIGINT: CPython re-raises a KeyboardInterrupt it saw escape code it
+    ran for an extension (egglog) as a kill by SIGINT at shutdown, hiding our exit code."""
+    click.echo(message, err=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def main() -> None:
     sys.setrecursionlimit(max(sys.getrecursionlimit(), RECURSION_LIMIT))
     raise_on_sigterm()  # so staging files are cleaned up on SIGTERM too
     try:
         cli.main(standalone_mode=False)
     except click.exceptions.Abort:  # click's form of KeyboardInterrupt
-        click.echo("interrupted", err=True)
-        sys.exit(130)
+        _exit_interrupted("interrupted", 130)
     except Terminated:
-        click.echo("terminated", err=True)
-        sys.exit(143)
+        _exit_interrupted("terminated", 143)
     except click.ClickException as error:
         error.show()
         sys.exit(error.exit_code)
@@ -221,7 +231,7 @@ def main() -> None:
                    "name intermediate results with (let name expr)", err=True)
         sys.exit(1)
     except KeyboardInterrupt:
-        sys.exit(130)
+        _exit_interrupted("interrupted", 130)
 
 
 if __name__ == "__main__":
