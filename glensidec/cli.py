@@ -13,14 +13,15 @@ from pathlib import Path
 from typing import NoReturn
 
 import click
+import numpy as np
 
 from glensidec import __version__
 from glensidec.errors import GlensideError
 from glensidec.lang import data
-from glensidec.lang.interp import run_program
+from glensidec.lang.interp import evaluate_result
 from glensidec.lang.syntax import format_program, read_program
 from glensidec.lang.terms import Program
-from glensidec.lang.typecheck import check_program, root_type
+from glensidec.lang.typecheck import check_program, describe_value, require_access_result
 from glensidec.outputs import (
     Terminated,
     check_output_directory,
@@ -57,8 +58,7 @@ def _load(program_path: Path, shapes: Path | None) -> Program:
 def check(program: Path, shapes: Path | None) -> None:
     """Parse and type-check PROGRAM; print its result's access shape and dtype."""
     parsed = _load(program, shapes)
-    result = root_type(parsed, check_program(parsed))
-    click.echo(f"{result} {result.dtype}")
+    click.echo(describe_value(check_program(parsed)[parsed.root]))
 
 
 @cli.command()
@@ -81,7 +81,14 @@ def run(program: Path, shapes: Path | None, input_options: tuple[str, ...],
         inputs = data.random_inputs(parsed, random_inputs)
     else:
         inputs = data.load_inputs(parsed, data.parse_input_options(input_options))
-    result = run_program(parsed, data.all_tensors(parsed, inputs), types)
+    value = evaluate_result(parsed, data.all_tensors(parsed, inputs), types)
+    if not isinstance(value, np.ndarray):  # a shape or a tuple: printed, never written
+        if output is not None:
+            require_access_result(parsed, types, "run -o")
+        members = value if value is not None else ()
+        click.echo("\n".join([describe_value(types[parsed.root]), *map(str, members)]))
+        return
+    result = value
     if output is not None:
         data.save_npy(output, result)
         click.echo(f"wrote {output}: {result.dtype} {tuple(result.shape)}")
@@ -154,6 +161,7 @@ def compile_command(program: Path, shapes: Path | None, array_size: str, emit: s
         check_writable_file(output)
     config = parse_array_size(array_size)
     parsed = _load(program, shapes)
+    require_access_result(parsed, check_program(parsed), "compile")
     compiled = compile_program(parsed, config, Limits(iterations, max_enodes, timeout))
     if stats:
         for line in compiled.report_lines(config):
@@ -180,19 +188,56 @@ def compile_command(program: Path, shapes: Path | None, array_size: str, emit: s
         click.echo(text, nl=False)
 
 
-def _register_front_ends() -> None:
-    # The importer and the quantizer define their own commands next to their code.
-    from glensidec.frontends.importer import import_command
-    from glensidec.frontends.quantize import quantize_command
+@cli.command("import")
+@click.argument("model", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("-o", "--outdir", required=True, type=click.Path(path_type=Path),
+              help="Directory to write the program and its weights into (new, empty, or "
+                   "an earlier import's).")
+@click.option("--force", is_flag=True,
+              help="Replace glensidec's own files in an OUTDIR that also holds others.")
+def import_command(model: Path, outdir: Path, force: bool) -> None:
+    """Import an ONNX MODEL as a float Glenside program (+ weights) in OUTDIR."""
+    from glensidec.frontends.importer import import_model
+
+    program, input_names = import_model(model, outdir, force)
+    click.echo(f"wrote {program} and {program.with_suffix('.npz')}")
+    for original, name in input_names.items():
+        note = "" if original == name else " (renamed: --input accepts either name)"
+        click.echo(f"input '{original}' → {name}{note}")
+
+
+@cli.command("quantize")
+@PROGRAM
+@click.option("--calibrate", "calibration", type=click.Path(dir_okay=False, path_type=Path),
+              help="Calibration inputs: an .npz with one (samples, …) array per input.")
+@click.option("--profile", "profile_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Use a saved profile instead of (or, with --calibrate, save one to) "
+                   "this file.")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="Where to write the int8 program (.gs; weights go beside it as .npz).")
+@click.option("--per-channel", is_flag=True, help="One weight scale per output channel.")
+@click.option("--symmetric", is_flag=True, help="Symmetric activations (zero point 0).")
+@click.option("--force", is_flag=True,
+              help="Replace existing output files an earlier run did not write.")
+def quantize_command(program: Path, calibration: Path | None, profile_path: Path | None,
+                     output: Path, per_channel: bool, symmetric: bool, force: bool) -> None:
+    """Quantize a float PROGRAM to int8 with calibration data (Glow's profile-guided way)."""
+    from glensidec.frontends.quantize import quantize_files
+
+    written = quantize_files(program, calibration, profile_path, output, per_channel,
+                             symmetric, force)
+    click.echo(f"wrote {written}, {written.with_suffix('.npz')} and {written}.json")
+
+
+def _register_nas_commands() -> None:
+    # The NAS commands still live next to their code (glensidec/nas/commands.py).
     from glensidec.nas.commands import nas_command, transform_command
 
-    cli.add_command(import_command)
-    cli.add_command(quantize_command)
     cli.add_command(transform_command)
     cli.add_command(nas_command)
 
 
-_register_front_ends()
+_register_nas_commands()
 
 
 # Every stage walks terms recursively somewhere (parsing, printing, lowering); a program

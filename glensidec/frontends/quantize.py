@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import click
 import numpy as np
 
 from glensidec.errors import GlensideError
@@ -37,6 +36,7 @@ from glensidec.frontends import builders as B
 from glensidec.lang import constructs as K
 from glensidec.lang.data import load_weights, read_npy
 from glensidec.lang.dtypes import DTYPES
+from glensidec.lang.expand import expand_program
 from glensidec.lang.interp import apply_term, evaluate_all
 from glensidec.lang.syntax import format_program, read_program
 from glensidec.lang.terms import ComputeOp, Program, Symbol, TensorDecl, Term, postorder
@@ -47,6 +47,7 @@ from glensidec.lang.typecheck import (
     check_program,
     infer,
     infer_access,
+    require_access_result,
 )
 from glensidec.outputs import (
     check_sibling_files,
@@ -1007,24 +1008,14 @@ def layer_values(quantized: QuantizedProgram, inputs: dict[str, Array]) -> Itera
             yield layer, values[term]
 
 
-@click.command("quantize")
-@click.argument("program", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--calibrate", "calibration", type=click.Path(dir_okay=False, path_type=Path),
-              help="Calibration inputs: an .npz with one (samples, …) array per input.")
-@click.option("--profile", "profile_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="Use a saved profile instead of (or, with --calibrate, save one to) "
-                   "this file.")
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="Where to write the int8 program (.gs; weights go beside it as .npz).")
-@click.option("--per-channel", is_flag=True, help="One weight scale per output channel.")
-@click.option("--symmetric", is_flag=True, help="Symmetric activations (zero point 0).")
-@click.option("--force", is_flag=True,
-              help="Replace existing output files an earlier run did not write.")
-def quantize_command(program: Path, calibration: Path | None, profile_path: Path | None,
-                     output: Path, per_channel: bool, symmetric: bool, force: bool) -> None:
-    """Quantize a float PROGRAM to int8 with calibration data (Glow's profile-guided way)."""
+def quantize_files(program: Path, calibration: Path | None, profile_path: Path | None,
+                   output: Path, per_channel: bool, symmetric: bool, force: bool) -> Path:
+    """`glensidec quantize`: the float program at `program` quantized with calibration data
+    or a saved profile, written to `output` (.gs, with .npz weights and a .json record)."""
     check_writable_file(output)
     parsed = read_program(program)
+    require_access_result(parsed, check_program(parsed), "quantize")
+    parsed = expand_program(parsed)  # tuples and conv2d modes become what the quantizer knows
     float_files = {program.resolve(), *(parsed.weight_path(d).resolve() for d in
                                         parsed.weights())}
     if {output.resolve(), output.with_suffix(".npz").resolve()} & float_files:
@@ -1043,8 +1034,7 @@ def quantize_command(program: Path, calibration: Path | None, profile_path: Path
     else:
         raise GlensideError("give --calibrate DATA.npz or --profile PROFILE.json")
     quantized = quantize(parsed, source, per_channel, symmetric)
-    written = save_quantized(quantized, output, force)
-    click.echo(f"wrote {written}, {written.with_suffix('.npz')} and {written}.json")
+    return save_quantized(quantized, output, force)
 
 
 @dataclass

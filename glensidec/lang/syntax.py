@@ -174,6 +174,7 @@ _KIND_WORDS = {
     K.LIST: "a (list …)",
     K.ACCESS_SHAPE: "an (access-shape …)",
     K.LITERAL: "a (literal …)",
+    K.TUPLE: "a (construct-tuple …)",
 }
 
 
@@ -202,6 +203,9 @@ class _Builder:
         if head is None:
             raise GlensideError("expected a construct name after '('", sexpr.span)
         construct = CONSTRUCTS.get(head)
+        if construct is None and head in K.UNSUPPORTED:
+            raise GlensideError(f"'{head}' of the original Glenside is not supported: "
+                                f"{K.UNSUPPORTED[head]}", sexpr.items[0].span)
         if construct is None:
             hint = f" (did you mean (compute {head} …)?)" if head in COMPUTE_TYPES else ""
             hint = hint or _suggest(head, list(CONSTRUCTS))
@@ -401,11 +405,19 @@ def _parse_program(text: str, path: str, shapes: dict[str, TensorDecl]) -> Progr
     if len(results) > 1:
         raise GlensideError("a program has exactly one result expression; this is a second one",
                             results[1].span)
-    root = builder.term(results[0])
-    if _kind_of(root) != K.ACCESS:
-        raise GlensideError(f"the result must be an access expression, not "
-                            f"{_KIND_WORDS[_kind_of(root)]}", results[0].span)
-    return Program(path, tensors, root, names)
+    return Program(path, tensors, _result(builder, results[0]), names)
+
+
+def _result(builder: _Builder, form: SExpr) -> Term:
+    """The result expression: any value but an argument-only atom. A bare tensor name is
+    the tensor, as in the original (its `Value::Tensor`): `(access-tensor NAME)`."""
+    if isinstance(form, Atom) and form.kind == "symbol" and str(form.value) in builder.tensors:
+        return Term("access-tensor", (Symbol(str(form.value)),), form.span, (form.span,))
+    if isinstance(form, Atom) and (form.kind in ("int", "float") or str(form.value) in
+                                   (*K.PAD_TYPES, *COMPUTE_TYPES)):
+        raise GlensideError(f"{form.describe()} alone is an argument, not a program result",
+                            form.span)
+    return builder.term(form)
 
 
 def read_program(path: str | Path, shapes_path: str | Path | None = None) -> Program:
