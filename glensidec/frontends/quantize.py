@@ -136,6 +136,7 @@ def calibration_batches(program: Program, calibration: dict[str, Array] | str | 
             raise GlensideError(f"calibration data has no array for input '{decl.name}' "
                                 f"(it has: {', '.join(sorted(calibration)) or 'none'})")
         array = np.asarray(calibration[decl.name], dtype=np.float32)
+        _require_finite(array, f"calibration array '{decl.name}'")
         if array.shape[1:] == decl.shape:
             samples = list(array)
         elif decl.shape and array.ndim == len(decl.shape) and array.shape[1:] == decl.shape[
@@ -152,16 +153,29 @@ def calibration_batches(program: Program, calibration: dict[str, Array] | str | 
     return [{name: samples[i] for name, samples in split.items()} for i in range(count)]
 
 
+def _require_finite(array: Array, what: str) -> None:
+    """Quantization needs real ranges: one NaN or infinity would make every scale garbage."""
+    bad = ~np.isfinite(array)
+    if bad.any():
+        index = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise GlensideError(f"{what} holds {array[index]} at index {list(index)}: quantization "
+                            "needs finite values")
+
+
 def profile(program: Program, calibration: dict[str, Array] | str | Path) -> Profile:
     """Run the float program on every calibration sample; min/max of every profiled term."""
     types = check_program(program)
     weights = load_weights(program)
+    for name, array in weights.items():
+        _require_finite(array, f"weight '{name}'")
     keys = term_keys(program)
     wanted = {term for term in keys if profiled(term, program)}
     ranges: dict[str, tuple[float, float]] = {}
 
     def record(term: Term, value: Array) -> None:
         if term in wanted and value.dtype.kind == "f" and value.size:
+            _require_finite(value, f"the float program's value '{program.names.get(term, term.op)}'"
+                                   " on the calibration data")
             key = keys[term]
             low, high = float(np.min(value)), float(np.max(value))
             old = ranges.get(key, (low, high))
@@ -928,6 +942,8 @@ def quantize(program: Program, calibration: dict[str, Array] | str | Path | Prof
             raise GlensideError(f"quantize takes a float program; {decl.role} '{decl.name}' "
                                 f"is {decl.dtype}")
     weights = load_weights(program)
+    for name, array in weights.items():
+        _require_finite(array, f"weight '{name}'")
     if isinstance(calibration, Profile):
         prof = calibration
         check_profile(prof, program, weights)
