@@ -357,11 +357,29 @@ def _network_cases() -> list[Case]:
     return [Case("mlp_softmax_f32", mlp), Case("conv_mean_requantize_i8", quant, asan=True)]
 
 
+def _host_gemm_cases() -> list[Case]:
+    """f32 products big enough for the host GEMM (host_gemm.c): a convolution (weights in
+    place, im2col packed, stride 2), a dense layer (weights transposed by packing, edge
+    blocks in M and N) and a depthwise layer (channels as GEMM batches)."""
+    x, w = b.tensor("x"), b.tensor("w")
+    conv = b.conv2d_nchw(x, w, 8, (3, 3), (2, 1), (1, 1, 1, 1))
+    dense = b.dense(b.access(x, 1), w)
+    depthwise = b.depthwise_conv2d_nchw(x, w, 1, 16, (20, 20), (3, 3), pads=(1, 1, 1, 1))
+    return [
+        Case("gemm_conv_f32", make_program(conv, {"x": ((1, 8, 23, 21), "f32"),
+                                                  "w": ((19, 8, 3, 3), "f32")}), asan=True),
+        Case("gemm_dense_f32", make_program(dense, {"x": ((41, 300), "f32"),
+                                                    "w": ((37, 300), "f32")}), asan=True),
+        Case("gemm_depthwise_f32", make_program(depthwise, {"x": ((1, 16, 20, 20), "f32"),
+                                                            "w": ((16, 1, 3, 3), "f32")})),
+    ]
+
+
 def all_cases() -> list[Case]:
     return [*_example_cases(), *_extracted_cases(), *_unary_cases(), *_cast_cases(),
             *_requantize_cases(),
             *_fold_cases(), *_reduce_cases(), *_dot_cases(), *_systolic_cases(),
-            *_view_cases(), *_network_cases(),
+            *_view_cases(), *_network_cases(), *_host_gemm_cases(),
             *(Case(f"random_views_{seed}", _random_view_program(seed)) for seed in range(12))]
 
 
@@ -492,6 +510,11 @@ def test_build_options_keep_the_result_and_repeat_reports_times(built: dict[str,
     rejected = subprocess.run([str(copy / "model"), *run.input_args, "--repeat", "0"],
                               capture_output=True, text=True)
     assert rejected.returncode == 1 and "--repeat takes a count" in rejected.stderr
+
+
+@pytest.mark.parametrize("name", ["gemm_conv_f32", "gemm_dense_f32", "gemm_depthwise_f32"])
+def test_big_f32_products_go_through_the_host_gemm(built: dict[str, Built], name: str) -> None:
+    assert "gs_gemm_f32(" in (built[name].outdir / "model.c").read_text()
 
 
 def test_resnet_block_is_nontrivial(built: dict[str, Built]) -> None:
@@ -630,6 +653,62 @@ def test_runtime_gemm_is_bit_exact_with_d(tmp_path: Path, flags: tuple[str, ...]
         assert int(printed) == gemm_cycles(CONFIG, m, k, n)
 
 
+GEMM_DRIVER = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include "host_gemm.h"
+/* argv: M N K file out — A (M x K) then B (K x N), f32; C gets leading dimension N + 3 */
+int main(int argc, char **argv) {
+  long M = atol(argv[1]), N = atol(argv[2]), K = atol(argv[3]), ldc = N + 3, i;
+  float *A = malloc(sizeof(float) * (size_t)(M * K)), *B = malloc(sizeof(float) * (size_t)(K * N));
+  float *C = malloc(sizeof(float) * (size_t)(M * ldc));
+  FILE *in = fopen(argv[4], "rb"), *out;
+  if (argc != 6 || !A || !B || !C || !in) return 3;
+  if (fread(A, 4, (size_t)(M * K), in) != (size_t)(M * K)) return 4;
+  if (fread(B, 4, (size_t)(K * N), in) != (size_t)(K * N)) return 4;
+  fclose(in);
+  for (i = 0; i < M * ldc; ++i) C[i] = 12345.0f; /* every C element must be overwritten */
+  if (gs_gemm_f32(M, N, K, A, K, B, N, C, ldc) != 0) return 5;
+  out = fopen(argv[5], "wb");
+  for (i = 0; i < M; ++i) fwrite(C + i * ldc, 4, (size_t)N, out);
+  fclose(out);
+  free(A); free(B); free(C);
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("flags", [(), ("-DGS_PORTABLE_ONLY",)], ids=["dispatched", "portable"])
+def test_host_gemm_matches_numpy(tmp_path: Path, flags: tuple[str, ...]) -> None:
+    """gs_gemm_f32 on edge shapes (not multiples of the 4 x 16 micro-tile, K past one
+    256-deep slice, M past one 128-row block, N past one 2048-column block): f32 sums
+    within 1e-5 of the largest |C| (docs/codegen.md)."""
+    from glensidec.backend.emit import render_files
+    from glensidec.backend.lower import lower_program
+    from glensidec.backend.plan import plan_memory
+    program = make_program(b.compute("relu", b.access(b.tensor("x"), 0)), {"x": ((2,), "i8")})
+    lowered = lower_program(program, check_program(program))
+    files = render_files(program, lowered, plan_memory(lowered), CONFIG, {})
+    for name in ("host_gemm.c", "host_gemm.h", "array_runtime.h"):
+        (tmp_path / name).write_bytes(files[name])
+    (tmp_path / "driver.c").write_text(GEMM_DRIVER)
+    executable = tmp_path / "driver"
+    subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-O2",
+                    "-fsanitize=address,undefined", "-fno-sanitize-recover=all", *flags,
+                    "-o", str(executable), str(tmp_path / "driver.c"),
+                    str(tmp_path / "host_gemm.c")], check=True)
+    rng = np.random.default_rng(3)
+    for m, n, k in ((1, 1, 1), (5, 17, 3), (130, 33, 300), (7, 2100, 20), (4, 16, 256)):
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        w = rng.standard_normal((k, n)).astype(np.float32)
+        (tmp_path / "in.bin").write_bytes(a.tobytes() + w.tobytes())
+        subprocess.run([str(executable), str(m), str(n), str(k), str(tmp_path / "in.bin"),
+                        str(tmp_path / "out.bin")], check=True)
+        c = np.fromfile(tmp_path / "out.bin", dtype=np.float32).reshape(m, n)
+        exact = a.astype(np.float64) @ w.astype(np.float64)
+        np.testing.assert_allclose(c, exact, rtol=0, atol=1e-5 * float(np.abs(exact).max()))
+
+
 SEAM_DRIVER = r"""
 #include <stdio.h>
 #include <stdlib.h>
@@ -755,7 +834,8 @@ def test_compiling_twice_gives_identical_bytes(tmp_path: Path) -> None:
     names = sorted(p.name for p in first.iterdir())
     assert names == sorted(p.name for p in second.iterdir())
     assert names == sorted(["Makefile", "array_runtime.c", "array_runtime.h", "cosim.json",
-                            "main.c", "model.c", "model.h", "weights.bin", MANIFEST])
+                            "host_gemm.c", "host_gemm.h", "main.c", "model.c", "model.h",
+                            "weights.bin", MANIFEST])
     for name in names:
         assert (first / name).read_bytes() == (second / name).read_bytes(), name
 
@@ -778,7 +858,7 @@ def test_failed_compile_leaves_nothing_and_recompile_replaces(tmp_path: Path) ->
 def test_templates_load_from_the_resource_directory() -> None:
     names = {p.name for p in resource_dir("templates").glob("*.j2")}
     assert names == {"model.c.j2", "model.h.j2", "array_runtime.c.j2", "array_runtime.h.j2",
-                     "main.c.j2", "Makefile.j2"}
+                     "host_gemm.c.j2", "host_gemm.h.j2", "main.c.j2", "Makefile.j2"}
 
 
 def test_plans_of_every_case_have_no_overlap(built: dict[str, Built]) -> None:

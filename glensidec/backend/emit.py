@@ -32,6 +32,7 @@ from glensidec.backend.lower import (
     INPUT,
     OUTPUT,
     ArrayGemm,
+    Axis,
     Copy,
     Dot,
     Fill,
@@ -44,6 +45,7 @@ from glensidec.backend.lower import (
     RequantizePerChannel,
     Softmax,
     View,
+    canonical,
     constant_array,
     lower_program,
     refine,
@@ -58,7 +60,8 @@ from glensidec.lang.typecheck import TypeTable
 from glensidec.outputs import write_directory
 from glensidec.resources import resource_dir
 
-TEMPLATES = ("model.c", "model.h", "array_runtime.c", "array_runtime.h", "main.c", "Makefile")
+TEMPLATES = ("model.c", "model.h", "array_runtime.c", "array_runtime.h", "host_gemm.c",
+             "host_gemm.h", "main.c", "Makefile")
 
 
 @dataclass(frozen=True)
@@ -242,6 +245,11 @@ class _Renderer:
 
     def _dot(self, dot: Dot) -> tuple[str, list[str]]:
         dtype = self.dtype(dot.members[0])
+        gemm = host_gemm(dot) if dtype == "f32" else None
+        if gemm is not None:
+            return (f"{dot.dst.buffer} = dot-product on the host, as a GEMM (M={gemm.m} "
+                    f"N={gemm.n} K={gemm.k}{f' x{gemm.batch}' if gemm.batch > 1 else ''})",
+                    gemm.lines())
         if dtype == "f32":
             product = " * ".join(f"(double){{{i}}}" for i in range(len(dot.members)))
             setup, finish = "double acc = 0.0;", "(float)acc"
@@ -283,6 +291,168 @@ def _join(first: str, second: str) -> str:
     if first == "0":
         return second
     return first if second == "0" else f"{first} + {second}"
+
+
+# -- f32 products through the host GEMM (host_gemm.c) --------------------------------
+
+# Below this many multiply-adds the plain loop nest is as fast and builds faster.
+GEMM_MIN_WORK = 1 << 15
+
+# An axis of the GEMM's iteration space: its size and its stride in each operand.
+GemmAxis = tuple[int, int, int, int]  # size, dst stride, A stride, B stride
+
+
+@dataclass
+class HostGemm:
+    """A two-member f32 dot-product as ``batch`` GEMMs C (M x N) = A (M x K) . B (K x N).
+
+    Outer axes that only A walks are M (weights: output channels), those only B walks are
+    N (im2col columns: output pixels), the rest are batch axes; the reduced axes are K.
+    Operands that are already row-major matrices are used in place; the others are packed
+    (im2col) into scratch buffers first, and C is copied out when dst is not row-major."""
+
+    dot: Dot
+    swapped: bool  # C^T = B^T . A^T: the second member is A (a thin N becomes the wide M)
+    m_axes: list[GemmAxis]
+    n_axes: list[GemmAxis]
+    k_axes: list[GemmAxis]
+    batch_axes: list[GemmAxis]
+
+    @property
+    def m(self) -> int:
+        return math.prod(axis[0] for axis in self.m_axes)
+
+    @property
+    def n(self) -> int:
+        return math.prod(axis[0] for axis in self.n_axes)
+
+    @property
+    def k(self) -> int:
+        return math.prod(axis[0] for axis in self.k_axes)
+
+    @property
+    def batch(self) -> int:
+        return math.prod(axis[0] for axis in self.batch_axes)
+
+    def lines(self) -> list[str]:
+        dst, (a, b) = self.dot.dst, self.dot.members
+        which_a, which_b = 2, 3
+        if self.swapped:
+            a, b, which_a, which_b = b, a, 3, 2
+        m, n, k, batch = self.m, self.n, self.k, self.batch
+        body: list[str] = []
+        a_ptr, lda = self._in_place(a, which_a, self.m_axes, self.k_axes)
+        b_ptr, ldb = self._in_place(b, which_b, self.k_axes, self.n_axes)
+        c_ptr, ldc = self._in_place(dst, 1, self.m_axes, self.n_axes)
+        if a_ptr is None:
+            body.append(f"float *const gs_a = gs_host_buffer(0, {batch * m * k});")
+            a_ptr, lda = "gs_a", k
+        if b_ptr is None:
+            body.append(f"float *const gs_b = gs_host_buffer(1, {batch * k * n});")
+            b_ptr, ldb = "gs_b", n
+        if c_ptr is None:
+            body.append(f"float *const gs_c = gs_host_buffer(2, {batch * m * n});")
+            c_ptr, ldc = "gs_c", n
+        missing = [name for name in ("gs_a", "gs_b", "gs_c") if any(
+            line.startswith(f"float *const {name} ") for line in body)]
+        if missing:
+            body.append(f"if ({' || '.join(f'{name} == NULL' for name in missing)})")
+            body.append("  return 1;")
+        if a_ptr == "gs_a":
+            body += _pack(self.batch_axes + self.m_axes + self.k_axes, "gs_a", a, which_a)
+        if b_ptr == "gs_b":
+            body += _pack(self.batch_axes + self.k_axes + self.n_axes, "gs_b", b, which_b)
+        call = (f"gs_gemm_f32({m}, {n}, {k}, {a_ptr}, {lda}, {b_ptr}, {ldb}, {c_ptr}, {ldc})")
+        if batch > 1:
+            call = call.replace(f"{a_ptr}, ", f"{a_ptr} + g * {m * k}, ", 1)
+            call = call.replace(f"{b_ptr}, ", f"{b_ptr} + g * {k * n}, ", 1)
+            call = call.replace(f"{c_ptr}, ", f"{c_ptr} + g * {m * n}, ", 1)
+            body += [f"for (long g = 0; g < {batch}; ++g)", f"  if ({call} != 0)",
+                     "    return 1;"]
+        else:
+            body += [f"if ({call} != 0)", "  return 1;"]
+        if c_ptr == "gs_c":
+            body += _unpack(self.batch_axes + self.m_axes + self.n_axes, dst)
+        return _wrap([], body)
+
+    def _in_place(self, view: View, which: int, rows: list[GemmAxis], columns: list[GemmAxis]
+                  ) -> tuple[str | None, int]:
+        """(pointer, leading dimension) when `view` already is a row-major rows x columns
+        matrix with unit column stride; (None, 0) when it must be packed."""
+        if self.batch > 1:
+            return None, 0
+        row_axes = canonical(Axis(axis[0], axis[which]) for axis in rows)
+        column_axes = canonical(Axis(axis[0], axis[which]) for axis in columns)
+        if len(row_axes) > 1 or len(column_axes) > 1:
+            return None, 0
+        if column_axes and column_axes[0].stride != 1:
+            return None, 0
+        if column_axes and row_axes and row_axes[0].stride < column_axes[0].size:
+            return None, 0
+        leading = row_axes[0].stride if row_axes else max(1, math.prod(a[0] for a in columns))
+        pointer = view.buffer if not view.offset else f"{view.buffer} + {view.offset}"
+        return pointer, leading
+
+
+def host_gemm(dot: Dot) -> HostGemm | None:
+    """`dot` as GEMMs when it is a product of two f32 operands worth a GEMM, else None."""
+    if len(dot.members) != 2:
+        return None
+    dst, (a, b) = dot.dst, dot.members
+    outer: list[GemmAxis] = []
+    for dim in range(len(dst.dims)):
+        refined = refine([dst.dims[dim], a.dims[dim], b.dims[dim]])
+        if refined is None:
+            return None
+        outer += [(d.size, d.stride, x.stride, y.stride) for d, x, y in zip(*refined, strict=True)]
+    k_axes: list[GemmAxis] = []
+    for dim in range(len(dst.dims), len(dst.dims) + dot.reduce_rank):
+        refined = refine([a.dims[dim], b.dims[dim]])
+        if refined is None:
+            return None
+        k_axes += [(x.size, 0, x.stride, y.stride) for x, y in zip(*refined, strict=True)]
+    m_axes = [axis for axis in outer if axis[2] and not axis[3]]
+    n_axes = [axis for axis in outer if axis[3] and not axis[2]]
+    batch_axes = [axis for axis in outer if axis not in m_axes and axis not in n_axes]
+    gemm = HostGemm(dot, False, m_axes, n_axes, k_axes, batch_axes)
+    if gemm.n < 16 and gemm.m > gemm.n:  # the micro-tile is 4 x 16: keep the wide side N
+        gemm = HostGemm(dot, True, n_axes, m_axes, k_axes, batch_axes)
+    if gemm.k < 4 or gemm.m * gemm.n * gemm.k * gemm.batch < GEMM_MIN_WORK:
+        return None
+    return gemm
+
+
+def _pack(axes: list[GemmAxis], packed: str, view: View, which: int) -> list[str]:
+    """Copy `view` into the row-major buffer `packed` in the order of `axes` (im2col)."""
+    loops, view_terms, packed_terms = _gemm_loops(axes, which)
+    source = f"{view.buffer}[{_index(view.offset, view_terms)}]"
+    body = [f"{packed}[{_index(0, packed_terms)}] = {source};"]
+    return _wrap(loops, body, 0)
+
+
+def _unpack(axes: list[GemmAxis], dst: View) -> list[str]:
+    """Copy the row-major result gs_c (in the order of `axes`) into `dst`."""
+    loops, dst_terms, packed_terms = _gemm_loops(axes, 1)
+    body = [f"{dst.buffer}[{_index(dst.offset, dst_terms)}] = gs_c[{_index(0, packed_terms)}];"]
+    return _wrap(loops, body, 0)
+
+
+def _gemm_loops(axes: list[GemmAxis], which: int
+                ) -> tuple[list[Loop], list[tuple[str, int]], list[tuple[str, int]]]:
+    loops: list[Loop] = []
+    view_terms: list[tuple[str, int]] = []
+    packed_terms: list[tuple[str, int]] = []
+    inner = math.prod(axis[0] for axis in axes)
+    for position, axis in enumerate(axes):
+        inner //= axis[0]
+        if axis[0] == 1:
+            continue
+        var = f"p{position}"
+        loops.append((var, axis[0]))
+        if axis[which]:
+            view_terms.append((var, axis[which]))
+        packed_terms.append((var, inner))
+    return loops, view_terms, packed_terms
 
 
 # -- per-dtype expressions ------------------------------------------------------------
@@ -480,7 +650,8 @@ def cosim_manifest(program: Program, lowered: LoweredProgram, config: ArrayConfi
 
 # What `make` and `make sim` create in OUTDIR: ours too, so compiling again into a built
 # directory is allowed (see glensidec.outputs).
-BUILD_PRODUCTS = ("model", "model_asan", "model_trace", "libmodel_cosim.so", "sim_build",
+BUILD_PRODUCTS = ("model", "model_asan", "model_trace", "libmodel_cosim.so", ".build-flags",
+                  "sim_build",
                   "sim_output.npy", "cosim_report.json", "cosim_build.log", "cosim_run.log")
 
 
