@@ -171,11 +171,12 @@ def _register_front_ends() -> None:
     # The importer and the quantizer define their own commands next to their code.
     from glensidec.frontends.importer import import_command
     from glensidec.frontends.quantize import quantize_command
-    from glensidec.nas.commands import transform_command
+    from glensidec.nas.commands import nas_command, transform_command
 
     cli.add_command(import_command)
     cli.add_command(quantize_command)
     cli.add_command(transform_command)
+    cli.add_command(nas_command)
 
 
 _register_front_ends()

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import io
+import logging
 import os
+import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 import numpy as np
@@ -26,6 +28,11 @@ if TYPE_CHECKING:
 
 # The cost model imports the compiler (egglog); it is loaded when a command needs it, so
 # that `glensidec --help` and the other commands start quickly.
+
+# The search's names (glensidec.nas.search imports torch-free modules only, but keeps
+# the command quick to load by being imported in the command).
+SEARCH_SPACE = ("group", "bottleneck", "depthwise", "bottleneck-block", "spatial-split")
+LEGALITY = ("fisher-init", "fisher-warm", "loss-warm", "train")
 
 # Applied in this order, whatever the order on the command line (click groups repeated
 # options): shrink channels first, then restructure what is left.
@@ -222,3 +229,151 @@ def transform_command(model: Path, group: tuple[str, ...], bottleneck: tuple[str
     result = lower(current, output.with_suffix(".npz").name, str(output))
     npz = write_outputs(result, current.weights, output, inputs)
     click.echo(f"wrote {output} and {npz}")
+
+
+# -- glensidec nas ------------------------------------------------------------------------------
+
+
+class DaskMapper:
+    """Runs evaluations on a Dask cluster; the search's Setup is scattered once."""
+
+    def __init__(self, client: Any):
+        self.client = client
+        self.scattered: dict[int, Any] = {}
+
+    def __call__(self, function: Callable[..., Any], calls: list[Any]) -> list[Any]:
+        if not calls:
+            return []
+        setup = calls[0][0]
+        if id(setup) not in self.scattered:
+            self.scattered[id(setup)] = self.client.scatter(setup, broadcast=True)
+        futures = [self.client.submit(function, self.scattered[id(setup)], *call[1:],
+                                      pure=False) for call in calls]
+        return list(self.client.gather(futures))
+
+
+def dask_client(scheduler: str | None, workers: int) -> Any:
+    try:
+        from dask.distributed import Client, LocalCluster
+    except ImportError:
+        raise GlensideError("glensidec nas needs the nas extra: pip install 'glensidec[nas]'")\
+            from None
+    if scheduler:
+        try:
+            return Client(scheduler, timeout=10)  # type: ignore[no-untyped-call]
+        except (OSError, TimeoutError) as error:
+            raise GlensideError(f"--scheduler {scheduler}: cannot connect: {error}") from None
+    cluster = LocalCluster(  # type: ignore[no-untyped-call]
+        n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
+        silence_logs=logging.ERROR)
+    return Client(cluster)  # type: ignore[no-untyped-call]
+
+
+def close_client(client: Any) -> None:
+    """Close the client and, if we started it, its local cluster (quietly)."""
+    cluster = client.cluster
+    client.close()
+    if cluster is not None:
+        logging.getLogger("distributed").setLevel(logging.CRITICAL)
+        cluster.close()
+
+
+def _progress(total_hint: int) -> Callable[[int], None] | None:
+    """A candidates-done counter on a terminal; nothing when stderr is piped."""
+    if not sys.stderr.isatty():
+        return None
+    done = [0]
+
+    def tick(count: int) -> None:
+        done[0] += count
+        width = 30
+        filled = min(width, width * done[0] // max(total_hint, 1))
+        sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] candidates "
+                         f"{done[0]}/{total_hint}")
+        sys.stderr.flush()
+
+    return tick
+
+
+@click.command("nas")
+@click.argument("model", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--data", "train_path", required=True, metavar="TRAIN.npz",
+              type=click.Path(dir_okay=False, path_type=Path),
+              help="Training examples: x (N, input shape) f32 and y (N,) int64.")
+@click.option("--val", "val_path", required=True, metavar="VAL.npz",
+              type=click.Path(dir_okay=False, path_type=Path), help="Validation examples.")
+@click.option("--array", "array_size", default="16x16", show_default=True, metavar="RxC")
+@click.option("--budget", type=click.IntRange(min=1), default=64, show_default=True,
+              help="Candidates to evaluate (the whole space if it fits).")
+@click.option("--space", default=",".join(SEARCH_SPACE), show_default=True,
+              help="Transformations to search, comma-separated.")
+@click.option("--legality", type=click.Choice(LEGALITY), default="loss-warm",
+              show_default=True, help="How candidates are judged (docs/nas.md).")
+@click.option("--threshold", type=float, default=0.9, show_default=True,
+              help="Legal when the score is at least this times the original's.")
+@click.option("--train-epochs", type=click.IntRange(min=1), default=8, show_default=True)
+@click.option("--top", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Legal candidates retrained.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--strategy", type=click.Choice(["auto", "random"]), default="auto",
+              show_default=True, help="auto: exhaustive if the space fits, else evolution.")
+@click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Local Dask workers (without --scheduler).")
+@click.option("--scheduler", metavar="ADDRESS", help="An existing Dask scheduler.")
+@click.option("-o", "--output", required=True, type=click.Path(path_type=Path),
+              help="OUTDIR: chosen.gs/.npz, candidates.json, report.md, pareto.png.")
+def nas_command(model: Path, train_path: Path, val_path: Path, array_size: str, budget: int,
+                space: str, legality: str, threshold: float, train_epochs: int, top: int,
+                seed: int, strategy: str, workers: int, scheduler: str | None,
+                output: Path) -> None:
+    """Search MODEL's transformations for the fewest predicted cycles at kept accuracy."""
+    from glensidec.nas.cost import compiled_cost
+    from glensidec.nas.search import (
+        Options,
+        candidates_json,
+        chosen_files,
+        pareto_png,
+        report_md,
+        run_search,
+    )
+    from glensidec.nas.torch_model import load_data
+    from glensidec.opt.extract import parse_array_size
+    from glensidec.outputs import check_output_directory, write_directory
+
+    config = parse_array_size(array_size)
+    kinds = tuple(k.strip() for k in space.split(",") if k.strip())
+    unknown = [k for k in kinds if k not in SEARCH_SPACE]
+    if unknown or not kinds:
+        raise GlensideError(f"--space: unknown transformation '{(unknown or [''])[0]}' "
+                            f"(known: {', '.join(SEARCH_SPACE)})")
+    names = ("chosen.gs", "chosen.npz", "candidates.json", "report.md", "pareto.png")
+    check_output_directory(output, names)
+    program = read_program(model)
+    check_program(program)
+    weights = load_weights(program)
+    train_data, val_data = load_data(train_path), load_data(val_path)
+    options = Options(budget, kinds, legality, threshold, train_epochs, top, seed, strategy)
+    client = dask_client(scheduler, workers)
+    try:
+        result = run_search(format_program(program), weights, (train_data.x, train_data.y),
+                            (val_data.x, val_data.y), config, options, DaskMapper(client),
+                            _progress(budget))
+    finally:
+        close_client(client)
+        if sys.stderr.isatty():
+            sys.stderr.write("\n")
+    assert result.chosen is not None and result.chosen_graph is not None
+    compiled = compiled_cost(result.chosen_graph, config).total
+    if compiled != result.chosen["cycles"]:
+        raise GlensideError(f"internal: the chosen network compiles to {compiled} predicted "
+                            f"cycles but was estimated at {result.chosen['cycles']}")
+    files = {**chosen_files(result), "candidates.json": candidates_json(result),
+             "report.md": report_md(result, options, array_size, compiled),
+             "pareto.png": pareto_png(result)}
+    write_directory(output, files)
+    original, chosen = result.original, result.chosen
+    changes = [f"{k} {v}" for k, v in chosen["choices"].items() if v != "keep"]
+    click.echo(f"{result.strategy}: {len(result.records)} candidates; chosen "
+               f"{', '.join(changes) or 'the original'}: predicted cycles {original['cycles']} -> "
+               f"{chosen['cycles']}, accuracy {100 * original['accuracy']:.1f} % -> "
+               f"{100 * chosen['accuracy']:.1f} %; wrote {output}")

@@ -1,0 +1,428 @@
+"""`glensidec nas`: search a network's transformations for the fewest predicted cycles.
+
+A candidate chooses one transformation (or none) per conv and dense layer of the original.
+Every candidate is evaluated independently (transform, cost, legality score) as a Dask task:
+on a local cluster by default, on an existing one with `--scheduler ADDRESS`. The search is
+exhaustive when the space fits the budget, aging evolution (Real et al. 2019) otherwise, or
+random sampling (`--strategy random`, the baseline). The legal candidates with the fewest
+predicted cycles are retrained; the cheapest within a point of the original's accuracy is
+kept (else the most accurate), compiled in full, and its prediction checked against the
+estimate. Needs the `nas` extra.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import itertools
+import json
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from glensidec.errors import GlensideError
+from glensidec.hardware.array import ArrayConfig
+from glensidec.lang.syntax import format_program, parse_program
+from glensidec.nas import transforms as T
+from glensidec.nas.coupling import coupled_sets, is_depthwise
+from glensidec.nas.graph import Array, ChannelOp, Conv, Dense, Graph, lift, lower
+
+LEGALITY = ("fisher-init", "fisher-warm", "loss-warm", "train")
+SPACE = ("group", "bottleneck", "depthwise", "bottleneck-block", "spatial-split")
+ORDER = ("bottleneck", "group", "bottleneck-block", "depthwise", "spatial-split")
+FISHER_BATCH = 128
+# Retraining starts from inherited weights: a fine-tuning rate, not a from-scratch one.
+RETRAIN_RATE = 2e-3
+
+
+@dataclass(frozen=True)
+class Choice:
+    kind: str  # "keep" or a transformation
+    number: int = 0
+
+    def __str__(self) -> str:
+        return self.kind if not self.number else f"{self.kind}:{self.number}"
+
+
+KEEP = Choice("keep")
+Candidate = tuple[Choice, ...]  # one choice per searched layer, in layer order
+
+
+@dataclass
+class Space:
+    layers: list[str]
+    options: list[list[Choice]]
+
+    @property
+    def size(self) -> int:
+        return math.prod(len(o) for o in self.options)
+
+    def describe(self, candidate: Candidate) -> dict[str, str]:
+        return {layer: str(c) for layer, c in zip(self.layers, candidate, strict=True)
+                if c != KEEP}
+
+
+def search_space(graph: Graph, kinds: tuple[str, ...]) -> Space:
+    """The options of every conv and dense layer (those whose preconditions hold)."""
+    coupled = coupled_sets(graph)
+    layers, options = [], []
+    for name, layer in graph.layers.items():
+        if not isinstance(layer.op, (Conv, Dense)) or is_depthwise(graph, layer):
+            continue
+        choices = [KEEP]
+        proposals: list[Choice] = []
+        if "group" in kinds:
+            proposals += [Choice("group", g) for g in (2, 4, 8)]
+        if "bottleneck" in kinds and coupled[name].producers[:1] == (name,):
+            proposals += [Choice("bottleneck", b) for b in (2, 4)]
+        if isinstance(layer.op, Conv) and layer.op.groups == 1:
+            kernel = graph.weights[layer.op.weight].shape[2:]
+            if "depthwise" in kinds and tuple(kernel) != (1, 1):
+                proposals.append(Choice("depthwise"))
+            if "bottleneck-block" in kinds:
+                proposals += [Choice("bottleneck-block", b) for b in (2, 4)]
+            if "spatial-split" in kinds:
+                proposals.append(Choice("spatial-split", 2))
+        for choice in proposals:
+            try:
+                apply(graph, [name], (choice,), T.INHERIT)
+            except GlensideError:
+                continue
+            choices.append(choice)
+        if len(choices) > 1:
+            layers.append(name)
+            options.append(choices)
+    return Space(layers, options)
+
+
+def apply(graph: Graph, layers: list[str], candidate: Candidate, init: T.Init) -> Graph:
+    """The candidate's transformations, in the fixed order of `ORDER`."""
+    for kind in ORDER:
+        for layer, choice in zip(layers, candidate, strict=True):
+            if choice.kind == kind:
+                numbers = () if kind == "depthwise" else (choice.number,)
+                graph = T.TRANSFORMS[kind](graph, layer, *numbers, init=init)
+    return graph
+
+
+# -- evaluating one candidate (a Dask task) ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What every evaluation needs; shipped to the workers once per search."""
+
+    program_text: str
+    weights: dict[str, Array]
+    layers: list[str]
+    config: ArrayConfig
+    legality: str
+    train_x: Array
+    train_y: Array
+    val_x: Array
+    val_y: Array
+    seed: int
+    train_epochs: int
+
+
+_GRAPHS: dict[str, Graph] = {}
+
+
+def original(setup: Setup) -> Graph:
+    """The original graph, lifted once per worker (terms are rebuilt, never unpickled)."""
+    key = hashlib.sha256(setup.program_text.encode()).hexdigest()
+    if key not in _GRAPHS:
+        program = parse_program(setup.program_text, "original.gs")
+        _GRAPHS[key] = lift(program, setup.weights)
+    return _GRAPHS[key]
+
+
+def randomised(graph: Graph, seed: int) -> Graph:
+    """Every weight drawn afresh (He-normal; biases and scales zero / one)."""
+    init = T.Init(False, seed)
+    weights = {}
+    for layer in graph.layers.values():
+        op = layer.op
+        if isinstance(op, (Conv, Dense)):
+            old = graph.weights[op.weight]
+            weights[op.weight] = init.he(old.shape, int(np.prod(old.shape[1:])), op.weight)
+        elif isinstance(op, ChannelOp):
+            fill = 0.0 if op.compute == "elementwise-add" else 1.0
+            weights[op.weight] = np.full_like(graph.weights[op.weight], fill)
+    return graph.with_layers(graph.layers, weights)
+
+
+def legality_score(graph: Graph, setup: Setup,
+                   points: list[str]) -> tuple[float, dict[str, float] | None]:
+    """Higher is more capable: Fisher Potential (and its value per measured point),
+    1/loss or accuracy (docs/nas.md says how well each ranks the networks)."""
+    from glensidec.nas import fisher
+    from glensidec.nas.torch_model import Data, accuracy, mean_loss, train
+
+    torch_threads()
+    train_data = Data(setup.train_x, setup.train_y)
+    batch = Data(setup.train_x[:FISHER_BATCH], setup.train_y[:FISHER_BATCH])
+    if setup.legality == "train":
+        trained = train(graph, train_data, setup.train_epochs, setup.seed,
+                        learning_rate=RETRAIN_RATE)
+        return accuracy(trained, Data(setup.val_x, setup.val_y)), None
+    if setup.legality == "fisher-init":
+        measured = randomised(graph, setup.seed)
+    else:
+        measured = train(graph, train_data, 1, setup.seed, learning_rate=RETRAIN_RATE)
+        if setup.legality == "loss-warm":
+            return 1.0 / max(mean_loss(measured, train_data), 1e-12), None
+    deltas = fisher.per_channel(measured, batch, points, seed=setup.seed)
+    return fisher.potential(deltas), {p: float(np.abs(d).sum()) for p, d in deltas.items()}
+
+
+def torch_threads() -> None:
+    import torch
+
+    torch.set_num_threads(1)  # one thread per worker: reproducible, and workers share cores
+
+
+def evaluate(setup: Setup, candidate: Candidate) -> dict[str, Any]:
+    """Transform, cost and score one candidate; an illegal transformation is recorded."""
+    from glensidec.nas import fisher
+    from glensidec.nas.cost import network_cost, params_and_macs
+
+    graph = original(setup)
+    record: dict[str, Any] = {"choices": {layer: str(c) for layer, c in
+                                          zip(setup.layers, candidate, strict=True)}}
+    try:
+        transformed = apply(graph, setup.layers, candidate, T.INHERIT)
+    except GlensideError as error:
+        return {**record, "valid": False, "error": error.message}
+    cost = network_cost(transformed, setup.config)
+    counted = params_and_macs(transformed)
+    score, per_point = legality_score(transformed, setup, fisher.block_outputs(graph))
+    record.update(valid=True, params=sum(p for p, _ in counted.values()),
+                  macs=sum(m for _, m in counted.values()), array_cycles=cost.array,
+                  host_cycles=cost.host, cycles=cost.total, score=score)
+    if per_point is not None:
+        record["fisher"] = per_point
+    return record
+
+
+def retrain(setup: Setup, candidate: Candidate) -> tuple[float, dict[str, Array]]:
+    from glensidec.nas.torch_model import Data, accuracy, train
+
+    torch_threads()
+    graph = apply(original(setup), setup.layers, candidate, T.INHERIT)
+    trained = train(graph, Data(setup.train_x, setup.train_y), setup.train_epochs, setup.seed,
+                    learning_rate=RETRAIN_RATE)
+    return accuracy(trained, Data(setup.val_x, setup.val_y)), trained.weights
+
+
+# -- the search ------------------------------------------------------------------------------
+
+
+@dataclass
+class Options:
+    budget: int = 64
+    space: tuple[str, ...] = SPACE
+    legality: str = "fisher-warm"
+    threshold: float = 1.0
+    train_epochs: int = 8
+    top: int = 3
+    seed: int = 0
+    strategy: str = "auto"  # auto (exhaustive if it fits, else evolution), random
+    population: int = 16
+    sample: int = 4
+
+
+@dataclass
+class Result:
+    space: Space
+    strategy: str
+    original: dict[str, Any]
+    records: list[dict[str, Any]] = field(default_factory=list)
+    chosen: dict[str, Any] | None = None
+    chosen_graph: Graph | None = None
+
+
+Mapper = Callable[[Callable[..., Any], list[Any]], list[Any]]
+
+
+def candidates_for(space: Space, options: Options, evaluate_batch: Callable[
+        [list[Candidate]], list[dict[str, Any]]]) -> tuple[str, list[Candidate]]:
+    """Run the strategy; returns its name and every candidate evaluated, in order."""
+    rng = random.Random(options.seed)
+    if options.strategy == "auto" and space.size <= options.budget:
+        everything = list(itertools.product(*space.options))
+        evaluate_batch(everything)
+        return "exhaustive", everything
+
+    def draw() -> Candidate:
+        return tuple(rng.choice(o) for o in space.options)
+
+    if options.strategy == "random":
+        drawn = [draw() for _ in range(options.budget)]
+        evaluate_batch(drawn)
+        return "random", drawn
+    return "aging evolution", aging_evolution(space, options, rng, draw, evaluate_batch)
+
+
+def aging_evolution(space: Space, options: Options, rng: random.Random,
+                    draw: Callable[[], Candidate],
+                    evaluate_batch: Callable[[list[Candidate]], list[dict[str, Any]]],
+                    ) -> list[Candidate]:
+    """Real et al.: a queue of `population`; a child mutates one layer of the best of
+    `sample` random members; the oldest member dies."""
+    population_size = min(options.population, options.budget)
+    seen: list[Candidate] = [draw() for _ in range(population_size)]
+    fitness = {c: _fitness(r) for c, r in zip(seen, evaluate_batch(seen), strict=True)}
+    population = list(seen)
+    batch = 4
+    while len(seen) < options.budget:
+        children: list[Candidate] = []
+        for _ in range(min(batch, options.budget - len(seen))):
+            parent = max(rng.sample(population, min(options.sample, len(population))),
+                         key=lambda c: fitness[c])
+            layer = rng.randrange(len(space.layers))
+            mutated = list(parent)
+            mutated[layer] = rng.choice(space.options[layer])
+            children.append(tuple(mutated))
+        for child, record in zip(children, evaluate_batch(children), strict=True):
+            fitness[child] = _fitness(record)
+        seen += children
+        population = (population + children)[len(children):]
+    return seen
+
+
+def _fitness(record: dict[str, Any]) -> float:
+    if not record.get("valid"):
+        return -math.inf
+    return -float(record["cycles"]) - (0.0 if record.get("legal") else 1e12)
+
+
+def run_search(program_text: str, weights: dict[str, Array], train_data: tuple[Array, Array],
+               val_data: tuple[Array, Array], config: ArrayConfig, options: Options,
+               mapper: Mapper, progress: Callable[[int], None] | None = None) -> Result:
+    graph = lift(parse_program(program_text, "original.gs"), weights)
+    space = search_space(graph, options.space)
+    if not space.layers:
+        raise GlensideError("nothing to search: no conv or dense layer can be transformed")
+    setup = Setup(program_text, weights, space.layers, config, options.legality,
+                  train_data[0], train_data[1], val_data[0], val_data[1], options.seed,
+                  options.train_epochs)
+    keep = tuple(KEEP for _ in space.layers)
+    reference = mapper(evaluate, [(setup, keep)])[0]
+    memo: dict[Candidate, dict[str, Any]] = {keep: reference}
+
+    def evaluate_batch(batch: list[Candidate]) -> list[dict[str, Any]]:
+        new = list(dict.fromkeys(c for c in batch if c not in memo))
+        for candidate, record in zip(new, mapper(evaluate, [(setup, c) for c in new]),
+                                     strict=True):
+            record["legal"] = bool(record.get("valid")) and \
+                record["score"] >= options.threshold * reference["score"]
+            memo[candidate] = record
+            if progress is not None:
+                progress(1)
+        return [memo[c] for c in batch]
+
+    strategy, evaluated = candidates_for(space, options, evaluate_batch)
+    reference["legal"] = True
+    result = Result(space, strategy, reference)
+    order = list(dict.fromkeys([keep, *evaluated]))
+    result.records = [memo[c] for c in order]
+    choose(result, setup, order, memo, options, mapper)
+    return result
+
+
+def choose(result: Result, setup: Setup, order: list[Candidate],
+           memo: dict[Candidate, dict[str, Any]], options: Options, mapper: Mapper) -> None:
+    """Retrain the original and the top-K legal candidates; keep the cheapest within one
+    point of the original's accuracy, else the most accurate."""
+    keep = order[0]
+    legal = sorted((c for c in order[1:] if memo[c].get("legal")),
+                   key=lambda c: (memo[c]["cycles"], order.index(c)))[:options.top]
+    retrained = mapper(retrain, [(setup, c) for c in [keep, *legal]])
+    weights_of: dict[Candidate, dict[str, Array]] = {}
+    for candidate, (acc, weights) in zip([keep, *legal], retrained, strict=True):
+        memo[candidate]["accuracy"] = acc
+        weights_of[candidate] = weights
+    floor = memo[keep]["accuracy"] - 0.01
+    good = [c for c in legal if memo[c]["accuracy"] >= floor]
+    best = min(good, key=lambda c: memo[c]["cycles"]) if good else max(
+        [keep, *legal], key=lambda c: memo[c]["accuracy"])
+    memo[best]["chosen"] = True
+    result.chosen = memo[best]
+    graph = apply(original(setup), setup.layers, best, T.INHERIT)
+    result.chosen_graph = graph.with_layers(graph.layers, weights_of[best])
+
+
+# -- outputs ---------------------------------------------------------------------------------
+
+
+def candidates_json(result: Result) -> bytes:
+    document = {"layers": result.space.layers, "strategy": result.strategy,
+                "space_size": result.space.size, "candidates": result.records}
+    return (json.dumps(document, indent=1, sort_keys=True) + "\n").encode()
+
+
+def pareto_png(result: Result) -> bytes:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(6, 4), dpi=100)
+    valid = [r for r in result.records if r.get("valid")]
+    base = result.original["score"] or 1.0
+    for legal, colour in ((False, "lightgrey"), (True, "tab:blue")):
+        points = [r for r in valid if bool(r.get("legal")) == legal]
+        axis.scatter([r["cycles"] for r in points], [r["score"] / base for r in points],
+                     s=12, c=colour, label="legal" if legal else "not legal")
+    for record, marker, label in ((result.original, "*", "original"),
+                                  (result.chosen, "D", "chosen")):
+        if record is not None:
+            axis.scatter([record["cycles"]], [record["score"] / base], s=90, marker=marker,
+                         c="tab:red" if label == "chosen" else "black", label=label)
+    axis.set_xlabel("predicted cycles (array + host)")
+    axis.set_ylabel("legality score / original's")
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", metadata={"Software": None})
+    plt.close(figure)
+    return buffer.getvalue()
+
+
+def report_md(result: Result, options: Options, config_text: str, compiled: int) -> bytes:
+    original, chosen = result.original, result.chosen
+    assert chosen is not None
+    lines = [
+        "# glensidec nas report", "",
+        f"- space: {result.space.size} candidates over layers {', '.join(result.space.layers)}"
+        f"; strategy {result.strategy}; budget {options.budget}; seed {options.seed}",
+        f"- legality: {options.legality}, legal when score >= {options.threshold} x the "
+        f"original's; array {config_text}",
+        f"- evaluated: {len(result.records)}, legal: "
+        f"{sum(1 for r in result.records if r.get('legal'))}", "",
+        "| network | choices | params | MACs | predicted cycles | array | host | score | "
+        "accuracy |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for label, record in (("original", original), ("chosen", chosen)):
+        choices = ", ".join(f"{k} {v}" for k, v in record["choices"].items() if v != "keep")
+        accuracy = record.get("accuracy")
+        lines.append(f"| {label} | {choices or '-'} | {record['params']} | {record['macs']} | "
+                     f"{record['cycles']} | {record['array_cycles']} | "
+                     f"{record['host_cycles']} | {record['score']:.4g} | "
+                     f"{'-' if accuracy is None else f'{100 * accuracy:.1f} %'} |")
+    speedup = original["cycles"] / max(chosen["cycles"], 1)
+    lines += ["", f"The chosen network needs {speedup:.2f}x fewer predicted cycles; compiled "
+              f"in full, its prediction is {compiled} cycles (estimate {chosen['cycles']}).", ""]
+    return "\n".join(lines).encode()
+
+
+def chosen_files(result: Result) -> dict[str, bytes]:
+    assert result.chosen_graph is not None
+    program = lower(result.chosen_graph, "chosen.npz", "chosen.gs")
+    buffer = io.BytesIO()
+    np.savez(buffer, **result.chosen_graph.weights)  # type: ignore[arg-type]
+    return {"chosen.gs": format_program(program).encode(), "chosen.npz": buffer.getvalue()}

@@ -1,0 +1,133 @@
+"""The search: its space, its strategies (deterministic by seed) and a whole search on a
+two-worker Dask LocalCluster, with no more training than one epoch of a tiny network."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch", reason="needs the nas extra: pip install '.[nas]'")
+pytest.importorskip("distributed", reason="needs the nas extra: pip install '.[nas]'")
+
+from click.testing import CliRunner
+from test_import import save
+from test_nas_transforms import skip_net
+
+from glensidec.cli import cli
+from glensidec.frontends.importer import import_onnx
+from glensidec.lang.data import load_weights
+from glensidec.lang.syntax import format_program, read_program
+from glensidec.nas import search as S
+from glensidec.nas.graph import lift
+from glensidec.opt.extract import parse_array_size
+
+
+@pytest.fixture
+def skip_model(tmp_path: Path) -> Path:
+    return import_onnx(save(skip_net(), tmp_path / "skip.onnx"), tmp_path / "skip")
+
+
+def data(tmp_path: Path, name: str, n: int, seed: int) -> Path:
+    rng = np.random.default_rng(seed)
+    path = tmp_path / f"{name}.npz"
+    np.savez(path, x=rng.standard_normal((n, 4, 8, 8)).astype(np.float32),
+             y=rng.integers(0, 10, n).astype(np.int64))
+    return path
+
+
+def test_the_space_holds_only_applicable_choices(skip_model: Path) -> None:
+    program = read_program(skip_model)
+    graph = lift(program, load_weights(program))
+    space = S.search_space(graph, S.SPACE)
+    assert space.layers == ["a", "b", "c", "d", "fc"]
+    options = {layer: [str(c) for c in choices]
+               for layer, choices in zip(space.layers, space.options, strict=True)}
+    # b and c are coupled by the add: the bottleneck of the pair is b's choice
+    assert "bottleneck:2" in options["b"] and "bottleneck:2" not in options["c"]
+    assert "group:8" not in options["a"]  # 4 inputs
+    assert "bottleneck:2" not in options["fc"]  # the output
+    assert "depthwise" in options["a"] and options["a"][0] == "keep"
+    for layer, choices in zip(space.layers, space.options, strict=True):
+        for choice in choices:
+            S.apply(graph, [layer], (choice,), S.T.INHERIT)  # each one applies
+
+
+def fake_batches(space: S.Space) -> tuple[list[S.Candidate], Any]:
+    seen: list[S.Candidate] = []
+
+    def evaluate_batch(batch: list[S.Candidate]) -> list[dict[str, Any]]:
+        seen.extend(batch)
+        return [{"valid": True, "legal": True,
+                 "cycles": sum(c.number for c in candidate) or 100} for candidate in batch]
+
+    return seen, evaluate_batch
+
+
+def test_exhaustive_when_the_space_fits_else_evolution_same_seed_same_result() -> None:
+    space = S.Space(["p", "q"], [[S.KEEP, S.Choice("group", 2)],
+                                 [S.KEEP, S.Choice("group", 2), S.Choice("group", 4)]])
+    seen, batches = fake_batches(space)
+    strategy, evaluated = S.candidates_for(space, S.Options(budget=6), batches)
+    assert strategy == "exhaustive" and len(set(evaluated)) == 6 == len(seen)
+    runs = []
+    for _ in range(2):
+        seen, batches = fake_batches(space)
+        strategy, evaluated = S.candidates_for(space, S.Options(budget=5, population=3,
+                                                                seed=4), batches)
+        runs.append(evaluated)
+        assert strategy == "aging evolution" and len(evaluated) == 5
+    assert runs[0] == runs[1]
+    strategy, evaluated = S.candidates_for(space, S.Options(budget=4, strategy="random"),
+                                           fake_batches(space)[1])
+    assert strategy == "random" and len(evaluated) == 4
+
+
+def test_a_search_on_a_two_worker_local_cluster(skip_model: Path, tmp_path: Path) -> None:
+    from dask.distributed import Client, LocalCluster
+
+    from glensidec.nas.commands import DaskMapper
+
+    program = read_program(skip_model)
+    train = np.load(data(tmp_path, "train", 48, 1))
+    val = np.load(data(tmp_path, "val", 24, 2))
+    options = S.Options(budget=6, space=("group", "bottleneck"), legality="fisher-init",
+                        threshold=0.0, train_epochs=1, top=2, seed=3)
+    results = []
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        for _ in range(2):
+            results.append(S.run_search(
+                format_program(program), load_weights(program), (train["x"], train["y"]),
+                (val["x"], val["y"]), parse_array_size("16x16"), options, DaskMapper(client)))
+    first, second = results
+    assert first.records == second.records  # same seed, same result
+    assert len(first.records) == 7  # the original and six candidates
+    valid = [r for r in first.records if r["valid"]]
+    assert len(valid) >= 2 and all(r["legal"] for r in valid)  # threshold 0
+    # a combination whose second transformation no longer fits is recorded, not dropped
+    assert all(r["error"] for r in first.records if not r["valid"])
+    chosen = first.chosen
+    assert chosen is not None and chosen.get("chosen") and "accuracy" in chosen
+    assert chosen["cycles"] <= first.original["cycles"] or chosen is first.original
+
+
+def test_nas_command_writes_its_outputs(skip_model: Path, tmp_path: Path) -> None:
+    outdir = tmp_path / "search"
+    result = CliRunner().invoke(cli, [
+        "nas", str(skip_model), "--data", str(data(tmp_path, "train", 32, 1)), "--val",
+        str(data(tmp_path, "val", 16, 2)), "--budget", "3", "--space", "group",
+        "--legality", "fisher-init", "--threshold", "0", "--train-epochs", "1", "--top", "1",
+        "--workers", "2", "-o", str(outdir)])
+    assert result.exit_code == 0, result.output
+    names = sorted(p.name for p in outdir.iterdir())
+    assert names == ["candidates.json", "chosen.gs", "chosen.npz", "glensidec-manifest.json",
+                     "pareto.png", "report.md"]
+    document = json.loads((outdir / "candidates.json").read_text())
+    assert len(document["candidates"]) == 4
+    assert (outdir / "pareto.png").read_bytes()[:4] == b"\x89PNG"
+    read_program(outdir / "chosen.gs")
+    assert "compiled in full, its prediction is" in (outdir / "report.md").read_text()
