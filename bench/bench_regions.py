@@ -33,7 +33,7 @@ from glensidec.hardware import array as hardware  # noqa: E402
 from glensidec.lang.syntax import read_program  # noqa: E402
 from glensidec.lang.terms import ComputeOp, Program, postorder  # noqa: E402
 from glensidec.lang.typecheck import check_program, infer  # noqa: E402
-from glensidec.opt import extract  # noqa: E402
+from glensidec.opt import extract, regions  # noqa: E402
 from glensidec.opt.rewrite import RULESETS, Limits  # noqa: E402
 
 ARRAY = hardware.ArrayConfig(16, 16)
@@ -85,12 +85,12 @@ def one_egraph(program: Program) -> dict[str, Any]:
     extract.gemm_cycles.cache_clear()  # both ways pay for the cycle model alike
     start = time.perf_counter()
     types = check_program(program)
-    products = [t for t in postorder(program.root) if extract.is_product(t)]
+    products = [t for t in postorder(program.root) if regions.is_product(t)]
     target = extract.array_target(ARRAY)
     graph = extract.new_graph(program, types, products, target, RULESETS)
     name = graph.add(program.root, types)
     stats = graph.saturate(CLI_LIMITS)
-    root, _ = extract.extract_checked(graph, name, program.tensors, target)
+    root, _, _ = extract.extract_checked(graph, name, program.tensors, target)
     prediction = extract.predict(root, infer(root, program.tensors))
     return {"regions": 1, "stop": stats.stop_reason, "iterations": stats.iterations,
             "enodes": stats.enodes, "saturate_s": stats.seconds,

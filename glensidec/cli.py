@@ -150,7 +150,7 @@ def compile_command(program: Path, shapes: Path | None, array_size: str, emit: s
         click.echo("verified: the rewritten program computes the same result", err=True)
     if emit == "c":
         assert output is not None
-        result = compile_to_directory(compiled.program, check_program(compiled.program), output,
+        result = compile_to_directory(compiled.program, compiled.types, output,
                                       config, force=force)
         click.echo(f"wrote {output}: {len(result.lowered.instructions)} instructions, "
                    f"predicted array cycles {result.predicted_cycles}")

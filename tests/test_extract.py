@@ -17,7 +17,7 @@ from glensidec.lang.interp import run_program
 from glensidec.lang.syntax import format_program, parse_program, read_program
 from glensidec.lang.terms import Program, postorder
 from glensidec.lang.typecheck import check_program
-from glensidec.opt import extract
+from glensidec.opt import extract, regions
 from glensidec.opt.extract import (
     best_orientation,
     compile_program,
@@ -176,7 +176,7 @@ def _depthwise_chain(layers: int, channels: int, size: int) -> Program:
 def _whole_program(program: Program, limits: extract.Limits) -> tuple[str, int]:
     """Stop reason and extraction cost with the whole program in one e-graph."""
     types = check_program(program)
-    products = [t for t in postorder(program.root) if extract.is_product(t)]
+    products = [t for t in postorder(program.root) if regions.is_product(t)]
     target = extract.array_target(ARRAY)
     graph = extract.new_graph(program, types, products, target, extract.RULESETS)
     name = graph.add(program.root, types)

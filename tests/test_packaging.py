@@ -17,6 +17,9 @@ import numpy as np
 import pytest
 from conftest import EXAMPLES, REPO
 
+# Building and installing the wheel takes tens of seconds.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -37,6 +40,7 @@ def test_wheel_ships_grammar_templates_and_rtl(wheel: Path) -> None:
         assert f"glensidec/rtl/{verilog.relative_to(REPO / 'rtl')}" in names
 
 
+@pytest.mark.rtl
 def test_installed_wheel_compiles_and_cosimulates(wheel: Path, tmp_path: Path) -> None:
     site = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",

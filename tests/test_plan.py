@@ -16,6 +16,7 @@ from glensidec.backend.plan import (
     check_no_overlap,
     live_intervals,
     lower_bound,
+    overlaps_by_name,
     plan_activations,
     plan_memory,
 )
@@ -44,6 +45,21 @@ def test_any_interval_set_is_placed_without_overlap(intervals: list[Interval]) -
     assert placement.used >= placement.lower_bound == lower_bound(intervals)
     assert 0 < placement.efficiency <= 1
     assert placement.used <= sum(i.size for i in intervals)
+
+
+@given(intervals_strategy)
+@settings(max_examples=150, deadline=None)
+def test_lower_bound_and_partners_match_their_definitions(intervals: list[Interval]) -> None:
+    """The sweeps agree with the quadratic definitions they replace."""
+    peak = max((sum(i.size for i in intervals if i.start <= t <= i.end)
+                for t in {i.start for i in intervals}), default=0)
+    assert lower_bound(intervals) == peak
+    partners = overlaps_by_name(intervals)
+    for interval in intervals:
+        expected = {o.name for o in intervals if o is not interval and
+                    o.overlaps_in_time(interval)}
+        assert {o.name for o in partners[interval.name]} == expected
+        assert len(partners[interval.name]) == len(expected)
 
 
 @given(st.lists(st.integers(1, 100_000), min_size=1, max_size=30))

@@ -74,17 +74,40 @@ def live_intervals(lowered: LoweredProgram) -> list[Interval]:
 
 
 def lower_bound(intervals: Sequence[Interval]) -> int:
-    """The peak, over instructions, of the bytes live during that instruction."""
-    events = sorted({i.start for i in intervals})
-    return max((sum(i.size for i in intervals if i.start <= t <= i.end) for t in events),
-               default=0)
+    """The peak, over instructions, of the bytes live during that instruction (a sweep:
+    the live bytes only change where a buffer starts or after one ends)."""
+    changes: dict[int, int] = {}
+    for interval in intervals:
+        changes[interval.start] = changes.get(interval.start, 0) + interval.size
+        changes[interval.end + 1] = changes.get(interval.end + 1, 0) - interval.size
+    starts = {interval.start for interval in intervals}
+    live = peak = 0
+    for time in sorted(changes):
+        live += changes[time]
+        if time in starts:
+            peak = max(peak, live)
+    return peak
 
 
-def _conflicts(interval: Interval, placed: dict[str, tuple[Interval, int]]
-               ) -> list[tuple[int, int]]:
+def overlaps_by_name(intervals: Sequence[Interval]) -> dict[str, list[Interval]]:
+    """Every interval's partners live at the same time (found once, by a sweep over starts,
+    instead of a scan of all placed buffers per placement and strategy)."""
+    ordered = sorted(intervals, key=lambda i: i.start)
+    partners: dict[str, list[Interval]] = {interval.name: [] for interval in intervals}
+    for index, interval in enumerate(ordered):
+        for other in ordered[index + 1:]:
+            if other.start > interval.end:
+                break
+            partners[interval.name].append(other)
+            partners[other.name].append(interval)
+    return partners
+
+
+def _conflicts(interval: Interval, placed: dict[str, tuple[Interval, int]],
+               partners: dict[str, list[Interval]]) -> list[tuple[int, int]]:
     """(offset, end) of the placed buffers live at the same time, by offset."""
-    return sorted((offset, offset + other.size) for other, offset in placed.values()
-                  if other.overlaps_in_time(interval))
+    return sorted((placed[other.name][1], placed[other.name][1] + other.size)
+                  for other in partners[interval.name] if other.name in placed)
 
 
 def _gaps(busy: list[tuple[int, int]]) -> tuple[list[tuple[int, int]], int]:
@@ -137,10 +160,11 @@ _FITS: dict[str, Fit] = {"first-fit": _first_fit, "best-fit": _best_fit,
                          "two-ended": _two_ended}
 
 
-def _place(intervals: Sequence[Interval], fit: Fit, capacity: int) -> dict[str, int] | None:
+def _place(intervals: Sequence[Interval], fit: Fit, capacity: int,
+           partners: dict[str, list[Interval]]) -> dict[str, int] | None:
     placed: dict[str, tuple[Interval, int]] = {}
     for index, interval in enumerate(intervals):
-        offset = fit(interval, _conflicts(interval, placed), capacity, index)
+        offset = fit(interval, _conflicts(interval, placed, partners), capacity, index)
         if offset is None:
             return None
         placed[interval.name] = (interval, offset)
@@ -150,11 +174,12 @@ def _place(intervals: Sequence[Interval], fit: Fit, capacity: int) -> dict[str, 
 def plan_activations(intervals: Sequence[Interval]) -> Placement:
     """Try every order × fit; keep the smallest region (first tried wins ties)."""
     bound = lower_bound(intervals)
+    partners = overlaps_by_name(intervals)
     best: Placement | None = None
     for order_name, key in _ORDERS.items():
         ordered = sorted(intervals, key=lambda i: (*key(i), i.name))
         for fit_name, fit in _FITS.items():
-            offsets = _place(ordered, fit, bound)
+            offsets = _place(ordered, fit, bound, partners)
             if offsets is None:
                 continue
             used = max((offsets[i.name] + i.size for i in intervals), default=0)

@@ -379,11 +379,14 @@ def pareto_png(result: Result) -> bytes:
         points = [r for r in valid if bool(r.get("legal")) == legal]
         axis.scatter([r["cycles"] for r in points], [r["score"] / base for r in points],
                      s=12, c=colour, label="legal" if legal else "not legal")
-    for record, marker, label in ((result.original, "*", "original"),
-                                  (result.chosen, "D", "chosen")):
+    marks = [(result.original, "*", "black", "original"),
+             *((record, "s", colour, label) for (label, record), colour in
+               zip(baselines(result), ("tab:orange", "tab:green"), strict=False)),
+             (result.chosen, "D", "tab:red", "chosen")]
+    for record, marker, colour, label in marks:
         if record is not None:
-            axis.scatter([record["cycles"]], [record["score"] / base], s=90, marker=marker,
-                         c="tab:red" if label == "chosen" else "black", label=label)
+            axis.scatter([record["cycles"]], [record["score"] / base], s=70, marker=marker,
+                         c=colour, label=label)
     axis.set_xlabel("predicted cycles (array + host)")
     axis.set_ylabel("legality score / original's")
     axis.legend(fontsize=8)
@@ -392,6 +395,16 @@ def pareto_png(result: Result) -> bytes:
     figure.savefig(buffer, format="png", metadata={"Software": None})
     plt.close(figure)
     return buffer.getvalue()
+
+
+def baselines(result: Result) -> list[tuple[str, dict[str, Any]]]:
+    """The picks a search should beat: the FLOP-minimal and a random legal candidate."""
+    legal = [r for r in result.records[1:] if r.get("legal")]
+    if not legal:
+        return []
+    flop_minimal = min(legal, key=lambda r: (r["macs"], r["cycles"]))
+    return [("FLOP-minimal legal", flop_minimal),
+            ("random legal", random.Random(0).choice(legal))]
 
 
 def report_md(result: Result, options: Options, config_text: str, compiled: int) -> bytes:
@@ -407,7 +420,7 @@ def report_md(result: Result, options: Options, config_text: str, compiled: int)
         f"{sum(1 for r in result.records if r.get('legal'))}", "",
         "| network | choices | params | MACs | predicted cycles | array | host | score | "
         "accuracy |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for label, record in (("original", original), ("chosen", chosen)):
+    for label, record in (("original", original), *baselines(result), ("chosen", chosen)):
         choices = ", ".join(f"{k} {v}" for k, v in record["choices"].items() if v != "keep")
         accuracy = record.get("accuracy")
         lines.append(f"| {label} | {choices or '-'} | {record['params']} | {record['macs']} | "

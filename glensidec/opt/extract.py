@@ -36,9 +36,7 @@ from glensidec.lang import data
 from glensidec.lang.dtypes import Array, by_bits
 from glensidec.lang.interp import run_program
 from glensidec.lang.terms import (
-    Arg,
     Program,
-    Symbol,
     TensorDecl,
     Term,
     compute_name,
@@ -50,6 +48,14 @@ from glensidec.lang.typecheck import (
     access_type,
     check_program,
     infer,
+)
+from glensidec.opt.regions import (
+    Region,
+    boundaries,
+    compiled_term,
+    is_product,
+    product_region,
+    splice,
 )
 from glensidec.opt.rewrite import (
     RULESETS,
@@ -285,12 +291,16 @@ def unmapped_products(root: Term, types: TypeTable, dtype: str) -> list[Term]:
 
 @dataclass
 class Compiled:
+    """The extracted program, typed (later stages take `types` and never check again)."""
+
     original: Program
     program: Program
     stats: Stats
     extraction_cost: int
     prediction: Prediction
     graph: EGraph
+    types: TypeTable  # of `program`
+    original_types: TypeTable
     # Wall seconds per stage: "encode" (rules and program into egglog), "saturate",
     # "extract" (costs, extraction, decoding and the checks).
     seconds: dict[str, float] = field(default_factory=dict)
@@ -305,8 +315,7 @@ class Compiled:
         for call in self.prediction.invocations:
             yield (f"  {call.op} {call.rows}x{call.cols}: M={call.m} K={call.k} N={call.n}: "
                    f"{call.cycles} cycles")
-        products = matmuls(self.original.root, check_program(self.original),
-                           input_dtype(config))
+        products = matmuls(self.original.root, self.original_types, input_dtype(config))
         if products:
             t_min = sum(best_orientation(hardware.t_min, config, p) for p in products)
             scalesim = sum(best_orientation(hardware.scalesim_ws_cycles, config, p)
@@ -317,7 +326,8 @@ class Compiled:
 
 def compile_program(program: Program, config: hardware.ArrayConfig,
                     limits: Limits | None = None,
-                    rulesets: tuple[str, ...] = RULESETS) -> Compiled:
+                    rulesets: tuple[str, ...] = RULESETS,
+                    types: TypeTable | None = None) -> Compiled:
     """Saturate `program` with `rulesets` for `config`'s array and extract the cheapest.
 
     A program with one dot-product is saturated whole. With several, each product and the
@@ -326,7 +336,7 @@ def compile_program(program: Program, config: hardware.ArrayConfig,
     limits and the time grow with the largest layer instead of with the whole network.
     """
     start = time.perf_counter()
-    types = check_program(program)
+    types = check_program(program) if types is None else types
     target = array_target(config)
     check_written_arrays(program, config)
     products = [term for term in postorder(program.root) if is_product(term)]
@@ -338,12 +348,13 @@ def compile_program(program: Program, config: hardware.ArrayConfig,
     encoded = time.perf_counter()
     stats = graph.saturate(limits or Limits())
     saturated = time.perf_counter()
-    root, cost = extract_checked(graph, root_name, program.tensors, target)
+    root, cost, new_types = extract_checked(graph, root_name, program.tensors, target)
     extracted = Program(program.path, program.tensors, root, _surviving_names(program, root))
-    prediction = predict(root, infer(root, program.tensors), config.acc_width)
+    prediction = predict(root, new_types, config.acc_width)
     seconds = {"encode": encoded - start, "saturate": saturated - encoded,
                "extract": time.perf_counter() - saturated}
-    return Compiled(program, extracted, stats, cost, prediction, graph, seconds)
+    return Compiled(program, extracted, stats, cost, prediction, graph, new_types, types,
+                    seconds)
 
 
 def new_graph(program: Program, types: TypeTable, products: list[Term], target: ArrayTarget,
@@ -352,7 +363,7 @@ def new_graph(program: Program, types: TypeTable, products: list[Term], target: 
     profile = Profile.of(program.root, types)
     # A region reads a computed operand ((S),(I)) as (access (access-tensor p) len(S)).
     placeholders = {(len(t.full), len(t.shape)) for product in products
-                    for t in (access_type(types, b) for b in _boundaries(product)) if t.item}
+                    for t in (access_type(types, b) for b in boundaries(product)) if t.item}
     profile = replace(profile, accesses=profile.accesses | placeholders)
     graph = EGraph(rulesets, target, profile, COST_DECLARATIONS)
     graph.run("(ruleset costs)\n" + "\n".join(cost_rules()))
@@ -361,9 +372,9 @@ def new_graph(program: Program, types: TypeTable, products: list[Term], target: 
 
 
 def extract_checked(graph: EGraph, root_name: str, tensors: dict[str, TensorDecl],
-                    target: ArrayTarget) -> tuple[Term, int]:
+                    target: ArrayTarget) -> tuple[Term, int, TypeTable]:
     """Cost the saturated e-graph, extract the cheapest `root_name`, check it runs and is
-    mapped; the term and its extraction cost."""
+    mapped; the term, its extraction cost and its types."""
     set_costs(graph)
     (output,) = graph.run(f"(extract {root_name})")
     assert isinstance(output, bindings.ExtractBest)
@@ -371,111 +382,10 @@ def extract_checked(graph: EGraph, root_name: str, tensors: dict[str, TensorDecl
     new_types = infer(root, tensors)
     check_runnable(root, new_types, target)
     check_mapped(graph, root, new_types, target)
-    return root, output.cost
+    return root, output.cost, new_types
 
 
-# -- big programs: one product region at a time -----------------------------------------
-
-
-def is_product(term: Term) -> bool:
-    return compute_name(term) == "dot-product"
-
-
-def _boundaries(product: Term) -> list[Term]:
-    """The computed operands of a product's region: the computes (and array constructs)
-    reached from it through views. The region is the product and the views above them."""
-    found: list[Term] = []
-    stack = [arg for arg in product.args if isinstance(arg, Term)]
-    seen: set[Term] = set()
-    while stack:
-        term = stack.pop()
-        if term in seen:
-            continue
-        seen.add(term)
-        if term.op == "compute" or term.op in ARRAYS:
-            found.append(term)
-        else:
-            stack.extend(term.children())
-    return found
-
-
-def _rebuild(root: Term, replace_term: Callable[[Term, tuple[Arg, ...]], Term | None],
-             stop: Callable[[Term], bool] = lambda term: False,
-             rebuilt: dict[Term, Term] | None = None) -> Term:
-    """`root` rebuilt bottom-up: `replace_term(term, new args)` may give a term's new form
-    (None keeps it with its new arguments); below `stop` terms nothing is visited.
-    `rebuilt` (old term → new) is the memo, which a caller may share between calls."""
-    rebuilt = {} if rebuilt is None else rebuilt
-    stack: list[tuple[Term, bool]] = [(root, False)]
-    while stack:
-        term, expanded = stack.pop()
-        if term in rebuilt:
-            continue
-        children = [] if stop(term) else term.children()
-        if not expanded and children:
-            stack.append((term, True))
-            stack.extend((child, False) for child in children if child not in rebuilt)
-            continue
-        args = tuple(rebuilt.get(a, a) if isinstance(a, Term) else a for a in term.args)
-        same = all(new is old for new, old in zip(args, term.args, strict=True))
-        rebuilt[term] = replace_term(term, args) or (term if same else Term(term.op, args))
-    return rebuilt[root]
-
-
-@dataclass
-class Region:
-    """One product with its computed operands replaced by placeholder tensors."""
-
-    root: Term
-    tensors: dict[str, TensorDecl]  # the program's tensors and the placeholders
-    boundaries: dict[str, Term]  # placeholder name → the computed operand it stands for
-
-
-def product_region(product: Term, types: TypeTable, tensors: dict[str, TensorDecl]) -> Region:
-    region = Region(product, dict(tensors), {})
-    stand_ins: dict[Term, Term] = {}
-    for boundary in _boundaries(product):
-        value = access_type(types, boundary)
-        name = f"region-operand-{len(region.boundaries)}"
-        assert name not in tensors, name
-        region.tensors[name] = TensorDecl(name, value.full, value.dtype, "input")
-        region.boundaries[name] = boundary
-        leaf = Term("access-tensor", (Symbol(name),))
-        stand_ins[boundary] = Term("access", (leaf, len(value.shape))) if value.item else leaf
-    region.root = _rebuild(product, lambda term, _: stand_ins.get(term),
-                           stop=lambda term: term in stand_ins)
-    return region
-
-
-def splice(region: Region, term: Term, operands: dict[str, Term], types: TypeTable) -> Term:
-    """An extracted region term with its placeholders replaced by the (compiled) operands;
-    `types` are the operands' types, which their placeholders mirror."""
-
-    def placeholder(arg: Arg) -> str | None:
-        if isinstance(arg, Term) and arg.op == "access-tensor":
-            name = arg.args[0]
-            assert isinstance(name, Symbol)
-            return name.name if name.name in region.boundaries else None
-        return None
-
-    def operand(name: str, split: int | None) -> Term:
-        value = access_type(types, region.boundaries[name])
-        full = operands[name]
-        wanted = len(value.full) if split is None else split
-        return full if wanted == len(value.shape) else Term("access", (full, wanted))
-
-    def replace_term(old: Term, args: tuple[Arg, ...]) -> Term | None:
-        name = placeholder(old)
-        if name is not None:  # a bare placeholder is ((full shape),())
-            return operand(name, None)
-        inner = placeholder(old.args[0]) if old.op == "access" and old.args else None
-        if inner is not None:  # (access placeholder k): access the operand itself
-            split = old.args[1]
-            assert isinstance(split, int)
-            return operand(inner, split)
-        return None
-
-    return _rebuild(term, replace_term)
+# -- big programs: one product region at a time (the regions themselves: opt/regions.py) --
 
 
 def compile_by_region(program: Program, types: TypeTable, products: list[Term],
@@ -495,18 +405,18 @@ def compile_by_region(program: Program, types: TypeTable, products: list[Term],
         share = _share(limits, region_stats, len(products))
         term, region_cost, stats = _compile_region(graph, region, share, target, seconds)
         region_stats.append(stats)
-        operands = {name: _compiled(boundary, compiled)
+        operands = {name: compiled_term(boundary, compiled)
                     for name, boundary in region.boundaries.items()}
         compiled[product] = splice(region, term, operands, types)
         cost += region_cost
-    root = _compiled(program.root, compiled)
+    root = compiled_term(program.root, compiled)
     new_types = infer(root, program.tensors)
     check_runnable(root, new_types, target)
     graph.add(root, new_types)  # the graph holds the extracted program (--emit egraph)
     extracted = Program(program.path, program.tensors, root, _surviving_names(program, root))
     seconds["encode"] += time.perf_counter() - start - sum(seconds.values())  # the rest
     return Compiled(program, extracted, Stats.combine(region_stats), cost,
-                    predict(root, new_types, config.acc_width), graph, seconds)
+                    predict(root, new_types, config.acc_width), graph, new_types, types, seconds)
 
 
 def _share(limits: Limits, done: list[Stats], regions: int) -> Limits:
@@ -526,19 +436,12 @@ def _compile_region(graph: EGraph, region: Region, limits: Limits, target: Array
     encoded = time.perf_counter()
     stats = graph.saturate(limits)
     saturated = time.perf_counter()
-    term, cost = extract_checked(graph, root_name, region.tensors, target)
+    term, cost, _ = extract_checked(graph, root_name, region.tensors, target)
     graph.run("(pop)")
     seconds["encode"] += encoded - began
     seconds["saturate"] += saturated - encoded
     seconds["extract"] += time.perf_counter() - saturated
     return term, cost, stats
-
-
-def _compiled(term: Term, compiled: dict[Term, Term]) -> Term:
-    """`term` with the products below it in their compiled form. Regions are compiled in
-    post-order, so every product below `term` is in `compiled` already; `compiled` is also
-    the memo, so each term of the program is rebuilt once in all."""
-    return _rebuild(term, lambda old, args: None, rebuilt=compiled)
 
 
 def _surviving_names(program: Program, root: Term) -> dict[Term, str]:

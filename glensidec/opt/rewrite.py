@@ -566,7 +566,15 @@ def depthwise_rules(target: ArrayTarget, profile: Profile) -> list[str]:
     filter is the same for every item; then the pair is a cartesian product with one
     filter, which the im2col and mapping rules take onto the array. Whether the array
     (one invocation per channel) beats the host is the cost model's call.
+
+    The stop rule keeps the e-graph small: halving a pair of C channels all the way down
+    makes 2C - 1 sub-pairs, each with its block-diagonal and im2col forms (MobileNet's 1024
+    channels grew e-graphs past the time limit). Groups of up to `cols` channels fill the
+    array's columns as one block-diagonal product, and smaller groups only pad them, so a
+    region with more than 2·cols channels stops splitting at `cols`; a smaller one is split
+    down to single channels, where per-channel products can still win.
     """
+    floor = 1 if profile.pair_extent <= 2 * target.cols else target.cols
     pair = ('(compute "dot-product" (access-pair a (access-broadcast f '
             "(access-shape (shape st) (shape it)))))")
     guard = (f"(= e {pair}) (= (dtype a) {quote(target.dtype)}) (= sf (ashape f)) "
@@ -581,7 +589,7 @@ def depthwise_rules(target: ArrayTarget, profile: Profile) -> list[str]:
                 f"(access-shape (shape (vec-set st {axis} {size})) (shape it)))))")
         rules.append(_rule(
             f"split-pair-on-axis-{axis}", "depthwise",
-            f"{guard} (> (vec-length sf) {axis}) (= n (vec-get sf {axis})) (> n 1)",
+            f"{guard} (> (vec-length sf) {axis}) (= n (vec-get sf {axis})) (> n {floor})",
             f"(let h (/ n 2)) (union e (access-concatenate {halves[0]} {halves[1]} {axis}))"))
     rules += [_block_diagonal_rule(target, *shape) for shape in sorted(profile.pairs)]
     rules.append(_rule(
@@ -656,6 +664,7 @@ class Profile:
     pair_rank: int = 0  # the largest access rank of an access-pair
     # (access rank, item rank, axis) of access-pair operands, for the block-diagonal rules
     pairs: frozenset[tuple[int, int, int]] = frozenset()
+    pair_extent: int = 0  # the longest access axis of an access-pair operand (its channels)
 
     @staticmethod
     def of(root: Term, types: TypeTable) -> Profile:
@@ -667,7 +676,7 @@ class Profile:
         transposes = {(1, 1)}  # the weights operand of the array
         accesses = {(2, 0)}
         products = set()
-        pair_rank = 0
+        pair_rank = pair_extent = 0
         pairs: set[tuple[int, int, int]] = set()
         for term in terms:
             if term.op == "access-transpose":
@@ -681,6 +690,7 @@ class Profile:
                     pair_rank, right = max(pair_rank, left), 1
                     item = len(of_type(term.args[0]).item)
                     pairs |= {(left, item, axis) for axis in range(left)}
+                    pair_extent = max(pair_extent, *of_type(term.args[0]).shape, 1)
                     transposes |= {(left, item), (left, 0)}
                     accesses.add((left + item, left - 1))
                 # The operands as written, flattened by im2col, and either one swapped.
@@ -689,7 +699,7 @@ class Profile:
                         products |= {(na, nb), (nb, na)}
         transposes |= {(na + nb, 0) for na, nb in products}
         return Profile(max(ranks, default=0) + 1, frozenset(transposes), frozenset(accesses),
-                       frozenset(products), pair_rank, frozenset(pairs))
+                       frozenset(products), pair_rank, frozenset(pairs), pair_extent)
 
 
 # -- schedule ---------------------------------------------------------------------------

@@ -1,0 +1,125 @@
+"""Region splitting: a big program's products one at a time, and the results spliced back.
+
+A program with several dot-products is saturated one product region at a time (the
+product and the views above its computed operands, which become placeholder tensors), so
+that the e-graph, the limits and the time grow with the largest layer instead of with the
+whole network. This module cuts regions out and splices extracted regions back in; the
+sequence that saturates each region is `glensidec.opt.extract.compile_by_region`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from glensidec.lang import constructs as K
+from glensidec.lang.terms import Arg, Symbol, TensorDecl, Term, compute_name
+from glensidec.lang.typecheck import TypeTable, access_type
+
+
+def is_product(term: Term) -> bool:
+    return compute_name(term) == "dot-product"
+
+
+def boundaries(product: Term) -> list[Term]:
+    """The computed operands of a product's region: the computes (and array constructs)
+    reached from it through views. The region is the product and the views above them."""
+    found: list[Term] = []
+    stack = [arg for arg in product.args if isinstance(arg, Term)]
+    seen: set[Term] = set()
+    while stack:
+        term = stack.pop()
+        if term in seen:
+            continue
+        seen.add(term)
+        if term.op == "compute" or term.op in K.Group.HARDWARE:
+            found.append(term)
+        else:
+            stack.extend(term.children())
+    return found
+
+
+def rebuild(root: Term, replace_term: Callable[[Term, tuple[Arg, ...]], Term | None],
+             stop: Callable[[Term], bool] = lambda term: False,
+             rebuilt: dict[Term, Term] | None = None) -> Term:
+    """`root` rebuilt bottom-up: `replace_term(term, new args)` may give a term's new form
+    (None keeps it with its new arguments); below `stop` terms nothing is visited.
+    `rebuilt` (old term → new) is the memo, which a caller may share between calls."""
+    rebuilt = {} if rebuilt is None else rebuilt
+    stack: list[tuple[Term, bool]] = [(root, False)]
+    while stack:
+        term, expanded = stack.pop()
+        if term in rebuilt:
+            continue
+        children = [] if stop(term) else term.children()
+        if not expanded and children:
+            stack.append((term, True))
+            stack.extend((child, False) for child in children if child not in rebuilt)
+            continue
+        args = tuple(rebuilt.get(a, a) if isinstance(a, Term) else a for a in term.args)
+        same = all(new is old for new, old in zip(args, term.args, strict=True))
+        rebuilt[term] = replace_term(term, args) or (term if same else Term(term.op, args))
+    return rebuilt[root]
+
+
+@dataclass
+class Region:
+    """One product with its computed operands replaced by placeholder tensors."""
+
+    root: Term
+    tensors: dict[str, TensorDecl]  # the program's tensors and the placeholders
+    boundaries: dict[str, Term]  # placeholder name → the computed operand it stands for
+
+
+def product_region(product: Term, types: TypeTable, tensors: dict[str, TensorDecl]) -> Region:
+    region = Region(product, dict(tensors), {})
+    stand_ins: dict[Term, Term] = {}
+    for boundary in boundaries(product):
+        value = access_type(types, boundary)
+        name = f"region-operand-{len(region.boundaries)}"
+        assert name not in tensors, name
+        region.tensors[name] = TensorDecl(name, value.full, value.dtype, "input")
+        region.boundaries[name] = boundary
+        leaf = Term("access-tensor", (Symbol(name),))
+        stand_ins[boundary] = Term("access", (leaf, len(value.shape))) if value.item else leaf
+    region.root = rebuild(product, lambda term, _: stand_ins.get(term),
+                           stop=lambda term: term in stand_ins)
+    return region
+
+
+def splice(region: Region, term: Term, operands: dict[str, Term], types: TypeTable) -> Term:
+    """An extracted region term with its placeholders replaced by the (compiled) operands;
+    `types` are the operands' types, which their placeholders mirror."""
+
+    def placeholder(arg: Arg) -> str | None:
+        if isinstance(arg, Term) and arg.op == "access-tensor":
+            name = arg.args[0]
+            assert isinstance(name, Symbol)
+            return name.name if name.name in region.boundaries else None
+        return None
+
+    def operand(name: str, split: int | None) -> Term:
+        value = access_type(types, region.boundaries[name])
+        full = operands[name]
+        wanted = len(value.full) if split is None else split
+        return full if wanted == len(value.shape) else Term("access", (full, wanted))
+
+    def replace_term(old: Term, args: tuple[Arg, ...]) -> Term | None:
+        name = placeholder(old)
+        if name is not None:  # a bare placeholder is ((full shape),())
+            return operand(name, None)
+        inner = placeholder(old.args[0]) if old.op == "access" and old.args else None
+        if inner is not None:  # (access placeholder k): access the operand itself
+            split = old.args[1]
+            assert isinstance(split, int)
+            return operand(inner, split)
+        return None
+
+    return rebuild(term, replace_term)
+
+
+def compiled_term(term: Term, compiled: dict[Term, Term]) -> Term:
+    """`term` with the products below it in their compiled form. Regions are compiled in
+    post-order, so every product below `term` is in `compiled` already; `compiled` is also
+    the memo, so each term of the program is rebuilt once in all."""
+    return rebuild(term, lambda old, args: None, rebuilt=compiled)
