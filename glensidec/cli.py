@@ -6,18 +6,22 @@ Exit codes: 0 success, 1 an error in the user's input (one line on stderr, no tr
 
 from __future__ import annotations
 
+import math
+import os
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import click
+import numpy as np
 
 from glensidec import __version__
 from glensidec.errors import GlensideError
 from glensidec.lang import data
-from glensidec.lang.interp import run_program
+from glensidec.lang.interp import evaluate_result
 from glensidec.lang.syntax import format_program, read_program
 from glensidec.lang.terms import Program
-from glensidec.lang.typecheck import check_program, root_type
+from glensidec.lang.typecheck import check_program, describe_value, require_access_result
 from glensidec.outputs import (
     Terminated,
     check_output_directory,
@@ -37,6 +41,13 @@ def cli() -> None:
     """glensidec: compile Glenside tensor programs onto a systolic array."""
 
 
+def _finite(value: float, option: str) -> float:
+    if not math.isfinite(value):
+        raise click.BadParameter(f"{value} is not a finite number of seconds",
+                                 param_hint=option)
+    return value
+
+
 def _load(program_path: Path, shapes: Path | None) -> Program:
     return read_program(program_path, shapes)
 
@@ -47,8 +58,7 @@ def _load(program_path: Path, shapes: Path | None) -> Program:
 def check(program: Path, shapes: Path | None) -> None:
     """Parse and type-check PROGRAM; print its result's access shape and dtype."""
     parsed = _load(program, shapes)
-    result = root_type(parsed, check_program(parsed))
-    click.echo(f"{result} {result.dtype}")
+    click.echo(describe_value(check_program(parsed)[parsed.root]))
 
 
 @cli.command()
@@ -56,7 +66,7 @@ def check(program: Path, shapes: Path | None) -> None:
 @SHAPES
 @click.option("--input", "input_options", multiple=True, metavar="NAME=FILE.npy",
               help="A runtime input (repeat for each).")
-@click.option("--random-inputs", type=int, metavar="SEED",
+@click.option("--random-inputs", type=click.IntRange(min=0, max=2**63 - 1), metavar="SEED",
               help="Fill every runtime input with seeded random data.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the result here as .npy (default: print it).")
@@ -71,7 +81,14 @@ def run(program: Path, shapes: Path | None, input_options: tuple[str, ...],
         inputs = data.random_inputs(parsed, random_inputs)
     else:
         inputs = data.load_inputs(parsed, data.parse_input_options(input_options))
-    result = run_program(parsed, data.all_tensors(parsed, inputs), types)
+    value = evaluate_result(parsed, data.all_tensors(parsed, inputs), types)
+    if not isinstance(value, np.ndarray):  # a shape or a tuple: printed, never written
+        if output is not None:
+            require_access_result(parsed, types, "run -o")
+        members = value if value is not None else ()
+        click.echo("\n".join([describe_value(types[parsed.root]), *map(str, members)]))
+        return
+    result = value
     if output is not None:
         data.save_npy(output, result)
         click.echo(f"wrote {output}: {result.dtype} {tuple(result.shape)}")
@@ -105,9 +122,12 @@ def fmt(program: Path, shapes: Path | None, in_place: bool) -> None:
 @click.option("--stats", is_flag=True, help="Report the run and the predicted cycles on stderr.")
 @click.option("--verify", is_flag=True,
               help="Run the original and the rewritten program on random inputs and compare.")
-@click.option("--iterations", type=click.IntRange(min=0), default=30, show_default=True)
-@click.option("--max-enodes", type=click.IntRange(min=1), default=50_000, show_default=True)
+@click.option("--iterations", type=click.IntRange(min=0, max=2**31 - 1), default=30,
+              show_default=True)
+@click.option("--max-enodes", type=click.IntRange(min=1, max=2**62), default=50_000,
+              show_default=True)
 @click.option("--timeout", type=click.FloatRange(min=0), default=10.0, show_default=True,
+              callback=lambda ctx, param, value: _finite(value, "--timeout"),
               metavar="S", help="Seconds of saturation before extracting the best so far.")
 @click.option("-o", "--output", type=click.Path(path_type=Path),
               help="OUTDIR for the C program (new, empty, or an earlier compile's); a file "
@@ -141,6 +161,7 @@ def compile_command(program: Path, shapes: Path | None, array_size: str, emit: s
         check_writable_file(output)
     config = parse_array_size(array_size)
     parsed = _load(program, shapes)
+    require_access_result(parsed, check_program(parsed), "compile")
     compiled = compile_program(parsed, config, Limits(iterations, max_enodes, timeout))
     if stats:
         for line in compiled.report_lines(config):
@@ -167,19 +188,56 @@ def compile_command(program: Path, shapes: Path | None, array_size: str, emit: s
         click.echo(text, nl=False)
 
 
-def _register_front_ends() -> None:
-    # The importer and the quantizer define their own commands next to their code.
-    from glensidec.frontends.importer import import_command
-    from glensidec.frontends.quantize import quantize_command
+@cli.command("import")
+@click.argument("model", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("-o", "--outdir", required=True, type=click.Path(path_type=Path),
+              help="Directory to write the program and its weights into (new, empty, or "
+                   "an earlier import's).")
+@click.option("--force", is_flag=True,
+              help="Replace glensidec's own files in an OUTDIR that also holds others.")
+def import_command(model: Path, outdir: Path, force: bool) -> None:
+    """Import an ONNX MODEL as a float Glenside program (+ weights) in OUTDIR."""
+    from glensidec.frontends.importer import import_model
+
+    program, input_names = import_model(model, outdir, force)
+    click.echo(f"wrote {program} and {program.with_suffix('.npz')}")
+    for original, name in input_names.items():
+        note = "" if original == name else " (renamed: --input accepts either name)"
+        click.echo(f"input '{original}' → {name}{note}")
+
+
+@cli.command("quantize")
+@PROGRAM
+@click.option("--calibrate", "calibration", type=click.Path(dir_okay=False, path_type=Path),
+              help="Calibration inputs: an .npz with one (samples, …) array per input.")
+@click.option("--profile", "profile_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Use a saved profile instead of (or, with --calibrate, save one to) "
+                   "this file.")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="Where to write the int8 program (.gs; weights go beside it as .npz).")
+@click.option("--per-channel", is_flag=True, help="One weight scale per output channel.")
+@click.option("--symmetric", is_flag=True, help="Symmetric activations (zero point 0).")
+@click.option("--force", is_flag=True,
+              help="Replace existing output files an earlier run did not write.")
+def quantize_command(program: Path, calibration: Path | None, profile_path: Path | None,
+                     output: Path, per_channel: bool, symmetric: bool, force: bool) -> None:
+    """Quantize a float PROGRAM to int8 with calibration data (Glow's profile-guided way)."""
+    from glensidec.frontends.quantize import quantize_files
+
+    written = quantize_files(program, calibration, profile_path, output, per_channel,
+                             symmetric, force)
+    click.echo(f"wrote {written}, {written.with_suffix('.npz')} and {written}.json")
+
+
+def _register_nas_commands() -> None:
+    # The NAS commands still live next to their code (glensidec/nas/commands.py).
     from glensidec.nas.commands import nas_command, transform_command
 
-    cli.add_command(import_command)
-    cli.add_command(quantize_command)
     cli.add_command(transform_command)
     cli.add_command(nas_command)
 
 
-_register_front_ends()
+_register_nas_commands()
 
 
 # Every stage walks terms recursively somewhere (parsing, printing, lowering); a program
@@ -188,17 +246,25 @@ _register_front_ends()
 RECURSION_LIMIT = 20_000
 
 
+def _exit_interrupted(message: str, code: int) -> NoReturn:
+    """Exit with `code` now. Cleanup already ran as the exception unwound; a normal exit
+    could still end in SIGINT: CPython re-raises a KeyboardInterrupt it saw escape code it
+    ran for an extension (egglog) as a kill by SIGINT at shutdown, hiding our exit code."""
+    click.echo(message, err=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def main() -> None:
     sys.setrecursionlimit(max(sys.getrecursionlimit(), RECURSION_LIMIT))
     raise_on_sigterm()  # so staging files are cleaned up on SIGTERM too
     try:
         cli.main(standalone_mode=False)
     except click.exceptions.Abort:  # click's form of KeyboardInterrupt
-        click.echo("interrupted", err=True)
-        sys.exit(130)
+        _exit_interrupted("interrupted", 130)
     except Terminated:
-        click.echo("terminated", err=True)
-        sys.exit(143)
+        _exit_interrupted("terminated", 143)
     except click.ClickException as error:
         error.show()
         sys.exit(error.exit_code)
@@ -210,7 +276,7 @@ def main() -> None:
                    "name intermediate results with (let name expr)", err=True)
         sys.exit(1)
     except KeyboardInterrupt:
-        sys.exit(130)
+        _exit_interrupted("interrupted", 130)
 
 
 if __name__ == "__main__":

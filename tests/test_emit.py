@@ -511,6 +511,7 @@ def test_build_options_keep_the_result_and_repeat_reports_times(built: dict[str,
     timing = re.search(r"inference ms: min ([0-9.]+) median ([0-9.]+) over 5 runs\n", stdout)
     assert timing is not None, stdout
     assert 0 < float(timing.group(1)) <= float(timing.group(2))
+    assert re.search(r"inference cpu ms: min [0-9.]+ median [0-9.]+\n", stdout), stdout
     cycles = re.findall(r"predicted array cycles: (\d+)", stdout)
     assert cycles == re.findall(r"predicted array cycles: (\d+)", run.stdout)
     rejected = subprocess.run([str(copy / "model"), *run.input_args, "--repeat", "0"],
@@ -674,7 +675,11 @@ int main(int argc, char **argv) {
   if (fread(B, 4, (size_t)(K * N), in) != (size_t)(K * N)) return 4;
   fclose(in);
   for (i = 0; i < M * ldc; ++i) C[i] = 12345.0f; /* every C element must be overwritten */
-  if (gs_gemm_f32(M, N, K, A, K, B, N, C, ldc) != 0) return 5;
+  if (gs_gemm_f32(M, N, K, A, K, B, N, C, ldc, 0) != 0) return 5;
+  for (i = 0; i < M * ldc; ++i) C[i] = 12345.0f;
+  if (gs_gemm_f32(M, N, K, A, K, B, N, C, ldc, 1) != 0) return 5; /* A packed and cached */
+  for (i = 0; i < M * ldc; ++i) C[i] = 12345.0f;
+  if (gs_gemm_f32(M, N, K, A, K, B, N, C, ldc, 1) != 0) return 5; /* from the cache */
   out = fopen(argv[5], "wb");
   for (i = 0; i < M; ++i) fwrite(C + i * ldc, 4, (size_t)N, out);
   fclose(out);

@@ -71,7 +71,11 @@ BAD_PROGRAMS = [
     ("(let y (access-tensor x))\n(let y (access-tensor x))\ny", 6, 6,
      "'y' is already declared at 5:6"),
     ("(access-tensor x)\n(access-tensor x)", 6, 1, "exactly one result expression"),
-    ("(shape 1 2)", 5, 1, "the result must be an access expression"),
+    ("zero-padding", 5, 1, "'zero-padding' alone is an argument, not a program result"),
+    ("(relay-operator-call relay-relu (access-tensor x))", 5, 2,
+     "'relay-operator-call' of the original Glenside is not supported"),
+    ("(tuple-get-item (construct-tuple (access-tensor x)) 1)", 5, 53,
+     "tuple-get-item: index 1 is out of range for a tuple of 1"),
     ("(compute (requantize 1 0 70 0) (access-tensor x))", 5, 10, "post=70 (at most 62)"),
     ("(compute (clip -200 200) (access-tensor x))", 5, 10, "clip bounds [-200, 200] must be i8"),
     ("(access-tensor x) (input q i9 (shape 2))", 5, 28, "unknown dtype 'i9'"),
@@ -137,7 +141,8 @@ def test_weight_from_npz_by_key(tmp_path: Path) -> None:
 
 def test_corrupt_weight_file(tmp_path: Path) -> None:
     (tmp_path / "w.npy").write_bytes(b"not a numpy file")
-    with pytest.raises(GlensideError, match=r"prog.gs:1:9: error: weight 'w': cannot read"):
+    with pytest.raises(GlensideError,
+                       match=r"prog.gs:1:9: error: weight 'w': \S*w.npy is not a \.npy file"):
         load(weight_program(tmp_path, "w.npy"))
 
 

@@ -23,8 +23,9 @@ from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
 
 from glensidec.backend.emit import compile_to_directory
+from glensidec.cli import import_command
 from glensidec.errors import GlensideError
-from glensidec.frontends.importer import import_command, import_onnx, sanitize
+from glensidec.frontends.importer import import_onnx, sanitize
 from glensidec.hardware.array import ArrayConfig
 from glensidec.lang.data import load_weights
 from glensidec.lang.interp import run_program

@@ -27,6 +27,7 @@ from test_import import (
     single_op_model,
 )
 
+from glensidec.cli import quantize_command
 from glensidec.errors import GlensideError
 from glensidec.frontends import builders as B
 from glensidec.frontends.quantize import (
@@ -37,7 +38,6 @@ from glensidec.frontends.quantize import (
     load_profile,
     profile,
     quantize,
-    quantize_command,
     save_profile,
     save_quantized,
 )

@@ -64,8 +64,9 @@ def test_the_encoding_covers_every_construct() -> None:
     from glensidec.opt.rewrite import schema
 
     text = schema()
-    for name in CONSTRUCTS:
-        assert f"  ({name} " in text, name
+    for name, construct in CONSTRUCTS.items():
+        # Expanded constructs (tuples, conv2d modes) are gone before the rewriter runs.
+        assert (f"  ({name} " in text) != construct.expanded, name
 
 
 def test_encoding_and_decoding_a_long_program() -> None:

@@ -247,9 +247,11 @@ class _Renderer:
         dtype = self.dtype(dot.members[0])
         gemm = host_gemm(dot) if dtype == "f32" else None
         if gemm is not None:
+            first = gemm.dot.members[1 if gemm.swapped else 0]
+            constant = self.lowered.buffer_of(first).kind == CONSTANT
             return (f"{dot.dst.buffer} = dot-product on the host, as a GEMM (M={gemm.m} "
                     f"N={gemm.n} K={gemm.k}{f' x{gemm.batch}' if gemm.batch > 1 else ''})",
-                    gemm.lines())
+                    gemm.lines(constant))
         if dtype == "f32":
             product = " * ".join(f"(double){{{i}}}" for i in range(len(dot.members)))
             setup, finish = "double acc = 0.0;", "(float)acc"
@@ -334,7 +336,25 @@ class HostGemm:
     def batch(self) -> int:
         return math.prod(axis[0] for axis in self.batch_axes)
 
-    def lines(self) -> list[str]:
+    def cost(self) -> int:
+        """Rough work of this orientation, in multiply-adds: the products the 16-wide
+        micro-tile computes (a thin N pads it) plus the elements packed or copied out (a
+        packing pass is memory-bound: an element costs tens of vectorized multiply-adds)."""
+        dst, (a, b) = self.dot.dst, self.dot.members
+        which_a, which_b = (3, 2) if self.swapped else (2, 3)
+        a, b = (b, a) if self.swapped else (a, b)
+        packed = 0
+        if self._in_place(a, which_a, self.m_axes, self.k_axes)[0] is None:
+            packed += self.m * self.k
+        if self._in_place(b, which_b, self.k_axes, self.n_axes)[0] is None:
+            packed += self.k * self.n
+        if self._in_place(dst, 1, self.m_axes, self.n_axes)[0] is None:
+            packed += self.m * self.n
+        padded_n = -(-self.n // 16) * 16
+        return self.batch * (self.m * self.k * padded_n + 40 * packed)
+
+    def lines(self, a_is_constant: bool) -> list[str]:
+        """The C block; `a_is_constant`: A is a weight, packed once if used in place."""
         dst, (a, b) = self.dot.dst, self.dot.members
         which_a, which_b = 2, 3
         if self.swapped:
@@ -362,7 +382,9 @@ class HostGemm:
             body += _pack(self.batch_axes + self.m_axes + self.k_axes, "gs_a", a, which_a)
         if b_ptr == "gs_b":
             body += _pack(self.batch_axes + self.k_axes + self.n_axes, "gs_b", b, which_b)
-        call = (f"gs_gemm_f32({m}, {n}, {k}, {a_ptr}, {lda}, {b_ptr}, {ldb}, {c_ptr}, {ldc})")
+        constant = int(a_is_constant and a_ptr != "gs_a")
+        call = (f"gs_gemm_f32({m}, {n}, {k}, {a_ptr}, {lda}, {b_ptr}, {ldb}, {c_ptr}, {ldc}, "
+                f"{constant})")
         if batch > 1:
             call = call.replace(f"{a_ptr}, ", f"{a_ptr} + g * {m * k}, ", 1)
             call = call.replace(f"{b_ptr}, ", f"{b_ptr} + g * {k * n}, ", 1)
@@ -414,9 +436,11 @@ def host_gemm(dot: Dot) -> HostGemm | None:
     m_axes = [axis for axis in outer if axis[2] and not axis[3]]
     n_axes = [axis for axis in outer if axis[3] and not axis[2]]
     batch_axes = [axis for axis in outer if axis not in m_axes and axis not in n_axes]
-    gemm = HostGemm(dot, False, m_axes, n_axes, k_axes, batch_axes)
-    if gemm.n < 16 and gemm.m > gemm.n:  # the micro-tile is 4 x 16: keep the wide side N
-        gemm = HostGemm(dot, True, n_axes, m_axes, k_axes, batch_axes)
+    # The orientation that packs less and pads the 4 x 16 micro-tile less: a dense layer's
+    # weights (N x K as written) are used in place as A when C is computed transposed.
+    gemm = min((HostGemm(dot, False, m_axes, n_axes, k_axes, batch_axes),
+                HostGemm(dot, True, n_axes, m_axes, k_axes, batch_axes)),
+               key=HostGemm.cost)
     if gemm.k < 4 or gemm.m * gemm.n * gemm.k * gemm.batch < GEMM_MIN_WORK:
         return None
     return gemm

@@ -32,8 +32,15 @@ import numpy as np
 
 from glensidec.lang.constructs import ComputeKind
 from glensidec.lang.dtypes import DTYPES, Array
+from glensidec.lang.expand import expand_program, needs_expansion
 from glensidec.lang.terms import ComputeOp, Program, Symbol, Term, postorder
-from glensidec.lang.typecheck import AccessType, LiteralValue, TypeTable, access_type
+from glensidec.lang.typecheck import (
+    AccessType,
+    LiteralValue,
+    TypeTable,
+    access_type,
+    check_program,
+)
 
 # -- views ----------------------------------------------------------------------------
 
@@ -925,6 +932,9 @@ def _rename(instruction: Instruction, old: str, new: str) -> Instruction:
 def lower_program(program: Program, types: TypeTable,
                   options: LowerOptions | None = None) -> LoweredProgram:
     """The buffer-level program computing `program`'s result."""
+    if needs_expansion(program.root):  # tuples, conv2d modes: lowered as what they expand to
+        program = expand_program(program)
+        types = check_program(program)
     return _Lowerer(program, types, options or LowerOptions()).lower()
 
 

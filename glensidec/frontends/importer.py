@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
-import click
 import numpy as np
 
 from glensidec.errors import GlensideError
@@ -1355,19 +1354,3 @@ def import_model(model_path: str | Path, outdir: str | Path,
 
 def _opset(model: Any) -> int:
     return next((int(o.version) for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
-
-
-@click.command("import")
-@click.argument("model", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("-o", "--outdir", required=True, type=click.Path(path_type=Path),
-              help="Directory to write the program and its weights into (new, empty, or "
-                   "an earlier import's).")
-@click.option("--force", is_flag=True,
-              help="Replace glensidec's own files in an OUTDIR that also holds others.")
-def import_command(model: Path, outdir: Path, force: bool) -> None:
-    """Import an ONNX MODEL as a float Glenside program (+ weights) in OUTDIR."""
-    program, input_names = import_model(model, outdir, force)
-    click.echo(f"wrote {program} and {program.with_suffix('.npz')}")
-    for original, name in input_names.items():
-        note = "" if original == name else " (renamed: --input accepts either name)"
-        click.echo(f"input '{original}' → {name}{note}")

@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import click
 import numpy as np
 
 from glensidec.errors import GlensideError
@@ -37,6 +36,7 @@ from glensidec.frontends import builders as B
 from glensidec.lang import constructs as K
 from glensidec.lang.data import load_weights, read_npy
 from glensidec.lang.dtypes import DTYPES
+from glensidec.lang.expand import expand_program
 from glensidec.lang.interp import apply_term, evaluate_all
 from glensidec.lang.syntax import format_program, read_program
 from glensidec.lang.terms import ComputeOp, Program, Symbol, TensorDecl, Term, postorder
@@ -47,6 +47,7 @@ from glensidec.lang.typecheck import (
     check_program,
     infer,
     infer_access,
+    require_access_result,
 )
 from glensidec.outputs import (
     check_sibling_files,
@@ -135,6 +136,7 @@ def calibration_batches(program: Program, calibration: dict[str, Array] | str | 
             raise GlensideError(f"calibration data has no array for input '{decl.name}' "
                                 f"(it has: {', '.join(sorted(calibration)) or 'none'})")
         array = np.asarray(calibration[decl.name], dtype=np.float32)
+        _require_finite(array, f"calibration array '{decl.name}'")
         if array.shape[1:] == decl.shape:
             samples = list(array)
         elif decl.shape and array.ndim == len(decl.shape) and array.shape[1:] == decl.shape[
@@ -151,16 +153,29 @@ def calibration_batches(program: Program, calibration: dict[str, Array] | str | 
     return [{name: samples[i] for name, samples in split.items()} for i in range(count)]
 
 
+def _require_finite(array: Array, what: str) -> None:
+    """Quantization needs real ranges: one NaN or infinity would make every scale garbage."""
+    bad = ~np.isfinite(array)
+    if bad.any():
+        index = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise GlensideError(f"{what} holds {array[index]} at index {list(index)}: quantization "
+                            "needs finite values")
+
+
 def profile(program: Program, calibration: dict[str, Array] | str | Path) -> Profile:
     """Run the float program on every calibration sample; min/max of every profiled term."""
     types = check_program(program)
     weights = load_weights(program)
+    for name, array in weights.items():
+        _require_finite(array, f"weight '{name}'")
     keys = term_keys(program)
     wanted = {term for term in keys if profiled(term, program)}
     ranges: dict[str, tuple[float, float]] = {}
 
     def record(term: Term, value: Array) -> None:
         if term in wanted and value.dtype.kind == "f" and value.size:
+            _require_finite(value, f"the float program's value '{program.names.get(term, term.op)}'"
+                                   " on the calibration data")
             key = keys[term]
             low, high = float(np.min(value)), float(np.max(value))
             old = ranges.get(key, (low, high))
@@ -927,6 +942,8 @@ def quantize(program: Program, calibration: dict[str, Array] | str | Path | Prof
             raise GlensideError(f"quantize takes a float program; {decl.role} '{decl.name}' "
                                 f"is {decl.dtype}")
     weights = load_weights(program)
+    for name, array in weights.items():
+        _require_finite(array, f"weight '{name}'")
     if isinstance(calibration, Profile):
         prof = calibration
         check_profile(prof, program, weights)
@@ -991,24 +1008,14 @@ def layer_values(quantized: QuantizedProgram, inputs: dict[str, Array]) -> Itera
             yield layer, values[term]
 
 
-@click.command("quantize")
-@click.argument("program", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--calibrate", "calibration", type=click.Path(dir_okay=False, path_type=Path),
-              help="Calibration inputs: an .npz with one (samples, …) array per input.")
-@click.option("--profile", "profile_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="Use a saved profile instead of (or, with --calibrate, save one to) "
-                   "this file.")
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="Where to write the int8 program (.gs; weights go beside it as .npz).")
-@click.option("--per-channel", is_flag=True, help="One weight scale per output channel.")
-@click.option("--symmetric", is_flag=True, help="Symmetric activations (zero point 0).")
-@click.option("--force", is_flag=True,
-              help="Replace existing output files an earlier run did not write.")
-def quantize_command(program: Path, calibration: Path | None, profile_path: Path | None,
-                     output: Path, per_channel: bool, symmetric: bool, force: bool) -> None:
-    """Quantize a float PROGRAM to int8 with calibration data (Glow's profile-guided way)."""
+def quantize_files(program: Path, calibration: Path | None, profile_path: Path | None,
+                   output: Path, per_channel: bool, symmetric: bool, force: bool) -> Path:
+    """`glensidec quantize`: the float program at `program` quantized with calibration data
+    or a saved profile, written to `output` (.gs, with .npz weights and a .json record)."""
     check_writable_file(output)
     parsed = read_program(program)
+    require_access_result(parsed, check_program(parsed), "quantize")
+    parsed = expand_program(parsed)  # tuples and conv2d modes become what the quantizer knows
     float_files = {program.resolve(), *(parsed.weight_path(d).resolve() for d in
                                         parsed.weights())}
     if {output.resolve(), output.with_suffix(".npz").resolve()} & float_files:
@@ -1027,8 +1034,7 @@ def quantize_command(program: Path, calibration: Path | None, profile_path: Path
     else:
         raise GlensideError("give --calibrate DATA.npz or --profile PROFILE.json")
     quantized = quantize(parsed, source, per_channel, symmetric)
-    written = save_quantized(quantized, output, force)
-    click.echo(f"wrote {written}, {written.with_suffix('.npz')} and {written}.json")
+    return save_quantized(quantized, output, force)
 
 
 @dataclass

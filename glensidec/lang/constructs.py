@@ -16,6 +16,7 @@ Argument kinds:
   tensor        the name of a declared tensor
   literal       a `(literal …)` term
   dtype         one of i8, i16, i32, f32
+  tuple         a `(construct-tuple …)`-valued term
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ COMPUTE_TYPE = "compute-type"
 TENSOR = "tensor"
 LITERAL = "literal"
 DTYPE = "dtype"
+TUPLE = "tuple"
 
 PAD_TYPES = ("zero-padding", "min-padding")
 
@@ -51,6 +53,10 @@ class Construct:
     variadic: str | None = None  # kind of each further argument: `(shape 1 2 3)`
     optional: tuple[Param, ...] = ()  # trailing arguments that may be left out
     hardware: bool = False  # runs on the systolic array rather than the host
+    # Replaced by other constructs (glensidec.lang.expand) before the rewriter and the C
+    # back end see the program; only the parser, the type checker and the interpreter
+    # know it.
+    expanded: bool = False
 
     def signature(self) -> str:
         """`(access-pad access pad-type axis before after)`, for messages and docs."""
@@ -101,6 +107,16 @@ _TABLE = [
        "one invocation of a rows×cols weight-stationary array", hardware=True),
     _c("systolic-array-with-blocking", "rows:nat cols:nat activations:access weights:access",
        ACCESS, "the same product, blocked onto a rows×cols array", hardware=True),
+    # The original's conv2d modes of the array: a conv2d (no padding) as one blocked
+    # product over the im2col matrix, expanded into systolic-array-with-blocking.
+    *(_c(f"systolic-array-conv2d-{mode}{layout}-with-blocking",
+         "rows:nat cols:nat weights:access data:access kh:nat kw:nat stride-h:nat stride-w:nat",
+         ACCESS, f"a {layout.upper()} conv2d on a rows×cols array", expanded=True)
+      for mode in ("", "im2col-") for layout in ("nchw-oihw", "nhwc-hwio")),
+    # Tuples: a value of several accesses, taken apart again by index.
+    _c("construct-tuple", "", TUPLE, "a tuple of accesses", variadic=ACCESS, expanded=True),
+    _c("tuple-get-item", "tuple:tuple index:nat", ACCESS, "item `index` of a tuple",
+       expanded=True),
     # Scalars.
     _c("literal", "value:number", LITERAL, "a scalar constant", optional=(("dtype", DTYPE),)),
     # Shape-valued helpers, evaluated while type checking.
@@ -115,6 +131,17 @@ _TABLE = [
 ]
 
 CONSTRUCTS: dict[str, Construct] = {c.name: c for c in _TABLE}
+
+# Constructs of the original Glenside that glensidec rejects, each with its reason (the
+# parser names the construct and says why; docs/language.md lists them).
+UNSUPPORTED: dict[str, str] = {
+    "relay-operator-call": "Relay operators are imported from ONNX instead (glensidec import)",
+    "accelerator-call": "calls into the original's third-party accelerators (FlexNLP, VTA, "
+                        "HLSCNN) have no hardware here",
+    "accelerator-func": "calls into the original's third-party accelerators have no hardware "
+                        "here",
+    "constant-tensor": "constants are weights: declare them with (weight …)",
+}
 
 
 @dataclass(frozen=True)
@@ -186,10 +213,15 @@ class Group:
     COMPUTE = frozenset({"compute"})
     # Run on the systolic array.
     HARDWARE = frozenset(name for name, c in CONSTRUCTS.items() if c.hardware)
-    # Not accesses: literals and shape-valued helpers, evaluated while type checking.
+    # Not accesses: literals and shape-valued helpers, evaluated while type checking (and
+    # construct-tuple, a tuple of accesses).
     STATIC = frozenset(name for name, c in CONSTRUCTS.items() if c.result != ACCESS)
+    # Accesses replaced by other constructs before rewriting and lowering
+    # (glensidec.lang.expand): tuple-get-item, the original's conv2d modes of the array.
+    EXPANDED = frozenset(name for name, c in CONSTRUCTS.items()
+                         if c.expanded and c.result == ACCESS)
 
-    ACCESS = LEAF | VIEW | COPY | TUPLE | COMPUTE | HARDWARE
+    ACCESS = LEAF | VIEW | COPY | TUPLE | COMPUTE | HARDWARE | EXPANDED
 
 
 class ComputeKind:

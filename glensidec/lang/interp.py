@@ -27,6 +27,7 @@ from glensidec.lang.typecheck import (
     AccessType,
     ArgValue,
     LiteralValue,
+    TupleType,
     TypeTable,
     check_program,
 )
@@ -396,6 +397,45 @@ def _systolic_array(call: Call) -> Array:
 IMPLS["systolic-array-with-blocking"] = _systolic_array
 
 
+def conv2d_im2col(data: Array, weights: Array, layout: str, kernel: tuple[int, int],
+                  strides: tuple[int, int]) -> tuple[Array, Array]:
+    """The im2col matrix ((N,H',W'),(K)) and the weights as (K,O) of an unpadded conv2d, the
+    K axis ordered as the layout stores a filter (c,kh,kw for OIHW, kh,kw,c for HWIO)."""
+    if layout == "nchw-oihw":
+        data = np.moveaxis(data, 1, 3)  # NHWC, windows below then come out (c, kh, kw)
+    windows = np.lib.stride_tricks.sliding_window_view(data, kernel, axis=(1, 2))
+    windows = windows[:, ::strides[0], ::strides[1]]  # (N,H',W',C,kh,kw)
+    if layout == "nhwc-hwio":
+        windows = np.moveaxis(windows, 3, 5)  # (N,H',W',kh,kw,C)
+    columns = windows.reshape(*windows.shape[:3], -1)
+    outputs = weights.shape[0] if layout == "nchw-oihw" else weights.shape[3]
+    matrix = (weights.reshape(outputs, -1).T if layout == "nchw-oihw"
+              else weights.reshape(-1, outputs))
+    return columns, matrix
+
+
+def _conv2d_blocked(layout: str) -> Impl:
+    def conv(call: Call) -> Array:
+        weights, data = call.values[2], call.values[3]
+        kh, kw, stride_h, stride_w = call.values[4:8]
+        columns, matrix = conv2d_im2col(data, weights, layout, (kh, kw), (stride_h, stride_w))
+        product = matmul(columns, matrix, call.access_type(3).dtype)  # (N,H',W',O)
+        return product if layout == "nhwc-hwio" else np.moveaxis(product, 3, 1)
+
+    return conv
+
+
+for _mode in ("", "im2col-"):
+    for _layout in ("nchw-oihw", "nhwc-hwio"):
+        IMPLS[f"systolic-array-conv2d-{_mode}{_layout}-with-blocking"] = _conv2d_blocked(_layout)
+
+
+@impl("tuple-get-item")
+def _tuple_get_item(call: Call) -> Array:
+    members, index = call.values
+    return np.asarray(members[index])
+
+
 # -- driver ---------------------------------------------------------------------------
 
 
@@ -451,6 +491,9 @@ def apply_term(term: Term, types: TypeTable, values: dict[Term, Array],
     for arg in term.args:
         if isinstance(arg, Term):
             kind = K.CONSTRUCTS[arg.op].result
+            if kind == K.TUPLE:  # a tuple's value is its members' values
+                call_values.append([values[member] for member in arg.children()])
+                continue
             call_values.append(values[arg] if kind == K.ACCESS else types[arg])
         elif term.op == "access-tensor":
             call_values.append(tensors[str(arg)])
@@ -469,6 +512,21 @@ def evaluate(root: Term, types: TypeTable, tensors: dict[str, Array]) -> Array:
     value = evaluate_all(root, types, tensors)[root]
     # ascontiguousarray would turn a scalar result into shape (1,): keep the typed shape.
     return np.ascontiguousarray(value).reshape(root_type.full)
+
+
+def evaluate_result(program: Program, tensors: dict[str, Array], types: TypeTable
+                    ) -> Array | tuple[Array, ...] | None:
+    """The value of any result: an array (accesses, literals), one per member (tuples), or
+    None for results that are known from the types alone (shapes)."""
+    result = types[program.root]
+    if isinstance(result, AccessType):
+        return evaluate(program.root, types, tensors)
+    if isinstance(result, LiteralValue):
+        return np.array(result.value, dtype=DTYPES[result.dtype].numpy)
+    if isinstance(result, TupleType):
+        values = evaluate_all(program.root, types, tensors)
+        return tuple(np.ascontiguousarray(values[member]) for member in program.root.children())
+    return None
 
 
 def run_program(program: Program, tensors: dict[str, Array],

@@ -24,6 +24,25 @@ from glensidec.lang import constructs as K
 from glensidec.lang.dtypes import F32_MAX, INTEGER_NAMES, accumulator, integer_range
 from glensidec.lang.terms import ComputeOp, Program, Symbol, TensorDecl, Term, postorder
 
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+# Every access (declared, computed or a virtual view such as a cartesian product) holds at
+# most MAX_ELEMENTS elements, and no dimension exceeds MAX_DIM: far beyond any network this
+# accelerator runs, and small enough that sizes, offsets and cycle counts stay in int64.
+MAX_ELEMENTS = 2**32
+MAX_DIM = 2**31 - 1
+
+
+def size_problem(full: tuple[int, ...]) -> str | None:
+    """Why a shape is too large to handle, or None."""
+    for dim in full:
+        if dim > MAX_DIM:
+            return f"dimension {dim} exceeds the limit of {MAX_DIM:,} (2^31 - 1)"
+    elements = math.prod(full)
+    if elements > MAX_ELEMENTS:
+        return (f"shape {_dims(full)} has {elements:,} elements, more than the limit of "
+                f"{MAX_ELEMENTS:,} (2^32)")
+    return None
+
 
 def _dims(dims: tuple[int, ...]) -> str:
     return "(" + ",".join(str(d) for d in dims) + ")"
@@ -65,7 +84,17 @@ class LiteralValue:
     dtype: str
 
 
-TypeValue = AccessType | AccessShape | LiteralValue | tuple[int, ...]
+@dataclass(frozen=True)
+class TupleType:
+    """The value of `(construct-tuple …)`: the types of its members."""
+
+    members: tuple[AccessType, ...]
+
+    def __str__(self) -> str:
+        return "(tuple " + " ".join(f"{m} {m.dtype}" for m in self.members) + ")"
+
+
+TypeValue = AccessType | AccessShape | LiteralValue | TupleType | tuple[int, ...]
 ArgValue = TypeValue | int | float | str | ComputeOp
 
 
@@ -476,6 +505,64 @@ def _systolic_array_blocked(ctx: Context, args: list[ArgValue]) -> TypeValue:
     return AccessType((*activations.shape, outputs), (), accumulator(activations.dtype))
 
 
+def _conv2d_blocked(layout: str, divisible: bool) -> Rule:
+    """The original's systolic-array-conv2d-… rules (language.rs): no padding, output
+    NCHW or NHWC; the blocked modes need C % rows == 0 and O % cols == 0."""
+
+    def conv(ctx: Context, args: list[ArgValue]) -> TypeValue:
+        rows, cols, weights, data = _int(args[0]), _int(args[1]), _access(args[2]), _access(args[3])
+        kh, kw, stride_h, stride_w = (_int(a) for a in args[4:8])
+        if rows < 1 or cols < 1:
+            raise Mistake(f"array size {rows}x{cols} must be positive", 0)
+        for index, access in ((2, weights), (3, data)):
+            if len(access.full) != 4:
+                raise Mistake(f"{access} must have rank 4", index)
+        _same_dtype(data, weights)
+        if layout == "nchw-oihw":
+            (n, c, h, w), (o, wc, wkh, wkw) = data.full, weights.full
+        else:
+            (n, h, w, c), (wkh, wkw, wc, o) = data.full, weights.full
+        if (wc, wkh, wkw) != (c, kh, kw):
+            raise Mistake(f"weights {weights} do not fit data {data} with a {kh}x{kw} kernel "
+                          f"({layout})", 2)
+        if stride_h < 1 or stride_w < 1:
+            raise Mistake(f"strides {stride_h}, {stride_w} must be positive", 6)
+        if kh > h or kw > w:
+            raise Mistake(f"a {kh}x{kw} kernel does not fit in {h}x{w}", 4)
+        if divisible and (c % rows or o % cols):
+            raise Mistake(f"{c} channels and {o} filters do not block onto a {rows}x{cols} "
+                          f"array ({c} % {rows}, {o} % {cols} must be 0)", 0)
+        out_h, out_w = (h - kh) // stride_h + 1, (w - kw) // stride_w + 1
+        full = (n, o, out_h, out_w) if layout == "nchw-oihw" else (n, out_h, out_w, o)
+        return AccessType(full, (), accumulator(data.dtype))
+
+    return conv
+
+
+for _mode in ("", "im2col-"):
+    for _layout in ("nchw-oihw", "nhwc-hwio"):
+        RULES[f"systolic-array-conv2d-{_mode}{_layout}-with-blocking"] = _conv2d_blocked(
+            _layout, divisible=not _mode)
+
+
+# -- tuples ---------------------------------------------------------------------------
+
+
+@rule("construct-tuple")
+def _construct_tuple(ctx: Context, args: list[ArgValue]) -> TypeValue:
+    return TupleType(tuple(_access(a) for a in args))
+
+
+@rule("tuple-get-item")
+def _tuple_get_item(ctx: Context, args: list[ArgValue]) -> TypeValue:
+    members, index = args[0], _int(args[1])
+    assert isinstance(members, TupleType)
+    if index >= len(members.members):
+        raise Mistake(f"index {index} is out of range for a tuple of "
+                      f"{len(members.members)}", 1)
+    return members.members[index]
+
+
 # -- shapes ---------------------------------------------------------------------------
 
 
@@ -558,6 +645,11 @@ def infer(root: Term, tensors: dict[str, TensorDecl], types: TypeTable | None = 
         args = [_argument_value(arg, types) for arg in term.args]
         try:
             types[term] = RULES[term.op](ctx, args)
+            result = types[term]
+            if isinstance(result, AccessType):
+                problem = size_problem(result.full)
+                if problem:
+                    raise Mistake(problem)
         except Mistake as mistake:
             span = term.arg_span(mistake.argument) if mistake.argument is not None else term.span
             raise GlensideError(f"{term.op}: {mistake.message}", span) from None
@@ -589,3 +681,33 @@ def infer_access(term: Term, tensors: dict[str, TensorDecl], types: TypeTable) -
 
 def root_type(program: Program, types: TypeTable) -> AccessType:
     return access_type(types, program.root)
+
+
+
+def describe_value(value: TypeValue) -> str:
+    """What `glensidec check` prints for a result: an access's type, or the value itself
+    for results known while type checking (shapes), `(tuple …)` for tuples."""
+    if isinstance(value, AccessType):
+        return f"{value} {value.dtype}"
+    if isinstance(value, LiteralValue):
+        return f"(literal) {value.dtype}"
+    if isinstance(value, AccessShape):
+        return f"(access-shape (shape{_words(value.shape)}) (shape{_words(value.item)}))"
+    if isinstance(value, TupleType):
+        return str(value)
+    return f"(shape{_words(value)})"
+
+
+def _words(dims: tuple[int, ...]) -> str:
+    return "".join(f" {d}" for d in dims)
+
+
+def require_access_result(program: Program, types: TypeTable, command: str) -> AccessType:
+    """The result's access type; a located error if `command` cannot take this result."""
+    result = types[program.root]
+    if not isinstance(result, AccessType):
+        kind = K.CONSTRUCTS[program.root.op].result
+        raise GlensideError(f"{command} needs an access-valued result; this program's result "
+                            f"is a {kind}: {describe_value(result)}",
+                            program.root.span, program.path)
+    return result

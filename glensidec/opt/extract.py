@@ -34,6 +34,7 @@ from glensidec.hardware import array as hardware
 from glensidec.lang import constructs as K
 from glensidec.lang import data
 from glensidec.lang.dtypes import Array, by_bits
+from glensidec.lang.expand import expand_program, needs_expansion
 from glensidec.lang.interp import run_program
 from glensidec.lang.terms import (
     Program,
@@ -336,6 +337,8 @@ def compile_program(program: Program, config: hardware.ArrayConfig,
     limits and the time grow with the largest layer instead of with the whole network.
     """
     start = time.perf_counter()
+    if needs_expansion(program.root):  # tuples, conv2d modes: compiled as their expansion
+        program, types = expand_program(program), None
     types = check_program(program) if types is None else types
     target = array_target(config)
     check_written_arrays(program, config)

@@ -59,7 +59,7 @@ def constructor_sorts(construct: K.Construct) -> list[str]:
 def schema() -> str:
     """Sorts, the `Term` datatype (one constructor per construct) and the type functions."""
     variants = "\n".join(f"  ({c.name} {' '.join(constructor_sorts(c))} :cost 1)"
-                         for c in K.CONSTRUCTS.values())
+                         for c in K.CONSTRUCTS.values() if not c.expanded)
     return f"""
 (sort {VEC} (Vec i64))
 (with-dynamic-cost
