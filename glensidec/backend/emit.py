@@ -32,7 +32,6 @@ from glensidec.backend.lower import (
     INPUT,
     OUTPUT,
     ArrayGemm,
-    Axis,
     Copy,
     Dot,
     Fill,
@@ -44,13 +43,11 @@ from glensidec.backend.lower import (
     Reduce,
     RequantizePerChannel,
     Softmax,
-    View,
-    canonical,
     constant_array,
     lower_program,
-    refine,
 )
 from glensidec.backend.plan import MemoryPlan, plan_memory
+from glensidec.backend.views import Axis, View, canonical, refine
 from glensidec.hardware.array import ArrayConfig, gemm_cycles
 from glensidec.lang import data
 from glensidec.lang.constructs import ComputeKind
