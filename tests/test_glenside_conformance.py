@@ -19,15 +19,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import assert_calls_match_the_model, compile_and_cosimulate
 
 from glensidec.backend.emit import compile_to_directory
 from glensidec.errors import GlensideError
 from glensidec.hardware.array import ArrayConfig
 from glensidec.lang import constructs as K
+from glensidec.lang.data import all_tensors, random_inputs
 from glensidec.lang.dtypes import DTYPES
 from glensidec.lang.expand import expand_program
 from glensidec.lang.interp import evaluate_result, run_program
-from glensidec.lang.syntax import parse_program
+from glensidec.lang.syntax import parse_program, read_program
 from glensidec.lang.terms import Program, TensorDecl, postorder
 from glensidec.lang.typecheck import AccessShape, AccessType, TupleType, check_program
 
@@ -150,6 +152,7 @@ MAX_POOL_OVER_PADDING = """
 """
 
 
+@pytest.mark.slow  # builds and runs C
 def test_max_pool_over_an_all_padding_window(tmp_path: Path) -> None:
     # A window holding only padding gives f32::MIN in the original (interpreter.rs:
     # access-pad min-padding fills with DataType::min_value(), compute reduce-max folds
@@ -516,6 +519,7 @@ def _conv_reference(data: np.ndarray, weights: np.ndarray, layout: str,
     return out if layout == "nchw-oihw" else out.transpose(0, 2, 3, 1)
 
 
+@pytest.mark.slow  # builds and runs C
 @pytest.mark.parametrize(("layout", "mode", "data_shape", "weight_shape"), CONV_CASES)
 def test_conv2d_with_blocking_interprets_and_compiles(layout: str, mode: str,
                                                       data_shape: tuple[int, ...],
@@ -548,6 +552,7 @@ def test_conv2d_with_blocking_maps_onto_the_array() -> None:
     assert not any(K.CONSTRUCTS[op].expanded for op in ops)
 
 
+@pytest.mark.slow  # builds and runs C
 def test_language_construct_tuple_and_tuple_get_item(tmp_path: Path) -> None:
     # language.rs, construct_tuple: a tuple of the two accesses, shapes [32,64] and [16,32];
     # tuple_get_item: item 1 is b's access. (The original's interpreter has no rule for
@@ -1018,3 +1023,43 @@ def test_language_relay_tests_are_located_errors(case: tuple[str, str]) -> None:
         program(text, {})
     assert str(caught.value).startswith("<glenside>:1:2: error: 'relay-operator-call' of the "
                                         "original Glenside is not supported"), str(caught.value)
+
+
+def test_conv2d_mode_of_another_size_is_a_located_compile_error() -> None:
+    # A conv2d mode asks for a rows×cols array like systolic-array does: compiled for
+    # another size it is the user's error, located at the construct's size.
+    from glensidec.opt.extract import compile_program
+
+    parsed = program("(systolic-array-conv2d-nchw-oihw-with-blocking 8 4 (access-tensor w) "
+                     "(access-tensor d) 3 2 2 1)",
+                     {"d": np.zeros((1, 8, 6, 7), np.int8), "w": np.zeros((4, 8, 3, 2), np.int8)})
+    with pytest.raises(GlensideError, match=r"^<glenside>:1:48: error: systolic-array-conv2d-"
+                                            r"nchw-oihw-with-blocking: a 8x4 array, but the "
+                                            r"program is compiled for --array 16x16"):
+        compile_program(parsed, ArrayConfig(16, 16))
+    compiled = compile_program(parsed, ArrayConfig(8, 4))
+    assert [t.op for t in postorder(compiled.program.root)].count(
+        "systolic-array-with-blocking") == 1
+
+
+@pytest.mark.slow
+@pytest.mark.rtl
+def test_conv2d_mode_and_tuple_cosimulate_bit_exactly(tmp_path: Path, sim_cache: Path) -> None:
+    # Interpreter, generated C and the C driving the RTL array agree bit for bit on an i8
+    # conv2d mode of the array (taken through a tuple), with the cycles the model predicts.
+    source = tmp_path / "conv.gs"
+    source.write_text(
+        "(input d i8 (shape 1 8 6 7))\n(input w i8 (shape 4 8 3 2))\n"
+        "(let both (construct-tuple (access-tensor w) (access-tensor d)))\n"
+        "(systolic-array-conv2d-nchw-oihw-with-blocking 8 4 (tuple-get-item both 0) "
+        "(tuple-get-item both 1) 3 2 2 1)\n")
+    parsed = read_program(source)
+    inputs = random_inputs(parsed, seed=21)
+    run = compile_and_cosimulate(source, "8x4", inputs, tmp_path / "work", sim_cache)
+    expected = run_program(parsed, all_tensors(parsed, inputs))
+    np.testing.assert_array_equal(expected, _conv_reference(inputs["d"], inputs["w"],
+                                                            "nchw-oihw", (2, 1)))
+    np.testing.assert_array_equal(run.c, expected)
+    np.testing.assert_array_equal(run.sim, expected)
+    assert run.report["calls"]
+    assert_calls_match_the_model(run.report)

@@ -190,3 +190,81 @@ def test_printing_a_6000_deep_program_round_trips() -> None:
         assert lines[-1].strip() == "(access-tensor x)" + ")" * depth
     finally:
         sys.setrecursionlimit(saved)
+
+
+# -- J: the generated C harness -----------------------------------------------------------------
+
+
+def npy_with_header(header: bytes) -> bytes:
+    """A version-1 .npy whose header text is exactly `header` (no data)."""
+    return b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header
+
+
+def test_c_harness_rejects_hostile_inputs(tmp_path: Path, capsys: Captured) -> None:
+    import subprocess
+
+    outdir = tmp_path / "out"
+    assert run_cli("compile", EXAMPLES / "matmul.gs", "--array", "4x4", "--iterations", "2",
+                   "-o", outdir, cwd=tmp_path) == 0
+    subprocess.run(["make", "-s", "-C", str(outdir), "asan", "OPT=-O0"], check=True,
+                   timeout=300)
+    a, b = tmp_path / "a.npy", tmp_path / "b.npy"
+    np.save(a, np.zeros((32, 64), np.float32))
+    np.save(b, np.zeros((64, 16), np.float32))
+    (tmp_path / "descr.npy").write_bytes(npy_with_header(
+        b"{'fortran_order': False, 'shape': (32, 64), 'descr'"))
+    cases = [([f"a={tmp_path / 'descr.npy'}", f"b={b}"], "malformed .npy header"),
+             ([f"a={tmp_path}", f"b={b}"], "cannot read (is it a directory?)"),
+             ([f"a={a}", f"b={b}", "--weights", str(tmp_path)], "is it a directory?"),
+             ([f"a={a}", f"a={a}", f"b={b}"], "input given twice: a")]
+    for args, message in cases:
+        done = subprocess.run([str(outdir / "model_asan"), *args, "-o", str(tmp_path / "o.npy")],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 1 and message in done.stderr, (args, done.stderr)
+        assert "AddressSanitizer" not in done.stderr and "runtime error" not in done.stderr
+    done = subprocess.run([str(outdir / "model_asan"), f"a={a}", f"b={b}", "-o",
+                           str(tmp_path / "o.npy")], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
+# -- L: make sim with a bad input -----------------------------------------------------------------
+
+I8_MATMUL = """\
+(input a i8 (shape 4 8))
+(input b i8 (shape 4 8))
+(compute dot-product
+ (access-cartesian-product (access (access-tensor a) 1) (access (access-tensor b) 1)))
+"""
+
+
+def test_program_error_is_found_in_the_simulator_log(tmp_path: Path) -> None:
+    from glensidec.cosim.runner import program_error
+
+    log = tmp_path / "cosim_run.log"
+    log.write_text("     0.00ns INFO     cocotb running\nmodel: input 'a': a.npy has dtype "
+                   "'<f4', expected '<i1'\nTraceback (most recent call last):\n")
+    assert program_error(log) == "input 'a': a.npy has dtype '<f4', expected '<i1'"
+    log.write_text("nothing from the program\n")
+    assert program_error(log) is None
+    assert program_error(tmp_path / "missing.log") is None
+
+
+@pytest.mark.slow
+@pytest.mark.rtl
+def test_make_sim_with_a_bad_input_prints_the_cause(tmp_path: Path, sim_cache: Path) -> None:
+    import os
+    import subprocess
+
+    program = write(tmp_path, I8_MATMUL)
+    outdir = tmp_path / "out"
+    assert run_cli("compile", program, "--array", "4x4", "-o", outdir, cwd=tmp_path) == 0
+    np.save(tmp_path / "a.npy", np.zeros((4, 8), np.float32))  # should be int8
+    np.save(tmp_path / "b.npy", np.zeros((4, 8), np.int8))
+    done = subprocess.run(["make", "-s", "-C", str(outdir), "sim", "OPT=-O0",
+                           f"INPUTS=a={tmp_path / 'a.npy'} b={tmp_path / 'b.npy'}"],
+                          capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "GLENSIDEC_SIM_CACHE": str(sim_cache)})
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr
+    assert (f"error: the program stopped: input 'a': {tmp_path / 'a.npy'} has dtype '<f4', "
+            "expected '<i1'") in done.stderr, done.stderr
