@@ -6,8 +6,11 @@ Exit codes: 0 success, 1 an error in the user's input (one line on stderr, no tr
 
 from __future__ import annotations
 
+import math
+import os
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import click
 import numpy as np
@@ -38,6 +41,13 @@ def cli() -> None:
     """glensidec: compile Glenside tensor programs onto a systolic array."""
 
 
+def _finite(value: float, option: str) -> float:
+    if not math.isfinite(value):
+        raise click.BadParameter(f"{value} is not a finite number of seconds",
+                                 param_hint=option)
+    return value
+
+
 def _load(program_path: Path, shapes: Path | None) -> Program:
     return read_program(program_path, shapes)
 
@@ -56,7 +66,7 @@ def check(program: Path, shapes: Path | None) -> None:
 @SHAPES
 @click.option("--input", "input_options", multiple=True, metavar="NAME=FILE.npy",
               help="A runtime input (repeat for each).")
-@click.option("--random-inputs", type=int, metavar="SEED",
+@click.option("--random-inputs", type=click.IntRange(min=0, max=2**63 - 1), metavar="SEED",
               help="Fill every runtime input with seeded random data.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the result here as .npy (default: print it).")
@@ -112,9 +122,12 @@ def fmt(program: Path, shapes: Path | None, in_place: bool) -> None:
 @click.option("--stats", is_flag=True, help="Report the run and the predicted cycles on stderr.")
 @click.option("--verify", is_flag=True,
               help="Run the original and the rewritten program on random inputs and compare.")
-@click.option("--iterations", type=click.IntRange(min=0), default=30, show_default=True)
-@click.option("--max-enodes", type=click.IntRange(min=1), default=50_000, show_default=True)
+@click.option("--iterations", type=click.IntRange(min=0, max=2**31 - 1), default=30,
+              show_default=True)
+@click.option("--max-enodes", type=click.IntRange(min=1, max=2**62), default=50_000,
+              show_default=True)
 @click.option("--timeout", type=click.FloatRange(min=0), default=10.0, show_default=True,
+              callback=lambda ctx, param, value: _finite(value, "--timeout"),
               metavar="S", help="Seconds of saturation before extracting the best so far.")
 @click.option("-o", "--output", type=click.Path(path_type=Path),
               help="OUTDIR for the C program (new, empty, or an earlier compile's); a file "
@@ -233,17 +246,25 @@ _register_nas_commands()
 RECURSION_LIMIT = 20_000
 
 
+def _exit_interrupted(message: str, code: int) -> NoReturn:
+    """Exit with `code` now. Cleanup already ran as the exception unwound; a normal exit
+    could still end in SIGINT: CPython re-raises a KeyboardInterrupt it saw escape code it
+    ran for an extension (egglog) as a kill by SIGINT at shutdown, hiding our exit code."""
+    click.echo(message, err=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def main() -> None:
     sys.setrecursionlimit(max(sys.getrecursionlimit(), RECURSION_LIMIT))
     raise_on_sigterm()  # so staging files are cleaned up on SIGTERM too
     try:
         cli.main(standalone_mode=False)
     except click.exceptions.Abort:  # click's form of KeyboardInterrupt
-        click.echo("interrupted", err=True)
-        sys.exit(130)
+        _exit_interrupted("interrupted", 130)
     except Terminated:
-        click.echo("terminated", err=True)
-        sys.exit(143)
+        _exit_interrupted("terminated", 143)
     except click.ClickException as error:
         error.show()
         sys.exit(error.exit_code)
@@ -255,7 +276,7 @@ def main() -> None:
                    "name intermediate results with (let name expr)", err=True)
         sys.exit(1)
     except KeyboardInterrupt:
-        sys.exit(130)
+        _exit_interrupted("interrupted", 130)
 
 
 if __name__ == "__main__":

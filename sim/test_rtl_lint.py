@@ -35,6 +35,22 @@ def test_top_lints_clean_for_every_shape(shape: tuple[int, int]) -> None:
     verilator_lint("ws_top", {"ROWS": shape[0], "COLS": shape[1], "ACC_DEPTH": 48})
 
 
+MEMORY_SYSTEM_SIZES = [
+    ("ws_dma_load", {"ROW_BYTES": 4, "BUS_BYTES": 8, "LATENCY": 1}),
+    ("ws_dma_load", {"ROW_BYTES": 16, "BUS_BYTES": 1, "LATENCY": 3}),
+    ("ws_dma_store", {"ROW_BYTES": 4, "BUS_BYTES": 8}),
+    ("ws_dma_store", {"ROW_BYTES": 32, "BUS_BYTES": 1}),
+    ("ws_spad", {"ROW_BYTES": 4, "BANKS": 1, "BANK_ROWS": 8}),
+    ("ws_epilogue", {"COLS": 1, "OUT_W": 4}),
+]
+
+
+@pytest.mark.parametrize(("module", "parameters"), MEMORY_SYSTEM_SIZES,
+                         ids=lambda v: v if isinstance(v, str) else "-".join(map(str, v.values())))
+def test_memory_system_lints_clean_for_other_sizes(module: str, parameters: dict[str, int]) -> None:
+    verilator_lint(module, parameters)
+
+
 def test_gemm_wrapper_lints_clean() -> None:
     # the same timescale the simulation build passes
     timescale = "/".join(rtl_build.TIMESCALE)

@@ -141,7 +141,8 @@ def test_weight_from_npz_by_key(tmp_path: Path) -> None:
 
 def test_corrupt_weight_file(tmp_path: Path) -> None:
     (tmp_path / "w.npy").write_bytes(b"not a numpy file")
-    with pytest.raises(GlensideError, match=r"prog.gs:1:9: error: weight 'w': cannot read"):
+    with pytest.raises(GlensideError,
+                       match=r"prog.gs:1:9: error: weight 'w': \S*w.npy is not a \.npy file"):
         load(weight_program(tmp_path, "w.npy"))
 
 

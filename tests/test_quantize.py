@@ -30,15 +30,12 @@ from test_import import (
 from glensidec.cli import quantize_command
 from glensidec.errors import GlensideError
 from glensidec.frontends import builders as B
+from glensidec.frontends.calibration import load_profile, profile, save_profile
+from glensidec.frontends.qparams import activation_params, integer_multipliers
+from glensidec.frontends.quant_report import layer_errors
 from glensidec.frontends.quantize import (
     QuantizedProgram,
-    activation_params,
-    integer_multipliers,
-    layer_errors,
-    load_profile,
-    profile,
     quantize,
-    save_profile,
     save_quantized,
 )
 from glensidec.lang.data import load_weights
@@ -563,6 +560,15 @@ REFUSED = {  # (op, symmetric activations) → the reason the quantizer gives
     ("pad_nonzero_constant", False): "zero padding of an i8 tensor whose zero point",
     ("matmul_two_inputs", False): "dot-product needs exactly one constant",
     ("matmul_two_inputs", True): "dot-product needs exactly one constant",
+    # Not yet in int8 (issue 17): the transcendental functions (Glow's lookup tables) and
+    # products of two activations (attention's Q·Kᵀ, SiLU's x·sigmoid(x), HardSwish, x²).
+    **{(name, symmetric): reason for symmetric in (False, True) for name, reason in {
+        "matmul_batched_two_inputs": "dot-product needs exactly one constant",
+        "silu_tanh_exp": "compute sigmoid has no integer form",
+        "gelu_as_exported": "compute erf has no integer form",
+        "hardswish_hardsigmoid": "elementwise-mul of two computed tensors has no integer form",
+        "sqrt_reciprocal_neg_pow": "elementwise-mul of two computed tensors has no integer",
+    }.items()},
 }
 
 

@@ -32,7 +32,6 @@ from glensidec.backend.lower import (
     INPUT,
     OUTPUT,
     ArrayGemm,
-    Axis,
     Copy,
     Dot,
     Fill,
@@ -44,13 +43,11 @@ from glensidec.backend.lower import (
     Reduce,
     RequantizePerChannel,
     Softmax,
-    View,
-    canonical,
     constant_array,
     lower_program,
-    refine,
 )
 from glensidec.backend.plan import MemoryPlan, plan_memory
+from glensidec.backend.views import Axis, View, canonical, refine
 from glensidec.hardware.array import ArrayConfig, gemm_cycles
 from glensidec.lang import data
 from glensidec.lang.constructs import ComputeKind
@@ -496,6 +493,10 @@ def map_expression(op: str, params: Sequence[int | float | str], x: str, source:
         return f"gs_wrap_{source}(-(int64_t){x})" if integer else f"(-{x})"
     if op == "sqrt":
         return f"sqrtf({x})"
+    if op in ("exp", "tanh", "erf"):
+        return f"{op}f({x})"
+    if op == "sigmoid":
+        return f"(1.0f / (1.0f + expf(-{x})))"
     if op == "clip":
         return clip_expression(x, params, source)
     if op == "cast":

@@ -21,15 +21,29 @@ named buffers, in execution order. Three ideas carry it (docs/codegen.md):
 
 from __future__ import annotations
 
-import itertools
 import math
 import re
-from collections import deque
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from glensidec.backend.views import (
+    View,
+    broadcast,
+    co_refinable,
+    contiguous,
+    expand,
+    insert_axis,
+    merge_dims,
+    move_axis,
+    regroup,
+    select,
+    slice_view,
+    squeeze,
+    transpose,
+    view_array,
+    windows,
+)
 from glensidec.lang.constructs import ComputeKind
 from glensidec.lang.dtypes import DTYPES, Array
 from glensidec.lang.expand import expand_program, needs_expansion
@@ -41,246 +55,6 @@ from glensidec.lang.typecheck import (
     access_type,
     check_program,
 )
-
-# -- views ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Axis:
-    """One loop of a view: `size` steps of `stride` elements (stride 0 broadcasts)."""
-
-    size: int
-    stride: int
-
-
-Group = tuple[Axis, ...]  # the axes of one logical dim, outermost first
-
-
-def canonical(axes: Iterable[Axis]) -> Group:
-    """Drop unit axes and merge neighbours that walk memory as one axis would."""
-    merged: list[Axis] = []
-    for axis in axes:
-        if axis.size == 1:
-            continue
-        if merged and merged[-1].stride == axis.size * axis.stride:
-            merged[-1] = Axis(merged[-1].size * axis.size, axis.stride)
-        else:
-            merged.append(axis)
-    return tuple(merged)
-
-
-def group_size(group: Group) -> int:
-    return math.prod(axis.size for axis in group)
-
-
-@dataclass(frozen=True)
-class View:
-    """Elements of `buffer` at `offset + Σ index·stride`, one axis group per logical dim."""
-
-    buffer: str
-    offset: int
-    dims: tuple[Group, ...]
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return tuple(group_size(group) for group in self.dims)
-
-    def axes(self) -> list[Axis]:
-        """All axes in row-major order of the logical index."""
-        return [axis for group in self.dims for axis in group]
-
-    def is_row_major(self) -> bool:
-        """Does the view read its elements as one contiguous run, in order?"""
-        merged = canonical(self.axes())
-        return not merged or (len(merged) == 1 and merged[0].stride == 1)
-
-    def with_dims(self, dims: Iterable[Group], offset: int | None = None) -> View:
-        return View(self.buffer, self.offset if offset is None else offset, tuple(dims))
-
-    def __str__(self) -> str:
-        groups = ",".join("x".join(f"{a.size}:{a.stride}" for a in g) or "1" for g in self.dims)
-        return f"{self.buffer}@{self.offset}[{groups}]"
-
-
-def contiguous(buffer: str, shape: Sequence[int], offset: int = 0) -> View:
-    """The row-major view of a whole buffer."""
-    dims: list[Group] = []
-    stride = 1
-    for size in reversed(shape):
-        dims.append(canonical([Axis(size, stride)]))
-        stride *= size
-    return View(buffer, offset, tuple(reversed(dims)))
-
-
-def split_axes(axes: Sequence[Axis], sizes: Sequence[int]) -> list[Group] | None:
-    """Cut a row-major axis list into consecutive groups of `sizes` elements each.
-
-    An axis straddling two groups is split into an outer and an inner axis when its size
-    allows; otherwise the cut is not affine and the answer is None (the caller copies).
-    """
-    queue = deque(axis for axis in axes if axis.size != 1)
-    groups: list[Group] = []
-    for size in sizes:
-        group: list[Axis] = []
-        need = size
-        while need > 1:
-            if not queue:
-                return None
-            axis = queue.popleft()
-            if need % axis.size == 0:
-                group.append(axis)
-                need //= axis.size
-            elif axis.size % need == 0:
-                inner = axis.size // need
-                group.append(Axis(need, axis.stride * inner))
-                queue.appendleft(Axis(inner, axis.stride))
-                need = 1
-            else:
-                return None
-        groups.append(canonical(group))
-    return groups if not queue else None
-
-
-def regroup(view: View, shape: Sequence[int]) -> View | None:
-    """The same elements in the same row-major order, as logical dims `shape` (a reshape)."""
-    groups = split_axes(canonical(view.axes()), shape)
-    return None if groups is None else view.with_dims(groups)
-
-
-def merge_dims(view: View, splits: Sequence[int]) -> View:
-    """Merge consecutive logical dims: `splits` are the dim counts of each new dim."""
-    dims: list[Group] = []
-    start = 0
-    for count in splits:
-        dims.append(canonical([a for g in view.dims[start:start + count] for a in g]))
-        start += count
-    return view.with_dims(dims)
-
-
-def transpose(view: View, permutation: Sequence[int]) -> View:
-    return view.with_dims(view.dims[axis] for axis in permutation)
-
-
-def move_axis(view: View, source: int, destination: int) -> View:
-    dims = list(view.dims)
-    dims.insert(destination, dims.pop(source))
-    return view.with_dims(dims)
-
-
-def squeeze(view: View, axis: int) -> View:
-    return view.with_dims(view.dims[:axis] + view.dims[axis + 1:])
-
-
-def insert_axis(view: View, axis: int) -> View:
-    return view.with_dims(view.dims[:axis] + ((),) + view.dims[axis:])
-
-
-def broadcast(view: View, target: Sequence[int]) -> View:
-    dims = [group if group_size(group) == size else canonical([Axis(size, 0)])
-            for group, size in zip(view.dims, target, strict=True)]
-    return view.with_dims(dims)
-
-
-def expand(view: View, position: int, sizes: Sequence[int]) -> View:
-    """Insert broadcast (stride-0) logical dims of `sizes` at `position`."""
-    new = tuple(canonical([Axis(size, 0)]) for size in sizes)
-    return view.with_dims(view.dims[:position] + new + view.dims[position:])
-
-
-def _single(group: Group) -> Axis | None:
-    if not group:
-        return Axis(1, 0)
-    return group[0] if len(group) == 1 else None
-
-
-def slice_view(view: View, axis: int, low: int, high: int) -> View | None:
-    group = view.dims[axis]
-    single = _single(group)
-    if single is not None:
-        offset = view.offset + low * single.stride
-        new_group = canonical([Axis(high - low, single.stride)])
-    else:
-        inner = group_size(group[1:])
-        if low % inner or high % inner:
-            return None
-        offset = view.offset + (low // inner) * group[0].stride
-        new_group = canonical([Axis((high - low) // inner, group[0].stride), *group[1:]])
-    dims = list(view.dims)
-    dims[axis] = new_group
-    return view.with_dims(dims, offset)
-
-
-def select(view: View, axis: int, index: int) -> View:
-    """Fix logical dim `axis` at `index` (the dim disappears)."""
-    offset = view.offset
-    for sub in reversed(view.dims[axis]):
-        offset += (index % sub.size) * sub.stride
-        index //= sub.size
-    return view.with_dims(view.dims[:axis] + view.dims[axis + 1:], offset)
-
-
-def windows(view: View, access_rank: int, window: Sequence[int],
-            strides: Sequence[int]) -> View | None:
-    """Sliding windows over the item dims: positions (size P, stride s·t), then windows."""
-    positions: list[Group] = []
-    inside: list[Group] = []
-    for index, (size, step) in enumerate(zip(window, strides, strict=True)):
-        group = view.dims[access_rank + index]
-        single = _single(group)
-        if single is None:
-            return None
-        count = (single.size - size) // step + 1
-        positions.append(canonical([Axis(count, single.stride * step)]))
-        inside.append(canonical([Axis(size, single.stride)]))
-    return view.with_dims(view.dims[:access_rank] + tuple(positions) + tuple(inside))
-
-
-def refine(groups: Sequence[Group]) -> list[list[Axis]] | None:
-    """Axes that walk every group in lockstep: the common refinement of their axis sizes.
-
-    All groups hold the same number of elements. Each is cut at every other's axis
-    boundaries; that works when the boundaries (inner products) form a divisibility chain,
-    else None (the caller copies an operand into a contiguous buffer first).
-    """
-    boundaries = {1}
-    for group in groups:
-        inner = 1
-        for axis in reversed(group):
-            inner *= axis.size
-            boundaries.add(inner)
-    chain = sorted(boundaries)
-    if any(high % low for low, high in itertools.pairwise(chain)):
-        return None
-    refined: list[list[Axis]] = []
-    for group in groups:
-        pieces: list[Axis] = []
-        inner = 1
-        for axis in reversed(group):
-            cuts = [cut for cut in chain if inner <= cut <= inner * axis.size]
-            for low, high in itertools.pairwise(cuts):
-                pieces.append(Axis(high // low, axis.stride * (low // inner)))
-            inner *= axis.size
-        refined.append(list(reversed(pieces)))
-    return refined
-
-
-def co_refinable(dims_per_operand: Sequence[Sequence[Group]]) -> bool:
-    """Can one loop nest walk these operands' (equally shaped) leading dims together?"""
-    rank = min(len(dims) for dims in dims_per_operand)
-    return all(refine([dims[d] for dims in dims_per_operand]) is not None for d in range(rank))
-
-
-def view_array(view: View, flat: Array) -> Array:
-    """The view's elements as a numpy array of its logical shape (reads `flat`)."""
-    axes = view.axes()
-    if not axes:
-        return np.array(flat[view.offset]).reshape(view.shape)
-    item = flat.itemsize
-    strided = np.lib.stride_tricks.as_strided(
-        flat[view.offset:], shape=[a.size for a in axes], strides=[a.stride * item for a in axes],
-        writeable=False)
-    return np.array(strided).reshape(view.shape)
-
 
 # -- buffers and instructions ---------------------------------------------------------
 
@@ -347,7 +121,8 @@ class Fill(Instruction):
 
 @dataclass(frozen=True)
 class Map(Instruction):
-    """An elementwise unary compute (relu, sqrt, negative, clip, cast, requantize)."""
+    """An elementwise unary compute (relu, sqrt, exp, sigmoid, tanh, erf, negative, clip,
+    cast, requantize)."""
 
     op: ComputeOp
     src: View
@@ -485,6 +260,7 @@ _C_RESERVED = frozenset([
     "restrict", "return", "short", "signed", "sizeof", "static", "struct", "switch", "typedef",
     "union", "unsigned", "void", "volatile", "while", "constants", "mutable_io", "activations",
     "main", "model_run", "acc", "top", "total", "exps", "NULL", "isnan", "sqrtf", "exp",
+    "expf", "tanhf", "erff",
 ])
 
 

@@ -29,7 +29,10 @@ from glensidec.hardware.array import ArrayConfig
 from glensidec.resources import resource_dir
 
 #: Synthesizable modules of the array, in dependency order (leaves first).
-RTL_MODULES = ("ws_pe", "ws_skew", "ws_array", "ws_ctrl", "ws_accum", "ws_top")
+RTL_MODULES = (
+    "ws_pe", "ws_skew", "ws_array", "ws_ctrl", "ws_accum", "ws_top",
+    "ws_spad", "ws_epilogue", "ws_dma_agen", "ws_dma_load", "ws_dma_store",
+)
 
 #: The simulation-only wrapper the GEMM driver talks to (rtl/tb/).
 GEMM_TESTBENCH = "tb_ws_gemm"

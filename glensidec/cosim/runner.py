@@ -161,18 +161,38 @@ def cosimulate(outdir: Path, program_args: list[str], *, waves: bool = False,
     print(f"co-simulating {manifest.source}: {len(manifest.array_calls)} array calls "
           f"(log: {run_log})", flush=True)
     started = time.perf_counter()
-    run(runner, GEMM_TESTBENCH, TEST_MODULE, build_dir, waves=waves, log_file=run_log,
-        extra_env={
-            ENV_LIBRARY: str(outdir / LIBRARY),
-            ENV_ARGS: json.dumps([str(outdir / "model"), *program_args]),
-            ENV_REPORT: str(report),
-            ENV_MANIFEST: str(outdir / MANIFEST),
-        })
+    try:
+        run(runner, GEMM_TESTBENCH, TEST_MODULE, build_dir, waves=waves, log_file=run_log,
+            extra_env={
+                ENV_LIBRARY: str(outdir / LIBRARY),
+                ENV_ARGS: json.dumps([str(outdir / "model"), *program_args]),
+                ENV_REPORT: str(report),
+                ENV_MANIFEST: str(outdir / MANIFEST),
+            })
+    except (Exception, SystemExit):
+        # cocotb's runner raises when the simulator dies (the program's own error exits the
+        # whole process): the report's absence and the log say what happened, below.
+        if report.is_file():
+            raise
     wall = time.perf_counter() - started
     if not report.is_file():
+        cause = program_error(run_log)
+        if cause is not None:
+            raise GlensideError(f"the program stopped: {cause} (log: {run_log})")
         raise GlensideError(f"co-simulation stopped before it finished:\n{_tail(run_log)}")
     raw = json.loads(report.read_text())
     return CosimResult(raw["calls"], int(raw["status"]), wall)
+
+
+def program_error(log: Path) -> str | None:
+    """The compiled program's own error message (`model: …`) in a simulator log, if any."""
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return None
+    messages = [line.removeprefix("model: ") for line in text.splitlines()
+                if line.startswith("model: ")]
+    return messages[-1] if messages else None
 
 
 def _tail(log: Path, lines: int = 30) -> str:

@@ -25,13 +25,17 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
 IntArray = npt.NDArray[np.int64]
+
+# The largest array side accepted: well past any built systolic array (a TPU's is 256),
+# and small enough that every cycle count stays a modest integer.
+MAX_SIDE = 4096
 
 
 @dataclass(frozen=True)
@@ -46,7 +50,11 @@ class ArrayConfig:
 
     def __post_init__(self) -> None:
         if self.rows < 2 or self.cols < 1:
-            raise ValueError(f"the array needs rows >= 2 and cols >= 1, got {self}")
+            raise ValueError(f"the array needs rows >= 2 and cols >= 1, got "
+                             f"{self.rows}x{self.cols}")
+        if max(self.rows, self.cols) > MAX_SIDE:
+            raise ValueError(f"the array is at most {MAX_SIDE}x{MAX_SIDE}, got "
+                             f"{self.rows}x{self.cols}")
         if self.acc_width < 2 * self.in_width:
             raise ValueError("acc_width must hold a full product (>= 2 * in_width)")
         if self.acc_depth < 2:
@@ -177,31 +185,92 @@ def tile_sequence_cycles(config: ArrayConfig, tiles: Sequence[Tile]) -> int:
     return cycles[-1] + 1
 
 
+@dataclass
+class _Stream:
+    """The `tile_timings` recurrence's state after some tiles: the last commit, the last
+    rows of the previous two tiles, and how many tiles have been streamed."""
+
+    commit: int = -1
+    last_row: int = -1
+    last_row_before: int = -1
+    index: int = 0
+
+    def relative(self) -> tuple[int, int, bool]:
+        """The state up to a shift in time: what decides every later step's increments."""
+        return (self.commit - self.last_row, self.last_row_before - self.last_row,
+                self.index >= 2)
+
+    def shift(self, cycles: int, tiles: int) -> None:
+        self.commit += cycles
+        self.last_row += cycles
+        self.last_row_before += cycles
+        self.index += tiles
+
+
+def _stream_tile(stream: _Stream, rows: int, m_len: int) -> None:
+    commit = stream.commit + rows
+    if stream.index >= 2:
+        commit = max(commit, stream.last_row_before + rows)
+    first = commit if stream.index == 0 else max(commit, stream.last_row + 1)
+    stream.commit = commit
+    stream.last_row_before, stream.last_row = stream.last_row, first + m_len - 1
+    stream.index += 1
+
+
+def _stream_repeated(stream: _Stream, count: int, step: Callable[[_Stream], None],
+                     tiles_per_step: int) -> None:
+    """Apply `step` `count` times; once the relative state repeats, the rest is periodic
+    (every period adds the same cycles), so it is skipped in one shift: closed form in
+    effect, cost independent of `count`."""
+    seen: dict[tuple[int, int, bool], tuple[int, int]] = {}
+    done = 0
+    while done < count:
+        key = stream.relative()
+        if key in seen:
+            then, then_last = seen[key]
+            period, gained = done - then, stream.last_row - then_last
+            periods = (count - done) // period
+            stream.shift(periods * gained, periods * period * tiles_per_step)
+            done += periods * period
+            seen.clear()
+            if done >= count:
+                break
+        seen[key] = (done, stream.last_row)
+        step(stream)
+        done += 1
+
+
 @functools.lru_cache(maxsize=4096)
 def gemm_cycles(config: ArrayConfig, M: int, K: int, N: int) -> int:
     """Exact RTL cycles for ``A(MxK)·B(KxN) (+ D)`` in the `gemm_tiles` schedule.
 
     The same recurrence as `tile_timings` and `result_cycles`, on plain integers instead of
-    Tile objects (the compiler asks for every GEMM shape of a network, and a ResNet layer
-    has thousands of tiles), memoised per shape. Tests check it against
+    Tile objects, memoised per shape. The recurrence becomes periodic after a few tiles
+    (and after a few M chunks), so the periods are skipped arithmetically: the cost does
+    not grow with the number of tiles (a huge GEMM is predicted as fast as a small one).
+    The result leaves with the last tile (always a last K fold). Tests check it against
     ``tile_sequence_cycles(config, gemm_tiles(...))``.
     """
     _check_shape(M, K, N)
-    rows, latency = config.rows, config.latency
-    k_folds = _ceil_div(K, rows)
-    index, commit, last_row, last_row_before, last_result = 0, -1, -1, -1, -1
-    for _, m_len in m_chunks(config, M, K):
-        for _ in range(_ceil_div(N, config.cols)):
-            for fold in range(k_folds):
-                commit += rows
-                if index >= 2:
-                    commit = max(commit, last_row_before + rows)
-                first = commit if index == 0 else max(commit, last_row + 1)
-                last_row_before, last_row = last_row, first + m_len - 1
-                if fold == k_folds - 1:
-                    last_result = last_row + latency
-                index += 1
-    return last_result + 1
+    rows = config.rows
+    tiles_per_chunk = _ceil_div(K, rows) * _ceil_div(N, config.cols)
+    chunks = m_chunks_counts(config, M, K)
+    stream = _Stream()
+    for m_len, count in chunks:
+        def chunk(s: _Stream, m_len: int = m_len) -> None:
+            _stream_repeated(s, tiles_per_chunk, lambda t: _stream_tile(t, rows, m_len), 1)
+
+        _stream_repeated(stream, count, chunk, tiles_per_chunk)
+    return stream.last_row + config.latency + 1
+
+
+def m_chunks_counts(config: ArrayConfig, M: int, K: int) -> list[tuple[int, int]]:
+    """`m_chunks` as (length, how many in a row): the longer chunks come first."""
+    if _ceil_div(K, config.rows) == 1 or config.acc_depth >= M:
+        return [(M, 1)]
+    count = _ceil_div(M, config.acc_depth)
+    base, extra = divmod(M, count)
+    return [(length, n) for length, n in ((base + 1, extra), (base, count - extra)) if n]
 
 
 def folds(config: ArrayConfig, K: int, N: int) -> int:

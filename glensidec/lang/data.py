@@ -20,6 +20,8 @@ from glensidec.lang.dtypes import DTYPES, Array, integer_range
 from glensidec.lang.terms import Program, TensorDecl
 from glensidec.outputs import write_file
 
+NPY_MAGIC = b"\x93NUMPY"
+
 
 def _shape_text(shape: tuple[int, ...]) -> str:
     return "(" + ",".join(str(d) for d in shape) + ")"
@@ -48,15 +50,29 @@ def read_arrays(path: Path, keys: list[str | None]) -> dict[str | None, Array]:
             with np.load(path, allow_pickle=False) as archive:
                 arrays: dict[str | None, Array] = {}
                 for key in keys:
+                    if key is None and len(archive.files) == 1:  # a .npz given for a .npy
+                        arrays[key] = np.asarray(archive[archive.files[0]])
+                        continue
+                    if key is None:
+                        raise GlensideError(f"{path}: an .npz holding "
+                                            f"{len(archive.files)} arrays "
+                                            f"({', '.join(archive.files) or 'none'}); give "
+                                            "a .npy file")
                     if key not in archive.files:
                         raise GlensideError(f"{path}: no array '{key}' (it has: "
                                             f"{', '.join(archive.files) or 'none'})")
                     arrays[key] = np.asarray(archive[key])
                 return arrays
+        with open(path, "rb") as handle:
+            if handle.read(6) != NPY_MAGIC:
+                raise GlensideError(f"{path} is not a .npy file (it does not start with the "
+                                    "NumPy header)")
         array = np.asarray(np.load(path, allow_pickle=False))
         return {key: array for key in keys}
     except FileNotFoundError:
         raise GlensideError(f"file not found: {path}") from None
+    except IsADirectoryError:
+        raise GlensideError(f"{path} is a directory, not a .npy file") from None
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
         raise GlensideError(f"cannot read {path}: {error}") from None
 
@@ -80,8 +96,9 @@ def load_weights(program: Program) -> dict[str, Array]:
                 array = arrays[key] if key in arrays else read_npy(path, key)
                 weights[decl.name] = check_array(decl, array, str(path))
             except GlensideError as error:
-                raise GlensideError(f"weight '{decl.name}': {error.message}", decl.span,
-                                    program.path) from None
+                prefix = f"weight '{decl.name}': "
+                message = error.message.removeprefix(prefix)
+                raise GlensideError(prefix + message, decl.span, program.path) from None
     return weights
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from collections import Counter
 from dataclasses import dataclass
 from functools import cache
@@ -30,6 +31,7 @@ from glensidec.lang.terms import (
     Term,
     postorder,
 )
+from glensidec.lang.typecheck import INT64_MAX, INT64_MIN, size_problem
 from glensidec.resources import resource_dir
 
 # ---------------------------------------------------------------------------------------
@@ -84,7 +86,10 @@ def _to_sexpr(tree: lark.Tree[lark.Token] | lark.Token) -> SExpr:
     span = _token_span(token)
     kind = str(tree.data)
     if kind == "int":
-        return Atom(int(token), "int", span)
+        value = int(token)
+        if not INT64_MIN <= value <= INT64_MAX:
+            raise GlensideError(f"integer {token} does not fit in 64 bits", span)
+        return Atom(value, "int", span)
     if kind == "float":
         return Atom(float(token), "float", span)
     if kind == "string":
@@ -327,6 +332,9 @@ def _declared_shape(item: SExpr, where: str) -> tuple[int, ...]:
         if not (isinstance(dim, Atom) and dim.kind == "int" and int(dim.value) > 0):
             raise GlensideError(f"{where}: shape dims must be positive integers", dim.span)
         dims.append(int(dim.value))
+    problem = size_problem(tuple(dims))
+    if problem:
+        raise GlensideError(f"{where}: {problem}", item.span)
     return tuple(dims)
 
 
@@ -419,12 +427,21 @@ def read_program(path: str | Path, shapes_path: str | Path | None = None) -> Pro
 
 
 def _read_text(path: str | Path) -> str:
+    """The file's text: UTF-8, a leading byte-order mark ignored; a bad byte is located."""
     try:
-        return Path(path).read_text(encoding="utf-8")
+        raw = Path(path).read_bytes()
     except FileNotFoundError:
         raise GlensideError(f"no such file: {path}") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise GlensideError(f"cannot read {path}: {error}") from None
+    except OSError as error:
+        raise GlensideError(f"cannot read {path}: {error.strerror or error}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = raw.count(b"\n", 0, error.start) + 1
+        column = error.start - (raw.rfind(b"\n", 0, error.start) + 1) + 1
+        raise GlensideError(f"invalid UTF-8 (byte 0x{raw[error.start]:02x}); programs are "
+                            "UTF-8 text", Span(line, column), str(path)) from None
+    return text.removeprefix("\ufeff")
 
 
 def load_shapes(path: str | Path) -> dict[str, TensorDecl]:
@@ -439,6 +456,10 @@ def load_shapes(path: str | Path) -> dict[str, TensorDecl]:
         raise GlensideError("a shapes file is a JSON object {\"name\": [dims], …}", None, str(path))
     tensors = {}
     for name, entry in entries.items():
+        if not _is_plain_name(name):
+            raise GlensideError(f"tensor name {json.dumps(name)} is not a name the language "
+                                "can spell (letters, digits, _ - . ; not starting with a digit "
+                                "or - ; not a reserved word)", None, str(path))
         shape, dtype = entry, "f32"
         if isinstance(entry, dict):
             shape, dtype = entry.get("shape"), entry.get("dtype", "f32")
@@ -448,8 +469,19 @@ def load_shapes(path: str | Path) -> dict[str, TensorDecl]:
             raise GlensideError(
                 f"tensor '{name}': expected a list of positive dims and a dtype in "
                 f"{', '.join(DTYPE_NAMES)}, got {json.dumps(entry)}", None, str(path))
+        problem = size_problem(tuple(shape))
+        if problem:
+            raise GlensideError(f"tensor '{name}': {problem}", None, str(path))
         tensors[str(name)] = TensorDecl(str(name), tuple(shape), str(dtype), "input")
     return tensors
+
+
+NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_\-.]*")  # the grammar's SYMBOL
+
+
+def _is_plain_name(name: str) -> bool:
+    return (NAME_PATTERN.fullmatch(name) is not None and name not in CONSTRUCTS
+            and name not in COMPUTE_TYPES and name not in ("input", "weight", "let"))
 
 
 # ---------------------------------------------------------------------------------------
@@ -485,25 +517,62 @@ class _Printer:
                              for a in term.args]
         return "(" + " ".join(parts) + ")"
 
+    def flat_within(self, term: Term, limit: int, top: bool = False) -> str | None:
+        """`flat(term)` if it is at most `limit` characters long, else None.
+
+        Stops as soon as the limit is passed, so asking costs O(limit), not O(term).
+        """
+        if not top and term in self.names:
+            name = self.names[term]
+            return name if len(name) <= limit else None
+        parts = ["(" + term.op]
+        used = len(parts[0]) + 1  # the closing parenthesis
+        for arg in term.args:
+            if used > limit:
+                return None
+            text = (self.flat_within(arg, limit - used - 1) if isinstance(arg, Term)
+                    else _atom_text(arg))
+            if text is None:
+                return None
+            parts.append(text)
+            used += 1 + len(text)
+        return " ".join(parts) + ")" if used <= limit else None
+
     def pretty(self, term: Term, indent: int = 0, top: bool = False) -> str:
-        flat = self.flat(term, top)
-        if indent + len(flat) <= WIDTH or (not top and term in self.names):
-            return flat
+        """`term` on one line if it fits in WIDTH after `indent`, else one argument a line.
+
+        Lines are collected in one list and joined once: the cost is the size of the
+        output (which grows with nesting depth times indentation), not a power of it.
+        """
+        lines: list[str] = []
+        self._pretty(term, indent, top, lines, "")
+        return "\n".join(lines)
+
+    def _pretty(self, term: Term, indent: int, top: bool, lines: list[str],
+                prefix: str) -> None:
+        """Append `term`'s lines to `lines`; its first line starts with `prefix`."""
+        flat = self.flat_within(term, WIDTH - indent, top)
+        if flat is None and not top and term in self.names:
+            flat = self.names[term]
+        if flat is not None:
+            lines.append(prefix + flat)
+            return
         pad = " " * (indent + 1)
-        lines = ["(" + term.op]
         args = list(term.args)
+        head = prefix + "(" + term.op
         while args and not isinstance(args[0], Term):  # leading atoms stay on the head line
-            lines[0] += " " + _atom_text(args.pop(0))
+            head += " " + _atom_text(args.pop(0))
+        lines.append(head)
         previous_was_atom = False
         for arg in args:
             if isinstance(arg, Term):
-                lines.append(pad + self.pretty(arg, indent + 1))
+                self._pretty(arg, indent + 1, False, lines, pad)
             elif previous_was_atom:  # consecutive atoms share a line
                 lines[-1] += " " + _atom_text(arg)
             else:
                 lines.append(pad + _atom_text(arg))
             previous_was_atom = not isinstance(arg, Term)
-        return "\n".join(lines) + ")"
+        lines[-1] += ")"
 
 
 def _shared_subterms(root: Term) -> list[Term]:

@@ -24,6 +24,25 @@ from glensidec.lang import constructs as K
 from glensidec.lang.dtypes import F32_MAX, INTEGER_NAMES, accumulator, integer_range
 from glensidec.lang.terms import ComputeOp, Program, Symbol, TensorDecl, Term, postorder
 
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+# Every access (declared, computed or a virtual view such as a cartesian product) holds at
+# most MAX_ELEMENTS elements, and no dimension exceeds MAX_DIM: far beyond any network this
+# accelerator runs, and small enough that sizes, offsets and cycle counts stay in int64.
+MAX_ELEMENTS = 2**32
+MAX_DIM = 2**31 - 1
+
+
+def size_problem(full: tuple[int, ...]) -> str | None:
+    """Why a shape is too large to handle, or None."""
+    for dim in full:
+        if dim > MAX_DIM:
+            return f"dimension {dim} exceeds the limit of {MAX_DIM:,} (2^31 - 1)"
+    elements = math.prod(full)
+    if elements > MAX_ELEMENTS:
+        return (f"shape {_dims(full)} has {elements:,} elements, more than the limit of "
+                f"{MAX_ELEMENTS:,} (2^32)")
+    return None
+
 
 def _dims(dims: tuple[int, ...]) -> str:
     return "(" + ",".join(str(d) for d in dims) + ")"
@@ -377,7 +396,7 @@ def _elementwise_unary(op: ComputeOp, access: AccessType) -> AccessType:
     return access
 
 
-@compute_rule("sqrt")
+@compute_rule("sqrt", "exp", "sigmoid", "tanh", "erf")
 def _sqrt(op: ComputeOp, access: AccessType) -> AccessType:
     _needs_float(op, access)
     return access
@@ -626,6 +645,11 @@ def infer(root: Term, tensors: dict[str, TensorDecl], types: TypeTable | None = 
         args = [_argument_value(arg, types) for arg in term.args]
         try:
             types[term] = RULES[term.op](ctx, args)
+            result = types[term]
+            if isinstance(result, AccessType):
+                problem = size_problem(result.full)
+                if problem:
+                    raise Mistake(problem)
         except Mistake as mistake:
             span = term.arg_span(mistake.argument) if mistake.argument is not None else term.span
             raise GlensideError(f"{term.op}: {mistake.message}", span) from None

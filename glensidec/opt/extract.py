@@ -337,11 +337,11 @@ def compile_program(program: Program, config: hardware.ArrayConfig,
     limits and the time grow with the largest layer instead of with the whole network.
     """
     start = time.perf_counter()
+    check_written_arrays(program, config)  # before expansion: the user's own terms, located
     if needs_expansion(program.root):  # tuples, conv2d modes: compiled as their expansion
         program, types = expand_program(program), None
     types = check_program(program) if types is None else types
     target = array_target(config)
-    check_written_arrays(program, config)
     products = [term for term in postorder(program.root) if is_product(term)]
     graph = new_graph(program, types, products, target, rulesets)
     if len(products) > 1:
@@ -461,7 +461,7 @@ def check_written_arrays(program: Program, config: hardware.ArrayConfig) -> None
     supported yet), so it is the user's error, not the extractor's.
     """
     for term in postorder(program.root):
-        if term.op not in ARRAYS:
+        if term.op not in ARRAYS and not term.op.startswith("systolic-array-conv2d-"):
             continue
         rows, cols = term.args[0], term.args[1]
         if (rows, cols) != (config.rows, config.cols):

@@ -1,0 +1,508 @@
+"""The memory system and output path around the array: scratchpad, DMA, epilogue.
+
+Bit-exact references and cycle models of the RTL modules `ws_spad`, `ws_dma_load`,
+`ws_dma_store` and `ws_epilogue` (docs/hardware.md, "The accelerator around the array").
+Pure Python and numpy like `array`, so the compiler's cost model can import it; the
+testbenches in sim/ check the RTL against every function here.
+
+A DMA command moves rows: row (i2, i1), for i2 < count2 and i1 < count1, is `length`
+contiguous bytes of main memory at ``base + i2·stride2 + i1·stride1``, into scratchpad
+row ``spad_row + i2·count1 + i1`` (bytes from `length` on are 0). With bounds (im2col),
+the row is padding — `length` copies of `pad_value`, the input's zero point, and no
+memory access — when ``y = y0 + i2·y_step`` is outside ``[0, height)`` or
+``x = x0 + i1·x_step`` outside ``[0, width)``. So one command loads one K fold of a
+convolution's im2col matrix straight from an NHWC feature map, and a strided command
+loads a weight block or a plain matrix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+IntArray = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class MemoryConfig:
+    """Sizes and timing of the memory system (RTL parameters of the accelerator modules).
+
+    Defaults for a 16×16 array: 256 KiB scratchpad in 4 banks, 64 KiB accumulator
+    (`ArrayConfig.acc_depth` rows of COLS int32), a 16 B/cycle main-memory bus.
+    """
+
+    row_bytes: int = 16  # one scratchpad row: an operand row of the array (ROWS int8)
+    scratchpad_bytes: int = 256 * 1024
+    banks: int = 4
+    bus_bytes: int = 16  # main-memory bandwidth, bytes per cycle
+    latency: int = 8  # cycles from a read request to its data
+
+    def __post_init__(self) -> None:
+        for name in ("row_bytes", "banks", "bus_bytes"):
+            value = getattr(self, name)
+            if value < 1 or value & (value - 1):
+                raise ValueError(f"{name} must be a power of two, got {value}")
+        if self.latency < 1:
+            raise ValueError(f"latency must be at least 1 cycle, got {self.latency}")
+        rows = self.scratchpad_bytes // self.row_bytes
+        if rows * self.row_bytes != self.scratchpad_bytes or rows % self.banks:
+            raise ValueError(
+                f"a {self.scratchpad_bytes}-byte scratchpad is not {self.banks} banks of "
+                f"{self.row_bytes}-byte rows"
+            )
+        if self.bank_rows & (self.bank_rows - 1):
+            raise ValueError(f"bank rows must be a power of two, got {self.bank_rows}")
+
+    @property
+    def scratchpad_rows(self) -> int:
+        return self.scratchpad_bytes // self.row_bytes
+
+    @property
+    def bank_rows(self) -> int:
+        return self.scratchpad_rows // self.banks
+
+
+# -- DMA ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DmaCommand:
+    """One DMA transfer of count2 × count1 rows (see the module docstring)."""
+
+    base: int
+    length: int
+    count1: int = 1
+    stride1: int = 0
+    count2: int = 1
+    stride2: int = 0
+    spad_row: int = 0
+    bounds: bool = False
+    y0: int = 0
+    y_step: int = 0
+    height: int = 1
+    x0: int = 0
+    x_step: int = 0
+    width: int = 1
+    pad_value: int = 0
+
+    @property
+    def rows(self) -> int:
+        return self.count1 * self.count2
+
+
+@dataclass(frozen=True)
+class DmaRow:
+    """One row of a transfer: its main-memory address (meaningless for padding)."""
+
+    addr: int
+    spad_row: int
+    padding: bool
+
+
+def dma_rows(command: DmaCommand) -> Iterator[DmaRow]:
+    """The rows of a command in issue order (i2 outer, i1 inner)."""
+    for i2 in range(command.count2):
+        y = command.y0 + i2 * command.y_step
+        for i1 in range(command.count1):
+            x = command.x0 + i1 * command.x_step
+            padding = command.bounds and not (0 <= y < command.height and 0 <= x < command.width)
+            addr = command.base + i2 * command.stride2 + i1 * command.stride1
+            yield DmaRow(addr, command.spad_row + i2 * command.count1 + i1, padding)
+
+
+def row_beats(addr: int, length: int, bus_bytes: int) -> int:
+    """Bus beats a row of `length` bytes at `addr` spans (aligned beats of bus_bytes)."""
+    return (addr + length - 1) // bus_bytes - addr // bus_bytes + 1
+
+
+def dma_load_slots(command: DmaCommand, bus_bytes: int) -> int:
+    """Issue cycles of a load: one per bus beat, one per padding row (no memory access)."""
+    return sum(
+        1 if row.padding else row_beats(row.addr, command.length, bus_bytes)
+        for row in dma_rows(command)
+    )
+
+
+def dma_load_writes(
+    commands: Sequence[DmaCommand], bus_bytes: int, latency: int
+) -> list[tuple[int, int]]:
+    """(cycle, scratchpad row) of every row write of ws_dma_load, in order.
+
+    Commands offered back to back: the first is accepted in cycle 0, issue slots follow
+    in cycles 1, 2, … without gaps (the next command is accepted in its predecessor's
+    last slot); a row's last slot's data returns `latency` cycles later and the row is
+    written one cycle after that.
+    """
+    writes: list[tuple[int, int]] = []
+    slot = 0
+    for command in commands:
+        for row in dma_rows(command):
+            slot += 1 if row.padding else row_beats(row.addr, command.length, bus_bytes)
+            writes.append((slot + latency + 1, row.spad_row))
+    return writes
+
+
+def dma_load_cycles(commands: Sequence[DmaCommand], bus_bytes: int, latency: int) -> int:
+    """Cycles of ws_dma_load for back-to-back commands, up to and including the last write."""
+    slots = sum(dma_load_slots(command, bus_bytes) for command in commands)
+    return slots + latency + 2
+
+
+def dma_load_reference(
+    memory: npt.NDArray[np.uint8], command: DmaCommand, row_bytes: int
+) -> dict[int, npt.NDArray[np.uint8]]:
+    """Scratchpad rows a load writes: {scratchpad row: ROW_BYTES bytes}."""
+    written: dict[int, npt.NDArray[np.uint8]] = {}
+    for row in dma_rows(command):
+        data = np.zeros(row_bytes, dtype=np.uint8)
+        if row.padding:
+            data[: command.length] = command.pad_value & 0xFF
+        else:
+            data[: command.length] = memory[row.addr : row.addr + command.length]
+        written[row.spad_row] = data
+    return written
+
+
+def dma_load_bytes(command: DmaCommand, bus_bytes: int) -> int:
+    """Bytes a load moves over the bus (whole beats, padding rows move none)."""
+    return bus_bytes * sum(
+        row_beats(row.addr, command.length, bus_bytes)
+        for row in dma_rows(command)
+        if not row.padding
+    )
+
+
+def dma_store_cycles(commands: Sequence[DmaCommand], bus_bytes: int) -> int:
+    """Cycles of ws_dma_store with every row offered at once: accept + one per beat.
+
+    A command is accepted in the last beat of its predecessor, so commands chain
+    without gaps; the count runs up to and including the last write beat.
+    """
+    beats = sum(
+        row_beats(row.addr, command.length, bus_bytes)
+        for command in commands
+        for row in dma_rows(command)
+    )
+    return beats + 1
+
+
+def dma_store_reference(
+    memory: npt.NDArray[np.uint8], command: DmaCommand, rows: Sequence[npt.NDArray[np.uint8]]
+) -> npt.NDArray[np.uint8]:
+    """Main memory after a store of `rows` (the first `length` bytes of each)."""
+    result = memory.copy()
+    for row, data in zip(dma_rows(command), rows, strict=True):
+        result[row.addr : row.addr + command.length] = data[: command.length]
+    return result
+
+
+def im2col_command(
+    *,
+    feature_base: int,
+    height: int,
+    width: int,
+    channels: int,
+    kernel: tuple[int, int],
+    stride: int,
+    padding: int,
+    tap: tuple[int, int],
+    channel0: int,
+    length: int,
+    spad_row: int,
+    zero_point: int,
+) -> DmaCommand:
+    """The load of one im2col K fold: kernel tap (ky, kx), channels channel0 … +length.
+
+    The feature map is NHWC (one image) at `feature_base`; output pixel (oy, ox) reads
+    input pixel (oy·stride + ky − padding, ox·stride + kx − padding).
+    """
+    out_h = (height + 2 * padding - kernel[0]) // stride + 1
+    out_w = (width + 2 * padding - kernel[1]) // stride + 1
+    ky, kx = tap
+    y0, x0 = ky - padding, kx - padding
+    return DmaCommand(
+        base=feature_base + (y0 * width + x0) * channels + channel0,
+        length=length,
+        count1=out_w,
+        stride1=stride * channels,
+        count2=out_h,
+        stride2=stride * width * channels,
+        spad_row=spad_row,
+        bounds=True,
+        y0=y0,
+        y_step=stride,
+        height=height,
+        x0=x0,
+        x_step=stride,
+        width=width,
+        pad_value=zero_point,
+    )
+
+
+# -- epilogue -------------------------------------------------------------------------
+
+#: Register stages of ws_epilogue: a row accepted in cycle t leaves in cycle t + 2.
+EPILOGUE_LATENCY = 2
+
+
+@dataclass(frozen=True)
+class EpilogueConfig:
+    """Static settings of ws_epilogue for one store (the quantizer's requantization)."""
+
+    pre: int = 0
+    post: int = 0
+    zero_point: int = 0
+    low: int = -128
+    high: int = 127
+
+
+def epilogue_reference(
+    acc: npt.NDArray[np.integer],
+    bias: npt.NDArray[np.integer],
+    multipliers: npt.NDArray[np.integer],
+    config: EpilogueConfig,
+    out_width: int = 8,
+) -> npt.NDArray[np.int64]:
+    """Bit-exact ws_epilogue (without pooling) on rows of int32 accumulators.
+
+    The same arithmetic as `glensidec.lang.interp.requantize` after an i32 bias add:
+    ``clip(clip(round((acc + bias) >> pre) * m >> post) + zp, int8), low, high)``.
+    """
+    biased = acc.astype(np.int64) + bias.astype(np.int64)
+    biased = ((biased + 2**31) % 2**32) - 2**31  # the i32 add wraps
+    scaled = (biased >> config.pre) * multipliers.astype(np.int64)
+    if config.post > 0:
+        scaled = (scaled + (np.int64(1) << (config.post - 1))) >> config.post
+    type_min, type_max = -(1 << (out_width - 1)), (1 << (out_width - 1)) - 1
+    saturated = np.clip(scaled + config.zero_point, type_min, type_max)
+    clipped: npt.NDArray[np.int64] = np.clip(saturated, config.low, config.high).astype(np.int64)
+    return clipped
+
+
+# -- layer schedule (the planned top: a model, not yet checked against RTL) ---------------
+
+
+class CapacityError(ValueError):
+    """A layer's tile does not fit the scratchpad or accumulator (the message names sizes)."""
+
+
+@dataclass(frozen=True)
+class ConvLayer:
+    """A convolution (or, with 1×1 everything, a dense layer) on an NHWC int8 feature map."""
+
+    name: str
+    height: int
+    width: int
+    channels: int
+    out_channels: int
+    kernel: int = 1
+    stride: int = 1
+    padding: int = 0
+
+    @property
+    def out_size(self) -> tuple[int, int]:
+        return (
+            (self.height + 2 * self.padding - self.kernel) // self.stride + 1,
+            (self.width + 2 * self.padding - self.kernel) // self.stride + 1,
+        )
+
+    @property
+    def gemm(self) -> tuple[int, int, int]:
+        """(M, K, N) of the layer's matrix product (K unpadded)."""
+        out_h, out_w = self.out_size
+        return out_h * out_w, self.kernel * self.kernel * self.channels, self.out_channels
+
+
+@dataclass(frozen=True)
+class LayerCost:
+    """Predicted cycles and traffic of one layer under the planned schedule."""
+
+    layer: ConvLayer
+    m_chunk: int  # activation rows per chunk (accumulator and scratchpad limited)
+    folds: int  # K folds: taps × channel chunks of ROWS
+    compute_cycles: int  # array busy time, no memory stalls
+    total_cycles: int  # with DMA waits, pipeline fill/drain, epilogue and store tail
+    bytes_loaded: int
+    bytes_stored: int
+
+    @property
+    def stall_cycles(self) -> int:
+        return self.total_cycles - self.compute_cycles
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def im2col_load_slots(layer: ConvLayer, rows: int, bus_bytes: int, m0: int, m_len: int) -> int:
+    """Issue slots of the im2col loads of output rows m0 … m0+m_len (all K folds).
+
+    Exactly `dma_load_slots` of the `im2col_command`s restricted to those output pixels
+    (feature map at address 0), computed with numpy instead of row by row.
+    """
+    out_w = layer.out_size[1]
+    pixels = np.arange(m0, m0 + m_len)
+    oy, ox = pixels // out_w, pixels % out_w
+    slots = 0
+    for ky in range(layer.kernel):
+        for kx in range(layer.kernel):
+            y = oy * layer.stride + ky - layer.padding
+            x = ox * layer.stride + kx - layer.padding
+            inside = (y >= 0) & (y < layer.height) & (x >= 0) & (x < layer.width)
+            slots += int(np.count_nonzero(~inside)) * _ceil(layer.channels, rows)
+            for channel0 in range(0, layer.channels, rows):
+                length = min(rows, layer.channels - channel0)
+                addr = (y[inside] * layer.width + x[inside]) * layer.channels + channel0
+                beats = (addr + length - 1) // bus_bytes - addr // bus_bytes + 1
+                slots += int(beats.sum())
+    return slots
+
+
+@dataclass(frozen=True)
+class LayerPlan:
+    """Tile sizes of one layer: activation rows per chunk and K folds per piece."""
+
+    m_chunk: int
+    fold_piece: int
+
+
+def _plan_steps(layer: ConvLayer, rows: int, cols: int, plan: LayerPlan) -> Iterator[
+        tuple[int, int, int, int, int]]:
+    """Steps in order (M chunk, N block, K piece): (chunk, block, piece, m0, m_len)."""
+    M, _, N = layer.gemm
+    pieces = _ceil(layer.kernel * layer.kernel * _ceil(layer.channels, rows), plan.fold_piece)
+    for chunk, m0 in enumerate(range(0, M, plan.m_chunk)):
+        for block in range(_ceil(N, cols)):
+            for piece in range(pieces):
+                yield chunk, block, piece, m0, min(plan.m_chunk, M - m0)
+
+
+def layer_cost(
+    array_rows: int,
+    array_cols: int,
+    acc_depth: int,
+    memory: MemoryConfig,
+    layer: ConvLayer,
+    plan: LayerPlan,
+) -> LayerCost:
+    """Cycles and traffic of one layer under `plan` (the schedule of docs/hardware.md).
+
+    The scratchpad is four buffers of a quarter each: two for activations (im2col rows:
+    an M chunk × a K piece), two for weights (a K piece of one N block); the load of the
+    next buffer overlaps compute on the other. Steps run M chunk, N block, K piece; the
+    activations of a chunk stay for every N block when one piece holds all K folds, the
+    weights stay for every chunk when all of them fit the two weight buffers. Results
+    leave through the epilogue and the store DMA while the array computes.
+
+    A schedule model composed from module timings that are checked against RTL (DMA
+    slots, array steady state); the top module that would run it is not built yet, so
+    these totals are predictions not yet checked against simulation.
+    """
+    R, C = array_rows, array_cols
+    M, _, N = layer.gemm
+    folds = layer.kernel * layer.kernel * _ceil(layer.channels, R)
+    buffer_rows = memory.scratchpad_rows // 4
+    piece_folds = min(plan.fold_piece, folds)
+    if piece_folds * R > buffer_rows or plan.m_chunk * piece_folds > buffer_rows:
+        raise CapacityError(
+            f"layer {layer.name}: a tile of {plan.m_chunk} activation rows × {piece_folds} K "
+            f"folds and {piece_folds * R} weight rows ({memory.row_bytes} B each) does not fit "
+            f"a {buffer_rows * memory.row_bytes}-byte buffer (a quarter of the "
+            f"{memory.scratchpad_bytes}-byte scratchpad)"
+        )
+    if plan.m_chunk > acc_depth:
+        raise CapacityError(
+            f"layer {layer.name}: {plan.m_chunk} rows per chunk exceed the accumulator's "
+            f"{acc_depth} rows ({acc_depth * C * 4} B)"
+        )
+    pieces = _ceil(folds, piece_folds)
+    weights_resident = 2 * buffer_rows >= folds * R * _ceil(N, C)
+    activations_resident = pieces == 1
+    store_beats = _ceil(min(C, N), memory.bus_bytes)  # per result row
+
+    read_free = compute_end = store_end = compute = loaded = 0
+    a_uses: list[int] = []  # the step index each activation load serves first
+    w_uses: list[int] = []
+    step_ends: list[int] = []
+    a_ready = w_ready = 0
+    chunk_slots: dict[tuple[int, int], int] = {}
+    for index, (_, block, piece, m0, m_len) in enumerate(_plan_steps(layer, R, C, plan)):
+        kf = min(piece_folds, folds - piece * piece_folds)
+        if not activations_resident or block == 0:
+            # im2col of this chunk's rows; one load per (chunk, piece) or per chunk
+            if (m0, m_len) not in chunk_slots:
+                chunk_slots[m0, m_len] = im2col_load_slots(layer, R, memory.bus_bytes, m0, m_len)
+            # a piece of kf folds costs kf/folds of the chunk's im2col (exact when the
+            # channel count is a multiple of ROWS: every fold is alike)
+            slots = _ceil(chunk_slots[m0, m_len] * kf, folds)
+            free = step_ends[a_uses[-2]] if len(a_uses) >= 2 else 0
+            read_free = max(read_free, free) + slots
+            a_ready = read_free + memory.latency + 1
+            a_uses.append(index)
+            loaded += slots * memory.bus_bytes
+        if not weights_resident or m0 == 0:
+            beats = kf * R * _ceil(C, memory.bus_bytes)
+            free = step_ends[w_uses[-2]] if len(w_uses) >= 2 else 0
+            read_free = max(read_free, free) + beats
+            w_ready = read_free + memory.latency + 1
+            w_uses.append(index)
+            loaded += beats * memory.bus_bytes
+        busy = kf * max(m_len, R)
+        compute += busy
+        start = max(compute_end, a_ready, w_ready)
+        if start > compute_end or index == 0:
+            start += R  # a stalled array refills: the first weights commit before rows flow
+        compute_end = start + busy
+        step_ends.append(compute_end)
+        if piece == pieces - 1:  # the last K piece emits its rows through the epilogue
+            emit = compute_end - m_len + R + C - 1 + EPILOGUE_LATENCY
+            store_end = max(store_end, emit) + m_len * store_beats
+    total = max(compute_end + R + C - 1 + EPILOGUE_LATENCY, store_end) + 1
+    return LayerCost(
+        layer=layer,
+        m_chunk=plan.m_chunk,
+        folds=folds,
+        compute_cycles=compute,
+        total_cycles=total,
+        bytes_loaded=loaded,
+        bytes_stored=M * _ceil(N, C) * store_beats * memory.bus_bytes,
+    )
+
+
+def plan_layer(
+    array_rows: int, array_cols: int, acc_depth: int, memory: MemoryConfig, layer: ConvLayer
+) -> LayerCost:
+    """The fastest plan among a few tile sizes (fewest bytes moved on a tie).
+
+    K pieces of all folds, or halves down to one fold; the M chunk as large as the
+    accumulator and an activation buffer allow. A layer no plan fits raises
+    CapacityError naming the sizes.
+    """
+    R = array_rows
+    M, _, _ = layer.gemm
+    folds = layer.kernel * layer.kernel * _ceil(layer.channels, R)
+    buffer_rows = memory.scratchpad_rows // 4
+    best: LayerCost | None = None
+    error: CapacityError | None = None
+    piece = folds
+    while True:
+        m_chunk = min(M, acc_depth, buffer_rows // max(1, piece))
+        try:
+            cost = layer_cost(array_rows, array_cols, acc_depth, memory, layer,
+                              LayerPlan(max(1, m_chunk), piece))
+        except CapacityError as problem:
+            error = error or problem
+        else:
+            key = (cost.total_cycles, cost.bytes_loaded)
+            if best is None or key < (best.total_cycles, best.bytes_loaded):
+                best = cost
+        if piece == 1:
+            break
+        piece = _ceil(piece, 2)
+    if best is None:
+        assert error is not None
+        raise error
+    return best

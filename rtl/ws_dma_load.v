@@ -1,0 +1,163 @@
+// ws_dma_load: main memory -> scratchpad, one scratchpad row per generated row.
+//
+// Main-memory port: one aligned read of BUS_BYTES bytes may be requested per cycle
+// (mem_req_valid, mem_req_addr); its data is on mem_resp_data exactly LATENCY cycles
+// later (a pipelined memory; BUS_BYTES is the bandwidth in bytes per cycle). A row of
+// `length` bytes at address a costs one request per bus beat it touches; a padding row
+// (im2col, outside the feature map) costs one issue cycle and no request, and is written
+// as `length` copies of pad_value (the input's zero point). Bytes from `length` to
+// ROW_BYTES are written as 0. A tag line of LATENCY stages carries each issue slot's row
+// bookkeeping alongside the memory, so nothing ever stalls:
+//
+//   command accepted in cycle 0, issue slots in cycles 1..S (S = beats + padding rows),
+//   the row of slot j written (wr_en) in cycle j + LATENCY + 1;
+//   the next command is accepted in the previous one's last slot (gap-free).
+//
+// glensidec.hardware.accel.dma_load_cycles is this count; sim/test_ws_dma_load.py checks it.
+module ws_dma_load #(
+    parameter integer ROW_BYTES = 16,
+    parameter integer BUS_BYTES = 16,   // power of two
+    parameter integer LATENCY   = 8,    // >= 1
+    parameter integer COUNT_W   = 16,
+    parameter integer SPAD_W    = 14
+) (
+    input  wire                        clk,
+    input  wire                        rst,   // synchronous, active high
+    input  wire                        cmd_valid,
+    output wire                        cmd_ready,
+    input  wire [31:0]                 cmd_base,
+    input  wire [$clog2(ROW_BYTES+1)-1:0] cmd_length,   // 1 .. ROW_BYTES
+    input  wire [COUNT_W-1:0]          cmd_count1,
+    input  wire [31:0]                 cmd_stride1,
+    input  wire [COUNT_W-1:0]          cmd_count2,
+    input  wire [31:0]                 cmd_stride2,
+    input  wire [SPAD_W-1:0]           cmd_spad_row,
+    input  wire                        cmd_bounds,
+    input  wire [15:0]                 cmd_y0,
+    input  wire [15:0]                 cmd_y_step,
+    input  wire [15:0]                 cmd_height,
+    input  wire [15:0]                 cmd_x0,
+    input  wire [15:0]                 cmd_x_step,
+    input  wire [15:0]                 cmd_width,
+    input  wire [7:0]                  cmd_pad_value,
+    output wire                        mem_req_valid,
+    output wire [31:0]                 mem_req_addr,
+    input  wire [BUS_BYTES*8-1:0]      mem_resp_data,
+    output reg                         wr_en,
+    output reg  [SPAD_W-1:0]           wr_addr,
+    output reg  [ROW_BYTES*8-1:0]      wr_data,
+    output wire                        busy
+);
+    localparam integer LEN_W = $clog2(ROW_BYTES + 1);
+    localparam integer OFF_W = (BUS_BYTES > 1) ? $clog2(BUS_BYTES) : 1;
+    localparam integer K_W   = $clog2(ROW_BYTES + 2);      // beat index within a row
+    // tag: pad, first, last, offset, beat, scratchpad row, length, pad value
+    localparam integer TAG_W = 3 + OFF_W + K_W + SPAD_W + LEN_W + 8;
+
+    reg               issuing;
+    reg [LEN_W-1:0]   length;
+    reg [7:0]         pad_value;
+    reg [K_W-1:0]     beat;
+    wire [31:0]       row_addr;
+    wire [SPAD_W-1:0] row_spad;
+    wire              padding, last_row;
+
+    wire accept = cmd_valid && cmd_ready;
+
+    // Beats the current row touches: from its aligned start to its last byte.
+    wire [31:0]      offset_full = row_addr & (BUS_BYTES - 1);
+    wire [OFF_W-1:0] offset = offset_full[OFF_W-1:0];
+    wire [31:0]      last_byte = offset_full + {{(32-LEN_W){1'b0}}, length} - 32'd1;
+    /* verilator lint_off UNUSEDSIGNAL */  // a row spans at most ROW_BYTES + 1 beats
+    wire [31:0]      last_beat_full = last_byte >> $clog2(BUS_BYTES);
+    /* verilator lint_on UNUSEDSIGNAL */
+    wire [K_W-1:0]   last_beat = last_beat_full[K_W-1:0];
+    wire slot_last   = padding || beat == last_beat;
+    wire cmd_last    = issuing && slot_last && last_row;
+
+    assign cmd_ready     = !issuing || cmd_last;
+    assign mem_req_valid = issuing && !padding;
+    assign mem_req_addr  = (row_addr & ~(BUS_BYTES - 1)) + {{(32-K_W){1'b0}}, beat} * BUS_BYTES;
+
+    ws_dma_agen #(.COUNT_W(COUNT_W), .SPAD_W(SPAD_W)) agen (
+        .clk(clk), .start(accept), .step(issuing && slot_last && !last_row),
+        .cmd_base(cmd_base), .cmd_count1(cmd_count1), .cmd_stride1(cmd_stride1),
+        .cmd_count2(cmd_count2), .cmd_stride2(cmd_stride2), .cmd_spad_row(cmd_spad_row),
+        .cmd_bounds(cmd_bounds), .cmd_y0(cmd_y0), .cmd_y_step(cmd_y_step),
+        .cmd_height(cmd_height), .cmd_x0(cmd_x0), .cmd_x_step(cmd_x_step), .cmd_width(cmd_width),
+        .addr(row_addr), .spad_row(row_spad), .padding(padding), .last(last_row)
+    );
+
+    always @(posedge clk) begin
+        if (rst) begin
+            issuing <= 1'b0;
+        end else if (accept) begin
+            issuing <= 1'b1;
+        end else if (cmd_last) begin
+            issuing <= 1'b0;
+        end
+        if (accept) begin
+            length <= cmd_length;
+            pad_value <= cmd_pad_value;
+            beat <= {K_W{1'b0}};
+        end else if (issuing) begin
+            beat <= slot_last ? {K_W{1'b0}} : beat + 1'b1;
+        end
+    end
+
+    // The tag line: slot bookkeeping delayed by LATENCY cycles, beside the memory.
+    reg  [TAG_W:0] tag_line [0:LATENCY-1];   // {valid, tag}
+    wire [TAG_W:0] tag_in = {issuing, padding, beat == {K_W{1'b0}}, slot_last, offset, beat,
+                             row_spad, length, pad_value};
+    integer s;
+    always @(posedge clk) begin
+        for (s = LATENCY - 1; s > 0; s = s - 1) tag_line[s] <= tag_line[s-1];
+        tag_line[0] <= tag_in;
+        if (rst) begin
+            for (s = 0; s < LATENCY; s = s + 1) tag_line[s][TAG_W] <= 1'b0;
+        end
+    end
+
+    // The slot whose data is on mem_resp_data now.
+    wire              out_valid, out_pad, out_first, out_last;
+    wire [OFF_W-1:0]  out_offset;
+    wire [K_W-1:0]    out_beat;
+    wire [SPAD_W-1:0] out_spad;
+    wire [LEN_W-1:0]  out_length;
+    wire [7:0]        out_pad_value;
+    assign {out_valid, out_pad, out_first, out_last, out_offset, out_beat, out_spad, out_length,
+            out_pad_value} = tag_line[LATENCY-1];
+
+    // Row assembly: row byte i is memory byte (row address + i), found in beat k at
+    // position offset + i - k*BUS_BYTES.
+    reg [ROW_BYTES*8-1:0] row_buf, row_next;
+    integer i, src;
+    always @(*) begin
+        for (i = 0; i < ROW_BYTES; i = i + 1) begin
+            src = {{(32-OFF_W){1'b0}}, out_offset} + i - {{(32-K_W){1'b0}}, out_beat} * BUS_BYTES;
+            if (i >= {{(32-LEN_W){1'b0}}, out_length}) begin
+                row_next[i*8 +: 8] = 8'd0;
+            end else if (out_pad) begin
+                row_next[i*8 +: 8] = out_pad_value;
+            end else if (src >= 0 && src < BUS_BYTES) begin
+                row_next[i*8 +: 8] = mem_resp_data[src*8 +: 8];
+            end else begin
+                row_next[i*8 +: 8] = out_first ? 8'd0 : row_buf[i*8 +: 8];
+            end
+        end
+    end
+
+    always @(posedge clk) begin
+        if (out_valid) row_buf <= row_next;
+        wr_en <= !rst && out_valid && out_last;
+        wr_addr <= out_spad;
+        wr_data <= row_next;
+    end
+
+    reg in_flight;
+    always @(*) begin
+        in_flight = 1'b0;
+        for (s = 0; s < LATENCY; s = s + 1) in_flight = in_flight | tag_line[s][TAG_W];
+    end
+    assign busy = issuing || in_flight || wr_en;
+endmodule

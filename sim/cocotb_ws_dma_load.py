@@ -1,0 +1,175 @@
+"""cocotb test of ws_dma_load against accel.dma_load_reference and accel.dma_load_writes.
+
+Python plays the main memory (random bytes, every read answered exactly LATENCY cycles
+later, garbage on the bus otherwise) and offers random sequences of strided and im2col
+commands back to back. Every scratchpad write is checked: its cycle, its row, its bytes.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import cocotb
+import numpy as np
+from cycle_bench import next_cycle, pack, params, read, settle, start_clock, unpack
+
+from glensidec.hardware.accel import (
+    DmaCommand,
+    dma_load_cycles,
+    dma_load_reference,
+    dma_load_writes,
+    im2col_command,
+)
+
+MEMORY_BYTES = 4096
+FIELDS = ("base", "length", "count1", "stride1", "count2", "stride2", "spad_row", "bounds",
+          "y0", "y_step", "height", "x0", "x_step", "width", "pad_value")
+WIDTH = {"base": 32, "stride1": 32, "stride2": 32, "y0": 16, "x0": 16}
+
+
+def random_strided(rng: np.random.Generator, row_bytes: int, spad_row: int) -> DmaCommand:
+    length = int(rng.integers(1, row_bytes + 1))
+    count1, count2 = int(rng.integers(1, 6)), int(rng.integers(1, 4))
+    stride1 = int(rng.integers(-40, 80))
+    stride2 = int(rng.integers(0, 400))
+    base = int(rng.integers(200, 1500))  # keeps every row inside the memory
+    return DmaCommand(base=base, length=length, count1=count1, stride1=stride1, count2=count2,
+                      stride2=stride2, spad_row=spad_row)
+
+
+def random_im2col(rng: np.random.Generator, row_bytes: int, spad_row: int) -> DmaCommand:
+    size, channels = int(rng.integers(3, 7)), int(rng.choice([row_bytes, 2 * row_bytes, 3]))
+    kernel, stride = int(rng.choice([1, 3])), int(rng.integers(1, 3))
+    padding = int(rng.integers(0, 2)) if kernel == 3 else 0
+    tap = (int(rng.integers(0, kernel)), int(rng.integers(0, kernel)))
+    channel0 = int(rng.integers(0, max(1, channels - row_bytes + 1)))
+    return im2col_command(feature_base=int(rng.integers(0, 2000)), height=size, width=size,
+                          channels=channels, kernel=(kernel, kernel), stride=stride,
+                          padding=padding, tap=tap, channel0=channel0,
+                          length=min(row_bytes, channels - channel0), spad_row=spad_row,
+                          zero_point=int(rng.integers(0, 256)))
+
+
+def apply_command(dut: Any, command: DmaCommand) -> None:
+    for name in FIELDS:
+        value = int(getattr(command, name))
+        getattr(dut, f"cmd_{name}").value = value & ((1 << WIDTH.get(name, 32)) - 1)
+
+
+@cocotb.test()
+async def random_sequences(dut: Any) -> None:
+    """Sequences of 1-6 commands; each sequence runs from idle to idle."""
+    row_bytes, bus, latency = params()["ROW_BYTES"], params()["BUS_BYTES"], params()["LATENCY"]
+    rng = np.random.default_rng(row_bytes * 100 + bus * 10 + latency)
+    memory = rng.integers(0, 256, MEMORY_BYTES).astype(np.uint8)
+    dut.rst.value, dut.cmd_valid.value = 1, 0
+    await start_clock(dut)
+    await next_cycle(dut)
+    dut.rst.value = 0
+    rows_checked = 0
+    for sequence in range(12):
+        commands = [random_im2col(rng, row_bytes, 64 * i) if rng.random() < 0.5
+                    else random_strided(rng, row_bytes, 64 * i) for i in range(rng.integers(1, 7))]
+        expected_rows: dict[int, np.ndarray] = {}
+        for command in commands:
+            expected_rows.update(dma_load_reference(memory, command, row_bytes))
+        expected_writes = deque(dma_load_writes(commands, bus, latency))
+        pending = deque(commands)
+        responses: deque[tuple[int, np.ndarray]] = deque()
+        cycle = 0
+        while expected_writes:
+            if pending:
+                apply_command(dut, pending[0])
+            dut.cmd_valid.value = int(bool(pending))
+            due = responses[0][1] if responses and responses[0][0] == cycle else None
+            if due is not None:
+                responses.popleft()
+            else:
+                due = rng.integers(0, 256, bus)  # garbage between responses
+            dut.mem_resp_data.value = pack(due, 8)
+            await settle()
+            assert cycle < 5000, f"sequence {sequence}: no end"
+            if pending and read(dut.cmd_ready):
+                pending.popleft()
+            if read(dut.mem_req_valid):
+                addr = read(dut.mem_req_addr)
+                assert addr % bus == 0 and addr + bus <= MEMORY_BYTES, f"request at {addr}"
+                responses.append((cycle + latency, memory[addr:addr + bus]))
+            if read(dut.wr_en):
+                row = read(dut.wr_addr)
+                when, expected_row = expected_writes.popleft()
+                assert (cycle, row) == (when, expected_row), f"write {row}@{cycle}, expected " \
+                                                             f"{expected_row}@{when}"
+                got = unpack(read(dut.wr_data), row_bytes, 8, signed=False)
+                assert np.array_equal(got, expected_rows[row]), f"row {row}: {got}"
+                rows_checked += 1
+            await next_cycle(dut)
+            cycle += 1
+        assert cycle == dma_load_cycles(commands, bus, latency)
+        dut.cmd_valid.value = 0
+        await settle()
+        assert not read(dut.busy), f"sequence {sequence}: busy after its last write"
+        await next_cycle(dut)
+    assert rows_checked > 200, rows_checked
+
+
+@cocotb.test()
+async def im2col_layer(dut: Any) -> None:
+    """Every im2col fold of one convolution (JSON in DMA_LAYER), back to back.
+
+    Checks every write like `random_sequences` and writes the simulated cycles to the
+    JSON file DMA_LAYER_OUT (bench/bench_accel.py: bandwidth against the model).
+    """
+    import json
+    import os
+
+    row_bytes, bus, latency = params()["ROW_BYTES"], params()["BUS_BYTES"], params()["LATENCY"]
+    layer = json.loads(os.environ["DMA_LAYER"])
+    height, width, channels = layer["height"], layer["width"], layer["channels"]
+    kernel, stride, padding = layer["kernel"], layer["stride"], layer["padding"]
+    rng = np.random.default_rng(0)
+    memory = rng.integers(0, 256, height * width * channels + 2 * bus).astype(np.uint8)
+    commands, spad_row = [], 0
+    for ky in range(kernel):
+        for kx in range(kernel):
+            for channel0 in range(0, channels, row_bytes):
+                command = im2col_command(
+                    feature_base=0, height=height, width=width, channels=channels,
+                    kernel=(kernel, kernel), stride=stride, padding=padding, tap=(ky, kx),
+                    channel0=channel0, length=min(row_bytes, channels - channel0),
+                    spad_row=spad_row, zero_point=layer["zero_point"])
+                commands.append(command)
+                spad_row += command.rows
+    expected_rows: dict[int, np.ndarray] = {}
+    for command in commands:
+        expected_rows.update(dma_load_reference(memory, command, row_bytes))
+    expected_writes = deque(dma_load_writes(commands, bus, latency))
+    dut.rst.value, dut.cmd_valid.value = 1, 0
+    await start_clock(dut)
+    await next_cycle(dut)
+    dut.rst.value = 0
+    pending, responses = deque(commands), deque()
+    cycle = 0
+    while expected_writes:
+        if pending:
+            apply_command(dut, pending[0])
+        dut.cmd_valid.value = int(bool(pending))
+        if responses and responses[0][0] == cycle:
+            dut.mem_resp_data.value = pack(responses.popleft()[1], 8)
+        await settle()
+        if pending and read(dut.cmd_ready):
+            pending.popleft()
+        if read(dut.mem_req_valid):
+            addr = read(dut.mem_req_addr)
+            responses.append((cycle + latency, memory[addr:addr + bus]))
+        if read(dut.wr_en):
+            when, row = expected_writes.popleft()
+            assert (cycle, read(dut.wr_addr)) == (when, row), f"write at {cycle}"
+            got = unpack(read(dut.wr_data), row_bytes, 8, signed=False)
+            assert np.array_equal(got, expected_rows[row]), f"row {row}"
+        await next_cycle(dut)
+        cycle += 1
+    assert cycle == dma_load_cycles(commands, bus, latency)
+    Path(os.environ["DMA_LAYER_OUT"]).write_text(json.dumps({"cycles": cycle}))

@@ -1,0 +1,141 @@
+"""The accelerator's reference functions agree with the interpreter and with plain numpy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from glensidec.hardware.accel import (
+    CapacityError,
+    ConvLayer,
+    DmaCommand,
+    EpilogueConfig,
+    LayerPlan,
+    MemoryConfig,
+    dma_load_bytes,
+    dma_load_cycles,
+    dma_load_reference,
+    dma_load_slots,
+    dma_rows,
+    epilogue_reference,
+    im2col_command,
+    im2col_load_slots,
+    layer_cost,
+    plan_layer,
+    row_beats,
+)
+from glensidec.lang.interp import requantize
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_epilogue_is_the_interpreters_requantize(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    acc = rng.integers(-(2**31), 2**31, (50, 16))
+    bias = rng.integers(-(2**31), 2**31, 16)
+    multiplier, pre, post, zero_point = int(rng.integers(1, 2**31)), 1, int(rng.integers(0, 62)), -7
+    config = EpilogueConfig(pre=pre, post=post, zero_point=zero_point)
+    got = epilogue_reference(acc, np.broadcast_to(bias, acc.shape), np.full(16, multiplier), config)
+    biased = (acc + bias + 2**31) % 2**32 - 2**31  # the program's i32 add
+    expected = requantize(biased.astype(np.int32), multiplier, pre, post, zero_point)
+    assert np.array_equal(got, expected.astype(np.int64))
+    relu = epilogue_reference(acc, bias[None, :], np.full(16, multiplier),
+                              EpilogueConfig(pre=pre, post=post, zero_point=zero_point, low=-7))
+    assert np.array_equal(relu, np.maximum(expected, -7))
+
+
+def numpy_im2col(feature: np.ndarray, kernel: int, stride: int, padding: int,
+                 zero_point: int) -> np.ndarray:
+    height, width, channels = feature.shape
+    padded = np.full((height + 2 * padding, width + 2 * padding, channels), zero_point, np.int64)
+    padded[padding:padding + height, padding:padding + width] = feature
+    out_h = (height + 2 * padding - kernel) // stride + 1
+    out_w = (width + 2 * padding - kernel) // stride + 1
+    patches = [padded[y:y + kernel, x:x + kernel].reshape(-1)
+               for y in range(0, out_h * stride, stride) for x in range(0, out_w * stride, stride)]
+    return np.array(patches)
+
+
+@pytest.mark.parametrize(("size", "channels", "kernel", "stride", "padding"),
+                         [(6, 8, 3, 1, 1), (7, 4, 3, 2, 1), (5, 16, 1, 1, 0), (9, 8, 7, 2, 3)])
+def test_im2col_commands_build_the_im2col_matrix(size: int, channels: int, kernel: int,
+                                                 stride: int, padding: int) -> None:
+    """One command per (tap, channel chunk) fills one K fold; together they are im2col."""
+    rng = np.random.default_rng(size)
+    row_bytes, zero_point, base = 4, 0x85, 40
+    feature = rng.integers(0, 256, (size, size, channels))
+    memory = np.zeros(base + feature.size + 64, np.uint8)
+    memory[base:base + feature.size] = feature.reshape(-1)
+    expected = numpy_im2col(feature, kernel, stride, padding, zero_point)
+    folds = []
+    for ky in range(kernel):
+        for kx in range(kernel):
+            for channel0 in range(0, channels, row_bytes):
+                command = im2col_command(
+                    feature_base=base, height=size, width=size, channels=channels,
+                    kernel=(kernel, kernel), stride=stride, padding=padding, tap=(ky, kx),
+                    channel0=channel0, length=row_bytes, spad_row=100, zero_point=zero_point)
+                rows = dma_load_reference(memory, command, row_bytes)
+                assert sorted(rows) == list(range(100, 100 + expected.shape[0]))
+                folds.append(np.array([rows[r] for r in sorted(rows)]))
+    assert np.array_equal(np.concatenate(folds, axis=1), expected)
+
+
+def test_strided_load_and_its_cycles() -> None:
+    memory = np.arange(256, dtype=np.uint8)
+    command = DmaCommand(base=3, length=5, count1=3, stride1=20, count2=2, stride2=100, spad_row=7)
+    rows = dma_load_reference(memory, command, 8)
+    assert list(rows[7][:6]) == [3, 4, 5, 6, 7, 0]
+    assert list(rows[12][:5]) == list(range(143, 148))
+    # rows at 3, 23, 43, 103, 123, 143 of 5 bytes: 143..147 crosses a 16-byte beat
+    assert [row_beats(r.addr, 5, 16) for r in dma_rows(command)] == [1, 1, 1, 1, 1, 2]
+    assert dma_load_cycles([command], bus_bytes=16, latency=10) == 7 + 10 + 2
+    assert dma_load_bytes(command, 16) == 7 * 16
+
+
+def test_memory_config_defaults_and_errors() -> None:
+    config = MemoryConfig()
+    assert (config.scratchpad_rows, config.bank_rows) == (16384, 4096)
+    with pytest.raises(ValueError, match="bus_bytes must be a power of two, got 12"):
+        MemoryConfig(bus_bytes=12)
+    with pytest.raises(ValueError, match="1000-byte scratchpad"):
+        MemoryConfig(scratchpad_bytes=1000)
+
+
+@pytest.mark.parametrize("layer", [ConvLayer("a", 7, 7, 32, 8, 3, 2, 1),
+                                   ConvLayer("b", 6, 5, 3, 8, 3, 1, 1),
+                                   ConvLayer("c", 4, 4, 16, 8, 1, 1, 0)], ids=lambda v: v.name)
+@pytest.mark.parametrize("bus", [16, 8])
+def test_layer_load_slots_are_the_dma_commands_slots(layer: ConvLayer, bus: int) -> None:
+    """The vectorized count used by the planner equals the DMA's own, command by command."""
+    out_h, out_w = layer.out_size
+    expected = sum(
+        dma_load_slots(im2col_command(
+            feature_base=0, height=layer.height, width=layer.width, channels=layer.channels,
+            kernel=(layer.kernel, layer.kernel), stride=layer.stride, padding=layer.padding,
+            tap=(ky, kx), channel0=c0, length=min(16, layer.channels - c0), spad_row=0,
+            zero_point=0), bus)
+        for ky in range(layer.kernel) for kx in range(layer.kernel)
+        for c0 in range(0, layer.channels, 16))
+    assert im2col_load_slots(layer, 16, bus, 0, out_h * out_w) == expected
+
+
+def test_plans_respect_memory_and_bandwidth() -> None:
+    layer = ConvLayer("l", 14, 14, 64, 64, 3, 1, 1)
+    fast = plan_layer(16, 16, 1024, MemoryConfig(), layer)
+    slow = plan_layer(16, 16, 1024, MemoryConfig(bus_bytes=8), layer)
+    assert fast.compute_cycles <= fast.total_cycles <= slow.total_cycles
+    assert fast.bytes_loaded >= layer.height * layer.width * layer.channels
+    with pytest.raises(CapacityError, match=r"layer l: a tile of 1 activation rows × 36 K folds "
+                                            r"and 576 weight rows \(16 B each\) does not fit a "
+                                            r"4096-byte buffer"):
+        layer_cost(16, 16, 1024, MemoryConfig(scratchpad_bytes=16 * 1024), layer,
+                   LayerPlan(m_chunk=1, fold_piece=36))
+    with pytest.raises(CapacityError, match="exceed the accumulator's 8 rows"):
+        layer_cost(16, 16, 8, MemoryConfig(), layer, LayerPlan(m_chunk=9, fold_piece=1))
+
+
+def test_a_memory_too_small_for_any_tile_is_an_error_naming_sizes() -> None:
+    tiny = MemoryConfig(scratchpad_bytes=256)  # four buffers of 4 rows: no weight tile fits
+    with pytest.raises(CapacityError, match=r"16 weight rows .* does not fit a 64-byte buffer "
+                                            r"\(a quarter of the 256-byte scratchpad\)"):
+        plan_layer(16, 16, 1024, tiny, ConvLayer("l", 4, 4, 16, 16, 1))
