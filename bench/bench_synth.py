@@ -114,7 +114,8 @@ def main() -> int:
         lines.append(f"| `{top}` | {params} | {what} | {cells:,} | {flops:,} | "
                      f"{memories} | {seconds:.0f} s |")
         print(lines[-1], flush=True)
-    RESULTS.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        # written after every module: the big ones take long on a slow machine
+        RESULTS.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return 0
 
 

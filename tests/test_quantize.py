@@ -563,6 +563,15 @@ REFUSED = {  # (op, symmetric activations) → the reason the quantizer gives
     ("pad_nonzero_constant", False): "zero padding of an i8 tensor whose zero point",
     ("matmul_two_inputs", False): "dot-product needs exactly one constant",
     ("matmul_two_inputs", True): "dot-product needs exactly one constant",
+    # Not yet in int8 (issue 17): the transcendental functions (Glow's lookup tables) and
+    # products of two activations (attention's Q·Kᵀ, SiLU's x·sigmoid(x), HardSwish, x²).
+    **{(name, symmetric): reason for symmetric in (False, True) for name, reason in {
+        "matmul_batched_two_inputs": "dot-product needs exactly one constant",
+        "silu_tanh_exp": "compute sigmoid has no integer form",
+        "gelu_as_exported": "compute erf has no integer form",
+        "hardswish_hardsigmoid": "elementwise-mul of two computed tensors has no integer form",
+        "sqrt_reciprocal_neg_pow": "elementwise-mul of two computed tensors has no integer",
+    }.items()},
 }
 
 

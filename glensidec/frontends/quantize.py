@@ -892,8 +892,8 @@ COMPUTE_TRANSLATORS: dict[str, ComputeTranslator] = {
     "negative": lambda q, term, op, operand: q.on_integers(
         term, operand, lambda value: q.negate(term, value)),
     # Computed on floats only: quantized programs keep them on the host side of a cast.
-    **{name: _no_integer_form for name in ("sqrt", "cast", "requantize",
-                                           "requantize-per-channel")},
+    **{name: _no_integer_form for name in ("sqrt", "exp", "sigmoid", "tanh", "erf", "cast",
+                                           "requantize", "requantize-per-channel")},
 }
 
 
