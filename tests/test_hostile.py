@@ -333,4 +333,5 @@ def test_a_static_zero_dim_is_not_called_dynamic(tmp_path: Path, capsys: Capture
     assert isinstance(model, onnx.ModelProto)
     onnx.save(model, str(tmp_path / "m.onnx"))
     assert run_cli("import", tmp_path / "m.onnx", "-o", "out", cwd=tmp_path) == 1
-    assert one_line_error(capsys) == "error: input 'x' has dim 0 = 0: a tensor with no elements"
+    assert one_line_error(capsys) == ("error: input 'x' has dim 0 = 0: an empty tensor (a "
+                                      "program's tensors have no zero dims)")

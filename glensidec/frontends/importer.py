@@ -1172,7 +1172,8 @@ def _input_decl(imp: Importer, value_info: Any, name: str) -> TensorDecl:
     for index, dim in enumerate(tensor_type.shape.dim):
         if dim.HasField("dim_value") and dim.dim_value <= 0:
             raise GlensideError(f"input '{value_info.name}' has dim {index} = "
-                                f"{dim.dim_value}: a tensor with no elements")
+                                f"{dim.dim_value}: an empty tensor (a program's tensors have no "
+                                "zero dims)")
         if not dim.HasField("dim_value"):
             symbolic = dim.dim_param or "unknown"
             raise GlensideError(f"input '{value_info.name}' has a dynamic shape: dim {index} "
