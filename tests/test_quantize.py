@@ -30,15 +30,12 @@ from test_import import (
 from glensidec.cli import quantize_command
 from glensidec.errors import GlensideError
 from glensidec.frontends import builders as B
+from glensidec.frontends.calibration import load_profile, profile, save_profile
+from glensidec.frontends.qparams import activation_params, integer_multipliers
+from glensidec.frontends.quant_report import layer_errors
 from glensidec.frontends.quantize import (
     QuantizedProgram,
-    activation_params,
-    integer_multipliers,
-    layer_errors,
-    load_profile,
-    profile,
     quantize,
-    save_profile,
     save_quantized,
 )
 from glensidec.lang.data import load_weights
