@@ -32,6 +32,11 @@ from glensidec.lang.typecheck import check_program
 from glensidec.outputs import MANIFEST
 from glensidec.resources import resource_dir
 
+# Every test here builds and runs C programs (the module's `built` fixture alone takes
+# minutes): the quick subset (`-m 'not slow'`) checks lowering and C rendering through
+# tests/test_constructs.py instead.
+pytestmark = pytest.mark.slow
+
 CONFIG = ArrayConfig(8, 8)
 
 # -- cases ----------------------------------------------------------------------------

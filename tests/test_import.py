@@ -227,6 +227,11 @@ def imported(model: Any, tmp_path: Path, name: str = "model") -> Program:
     return read_program(gs)
 
 
+# The generated-C executor builds a program per case: only in the full run.
+EXECUTOR_PARAMS = [pytest.param(name, marks=[pytest.mark.slow] if name == "c" else [])
+                   for name in sorted(EXECUTORS)]
+
+
 def onnx_inputs(model: Any, seed: int = 1) -> dict[str, Array]:
     generator = np.random.default_rng(seed)
     inputs = {}
@@ -258,7 +263,7 @@ def check_against_onnxruntime(model: Any, tmp_path: Path, executor: str, seed: i
 # -- the four networks -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("executor", sorted(EXECUTORS))
+@pytest.mark.parametrize("executor", EXECUTOR_PARAMS)
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_network_matches_onnxruntime(name: str, executor: str, tmp_path: Path) -> None:
     check_against_onnxruntime(MODELS[name](), tmp_path, executor)
@@ -416,14 +421,14 @@ OPS: dict[str, tuple[Callable[[OnnxGraph, str], str], list[int]]] = {
 }
 
 
-@pytest.mark.parametrize("executor", sorted(EXECUTORS))
+@pytest.mark.parametrize("executor", EXECUTOR_PARAMS)
 @pytest.mark.parametrize("name", sorted(OPS))
 def test_op_matches_onnxruntime(name: str, executor: str, tmp_path: Path) -> None:
     build, shape = OPS[name]
     check_against_onnxruntime(single_op_model(build, shape), tmp_path, executor)
 
 
-@pytest.mark.parametrize("executor", sorted(EXECUTORS))
+@pytest.mark.parametrize("executor", EXECUTOR_PARAMS)
 @pytest.mark.parametrize("axis", [-1, 1])
 def test_layer_normalization(axis: int, executor: str, tmp_path: Path) -> None:
     model = single_op_model(lambda g, x: g.node("LayerNormalization", [

@@ -1132,6 +1132,13 @@ def _load_model(model_path: Path) -> Any:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise GlensideError(f"{model_path}: not a valid ONNX model (truncated or corrupt?): "
                             f"{first}") from None
+    try:  # what onnxruntime would refuse: bad attributes, mixed dtypes, impossible shapes
+        onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True,
+                                          data_prop=True)
+    except Exception as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise GlensideError(f"{model_path}: the model is inconsistent (ONNX shape "
+                            f"inference): {first}") from None
     return model
 
 
@@ -1163,7 +1170,11 @@ def _input_decl(imp: Importer, value_info: Any, name: str) -> TensorDecl:
         raise GlensideError(f"input '{value_info.name}' has no shape; static shapes needed")
     dims = []
     for index, dim in enumerate(tensor_type.shape.dim):
-        if not dim.HasField("dim_value") or dim.dim_value <= 0:
+        if dim.HasField("dim_value") and dim.dim_value <= 0:
+            raise GlensideError(f"input '{value_info.name}' has dim {index} = "
+                                f"{dim.dim_value}: an empty tensor (a program's tensors have no "
+                                "zero dims)")
+        if not dim.HasField("dim_value"):
             symbolic = dim.dim_param or "unknown"
             raise GlensideError(f"input '{value_info.name}' has a dynamic shape: dim {index} "
                                 f"is '{symbolic}'; export the model with static shapes")
