@@ -1,6 +1,7 @@
 # glensidec: every target sets up what it needs in .venv first.
 #   make demo   the main job: compile the bundled int8 CNN, run it, co-simulate it on the RTL
 #   make test   the whole test suite: lint, types, unit, integration and RTL tests
+#   make quick  lint, types and the tests not marked `slow` (pytest -m 'not slow')
 #   make sim    the RTL testbenches and whole-program co-simulations (cocotb + Verilator)
 
 PYTHON ?= python3
@@ -8,7 +9,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.deps-stamp
 
-.PHONY: all demo test sim lint bench install clean
+.PHONY: all demo test quick sim lint bench install clean
 
 all: test
 
@@ -47,6 +48,10 @@ lint: install
 test: lint
 	$(BIN)/pytest -q tests
 	$(MAKE) -C sim PYTHON=$(abspath $(BIN))/python
+
+# The quick subset: no C builds, no simulation, no fuzzing (the tests marked `slow`).
+quick: lint
+	$(BIN)/pytest -q -m "not slow" tests
 
 sim: install
 	$(MAKE) -C sim PYTHON=$(abspath $(BIN))/python

@@ -28,10 +28,9 @@ from test_import import OnnxGraph  # noqa: E402
 
 from glensidec.backend.emit import compile_to_directory  # noqa: E402
 from glensidec.frontends.importer import import_onnx  # noqa: E402
+from glensidec.frontends.quant_report import LayerError, layer_errors  # noqa: E402
 from glensidec.frontends.quantize import (  # noqa: E402
-    LayerError,
     QuantizedProgram,
-    layer_errors,
     quantize,
     save_quantized,
 )
@@ -199,7 +198,7 @@ ERROR_SCHEMES = {"per-channel, symmetric": (True, True), "per-channel, asymmetri
 
 
 def layer_error_rows(program: Program) -> dict[str, list[LayerError]]:
-    """Per-layer errors (`quantize.layer_errors`) in LSB, for each scheme, on the samples
+    """Per-layer errors (`quant_report.layer_errors`) in LSB, for each scheme, on the samples
     the profile was made from (inside its range)."""
     images = np.random.default_rng(2).standard_normal((ERROR_SAMPLES, 1, 3, 224, 224))
     calibration = {"image": images.astype(np.float32)}
@@ -265,7 +264,7 @@ def error_table(errors: dict[str, list[LayerError]]) -> list[str]:
     schemes = list(errors)
     lines = [f"## Per-layer error of the int8 program ({ERROR_SAMPLES} samples)", "",
              "Worst |error| over the samples in output LSBs of each layer (its own step), "
-             "`quantize.layer_errors`: **end-to-end** (the int8 program against the float "
+             "`quant_report.layer_errors`: **end-to-end** (the int8 program against the float "
              "program), **isolated** (the layer alone, fed the dequantized int8 values of the "
              "layers before it), **arithmetic** (as isolated, with the dequantized int8 "
              "weights), **in range** (arithmetic over the elements whose float value the "

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 from conftest import EXAMPLES
 
 from glensidec.lang.data import all_tensors, random_inputs
@@ -43,6 +44,7 @@ def test_run_with_inputs_matches_the_interpreter(tmp_path: Path) -> None:
     np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), expected)
 
 
+@pytest.mark.slow
 def test_run_random_inputs_is_deterministic(tmp_path: Path) -> None:
     outputs = []
     for name in ("a.npy", "b.npy"):
@@ -114,6 +116,7 @@ def test_input_given_twice_is_an_error(tmp_path: Path) -> None:
     assert (done.returncode, done.stderr) == (1, "error: input 'image' is given twice\n")
 
 
+@pytest.mark.slow
 def test_compile_to_c_matches_the_interpreter(tmp_path: Path) -> None:
     outdir = tmp_path / "cnn"
     done = glensidec("compile", EXAMPLES / "small_cnn.gs", "--array", "8x8", "-o", outdir)
@@ -131,6 +134,7 @@ def test_compile_to_c_matches_the_interpreter(tmp_path: Path) -> None:
     np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), expected)
 
 
+@pytest.mark.slow
 def test_compile_rewritten_program_elsewhere_still_finds_its_weights(tmp_path: Path) -> None:
     target = tmp_path / "deep" / "rewritten.gs"
     target.parent.mkdir()
@@ -162,6 +166,7 @@ def deep_program(path: Path, depth: int) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_deeply_nested_program_runs_through_every_command(tmp_path: Path) -> None:
     program = deep_program(tmp_path / "deep.gs", 3000)
     for command in (["check"], ["fmt"], ["run", "--random-inputs", "1"],
@@ -171,12 +176,14 @@ def test_deeply_nested_program_runs_through_every_command(tmp_path: Path) -> Non
     assert glensidec("check", program).stdout == "((4,4),()) i8\n"
 
 
+@pytest.mark.slow
 def test_too_deep_a_program_is_a_clean_error(tmp_path: Path) -> None:
     done = glensidec("check", deep_program(tmp_path / "deeper.gs", 30000))
     assert done.returncode == 1
     assert done.stderr.startswith("error: the program nests more than about 20000 levels")
 
 
+@pytest.mark.slow
 def test_written_array_of_another_size_is_a_located_error(tmp_path: Path) -> None:
     # Glenside's codegen_mlp writes a (systolic-array 2 4 …); compiled for another array
     # size it is the user's error, located at the size, and nothing is written.

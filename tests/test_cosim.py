@@ -57,6 +57,7 @@ def test_compatibility_mode_program_cosimulates(tmp_path: Path, sim_cache: Path)
     np.testing.assert_array_equal(run.sim, expected)
 
 
+@pytest.mark.slow
 def test_float_program_says_the_array_cannot_run_it(tmp_path: Path) -> None:
     outdir = tmp_path / "out"
     subprocess.run([sys.executable, "-m", "glensidec", "compile", str(EXAMPLES / "matmul.gs"),

@@ -32,6 +32,11 @@ from glensidec.lang.typecheck import check_program
 from glensidec.outputs import MANIFEST
 from glensidec.resources import resource_dir
 
+# Every test here builds and runs C programs (the module's `built` fixture alone takes
+# minutes): the quick subset (`-m 'not slow'`) checks lowering and C rendering through
+# tests/test_constructs.py instead.
+pytestmark = pytest.mark.slow
+
 CONFIG = ArrayConfig(8, 8)
 
 # -- cases ----------------------------------------------------------------------------
@@ -95,6 +100,12 @@ def _unary_cases() -> list[Case]:
     root = b.compute("sqrt", b.access(b.tensor("x"), 1))
     program = make_program(root, {"x": ((3, 6), "f32")})
     cases.append(Case("sqrt_f32", program, {"x": np.abs(floats)}))
+    # The transcendental functions: C's expf/tanhf/erff agree with the interpreter's f64
+    # rounded once to within the float tolerance (docs/language.md).
+    for name in ("exp", "sigmoid", "tanh", "erf"):
+        root = b.compute(name, b.access(b.tensor("x"), 1))
+        program = make_program(root, {"x": ((3, 6), "f32")})
+        cases.append(Case(f"{name}_f32", program, {"x": floats}))
     root = b.compute("clip", b.access(b.tensor("x"), 1), -3, 100)
     cases.append(Case("clip_i8", make_program(root, {"x": ((4, 16), "i8")})))
     # Bounds at the dtype's own limits must not become always-false comparisons.

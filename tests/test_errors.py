@@ -172,12 +172,14 @@ def parse_and_check(text: str) -> None:
     assert format_program(again) == printed
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(SEXPRS)
 def test_random_sexpressions_give_a_result_or_a_clean_error(text: str) -> None:
     parse_and_check(DECLS + text)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.text(alphabet=st.sampled_from('()"; \n\\abcdeklstx-.0123456789'), max_size=80))
 def test_random_text_gives_a_result_or_a_clean_error(text: str) -> None:

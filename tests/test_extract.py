@@ -31,6 +31,7 @@ ARRAY = hardware.ArrayConfig(16, 16)
 WORKLOADS = workloads.workloads()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workload", WORKLOADS, ids=lambda w: w.name)
 def test_workload_is_mapped_and_correct(workload: workloads.Workload) -> None:
     # Its time budget is a benchmark target (bench/bench_rewrite.py), not a unit test.
@@ -183,6 +184,7 @@ def _whole_program(program: Program, limits: extract.Limits) -> tuple[str, int]:
     stats = graph.saturate(limits)
     return stats.stop_reason, extract.extract_checked(graph, name, program.tensors, target)[1]
 
+@pytest.mark.slow
 
 def test_each_region_has_the_limits_to_itself() -> None:
     """Three depthwise layers of 16 channels under a 4,000 e-node limit: one e-graph for
@@ -292,6 +294,7 @@ def test_cli_compiles_the_original_glenside_im2col_file_in_compatibility_mode(
     assert "(compute dot-product" not in stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("array", ["16", "0x4", "ax4", "1x16"])
 def test_cli_compile_rejects_bad_arrays(array: str) -> None:
     import subprocess

@@ -173,6 +173,7 @@ def test_quantize_rejects_non_finite_weights_and_calibration(tmp_path: Path,
 
 # -- I: printing deep programs ------------------------------------------------------------------
 
+@pytest.mark.slow
 
 def test_printing_a_6000_deep_program_round_trips() -> None:
     """Printing used to be cubic in depth (> 200 s at 6,000); bench/bench_depth.py times it."""
@@ -268,3 +269,70 @@ def test_make_sim_with_a_bad_input_prints_the_cause(tmp_path: Path, sim_cache: P
     assert "Traceback" not in done.stderr
     assert (f"error: the program stopped: input 'a': {tmp_path / 'a.npy'} has dtype '<f4', "
             "expected '<i1'") in done.stderr, done.stderr
+
+
+# -- G: ONNX models onnxruntime would refuse ------------------------------------------------------
+
+
+def onnx_model(nodes: list[object], inputs: list[object], output_shape: list[int],
+               initializers: tuple[object, ...] = ()) -> object:
+    import onnx
+    from onnx import TensorProto, helper
+
+    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, output_shape)
+    graph = helper.make_graph(nodes, "g", inputs, [out], list(initializers))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    assert isinstance(model, onnx.ModelProto)
+    return model
+
+
+def invalid_onnx_models() -> dict[str, tuple[object, str]]:
+    from onnx import TensorProto, helper, numpy_helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    z = helper.make_tensor_value_info("z", TensorProto.DOUBLE, [1, 4])
+    shape = numpy_helper.from_array(np.array([0, 0, 0], np.int64), "s")
+    return {
+        "flatten": (onnx_model([helper.make_node("Flatten", ["x"], ["y"], axis=7, name="flat")],
+                               [x], [1, 4]),
+                    "(op_type:Flatten, node name: flat): [ShapeInferenceError] Invalid value(7) "
+                    "for attribute 'axis'"),
+        "concat": (onnx_model([helper.make_node("Concat", ["x", "x"], ["y"], axis=5,
+                                                name="cat")], [x], [2, 4]),
+                   "(op_type:Concat, node name: cat)"),
+        "mixed": (onnx_model([helper.make_node("Add", ["x", "z"], ["y"], name="add")], [x, z],
+                             [1, 4]),
+                  "(op_type:Add, node name: add): B has inconsistent type tensor(double)"),
+        "reshape": (onnx_model([helper.make_node("Reshape", ["x", "s"], ["y"], name="resh")],
+                               [x], [1, 4, 1], (shape,)),
+                    "(op_type:Reshape, node name: resh)"),
+    }
+
+
+@pytest.mark.parametrize("case", ["flatten", "concat", "mixed", "reshape"])
+def test_invalid_onnx_models_are_refused_naming_the_node(case: str, tmp_path: Path,
+                                                         capsys: Captured) -> None:
+    import onnx
+
+    model, message = invalid_onnx_models()[case]
+    assert isinstance(model, onnx.ModelProto)
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    assert run_cli("import", tmp_path / "m.onnx", "-o", "out", cwd=tmp_path) == 1
+    err = one_line_error(capsys)
+    assert err.startswith(f"error: {tmp_path / 'm.onnx'}: the model is inconsistent") and \
+        message in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_static_zero_dim_is_not_called_dynamic(tmp_path: Path, capsys: Captured) -> None:
+    import onnx
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [0, 4])
+    model = onnx_model([helper.make_node("Relu", ["x"], ["y"], name="r")], [x], [0, 4])
+    assert isinstance(model, onnx.ModelProto)
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    assert run_cli("import", tmp_path / "m.onnx", "-o", "out", cwd=tmp_path) == 1
+    assert one_line_error(capsys) == ("error: input 'x' has dim 0 = 0: an empty tensor (a "
+                                      "program's tensors have no zero dims)")

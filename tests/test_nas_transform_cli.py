@@ -21,6 +21,9 @@ from glensidec.nas.cost import compiled_cost, layer_costs, network_cost
 from glensidec.nas.graph import lift
 from glensidec.opt.extract import parse_array_size
 
+# Every test runs `glensidec transform` or compiles a network: seconds each.
+pytestmark = pytest.mark.slow
+
 
 def glensidec(*words: str | Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "glensidec", *map(str, words)],

@@ -339,6 +339,7 @@ def layouts(draw: st.DrawFn) -> tuple[str, str, bool, bool, dict[str, bytes | No
     return kind, target, draw(st.booleans()), draw(st.booleans()), files
 
 
+@pytest.mark.slow
 @settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                   HealthCheck.too_slow])
 @given(layout=layouts())

@@ -30,15 +30,12 @@ from test_import import (
 from glensidec.cli import quantize_command
 from glensidec.errors import GlensideError
 from glensidec.frontends import builders as B
+from glensidec.frontends.calibration import load_profile, profile, save_profile
+from glensidec.frontends.qparams import activation_params, integer_multipliers
+from glensidec.frontends.quant_report import layer_errors
 from glensidec.frontends.quantize import (
     QuantizedProgram,
-    activation_params,
-    integer_multipliers,
-    layer_errors,
-    load_profile,
-    profile,
     quantize,
-    save_profile,
     save_quantized,
 )
 from glensidec.lang.data import load_weights
@@ -71,6 +68,7 @@ def run_quantized(quantized: QuantizedProgram, inputs: dict[str, Array]) -> Arra
 # -- the integer program is ordinary and exact ---------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scheme", sorted(SCHEMES))
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_quantized_network_per_layer(name: str, scheme: str, tmp_path: Path) -> None:
@@ -119,6 +117,7 @@ def check_integer_program(quantized: QuantizedProgram, products: bool = True) ->
     assert parse_program(format_program(program)).root == program.root
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scheme", ["per-tensor-asymmetric", "per-channel-symmetric"])
 def test_quantized_networks_are_exact_in_every_executor(scheme: str, tmp_path: Path) -> None:
     """The saved int8 program gives the same integers in the interpreter and in generated C."""
@@ -135,6 +134,7 @@ def test_quantized_networks_are_exact_in_every_executor(scheme: str, tmp_path: P
             assert actual.dtype == expected.dtype == np.int8, (name, executor)
             np.testing.assert_array_equal(actual, expected, err_msg=f"{name} {executor}")
 
+@pytest.mark.slow
 
 def test_model_outputs_close_to_float(tmp_path: Path) -> None:
     """End to end on fresh data (outside calibration): the dequantized outputs are close."""
@@ -208,6 +208,7 @@ class Reader:
         batch = next(self.batches, None)
         return None if batch is None else {self.name: batch}
 
+@pytest.mark.slow
 
 def test_trained_classifier_top1_and_onnxruntime_int8(tmp_path: Path) -> None:
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
@@ -289,6 +290,7 @@ def onnxruntime_integer_products_are_exact() -> bool:
                 return False
     return True
 
+@pytest.mark.slow
 
 def test_onnxruntime_int8_comparison_on_the_networks(tmp_path: Path) -> None:
     """Same model, same calibration data through onnxruntime's quant_pre_process and
@@ -563,6 +565,15 @@ REFUSED = {  # (op, symmetric activations) → the reason the quantizer gives
     ("pad_nonzero_constant", False): "zero padding of an i8 tensor whose zero point",
     ("matmul_two_inputs", False): "dot-product needs exactly one constant",
     ("matmul_two_inputs", True): "dot-product needs exactly one constant",
+    # Not yet in int8 (issue 17): the transcendental functions (Glow's lookup tables) and
+    # products of two activations (attention's Q·Kᵀ, SiLU's x·sigmoid(x), HardSwish, x²).
+    **{(name, symmetric): reason for symmetric in (False, True) for name, reason in {
+        "matmul_batched_two_inputs": "dot-product needs exactly one constant",
+        "silu_tanh_exp": "compute sigmoid has no integer form",
+        "gelu_as_exported": "compute erf has no integer form",
+        "hardswish_hardsigmoid": "elementwise-mul of two computed tensors has no integer form",
+        "sqrt_reciprocal_neg_pow": "elementwise-mul of two computed tensors has no integer",
+    }.items()},
 }
 
 
@@ -589,6 +600,7 @@ def test_single_op_quantizes(name: str, symmetric: bool, tmp_path: Path) -> None
 
 # -- a whole network -----------------------------------------------------------------------------
 
+@pytest.mark.slow
 
 def test_resnet18_imports_quantizes_and_compiles_onto_the_array(tmp_path: Path) -> None:
     """The benchmark's measurement (bench/bench_import.py): import, quantize and

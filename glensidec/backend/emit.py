@@ -493,6 +493,10 @@ def map_expression(op: str, params: Sequence[int | float | str], x: str, source:
         return f"gs_wrap_{source}(-(int64_t){x})" if integer else f"(-{x})"
     if op == "sqrt":
         return f"sqrtf({x})"
+    if op in ("exp", "tanh", "erf"):
+        return f"{op}f({x})"
+    if op == "sigmoid":
+        return f"(1.0f / (1.0f + expf(-{x})))"
     if op == "clip":
         return clip_expression(x, params, source)
     if op == "cast":

@@ -121,7 +121,8 @@ class Fill(Instruction):
 
 @dataclass(frozen=True)
 class Map(Instruction):
-    """An elementwise unary compute (relu, sqrt, negative, clip, cast, requantize)."""
+    """An elementwise unary compute (relu, sqrt, exp, sigmoid, tanh, erf, negative, clip,
+    cast, requantize)."""
 
     op: ComputeOp
     src: View
@@ -259,6 +260,7 @@ _C_RESERVED = frozenset([
     "restrict", "return", "short", "signed", "sizeof", "static", "struct", "switch", "typedef",
     "union", "unsigned", "void", "volatile", "while", "constants", "mutable_io", "activations",
     "main", "model_run", "acc", "top", "total", "exps", "NULL", "isnan", "sqrtf", "exp",
+    "expf", "tanhf", "erff",
 ])
 
 

@@ -172,6 +172,11 @@ def elementwise(imp: Importer, node: Node, compute_type: str) -> Value:
     left, right = imp.value(node, 0), imp.value(node, 1)
     if not isinstance(left, Term) and not isinstance(right, Term):
         raise GlensideError(f"{node.where()}: both inputs are constants (fold them first)")
+    return combine(imp, node, compute_type, left, right)
+
+
+def combine(imp: Importer, node: Node, compute_type: str, left: Value, right: Value) -> Term:
+    """`compute_type` over two values broadcast against each other (numpy's rules)."""
     terms, shapes = [], []
     for index, value in enumerate((left, right)):
         term = imp.term_of(value, f"{node.outputs[0]}_{'ab'[index]}")
@@ -184,6 +189,10 @@ def elementwise(imp: Importer, node: Node, compute_type: str) -> Value:
                             f"broadcast") from None
     spread = [broadcast_to(t, s, target) for t, s in zip(terms, shapes, strict=True)]
     return B.compute(compute_type, B.op("access-pair", *spread))
+
+
+def scalar(value: float) -> Array:
+    return np.array(value, np.float32)
 
 
 def channel_op(values: Term, vector: Term, dims: tuple[int, ...], compute_type: str,
@@ -423,14 +432,38 @@ def gemm(imp: Importer, node: Node) -> Value:
     return B.compute("elementwise-add", B.op("access-pair", product, spread))
 
 
+def shape_of_value(imp: Importer, value: Value) -> tuple[int, ...]:
+    return tuple(int(d) for d in value.shape) if not isinstance(value, Term) else \
+        imp.full_shape(value)
+
+
+def reshaped(value: Value, dims: tuple[int, ...]) -> Value:
+    return value.reshape(dims) if not isinstance(value, Term) else B.reshape(value, dims, ())
+
+
 @translates("MatMul")
 def matmul(imp: Importer, node: Node) -> Value:
     check_attributes(node, set())
     a, b = imp.value(node, 0), imp.value(node, 1)
-    b_shape = b.shape if not isinstance(b, Term) else imp.full_shape(b)
-    if len(b_shape) != 2:
-        raise GlensideError(f"{node.where()}: only a 2-D right operand is supported, got "
-                            f"shape {tuple(b_shape)}")
+    a_shape, b_shape = shape_of_value(imp, a), shape_of_value(imp, b)
+    if len(a_shape) == 1 or len(b_shape) == 1:  # numpy: a vector is a row (left), column
+        a2 = reshaped(a, (1, *a_shape)) if len(a_shape) == 1 else a
+        b2 = reshaped(b, (*b_shape, 1)) if len(b_shape) == 1 else b
+        product = matmul_of(imp, node, a2, b2)
+        dims = imp.full_shape(product)
+        out = tuple(d for axis, d in enumerate(dims)
+                    if not (len(a_shape) == 1 and axis == len(dims) - 2)
+                    and not (len(b_shape) == 1 and axis == len(dims) - 1))
+        return B.reshape(product, out, ())
+    return matmul_of(imp, node, a, b)
+
+
+def matmul_of(imp: Importer, node: Node, a: Value, b: Value) -> Term:
+    if not isinstance(a, Term) and not isinstance(b, Term):
+        raise GlensideError(f"{node.where()}: both inputs are constants (fold them first)")
+    b_shape = shape_of_value(imp, b)
+    if len(b_shape) > 2 or (not isinstance(a, Term) and a.ndim > 2):
+        return batched_matmul(imp, node, a, b)
     if not isinstance(a, Term):
         if a.ndim != 2:
             raise GlensideError(f"{node.where()}: a constant left operand must be 2-D")
@@ -446,10 +479,145 @@ def matmul(imp: Importer, node: Node) -> Value:
     return B.reshape(product, (*a_shape[:-1], int(b_shape[1])), ())
 
 
-@translates("Relu")
-def relu(imp: Importer, node: Node) -> Value:
+def batched_matmul(imp: Importer, node: Node, a: Value, b: Value) -> Term:
+    """(…, M, K) × (…, K, N) with numpy's batch broadcasting: one matrix product per batch
+    index, each a dot-product over a cartesian product (so each is an array call), stacked
+    with access-concatenate."""
+    a_shape, b_shape = shape_of_value(imp, a), shape_of_value(imp, b)
+    if a_shape[-1] != b_shape[-2]:
+        raise GlensideError(f"{node.where()}: shapes {a_shape} and {b_shape} do not multiply")
+    try:
+        batch = tuple(int(d) for d in np.broadcast_shapes(a_shape[:-2], b_shape[:-2]))
+    except ValueError:
+        raise GlensideError(f"{node.where()}: batch dims of {a_shape} and {b_shape} do not "
+                            f"broadcast") from None
+    count, m, n = math.prod(batch), a_shape[-2], b_shape[-1]
+
+    def per_batch(value: Value, shape: tuple[int, ...]) -> Callable[[int], Value]:
+        rows, cols = shape[-2:]
+        if not isinstance(value, Term):
+            stacked = np.broadcast_to(value, (*batch, rows, cols)).reshape(count, rows, cols)
+            return lambda i: np.ascontiguousarray(stacked[i])
+        full = broadcast_to(value, shape, (*batch, rows, cols))
+        flat = B.reshape(full, (count, rows, cols), ())
+        return lambda i: B.reshape(B.op("access-slice", flat, 0, i, i + 1), (rows, cols), ())
+
+    left, right = per_batch(a, a_shape), per_batch(b, b_shape)
+    result: Term | None = None
+    for index in range(count):
+        product = matmul_rows(imp, node, left(index), transposed(right(index)))
+        part = B.reshape(product, (1, m, n), ())
+        result = part if result is None else B.op("access-concatenate", result, part, 0)
+    assert result is not None
+    return B.reshape(result, (*batch, m, n), ())
+
+
+UNARY = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Exp": "exp", "Erf": "erf",
+         "Sqrt": "sqrt", "Neg": "negative"}
+
+
+@translates(*UNARY)
+def unary(imp: Importer, node: Node) -> Value:
     check_attributes(node, set())
-    return B.compute("relu", imp.dynamic(node, 0))
+    return B.compute(UNARY[node.op], imp.dynamic(node, 0))
+
+
+@translates("Reciprocal")
+def reciprocal(imp: Importer, node: Node) -> Value:
+    check_attributes(node, set())
+    return combine(imp, node, "elementwise-div", scalar(1.0), imp.dynamic(node, 0))
+
+
+@translates("Pow")
+def power(imp: Importer, node: Node) -> Value:
+    """x^c for the constant exponents networks use, as products and roots (exact for 1, 2,
+    3; `sqrt` for 0.5; a division for the negative ones)."""
+    check_attributes(node, set())
+    x = imp.dynamic(node, 0)
+    exponent = imp.constant(node, 1)
+    if exponent.size != 1:
+        raise GlensideError(f"{node.where()}: exponent of shape {exponent.shape} is not "
+                            f"supported (only a single constant)")
+    c = float(exponent.reshape(()))
+    powers: dict[float, Callable[[], Term]] = {
+        1.0: lambda: x,
+        2.0: lambda: combine(imp, node, "elementwise-mul", x, x),
+        3.0: lambda: combine(imp, node, "elementwise-mul",
+                             combine(imp, node, "elementwise-mul", x, x), x),
+        0.5: lambda: B.compute("sqrt", x),
+        -1.0: lambda: combine(imp, node, "elementwise-div", scalar(1.0), x),
+        -0.5: lambda: combine(imp, node, "elementwise-div", scalar(1.0), B.compute("sqrt", x)),
+    }
+    if c not in powers:
+        raise GlensideError(f"{node.where()}: exponent {c} is not supported (only 1, 2, 3, "
+                            f"0.5, -1, -0.5)")
+    return powers[c]()
+
+
+@translates("HardSigmoid", "HardSwish")
+def hard_sigmoid(imp: Importer, node: Node) -> Value:
+    """max(0, min(1, α·x + β)); HardSwish is x times it with α = 1/6, β = 1/2."""
+    check_attributes(node, {"alpha", "beta"} if node.op == "HardSigmoid" else set())
+    x = imp.dynamic(node, 0)
+    swish = node.op == "HardSwish"
+    alpha = 1.0 / 6.0 if swish else float(node.attributes.get("alpha", 0.2))
+    beta = 0.5 if swish else float(node.attributes.get("beta", 0.5))
+    line = combine(imp, node, "elementwise-add",
+                   combine(imp, node, "elementwise-mul", x, scalar(alpha)), scalar(beta))
+    gate = B.compute("clip", line, 0.0, 1.0)
+    return combine(imp, node, "elementwise-mul", x, gate) if swish else gate
+
+
+@translates("Gelu")
+def gelu(imp: Importer, node: Node) -> Value:
+    """x·(1 + erf(x/√2))/2, or with approximate="tanh" x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))/2."""
+    check_attributes(node, {"approximate"})
+    approximate = node.attributes.get("approximate", b"none")
+    approximate = approximate.decode() if isinstance(approximate, bytes) else str(approximate)
+    x = imp.dynamic(node, 0)
+    if approximate == "none":
+        inner = B.compute("erf", combine(imp, node, "elementwise-mul", x,
+                                         scalar(1.0 / math.sqrt(2.0))))
+    elif approximate == "tanh":
+        cube = combine(imp, node, "elementwise-mul", combine(imp, node, "elementwise-mul", x, x),
+                       x)
+        cubic = combine(imp, node, "elementwise-add", x,
+                        combine(imp, node, "elementwise-mul", cube, scalar(0.044715)))
+        inner = B.compute("tanh", combine(imp, node, "elementwise-mul", cubic,
+                                          scalar(math.sqrt(2.0 / math.pi))))
+    else:
+        raise GlensideError(f"{node.where()}: approximate '{approximate}' is not supported")
+    half = combine(imp, node, "elementwise-mul", x, scalar(0.5))
+    return combine(imp, node, "elementwise-mul", half,
+                   combine(imp, node, "elementwise-add", inner, scalar(1.0)))
+
+
+@translates("LayerNormalization")
+def layer_norm(imp: Importer, node: Node) -> Value:
+    """(x − mean)/√(var + ε)·scale + bias over the axes from `axis` on (ONNX's own function
+    body: mean and variance by reduce-mean, the variance of the centred values)."""
+    check_attributes(node, {"axis", "epsilon", "stash_type"})
+    if any(name for name in node.outputs[1:]):
+        raise GlensideError(f"{node.where()}: the Mean and InvStdDev outputs are not supported")
+    x = imp.dynamic(node, 0)
+    dims = imp.full_shape(x)
+    axis = int(node.attributes.get("axis", -1))
+    axis += len(dims) if axis < 0 else 0
+    epsilon = float(node.attributes.get("epsilon", 1e-5))
+    kept = dims[:axis] + (1,) * (len(dims) - axis)
+
+    def mean(term: Term) -> Term:
+        return B.reshape(B.compute("reduce-mean", B.access(term, axis)), kept, ())
+
+    centred = combine(imp, node, "elementwise-sub", x, mean(x))
+    variance = mean(combine(imp, node, "elementwise-mul", centred, centred))
+    deviation = B.compute("sqrt", combine(imp, node, "elementwise-add", variance,
+                                          scalar(epsilon)))
+    result = combine(imp, node, "elementwise-div", centred, deviation)
+    result = combine(imp, node, "elementwise-mul", result, imp.value(node, 1))
+    if imp.has_input(node, 2):
+        result = combine(imp, node, "elementwise-add", result, imp.value(node, 2))
+    return result
 
 
 @translates("Clip")
@@ -964,6 +1132,13 @@ def _load_model(model_path: Path) -> Any:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise GlensideError(f"{model_path}: not a valid ONNX model (truncated or corrupt?): "
                             f"{first}") from None
+    try:  # what onnxruntime would refuse: bad attributes, mixed dtypes, impossible shapes
+        onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True,
+                                          data_prop=True)
+    except Exception as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise GlensideError(f"{model_path}: the model is inconsistent (ONNX shape "
+                            f"inference): {first}") from None
     return model
 
 
@@ -995,7 +1170,11 @@ def _input_decl(imp: Importer, value_info: Any, name: str) -> TensorDecl:
         raise GlensideError(f"input '{value_info.name}' has no shape; static shapes needed")
     dims = []
     for index, dim in enumerate(tensor_type.shape.dim):
-        if not dim.HasField("dim_value") or dim.dim_value <= 0:
+        if dim.HasField("dim_value") and dim.dim_value <= 0:
+            raise GlensideError(f"input '{value_info.name}' has dim {index} = "
+                                f"{dim.dim_value}: an empty tensor (a program's tensors have no "
+                                "zero dims)")
+        if not dim.HasField("dim_value"):
             symbolic = dim.dim_param or "unknown"
             raise GlensideError(f"input '{value_info.name}' has a dynamic shape: dim {index} "
                                 f"is '{symbolic}'; export the model with static shapes")

@@ -21,7 +21,6 @@ cartesian products (or pairs, depthwise) of i8 operands, accumulating in i32.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from collections.abc import Callable, Iterator
@@ -33,8 +32,23 @@ import numpy as np
 
 from glensidec.errors import GlensideError
 from glensidec.frontends import builders as B
+from glensidec.frontends.calibration import (
+    Profile,
+    check_profile,
+    load_profile,
+    profile,
+    require_finite,
+    save_profile,
+    term_keys,
+)
+from glensidec.frontends.qparams import (
+    QParams,
+    activation_params,
+    integer_multipliers,
+    weight_scales,
+)
 from glensidec.lang import constructs as K
-from glensidec.lang.data import load_weights, read_npy
+from glensidec.lang.data import load_weights
 from glensidec.lang.dtypes import DTYPES
 from glensidec.lang.expand import expand_program
 from glensidec.lang.interp import apply_term, evaluate_all
@@ -57,8 +71,6 @@ from glensidec.outputs import (
 )
 
 Array = np.ndarray[Any, Any]
-PROFILE_FORMAT = "glensidec-profile"
-PROFILE_VERSION = 1
 
 # Constructs that only move data: the same op applies to a quantized tensor unchanged
 # (padding too: where its raw zeros matter, `no_raw_zeros` says so) ...
@@ -80,205 +92,6 @@ def substitute(root: Term, replacements: dict[Term, Term]) -> Term:
         args = tuple(rebuilt[a] if isinstance(a, Term) else a for a in term.args)
         rebuilt[term] = Term(term.op, args)
     return rebuilt[root]
-
-
-# -- profiles ---------------------------------------------------------------------------------
-
-
-def program_hash(program: Program, weights: dict[str, Array]) -> str:
-    """sha256 of the canonical text and of every weight's bytes."""
-    digest = hashlib.sha256(format_program(program).encode())
-    for name in sorted(weights):
-        digest.update(name.encode() + b"\0" + np.ascontiguousarray(weights[name]).tobytes())
-    return digest.hexdigest()
-
-
-def term_keys(program: Program) -> dict[Term, str]:
-    """A stable key per subterm: `t<index>` in postorder (names added for readers)."""
-    return {term: f"t{index}" for index, term in enumerate(postorder(program.root))}
-
-
-def profiled(term: Term, program: Program) -> bool:
-    if term.op == "access-tensor":
-        return program.tensors[str(term.args[0])].role == "input"
-    return term.op in ("compute", "access-concatenate")
-
-
-@dataclass
-class Profile:
-    program_sha256: str
-    samples: int
-    ranges: dict[str, tuple[float, float]]  # term key → (min, max)
-    labels: dict[str, str] = field(default_factory=dict)  # term key → let name / op
-
-    def to_json(self) -> str:
-        tensors = {key: {"min": low, "max": high, "term": self.labels.get(key, "")}
-                   for key, (low, high) in self.ranges.items()}
-        return json.dumps({"format": PROFILE_FORMAT, "version": PROFILE_VERSION,
-                           "program_sha256": self.program_sha256, "samples": self.samples,
-                           "tensors": tensors}, indent=1, sort_keys=True) + "\n"
-
-
-def calibration_batches(program: Program, calibration: dict[str, Array] | str | Path
-                        ) -> list[dict[str, Array]]:
-    """Calibration data as one input dict per sample of the program's declared shapes.
-
-    Each array is either (samples, *shape) or, when the batch axis comes first, its
-    concatenation along axis 0 (samples·N, …).
-    """
-    if not isinstance(calibration, dict):
-        path = Path(calibration)
-        calibration = {decl.name: read_npy(path, decl.name) for decl in program.inputs()}
-    counts = set()
-    split: dict[str, list[Array]] = {}
-    for decl in program.inputs():
-        if decl.name not in calibration:
-            raise GlensideError(f"calibration data has no array for input '{decl.name}' "
-                                f"(it has: {', '.join(sorted(calibration)) or 'none'})")
-        array = np.asarray(calibration[decl.name], dtype=np.float32)
-        _require_finite(array, f"calibration array '{decl.name}'")
-        if array.shape[1:] == decl.shape:
-            samples = list(array)
-        elif decl.shape and array.ndim == len(decl.shape) and array.shape[1:] == decl.shape[
-                1:] and array.shape[0] % decl.shape[0] == 0:
-            samples = list(array.reshape(-1, *decl.shape))
-        else:
-            raise GlensideError(f"calibration array '{decl.name}' has shape {array.shape}; "
-                                f"expected (samples, {', '.join(map(str, decl.shape))})")
-        split[decl.name] = samples
-        counts.add(len(samples))
-    if len(counts) != 1 or 0 in counts:
-        raise GlensideError(f"calibration arrays disagree on (or have no) samples: {counts}")
-    count = counts.pop()
-    return [{name: samples[i] for name, samples in split.items()} for i in range(count)]
-
-
-def _require_finite(array: Array, what: str) -> None:
-    """Quantization needs real ranges: one NaN or infinity would make every scale garbage."""
-    bad = ~np.isfinite(array)
-    if bad.any():
-        index = tuple(int(i) for i in np.argwhere(bad)[0])
-        raise GlensideError(f"{what} holds {array[index]} at index {list(index)}: quantization "
-                            "needs finite values")
-
-
-def profile(program: Program, calibration: dict[str, Array] | str | Path) -> Profile:
-    """Run the float program on every calibration sample; min/max of every profiled term."""
-    types = check_program(program)
-    weights = load_weights(program)
-    for name, array in weights.items():
-        _require_finite(array, f"weight '{name}'")
-    keys = term_keys(program)
-    wanted = {term for term in keys if profiled(term, program)}
-    ranges: dict[str, tuple[float, float]] = {}
-
-    def record(term: Term, value: Array) -> None:
-        if term in wanted and value.dtype.kind == "f" and value.size:
-            _require_finite(value, f"the float program's value '{program.names.get(term, term.op)}'"
-                                   " on the calibration data")
-            key = keys[term]
-            low, high = float(np.min(value)), float(np.max(value))
-            old = ranges.get(key, (low, high))
-            ranges[key] = (min(old[0], low), max(old[1], high))
-
-    batches = calibration_batches(program, calibration)
-    for inputs in batches:
-        evaluate_all(program.root, types, {**weights, **inputs}, visit=record)
-    labels = {keys[t]: str(t.args[0]) if t.op == "access-tensor" else program.names.get(t, t.op)
-              for t in wanted}
-    return Profile(program_hash(program, weights), len(batches), ranges, labels)
-
-
-def save_profile(prof: Profile, path: str | Path) -> None:
-    write_file(Path(path), prof.to_json().encode())
-
-
-def load_profile(path: str | Path, program: Program | None = None) -> Profile:
-    """Read a profile; with `program`, refuse it unless it was made for that very program."""
-    try:
-        raw = json.loads(Path(path).read_text(encoding="utf-8"))
-        if raw.get("format") != PROFILE_FORMAT or raw.get("version") != PROFILE_VERSION:
-            raise ValueError(f"not a {PROFILE_FORMAT} version {PROFILE_VERSION} file")
-        ranges = {k: (float(v["min"]), float(v["max"])) for k, v in raw["tensors"].items()}
-        labels = {k: str(v.get("term", "")) for k, v in raw["tensors"].items()}
-        prof = Profile(str(raw["program_sha256"]), int(raw["samples"]), ranges, labels)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
-        raise GlensideError(f"cannot read profile {path}: {error}") from None
-    if program is not None:
-        check_profile(prof, program, load_weights(program), str(path))
-    return prof
-
-
-def check_profile(prof: Profile, program: Program, weights: dict[str, Array],
-                  origin: str = "the profile") -> None:
-    actual = program_hash(program, weights)
-    if prof.program_sha256 != actual:
-        raise GlensideError(f"{origin} was made for a different program (sha256 "
-                            f"{prof.program_sha256[:12]}…, this one is {actual[:12]}…): "
-                            f"profile the program again")
-
-
-# -- quantization parameters -------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class QParams:
-    """`real = scale·(q − zero_point)` for q in i8."""
-
-    scale: float
-    zero_point: int
-
-    def quantize(self, real: Array) -> Array:
-        q = np.rint(np.asarray(real, dtype=np.float64) / self.scale) + self.zero_point
-        clipped: Array = np.clip(q, -128, 127).astype(np.int8)
-        return clipped
-
-    def dequantize(self, q: Array) -> Array:
-        return ((np.asarray(q, dtype=np.float64) - self.zero_point) * self.scale).astype(
-            np.float32)
-
-
-def activation_params(low: float, high: float, symmetric: bool) -> QParams:
-    """Glow's parameters: widen [min, max] to include 0; symmetric or asymmetric int8."""
-    low, high = min(low, 0.0), max(high, 0.0)
-    if high - low <= 0.0 or not math.isfinite(high - low):
-        return QParams(1.0, 0)
-    if symmetric:
-        return QParams(max(-low, high) / 127.0, 0)
-    scale = (high - low) / 255.0
-    return QParams(scale, int(np.clip(round(-128 - low / scale), -128, 127)))
-
-
-def weight_scales(weights: Array, per_channel: bool) -> Array:
-    """Symmetric weight scales max|w|/127: one, or one per output channel (axis 0)."""
-    magnitude = np.abs(weights.astype(np.float64))
-    if per_channel and weights.ndim >= 1:
-        peaks = magnitude.reshape(weights.shape[0], -1).max(axis=1)
-    else:
-        peaks = np.array([magnitude.max() if magnitude.size else 0.0])
-    return np.where(peaks > 0, peaks / 127.0, 1.0)
-
-
-@dataclass(frozen=True)
-class Multipliers:
-    """Integer requantization: `(pre, post, m)` with real multiplier ≈ m / 2^post, pre = 0."""
-
-    values: Array  # int64, each fits in i32
-    post: int
-    pre: int = 0
-
-
-def integer_multipliers(real: Array) -> Multipliers:
-    """m = round(r·2^post) with the largest post ≤ 62 keeping every |m| < 2^31."""
-    peak = float(np.max(np.abs(real))) if real.size else 0.0
-    limit = 2.0 ** 31 - 1
-    if not math.isfinite(peak) or peak > limit:
-        raise GlensideError(f"cannot requantize: a real multiplier of {peak:g} does not fit "
-                            f"the i32 multiplier")
-    post = 62 if peak == 0.0 else max(0, min(62, math.floor(math.log2(limit / peak))))
-    values = np.rint(real.astype(np.float64) * 2.0 ** post)
-    values = np.clip(values, -limit, limit).astype(np.int64)
-    return Multipliers(values, post)
 
 
 def _plus(params: QParams) -> str:
@@ -892,8 +705,8 @@ COMPUTE_TRANSLATORS: dict[str, ComputeTranslator] = {
     "negative": lambda q, term, op, operand: q.on_integers(
         term, operand, lambda value: q.negate(term, value)),
     # Computed on floats only: quantized programs keep them on the host side of a cast.
-    **{name: _no_integer_form for name in ("sqrt", "cast", "requantize",
-                                           "requantize-per-channel")},
+    **{name: _no_integer_form for name in ("sqrt", "exp", "sigmoid", "tanh", "erf", "cast",
+                                           "requantize", "requantize-per-channel")},
 }
 
 
@@ -943,7 +756,7 @@ def quantize(program: Program, calibration: dict[str, Array] | str | Path | Prof
                                 f"is {decl.dtype}")
     weights = load_weights(program)
     for name, array in weights.items():
-        _require_finite(array, f"weight '{name}'")
+        require_finite(array, f"weight '{name}'")
     if isinstance(calibration, Profile):
         prof = calibration
         check_profile(prof, program, weights)
@@ -1035,64 +848,3 @@ def quantize_files(program: Path, calibration: Path | None, profile_path: Path |
         raise GlensideError("give --calibrate DATA.npz or --profile PROFILE.json")
     quantized = quantize(parsed, source, per_channel, symmetric)
     return save_quantized(quantized, output, force)
-
-
-@dataclass
-class LayerError:
-    """Worst error of one layer over some inputs, in units of its output step (LSB).
-
-    end_to_end: the quantized program against the float program, both from the same float
-      inputs (errors of earlier layers included).
-    isolated: this layer alone, fed the dequantized i8 values of the layers before it
-      (its own int8 weights and output rounding).
-    arithmetic: as isolated, with the float weights replaced by the dequantized i8 weights:
-      what is left is the integer arithmetic itself (rounding of the output: ≤ 0.5) and
-      saturation where that float value lies outside the layer's i8 range.
-    arithmetic_in_range: arithmetic over the elements whose float value lies inside the i8
-      range (within half a step of it): the integer arithmetic alone.
-    """
-
-    name: str
-    end_to_end: float
-    isolated: float
-    arithmetic: float
-    arithmetic_in_range: float = 0.0
-
-
-def layer_errors(quantized: QuantizedProgram, program: Program,
-                 samples: list[dict[str, Array]]) -> list[LayerError]:
-    """Measure every recorded layer of `quantized` (made from `program`) on `samples`."""
-    types = check_program(program)
-    weights = load_weights(program)
-    fake = dict(weights)
-    for name, scales in quantized.weight_scales.items():
-        fake[name] = (quantized.weights[name].astype(np.float64) * scales).astype(np.float32)
-    worst = {layer.name: [0.0, 0.0, 0.0, 0.0] for layer in quantized.layers}
-    for inputs in samples:
-        reference = evaluate_all(program.root, types, {**weights, **inputs})
-        dequantized = {layer.float_term: layer.params.dequantize(q)
-                       for layer, q in layer_values(quantized, inputs)}
-        for layer in quantized.layers:
-            ours = dequantized[layer.float_term]
-            errors = [ours - reference[layer.float_term]]
-            if layer.float_term.op == "access-tensor":
-                errors += [errors[0] * 0] * 3
-            else:
-                given = {t: v for t, v in dequantized.items() if t != layer.float_term}
-                for tensors in (weights, fake):
-                    alone = evaluate_all(layer.float_term, types, {**tensors, **inputs},
-                                           given=given)[layer.float_term]
-                    errors.append(ours - alone)
-                errors.append(np.where(_in_range(alone, layer.params), errors[-1], 0))
-            for index, error in enumerate(errors):
-                lsb = float(np.max(np.abs(error))) / layer.params.scale
-                worst[layer.name][index] = max(worst[layer.name][index], lsb)
-    return [LayerError(name, *values) for name, values in worst.items()]
-
-
-def _in_range(real: Array, params: QParams) -> Array:
-    """Where a real value is representable in i8 with `params` (up to half a step out)."""
-    low, high = (float(params.dequantize(np.array(q))) for q in (-128, 127))
-    half = params.scale / 2
-    result: Array = (real >= low - half) & (real <= high + half)
-    return result

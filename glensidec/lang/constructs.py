@@ -163,6 +163,10 @@ _COMPUTE_TABLE = [
     _ct("reduce-mean", "", "mean of the item"),
     _ct("relu", "", "max(x, 0) elementwise"),
     _ct("sqrt", "", "square root elementwise (floats)"),
+    _ct("exp", "", "e^x elementwise (floats)"),
+    _ct("sigmoid", "", "1/(1+e^-x) elementwise (floats)"),
+    _ct("tanh", "", "hyperbolic tangent elementwise (floats)"),
+    _ct("erf", "", "the error function elementwise (floats)"),
     _ct("negative", "", "-x elementwise"),
     _ct("elementwise-add", "", "item (t,c…): sum of the t tuple members"),
     _ct("elementwise-sub", "", "item (t,c…): first member minus the others"),
@@ -224,7 +228,8 @@ class ComputeKind:
     """The compute types, by the shape of their computation (and so of their lowering)."""
 
     # One element in, one element out, the same item shape.
-    MAP = frozenset({"relu", "sqrt", "negative", "clip", "cast", "requantize"})
+    MAP = frozenset({"relu", "sqrt", "negative", "clip", "cast", "requantize", "exp",
+                     "sigmoid", "tanh", "erf"})
     # Over a tuple item (t,c…): fold the t members with a binary operator, here the C one.
     FOLD: Mapping[str, str] = MappingProxyType({
         "elementwise-add": "+", "elementwise-sub": "-", "elementwise-mul": "*",

@@ -285,6 +285,33 @@ def _sqrt(op: ComputeOp, data: Array, access: AccessType, result: AccessType) ->
         return np.sqrt(data)
 
 
+# The transcendental functions in f32, as C's expf/tanhf/erff compute them: the interpreter
+# evaluates in f64 and rounds once, so it and C agree to an ulp or two (not bit for bit).
+@compute_impl("exp")
+def _exp(op: ComputeOp, data: Array, access: AccessType, result: AccessType) -> Array:
+    with np.errstate(over="ignore"):
+        return np.exp(data.astype(np.float64)).astype(np.float32)
+
+
+@compute_impl("sigmoid")
+def _sigmoid(op: ComputeOp, data: Array, access: AccessType, result: AccessType) -> Array:
+    with np.errstate(over="ignore"):
+        return (1.0 / (1.0 + np.exp(-data.astype(np.float64)))).astype(np.float32)
+
+
+@compute_impl("tanh")
+def _tanh(op: ComputeOp, data: Array, access: AccessType, result: AccessType) -> Array:
+    return np.tanh(data.astype(np.float64)).astype(np.float32)
+
+
+_ERF = np.frompyfunc(math.erf, 1, 1)  # numpy has no erf; math.erf is C's erf in f64
+
+
+@compute_impl("erf")
+def _erf(op: ComputeOp, data: Array, access: AccessType, result: AccessType) -> Array:
+    return np.asarray(_ERF(data.astype(np.float64)), dtype=np.float64).astype(np.float32)
+
+
 def _divide(numerator: Array, denominator: Array, dtype: str) -> Array:
     if dtype == "f32":
         with np.errstate(divide="ignore", invalid="ignore"):

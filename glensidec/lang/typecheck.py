@@ -396,7 +396,7 @@ def _elementwise_unary(op: ComputeOp, access: AccessType) -> AccessType:
     return access
 
 
-@compute_rule("sqrt")
+@compute_rule("sqrt", "exp", "sigmoid", "tanh", "erf")
 def _sqrt(op: ComputeOp, access: AccessType) -> AccessType:
     _needs_float(op, access)
     return access

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import io
 import logging
-import os
 import sys
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +20,7 @@ from glensidec.lang.terms import Program
 from glensidec.lang.typecheck import check_program
 from glensidec.nas import transforms as T
 from glensidec.nas.graph import Graph, lift, lower
+from glensidec.outputs import write_file
 
 if TYPE_CHECKING:
     from glensidec.nas.cost import Cost
@@ -130,21 +129,9 @@ def write_outputs(program: Program, weights: dict[str, np.ndarray], output: Path
     folder = output.parent if str(output.parent) else Path(".")
     if not folder.is_dir():
         raise GlensideError(f"-o {output}: no such directory: {folder}")
-    staged: list[Path] = []
-    try:
-        for target, data in ((npz, _npz_bytes(weights)),
-                             (output, format_program(program).encode())):
-            descriptor, name = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.")
-            staged.append(Path(name))
-            with os.fdopen(descriptor, "wb") as handle:
-                handle.write(data)
-        for temporary, target in zip(staged, (npz, output), strict=True):
-            os.replace(temporary, target)
-    except OSError as error:
-        raise GlensideError(f"cannot write {output}: {error}") from None
-    finally:
-        for temporary in staged:
-            temporary.unlink(missing_ok=True)
+    # The weights first: a program on disk always has its weights beside it.
+    write_file(npz, _npz_bytes(weights))
+    write_file(output, format_program(program).encode())
     return npz
 
 
