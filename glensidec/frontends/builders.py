@@ -69,6 +69,25 @@ def conv2d_nchw(
     return transpose(product, 1, 0, 2, 3)
 
 
+def grouped_conv2d_nchw(
+    activations: Term, weights: Term, groups: int, in_per_group: int, out_per_group: int,
+    kernel: tuple[int, int], strides: tuple[int, int] = (1, 1),
+    pads: tuple[int, int, int, int] = (0, 0, 0, 0),
+) -> Term:
+    """Glow's lowering of a grouped convolution: one conv per group on channel slices,
+    concatenated along the channels (the importer writes it; NAS lifts and lowers it)."""
+    result: Term | None = None
+    for group in range(groups):
+        x_slice = op("access-slice", activations, 1, group * in_per_group,
+                     (group + 1) * in_per_group)
+        w_slice = op("access-slice", weights, 0, group * out_per_group,
+                     (group + 1) * out_per_group)
+        part = conv2d_nchw(x_slice, w_slice, in_per_group, kernel, strides, pads)
+        result = part if result is None else op("access-concatenate", result, part, 1)
+    assert result is not None
+    return result
+
+
 def conv2d_nhwc(
     activations: Term, weights_hwio: Term, in_channels: int, kernel: tuple[int, int],
     strides: tuple[int, int] = (1, 1), pads: tuple[int, int, int, int] = (0, 0, 0, 0),

@@ -311,9 +311,9 @@ def conv(imp: Importer, node: Node, folded: ConvWeights | None = None) -> Value:
         product = B.depthwise_conv2d_nchw(x, imp.weight(f"{base}_w", weights), batch, channels,
                                           out_hw, (kh, kw), (strides[0], strides[1]), pads)
     else:
-        product = grouped_conv(imp, x, imp.weight(f"{base}_w", weights), groups,
-                               group_channels, out_channels // groups, (kh, kw),
-                               (strides[0], strides[1]), pads)
+        product = B.grouped_conv2d_nchw(x, imp.weight(f"{base}_w", weights), groups,
+                                        group_channels, out_channels // groups, (kh, kw),
+                                        (strides[0], strides[1]), pads)
     if params.bias is None:
         return product
     dims = imp.full_shape(product)
@@ -333,21 +333,6 @@ def dilated_kernel(node: Node, weights: Array) -> Array:
                       weights.dtype)
     spread[:, :, ::dilations[0], ::dilations[1]] = weights
     return spread
-
-
-def grouped_conv(imp: Importer, x: Term, weights: Term, groups: int, in_per_group: int,
-                 out_per_group: int, kernel: tuple[int, int], strides: tuple[int, int],
-                 pads: tuple[int, int, int, int]) -> Term:
-    """Glow's lowering: one convolution per group on channel slices, concatenated."""
-    result: Term | None = None
-    for group in range(groups):
-        x_slice = B.op("access-slice", x, 1, group * in_per_group, (group + 1) * in_per_group)
-        w_slice = B.op("access-slice", weights, 0, group * out_per_group,
-                       (group + 1) * out_per_group)
-        part = B.conv2d_nchw(x_slice, w_slice, in_per_group, kernel, strides, pads)
-        result = part if result is None else B.op("access-concatenate", result, part, 1)
-    assert result is not None
-    return result
 
 
 def batch_norm_parameters(imp: Importer, node: Node) -> tuple[Array, Array]:

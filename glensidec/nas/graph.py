@@ -196,21 +196,6 @@ class Graph:
 # -- building terms (lowering) ----------------------------------------------------------------
 
 
-def grouped_conv(x: Term, weights: Term, groups: int, in_per_group: int, out_per_group: int,
-                 kernel: tuple[int, int], stride: tuple[int, int],
-                 pads: tuple[int, int, int, int]) -> Term:
-    """Glow's lowering (as the importer writes it): a conv per group on slices, concatenated."""
-    result: Term | None = None
-    for group in range(groups):
-        x_slice = B.op("access-slice", x, 1, group * in_per_group, (group + 1) * in_per_group)
-        w_slice = B.op("access-slice", weights, 0, group * out_per_group,
-                       (group + 1) * out_per_group)
-        part = B.conv2d_nchw(x_slice, w_slice, in_per_group, kernel, stride, pads)
-        result = part if result is None else B.op("access-concatenate", result, part, 1)
-    assert result is not None
-    return result
-
-
 def conv_out_hw(in_hw: tuple[int, int], kernel: tuple[int, int], stride: tuple[int, int],
                 pads: tuple[int, int, int, int]) -> tuple[int, int]:
     top, left, bottom, right = pads
@@ -277,8 +262,8 @@ class Builder:
             out_hw = conv_out_hw((height, width), (kh, kw), op.stride, op.pads)
             return B.depthwise_conv2d_nchw(x, weights, batch, channels, out_hw, (kh, kw),
                                            op.stride, op.pads)
-        return grouped_conv(x, weights, op.groups, per_group, out_channels // op.groups,
-                            (kh, kw), op.stride, op.pads)
+        return B.grouped_conv2d_nchw(x, weights, op.groups, per_group,
+                                     out_channels // op.groups, (kh, kw), op.stride, op.pads)
 
     def channel_op(self, op: ChannelOp, x: Term) -> Term:
         dims = self.full(x)
