@@ -185,7 +185,6 @@ def _whole_program(program: Program, limits: extract.Limits) -> tuple[str, int]:
     return stats.stop_reason, extract.extract_checked(graph, name, program.tensors, target)[1]
 
 @pytest.mark.slow
-
 def test_each_region_has_the_limits_to_itself() -> None:
     """Three depthwise layers of 16 channels under a 4,000 e-node limit: one e-graph for
     all of them hits the limit before the cheap block-diagonal groups exist; one e-graph

@@ -174,7 +174,6 @@ def test_quantize_rejects_non_finite_weights_and_calibration(tmp_path: Path,
 # -- I: printing deep programs ------------------------------------------------------------------
 
 @pytest.mark.slow
-
 def test_printing_a_6000_deep_program_round_trips() -> None:
     """Printing used to be cubic in depth (> 200 s at 6,000); bench/bench_depth.py times it."""
     depth = 6000

@@ -135,7 +135,6 @@ def test_quantized_networks_are_exact_in_every_executor(scheme: str, tmp_path: P
             np.testing.assert_array_equal(actual, expected, err_msg=f"{name} {executor}")
 
 @pytest.mark.slow
-
 def test_model_outputs_close_to_float(tmp_path: Path) -> None:
     """End to end on fresh data (outside calibration): the dequantized outputs are close."""
     for name, build in sorted(MODELS.items()):
@@ -209,7 +208,6 @@ class Reader:
         return None if batch is None else {self.name: batch}
 
 @pytest.mark.slow
-
 def test_trained_classifier_top1_and_onnxruntime_int8(tmp_path: Path) -> None:
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
@@ -291,7 +289,6 @@ def onnxruntime_integer_products_are_exact() -> bool:
     return True
 
 @pytest.mark.slow
-
 def test_onnxruntime_int8_comparison_on_the_networks(tmp_path: Path) -> None:
     """Same model, same calibration data through onnxruntime's quant_pre_process and
     quantize_static (QDQ, per-channel QInt8 weights, asymmetric QInt8 activations, MinMax):
@@ -601,7 +598,6 @@ def test_single_op_quantizes(name: str, symmetric: bool, tmp_path: Path) -> None
 # -- a whole network -----------------------------------------------------------------------------
 
 @pytest.mark.slow
-
 def test_resnet18_imports_quantizes_and_compiles_onto_the_array(tmp_path: Path) -> None:
     """The benchmark's measurement (bench/bench_import.py): import, quantize and
     `glensidec compile --array 16x16 -o OUTDIR` (saturate, extract, lower, emit C), with

@@ -69,7 +69,6 @@ def test_the_encoding_covers_every_construct() -> None:
         assert (f"  ({name} " in text) != construct.expanded, name
 
 @pytest.mark.slow
-
 def test_encoding_and_decoding_a_long_program() -> None:
     """Adding a program of 1,500 computes (6,000 egglog commands) takes well under a second.
 
