@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests"))  # the ONNX model builder lives with the tests
+sys.path.insert(0, str(REPO / "bench"))  # the benchmark networks (host_models.py)
 
-from test_import import OnnxGraph  # noqa: E402
+from host_models import resnet18  # noqa: E402
 
 from glensidec.backend.emit import compile_to_directory  # noqa: E402
 from glensidec.frontends.importer import import_onnx  # noqa: E402
@@ -53,31 +53,6 @@ from glensidec.opt.extract import (  # noqa: E402
 CALIBRATION_SAMPLES = 2
 LIMIT_SECONDS = 60.0
 ARRAY = hardware.ArrayConfig(16, 16)
-
-
-def basic_block(g: OnnxGraph, x: str, cin: int, cout: int, stride: int) -> str:
-    y = g.node("Relu", [g.bn(g.conv(x, cin, cout, 3, stride, 1, bias=False), cout)])
-    y = g.bn(g.conv(y, cout, cout, 3, 1, 1, bias=False), cout)
-    shortcut = x
-    if stride != 1 or cin != cout:
-        shortcut = g.bn(g.conv(x, cin, cout, 1, stride, 0, bias=False), cout)
-    return g.node("Relu", [g.node("Add", [y, shortcut])])
-
-
-def resnet18(seed: int = 0) -> Any:
-    """torchvision's ResNet-18 layer for layer: 11.7 M parameters, 1.8 GMAC."""
-    g = OnnxGraph(seed)
-    x = g.input("image", [1, 3, 224, 224])
-    x = g.node("Relu", [g.bn(g.conv(x, 3, 64, 7, 2, 3, bias=False), 64)])
-    x = g.node("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
-    channels = 64
-    for stage, width in enumerate((64, 128, 256, 512)):
-        for block in range(2):
-            stride = 2 if stage > 0 and block == 0 else 1
-            x = basic_block(g, x, channels, width, stride)
-            channels = width
-    x = g.node("Flatten", [g.node("GlobalAveragePool", [x])], axis=1)
-    return g.model(g.gemm(x, 512, 1000), [1, 1000])
 
 
 def weight_names(operands: tuple[object, ...], program: Program) -> list[str]:

@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))  # the ONNX model builder lives with the tests
 sys.path.insert(0, str(REPO / "bench"))
 
-from bench_import import resnet18  # noqa: E402
+from host_models import resnet18  # noqa: E402
 from test_import import OnnxGraph  # noqa: E402
 
 from glensidec.frontends.importer import import_onnx  # noqa: E402
