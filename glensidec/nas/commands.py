@@ -222,20 +222,29 @@ def transform_command(model: Path, group: tuple[str, ...], bottleneck: tuple[str
 
 
 class DaskMapper:
-    """Runs evaluations on a Dask cluster; the search's Setup is scattered once."""
+    """Runs evaluations on a Dask cluster; the search's Setup is scattered once per search.
+
+    The Setup is scattered with `hash=False`: with content hashing, two searches over the
+    same program scatter under the same key, and the first search's future, released while
+    the second one starts, makes the scheduler drop the data the second one depends on
+    ("lost dependencies"). We hold the Setup itself, not its `id`, so a later Setup can
+    never be mistaken for a collected one that had the same address.
+    """
 
     def __init__(self, client: Any):
         self.client = client
-        self.scattered: dict[int, Any] = {}
+        self.setup: Any = None
+        self.setup_future: Any = None
 
     def __call__(self, function: Callable[..., Any], calls: list[Any]) -> list[Any]:
         if not calls:
             return []
         setup = calls[0][0]
-        if id(setup) not in self.scattered:
-            self.scattered[id(setup)] = self.client.scatter(setup, broadcast=True)
-        futures = [self.client.submit(function, self.scattered[id(setup)], *call[1:],
-                                      pure=False) for call in calls]
+        if setup is not self.setup:
+            self.setup = setup
+            self.setup_future = self.client.scatter(setup, broadcast=True, hash=False)
+        futures = [self.client.submit(function, self.setup_future, *call[1:], pure=False)
+                   for call in calls]
         return list(self.client.gather(futures))
 
 
