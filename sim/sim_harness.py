@@ -1,9 +1,10 @@
 """Shared set-up of the cocotb testbenches: simulator choice, build folders, runs.
 
 Every RTL configuration is built once per pytest session (module-scoped fixtures in
-the test files) and then runs several cocotb tests, each in its own simulator process.
+the test files; a lock in rtl_build.build when parallel workers meet on one build) and then
+runs several cocotb tests, each in its own simulator process and folder.
 Environment: SIM=icarus picks Icarus instead of Verilator; WAVES=1 records waveforms
-(dump.vcd / dump.fst beside each build).
+(dump.vcd / dump.fst in each test's folder, sim_build/<build>/runs/<test>/).
 """
 
 from __future__ import annotations
@@ -56,10 +57,12 @@ def build_module(
 
 def run_cocotb(runner: Any, toplevel: str, module: str, testcase: str, env: dict[str, str]) -> None:
     """Run one cocotb test and fail the pytest test unless it ran and passed."""
-    # The build folder is the working directory: result files, the driver's hex files
-    # and waveforms stay there. Test modules import from sim/ through PYTHONPATH.
+    # Each test runs in its own folder inside the build (result files, the driver's hex
+    # files and waveforms stay there), so tests of one build may run in parallel workers.
+    # Test modules import from sim/ through PYTHONPATH.
+    run_dir = Path(runner.build_dir) / "runs" / f"{module}.{testcase}"
     tests, failures = rtl_build.run(
-        runner, toplevel, module, runner.build_dir, testcase=testcase, extra_env=env, waves=WAVES
+        runner, toplevel, module, run_dir, testcase=testcase, extra_env=env, waves=WAVES
     )
     assert tests == 1, f"{module}.{testcase}: expected one cocotb test to run, ran {tests}"
     assert failures == 0, f"{module}.{testcase} failed (see the log above)"

@@ -80,8 +80,14 @@ def rng() -> np.random.Generator:
 @pytest.fixture(scope="session")
 def sim_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One simulator build folder for the whole session: co-simulations of the same array
-    shape reuse one Verilator build (GLENSIDEC_SIM_CACHE; runner.py keys builds by shape)."""
-    return tmp_path_factory.mktemp("sim_cache")
+    shape reuse one Verilator build (GLENSIDEC_SIM_CACHE; runner.py keys builds by shape).
+    Parallel workers (pytest-xdist) share it too; rtl_build.build locks each build folder."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the folder all workers' temporary folders live in
+    cache = base / "sim_cache"
+    cache.mkdir(exist_ok=True)
+    return cache
 
 
 def run_checked(words: list[str], timeout: int = 900,

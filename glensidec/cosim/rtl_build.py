@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock
+
 from glensidec.hardware.array import ArrayConfig
 from glensidec.resources import resource_dir
 
@@ -73,6 +75,10 @@ FAST_BUILD_ARGS = ("--x-assign", "fast", "--x-initial", "fast", "--noassert")
 
 #: Icarus needs an explicit time unit; the testbench uses the same.
 TIMESCALE = ("1ns", "1ps")
+
+
+#: Held while a folder is being built (a file inside the build folder).
+BUILD_LOCK = "glensidec-build.lock"
 
 
 def rtl_dir() -> Path:
@@ -185,7 +191,10 @@ def build(
             build_args.append("--timing")
         if public_ports:
             build_args += ["--public-depth", "1"]
-    with _build_makeflags():
+    # Builds are shared (GLENSIDEC_SIM_CACHE, parallel test workers): one builder at a time
+    # per folder; the next one finds Verilator's outputs up to date and make has nothing to do.
+    build_dir.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(build_dir / BUILD_LOCK)), _build_makeflags():
         runner.build(
             sources=[str(path) for path in sources],
             hdl_toplevel=toplevel,

@@ -162,7 +162,9 @@ def cosimulate(outdir: Path, program_args: list[str], *, waves: bool = False,
           f"(log: {run_log})", flush=True)
     started = time.perf_counter()
     try:
-        run(runner, GEMM_TESTBENCH, TEST_MODULE, build_dir, waves=waves, log_file=run_log,
+        # The run's files (results, waveforms) stay in OUTDIR even when the build is shared.
+        run(runner, GEMM_TESTBENCH, TEST_MODULE, outdir / "sim_build", waves=waves,
+            log_file=run_log,
             extra_env={
                 ENV_LIBRARY: str(outdir / LIBRARY),
                 ENV_ARGS: json.dumps([str(outdir / "model"), *program_args]),
