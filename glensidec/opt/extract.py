@@ -353,7 +353,7 @@ def compile_program(program: Program, config: hardware.ArrayConfig,
     saturated = time.perf_counter()
     root, cost, new_types = extract_checked(graph, root_name, program.tensors, target)
     names = unique_names(class_names(graph, program.names, root), root)
-    extracted = Program(program.path, program.tensors, root, names)
+    extracted = replace(program, root=root, names=names)
     prediction = predict(root, new_types, config.acc_width)
     seconds = {"encode": encoded - start, "saturate": saturated - encoded,
                "extract": time.perf_counter() - saturated}
@@ -427,7 +427,7 @@ def compile_by_region(program: Program, types: TypeTable, products: list[Term],
     # follows it. Inside, names follow e-classes (`class_names`).
     rebuilt = {compiled[term]: name for term, name in program.names.items() if term in compiled}
     names = unique_names({**region_names, **rebuilt}, root)  # a term of its own wins
-    extracted = Program(program.path, program.tensors, root, names)
+    extracted = replace(program, root=root, names=names)
     seconds["encode"] += time.perf_counter() - start - sum(seconds.values())  # the rest
     return Compiled(program, extracted, Stats.combine(region_stats), cost,
                     predict(root, new_types, config.acc_width), graph, new_types, types, seconds)
