@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from egglog import bindings
 
+from glensidec import progress
 from glensidec.errors import GlensideError
 from glensidec.hardware import array as hardware
 from glensidec.lang import constructs as K
@@ -403,7 +404,7 @@ def compile_by_region(program: Program, types: TypeTable, products: list[Term],
     region_stats: list[Stats] = []
     seconds = {"encode": 0.0, "saturate": 0.0, "extract": 0.0}
     cost = 0
-    for product in products:
+    for product in progress.iterate(products, len(products), "compiling", "layer"):
         region = product_region(product, types, program.tensors)
         share = _share(limits, region_stats, len(products))
         term, region_cost, stats = _compile_region(graph, region, share, target, seconds)
