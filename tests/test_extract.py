@@ -20,12 +20,12 @@ from glensidec.lang.typecheck import check_program
 from glensidec.opt import extract, regions
 from glensidec.opt.extract import (
     best_orientation,
-    compile_program,
     matmuls,
     predict,
     unmapped_products,
     validate,
 )
+from glensidec.pipeline import compile_program
 
 ARRAY = hardware.ArrayConfig(16, 16)
 WORKLOADS = workloads.workloads()
