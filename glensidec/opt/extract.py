@@ -344,6 +344,43 @@ def extract_checked(graph: EGraph, root_name: str, tensors: dict[str, TensorDecl
     return root, output.cost, new_types
 
 
+# -- the user's names on the extracted program -----------------------------------------
+
+
+def class_names(graph: EGraph, named: dict[Term, str], root: Term) -> dict[Term, str]:
+    """The user's `let` names for the subterms of the extracted `root`, carried by e-class.
+
+    Rewriting replaces a named term by an equal one of another form (a dot-product by an
+    array construct, an operand by a padded one), so a name cannot follow its term by
+    structure; it follows the e-class: a subterm of `root` takes the name of the named term
+    in its class. Extraction picks one term per class, so a class names at most one subterm;
+    when two named terms share a class, the first `let` wins.
+    """
+    if not named:
+        return {}
+    classes = graph.classes(*named, root)
+    by_class: dict[bindings.Value, str] = {}
+    for term, name in named.items():
+        by_class.setdefault(classes[term], name)
+    return {term: by_class[classes[term]] for term in postorder(root)
+            if classes[term] in by_class}
+
+
+def unique_names(names: dict[Term, str], root: Term) -> dict[Term, str]:
+    """`names` restricted to the subterms of `root`, each name on one term only (the first
+    in post-order: a `let` shared by two regions may have been extracted in two forms)."""
+    taken: set[str] = set()
+    kept: dict[Term, str] = {}
+    for term in postorder(root):
+        name = names.get(term)
+        if name is not None and name not in taken:
+            kept[term] = name
+            taken.add(name)
+    return kept
+
+
+
+
 def check_written_arrays(program: Program, config: hardware.ArrayConfig) -> None:
     """Array constructs the user wrote must fit the one array compiled for, located.
 
