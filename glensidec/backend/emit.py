@@ -48,7 +48,7 @@ from glensidec.backend.plan import MemoryPlan
 from glensidec.backend.views import Axis, View, canonical, refine
 from glensidec.hardware.array import ArrayConfig, gemm_cycles
 from glensidec.lang.constructs import ComputeKind
-from glensidec.lang.dtypes import DTYPES, Array, integer_range
+from glensidec.lang.dtypes import DTYPES, Array, integer_range, lookup_table
 from glensidec.lang.terms import Program
 from glensidec.outputs import write_directory
 from glensidec.resources import resource_dir
@@ -182,7 +182,11 @@ class _Renderer:
                                     self.dtype(instruction.src), self.dtype(instruction.dst))
         body = [self.load("x", instruction.src, loops.indices[1]),
                 f"{self.at(instruction.dst, loops.indices[0])} = {expression};"]
-        return f"{instruction.dst.buffer} = {instruction.op.name}", _wrap_nest(loops, body)
+        lines = _wrap_nest(loops, body)
+        if instruction.op.name == "lookup":  # the table, in a block of its own
+            lines = ["{", *lookup_declaration(instruction.op.params),
+                     *("  " + line for line in lines), "}"]
+        return f"{instruction.dst.buffer} = {instruction.op.name}", lines
 
     def _fold(self, fold: Fold) -> tuple[str, list[str]]:
         loops = nest([fold.dst, *fold.members], 0, len(fold.dst.dims), "i")
@@ -489,9 +493,24 @@ def map_expression(op: str, params: Sequence[int | float | str], x: str, source:
         return clip_expression(x, params, source)
     if op == "cast":
         return cast_expression(x, source, result)
+    if op == "lookup":  # `table`: declared by lookup_declaration around the loops
+        return f"table[(int){x} + 128]"
     assert op == "requantize", op
     multiplier, pre, post, zero_point = (int(p) for p in params)
     return f"gs_requantize((int64_t){x}, {multiplier}, {pre}, {post}, {zero_point})"
+
+
+def lookup_declaration(params: Sequence[int | float | str]) -> list[str]:
+    """`static const int8_t table[256]`, written from dtypes.lookup_table itself (so C and
+    the interpreter index the same integers), 16 entries a line."""
+    function, in_scale, in_zero_point, out_scale, out_zero_point = params
+    table = lookup_table(str(function), float(in_scale), int(in_zero_point), float(out_scale),
+                         int(out_zero_point))
+    rows = [", ".join(str(int(v)) for v in table[i:i + 16]) for i in range(0, 256, 16)]
+    return [f"  /* {function}: entry q + 128 = round({function}({in_scale!r} * (q - "
+            f"{in_zero_point})) / {out_scale!r}) + {out_zero_point}, saturated */",
+            "  static const int8_t table[256] = {",
+            *(f"    {row}," for row in rows[:-1]), f"    {rows[-1]}", "  };"]
 
 
 def clip_expression(x: str, params: Sequence[int | float | str], dtype: str) -> str:

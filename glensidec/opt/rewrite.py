@@ -156,7 +156,7 @@ def parse_compute_op(text: str) -> ComputeOp:
     ctype = K.COMPUTE_TYPES[words[0]]
     params: list[int | float | str] = []
     for (_, kind), word in zip(ctype.params, words[1:], strict=True):
-        params.append(word if kind == K.DTYPE else _number(word))
+        params.append(word if kind in (K.DTYPE, K.FUNCTION) else _number(word))
     return ComputeOp(words[0], tuple(params))
 
 
