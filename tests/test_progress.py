@@ -15,7 +15,7 @@ from glensidec import progress
 from glensidec.cosim.runner import _watch_calls
 from glensidec.hardware.array import ArrayConfig
 from glensidec.lang.syntax import read_program
-from glensidec.opt.extract import compile_program
+from glensidec.pipeline import compile_program
 
 
 def test_piped_compile_prints_no_progress(tmp_path: Path) -> None:

@@ -10,13 +10,13 @@ from pathlib import Path
 
 from conftest import EXAMPLES
 
-from glensidec.backend.emit import compile_to_directory
 from glensidec.backend.report import ReportData
 from glensidec.cosim.runner import CosimResult, add_to_report
 from glensidec.hardware.array import ArrayConfig, gemm_cycles
 from glensidec.lang.syntax import read_program
 from glensidec.lang.typecheck import check_program
 from glensidec.outputs import MANIFEST, check_output_directory
+from glensidec.pipeline import compile_to_directory
 
 CONFIG = ArrayConfig(8, 8)
 

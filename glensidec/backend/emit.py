@@ -1,7 +1,7 @@
-"""Stage 6, emission: a lowered, planned program as a standalone C program in a directory.
+"""Stage 7, emit: a lowered, planned program as a standalone C program in a directory.
 
-`compile_to_directory(program, types, outdir, config)` writes, through the Jinja2 templates
-in `templates/`:
+`emit_directory(program, lowered, plan, outdir, config, weights)` writes, through the Jinja2
+templates in `templates/`:
 
     model.c / model.h          model_run(constants, mutable_io, activations) and the layout
     array_runtime.c / .h       gs_array_gemm(): the one seam every array call goes through
@@ -39,37 +39,25 @@ from glensidec.backend.lower import (
     Fold,
     Instruction,
     LoweredProgram,
-    LowerOptions,
     Map,
     Reduce,
     RequantizePerChannel,
     Softmax,
     constant_array,
-    lower_program,
 )
-from glensidec.backend.plan import MemoryPlan, plan_memory
+from glensidec.backend.plan import MemoryPlan
 from glensidec.backend.report import render_files as report_files
 from glensidec.backend.report import report_data
 from glensidec.backend.views import Axis, View, canonical, refine
 from glensidec.hardware.array import ArrayConfig, gemm_cycles
-from glensidec.lang import data
 from glensidec.lang.constructs import ComputeKind
 from glensidec.lang.dtypes import DTYPES, Array, integer_range, lookup_table
 from glensidec.lang.terms import Program
-from glensidec.lang.typecheck import TypeTable
 from glensidec.outputs import write_directory
 from glensidec.resources import resource_dir
 
 TEMPLATES = ("model.c", "model.h", "array_runtime.c", "array_runtime.h", "host_gemm.c",
              "host_gemm.h", "main.c", "Makefile")
-
-
-@dataclass(frozen=True)
-class CompileResult:
-    outdir: Path
-    lowered: LoweredProgram
-    plan: MemoryPlan
-    predicted_cycles: int  # Σ hardware.gemm_cycles over the array calls of one run
 
 
 def predicted_cycles(lowered: LoweredProgram, config: ArrayConfig) -> int:
@@ -702,18 +690,9 @@ def write_directory_atomically(outdir: Path, files: dict[str, bytes],
     write_directory(outdir, files, force=force, products=BUILD_PRODUCTS)
 
 
-def compile_to_directory(program: Program, types: TypeTable, outdir: str | Path,
-                         config: ArrayConfig, options: LowerOptions | None = None,
-                         weights: dict[str, Array] | None = None,
-                         force: bool = False) -> CompileResult:
-    """Compile `program` to a C program in `outdir` (see the module docstring).
-
-    `weights` defaults to the program's weight files (glensidec.lang.data.load_weights).
-    `force`: replace glensidec's own files in an OUTDIR that also holds others.
-    """
-    weights = data.load_weights(program) if weights is None else weights
-    lowered = lower_program(program, types, options)
-    plan = plan_memory(lowered)
-    files = render_files(program, lowered, plan, config, weights)
-    write_directory_atomically(Path(outdir), files, force)
-    return CompileResult(Path(outdir), lowered, plan, predicted_cycles(lowered, config))
+def emit_directory(program: Program, lowered: LoweredProgram, plan: MemoryPlan, outdir: Path,
+                   config: ArrayConfig, weights: dict[str, Array], force: bool = False) -> None:
+    """Write the C program of a lowered, planned `program` to `outdir` (see the module
+    docstring); `force`: replace glensidec's own files in an OUTDIR that also holds others."""
+    write_directory_atomically(outdir, render_files(program, lowered, plan, config, weights),
+                               force)

@@ -1,4 +1,4 @@
-"""Stage 1, syntax: program text ⇄ `Program`.
+"""Stage 1, parse: program text ⇄ `Program`.
 
 Reading is two steps. Lark (grammar/glenside.lark) turns text into s-expressions with
 positions; `_Builder` then turns s-expressions into terms, checking each construct's arity
