@@ -1,7 +1,7 @@
-"""Stage 6, emission: a lowered, planned program as a standalone C program in a directory.
+"""Stage 7, emit: a lowered, planned program as a standalone C program in a directory.
 
-`compile_to_directory(program, types, outdir, config)` writes, through the Jinja2 templates
-in `templates/`:
+`emit_directory(program, lowered, plan, outdir, config, weights)` writes, through the Jinja2
+templates in `templates/`:
 
     model.c / model.h          model_run(constants, mutable_io, activations) and the layout
     array_runtime.c / .h       gs_array_gemm(): the one seam every array call goes through
@@ -38,35 +38,23 @@ from glensidec.backend.lower import (
     Fold,
     Instruction,
     LoweredProgram,
-    LowerOptions,
     Map,
     Reduce,
     RequantizePerChannel,
     Softmax,
     constant_array,
-    lower_program,
 )
-from glensidec.backend.plan import MemoryPlan, plan_memory
+from glensidec.backend.plan import MemoryPlan
 from glensidec.backend.views import Axis, View, canonical, refine
 from glensidec.hardware.array import ArrayConfig, gemm_cycles
-from glensidec.lang import data
 from glensidec.lang.constructs import ComputeKind
-from glensidec.lang.dtypes import DTYPES, Array, integer_range
+from glensidec.lang.dtypes import DTYPES, Array, integer_range, lookup_table
 from glensidec.lang.terms import Program
-from glensidec.lang.typecheck import TypeTable
 from glensidec.outputs import write_directory
 from glensidec.resources import resource_dir
 
 TEMPLATES = ("model.c", "model.h", "array_runtime.c", "array_runtime.h", "host_gemm.c",
              "host_gemm.h", "main.c", "Makefile")
-
-
-@dataclass(frozen=True)
-class CompileResult:
-    outdir: Path
-    lowered: LoweredProgram
-    plan: MemoryPlan
-    predicted_cycles: int  # Σ hardware.gemm_cycles over the array calls of one run
 
 
 def predicted_cycles(lowered: LoweredProgram, config: ArrayConfig) -> int:
@@ -194,7 +182,11 @@ class _Renderer:
                                     self.dtype(instruction.src), self.dtype(instruction.dst))
         body = [self.load("x", instruction.src, loops.indices[1]),
                 f"{self.at(instruction.dst, loops.indices[0])} = {expression};"]
-        return f"{instruction.dst.buffer} = {instruction.op.name}", _wrap_nest(loops, body)
+        lines = _wrap_nest(loops, body)
+        if instruction.op.name == "lookup":  # the table, in a block of its own
+            lines = ["{", *lookup_declaration(instruction.op.params),
+                     *("  " + line for line in lines), "}"]
+        return f"{instruction.dst.buffer} = {instruction.op.name}", lines
 
     def _fold(self, fold: Fold) -> tuple[str, list[str]]:
         loops = nest([fold.dst, *fold.members], 0, len(fold.dst.dims), "i")
@@ -501,9 +493,24 @@ def map_expression(op: str, params: Sequence[int | float | str], x: str, source:
         return clip_expression(x, params, source)
     if op == "cast":
         return cast_expression(x, source, result)
+    if op == "lookup":  # `table`: declared by lookup_declaration around the loops
+        return f"table[(int){x} + 128]"
     assert op == "requantize", op
     multiplier, pre, post, zero_point = (int(p) for p in params)
     return f"gs_requantize((int64_t){x}, {multiplier}, {pre}, {post}, {zero_point})"
+
+
+def lookup_declaration(params: Sequence[int | float | str]) -> list[str]:
+    """`static const int8_t table[256]`, written from dtypes.lookup_table itself (so C and
+    the interpreter index the same integers), 16 entries a line."""
+    function, in_scale, in_zero_point, out_scale, out_zero_point = params
+    table = lookup_table(str(function), float(in_scale), int(in_zero_point), float(out_scale),
+                         int(out_zero_point))
+    rows = [", ".join(str(int(v)) for v in table[i:i + 16]) for i in range(0, 256, 16)]
+    return [f"  /* {function}: entry q + 128 = round({function}({in_scale!r} * (q - "
+            f"{in_zero_point})) / {out_scale!r}) + {out_zero_point}, saturated */",
+            "  static const int8_t table[256] = {",
+            *(f"    {row}," for row in rows[:-1]), f"    {rows[-1]}", "  };"]
 
 
 def clip_expression(x: str, params: Sequence[int | float | str], dtype: str) -> str:
@@ -699,18 +706,9 @@ def write_directory_atomically(outdir: Path, files: dict[str, bytes],
     write_directory(outdir, files, force=force, products=BUILD_PRODUCTS)
 
 
-def compile_to_directory(program: Program, types: TypeTable, outdir: str | Path,
-                         config: ArrayConfig, options: LowerOptions | None = None,
-                         weights: dict[str, Array] | None = None,
-                         force: bool = False) -> CompileResult:
-    """Compile `program` to a C program in `outdir` (see the module docstring).
-
-    `weights` defaults to the program's weight files (glensidec.lang.data.load_weights).
-    `force`: replace glensidec's own files in an OUTDIR that also holds others.
-    """
-    weights = data.load_weights(program) if weights is None else weights
-    lowered = lower_program(program, types, options)
-    plan = plan_memory(lowered)
-    files = render_files(program, lowered, plan, config, weights)
-    write_directory_atomically(Path(outdir), files, force)
-    return CompileResult(Path(outdir), lowered, plan, predicted_cycles(lowered, config))
+def emit_directory(program: Program, lowered: LoweredProgram, plan: MemoryPlan, outdir: Path,
+                   config: ArrayConfig, weights: dict[str, Array], force: bool = False) -> None:
+    """Write the C program of a lowered, planned `program` to `outdir` (see the module
+    docstring); `force`: replace glensidec's own files in an OUTDIR that also holds others."""
+    write_directory_atomically(outdir, render_files(program, lowered, plan, config, weights),
+                               force)

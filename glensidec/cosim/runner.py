@@ -1,4 +1,4 @@
-"""Stage 7, simulation: run a compiled program with its array calls executed by the RTL.
+"""After the pipeline, simulate: run a compiled program, its array calls on the RTL.
 
 `make -C OUTDIR sim INPUTS="x=x.npy" OUTPUT=out.npy` runs `python -m glensidec.cosim`. The
 compiled C program (main.c, model.c, array_runtime.c, built as `libmodel_cosim.so`) runs
