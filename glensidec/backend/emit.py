@@ -7,6 +7,7 @@ templates in `templates/`:
     array_runtime.c / .h       gs_array_gemm(): the one seam every array call goes through
     main.c, Makefile           `make` builds ./model; ./model NAME=FILE.npy … -o OUT.npy
     weights.bin                the constants region
+    report.html, report.json   per-instruction cycles, MACs and utilization, with plots
 
 The directory appears atomically (glensidec.outputs): everything is written into a temporary
 sibling that is renamed at the end, so a failure never leaves a half-written OUTDIR, and
@@ -45,6 +46,8 @@ from glensidec.backend.lower import (
     constant_array,
 )
 from glensidec.backend.plan import MemoryPlan
+from glensidec.backend.report import render_files as report_files
+from glensidec.backend.report import report_data
 from glensidec.backend.views import Axis, View, canonical, refine
 from glensidec.hardware.array import ArrayConfig, gemm_cycles
 from glensidec.lang.constructs import ComputeKind
@@ -670,6 +673,7 @@ def render_files(program: Program, lowered: LoweredProgram, plan: MemoryPlan,
              for name in TEMPLATES}
     files["weights.bin"] = weights_blob(lowered, plan, weights)
     files["cosim.json"] = cosim_manifest(program, lowered, config).encode()
+    files.update(report_files(report_data(Path(program.path).name, lowered, config)))
     return files
 
 
