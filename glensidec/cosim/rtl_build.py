@@ -34,6 +34,7 @@ from glensidec.resources import resource_dir
 RTL_MODULES = (
     "ws_pe", "ws_skew", "ws_array", "ws_ctrl", "ws_accum", "ws_top",
     "ws_spad", "ws_epilogue", "ws_dma_agen", "ws_dma_load", "ws_dma_store",
+    "ws_fifo", "ws_accel",
 )
 
 #: The simulation-only wrapper the GEMM driver talks to (rtl/tb/).
@@ -53,11 +54,7 @@ class GemmBenchDepths:
     def parameters(self, config: ArrayConfig) -> dict[str, int]:
         """Verilog parameters of tb_ws_gemm for `config` and these depths."""
         return {
-            "ROWS": config.rows,
-            "COLS": config.cols,
-            "IN_W": config.in_width,
-            "ACC_W": config.acc_width,
-            "ACC_DEPTH": config.acc_depth,
+            **config.rtl_parameters(),
             "W_DEPTH": self.weight_beats,
             "A_DEPTH": self.activation_rows,
             "T_DEPTH": self.tiles,
