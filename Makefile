@@ -8,6 +8,8 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.deps-stamp
+# pytest-xdist workers for the test suites: one per core by default; JOBS=1 runs serially.
+JOBS   ?= auto
 
 .PHONY: all demo test quick sim lint bench install clean
 
@@ -46,16 +48,16 @@ lint: install
 	$(BIN)/mypy
 
 test: lint
-	$(BIN)/pytest -q tests
-	$(MAKE) -C sim PYTHON=$(abspath $(BIN))/python
+	$(BIN)/pytest -q -n $(JOBS) tests
+	$(MAKE) -C sim PYTHON=$(abspath $(BIN))/python JOBS=$(JOBS)
 
 # The quick subset: no C builds, no simulation, no fuzzing (the tests marked `slow`).
 quick: lint
-	$(BIN)/pytest -q -m "not slow" tests
+	$(BIN)/pytest -q -n $(JOBS) -m "not slow" tests
 
 sim: install
-	$(MAKE) -C sim PYTHON=$(abspath $(BIN))/python
-	$(BIN)/pytest -q tests/test_cosim.py
+	$(MAKE) -C sim PYTHON=$(abspath $(BIN))/python JOBS=$(JOBS)
+	$(BIN)/pytest -q -n $(JOBS) tests/test_cosim.py
 
 bench: install
 	$(BIN)/python bench/run.py
