@@ -625,6 +625,25 @@ def _placeholders(lowered: LoweredProgram, plan: MemoryPlan) -> list[dict[str, o
     return rows
 
 
+def _quantization_rows(program: Program, lowered: LoweredProgram,
+                       placeholders: list[dict[str, object]]) -> list[dict[str, object]] | None:
+    """Per placeholder, the program's (quantized …) of an input or (quantized-output …) of
+    the result as C literals (scale "0.0": none); None when the program declares none (its
+    main.c then has no float path at all)."""
+    rows: list[dict[str, object]] = []
+    for row in placeholders:
+        buffer = lowered.buffers[str(row["name"])]
+        if buffer.kind == OUTPUT:
+            quantization = program.output_quantization
+        else:
+            tensor = program.tensors.get(buffer.tensor or "")
+            quantization = tensor.quantization if tensor is not None else None
+        rows.append({"tensor": row["tensor"],
+                     "scale": "0.0" if quantization is None else repr(float(quantization.scale)),
+                     "zero_point": 0 if quantization is None else quantization.zero_point})
+    return rows if any(row["scale"] != "0.0" for row in rows) else None
+
+
 def weights_blob(lowered: LoweredProgram, plan: MemoryPlan, weights: dict[str, Array]) -> bytes:
     """The constants region: every constant at its planned offset, little-endian."""
     blob = bytearray(plan.constants_size)
@@ -652,6 +671,7 @@ def render_files(program: Program, lowered: LoweredProgram, plan: MemoryPlan,
         "array_calls": len(lowered.array_calls()),
         "instruction_count": len(lowered.instructions),
         "placeholders": placeholders, "output_name": lowered.output,
+        "quantization": _quantization_rows(program, lowered, placeholders),
         "max_rank": max([1, *(len(lowered.buffers[name].shape) for name in plan.mutable)]),
         "declarations": _declarations(lowered, plan), "blocks": blocks,
     }

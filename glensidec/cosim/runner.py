@@ -286,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-o", "--output", default="sim_output.npy", help="result .npy")
     parser.add_argument("--waves", default="0", help="1: record waveforms (sim_build/)")
     parser.add_argument("--simulator", default="verilator", choices=["verilator", "icarus"])
+    parser.add_argument("--dequantize", default="0",
+                        help="1: write a quantized program's result as float32")
     args = parser.parse_args(argv)
     # The simulator runs in sim_build/: hand the program absolute paths.
     program_args = []
@@ -293,6 +295,8 @@ def main(argv: list[str] | None = None) -> int:
         name, equals, path = item.partition("=")
         program_args.append(f"{name}={Path(path).resolve()}" if equals else item)
     program_args += ["-o", str(Path(args.output).resolve())]
+    if args.dequantize == "1":  # the C program's own flag (quantized programs only)
+        program_args.append("--dequantize")
     try:
         result = cosimulate(args.outdir, program_args, waves=args.waves == "1",
                             simulator=args.simulator)
