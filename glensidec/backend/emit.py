@@ -20,7 +20,7 @@ import json
 import math
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import jinja2
@@ -622,10 +622,8 @@ def render_files(program: Program, lowered: LoweredProgram, plan: MemoryPlan,
               for index, instruction in enumerate(lowered.instructions)]
     placeholders = _placeholders(lowered, plan)
     context = {
-        "source": Path(program.path).name, "rows": config.rows, "cols": config.cols,
+        "source": Path(program.path).name, **asdict(config),
         "python": sys.executable,
-        "in_width": config.in_width, "acc_width": config.acc_width,
-        "acc_depth": config.acc_depth,
         "constants_size": plan.constants_size, "mutable_size": plan.mutable_size,
         "activations_size": plan.activations.used, "lower_bound": plan.activations.lower_bound,
         "efficiency": plan.activations.efficiency, "strategy": plan.activations.strategy,
@@ -660,8 +658,7 @@ def cosim_manifest(program: Program, lowered: LoweredProgram, config: ArrayConfi
         and lowered.buffer_of(instruction.dst).dtype == "f32")
     manifest = {
         "source": Path(program.path).name,
-        "array": {"rows": config.rows, "cols": config.cols, "in_width": config.in_width,
-                  "acc_width": config.acc_width, "acc_depth": config.acc_depth},
+        "array": asdict(config),
         "array_calls": [[call.m, call.k, call.n] for call in lowered.array_calls()],
         "float_products": float_products,
         "inputs": [decl.name for decl in program.inputs()],

@@ -51,11 +51,7 @@ class GemmBenchDepths:
     def parameters(self, config: ArrayConfig) -> dict[str, int]:
         """Verilog parameters of tb_ws_gemm for `config` and these depths."""
         return {
-            "ROWS": config.rows,
-            "COLS": config.cols,
-            "IN_W": config.in_width,
-            "ACC_W": config.acc_width,
-            "ACC_DEPTH": config.acc_depth,
+            **config.rtl_parameters(),
             "W_DEPTH": self.weight_beats,
             "A_DEPTH": self.activation_rows,
             "T_DEPTH": self.tiles,

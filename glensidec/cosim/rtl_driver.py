@@ -27,7 +27,13 @@ import numpy.typing as npt
 from cocotb.triggers import ClockCycles, RisingEdge
 
 from glensidec.cosim.rtl_build import GemmBenchDepths
-from glensidec.hardware.array import ArrayConfig, Tile, gemm_tiles, reference_gemm
+from glensidec.hardware.array import (
+    RTL_PARAMETERS,
+    ArrayConfig,
+    Tile,
+    gemm_tiles,
+    reference_gemm,
+)
 
 Matrix = npt.NDArray[np.integer]
 
@@ -37,16 +43,14 @@ CONFIG_ENV = "GLENSIDEC_ARRAY_CONFIG"
 
 def config_to_env(config: ArrayConfig) -> dict[str, str]:
     """Environment for a cocotb test process that should rebuild `config`."""
-    fields = (config.rows, config.cols, config.in_width, config.acc_width, config.acc_depth)
-    return {CONFIG_ENV: ",".join(str(value) for value in fields)}
+    return {CONFIG_ENV: ",".join(str(value) for value in config.rtl_parameters().values())}
 
 
 def config_from_env() -> ArrayConfig:
     """The ArrayConfig a test process was started with (see `config_to_env`)."""
-    rows, cols, in_width, acc_width, acc_depth = (
-        int(part) for part in os.environ[CONFIG_ENV].split(",")
-    )
-    return ArrayConfig(rows, cols, in_width, acc_width, acc_depth)
+    values = [int(part) for part in os.environ[CONFIG_ENV].split(",")]
+    names = RTL_PARAMETERS.values()  # the order rtl_parameters gives them in
+    return ArrayConfig.from_rtl_parameters(dict(zip(names, values, strict=True)))
 
 
 @dataclass(frozen=True)
