@@ -149,14 +149,8 @@ def compile_command(program: Path, shapes: Path | None, array_size: str, emit: s
     `make -C OUTDIR` builds OUTDIR/model; `make -C OUTDIR sim` co-simulates it on the RTL.
     Without -o, print the rewritten program instead.
     """
-    from glensidec.backend.emit import compile_to_directory
-    from glensidec.opt.extract import (
-        compile_program,
-        egraph_dot,
-        egraph_svg,
-        parse_array_size,
-        validate,
-    )
+    from glensidec import pipeline
+    from glensidec.opt.extract import egraph_dot, egraph_svg, parse_array_size, validate
     from glensidec.opt.rewrite import Limits
 
     emit = emit or ("c" if output is not None else "rewritten")
@@ -167,9 +161,11 @@ def compile_command(program: Path, shapes: Path | None, array_size: str, emit: s
     elif output is not None:
         check_writable_file(output)
     config = parse_array_size(array_size)
-    parsed = _load(program, shapes)
-    require_access_result(parsed, check_program(parsed), "compile")
-    compiled = compile_program(parsed, config, Limits(iterations, max_enodes, timeout))
+    typed = pipeline.load(program, shapes)  # parse, typecheck
+    parsed = typed.program
+    require_access_result(parsed, typed.types, "compile")
+    compiled = pipeline.compile_program(parsed, config, Limits(iterations, max_enodes, timeout),
+                                        types=typed.types)  # rewrite, extract
     if stats:
         for line in compiled.report_lines(config):
             click.echo(line, err=True)
@@ -178,8 +174,8 @@ def compile_command(program: Path, shapes: Path | None, array_size: str, emit: s
         click.echo("verified: the rewritten program computes the same result", err=True)
     if emit == "c":
         assert output is not None
-        result = compile_to_directory(compiled.program, compiled.types, output,
-                                      config, force=force)
+        result = pipeline.compile_to_directory(compiled.program, compiled.types, output,
+                                               config, force=force)  # lower, plan, emit
         click.echo(f"wrote {output}: {len(result.lowered.instructions)} instructions, "
                    f"predicted array cycles {result.predicted_cycles}")
         return
