@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from glensidec import progress
 from glensidec.backend.emit import emit_directory, predicted_cycles
 from glensidec.backend.lower import LoweredProgram, LowerOptions, lower_program
 from glensidec.backend.plan import MemoryPlan, plan_memory
@@ -123,7 +124,7 @@ def compile_by_region(program: Program, types: TypeTable, products: list[Term],
     region_stats: list[Stats] = []
     seconds = {"encode": 0.0, "saturate": 0.0, "extract": 0.0}
     cost = 0
-    for product in products:
+    for product in progress.iterate(products, len(products), "compiling", "layer"):
         region = product_region(product, types, program.tensors)
         share = _share(limits, region_stats, len(products))
         named = {region.of_program[term]: name for term, name in program.names.items()

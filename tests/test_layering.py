@@ -1,7 +1,8 @@
 """The package's sub-packages are the pipeline's stages, and imports point one way down it.
 
 A stage may import only from stages listed before it (and from the shared modules at the
-package's top: errors, resources, outputs). A new import against the flow, or a cycle, fails here.
+package's top: errors, resources, outputs, progress). A new import against the flow, or a
+cycle, fails here.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ PACKAGE = Path(glensidec.__file__).resolve().parent
 # `pipeline` (a module) strings parse … emit together, so it follows `backend`.
 STAGES = ["lang", "frontends", "hardware", "opt", "backend", "pipeline", "cosim", "nas"]
 MODULE_STAGES = {"pipeline"}
-SHARED = {"errors", "resources", "outputs"}
+SHARED = {"errors", "resources", "outputs", "progress"}
 
 
 def stage_of(module: str) -> str:

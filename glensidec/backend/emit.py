@@ -7,6 +7,7 @@ templates in `templates/`:
     array_runtime.c / .h       gs_array_gemm(): the one seam every array call goes through
     main.c, Makefile           `make` builds ./model; ./model NAME=FILE.npy … -o OUT.npy
     weights.bin                the constants region
+    report.html, report.json   per-instruction cycles, MACs and utilization, with plots
 
 The directory appears atomically (glensidec.outputs): everything is written into a temporary
 sibling that is renamed at the end, so a failure never leaves a half-written OUTDIR, and
@@ -45,6 +46,8 @@ from glensidec.backend.lower import (
     constant_array,
 )
 from glensidec.backend.plan import MemoryPlan
+from glensidec.backend.report import render_files as report_files
+from glensidec.backend.report import report_data
 from glensidec.backend.views import Axis, View, canonical, refine
 from glensidec.hardware.array import ArrayConfig, gemm_cycles
 from glensidec.lang.constructs import ComputeKind
@@ -612,6 +615,25 @@ def _placeholders(lowered: LoweredProgram, plan: MemoryPlan) -> list[dict[str, o
     return rows
 
 
+def _quantization_rows(program: Program, lowered: LoweredProgram,
+                       placeholders: list[dict[str, object]]) -> list[dict[str, object]] | None:
+    """Per placeholder, the program's (quantized …) of an input or (quantized-output …) of
+    the result as C literals (scale "0.0": none); None when the program declares none (its
+    main.c then has no float path at all)."""
+    rows: list[dict[str, object]] = []
+    for row in placeholders:
+        buffer = lowered.buffers[str(row["name"])]
+        if buffer.kind == OUTPUT:
+            quantization = program.output_quantization
+        else:
+            tensor = program.tensors.get(buffer.tensor or "")
+            quantization = tensor.quantization if tensor is not None else None
+        rows.append({"tensor": row["tensor"],
+                     "scale": "0.0" if quantization is None else repr(float(quantization.scale)),
+                     "zero_point": 0 if quantization is None else quantization.zero_point})
+    return rows if any(row["scale"] != "0.0" for row in rows) else None
+
+
 def weights_blob(lowered: LoweredProgram, plan: MemoryPlan, weights: dict[str, Array]) -> bytes:
     """The constants region: every constant at its planned offset, little-endian."""
     blob = bytearray(plan.constants_size)
@@ -639,6 +661,7 @@ def render_files(program: Program, lowered: LoweredProgram, plan: MemoryPlan,
         "array_calls": len(lowered.array_calls()),
         "instruction_count": len(lowered.instructions),
         "placeholders": placeholders, "output_name": lowered.output,
+        "quantization": _quantization_rows(program, lowered, placeholders),
         "max_rank": max([1, *(len(lowered.buffers[name].shape) for name in plan.mutable)]),
         "declarations": _declarations(lowered, plan), "blocks": blocks,
     }
@@ -650,6 +673,7 @@ def render_files(program: Program, lowered: LoweredProgram, plan: MemoryPlan,
              for name in TEMPLATES}
     files["weights.bin"] = weights_blob(lowered, plan, weights)
     files["cosim.json"] = cosim_manifest(program, lowered, config).encode()
+    files.update(report_files(report_data(Path(program.path).name, lowered, config)))
     return files
 
 
