@@ -328,6 +328,9 @@ def test_let_names_follow_their_e_class_through_rewriting() -> None:
     assert not any(term in present for term in program.names)  # none survives structurally
     assert sorted(compiled.program.names.values()) == sorted(SMALL_CNN_LETS)
     assert set(SMALL_CNN_LETS) <= _lowered_buffers(program)
+    calls = [line for line in compiled.report_lines(hardware.ArrayConfig(8, 8))
+             if "systolic-array" in line]
+    assert [line.split(":")[0].strip() for line in calls] == ["conv", "logits"]
     text = format_program(compiled.program)
     reparsed = parse_program(text, str(EXAMPLES / "rewritten.gs"))
     assert reparsed.root == compiled.program.root

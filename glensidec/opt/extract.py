@@ -304,9 +304,15 @@ class Compiled:
         yield f"extraction cost: {self.extraction_cost}"
         yield (f"predicted cycles: {self.prediction.total} (array {self.prediction.array_cycles},"
                f" host {self.prediction.host_cycles})")
-        for call in self.prediction.invocations:
-            yield (f"  {call.op} {call.rows}x{call.cols}: M={call.m} K={call.k} N={call.n}: "
-                   f"{call.cycles} cycles")
+        labels = array_labels(self.program)
+        # `predict` lists the calls in this order: each with the let name of its term
+        calls = [labels.get(term) for term in postorder(self.program.root) if term.op in ARRAYS]
+        if len(calls) != len(self.prediction.invocations):
+            calls = [None] * len(self.prediction.invocations)
+        for name, call in zip(calls, self.prediction.invocations, strict=True):
+            label = f"{name}: " if name else ""
+            yield (f"  {label}{call.op} {call.rows}x{call.cols}: M={call.m} K={call.k} "
+                   f"N={call.n}: {call.cycles} cycles")
         products = matmuls(self.original.root, self.original_types, input_dtype(config))
         if products:
             t_min = sum(best_orientation(hardware.t_min, config, p) for p in products)
@@ -364,6 +370,19 @@ def class_names(graph: EGraph, named: dict[Term, str], root: Term) -> dict[Term,
         by_class.setdefault(classes[term], name)
     return {term: by_class[classes[term]] for term in postorder(root)
             if classes[term] in by_class}
+
+
+def array_labels(program: Program) -> dict[Term, str]:
+    """The `let` name of each array construct: its own, else that of the nearest named
+    view of it (`conv` is a transpose of the array's result). The first name wins."""
+    labels: dict[Term, str] = {}
+    for term in postorder(program.root):
+        name = program.names.get(term)
+        while name is not None and term.op in K.Group.VIEW:
+            term = term.args[0]  # type: ignore[assignment]  # a view's first argument
+        if name is not None and term.op in ARRAYS:
+            labels.setdefault(term, name)
+    return labels
 
 
 def unique_names(names: dict[Term, str], root: Term) -> dict[Term, str]:
