@@ -630,6 +630,39 @@ def test_lookup_tables_and_activation_products_quantize(scheme: str, tmp_path: P
     assert worst <= 0.06
 
 
+def vanishing_network(seed: int = 0) -> Any:
+    """googlenet's pattern in torchvision with random weights: convolutions initialised with
+    std 0.01 shrink the activations ~10× a layer, so the classifier's output is its bias
+    (±0.03) plus a variation near 1e-9."""
+    g = OnnxGraph(seed)
+    x = g.input("x", [1, 3, 8, 8])
+    channels = 3
+    for _ in range(6):
+        w = g.const(f"w{g.count}", (g.rng.standard_normal((16, channels, 3, 3)) * 0.01
+                                    ).astype(np.float32))
+        x = g.node("Relu", [g.node("Conv", [x, w], kernel_shape=[3, 3], pads=[1] * 4)])
+        channels = 16
+    flat = g.node("Flatten", [g.node("GlobalAveragePool", [x])])
+    w = g.const("fc_w", (g.rng.standard_normal((10, 16)) * 0.01).astype(np.float32))
+    b = g.const("fc_b", g.rng.uniform(-0.03, 0.03, 10).astype(np.float32))
+    return g.model(g.node("Gemm", [flat, w, b], transB=1), [1, 10])
+
+
+def test_a_bias_far_above_the_product_is_added_at_the_outputs_scale(tmp_path: Path) -> None:
+    """The bias does not fit the product's accumulator scale (> 2^31 steps): the product is
+    requantized to the sum's profile first (where it is a fraction of a step), then the
+    bias is added; before, this refused googlenet."""
+    program = imported(vanishing_network(), tmp_path)
+    calibration = calibration_for(program, 4)
+    quantized = quantize(program, calibration, per_channel=True)
+    assert quantized.output is not None
+    for inputs in sample_list(calibration, 4):
+        expected = run_program(program, {**load_weights(program), **inputs})
+        assert np.ptp(expected) > 0.01 and np.max(np.abs(expected - expected.mean())) < 0.05
+        error = np.max(np.abs(run_quantized(quantized, inputs) - expected))
+        assert error <= quantized.output.scale
+
+
 # -- a whole network -----------------------------------------------------------------------------
 
 @pytest.mark.slow

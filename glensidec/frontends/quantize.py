@@ -758,7 +758,7 @@ class Quantizer:
                    np.zeros(like.full, dtype=np.int64), term)
 
     def with_constant(self, term: Term, name: str, value: Value, constant: Array,
-                      constant_first: bool) -> Value:
+                      constant_first: bool, retried: bool = False) -> Value:
         if isinstance(value, Q8):
             # ×256 so that added constants are rounded to 1/256 of an input step.
             value = self.widen(value, term, boost=256)
@@ -779,7 +779,13 @@ class Quantizer:
             with np.errstate(divide="ignore", invalid="ignore"):
                 steps = np.rint(sign * constant / scale)
             if not np.all(np.isfinite(steps)) or np.max(np.abs(steps), initial=0) > 2 ** 31:
-                raise _Unsupported("the constant does not fit the accumulator's scale")
+                if retried:
+                    raise _Unsupported("the constant does not fit the accumulator's scale")
+                # The computed part is far below the constant (googlenet's random-weight
+                # logits: activations near 1e-12 under a bias of 0.01): requantize it to
+                # the sum's own profile first, where the constant fits, then add.
+                q = self.requantize(value, self.params_of(term))
+                return self.with_constant(term, name, q, constant, constant_first, True)
             offset = offset + steps.astype(np.int64)
         if np.any(scale == 0):
             raise _Unsupported("multiplying by a constant zero loses the tensor")
