@@ -22,7 +22,6 @@ import pytest
 from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
 
-from glensidec.backend.emit import compile_to_directory
 from glensidec.cli import import_command
 from glensidec.errors import GlensideError
 from glensidec.frontends.importer import import_onnx, sanitize
@@ -33,6 +32,7 @@ from glensidec.lang.syntax import read_program
 from glensidec.lang.terms import Program
 from glensidec.lang.typecheck import check_program
 from glensidec.outputs import MANIFEST
+from glensidec.pipeline import compile_to_directory
 
 Array = np.ndarray[Any, Any]
 

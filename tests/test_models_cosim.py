@@ -28,7 +28,8 @@ from glensidec.lang.interp import run_program
 from glensidec.lang.syntax import read_program
 from glensidec.lang.terms import Program, compute_name, postorder
 from glensidec.lang.typecheck import check_program
-from glensidec.opt.extract import compile_program, parse_array_size, unmapped_products
+from glensidec.opt.extract import parse_array_size, unmapped_products
+from glensidec.pipeline import compile_program
 
 Array = np.ndarray[Any, Any]
 

@@ -1,12 +1,14 @@
-"""Stage 6, emission: a lowered, planned program as a standalone C program in a directory.
+"""Stage 7, emit: a lowered, planned program as a standalone C program in a directory.
 
-`compile_to_directory(program, types, outdir, config)` writes, through the Jinja2 templates
-in `templates/`:
+`emit_directory(program, lowered, plan, outdir, config, weights)` writes, through the Jinja2
+templates in `templates/`:
 
     model.c / model.h          model_run(constants, mutable_io, activations) and the layout
     array_runtime.c / .h       gs_array_gemm(): the one seam every array call goes through
     main.c, Makefile           `make` builds ./model; ./model NAME=FILE.npy … -o OUT.npy
     weights.bin                the constants region
+    report.html, report.json   per-instruction cycles, MACs and utilization, with plots
+    program.gs                 the program compiled (what `glensidec diff` runs)
 
 The directory appears atomically (glensidec.outputs): everything is written into a temporary
 sibling that is renamed at the end, so a failure never leaves a half-written OUTDIR, and
@@ -38,35 +40,27 @@ from glensidec.backend.lower import (
     Fold,
     Instruction,
     LoweredProgram,
-    LowerOptions,
     Map,
     Reduce,
     RequantizePerChannel,
     Softmax,
     constant_array,
-    lower_program,
 )
-from glensidec.backend.plan import MemoryPlan, plan_memory
+from glensidec.backend.plan import MemoryPlan
+from glensidec.backend.report import render_files as report_files
+from glensidec.backend.report import report_data
 from glensidec.backend.views import Axis, View, canonical, refine
 from glensidec.hardware.array import ArrayConfig, gemm_cycles
-from glensidec.lang import data
 from glensidec.lang.constructs import ComputeKind
 from glensidec.lang.dtypes import DTYPES, Array, integer_range, lookup_table
+from glensidec.lang.syntax import format_program
 from glensidec.lang.terms import Program
-from glensidec.lang.typecheck import TypeTable
 from glensidec.outputs import write_directory
 from glensidec.resources import resource_dir
 
+PROGRAM_FILE = "program.gs"
 TEMPLATES = ("model.c", "model.h", "array_runtime.c", "array_runtime.h", "host_gemm.c",
              "host_gemm.h", "main.c", "Makefile")
-
-
-@dataclass(frozen=True)
-class CompileResult:
-    outdir: Path
-    lowered: LoweredProgram
-    plan: MemoryPlan
-    predicted_cycles: int  # Σ hardware.gemm_cycles over the array calls of one run
 
 
 def predicted_cycles(lowered: LoweredProgram, config: ArrayConfig) -> int:
@@ -171,7 +165,9 @@ class _Renderer:
         what, lines = method(instruction)
         header = f"  /* [{position}] {what}: {instruction.note} */"
         dst = instruction.writes().buffer
-        trace = f"  GS_TRACE_BUFFER({position}, {dst}, {self.lowered.buffers[dst].nbytes});"
+        buffer = self.lowered.buffers[dst]
+        trace = (f"  GS_TRACE_BUFFER({position}, {dst}, {buffer.nbytes}, "
+                 f"\"{DTYPES[buffer.dtype].npy_descr}\", \"{_shape_text(buffer.shape)}\");")
         return "\n".join([header, *lines, trace])
 
     def _copy(self, copy: Copy) -> tuple[str, list[str]]:
@@ -288,6 +284,11 @@ class _Renderer:
         what = (f"{gemm.dst.buffer} = {gemm.a.buffer} . {gemm.b.buffer} on the systolic array "
                 f"(M={gemm.m} K={gemm.k} N={gemm.n})")
         return what, ["  " + call, "    return 1;"]
+
+
+def _shape_text(shape: tuple[int, ...]) -> str:
+    """numpy's spelling of a shape, for a .npy header: (2, 3), (4,) or ()."""
+    return "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
 
 
 def _join(first: str, second: str) -> str:
@@ -624,6 +625,25 @@ def _placeholders(lowered: LoweredProgram, plan: MemoryPlan) -> list[dict[str, o
     return rows
 
 
+def _quantization_rows(program: Program, lowered: LoweredProgram,
+                       placeholders: list[dict[str, object]]) -> list[dict[str, object]] | None:
+    """Per placeholder, the program's (quantized …) of an input or (quantized-output …) of
+    the result as C literals (scale "0.0": none); None when the program declares none (its
+    main.c then has no float path at all)."""
+    rows: list[dict[str, object]] = []
+    for row in placeholders:
+        buffer = lowered.buffers[str(row["name"])]
+        if buffer.kind == OUTPUT:
+            quantization = program.output_quantization
+        else:
+            tensor = program.tensors.get(buffer.tensor or "")
+            quantization = tensor.quantization if tensor is not None else None
+        rows.append({"tensor": row["tensor"],
+                     "scale": "0.0" if quantization is None else repr(float(quantization.scale)),
+                     "zero_point": 0 if quantization is None else quantization.zero_point})
+    return rows if any(row["scale"] != "0.0" for row in rows) else None
+
+
 def weights_blob(lowered: LoweredProgram, plan: MemoryPlan, weights: dict[str, Array]) -> bytes:
     """The constants region: every constant at its planned offset, little-endian."""
     blob = bytearray(plan.constants_size)
@@ -651,6 +671,7 @@ def render_files(program: Program, lowered: LoweredProgram, plan: MemoryPlan,
         "array_calls": len(lowered.array_calls()),
         "instruction_count": len(lowered.instructions),
         "placeholders": placeholders, "output_name": lowered.output,
+        "quantization": _quantization_rows(program, lowered, placeholders),
         "max_rank": max([1, *(len(lowered.buffers[name].shape) for name in plan.mutable)]),
         "declarations": _declarations(lowered, plan), "blocks": blocks,
     }
@@ -662,6 +683,7 @@ def render_files(program: Program, lowered: LoweredProgram, plan: MemoryPlan,
              for name in TEMPLATES}
     files["weights.bin"] = weights_blob(lowered, plan, weights)
     files["cosim.json"] = cosim_manifest(program, lowered, config).encode()
+    files.update(report_files(report_data(Path(program.path).name, lowered, config)))
     return files
 
 
@@ -687,7 +709,9 @@ def cosim_manifest(program: Program, lowered: LoweredProgram, config: ArrayConfi
 
 # What `make` and `make sim` create in OUTDIR: ours too, so compiling again into a built
 # directory is allowed (see glensidec.outputs).
-BUILD_PRODUCTS = ("model", "model_asan", "model_trace", "libmodel_cosim.so", ".build-flags",
+TRACE_LIBRARY = "libmodel_cosim_trace.so"  # the traced co-simulation (glensidec diff --rtl)
+BUILD_PRODUCTS = ("model", "model_asan", "model_trace", "libmodel_cosim.so", TRACE_LIBRARY,
+                  ".build-flags",
                   "sim_build",
                   "sim_output.npy", "cosim_report.json", "cosim_build.log", "cosim_run.log")
 
@@ -698,18 +722,13 @@ def write_directory_atomically(outdir: Path, files: dict[str, bytes],
     write_directory(outdir, files, force=force, products=BUILD_PRODUCTS)
 
 
-def compile_to_directory(program: Program, types: TypeTable, outdir: str | Path,
-                         config: ArrayConfig, options: LowerOptions | None = None,
-                         weights: dict[str, Array] | None = None,
-                         force: bool = False) -> CompileResult:
-    """Compile `program` to a C program in `outdir` (see the module docstring).
-
-    `weights` defaults to the program's weight files (glensidec.lang.data.load_weights).
-    `force`: replace glensidec's own files in an OUTDIR that also holds others.
-    """
-    weights = data.load_weights(program) if weights is None else weights
-    lowered = lower_program(program, types, options)
-    plan = plan_memory(lowered)
+def emit_directory(program: Program, lowered: LoweredProgram, plan: MemoryPlan, outdir: Path,
+                   config: ArrayConfig, weights: dict[str, Array], force: bool = False) -> None:
+    """Write the C program of a lowered, planned `program` to `outdir` (see the module
+    docstring); `force`: replace glensidec's own files in an OUTDIR that also holds others."""
     files = render_files(program, lowered, plan, config, weights)
-    write_directory_atomically(Path(outdir), files, force)
-    return CompileResult(Path(outdir), lowered, plan, predicted_cycles(lowered, config))
+    # The program compiled, weights re-pointed from OUTDIR: `glensidec diff` lowers it again
+    # and runs it on those weights (the reference for OUTDIR's own weights.bin).
+    if all(decl.source is not None for decl in program.weights()):
+        files[PROGRAM_FILE] = format_program(program.moved_to(outdir / PROGRAM_FILE)).encode()
+    write_directory_atomically(outdir, files, force)

@@ -197,8 +197,8 @@ class QuantizedProgram:
             lines.append(f"; output: real = {self.output.scale!r} * (q {_minus(self.output)})")
         else:
             lines.append("; output: f32 (dequantized on the host before softmax)")
-        lines.append("; (declared below with (quantized …) and (quantized-output …): run "
-                     "takes float32 inputs; --dequantize gives float32)")
+        lines.append("; (declared below with (quantized …) and (quantized-output …): run, the "
+                     "C model and make sim take float32 inputs; --dequantize gives float32)")
         return "\n".join(lines) + "\n"
 
 

@@ -1,4 +1,4 @@
-"""Stage 2, types: the access shape and dtype of every term, with located errors.
+"""Stage 2, typecheck: the access shape and dtype of every term, with located errors.
 
 One rule per construct in `RULES` (keyed by the construct's name) and one per compute type
 in `COMPUTE_RULES`. A rule receives the term and its arguments already typed: access

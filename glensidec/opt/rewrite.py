@@ -1,4 +1,4 @@
-"""Stage 3, rewriting: programs into an egglog e-graph, rulesets over it, and back out.
+"""Stage 3, rewrite: programs into an egglog e-graph, rulesets over it, and back out.
 
 Why the low-level `egglog.bindings` text interface rather than the high-level Python API:
 the language is data (the construct table in `glensidec.lang.constructs`), so its e-graph
@@ -729,7 +729,7 @@ class Stats:
     ruleset_seconds: dict[str, float] = field(default_factory=dict)
     matches: dict[str, int] = field(default_factory=dict)
 
-    regions: int = 1  # e-graphs saturated one after the other (`compile_by_region`)
+    regions: int = 1  # e-graphs saturated one after the other (`pipeline.compile_by_region`)
 
     def hit_limit(self) -> bool:
         return self.stop_reason != "saturated"
