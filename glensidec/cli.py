@@ -141,7 +141,8 @@ def fmt(program: Path, shapes: Path | None, in_place: bool) -> None:
               show_default=True)
 @click.option("--timeout", type=click.FloatRange(min=0), default=10.0, show_default=True,
               callback=lambda ctx, param, value: _finite(value, "--timeout"),
-              metavar="S", help="Seconds of saturation before extracting the best so far.")
+              metavar="S", help="Seconds of saturation (per product region) before "
+                                "extracting the best so far.")
 @click.option("-o", "--output", type=click.Path(path_type=Path),
               help="OUTDIR for the C program (new, empty, or an earlier compile's); a file "
                    "for --emit rewritten|egraph (.svg renders the e-graph).")

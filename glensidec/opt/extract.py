@@ -24,6 +24,7 @@ import functools
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 import numpy as np
 from egglog import bindings
@@ -353,7 +354,10 @@ def extract_checked(graph: EGraph, root_name: str, tensors: dict[str, TensorDecl
 # -- the user's names on the extracted program -----------------------------------------
 
 
-def class_names(graph: EGraph, named: dict[Term, str], root: Term) -> dict[Term, str]:
+_Name = TypeVar("_Name")  # what names a term: a `let` name, or its index in a list of them
+
+
+def class_names(graph: EGraph, named: dict[Term, _Name], root: Term) -> dict[Term, _Name]:
     """The user's `let` names for the subterms of the extracted `root`, carried by e-class.
 
     Rewriting replaces a named term by an equal one of another form (a dot-product by an
@@ -365,7 +369,7 @@ def class_names(graph: EGraph, named: dict[Term, str], root: Term) -> dict[Term,
     if not named:
         return {}
     classes = graph.classes(*named, root)
-    by_class: dict[bindings.Value, str] = {}
+    by_class: dict[bindings.Value, _Name] = {}
     for term, name in named.items():
         by_class.setdefault(classes[term], name)
     return {term: by_class[classes[term]] for term in postorder(root)

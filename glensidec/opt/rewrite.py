@@ -730,6 +730,7 @@ class Stats:
     matches: dict[str, int] = field(default_factory=dict)
 
     regions: int = 1  # e-graphs saturated one after the other (`pipeline.compile_by_region`)
+    reused: int = 0  # regions that reused an equal earlier region's extraction
 
     def hit_limit(self) -> bool:
         return self.stop_reason != "saturated"
@@ -743,7 +744,8 @@ class Stats:
             f"{stopped[0]} in {len(stopped)} of {len(regions)} regions")
         combined = Stats(reason, max((s.iterations for s in regions), default=0),
                          max((s.enodes for s in regions), default=0),
-                         sum(s.seconds for s in regions), regions=len(regions))
+                         sum(s.seconds for s in regions), regions=len(regions),
+                         reused=sum(s.reused for s in regions))
         for stats in regions:
             for name, seconds in stats.ruleset_seconds.items():
                 combined.ruleset_seconds[name] = combined.ruleset_seconds.get(name, 0) + seconds
@@ -754,7 +756,8 @@ class Stats:
     def lines(self) -> Iterator[str]:
         yield f"stop reason: {self.stop_reason}"
         if self.regions > 1:
-            yield f"regions: {self.regions} (one e-graph each; the largest below)"
+            yield (f"regions: {self.regions} (one e-graph each, {self.reused} reused from an "
+                   "equal earlier region; the largest below)")
         yield f"iterations: {self.iterations}"
         yield f"e-nodes: {self.enodes}"
         yield f"time: {self.seconds:.3f} s"
