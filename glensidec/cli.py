@@ -188,7 +188,7 @@ def compile_command(program: Path, shapes: Path | None, array_size: str, emit: s
         for line in _accelerator_lines(accel, compiled.prediction.invocations):
             click.echo(line, err=True)
     if verify:
-        validate(parsed, compiled.program)
+        validate(parsed, compiled.program, types=(typed.types, compiled.types))
         click.echo("verified: the rewritten program computes the same result", err=True)
     if emit == "c":
         assert output is not None

@@ -483,12 +483,15 @@ def mapped_cycles(product: Term, types: TypeTable, target: ArrayTarget) -> int:
 # -- translation validation -------------------------------------------------------------
 
 
-def validate(original: Program, rewritten: Program, seeds: tuple[int, ...] = (0,)) -> None:
+def validate(original: Program, rewritten: Program, seeds: tuple[int, ...] = (0,),
+             types: tuple[TypeTable, TypeTable] | None = None) -> None:
     """Run both programs on the same random inputs; raise on any difference.
 
-    Integers must agree exactly (and in dtype), floats to 1e-5 relative.
+    Integers must agree exactly (and in dtype), floats to 1e-5 relative. `types`: the two
+    programs' types, when the caller has them (otherwise both are checked here).
     """
-    original_types, rewritten_types = check_program(original), check_program(rewritten)
+    original_types, rewritten_types = types or (check_program(original),
+                                                check_program(rewritten))
     for seed in seeds:
         tensors = data.all_tensors(original, data.random_inputs(original, seed))
         expected = run_program(original, tensors, original_types)
