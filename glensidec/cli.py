@@ -198,7 +198,7 @@ def compile_command(program: Path, shapes: Path | None, array_size: str, emit: s
                    f"predicted array cycles {result.predicted_cycles}")
         return
     if emit == "egraph":
-        text = egraph_dot(compiled.graph)
+        text = egraph_dot(compiled.egraph())
         text = egraph_svg(text) if output is not None and output.suffix == ".svg" else text
     else:
         rewritten = compiled.program if output is None else compiled.program.moved_to(output)

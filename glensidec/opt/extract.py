@@ -27,7 +27,6 @@ from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 import numpy as np
-from egglog import bindings
 
 from glensidec.errors import GlensideError
 from glensidec.hardware import array as hardware
@@ -49,6 +48,7 @@ from glensidec.lang.typecheck import (
     check_program,
     infer,
 )
+from glensidec.opt.egglog_core import bindings
 from glensidec.opt.regions import (
     boundaries,
 )
@@ -297,6 +297,14 @@ class Compiled:
     # Wall seconds per stage: "encode" (rules and program into egglog), "saturate",
     # "extract" (costs, extraction, decoding and the checks).
     seconds: dict[str, float] = field(default_factory=dict)
+
+    def egraph(self) -> EGraph:
+        """The e-graph to show (--emit egraph). A region-by-region compile popped every
+        region's e-graph; the extracted program is added to the base graph here, when asked
+        for (for a whole network that costs seconds no other output needs)."""
+        if self.stats.regions > 1:
+            self.graph.add(self.program.root, self.types)
+        return self.graph
 
     def report_lines(self, config: hardware.ArrayConfig) -> Iterator[str]:
         yield from self.stats.lines()
