@@ -188,7 +188,7 @@ def compile_command(program: Path, shapes: Path | None, array_size: str, emit: s
         for line in _accelerator_lines(accel, compiled.prediction.invocations):
             click.echo(line, err=True)
     if verify:
-        validate(parsed, compiled.program)
+        validate(parsed, compiled.program, types=(typed.types, compiled.types))
         click.echo("verified: the rewritten program computes the same result", err=True)
     if emit == "c":
         assert output is not None
@@ -198,7 +198,7 @@ def compile_command(program: Path, shapes: Path | None, array_size: str, emit: s
                    f"predicted array cycles {result.predicted_cycles}")
         return
     if emit == "egraph":
-        text = egraph_dot(compiled.graph)
+        text = egraph_dot(compiled.egraph())
         text = egraph_svg(text) if output is not None and output.suffix == ".svg" else text
     else:
         rewritten = compiled.program if output is None else compiled.program.moved_to(output)

@@ -155,7 +155,6 @@ def compile_by_region(program: Program, types: TypeTable, products: list[Term],
     root = compiled_term(program.root, compiled)
     new_types = infer(root, program.tensors)
     check_runnable(root, new_types, target)
-    graph.add(root, new_types)  # the graph holds the extracted program (--emit egraph)
     # Outside the regions a term is rebuilt from the program's own (`compiled`): its name
     # follows it. Inside, names follow e-classes (`class_names`).
     rebuilt = {compiled[term]: name for term, name in program.names.items() if term in compiled}

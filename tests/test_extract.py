@@ -270,6 +270,10 @@ def test_cli_compile_writes_output_and_the_egraph(tmp_path: Path) -> None:
     dot = tmp_path / "egraph.dot"
     code, _, _ = _compile(str(source), "--array", "4x4", "--emit", "egraph", "-o", str(dot))
     assert code == 0 and dot.read_text().lstrip().startswith(("digraph", "strict digraph"))
+    # two products: compiled region by region, the extracted program shown
+    source.write_text(workloads.mlp((8, 12, 6)))
+    code, _, _ = _compile(str(source), "--array", "4x4", "--emit", "egraph", "-o", str(dot))
+    assert code == 0 and "systolic-array-with-blocking" in dot.read_text()
 
 
 def test_cli_compile_reports_limits(tmp_path: Path) -> None:

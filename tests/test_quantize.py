@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_import import (
+from onnx_models import (
     EXECUTORS,
     MODELS,
     OPS,

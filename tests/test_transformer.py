@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from test_import import (
+from onnx_models import (
     EXECUTOR_PARAMS,
     EXECUTORS,
     OnnxGraph,

@@ -27,7 +27,6 @@ from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 import numpy as np
-from egglog import bindings
 
 from glensidec.errors import GlensideError
 from glensidec.hardware import array as hardware
@@ -49,6 +48,7 @@ from glensidec.lang.typecheck import (
     check_program,
     infer,
 )
+from glensidec.opt.egglog_core import bindings
 from glensidec.opt.regions import (
     boundaries,
 )
@@ -298,6 +298,14 @@ class Compiled:
     # "extract" (costs, extraction, decoding and the checks).
     seconds: dict[str, float] = field(default_factory=dict)
 
+    def egraph(self) -> EGraph:
+        """The e-graph to show (--emit egraph). A region-by-region compile popped every
+        region's e-graph; the extracted program is added to the base graph here, when asked
+        for (for a whole network that costs seconds no other output needs)."""
+        if self.stats.regions > 1:
+            self.graph.add(self.program.root, self.types)
+        return self.graph
+
     def report_lines(self, config: hardware.ArrayConfig) -> Iterator[str]:
         yield from self.stats.lines()
         if self.stats.hit_limit():
@@ -475,12 +483,15 @@ def mapped_cycles(product: Term, types: TypeTable, target: ArrayTarget) -> int:
 # -- translation validation -------------------------------------------------------------
 
 
-def validate(original: Program, rewritten: Program, seeds: tuple[int, ...] = (0,)) -> None:
+def validate(original: Program, rewritten: Program, seeds: tuple[int, ...] = (0,),
+             types: tuple[TypeTable, TypeTable] | None = None) -> None:
     """Run both programs on the same random inputs; raise on any difference.
 
-    Integers must agree exactly (and in dtype), floats to 1e-5 relative.
+    Integers must agree exactly (and in dtype), floats to 1e-5 relative. `types`: the two
+    programs' types, when the caller has them (otherwise both are checked here).
     """
-    original_types, rewritten_types = check_program(original), check_program(rewritten)
+    original_types, rewritten_types = types or (check_program(original),
+                                                check_program(rewritten))
     for seed in seeds:
         tensors = data.all_tensors(original, data.random_inputs(original, seed))
         expected = run_program(original, tensors, original_types)

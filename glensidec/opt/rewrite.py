@@ -26,14 +26,13 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from egglog import bindings
-
 from glensidec.errors import GlensideError
 from glensidec.lang import constructs as K
 from glensidec.lang.dtypes import NAMES as DTYPE_NAMES
 from glensidec.lang.dtypes import accumulator
 from glensidec.lang.terms import Arg, ComputeOp, Symbol, Term, postorder
 from glensidec.lang.typecheck import AccessType, TypeTable, access_type
+from glensidec.opt.egglog_core import bindings
 
 TERM = "Term"
 VEC = "IntVec"
