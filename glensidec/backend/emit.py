@@ -20,7 +20,7 @@ import json
 import math
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import jinja2
@@ -625,7 +625,7 @@ def render_files(program: Program, lowered: LoweredProgram, plan: MemoryPlan,
         "source": Path(program.path).name, "rows": config.rows, "cols": config.cols,
         "python": sys.executable,
         "in_width": config.in_width, "acc_width": config.acc_width,
-        "acc_depth": config.acc_depth,
+        "acc_depth": config.acc_depth, "f32": config.is_float,
         "constants_size": plan.constants_size, "mutable_size": plan.mutable_size,
         "activations_size": plan.activations.used, "lower_bound": plan.activations.lower_bound,
         "efficiency": plan.activations.efficiency, "strategy": plan.activations.strategy,
@@ -652,16 +652,20 @@ def cosim_manifest(program: Program, lowered: LoweredProgram, config: ArrayConfi
     """What `make sim` needs to know: the array, and every call the program makes to it.
 
     Float products cannot run on the int8 array; they are listed so co-simulation can say
-    so instead of silently simulating nothing.
+    so instead of silently simulating nothing. ("element" appears for the binary32 array.)
     """
     float_products = sum(
         1 for instruction in lowered.instructions
         if isinstance(instruction, Dot)
         and lowered.buffer_of(instruction.dst).dtype == "f32")
+    array: dict[str, int | str] = {
+        "rows": config.rows, "cols": config.cols, "in_width": config.in_width,
+        "acc_width": config.acc_width, "acc_depth": config.acc_depth}
+    if config.is_float:
+        array["element"] = config.element
     manifest = {
         "source": Path(program.path).name,
-        "array": {"rows": config.rows, "cols": config.cols, "in_width": config.in_width,
-                  "acc_width": config.acc_width, "acc_depth": config.acc_depth},
+        "array": array,
         "array_calls": [[call.m, call.k, call.n] for call in lowered.array_calls()],
         "float_products": float_products,
         "inputs": [decl.name for decl in program.inputs()],
@@ -692,6 +696,7 @@ def compile_to_directory(program: Program, types: TypeTable, outdir: str | Path,
     `force`: replace glensidec's own files in an OUTDIR that also holds others.
     """
     weights = data.load_weights(program) if weights is None else weights
+    options = replace(options or LowerOptions(), array_dtype="f32" if config.is_float else "i8")
     lowered = lower_program(program, types, options)
     plan = plan_memory(lowered)
     files = render_files(program, lowered, plan, config, weights)

@@ -30,7 +30,7 @@ from glensidec.resources import resource_dir
 
 #: Synthesizable modules of the array, in dependency order (leaves first).
 RTL_MODULES = (
-    "ws_pe", "ws_skew", "ws_array", "ws_ctrl", "ws_accum", "ws_top",
+    "fp32_mul", "fp32_add", "ws_pe", "ws_skew", "ws_array", "ws_ctrl", "ws_accum", "ws_top",
     "ws_spad", "ws_epilogue", "ws_dma_agen", "ws_dma_load", "ws_dma_store",
 )
 
@@ -50,7 +50,7 @@ class GemmBenchDepths:
 
     def parameters(self, config: ArrayConfig) -> dict[str, int]:
         """Verilog parameters of tb_ws_gemm for `config` and these depths."""
-        return {
+        parameters = {
             "ROWS": config.rows,
             "COLS": config.cols,
             "IN_W": config.in_width,
@@ -62,6 +62,9 @@ class GemmBenchDepths:
             "D_DEPTH": self.d_rows,
             "R_DEPTH": self.result_rows,
         }
+        if config.is_float:
+            parameters["FP"] = 1
+        return parameters
 
 
 #: Flags that speed up the simulation without changing behaviour. Verilator's `-O3` and

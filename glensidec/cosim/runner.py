@@ -65,7 +65,8 @@ class Manifest:
                                 "output directory?") from None
         array = raw["array"]
         config = ArrayConfig(array["rows"], array["cols"], array["in_width"],
-                             array["acc_width"], array["acc_depth"])
+                             array["acc_width"], array["acc_depth"],
+                             array.get("element", "int"))
         calls = [(int(m), int(k), int(n)) for m, k, n in raw["array_calls"]]
         return Manifest(config, calls, int(raw["float_products"]), str(raw["source"]))
 
@@ -138,7 +139,7 @@ def cosimulate(outdir: Path, program_args: list[str], *, waves: bool = False,
     """Build the RTL and the C library for `outdir`, run the program, return the report."""
     outdir = outdir.resolve()
     manifest = Manifest.read(outdir)
-    if manifest.float_products and not manifest.array_calls:
+    if manifest.float_products and not manifest.array_calls and not manifest.config.is_float:
         raise GlensideError(
             f"{manifest.source} computes its products in f32: the systolic array is "
             f"int{manifest.config.in_width} x int{manifest.config.in_width} -> "

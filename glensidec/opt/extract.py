@@ -79,7 +79,10 @@ def array_target(config: hardware.ArrayConfig) -> ArrayTarget:
 
 
 def input_dtype(config: hardware.ArrayConfig) -> str:
-    """The integer dtype as wide as the array's inputs."""
+    """The dtype of the array's inputs: f32 for the binary32 array, else the integer dtype
+    as wide as its inputs."""
+    if config.is_float:
+        return "f32"
     dtype = by_bits(config.in_width)
     if dtype is None:
         raise GlensideError(f"no dtype is {config.in_width} bits wide")
@@ -556,12 +559,24 @@ def difference(expected: Array, actual: Array) -> str | None:
 # -- command-line helpers ---------------------------------------------------------------
 
 
+#: The element types `--array RxC:TYPE` accepts (i8 when TYPE is left out).
+ARRAY_ELEMENTS = ("i8", "f32")
+
+
 def parse_array_size(text: str) -> hardware.ArrayConfig:
-    """`16x16` → the array configuration (int8 in, int32 accumulate)."""
-    rows, times, cols = text.lower().partition("x")
-    if not (times and rows.isdigit() and cols.isdigit()):
-        raise GlensideError(f"--array takes ROWSxCOLS such as 16x16, got '{text}'")
+    """`16x16` → the int8 array (int8 in, int32 accumulate); `16x16:f32` → the binary32
+    array (f32 in and out); `16x16:i8` says int8 explicitly."""
+    size, colon, element = text.lower().partition(":")
+    rows, times, cols = size.partition("x")
+    if not (times and rows.isdigit() and cols.isdigit()) or (colon and not element):
+        raise GlensideError(f"--array takes ROWSxCOLS[:TYPE] such as 16x16 or 16x16:f32, "
+                            f"got '{text}'")
+    if colon and element not in ARRAY_ELEMENTS:
+        raise GlensideError(f"--array {text}: the array's element type is one of "
+                            f"{', '.join(ARRAY_ELEMENTS)}, not '{element}'")
     try:
+        if element == "f32":
+            return hardware.ArrayConfig.f32(int(rows), int(cols))
         return hardware.ArrayConfig(int(rows), int(cols))
     except ValueError as error:
         raise GlensideError(f"--array {text}: {error}") from None
