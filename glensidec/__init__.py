@@ -52,9 +52,11 @@ def check(program: Program | str | Path) -> AccessType:
 
 
 def run(program: Program | str | Path, inputs: dict[str, Any] | None = None,
-        seed: int | None = None) -> Any:
+        seed: int | None = None, *, dequantize: bool = False) -> Any:
     """Run with the reference interpreter on `inputs` (name → numpy array), or on seeded
-    random inputs when `seed` is given; returns the result as a numpy array."""
+    random inputs when `seed` is given; returns the result as a numpy array. An input
+    declared `(quantized …)` may be given as float32 (quantized as declared); `dequantize`
+    returns a `(quantized-output …)` program's result as float32."""
     from glensidec.errors import GlensideError
     from glensidec.lang import data
     from glensidec.lang.interp import run_program
@@ -69,8 +71,9 @@ def run(program: Program | str | Path, inputs: dict[str, Any] | None = None,
         for decl in parsed.inputs():
             if decl.name not in given:
                 raise GlensideError(f"missing input {decl.name}")
-            given[decl.name] = data.check_array(decl, given[decl.name], "the given array")
-    return run_program(parsed, data.all_tensors(parsed, given), types)
+            given[decl.name] = data.input_array(decl, given[decl.name], "the given array")
+    result = run_program(parsed, data.all_tensors(parsed, given), types)
+    return data.dequantize_result(parsed, result) if dequantize else result
 
 
 @dataclass

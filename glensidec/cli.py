@@ -70,13 +70,20 @@ def check(program: Path, shapes: Path | None) -> None:
               help="Fill every runtime input with seeded random data.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the result here as .npy (default: print it).")
+@click.option("--dequantize", is_flag=True,
+              help="Give the i8 result as float32, by the program's (quantized-output …).")
 def run(program: Path, shapes: Path | None, input_options: tuple[str, ...],
-        random_inputs: int | None, output: Path | None) -> None:
-    """Run PROGRAM with the reference interpreter."""
+        random_inputs: int | None, output: Path | None, dequantize: bool) -> None:
+    """Run PROGRAM with the reference interpreter.
+
+    An input declared (quantized SCALE ZERO_POINT) takes an int8 or a float32 .npy; a
+    float32 one is quantized as the program declares."""
     parsed = _load(program, shapes)
     types = check_program(parsed)
     if input_options and random_inputs is not None:
         raise click.UsageError("give --input or --random-inputs, not both")
+    if dequantize and parsed.output_quantization is None:
+        data.dequantize_result(parsed, np.zeros(0, np.int8))  # the error, before the run
     if random_inputs is not None:
         inputs = data.random_inputs(parsed, random_inputs)
     else:
@@ -88,7 +95,7 @@ def run(program: Path, shapes: Path | None, input_options: tuple[str, ...],
         members = value if value is not None else ()
         click.echo("\n".join([describe_value(types[parsed.root]), *map(str, members)]))
         return
-    result = value
+    result = data.dequantize_result(parsed, value) if dequantize else value
     if output is not None:
         data.save_npy(output, result)
         click.echo(f"wrote {output}: {result.dtype} {tuple(result.shape)}")

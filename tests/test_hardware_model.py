@@ -24,8 +24,8 @@ from glensidec.hardware.array import (
     t_min,
     tile_sequence_cycles,
     tile_timings,
-    wrap_signed,
 )
+from glensidec.lang.dtypes import dtype, wrap, wrap_signed
 
 CONFIGS = [ArrayConfig(2, 2), ArrayConfig(4, 8), ArrayConfig(8, 4), ArrayConfig(16, 16)]
 
@@ -168,6 +168,22 @@ def test_reference_gemm_int32_extremes_wrap() -> None:
     D = np.full((1, 1), 2**31 - 1)
     assert int(reference_gemm(A, B, D)[0, 0]) == int(wrap_signed(np.array(2**31 - 1 + 16384), 32))
     assert int(reference_gemm(A, B, D)[0, 0]) < 0
+
+
+def test_wrap_signed_agrees_with_the_dtype_casts() -> None:
+    """One wrap: at a dtype's width it is numpy's own two's-complement cast."""
+    values = np.random.default_rng(0).integers(-(2**40), 2**40, size=1000)
+    for name in ("i8", "i16", "i32"):
+        expected = wrap(values, name).astype(np.int64)
+        assert wrap_signed(values, dtype(name).bits).tolist() == expected.tolist()
+    assert int(wrap_signed(2**23, 24)) == -(2**23)
+
+
+def test_rtl_parameters_round_trip() -> None:
+    config = ArrayConfig(8, 4, acc_width=24, acc_depth=96)
+    assert config.rtl_parameters() == {"ROWS": 8, "COLS": 4, "IN_W": 8, "ACC_W": 24,
+                                       "ACC_DEPTH": 96}
+    assert ArrayConfig.from_rtl_parameters({**config.rtl_parameters(), "W_DEPTH": 5}) == config
 
 
 def test_reference_gemm_rejects_bad_operands() -> None:

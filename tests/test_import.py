@@ -418,6 +418,20 @@ OPS: dict[str, tuple[Callable[[OnnxGraph, str], str], list[int]]] = {
     "clip_only_max": (lambda g, x: g.node(
         "Clip", [x, "", g.const("hi", np.array(0.5, "f4"))]), [3, 4]),
     "identity_dropout": (lambda g, x: g.node("Dropout", [g.node("Identity", [x])]), [3, 4]),
+    "maxpool_1d": (lambda g, x: g.node(
+        "MaxPool", [x], kernel_shape=[3], strides=[2], pads=[1, 1]), [2, 3, 9]),
+    "averagepool_3d_exclude_pad": (lambda g, x: g.node(
+        "AveragePool", [x], kernel_shape=[2, 3, 2], strides=[1, 2, 1],
+        pads=[1, 0, 1, 0, 1, 1]), [1, 2, 4, 5, 4]),
+    "pad_reflect_edge": (lambda g, x: g.node("Pad", [
+        g.node("Pad", [x, g.const("p", np.array([0, 2, 1, 0, 1, 2], np.int64))],
+               mode="reflect"),
+        g.const("q", np.array([1, 0, 3, 2, 1, 0], np.int64))], mode="edge"), [2, 3, 4]),
+    "gemm_beta_computed_c": (lambda g, x: g.node("Gemm", [
+        x, g.random("w", (6, 5)),
+        g.node("Slice", [x, *(g.const(n, np.array([v], np.int64))
+                              for n, v in (("s", 1), ("e", 6), ("a", 1)))])],
+        alpha=0.75, beta=0.5), [3, 6]),
 }
 
 
@@ -498,9 +512,61 @@ def test_unsupported_op(tmp_path: Path) -> None:
 
 def test_unsupported_attribute(tmp_path: Path) -> None:
     model = single_op_model(lambda g, x: g.node(
-        "Pad", [x, g.const("p", np.array([1, 1, 1, 1], np.int64))], mode="reflect"), [3, 4])
+        "Pad", [x, g.const("p", np.array([3, 1, 1, 1], np.int64))], mode="reflect"), [3, 4])
     expect_failure(save(model, tmp_path / "pad.onnx"), tmp_path, "(Pad)",
-                   "mode 'reflect' is not supported")
+                   "reflect padding of 3 on an axis of 3 is not supported")
+
+
+def integer_model(dtype: int) -> Any:
+    """Integer arithmetic as ONNX defines it (wrapping, truncating division), pooling and
+    padding on an integer input; a float-only op after it would be refused."""
+    g = OnnxGraph()
+    x = g.input("x", [2, 3, 6])
+    g.inputs[0].type.tensor_type.elem_type = dtype
+    numpy_type = helper.tensor_dtype_to_np_dtype(dtype)
+    k = g.const("k", np.array([3, -7, 5], numpy_type).reshape(3, 1))
+    product = g.node("Mul", [g.node("Add", [x, k]), x])
+    divisor = g.node("Sub", [g.const("ten", np.array(10, numpy_type)), g.node("Clip", [
+        x, g.const("lo", np.array(-9, numpy_type)), g.const("hi", np.array(9, numpy_type))])])
+    quotient = g.node("Div", [product, divisor])  # 1 … 19: no division by zero
+    if dtype == TensorProto.INT8:  # ONNX's MaxPool takes int8, not int16
+        pooled = g.node("MaxPool", [quotient], kernel_shape=[2], strides=[2])
+    else:
+        pooled = g.node("Slice", [quotient, *(g.const(n, np.array([v], np.int64)) for n, v in
+                                              (("st", 1), ("en", 6), ("ax", 2), ("sp", 2)))])
+    y = g.node("Pad", [pooled, g.const("p", np.array([0, 1, 2, 0, 0, 1], np.int64)),
+                       g.const("v", np.array(-3, numpy_type))])
+    model = g.model(y, [2, 4, 6])
+    model.graph.output[0].type.tensor_type.elem_type = dtype
+    model.opset_import[0].version = 14  # Add, Sub, Mul, Div on int8 and int16
+    return model
+
+
+@pytest.mark.parametrize("executor", EXECUTOR_PARAMS)
+@pytest.mark.parametrize("dtype", [TensorProto.INT8, TensorProto.INT16, TensorProto.INT32])
+def test_integer_inputs_compute_as_onnx_does(dtype: int, executor: str, tmp_path: Path) -> None:
+    from onnx.reference import ReferenceEvaluator
+
+    model = integer_model(dtype)
+    info = np.iinfo(helper.tensor_dtype_to_np_dtype(dtype))
+    x = np.random.default_rng(3).integers(info.min, info.max, (2, 3, 6), endpoint=True)
+    x = x.astype(info.dtype)
+    x[0, 0, :2] = [info.min, info.max]  # sums and products wrap
+    expected = np.asarray(ReferenceEvaluator(model).run(None, {"x": x})[0])
+    program = imported(model, tmp_path)
+    actual = EXECUTORS[executor](program, {"x": x})
+    assert actual.dtype == expected.dtype
+    np.testing.assert_array_equal(actual, expected)
+
+
+def test_float_only_op_on_an_integer_input_is_refused(tmp_path: Path) -> None:
+    g = OnnxGraph()
+    x = g.input("x", [2, 3])
+    g.inputs[0].type.tensor_type.elem_type = TensorProto.INT32
+    model = g.model(g.node("ReduceMean", [x], axes=[1]), [2, 1])
+    model.graph.output[0].type.tensor_type.elem_type = TensorProto.INT32
+    expect_failure(save(model, tmp_path / "mean.onnx"), tmp_path, "(ReduceMean)",
+                   "input 'x' is i32: only float inputs for ReduceMean")
 
 
 def test_training_mode_dropout_is_refused(tmp_path: Path) -> None:

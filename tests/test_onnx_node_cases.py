@@ -47,7 +47,7 @@ DOCUMENTED_REASONS = {
     "unsupported attribute value": ("is not supported", "are not supported"),
     "constant operand required": ("must be a constant",),
     "empty tensor": ("empty tensor",),
-    "unsupported rank": ("only 2-D", "only a 2-D", "must be at least 2-D"),
+    "unsupported rank": ("only 2-D", "only a 2-D", "must be at least 2-D", "only 1-D, 2-D and 3-D"),
 }
 
 

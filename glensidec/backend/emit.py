@@ -20,7 +20,7 @@ import json
 import math
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import jinja2
@@ -622,10 +622,9 @@ def render_files(program: Program, lowered: LoweredProgram, plan: MemoryPlan,
               for index, instruction in enumerate(lowered.instructions)]
     placeholders = _placeholders(lowered, plan)
     context = {
-        "source": Path(program.path).name, "rows": config.rows, "cols": config.cols,
+        "source": Path(program.path).name, **asdict(config),
         "python": sys.executable,
-        "in_width": config.in_width, "acc_width": config.acc_width,
-        "acc_depth": config.acc_depth, "f32": config.is_float,
+        "f32": config.is_float,
         "constants_size": plan.constants_size, "mutable_size": plan.mutable_size,
         "activations_size": plan.activations.used, "lower_bound": plan.activations.lower_bound,
         "efficiency": plan.activations.efficiency, "strategy": plan.activations.strategy,
@@ -648,6 +647,15 @@ def render_files(program: Program, lowered: LoweredProgram, plan: MemoryPlan,
     return files
 
 
+def manifest_array(config: ArrayConfig) -> dict[str, int | str]:
+    """The array's fields for cosim.json; `element` only for the binary32 array, so int8
+    programs' manifests stay as they were (ArrayConfig defaults it to "int")."""
+    fields = asdict(config)
+    if not config.is_float:
+        del fields["element"]
+    return fields
+
+
 def cosim_manifest(program: Program, lowered: LoweredProgram, config: ArrayConfig) -> str:
     """What `make sim` needs to know: the array, and every call the program makes to it.
 
@@ -658,14 +666,9 @@ def cosim_manifest(program: Program, lowered: LoweredProgram, config: ArrayConfi
         1 for instruction in lowered.instructions
         if isinstance(instruction, Dot)
         and lowered.buffer_of(instruction.dst).dtype == "f32")
-    array: dict[str, int | str] = {
-        "rows": config.rows, "cols": config.cols, "in_width": config.in_width,
-        "acc_width": config.acc_width, "acc_depth": config.acc_depth}
-    if config.is_float:
-        array["element"] = config.element
     manifest = {
         "source": Path(program.path).name,
-        "array": array,
+        "array": manifest_array(config),
         "array_calls": [[call.m, call.k, call.n] for call in lowered.array_calls()],
         "float_products": float_products,
         "inputs": [decl.name for decl in program.inputs()],

@@ -32,6 +32,7 @@ from glensidec.resources import resource_dir
 RTL_MODULES = (
     "fp32_mul", "fp32_add", "ws_pe", "ws_skew", "ws_array", "ws_ctrl", "ws_accum", "ws_top",
     "ws_spad", "ws_epilogue", "ws_dma_agen", "ws_dma_load", "ws_dma_store",
+    "ws_fifo", "ws_accel",
 )
 
 #: The simulation-only wrapper the GEMM driver talks to (rtl/tb/).
@@ -50,21 +51,14 @@ class GemmBenchDepths:
 
     def parameters(self, config: ArrayConfig) -> dict[str, int]:
         """Verilog parameters of tb_ws_gemm for `config` and these depths."""
-        parameters = {
-            "ROWS": config.rows,
-            "COLS": config.cols,
-            "IN_W": config.in_width,
-            "ACC_W": config.acc_width,
-            "ACC_DEPTH": config.acc_depth,
+        return {
+            **config.rtl_parameters(),
             "W_DEPTH": self.weight_beats,
             "A_DEPTH": self.activation_rows,
             "T_DEPTH": self.tiles,
             "D_DEPTH": self.d_rows,
             "R_DEPTH": self.result_rows,
         }
-        if config.is_float:
-            parameters["FP"] = 1
-        return parameters
 
 
 #: Flags that speed up the simulation without changing behaviour. Verilator's `-O3` and

@@ -27,7 +27,12 @@ import numpy.typing as npt
 from cocotb.triggers import ClockCycles, RisingEdge
 
 from glensidec.cosim.rtl_build import GemmBenchDepths
-from glensidec.hardware.array import ArrayConfig, Tile, gemm_tiles, reference_gemm
+from glensidec.hardware.array import (
+    ArrayConfig,
+    Tile,
+    gemm_tiles,
+    reference_gemm,
+)
 
 Matrix = npt.NDArray[np.integer]
 #: Operands of a GEMM: integers, or float32 for the binary32 array.
@@ -39,16 +44,14 @@ CONFIG_ENV = "GLENSIDEC_ARRAY_CONFIG"
 
 def config_to_env(config: ArrayConfig) -> dict[str, str]:
     """Environment for a cocotb test process that should rebuild `config`."""
-    fields = (config.rows, config.cols, config.in_width, config.acc_width, config.acc_depth,
-              config.element)
-    return {CONFIG_ENV: ",".join(str(value) for value in fields)}
+    parameters = config.rtl_parameters()
+    return {CONFIG_ENV: ",".join(f"{name}={value}" for name, value in parameters.items())}
 
 
 def config_from_env() -> ArrayConfig:
     """The ArrayConfig a test process was started with (see `config_to_env`)."""
-    *numbers, element = os.environ[CONFIG_ENV].split(",")
-    rows, cols, in_width, acc_width, acc_depth = (int(part) for part in numbers)
-    return ArrayConfig(rows, cols, in_width, acc_width, acc_depth, element)
+    pairs = (part.partition("=") for part in os.environ[CONFIG_ENV].split(","))
+    return ArrayConfig.from_rtl_parameters({name: int(value) for name, _, value in pairs})
 
 
 @dataclass(frozen=True)

@@ -63,10 +63,7 @@ class Manifest:
         except FileNotFoundError:
             raise GlensideError(f"{path} not found: is {outdir} a `glensidec compile` "
                                 "output directory?") from None
-        array = raw["array"]
-        config = ArrayConfig(array["rows"], array["cols"], array["in_width"],
-                             array["acc_width"], array["acc_depth"],
-                             array.get("element", "int"))
+        config = ArrayConfig(**raw["array"])
         calls = [(int(m), int(k), int(n)) for m, k, n in raw["array_calls"]]
         return Manifest(config, calls, int(raw["float_products"]), str(raw["source"]))
 

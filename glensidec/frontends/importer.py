@@ -28,9 +28,9 @@ from glensidec.errors import GlensideError
 from glensidec.frontends import builders as B
 from glensidec.lang.constructs import COMPUTE_TYPES, CONSTRUCTS
 from glensidec.lang.data import alias_line
-from glensidec.lang.dtypes import F32_MAX
+from glensidec.lang.dtypes import F32_MAX, INTEGER_NAMES, integer_range
 from glensidec.lang.syntax import format_program
-from glensidec.lang.terms import Program, TensorDecl, Term
+from glensidec.lang.terms import Program, Symbol, TensorDecl, Term
 from glensidec.lang.typecheck import TypeTable, infer, infer_access
 from glensidec.outputs import check_output_directory, write_directory
 
@@ -128,24 +128,30 @@ class Importer:
     def has_input(self, node: Node, index: int) -> bool:
         return index < len(node.inputs) and node.inputs[index] != ""
 
-    def term_of(self, value: Value, name: str) -> Term:
+    def dtype(self, term: Term) -> str:
+        return infer_access(term, self.tensors, self.types).dtype
+
+    def term_of(self, value: Value, name: str, dtype: str = "f32") -> Term:
         """A value as an access ((full),()): constants become weights or literals."""
         if isinstance(value, Term):
             return value
-        return self.weight(name, value)
+        return self.weight(name, value, dtype)
 
-    def weight(self, name: str, array: Array) -> Term:
-        array = np.ascontiguousarray(array, dtype=np.float32)
+    def weight(self, name: str, array: Array, dtype: str = "f32") -> Term:
+        """A constant as a `dtype` weight, or a literal when it holds one number."""
+        array = integer_constant(name, array, dtype) if dtype in INTEGER_NAMES else \
+            np.ascontiguousarray(array, dtype=np.float32)
         if array.size == 1:
-            scalar = float(array.reshape(()))
-            if not math.isfinite(scalar):
-                raise GlensideError(f"constant '{name}' is {scalar}: only finite numbers")
-            literal = B.op("access-literal", B.op("literal", scalar))
+            number = array.reshape(()).item()
+            if not math.isfinite(number):
+                raise GlensideError(f"constant '{name}' is {number}: only finite numbers")
+            literal = B.op("access-literal", B.op("literal", number) if dtype == "f32" else
+                           B.op("literal", number, Symbol(dtype)))
             if array.ndim == 0:
                 return literal
             return B.reshape(literal, array.shape, ())
         symbol = self.symbols.fresh(name)
-        self.tensors[symbol] = TensorDecl(symbol, tuple(array.shape), "f32", "weight",
+        self.tensors[symbol] = TensorDecl(symbol, tuple(array.shape), dtype, "weight",
                                           self.weights_file)
         self.weights[symbol] = array
         return B.tensor(symbol)
@@ -153,6 +159,18 @@ class Importer:
     def name_output(self, node: Node, term: Term, index: int = 0) -> None:
         if term not in self.names and term.op != "access-tensor":
             self.names[term] = self.symbols.fresh(node.outputs[index])
+
+
+def integer_constant(name: str, array: Array, dtype: str) -> Array:
+    """A constant operand of an integer tensor, as that dtype (ONNX gives both one type)."""
+    low, high = integer_range(dtype)
+    values = np.asarray(array)
+    if not (np.all(np.isfinite(values)) and np.all(values == np.round(values))
+            and values.min(initial=low) >= low and values.max(initial=high) <= high):
+        raise GlensideError(f"constant '{name}' does not fit {dtype}, the dtype of the tensor "
+                            f"it is combined with")
+    return np.ascontiguousarray(values.astype(np.int64).astype(np.dtype(dtype.replace(
+        "i", "int"))))
 
 
 # -- numpy-style broadcasting and elementwise ops -------------------------------------------
@@ -178,8 +196,10 @@ def elementwise(imp: Importer, node: Node, compute_type: str) -> Value:
 def combine(imp: Importer, node: Node, compute_type: str, left: Value, right: Value) -> Term:
     """`compute_type` over two values broadcast against each other (numpy's rules)."""
     terms, shapes = [], []
+    computed = next(v for v in (left, right) if isinstance(v, Term))
+    dtype = imp.dtype(computed)  # a constant operand takes the computed one's dtype
     for index, value in enumerate((left, right)):
-        term = imp.term_of(value, f"{node.outputs[0]}_{'ab'[index]}")
+        term = imp.term_of(value, f"{node.outputs[0]}_{'ab'[index]}", dtype)
         terms.append(term)
         shapes.append(imp.full_shape(term))
     try:
@@ -220,21 +240,31 @@ def check_attributes(node: Node, known: set[str]) -> None:
 def spatial_pads(node: Node, in_hw: tuple[int, ...], kernel: tuple[int, ...],
                  strides: tuple[int, ...]) -> tuple[int, int, int, int]:
     """(top, left, bottom, right), from `pads` or `auto_pad`."""
+    before, after = padding(node, in_hw, kernel, strides)
+    if len(before) != 2:
+        raise GlensideError(f"{node.where()}: pads must be 4 non-negative numbers")
+    return before[0], before[1], after[0], after[1]
+
+
+def padding(node: Node, sizes: tuple[int, ...], kernel: tuple[int, ...],
+            strides: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Padding before and after each spatial axis, from `pads` or `auto_pad`."""
+    rank = len(sizes)
     auto_pad = node.attributes.get("auto_pad", b"NOTSET")
     auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else str(auto_pad)
     if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
         totals = [max((math.ceil(i / s) - 1) * s + k - i, 0)
-                  for i, k, s in zip(in_hw, kernel, strides, strict=True)]
-        small = [t // 2 for t in totals]
-        large = [t - t // 2 for t in totals]
-        before, after = (small, large) if auto_pad == "SAME_UPPER" else (large, small)
-        return before[0], before[1], after[0], after[1]
+                  for i, k, s in zip(sizes, kernel, strides, strict=True)]
+        small = tuple(t // 2 for t in totals)
+        large = tuple(t - t // 2 for t in totals)
+        return (small, large) if auto_pad == "SAME_UPPER" else (large, small)
     if auto_pad not in ("NOTSET", "VALID"):
         raise GlensideError(f"{node.where()}: auto_pad '{auto_pad}' is not supported")
-    pads = ints(node, "pads", [0, 0, 0, 0]) if auto_pad == "NOTSET" else [0, 0, 0, 0]
-    if len(pads) != 4 or any(p < 0 for p in pads):
-        raise GlensideError(f"{node.where()}: pads {pads} must be 4 non-negative numbers")
-    return pads[0], pads[1], pads[2], pads[3]
+    pads = ints(node, "pads", [0] * 2 * rank) if auto_pad == "NOTSET" else [0] * 2 * rank
+    if len(pads) != 2 * rank or any(p < 0 for p in pads):
+        raise GlensideError(f"{node.where()}: pads {pads} must be {2 * rank} non-negative "
+                            f"numbers")
+    return tuple(pads[:rank]), tuple(pads[rank:])
 
 
 def spatial_input(imp: Importer, node: Node) -> tuple[Term, tuple[int, ...]]:
@@ -405,8 +435,8 @@ def gemm(imp: Importer, node: Node) -> Value:
     c = imp.value(node, 2)
     if not isinstance(c, Term):
         c = c.astype(np.float32) * np.float32(beta)
-    elif beta != 1.0:
-        raise GlensideError(f"{node.where()}: beta={beta} with a computed C is not supported")
+    elif beta != 1.0:  # beta·C, one product per element before the bias is added
+        c = combine(imp, node, "elementwise-mul", c, scalar(beta))
     dims = imp.full_shape(product)
     if not isinstance(c, Term) and c.shape in ((dims[1],), (1, dims[1])) and c.size > 1:
         return channel_op(product, imp.weight(f"{node.outputs[0]}_b", c.reshape(-1)), dims,
@@ -613,9 +643,16 @@ def clip(imp: Importer, node: Node) -> Value:
     for index in (1, 2):
         if imp.has_input(node, index):
             bounds[index - 1] = float(imp.constant(node, index).reshape(()))
+    x = imp.dynamic(node, 0)
+    dtype = imp.dtype(x)
+    if dtype in INTEGER_NAMES:  # integer bounds, saturated to the dtype's range
+        dtype_low, dtype_high = integer_range(dtype)
+        low_int, high_int = (max(dtype_low, min(dtype_high, math.floor(b) if b > 0
+                                                else math.ceil(b))) for b in bounds)
+        return B.compute("clip", x, min(low_int, high_int), high_int)
     low, high = (max(-F32_MAX, min(F32_MAX, b)) for b in bounds)
     low = min(low, high)  # ONNX: min > max gives max everywhere
-    return B.compute("clip", imp.dynamic(node, 0), low, high)
+    return B.compute("clip", x, low, high)
 
 
 @translates("Identity", "Dropout")
@@ -660,65 +697,72 @@ def every_nth(term: Term, dims: tuple[int, ...], split: int, axis: int, count: i
 
 @dataclass
 class PoolGeometry:
-    """One 2-D pooling node's windows: kernel, strides, dilations and padding, ceil included."""
+    """One pooling node's windows over its spatial axes (1-D, 2-D or 3-D): kernel, strides,
+    dilations and padding, ceil_mode's included."""
 
-    height: int
-    width: int
-    kernel: tuple[int, int]
-    strides: tuple[int, int]
-    dilations: tuple[int, int]
-    pads: tuple[int, int, int, int]  # top, left, bottom, right: the node's own padding
-    extra: tuple[int, int]  # more rows/columns after the end that only ceil_mode adds
+    sizes: tuple[int, ...]
+    kernel: tuple[int, ...]
+    strides: tuple[int, ...]
+    dilations: tuple[int, ...]
+    before: tuple[int, ...]  # the node's own padding
+    after: tuple[int, ...]
+    extra: tuple[int, ...]  # more elements after the end that only ceil_mode adds
 
     @property
-    def spans(self) -> tuple[int, int]:  # a dilated window's extent
-        return ((self.kernel[0] - 1) * self.dilations[0] + 1,
-                (self.kernel[1] - 1) * self.dilations[1] + 1)
+    def spans(self) -> tuple[int, ...]:  # a dilated window's extent
+        return tuple((k - 1) * d + 1 for k, d in zip(self.kernel, self.dilations, strict=True))
 
     def out(self, axis: int) -> int:
-        size = (self.height, self.width)[axis] + self.pads[axis] + self.pads[axis + 2]
+        size = self.sizes[axis] + self.before[axis] + self.after[axis]
         return (size + self.extra[axis] - self.spans[axis]) // self.strides[axis] + 1
 
 
-def pool_geometry(node: Node, height: int, width: int) -> PoolGeometry:
+def pool_geometry(node: Node, sizes: tuple[int, ...]) -> PoolGeometry:
+    rank = len(sizes)
     kernel = tuple(ints(node, "kernel_shape", []))
-    strides = tuple(ints(node, "strides", [1, 1]))
-    dilations = tuple(ints(node, "dilations", [1, 1]))
-    if len(kernel) != 2 or len(strides) != 2 or len(dilations) != 2:
-        raise GlensideError(f"{node.where()}: needs a 2-D kernel_shape, strides and dilations")
+    strides = tuple(ints(node, "strides", [1] * rank))
+    dilations = tuple(ints(node, "dilations", [1] * rank))
+    if len(kernel) != rank or len(strides) != rank or len(dilations) != rank:
+        raise GlensideError(f"{node.where()}: needs a {rank}-D kernel_shape, strides and "
+                            f"dilations")
     spans = tuple((k - 1) * d + 1 for k, d in zip(kernel, dilations, strict=True))
-    pads = spatial_pads(node, (height, width), spans, strides)
-    extra = [0, 0]
+    before, after = padding(node, sizes, spans, strides)
+    extra = [0] * rank
     if int(node.attributes.get("ceil_mode", 0)):
-        for axis, size in enumerate((height, width)):
-            before, padded = pads[axis], size + pads[axis] + pads[axis + 2]
+        for axis, size in enumerate(sizes):
+            padded = size + before[axis] + after[axis]
             out = -(-(padded - spans[axis]) // strides[axis]) + 1
-            if (out - 1) * strides[axis] >= size + before:  # last window starts in the pad
+            if (out - 1) * strides[axis] >= size + before[axis]:  # last window starts in the pad
                 out -= 1
             extra[axis] = max(0, (out - 1) * strides[axis] + spans[axis] - padded)
-    return PoolGeometry(height, width, (kernel[0], kernel[1]), (strides[0], strides[1]),
-                        (dilations[0], dilations[1]), pads, (extra[0], extra[1]))
+    return PoolGeometry(sizes, kernel, strides, dilations, before, after, tuple(extra))
 
 
 def pool_windows(imp: Importer, node: Node, pad_kind: str) -> tuple[Term, PoolGeometry]:
-    """Windows ((N,C,out_h,out_w),(kh,kw)) of the padded input, dilations applied."""
+    """Windows ((N,C,out…),(k…)) of the padded input, dilations applied (1-D to 3-D)."""
     check_attributes(node, POOL_ATTRIBUTES)
     if len(node.outputs) > 1 and node.outputs[1]:
         raise GlensideError(f"{node.where()}: the Indices output is not supported")
-    x, (batch, channels, height, width) = spatial_input(imp, node)
-    geometry = pool_geometry(node, height, width)
-    top, left, bottom, right = geometry.pads
-    padded = B.pad(B.pad(x, 2, top, bottom + geometry.extra[0], pad_kind), 3, left,
-                   right + geometry.extra[1], pad_kind)
-    windows = B.op("access-windows", B.access(padded, 2), B.shape(*geometry.spans),
+    x = imp.dynamic(node, 0)
+    shape = imp.full_shape(x)
+    if not 3 <= len(shape) <= 5:
+        raise GlensideError(f"{node.where()}: only 1-D, 2-D and 3-D (N,C,…) inputs are "
+                            f"supported, got shape {shape}")
+    rank = len(shape) - 2
+    geometry = pool_geometry(node, shape[2:])
+    for axis in range(rank):
+        x = B.pad(x, 2 + axis, geometry.before[axis],
+                  geometry.after[axis] + geometry.extra[axis], pad_kind)
+    windows = B.op("access-windows", B.access(x, 2), B.shape(*geometry.spans),
                    B.shape(*geometry.strides))
-    dims: tuple[int, ...] = (batch, channels, geometry.out(0), geometry.out(1),
+    dims: tuple[int, ...] = (*shape[:2], *(geometry.out(a) for a in range(rank)),
                              *geometry.spans)
+    split = 2 + rank
     for axis, (size, dilation) in enumerate(zip(geometry.kernel, geometry.dilations,
                                                 strict=True)):
         if dilation > 1:
-            windows = every_nth(windows, dims, 4, 4 + axis, size, dilation, pad_kind)
-            dims = (*dims[:4 + axis], size, *dims[5 + axis:])
+            windows = every_nth(windows, dims, split, split + axis, size, dilation, pad_kind)
+            dims = (*dims[:split + axis], size, *dims[split + axis + 1:])
     return windows, geometry
 
 
@@ -726,20 +770,21 @@ def average_divisors(node: Node, geometry: PoolGeometry) -> Array:
     """The divisor of each output position: ONNX counts the window's elements inside the
     input, plus the explicit padding if count_include_pad=1 (never ceil_mode's extension)."""
     include_pad = int(node.attributes.get("count_include_pad", 0))
-    top, left, bottom, right = geometry.pads
-    counted = np.zeros((top + geometry.height + bottom + geometry.extra[0],
-                        left + geometry.width + right + geometry.extra[1]))
+    rank = len(geometry.sizes)
+    full = [b + n + a for b, n, a in zip(geometry.before, geometry.sizes, geometry.after,
+                                         strict=True)]
+    counted = np.zeros([f + e for f, e in zip(full, geometry.extra, strict=True)])
     if include_pad:
-        counted[:top + geometry.height + bottom, :left + geometry.width + right] = 1
+        counted[tuple(slice(0, f) for f in full)] = 1
     else:
-        counted[top:top + geometry.height, left:left + geometry.width] = 1
-    divisors = np.zeros((geometry.out(0), geometry.out(1)))
-    (dh, dw), (sh, sw) = geometry.dilations, geometry.strides
-    for i in range(divisors.shape[0]):
-        for j in range(divisors.shape[1]):
-            window = counted[i * sh:i * sh + geometry.spans[0]:dh,
-                             j * sw:j * sw + geometry.spans[1]:dw]
-            divisors[i, j] = window.sum()
+        counted[tuple(slice(b, b + n) for b, n in zip(geometry.before, geometry.sizes,
+                                                      strict=True))] = 1
+    outs = tuple(geometry.out(a) for a in range(rank))
+    divisors = np.zeros(outs)
+    for position in np.ndindex(*outs):
+        window = tuple(slice(p * s, p * s + span, d) for p, s, span, d in zip(
+            position, geometry.strides, geometry.spans, geometry.dilations, strict=True))
+        divisors[position] = counted[window].sum()
     return divisors
 
 
@@ -754,7 +799,7 @@ def average_pool(imp: Importer, node: Node) -> Value:
     divisors = average_divisors(node, geometry)
     if np.all(divisors == math.prod(geometry.kernel)):  # every window counts in full
         return B.compute("reduce-mean", windows)
-    # Otherwise a sum, times 1/divisor per output position (a constant of shape (out_h, out_w)).
+    # Otherwise a sum, times 1/divisor per output position (a constant of shape (out…)).
     total = B.compute("reduce-sum", windows)
     dims = imp.full_shape(total)
     scale = imp.weight(f"{node.outputs[0]}_divisor", (1.0 / divisors).astype(np.float32))
@@ -841,37 +886,82 @@ def pad(imp: Importer, node: Node) -> Value:
     check_attributes(node, {"mode", "pads", "value"})
     mode = node.attributes.get("mode", b"constant")
     mode = mode.decode() if isinstance(mode, bytes) else str(mode)
-    if mode != "constant":
-        raise GlensideError(f"{node.where()}: mode '{mode}' is not supported (only constant)")
+    if mode not in ("constant", "edge", "reflect", "wrap"):
+        raise GlensideError(f"{node.where()}: mode '{mode}' is not supported (only constant, "
+                            f"edge, reflect and wrap)")
     x = imp.dynamic(node, 0)
     rank = len(imp.full_shape(x))
     if imp.has_input(node, 1):
         pads = [int(p) for p in imp.constant(node, 1).reshape(-1)]
     else:
         pads = ints(node, "pads", [])
-    value = float(node.attributes.get("value", 0.0))
-    if imp.has_input(node, 2):
-        value = float(imp.constant(node, 2).reshape(()))
-    if not math.isfinite(value):
-        raise GlensideError(f"{node.where()}: constant_value {value} is not supported (only "
-                            f"finite numbers)")
     axes = list(range(rank))
     if imp.has_input(node, 3):
         axes = [int(a) % rank for a in imp.constant(node, 3).reshape(-1)]
     if len(pads) != 2 * len(axes) or any(p < 0 for p in pads):
         raise GlensideError(f"{node.where()}: pads {pads} must be 2×{len(axes)} non-negative "
                             f"numbers")
+    sides = [(axis, pads[i], pads[i + len(axes)]) for i, axis in enumerate(axes)]
+    if mode != "constant":
+        for axis, before, after in sides:
+            x = copy_padded(imp, node, x, axis, before, after, mode)
+        return x
+    value = float(node.attributes.get("value", 0.0))
+    if imp.has_input(node, 2):
+        value = float(imp.constant(node, 2).reshape(()))
+    if not math.isfinite(value):
+        raise GlensideError(f"{node.where()}: constant_value {value} is not supported (only "
+                            f"finite numbers)")
     dims = imp.full_shape(x)
+    dtype = imp.dtype(x)
     mask = np.zeros(dims, np.float32)  # 1 where the padding will be
-    for index, axis in enumerate(axes):
-        x = B.pad(x, axis, pads[index], pads[index + len(axes)])
-        mask = np.pad(mask, [(pads[index], pads[index + len(axes)]) if a == axis else (0, 0)
-                             for a in range(rank)], constant_values=1.0)
+    for axis, before, after in sides:
+        x = B.pad(x, axis, before, after)
+        mask = np.pad(mask, [(before, after) if a == axis else (0, 0) for a in range(rank)],
+                      constant_values=1.0)
     if value == 0.0 or not mask.any():
         return x
     # Zero padding plus value·mask: inside, x + 0 is x exactly; in the padding, 0 + value.
-    fill = imp.weight(f"{node.outputs[0]}_fill", mask * np.float32(value))
+    fill = imp.weight(f"{node.outputs[0]}_fill", mask * np.float32(value), dtype)
     return B.compute("elementwise-add", B.op("access-pair", x, fill))
+
+
+def copy_padded(imp: Importer, node: Node, x: Term, axis: int, before: int, after: int,
+                mode: str) -> Term:
+    """One axis padded with copies of the input's own rows (numpy's edge, reflect, wrap):
+    slices of single rows (or a row broadcast, edge), joined by `access-concatenate`."""
+    dims = imp.full_shape(x)
+    size = dims[axis]
+    limit = size - 1 if mode == "reflect" else size
+    if mode != "edge" and max(before, after) > limit:
+        raise GlensideError(f"{node.where()}: {mode} padding of {max(before, after)} on an axis "
+                            f"of {size} is not supported (at most {limit})")
+
+    def rows(start: int, count: int) -> Term:
+        return B.op("access-slice", x, axis, start, start + count)
+
+    def repeated(start: int, count: int) -> Term:  # `count` copies of row `start`
+        return B.broadcast(rows(start, 1), (*dims[:axis], count, *dims[axis + 1:]), ())
+
+    def reversed_rows(first: int, count: int) -> list[Term]:  # rows first, first-1, …
+        return [rows(first - k, 1) for k in range(count)]
+
+    head: list[Term] = []
+    tail: list[Term] = []
+    if mode == "edge":
+        head = [repeated(0, before)] if before else []
+        tail = [repeated(size - 1, after)] if after else []
+    elif mode == "reflect":
+        head = reversed_rows(before, before)
+        tail = reversed_rows(size - 2, after)
+    else:  # wrap
+        head = [rows(size - before, before)] if before else []
+        tail = [rows(0, after)] if after else []
+    result = None
+    for part in (*head, x, *tail):
+        result = part if result is None else B.op("access-concatenate", result, part, axis)
+    assert result is not None
+    return result
 
 
 @translates("Softmax")
@@ -1144,13 +1234,27 @@ def onnx_input_names(model: Any) -> dict[str, str]:
             if v.name not in initializers}
 
 
+# ONNX element types a program's input can have (TensorProto.FLOAT, INT8, INT16, INT32).
+INPUT_DTYPES = {1: "f32", 3: "i8", 5: "i16", 6: "i32"}
+
+# Ops that take integer tensors: what ONNX computes on them, the language computes the same
+# way (two's complement wrapping, division truncated toward zero, integer clip bounds).
+# Anything else (sigmoid, softmax, convolutions, averages, …) is float-only here.
+INTEGER_OPS = {"Add", "Sub", "Mul", "Div", "Neg", "Relu", "Clip", "Identity", "Dropout",
+               "MaxPool", "Flatten", "Reshape", "Transpose", "Concat", "Pad", "Squeeze",
+               "Unsqueeze", "Slice", "Split", "Expand", "Tile", "Gather", "ReduceMax",
+               "ReduceMin"}
+
+
 def _input_decl(imp: Importer, value_info: Any, name: str) -> TensorDecl:
     import onnx
 
     tensor_type = value_info.type.tensor_type
-    if tensor_type.elem_type != onnx.TensorProto.FLOAT:
+    dtype = INPUT_DTYPES.get(tensor_type.elem_type)
+    if dtype is None:
         kind = onnx.TensorProto.DataType.Name(tensor_type.elem_type)
-        raise GlensideError(f"input '{value_info.name}' is {kind}: only float inputs")
+        raise GlensideError(f"input '{value_info.name}' is {kind}: only float inputs and "
+                            f"signed 8-, 16- and 32-bit integers")
     if not tensor_type.HasField("shape"):
         raise GlensideError(f"input '{value_info.name}' has no shape; static shapes needed")
     dims = []
@@ -1165,7 +1269,7 @@ def _input_decl(imp: Importer, value_info: Any, name: str) -> TensorDecl:
                                 f"is '{symbolic}'; export the model with static shapes")
         dims.append(int(dim.dim_value))
     imp.symbols.taken.add(name)
-    return TensorDecl(name, tuple(dims), "f32", "input")
+    return TensorDecl(name, tuple(dims), dtype, "input")
 
 
 def _fusable_batch_norms(nodes: list[Node], constants: set[str],
@@ -1245,6 +1349,8 @@ def _translate(imp: Importer, node: Node, fused: dict[str, Node], opset: int) ->
     if translator is None:
         raise GlensideError(f"{node.where()}: unsupported op '{node.op}' (supported: "
                             f"{', '.join(sorted(TRANSLATORS))})")
+    if node.op not in INTEGER_OPS:
+        refuse_integer_operands(imp, node)
     value: Outputs
     if node.op == "Conv" and node.outputs[0] in fused:
         bn = fused[node.outputs[0]]
@@ -1260,6 +1366,15 @@ def _translate(imp: Importer, node: Node, fused: dict[str, Node], opset: int) ->
             part = imp.as_full_access(part)  # type-checks now, so an error names this node
             imp.name_output(node, part, index)
         imp.values[output] = part
+
+
+def refuse_integer_operands(imp: Importer, node: Node) -> None:
+    """A float-only op given an integer tensor (a program input of an integer model)."""
+    for name in node.inputs:
+        operand = imp.values.get(name) if name else None
+        if isinstance(operand, Term) and imp.dtype(operand) != "f32":
+            raise GlensideError(f"{node.where()}: input '{name}' is {imp.dtype(operand)}: "
+                                f"only float inputs for {node.op}")
 
 
 # Ops never folded although their inputs are constants: random, or translated on purpose.

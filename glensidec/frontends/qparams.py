@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from glensidec.errors import GlensideError
+from glensidec.lang.quantization import Quantization
 
 Array = np.ndarray[Any, Any]
 
@@ -17,21 +18,9 @@ Array = np.ndarray[Any, Any]
 # -- quantization parameters -------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class QParams:
-    """`real = scale·(q − zero_point)` for q in i8."""
-
-    scale: float
-    zero_point: int
-
-    def quantize(self, real: Array) -> Array:
-        q = np.rint(np.asarray(real, dtype=np.float64) / self.scale) + self.zero_point
-        clipped: Array = np.clip(q, -128, 127).astype(np.int8)
-        return clipped
-
-    def dequantize(self, q: Array) -> Array:
-        return ((np.asarray(q, dtype=np.float64) - self.zero_point) * self.scale).astype(
-            np.float32)
+# The quantizer's parameters are the language's: one definition of the arithmetic, which
+# `glensidec run` and the generated C apply to float inputs (glensidec/lang/quantization.py).
+QParams = Quantization
 
 
 def activation_params(low: float, high: float, symmetric: bool) -> QParams:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -196,6 +196,8 @@ class QuantizedProgram:
             lines.append(f"; output: real = {self.output.scale!r} * (q {_minus(self.output)})")
         else:
             lines.append("; output: f32 (dequantized on the host before softmax)")
+        lines.append("; (declared below with (quantized …) and (quantized-output …): run "
+                     "takes float32 inputs; --dequantize gives float32)")
         return "\n".join(lines) + "\n"
 
 
@@ -328,7 +330,10 @@ class Quantizer:
         if decl.role == "weight":
             return Const(self.float_weights[decl.name], term)
         params = self.params_of(term)
-        self.tensors[decl.name] = TensorDecl(decl.name, decl.shape, "i8", "input")
+        # The program itself says how a float input is quantized (`run` and the C accept
+        # float32 for it).
+        self.tensors[decl.name] = TensorDecl(decl.name, decl.shape, "i8", "input",
+                                             quantization=params)
         self.inputs[decl.name] = params
         q = Q8(term, params, term)
         self.record(term, q)
@@ -771,9 +776,9 @@ def quantize(program: Program, calibration: dict[str, Array] | str | Path | Prof
                **{n: d for n, d in quantizer.tensors.items() if d.role == "weight"}}
     path = str(Path(program.path).with_name(f"{stem}.q.gs"))
     names = {term: name for term, name in quantizer.names.items()}
-    quantized = Program(path, tensors, root, names)
-    check_program(quantized)
     output = result.params if isinstance(result, Q8) else None
+    quantized = Program(path, tensors, root, names, output)
+    check_program(quantized)
     return QuantizedProgram(quantized, quantizer.weights, quantizer.inputs, output,
                             list(quantizer.layers.values()), prof,
                             {"per_channel": per_channel, "symmetric": symmetric_activations},
@@ -791,11 +796,10 @@ def save_quantized(quantized: QuantizedProgram, path: str | Path, force: bool = 
     weights_file = path.with_name(f"{path.stem}.npz")
     record = path.with_name(path.name + ".json")
     check_sibling_files([path, weights_file, record], record, force)
-    relocated = {name: TensorDecl(d.name, d.shape, d.dtype, d.role,
-                                  weights_file.name if d.role == "weight" else None)
-                 for name, d in program.tensors.items()}
-    text = quantized.header() + format_program(Program(str(path), relocated, program.root,
-                                                       program.names))
+    relocated = {name: replace(d, source=weights_file.name, key=None)
+                 if d.role == "weight" else d for name, d in program.tensors.items()}
+    text = quantized.header() + format_program(replace(program, path=str(path),
+                                                       tensors=relocated))
     files = {path.name: text.encode(), weights_file.name: npz_bytes(quantized.weights)}
     metadata = {**quantized.metadata(), "files": file_digests(files)}
     # The record goes first and the program last: a program on disk always has its weights

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from glensidec.lang.dtypes import wrap_signed
 from glensidec.lang.interp import array_matmul_f32
 
 IntArray = npt.NDArray[np.int64]
@@ -42,6 +43,10 @@ ELEMENTS = ("int", "f32")
 # The largest array side accepted: well past any built systolic array (a TPU's is 256),
 # and small enough that every cycle count stays a modest integer.
 MAX_SIDE = 4096
+
+# ArrayConfig's fields and the `rtl/ws_top.v` parameters they set, in this order.
+RTL_PARAMETERS = {"rows": "ROWS", "cols": "COLS", "in_width": "IN_W", "acc_width": "ACC_W",
+                  "acc_depth": "ACC_DEPTH"}
 
 
 @dataclass(frozen=True)
@@ -94,6 +99,22 @@ class ArrayConfig:
         """Cycles from injecting an activation row to its result row leaving the array:
         ROWS PEs down (pe_latency each) and COLS - 1 columns of skew."""
         return self.rows * self.pe_latency + self.cols - 1
+
+    def rtl_parameters(self) -> dict[str, int]:
+        """The Verilog parameters of `rtl/ws_top.v` for this configuration (the one place
+        that maps the fields to RTL names; testbenches and Verilator builds read it).
+        `FP` = 1 only for the binary32 array (the integer array's builds keep their
+        parameters, hence their cache keys)."""
+        parameters = {rtl: getattr(self, name) for name, rtl in RTL_PARAMETERS.items()}
+        if self.is_float:
+            parameters["FP"] = 1
+        return parameters
+
+    @classmethod
+    def from_rtl_parameters(cls, parameters: dict[str, int]) -> ArrayConfig:
+        """The configuration `rtl_parameters` describes (extra parameters are ignored)."""
+        fields = {name: parameters[rtl] for name, rtl in RTL_PARAMETERS.items()}
+        return cls(**fields, element="f32" if parameters.get("FP", 0) else "int")
 
 
 @dataclass(frozen=True)
@@ -330,13 +351,6 @@ def utilization(config: ArrayConfig, M: int, K: int, N: int, cycles: int) -> flo
 def ideal_cycles(config: ArrayConfig, M: int, K: int, N: int) -> int:
     """Schedule-free bound ``ceil(M*K*N / (R*C))``."""
     return math.ceil(M * K * N / (config.rows * config.cols))
-
-
-def wrap_signed(values: IntArray, width: int) -> IntArray:
-    """Two's-complement wrap of integers to `width` bits (returned as int64)."""
-    modulus = 1 << width
-    half = 1 << (width - 1)
-    return ((values.astype(np.int64) + half) % modulus) - half
 
 
 def _check_range(name: str, values: npt.NDArray[np.integer], width: int) -> None:

@@ -17,6 +17,7 @@ import numpy as np
 
 from glensidec.errors import GlensideError
 from glensidec.lang.dtypes import DTYPES, Array, integer_range
+from glensidec.lang.quantization import check_float_input
 from glensidec.lang.terms import Program, TensorDecl
 from glensidec.outputs import write_file
 
@@ -31,10 +32,21 @@ def check_array(decl: TensorDecl, array: Array, origin: str) -> Array:
     """`array` if it has `decl`'s shape and dtype, else a clear error naming both."""
     want = np.dtype(DTYPES[decl.dtype].numpy)
     if array.dtype != want or tuple(array.shape) != decl.shape:
+        also = " or float32 (quantized as the program declares)" if decl.quantization else ""
         raise GlensideError(
             f"{decl.role} '{decl.name}': {origin} holds {array.dtype} {_shape_text(array.shape)}, "
-            f"expected {want} {_shape_text(decl.shape)} ({decl.dtype})")
+            f"expected {want}{also} {_shape_text(decl.shape)} ({decl.dtype})")
     return array
+
+
+def input_array(decl: TensorDecl, array: Array, origin: str) -> Array:
+    """An input's data as the program takes it: as declared, or — for an input declared
+    `(quantized SCALE ZERO_POINT)` — float32, quantized here exactly as the quantizer does."""
+    if (decl.quantization is not None and array.dtype == np.float32
+            and tuple(array.shape) == decl.shape):
+        check_float_input(decl.name, array, origin)
+        return decl.quantization.quantize(array)
+    return check_array(decl, array, origin)
 
 
 def read_npy(path: Path, key: str | None = None) -> Array:
@@ -156,8 +168,17 @@ def load_inputs(program: Program, given: dict[str, Path]) -> dict[str, Array]:
     if missing:
         raise GlensideError(f"missing input {', '.join(missing)}: give --input NAME=FILE.npy "
                             f"or --random-inputs SEED")
-    return {name: check_array(declared[name], read_npy(path), str(path))
+    return {name: input_array(declared[name], read_npy(path), str(path))
             for name, path in given.items()}
+
+
+def dequantize_result(program: Program, result: Array) -> Array:
+    """The i8 result as float32 reals, by the program's `(quantized-output …)`."""
+    quantization = program.output_quantization
+    if quantization is None:
+        raise GlensideError(f"cannot dequantize: {program.path} declares no "
+                            "(quantized-output SCALE ZERO_POINT)")
+    return quantization.dequantize(result)
 
 
 def random_tensor(decl: TensorDecl, generator: np.random.Generator) -> Array:

@@ -84,6 +84,13 @@ def wrap(values: Array, name: str) -> Array:
     return values.astype(DTYPES[name].numpy)
 
 
+def wrap_signed(values: Array | int, width: int) -> Array:
+    """Two's-complement wrap of integers to any `width` bits (an accumulator of ACC_W bits,
+    say), as int64; `wrap` is the same for a named dtype's width."""
+    half = 1 << (width - 1)
+    return ((np.asarray(values, dtype=np.int64) + half) % (1 << width)) - half
+
+
 def requantize(acc: Array, multiplier: Array | int, pre: int, post: int,
                zero_point: int) -> Array:
     """Glow's integer requantization of accumulators to i8:

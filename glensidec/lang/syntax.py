@@ -22,6 +22,7 @@ from glensidec.errors import GlensideError, Span
 from glensidec.lang import constructs as K
 from glensidec.lang.constructs import COMPUTE_TYPES, CONSTRUCTS
 from glensidec.lang.dtypes import NAMES as DTYPE_NAMES
+from glensidec.lang.quantization import Quantization
 from glensidec.lang.terms import (
     Arg,
     ComputeOp,
@@ -341,16 +342,23 @@ def _declared_shape(item: SExpr, where: str) -> tuple[int, ...]:
 def _declaration(form: SList, builder: _Builder) -> TensorDecl:
     role = form.head()
     assert role in ("input", "weight")
-    usage = {"input": "(input name dtype (shape d…))",
+    usage = {"input": "(input name dtype (shape d…) [(quantized scale zero-point)])",
              "weight": '(weight name dtype (shape d…) "file.npy|file.npz" [key])'}[role]
     count = len(form.items) - 1
-    if not (count == 3 if role == "input" else count in (4, 5)):
+    if not (count in (3, 4) if role == "input" else count in (4, 5)):
         raise GlensideError(f"{role} takes {usage}, got {count} arguments", form.span)
     name = builder.new_name(form.items[1], role)
     dtype = builder.symbol(role, "dtype", K.DTYPE, form.items[2]).name
     shape = _declared_shape(form.items[3], role)
+    if role == "input":
+        quantization = _quantization(form.items[4], f"input '{name}'") if count == 4 else None
+        if quantization is not None and dtype != "i8":
+            raise GlensideError(f"input '{name}': only an i8 input can be (quantized …), "
+                                f"not {dtype}", form.items[4].span)
+        return TensorDecl(name, shape, dtype, role, span=form.items[1].span,
+                          quantization=quantization)
     source = key = None
-    if role == "weight":
+    if role == "weight":  # always: inputs returned above
         path_atom = form.items[4]
         if not (isinstance(path_atom, Atom) and path_atom.kind == "string"):
             raise GlensideError("weight: the data file must be a quoted path", path_atom.span)
@@ -365,6 +373,45 @@ def _declaration(form: SList, builder: _Builder) -> TensorDecl:
                                     key_atom.span)
             key = str(key_atom.value)
     return TensorDecl(name, shape, dtype, role, source, key, form.items[1].span)
+
+
+QUANTIZED, QUANTIZED_OUTPUT = "quantized", "quantized-output"
+
+
+def _quantization(item: SExpr, where: str) -> Quantization:
+    """`(quantized SCALE ZERO_POINT)`: SCALE a positive number, ZERO_POINT an i8 integer."""
+    usage = f"{where}: expected (quantized SCALE ZERO_POINT), e.g. (quantized 0.0235 -3)"
+    if not (isinstance(item, SList) and item.head() == QUANTIZED and len(item.items) == 3):
+        raise GlensideError(usage, item.span)
+    return _quantization_params(item.items[1], item.items[2], where, item.span)
+
+
+def _quantization_params(scale: SExpr, zero_point: SExpr, where: str,
+                         span: Span) -> Quantization:
+    if not (isinstance(scale, Atom) and scale.kind in ("int", "float")):
+        raise GlensideError(f"{where}: the scale must be a number", scale.span)
+    if not (isinstance(zero_point, Atom) and zero_point.kind == "int"):
+        raise GlensideError(f"{where}: the zero point must be an integer", zero_point.span)
+    quantization = Quantization(float(scale.value), int(zero_point.value), span)
+    problem = quantization.problem()
+    if problem:
+        bad = scale if "scale" in problem else zero_point
+        raise GlensideError(f"{where}: {problem}", bad.span)
+    return quantization
+
+
+def _output_quantization(forms: list[SExpr]) -> Quantization | None:
+    """The program's one `(quantized-output SCALE ZERO_POINT)` form, if any."""
+    found = [f for f in forms if isinstance(f, SList) and f.head() == QUANTIZED_OUTPUT]
+    if len(found) > 1:
+        raise GlensideError(f"{QUANTIZED_OUTPUT} is declared twice", found[1].span)
+    if not found:
+        return None
+    form = found[0]
+    if len(form.items) != 3:
+        raise GlensideError(f"{QUANTIZED_OUTPUT} takes a scale and a zero point: "
+                            f"({QUANTIZED_OUTPUT} SCALE ZERO_POINT)", form.span)
+    return _quantization_params(form.items[1], form.items[2], QUANTIZED_OUTPUT, form.span)
 
 
 def parse_program(
@@ -398,14 +445,15 @@ def _parse_program(text: str, path: str, shapes: dict[str, TensorDecl]) -> Progr
             assert isinstance(form, SList)
             name = builder.bind(form)
             names.setdefault(builder.bindings[name], name)
-        elif head not in ("input", "weight"):
+        elif head not in ("input", "weight", QUANTIZED_OUTPUT):
             results.append(form)
     if not results:
         raise GlensideError("the program has no result expression", Span(1, 1))
     if len(results) > 1:
         raise GlensideError("a program has exactly one result expression; this is a second one",
                             results[1].span)
-    return Program(path, tensors, _result(builder, results[0]), names)
+    return Program(path, tensors, _result(builder, results[0]), names,
+                   _output_quantization(forms))
 
 
 def _result(builder: _Builder, form: SExpr) -> Term:
@@ -591,7 +639,9 @@ def format_program(program: Program) -> str:
     for decl in program.tensors.values():
         shape = "(shape " + " ".join(str(d) for d in decl.shape) + ")"
         if decl.role == "input":
-            lines.append(f"(input {decl.name} {decl.dtype} {shape})")
+            quantized = (f" ({QUANTIZED} {decl.quantization.text()})"
+                         if decl.quantization is not None else "")
+            lines.append(f"(input {decl.name} {decl.dtype} {shape}{quantized})")
         else:
             key = f" {_quote(decl.key)}" if decl.key is not None else ""
             source = _quote(str(decl.source))
@@ -606,6 +656,8 @@ def format_program(program: Program) -> str:
                 name += "_"
             names[term] = name
             taken.add(name)
+    if program.output_quantization is not None:
+        lines.append(f"({QUANTIZED_OUTPUT} {program.output_quantization.text()})")
     printer = _Printer(names)
     order = [t for t in postorder(program.root) if t in names]
     if lines and order:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TypeAlias
 
 from glensidec.errors import Span
+from glensidec.lang.quantization import Quantization
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,8 @@ class TensorDecl:
     source: str | None = None  # weights: the .npy/.npz path as written, relative to the program
     key: str | None = None  # weights from an .npz: the array's name inside it (default: name)
     span: Span | None = field(default=None, compare=False)
+    # An i8 input of a quantized program: how a float32 array given for it is quantized.
+    quantization: Quantization | None = None
 
 
 @dataclass(frozen=True)
@@ -128,6 +131,8 @@ class Program:
     root: Term
     # Subterms the user named with `let`, so the printer can give them their names back.
     names: dict[Term, str] = field(default_factory=dict)
+    # `(quantized-output SCALE ZERO_POINT)`: what the i8 result means as real numbers.
+    output_quantization: Quantization | None = None
 
     def inputs(self) -> list[TensorDecl]:
         return [t for t in self.tensors.values() if t.role == "input"]

@@ -659,9 +659,16 @@ def infer(root: Term, tensors: dict[str, TensorDecl], types: TypeTable | None = 
 def check_program(program: Program) -> TypeTable:
     """Type a whole program; errors name the program's file."""
     try:
-        return infer(program.root, program.tensors)
+        types = infer(program.root, program.tensors)
     except GlensideError as error:
         raise error.located(program.path) from None
+    if program.output_quantization is not None:
+        result = types[program.root]
+        if not (isinstance(result, AccessType) and result.dtype == "i8"):
+            raise GlensideError(f"quantized-output describes an i8 result; this program's "
+                                f"result is {describe_value(result)}",
+                                program.output_quantization.span, program.path)
+    return types
 
 
 def access_type(types: TypeTable, term: object) -> AccessType:

@@ -355,7 +355,8 @@ def compile_program(program: Program, config: hardware.ArrayConfig,
     stats = graph.saturate(limits or Limits())
     saturated = time.perf_counter()
     root, cost, new_types = extract_checked(graph, root_name, program.tensors, target)
-    extracted = Program(program.path, program.tensors, root, _surviving_names(program, root))
+    names = unique_names(class_names(graph, program.names, root), root)
+    extracted = replace(program, root=root, names=names)
     prediction = predict(root, new_types, config.acc_width)
     seconds = {"encode": encoded - start, "saturate": saturated - encoded,
                "extract": time.perf_counter() - saturated}
@@ -403,23 +404,33 @@ def compile_by_region(program: Program, types: TypeTable, products: list[Term],
     host)."""
     target = array_target(config)
     compiled: dict[Term, Term] = {}  # every term rebuilt so far, products compiled
+    region_names: dict[Term, str] = {}  # extracted region terms (spliced) → the user's names
     region_stats: list[Stats] = []
     seconds = {"encode": 0.0, "saturate": 0.0, "extract": 0.0}
     cost = 0
     for product in products:
         region = product_region(product, types, program.tensors)
         share = _share(limits, region_stats, len(products))
-        term, region_cost, stats = _compile_region(graph, region, share, target, seconds)
+        named = {region.of_program[term]: name for term, name in program.names.items()
+                 if term in region.of_program and term not in region.boundaries.values()}
+        term, region_cost, stats, names = _compile_region(graph, region, share, target,
+                                                          seconds, named)
         region_stats.append(stats)
         operands = {name: compiled_term(boundary, compiled)
                     for name, boundary in region.boundaries.items()}
-        compiled[product] = splice(region, term, operands, types)
+        spliced: dict[Term, Term] = {}
+        compiled[product] = splice(region, term, operands, types, spliced)
+        region_names.update((spliced[term], name) for term, name in names.items())
         cost += region_cost
     root = compiled_term(program.root, compiled)
     new_types = infer(root, program.tensors)
     check_runnable(root, new_types, target)
     graph.add(root, new_types)  # the graph holds the extracted program (--emit egraph)
-    extracted = Program(program.path, program.tensors, root, _surviving_names(program, root))
+    # Outside the regions a term is rebuilt from the program's own (`compiled`): its name
+    # follows it. Inside, names follow e-classes (`class_names`).
+    rebuilt = {compiled[term]: name for term, name in program.names.items() if term in compiled}
+    names = unique_names({**region_names, **rebuilt}, root)  # a term of its own wins
+    extracted = replace(program, root=root, names=names)
     seconds["encode"] += time.perf_counter() - start - sum(seconds.values())  # the rest
     return Compiled(program, extracted, Stats.combine(region_stats), cost,
                     predict(root, new_types, config.acc_width), graph, new_types, types, seconds)
@@ -433,9 +444,11 @@ def _share(limits: Limits, done: list[Stats], regions: int) -> Limits:
 
 
 def _compile_region(graph: EGraph, region: Region, limits: Limits, target: ArrayTarget,
-                    seconds: dict[str, float]) -> tuple[Term, int, Stats]:
+                    seconds: dict[str, float], named: dict[Term, str]
+                    ) -> tuple[Term, int, Stats, dict[Term, str]]:
     """Saturate and extract one region between egglog's `push` and `pop` (the rules stay
-    compiled); adds its stage times to `seconds`."""
+    compiled); adds its stage times to `seconds`. Also the `named` region terms' names for
+    the extracted term's subterms (`class_names`)."""
     graph.run("(push)")
     began = time.perf_counter()
     root_name = graph.add(region.root, infer(region.root, region.tensors))
@@ -443,17 +456,44 @@ def _compile_region(graph: EGraph, region: Region, limits: Limits, target: Array
     stats = graph.saturate(limits)
     saturated = time.perf_counter()
     term, cost, _ = extract_checked(graph, root_name, region.tensors, target)
+    names = class_names(graph, named, term)
     graph.run("(pop)")
     seconds["encode"] += encoded - began
     seconds["saturate"] += saturated - encoded
     seconds["extract"] += time.perf_counter() - saturated
-    return term, cost, stats
+    return term, cost, stats, names
 
 
-def _surviving_names(program: Program, root: Term) -> dict[Term, str]:
-    """The user's `let` names for the subterms the extracted program still has."""
-    present = set(postorder(root))
-    return {term: name for term, name in program.names.items() if term in present}
+def class_names(graph: EGraph, named: dict[Term, str], root: Term) -> dict[Term, str]:
+    """The user's `let` names for the subterms of the extracted `root`, carried by e-class.
+
+    Rewriting replaces a named term by an equal one of another form (a dot-product by an
+    array construct, an operand by a padded one), so a name cannot follow its term by
+    structure; it follows the e-class: a subterm of `root` takes the name of the named term
+    in its class. Extraction picks one term per class, so a class names at most one subterm;
+    when two named terms share a class, the first `let` wins.
+    """
+    if not named:
+        return {}
+    classes = graph.classes(*named, root)
+    by_class: dict[bindings.Value, str] = {}
+    for term, name in named.items():
+        by_class.setdefault(classes[term], name)
+    return {term: by_class[classes[term]] for term in postorder(root)
+            if classes[term] in by_class}
+
+
+def unique_names(names: dict[Term, str], root: Term) -> dict[Term, str]:
+    """`names` restricted to the subterms of `root`, each name on one term only (the first
+    in post-order: a `let` shared by two regions may have been extracted in two forms)."""
+    taken: set[str] = set()
+    kept: dict[Term, str] = {}
+    for term in postorder(root):
+        name = names.get(term)
+        if name is not None and name not in taken:
+            kept[term] = name
+            taken.add(name)
+    return kept
 
 
 def check_written_arrays(program: Program, config: hardware.ArrayConfig) -> None:

@@ -10,7 +10,7 @@ sequence that saturates each region is `glensidec.opt.extract.compile_by_region`
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from glensidec.lang import constructs as K
 from glensidec.lang.terms import Arg, Symbol, TensorDecl, Term, compute_name
@@ -69,6 +69,9 @@ class Region:
     root: Term
     tensors: dict[str, TensorDecl]  # the program's tensors and the placeholders
     boundaries: dict[str, Term]  # placeholder name → the computed operand it stands for
+    # program term → its form in the region (placeholders for the operands), for the terms
+    # between the product and its operands: how the user's `let` names find their region terms
+    of_program: dict[Term, Term] = field(default_factory=dict)
 
 
 def product_region(product: Term, types: TypeTable, tensors: dict[str, TensorDecl]) -> Region:
@@ -83,13 +86,15 @@ def product_region(product: Term, types: TypeTable, tensors: dict[str, TensorDec
         leaf = Term("access-tensor", (Symbol(name),))
         stand_ins[boundary] = Term("access", (leaf, len(value.shape))) if value.item else leaf
     region.root = rebuild(product, lambda term, _: stand_ins.get(term),
-                           stop=lambda term: term in stand_ins)
+                           stop=lambda term: term in stand_ins, rebuilt=region.of_program)
     return region
 
 
-def splice(region: Region, term: Term, operands: dict[str, Term], types: TypeTable) -> Term:
+def splice(region: Region, term: Term, operands: dict[str, Term], types: TypeTable,
+           spliced: dict[Term, Term] | None = None) -> Term:
     """An extracted region term with its placeholders replaced by the (compiled) operands;
-    `types` are the operands' types, which their placeholders mirror."""
+    `types` are the operands' types, which their placeholders mirror. `spliced` (extracted
+    subterm → its spliced form) is filled when given."""
 
     def placeholder(arg: Arg) -> str | None:
         if isinstance(arg, Term) and arg.op == "access-tensor":
@@ -115,7 +120,7 @@ def splice(region: Region, term: Term, operands: dict[str, Term], types: TypeTab
             return operand(inner, split)
         return None
 
-    return rebuild(term, replace_term)
+    return rebuild(term, replace_term, rebuilt=spliced)
 
 
 def compiled_term(term: Term, compiled: dict[Term, Term]) -> Term:

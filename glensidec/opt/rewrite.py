@@ -801,11 +801,12 @@ class EGraph:
         for start in range(0, len(commands), COMMAND_CHUNK):
             self.run("\n".join(commands[start:start + COMMAND_CHUNK]))
 
-    def classes(self, root: Term) -> dict[Term, bindings.Value]:
-        """The e-class of every subterm of `root` (adding the terms if they are new)."""
+    def classes(self, *roots: Term) -> dict[Term, bindings.Value]:
+        """The e-class of every subterm of `roots` (adding the terms if they are new)."""
         self._lookups += 1
         encoder = Encoder(prefix=f"$q{self._lookups}_")
-        encoder.add(root, {})
+        for root in roots:
+            encoder.add(root, {})
         self.run_commands(encoder.commands)
         span = bindings.PanicSpan()
         return {term: self.egraph.eval_expr(bindings.Var(span, name))[1]

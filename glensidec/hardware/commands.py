@@ -1,0 +1,628 @@
+"""Commands of the whole accelerator (rtl/ws_accel.v), their encoding and cycle model.
+
+`ws_accel` takes a stream of commands — LOAD (main memory → scratchpad, strided or
+im2col), COMPUTE (one array tile), STORE (emitted result rows → epilogue → main memory)
+and CONFIG (epilogue settings) — into a load, an execute and a store queue that run
+concurrently and synchronise through two token counters (`wait` takes a token, `signal`
+gives one). `AccelModel` replays the RTL's control register by register (data values
+are not modelled, only when things happen), so its cycle count is the simulation's;
+`conv_program` turns one convolution (or GEMM) into a double-buffered command
+sequence whose loads, compute and stores overlap.
+
+Cycle 0 is the first cycle a command is offered (commands are offered back to back in
+order); the count runs up to and including the last main-memory write.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from glensidec.hardware.accel import (
+    CapacityError,
+    ConvLayer,
+    DmaCommand,
+    EpilogueConfig,
+    MemoryConfig,
+    dma_rows,
+    row_beats,
+)
+
+OP_LOAD, OP_COMPUTE, OP_STORE, OP_CONFIG = 0, 1, 2, 3
+
+#: Bit positions of the DMA fields in a LOAD/STORE command word: (offset, width).
+DMA_FIELDS = {
+    "base": (8, 32), "length": (40, 8), "count1": (48, 16), "stride1": (64, 32),
+    "count2": (96, 16), "stride2": (112, 32), "spad_row": (144, 16), "bounds": (160, 1),
+    "y0": (168, 16), "y_step": (184, 16), "height": (200, 16), "x0": (216, 16),
+    "x_step": (232, 16), "width": (248, 16), "pad_value": (264, 8),
+}
+
+
+@dataclass(frozen=True)
+class Load:
+    """LOAD: a ws_dma_load transfer into the scratchpad."""
+
+    dma: DmaCommand
+    wait: bool = False  # take an exec → load token first (a buffer was freed)
+    signal: bool = False  # give a load → exec token once its last row is written
+
+
+@dataclass(frozen=True)
+class Compute:
+    """COMPUTE: one array tile, weights bottom row first at w_row, rows from a_row."""
+
+    w_row: int
+    a_row: int
+    m_len: int
+    add: bool = False  # add to the accumulator rows (every K fold but the first)
+    emit: bool = False  # send the rows to the store path (the last K fold)
+    wait: bool = False  # take a load → exec token before its weights start
+    signal: bool = False  # give an exec → load token after its last row entered the array
+
+
+@dataclass(frozen=True)
+class Store:
+    """STORE: the next count1·count2 emitted rows, through the epilogue, to memory."""
+
+    dma: DmaCommand
+
+
+@dataclass(frozen=True)
+class Config:
+    """CONFIG: epilogue settings plus per-column bias and multiplier (COLS each)."""
+
+    epilogue: EpilogueConfig
+    bias: tuple[int, ...]
+    multiplier: tuple[int, ...]
+
+
+Command = Load | Compute | Store | Config
+
+
+@dataclass(frozen=True)
+class AccelConfig:
+    """Parameters of ws_accel (the array, its memories and the command queues)."""
+
+    rows: int = 16
+    cols: int = 16
+    acc_depth: int = 1024
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
+    queue_depth: int = 8
+
+    def __post_init__(self) -> None:
+        if self.rows < 2 or max(self.rows, self.cols) > self.memory.row_bytes:
+            raise ValueError(
+                f"a {self.rows}×{self.cols} array needs 2 ≤ rows and scratchpad rows of at "
+                f"least max(rows, cols) bytes, got {self.memory.row_bytes}"
+            )
+
+    @property
+    def command_width(self) -> int:
+        return max(272, 48 + 64 * self.cols)
+
+    def rtl_parameters(self) -> dict[str, int]:
+        """Verilog parameters of ws_accel."""
+        memory = self.memory
+        return {
+            "ROWS": self.rows, "COLS": self.cols, "ACC_DEPTH": self.acc_depth,
+            "ROW_BYTES": memory.row_bytes, "BANKS": memory.banks,
+            "BANK_ROWS": memory.bank_rows, "BUS_BYTES": memory.bus_bytes,
+            "LATENCY": memory.latency, "QUEUE_DEPTH": self.queue_depth,
+        }
+
+
+def _field(value: int, offset: int, width: int) -> int:
+    return (int(value) & ((1 << width) - 1)) << offset
+
+
+def encode_command(command: Command, cols: int) -> int:
+    """The CMD_W-bit command word of rtl/ws_accel.v."""
+    if isinstance(command, Load | Store):
+        op = OP_LOAD if isinstance(command, Load) else OP_STORE
+        word = op | _field(isinstance(command, Load) and command.wait, 3, 1)
+        word |= _field(isinstance(command, Load) and command.signal, 4, 1)
+        for name, (offset, width) in DMA_FIELDS.items():
+            word |= _field(getattr(command.dma, name), offset, width)
+        return word
+    if isinstance(command, Compute):
+        return (OP_COMPUTE | _field(command.wait, 3, 1) | _field(command.signal, 4, 1)
+                | _field(command.w_row, 8, 16) | _field(command.a_row, 24, 16)
+                | _field(command.m_len, 40, 16) | _field(command.add, 56, 1)
+                | _field(command.emit, 57, 1))
+    epilogue = command.epilogue
+    word = (OP_CONFIG | _field(epilogue.pre, 8, 6) | _field(epilogue.post, 16, 6)
+            | _field(epilogue.zero_point, 24, 8) | _field(epilogue.low, 32, 8)
+            | _field(epilogue.high, 40, 8))
+    for column, (bias, multiplier) in enumerate(zip(command.bias, command.multiplier,
+                                                    strict=True)):
+        word |= _field(bias, 48 + 32 * column, 32)
+        word |= _field(multiplier, 48 + 32 * (cols + column), 32)
+    return word
+
+
+# -- the cycle model ---------------------------------------------------------------------
+
+
+@dataclass
+class AccelTiming:
+    """What a command sequence costs on ws_accel (AccelModel.run)."""
+
+    cycles: int  # cycle 0 … the last main-memory write, inclusive
+    compute_rows: int = 0  # activation rows the array took (one per busy cycle)
+    load_bytes: int = 0  # bytes read from main memory (whole bus beats)
+    store_bytes: int = 0  # bytes written (whole bus beats)
+    array_stall_cycles: int = 0  # cycles the array was frozen by the store path
+    #: per cycle (with trace=True): a load slot issued, a row entered the array, a write
+    trace: list[tuple[bool, bool, bool]] = field(default_factory=list)
+
+
+class AccelModel:
+    """ws_accel's control, register by register: when every command runs (no data).
+
+    Each `_cycle` evaluates the combinational signals of one clock cycle from the
+    current state, in the order they depend on each other, then applies the clock edge.
+    Names follow rtl/ws_accel.v and the modules it instantiates.
+    """
+
+    def __init__(self, config: AccelConfig) -> None:
+        self.config = config
+        memory = config.memory
+        self.lat = config.rows + config.cols - 1  # injection → accumulator (ws_ctrl)
+        self.track_depth = 1 << (memory.latency + 2).bit_length()
+        self.bank_shift = memory.bank_rows.bit_length() - 1
+        # dispatcher and queues
+        self.commands: deque[Command] = deque()
+        self.lq: deque[Load] = deque()
+        self.eq: deque[Compute] = deque()
+        self.sq: deque[Store | Config] = deque()
+        self.aq: deque[Compute] = deque()
+        self.tok_le = self.tok_el = 0
+        # load unit: ws_dma_load slots (True ends a row), row write times, loads in flight
+        self.dma_slots: deque[bool] = deque()
+        self.writes: deque[int] = deque()
+        self.track: deque[tuple[bool, int]] = deque()
+        self.track_written = 0
+        # execute unit
+        self.w_active = self.w_q = False
+        self.w_base = self.w_beat = 0
+        self.a_active = False
+        self.a_addr = self.a_left = 0
+        self.a_cmd: Compute | None = None
+        self.q_valid = self.q_last = self.q_emit = self.q_signal = False
+        # ws_ctrl
+        self.w_count = self.w_load_bank = self.a_bank = 0
+        self.bank_full = [False, False]
+        self.drain = [0, 0]
+        self.tags: deque[tuple[bool, bool]] = deque([(False, False)] * self.lat)
+        # store unit, epilogue, ws_dma_store
+        self.s_pending: DmaCommand | None = None
+        self.s_left = self.epi_rows = 0
+        self.s1_valid = self.out_valid = False
+        self.st_rows: deque[int] = deque()  # beats of each row of the active store
+        self.st_beat = 0
+        self.tracing = False
+        self.dma_slots_before = 0
+
+    def run(self, commands: Sequence[Command], limit: int = 10**8,
+            trace: bool = False) -> AccelTiming:
+        """Offer `commands` from cycle 0 and run until every result is in memory."""
+        self.commands = deque(commands)
+        self.tracing = trace
+        timing = AccelTiming(cycles=0)
+        last_write = -1
+        cycle = 0
+        while not self._idle():
+            if cycle >= limit:
+                raise RuntimeError(f"the command sequence did not finish in {limit} cycles")
+            if self._cycle(timing):
+                last_write = cycle
+            cycle += 1
+        timing.cycles = last_write + 1
+        return timing
+
+    def _idle(self) -> bool:
+        return not (self.commands or self.lq or self.eq or self.sq or self.aq or self.dma_slots
+                    or self.writes or self.track or self.w_active or self.w_q or self.a_active
+                    or self.q_valid or any(valid for valid, _ in self.tags) or self.s_pending
+                    or self.s_left or self.epi_rows or self.st_rows)
+
+    def _bank(self, row: int) -> int:
+        return row >> self.bank_shift
+
+    def _cycle(self, timing: AccelTiming) -> bool:
+        rows, memory = self.config.rows, self.config.memory
+        # -- store path: ws_dma_store, epilogue, admission ----------------------------------
+        st_active = bool(self.st_rows)
+        st_beat_last = st_active and self.st_beat == self.st_rows[0] - 1
+        st_in_ready = st_active and st_beat_last
+        st_cmd_last = st_in_ready and self.out_valid and len(self.st_rows) == 1
+        st_cmd_ready = not st_active or st_cmd_last
+        write = st_active and self.out_valid
+        epi_en = not (self.out_valid and not st_in_ready)
+        epi_out_fire = self.out_valid and st_in_ready
+        tag_valid, tag_emit = self.tags[-1]
+        r_valid = tag_valid and tag_emit
+        admit = r_valid and epi_en and self.s_left > 0
+        admit_last = admit and self.s_left == 1
+        r_ready = epi_en and self.s_left > 0
+        en = not (r_valid and not r_ready)
+        s_accept = self.s_pending is not None and st_cmd_ready
+        head = self.sq[0] if self.sq else None
+        store_pop = (isinstance(head, Store) and (self.s_left == 0 or admit_last)
+                     and (self.s_pending is None or s_accept))
+        config_pop = (isinstance(head, Config) and self.s_left == 0 and self.s_pending is None
+                      and self.epi_rows == 0 and not st_active)
+        # -- ws_ctrl handshakes ----------------------------------------------------------------
+        w_last_beat = self.w_count == rows - 1
+        bank = self.w_load_bank
+        load_bank_free = not self.bank_full[bank] and self.drain[bank] == 0
+        w_ready = en and (not w_last_beat or load_bank_free)
+        w_fire = self.w_q and w_ready
+        w_commit = w_fire and w_last_beat
+        a_ready = en and (self.bank_full[self.a_bank] or (w_commit and bank == self.a_bank))
+        a_fire = self.q_valid and a_ready
+        # -- weight streamer -------------------------------------------------------------------
+        w_issue = self.w_active and (not self.w_q or w_fire)
+        w_issue_last = w_issue and self.w_beat == rows - 1
+        e_head = self.eq[0] if self.eq else None
+        w_start = ((not self.w_active or w_issue_last) and e_head is not None
+                   and (not e_head.wait or self.tok_le > 0) and len(self.aq) < 4)
+        # -- activation streamer ---------------------------------------------------------------
+        a_try = self.a_active and (not self.q_valid or a_fire)
+        conflict = w_issue and self._bank(self.w_base + self.w_beat) == self._bank(self.a_addr)
+        a_issued = a_try and not conflict
+        a_issue_last = a_issued and self.a_left == 1
+        a_start = (not self.a_active or a_issue_last) and bool(self.aq)
+        el_give = a_fire and self.q_last and self.q_signal
+        a_last, a_emit = self.q_last, self.q_emit  # the row offered to the array now
+        # -- load unit -------------------------------------------------------------------------
+        l_head = self.lq[0] if self.lq else None
+        dma_last = len(self.dma_slots) == 1
+        self.dma_slots_before = len(self.dma_slots)
+        l_valid = (l_head is not None and (not l_head.wait or self.tok_el > 0)
+                   and len(self.track) < self.track_depth)
+        l_accept = l_valid and (not self.dma_slots or dma_last)
+        wr_en = bool(self.writes) and self.writes[0] == 0
+        track_done = wr_en and self.track_written + 1 == self.track[0][1]
+        le_give = track_done and self.track[0][0]
+        # -- dispatcher ------------------------------------------------------------------------
+        offered = self.commands[0] if self.commands else None
+        queue: deque[Load] | deque[Compute] | deque[Store | Config] = (
+            self.lq if isinstance(offered, Load) else
+            self.eq if isinstance(offered, Compute) else self.sq)
+        dispatch = offered is not None and len(queue) < self.config.queue_depth
+
+        # ==== clock edge ==========================================================================
+        self.tok_le += int(le_give) - int(w_start and e_head is not None and e_head.wait)
+        self.tok_el += int(el_give) - int(l_accept and l_head is not None and l_head.wait)
+        # load unit
+        self.writes = deque(when - 1 for when in self.writes if when > 0)
+        if self.dma_slots and self.dma_slots.popleft():  # a slot that ends a row
+            self.writes.append(memory.latency)  # wr_en LATENCY + 1 cycles later
+        if track_done:
+            self.track.popleft()
+            self.track_written = 0
+        elif wr_en:
+            self.track_written += 1
+        if l_accept and l_head is not None:
+            self.lq.popleft()
+            self.track.append((l_head.signal, l_head.dma.rows))
+            for row in dma_rows(l_head.dma):
+                beats = 1 if row.padding else row_beats(row.addr, l_head.dma.length,
+                                                        memory.bus_bytes)
+                self.dma_slots.extend([False] * (beats - 1) + [True])
+                timing.load_bytes += 0 if row.padding else beats * memory.bus_bytes
+        # execute unit
+        self.w_q = w_issue or (self.w_q and not w_fire)
+        if w_start and e_head is not None:
+            self.eq.popleft()
+            self.aq.append(e_head)
+            self.w_active, self.w_base, self.w_beat = True, e_head.w_row, 0
+        elif w_issue_last:
+            self.w_active = False
+        elif w_issue:
+            self.w_beat += 1
+        if a_issued and self.a_cmd is not None:
+            self.q_valid, self.q_last = True, self.a_left == 1
+            self.q_emit = self.a_cmd.emit
+            self.q_signal = self.a_cmd.signal and self.a_left == 1
+        elif a_fire:
+            self.q_valid = False
+        if a_start:
+            self.a_cmd = self.aq.popleft()
+            self.a_active, self.a_addr, self.a_left = True, self.a_cmd.a_row, self.a_cmd.m_len
+        elif a_issue_last:
+            self.a_active = False
+        elif a_issued:
+            self.a_addr += 1
+            self.a_left -= 1
+        # ws_ctrl, frozen with the array when a result waits
+        if en:
+            self.drain = [max(0, value - 1) for value in self.drain]
+            if w_fire:
+                self.w_count = 0 if w_last_beat else self.w_count + 1
+                if w_last_beat:
+                    self.bank_full[bank] = True
+                    self.w_load_bank ^= 1
+            if a_fire and a_last:
+                self.bank_full[self.a_bank] = False
+                self.drain[self.a_bank] = rows - 1
+                self.a_bank ^= 1
+            self.tags.pop()
+            self.tags.appendleft((a_fire, a_emit))
+            timing.compute_rows += int(a_fire)
+        else:
+            timing.array_stall_cycles += 1
+        # store unit, epilogue, ws_dma_store
+        self.epi_rows += int(admit) - int(epi_out_fire)
+        if epi_en:
+            self.s1_valid, self.out_valid = admit, self.s1_valid
+        if write:
+            if st_beat_last:
+                self.st_rows.popleft()
+                self.st_beat = 0
+            else:
+                self.st_beat += 1
+            timing.store_bytes += memory.bus_bytes
+        if s_accept and self.s_pending is not None:
+            store = self.s_pending
+            self.st_rows = deque(row_beats(row.addr, store.length, memory.bus_bytes)
+                                 for row in dma_rows(store))
+            self.st_beat = 0
+            self.s_pending = None
+        if store_pop and isinstance(head, Store):
+            self.sq.popleft()
+            self.s_pending, self.s_left = head.dma, head.dma.rows
+        elif admit:
+            self.s_left -= 1
+        if config_pop:
+            self.sq.popleft()
+        if dispatch and offered is not None:
+            queue.append(self.commands.popleft())  # type: ignore[arg-type]
+        if self.tracing:
+            timing.trace.append((bool(self.dma_slots_before), a_fire, write))
+        return write
+
+
+def accel_cycles(config: AccelConfig, commands: Sequence[Command],
+                 trace: bool = False) -> AccelTiming:
+    """Cycles and traffic of a command sequence on ws_accel (exactly the RTL's)."""
+    return AccelModel(config).run(commands, trace=trace)
+
+
+def timing_diagram(timing: AccelTiming, cycles_per_char: int = 1) -> str:
+    """Three text lanes of a traced run: load slots, array rows, store beats.
+
+    Each character covers `cycles_per_char` cycles: `#` busy every cycle, `+` busy in
+    some of them, `.` idle.
+    """
+    lines = []
+    for lane, name in enumerate(("load ", "array", "store")):
+        marks = []
+        for start in range(0, len(timing.trace), cycles_per_char):
+            busy = sum(step[lane] for step in timing.trace[start:start + cycles_per_char])
+            span = len(timing.trace[start:start + cycles_per_char])
+            marks.append("#" if busy == span else "+" if busy else ".")
+        lines.append(f"{name} |{''.join(marks)}|")
+    return "\n".join(lines)
+
+
+# -- one convolution (or GEMM) as a command sequence ----------------------------------------
+
+
+@dataclass(frozen=True)
+class LayerQuant:
+    """Requantization of one layer's int32 results (per output channel), as the epilogue does."""
+
+    epilogue: EpilogueConfig
+    bias: tuple[int, ...]  # N int32
+    multiplier: tuple[int, ...]  # N int32
+    input_zero_point: int = 0  # the im2col padding value
+
+
+@dataclass(frozen=True)
+class LayerProgram:
+    """The commands of one layer and where its tensors sit in main memory."""
+
+    commands: list[Command]
+    input_base: int  # NHWC int8 feature map
+    weight_base: int  # (K, N) int8, K ordered (ky, kx, channel)
+    output_base: int  # (M, N) int8: NHWC output
+    memory_bytes: int
+    m_chunk: int  # output rows per accumulator chunk
+    folds: int  # K folds (taps × channel chunks of ROWS)
+
+
+def conv_folds(layer: ConvLayer, rows: int) -> list[tuple[int, int, int, int]]:
+    """K folds in order: (ky, kx, first channel, channels), channels cut into ROWS."""
+    return [(ky, kx, channel0, min(rows, layer.channels - channel0))
+            for ky in range(layer.kernel) for kx in range(layer.kernel)
+            for channel0 in range(0, layer.channels, rows)]
+
+
+def _align(value: int, to: int = 64) -> int:
+    return -(-value // to) * to
+
+
+def _chunk_rows(config: AccelConfig, layer: ConvLayer, folds: int) -> int:
+    """Output rows (of out_w pixels) per M chunk: the accumulator and a buffer must hold it."""
+    out_h, out_w = layer.out_size
+    quarter = config.memory.scratchpad_rows // 4
+    row_bytes = config.memory.row_bytes
+    if folds * config.rows > quarter:
+        raise CapacityError(
+            f"layer {layer.name}: the weights of one N block ({folds} K folds × {config.rows} "
+            f"rows of {row_bytes} B = {folds * config.rows * row_bytes} B) do not fit a "
+            f"{quarter * row_bytes}-byte buffer (a quarter of the "
+            f"{config.memory.scratchpad_bytes}-byte scratchpad)")
+    fit = min(config.acc_depth // out_w, quarter // (out_w * folds), out_h)
+    if fit < 1:
+        raise CapacityError(
+            f"layer {layer.name}: one output row of {out_w} pixels × {folds} K folds "
+            f"({out_w * folds * row_bytes} B of im2col rows) needs a {out_w * folds * row_bytes}"
+            f"-byte buffer and {out_w} accumulator rows; the buffer is {quarter * row_bytes} B "
+            f"(a quarter of the {config.memory.scratchpad_bytes}-byte scratchpad) and the "
+            f"accumulator {config.acc_depth} rows")
+    return fit
+
+
+def conv_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant) -> LayerProgram:
+    """Double-buffered commands of one convolution: M chunk → N block → K fold.
+
+    The scratchpad is four quarters: two activation buffers (the im2col rows of an M
+    chunk, all K folds, loaded once per chunk) and two weight buffers (one N block, all
+    K folds, bottom row of each fold first). Step s = (chunk, block) loads into the
+    buffers step s − 2 used (its first load waits for that step's release token), its
+    last load signals the execute unit, its first COMPUTE waits for that, its last one
+    releases the buffers; a CONFIG (when the N block changes) and a STORE send its
+    rows out. So step s + 1 loads while step s computes and step s − 1 stores.
+    """
+    R, C = config.rows, config.cols
+    M, K, N = layer.gemm
+    out_h, out_w = layer.out_size
+    folds = conv_folds(layer, R)
+    chunk_rows = _chunk_rows(config, layer, len(folds))
+    quarter = config.memory.scratchpad_rows // 4
+    input_base = 0
+    weight_base = _align(layer.height * layer.width * layer.channels)
+    output_base = weight_base + _align(K * N)
+    memory_bytes = output_base + _align(M * N) + 2 * config.memory.bus_bytes
+    commands: list[Command] = []
+    step, block_configured = 0, -1
+    for oy0 in range(0, out_h, chunk_rows):
+        rows_here = min(chunk_rows, out_h - oy0)
+        m0, m_len = oy0 * out_w, rows_here * out_w
+        a_buffer = (oy0 // chunk_rows) % 2 * quarter
+        for block, n0 in enumerate(range(0, N, C)):
+            width = min(C, N - n0)
+            w_buffer = (2 + step % 2) * quarter
+            loads: list[DmaCommand] = []
+            if block == 0:
+                loads += [_im2col_rows(layer, fold, oy0, rows_here, a_buffer + index * m_len,
+                                       input_base, quant.input_zero_point)
+                          for index, fold in enumerate(folds)]
+            for index, (ky, kx, channel0, length) in enumerate(folds):
+                k_last = (ky * layer.kernel + kx) * layer.channels + channel0 + length - 1
+                loads.append(DmaCommand(
+                    base=weight_base + k_last * N + n0, length=width, count1=length,
+                    stride1=-N, spad_row=w_buffer + index * R + R - length))
+            commands += [Load(dma, wait=step >= 2 and index == 0,
+                              signal=index == len(loads) - 1)
+                         for index, dma in enumerate(loads)]
+            commands += [Compute(w_row=w_buffer + index * R, a_row=a_buffer + index * m_len,
+                                 m_len=m_len, add=index > 0, emit=index == len(folds) - 1,
+                                 wait=index == 0, signal=index == len(folds) - 1)
+                         for index in range(len(folds))]
+            if block != block_configured:
+                padded = [0] * (C - width)
+                commands.append(Config(
+                    quant.epilogue, tuple(quant.bias[n0:n0 + width]) + tuple(padded),
+                    tuple(quant.multiplier[n0:n0 + width]) + tuple(padded)))
+                block_configured = block
+            commands.append(Store(DmaCommand(base=output_base + m0 * N + n0, length=width,
+                                             count1=m_len, stride1=N)))
+            step += 1
+    return LayerProgram(commands, input_base, weight_base, output_base, memory_bytes,
+                        chunk_rows * out_w, len(folds))
+
+
+def _im2col_rows(layer: ConvLayer, fold: tuple[int, int, int, int], oy0: int, out_rows: int,
+                 spad_row: int, feature_base: int, zero_point: int) -> DmaCommand:
+    """The im2col load of one K fold for output rows oy0 … oy0 + out_rows (all columns)."""
+    ky, kx, channel0, length = fold
+    stride, channels = layer.stride, layer.channels
+    y0, x0 = oy0 * stride + ky - layer.padding, kx - layer.padding
+    return DmaCommand(
+        base=feature_base + (y0 * layer.width + x0) * channels + channel0, length=length,
+        count1=layer.out_size[1], stride1=stride * channels, count2=out_rows,
+        stride2=stride * layer.width * channels, spad_row=spad_row, bounds=True, y0=y0,
+        y_step=stride, height=layer.height, x0=x0, x_step=stride, width=layer.width,
+        pad_value=zero_point)
+
+
+def conv_reference(layer: ConvLayer, feature: npt.NDArray[np.integer],
+                   weights: npt.NDArray[np.integer], quant: LayerQuant) -> npt.NDArray[np.int64]:
+    """The layer in numpy and the interpreter's requantize: (M, N) int8 results.
+
+    `feature` is (H, W, C) int8, `weights` (kernel, kernel, C, N) int8; padding reads
+    the input zero point; the accumulation is int32 (wrapping), then bias (i32 add),
+    per-channel requantize and the clip.
+    """
+    from glensidec.lang.dtypes import requantize
+
+    padding, stride, kernel = layer.padding, layer.stride, layer.kernel
+    out_h, out_w = layer.out_size
+    padded = np.full((layer.height + 2 * padding, layer.width + 2 * padding, layer.channels),
+                     quant.input_zero_point, dtype=np.int64)
+    padded[padding:padding + layer.height, padding:padding + layer.width] = feature
+    acc = np.zeros((out_h, out_w, layer.out_channels), dtype=np.int64)
+    for ky in range(kernel):
+        for kx in range(kernel):
+            window = padded[ky:ky + stride * (out_h - 1) + 1:stride,
+                            kx:kx + stride * (out_w - 1) + 1:stride]
+            acc += window @ weights[ky, kx].astype(np.int64)
+    wrap = 2**32
+    biased = (acc.reshape(-1, layer.out_channels) + np.asarray(quant.bias, np.int64)
+              + 2**31) % wrap - 2**31
+    epilogue = quant.epilogue
+    out = requantize(biased.astype(np.int32), np.asarray(quant.multiplier, np.int64),
+                     epilogue.pre, epilogue.post, epilogue.zero_point)
+    clipped: npt.NDArray[np.int64] = np.clip(out.astype(np.int64), epilogue.low, epilogue.high)
+    return clipped
+
+
+def _signed_bytes(row: npt.NDArray[np.uint8]) -> npt.NDArray[np.int64]:
+    values = row.astype(np.int64)
+    return np.where(values >= 128, values - 256, values)
+
+
+def run_functional(config: AccelConfig, commands: Sequence[Command],
+                   memory: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint8]:
+    """Main memory after `commands`, executed one after the other (the data, no timing).
+
+    The bits ws_accel computes when the tokens order the units as the program order
+    does (conv_program's do): loads fill scratchpad rows, a COMPUTE multiplies ROWS
+    weight rows (bottom row first) with m_len activation rows into the accumulator,
+    emitted rows wait for a STORE, which sends them through the epilogue.
+    """
+    from glensidec.hardware.accel import dma_load_reference, dma_store_reference, epilogue_reference
+
+    R, C, row_bytes = config.rows, config.cols, config.memory.row_bytes
+    memory = memory.copy()
+    spad: dict[int, npt.NDArray[np.uint8]] = {}
+    zero_row = np.zeros(row_bytes, dtype=np.uint8)
+    acc = np.zeros((config.acc_depth, C), dtype=np.int64)
+    emitted: deque[npt.NDArray[np.int64]] = deque()
+    config_now = Config(EpilogueConfig(), (0,) * C, (0,) * C)
+    for command in commands:
+        if isinstance(command, Load):
+            spad.update(dma_load_reference(memory, command.dma, row_bytes))
+        elif isinstance(command, Compute):
+            weights = np.stack([_signed_bytes(spad.get(command.w_row + R - 1 - r, zero_row)[:C])
+                                for r in range(R)])
+            rows = np.stack([_signed_bytes(spad.get(command.a_row + m, zero_row)[:R])
+                             for m in range(command.m_len)])
+            result = rows @ weights + (acc[:command.m_len] if command.add else 0)
+            result = (result + 2**31) % 2**32 - 2**31  # the array's int32 wrap
+            if command.emit:
+                emitted.extend(result)
+            else:
+                acc[:command.m_len] = result
+        elif isinstance(command, Config):
+            config_now = command
+        else:
+            rows_out = []
+            for _ in range(command.dma.rows):
+                out = epilogue_reference(emitted.popleft()[None, :],
+                                         np.asarray(config_now.bias)[None, :],
+                                         np.asarray(config_now.multiplier), config_now.epilogue)
+                row = np.zeros(row_bytes, dtype=np.uint8)
+                row[:C] = out[0] & 0xFF
+                rows_out.append(row)
+            memory = dma_store_reference(memory, command.dma, rows_out)
+    return memory

@@ -1,0 +1,341 @@
+// ws_accel: the whole accelerator: command queues, DMA, scratchpad, array, epilogue.
+//
+// Software sends commands (cmd_valid/cmd_ready, one CMD_W-bit word each). A dispatcher
+// puts them, in order, into three queues (Gemmini's load / execute / store split):
+//
+//   LOAD    (op 0) main memory -> scratchpad rows through ws_dma_load (strided or im2col)
+//   COMPUTE (op 1) one array tile: ROWS weight rows at w_row (bottom row first), m_len
+//                  activation rows from a_row, accumulator flags add / emit
+//   STORE   (op 2) the next count1*count2 emitted result rows, through the epilogue,
+//                  to main memory through ws_dma_store (strided)
+//   CONFIG  (op 3) the epilogue's settings, bias and multiplier vectors (store queue)
+//
+// The three units run concurrently and synchronise with two token counters (as VTA
+// does), so software can double-buffer scratchpad regions and overlap load, compute
+// and store. A command with `wait` (bit 3) first takes a token, one with `signal`
+// (bit 4) gives one when it is done:
+//   LOAD     wait: a buffer was freed (exec -> load);  signal: after its last row is written
+//   COMPUTE  wait: its operands are loaded (load -> exec, taken when its weights start);
+//            signal: after its last activation row entered the array (its buffers are free)
+// Results need no token: the store unit admits emitted rows into the epilogue only for
+// a STORE command, so the array simply waits (back-pressure) for one. A CONFIG waits
+// until every earlier stored row has left for memory.
+//
+// Command word (glensidec.hardware.commands.encode_command writes the same layout):
+//   [1:0] op, [3] wait, [4] signal
+//   LOAD/STORE: [8+:32] base, [40+:8] length, [48+:16] count1, [64+:32] stride1,
+//               [96+:16] count2, [112+:32] stride2, [144+:16] spad_row, [160] bounds,
+//               [168+:16] y0, [184+:16] y_step, [200+:16] height, [216+:16] x0,
+//               [232+:16] x_step, [248+:16] width, [264+:8] pad_value
+//   COMPUTE:    [8+:16] w_row, [24+:16] a_row, [40+:16] m_len (>= 1), [56] add, [57] emit
+//   CONFIG:     [8+:6] pre, [16+:6] post, [24+:8] zero_point, [32+:8] low, [40+:8] high,
+//               [48+:32*COLS] bias, [48+32*COLS+:32*COLS] multiplier
+//
+// Main memory: a read port (one aligned BUS_BYTES request per cycle, data LATENCY cycles
+// later) and a posted write port (one strobed beat per cycle), like AXI's channels.
+// Weight reads use scratchpad port 0 and activation reads port 1; software keeps them in
+// different banks (a conflict only delays the activation read a cycle). Timing is in
+// docs/hardware.md; glensidec.hardware.commands.AccelModel predicts it to the cycle.
+module ws_accel #(
+    parameter integer ROWS        = 4,
+    parameter integer COLS        = 4,
+    parameter integer ACC_DEPTH   = 64,
+    parameter integer ROW_BYTES   = 4,     // >= ROWS and >= COLS (int8 operands)
+    parameter integer BANKS       = 4,
+    parameter integer BANK_ROWS   = 64,
+    parameter integer BUS_BYTES   = 4,
+    parameter integer LATENCY     = 2,
+    parameter integer QUEUE_DEPTH = 8,     // entries of each command queue (power of two)
+    parameter integer CMD_W       = (48 + 64 * COLS > 272) ? 48 + 64 * COLS : 272
+) (
+    input  wire                   clk,
+    input  wire                   rst,            // synchronous, active high
+    input  wire                   cmd_valid,
+    output wire                   cmd_ready,
+    input  wire [CMD_W-1:0]       cmd_data,
+    output wire                   mem_rd_valid,
+    output wire [31:0]            mem_rd_addr,
+    input  wire [BUS_BYTES*8-1:0] mem_rd_data,
+    output wire                   mem_wr_valid,
+    output wire [31:0]            mem_wr_addr,
+    output wire [BUS_BYTES*8-1:0] mem_wr_data,
+    output wire [BUS_BYTES-1:0]   mem_wr_strb,
+    output wire                   idle            // queues empty, every result stored
+);
+    localparam integer SPAD_W  = $clog2(BANKS * BANK_ROWS);
+    localparam integer LEN_W   = $clog2(ROW_BYTES + 1);
+    localparam integer RW      = $clog2(ROWS);          // ROWS >= 2
+    localparam integer TRACK   = 1 << $clog2(LATENCY + 3);  // loads in flight, never full
+    localparam integer EXEC_W  = 64;
+    localparam integer AQ_W    = 35;                     // {signal, emit, add, m_len, a_row}
+    localparam integer TOK_W   = 16;
+    localparam [1:0] OP_LOAD = 2'd0, OP_COMPUTE = 2'd1, OP_CONFIG = 2'd3;
+
+    // ---- dispatcher -------------------------------------------------------------------
+    wire [1:0] cmd_op = cmd_data[1:0];
+    wire lq_full, eq_full, sq_full;
+    wire to_load = cmd_op == OP_LOAD, to_exec = cmd_op == OP_COMPUTE;
+    wire to_store = !to_load && !to_exec;
+    assign cmd_ready = to_load ? !lq_full : to_exec ? !eq_full : !sq_full;
+    wire cmd_fire = cmd_valid && cmd_ready;
+
+    // ---- token counters -----------------------------------------------------------------
+    reg  [TOK_W-1:0] tok_le, tok_el;   // load -> exec (operands ready), exec -> load (free)
+    wire le_give, le_take, el_give, el_take;
+    always @(posedge clk) begin
+        if (rst) begin
+            tok_le <= {TOK_W{1'b0}};
+            tok_el <= {TOK_W{1'b0}};
+        end else begin
+            tok_le <= tok_le + {{(TOK_W-1){1'b0}}, le_give} - {{(TOK_W-1){1'b0}}, le_take};
+            tok_el <= tok_el + {{(TOK_W-1){1'b0}}, el_give} - {{(TOK_W-1){1'b0}}, el_take};
+        end
+    end
+
+    // ---- load unit ------------------------------------------------------------------------
+    /* verilator lint_off UNUSEDSIGNAL */  // queue entries hold whole command words
+    wire [CMD_W-1:0] lq_head;
+    /* verilator lint_on UNUSEDSIGNAL */
+    wire             lq_empty, l_cmd_ready, track_empty, track_full;
+    wire             l_tok_ok = !lq_head[3] || tok_el != {TOK_W{1'b0}};
+    wire             l_valid  = !lq_empty && l_tok_ok && !track_full;
+    wire             l_accept = l_valid && l_cmd_ready;
+    assign el_take = l_accept && lq_head[3];
+
+    ws_fifo #(.WIDTH(CMD_W), .DEPTH(QUEUE_DEPTH)) load_queue (
+        .clk(clk), .rst(rst), .push(cmd_fire && to_load), .din(cmd_data),
+        .pop(l_accept), .head(lq_head), .empty(lq_empty), .full(lq_full));
+
+    wire                 spad_wr_en;
+    wire [SPAD_W-1:0]    spad_wr_addr;
+    wire [ROW_BYTES*8-1:0] spad_wr_data;
+    wire                 l_busy;
+    ws_dma_load #(.ROW_BYTES(ROW_BYTES), .BUS_BYTES(BUS_BYTES), .LATENCY(LATENCY),
+                  .COUNT_W(16), .SPAD_W(SPAD_W)) dma_load (
+        .clk(clk), .rst(rst), .cmd_valid(l_valid), .cmd_ready(l_cmd_ready),
+        .cmd_base(lq_head[8 +: 32]), .cmd_length(lq_head[40 +: LEN_W]),
+        .cmd_count1(lq_head[48 +: 16]), .cmd_stride1(lq_head[64 +: 32]),
+        .cmd_count2(lq_head[96 +: 16]), .cmd_stride2(lq_head[112 +: 32]),
+        .cmd_spad_row(lq_head[144 +: SPAD_W]), .cmd_bounds(lq_head[160]),
+        .cmd_y0(lq_head[168 +: 16]), .cmd_y_step(lq_head[184 +: 16]),
+        .cmd_height(lq_head[200 +: 16]), .cmd_x0(lq_head[216 +: 16]),
+        .cmd_x_step(lq_head[232 +: 16]), .cmd_width(lq_head[248 +: 16]),
+        .cmd_pad_value(lq_head[264 +: 8]),
+        .mem_req_valid(mem_rd_valid), .mem_req_addr(mem_rd_addr), .mem_resp_data(mem_rd_data),
+        .wr_en(spad_wr_en), .wr_addr(spad_wr_addr), .wr_data(spad_wr_data), .busy(l_busy));
+
+    // Loads in flight: {signal, rows}; a load is done when its last row is written.
+    wire [32:0] track_head;
+    reg  [31:0] track_written;
+    wire [31:0] load_rows = lq_head[48 +: 16] * lq_head[96 +: 16];
+    wire        track_done = spad_wr_en && track_written + 32'd1 == track_head[31:0];
+    assign le_give = track_done && track_head[32];
+    ws_fifo #(.WIDTH(33), .DEPTH(TRACK)) load_track (
+        .clk(clk), .rst(rst), .push(l_accept), .din({lq_head[4], load_rows}),
+        .pop(track_done), .head(track_head), .empty(track_empty), .full(track_full));
+    always @(posedge clk) begin
+        if (rst || track_done) track_written <= 32'd0;
+        else if (spad_wr_en)   track_written <= track_written + 32'd1;
+    end
+
+    // ---- execute unit: weight streamer (port 0) ---------------------------------------------
+    /* verilator lint_off UNUSEDSIGNAL */  // queue entries hold whole command words
+    wire [EXEC_W-1:0] eq_head;
+    /* verilator lint_on UNUSEDSIGNAL */
+    wire              eq_empty, aq_full, aq_empty;
+    wire              arr_w_ready, arr_a_ready;
+    reg               w_active, w_q;        // w_q: rd0_data holds an untaken weight beat
+    reg  [SPAD_W-1:0] w_base;
+    reg  [RW-1:0]     w_beat;
+    localparam integer  LAST_BEAT_I = ROWS - 1;
+    localparam [RW-1:0] LAST_BEAT = LAST_BEAT_I[RW-1:0];
+    wire w_consume    = w_q && arr_w_ready;
+    wire w_issue      = w_active && (!w_q || w_consume);
+    wire w_issue_last = w_issue && w_beat == LAST_BEAT;
+    wire e_tok_ok     = !eq_head[3] || tok_le != {TOK_W{1'b0}};
+    wire w_start      = (!w_active || w_issue_last) && !eq_empty && e_tok_ok && !aq_full;
+    assign le_take = w_start && eq_head[3];
+
+    ws_fifo #(.WIDTH(EXEC_W), .DEPTH(QUEUE_DEPTH)) exec_queue (
+        .clk(clk), .rst(rst), .push(cmd_fire && to_exec), .din(cmd_data[EXEC_W-1:0]),
+        .pop(w_start), .head(eq_head), .empty(eq_empty), .full(eq_full));
+
+    always @(posedge clk) begin
+        if (rst) begin
+            w_active <= 1'b0;
+            w_q      <= 1'b0;
+        end else begin
+            w_q <= w_issue || (w_q && !w_consume);
+            if (w_start) begin
+                w_active <= 1'b1;
+                w_base   <= eq_head[8 +: SPAD_W];
+                w_beat   <= {RW{1'b0}};
+            end else if (w_issue_last) begin
+                w_active <= 1'b0;
+            end else if (w_issue) begin
+                w_beat <= w_beat + 1'b1;
+            end
+        end
+    end
+
+    // ---- execute unit: activation streamer (port 1) -----------------------------------------
+    // The weight streamer hands each tile it starts to the activation streamer.
+    /* verilator lint_off UNUSEDSIGNAL */  // queue entries hold whole command words
+    wire [AQ_W-1:0] aq_head;
+    /* verilator lint_on UNUSEDSIGNAL */
+    wire            a_start;
+    ws_fifo #(.WIDTH(AQ_W), .DEPTH(4)) act_queue (
+        .clk(clk), .rst(rst), .push(w_start),
+        .din({eq_head[4], eq_head[57], eq_head[56], eq_head[40 +: 16], eq_head[24 +: 16]}),
+        .pop(a_start), .head(aq_head), .empty(aq_empty), .full(aq_full));
+
+    reg               a_active, a_add, a_emit, a_signal;
+    reg  [SPAD_W-1:0] a_addr;
+    reg  [15:0]       a_left;               // rows of the tile still to read
+    reg               q_valid, q_last, q_add, q_emit, q_signal;   // the row in rd1_data
+    wire              rd1_grant;
+    wire a_consume    = q_valid && arr_a_ready;
+    wire a_try        = a_active && (!q_valid || a_consume);
+    wire a_issued     = a_try && rd1_grant;
+    wire a_issue_last = a_issued && a_left == 16'd1;
+    assign a_start    = (!a_active || a_issue_last) && !aq_empty;
+    assign el_give = a_consume && q_last && q_signal;
+
+    always @(posedge clk) begin
+        if (rst) begin
+            a_active <= 1'b0;
+            q_valid  <= 1'b0;
+        end else begin
+            if (a_start) begin
+                {a_signal, a_emit, a_add} <= aq_head[34:32];
+                a_left   <= aq_head[16 +: 16];
+                a_addr   <= aq_head[0 +: SPAD_W];
+                a_active <= 1'b1;
+            end else if (a_issue_last) begin
+                a_active <= 1'b0;
+            end else if (a_issued) begin
+                a_addr <= a_addr + 1'b1;
+                a_left <= a_left - 1'b1;
+            end
+            if (a_issued) begin
+                {q_valid, q_last, q_add, q_emit} <= {1'b1, a_left == 16'd1, a_add, a_emit};
+                q_signal <= a_signal && a_left == 16'd1;
+            end else if (a_consume) begin
+                q_valid <= 1'b0;
+            end
+        end
+    end
+
+    // ---- scratchpad and array ---------------------------------------------------------------
+    /* verilator lint_off UNUSEDSIGNAL */  // rows wider than the array's operands
+    wire [ROW_BYTES*8-1:0] rd0_data, rd1_data;
+    /* verilator lint_on UNUSEDSIGNAL */
+    ws_spad #(.ROW_BYTES(ROW_BYTES), .BANKS(BANKS), .BANK_ROWS(BANK_ROWS)) spad (
+        .clk(clk), .wr_en(spad_wr_en), .wr_addr(spad_wr_addr), .wr_data(spad_wr_data),
+        .wr_mask({ROW_BYTES{1'b1}}),
+        .rd0_en(w_issue), .rd0_addr(w_base + {{(SPAD_W-RW){1'b0}}, w_beat}), .rd0_data(rd0_data),
+        .rd1_en(a_try), .rd1_addr(a_addr), .rd1_grant(rd1_grant), .rd1_data(rd1_data));
+
+    wire             r_valid, r_ready;
+    wire [COLS*32-1:0] r_data;
+    /* verilator lint_off UNUSEDSIGNAL */  // no D stream: bias is added in the epilogue
+    wire             d_ready;
+    /* verilator lint_on UNUSEDSIGNAL */
+    ws_top #(.ROWS(ROWS), .COLS(COLS), .IN_W(8), .ACC_W(32), .ACC_DEPTH(ACC_DEPTH)) array (
+        .clk(clk), .rst(rst),
+        .w_valid(w_q), .w_ready(arr_w_ready), .w_data(rd0_data[COLS*8-1:0]),
+        .a_valid(q_valid), .a_ready(arr_a_ready), .a_data(rd1_data[ROWS*8-1:0]),
+        .a_last(q_last), .a_add(q_add), .a_emit(q_emit), .a_use_d(1'b0),
+        .d_valid(1'b0), .d_ready(d_ready), .d_data({COLS*32{1'b0}}),
+        .r_valid(r_valid), .r_ready(r_ready), .r_data(r_data));
+
+    // ---- store unit ---------------------------------------------------------------------------
+    wire [CMD_W-1:0] sq_head;
+    wire             sq_empty, s_cmd_ready, epi_in_ready, epi_out_valid, st_in_ready, st_busy;
+    reg              s_pending;             // a STORE waits for ws_dma_store to accept it
+    /* verilator lint_off UNUSEDSIGNAL */  // queue entries hold whole command words
+    reg  [143:0]     s_cmd;                 // its fields [8..144) of the command word
+    /* verilator lint_on UNUSEDSIGNAL */
+    reg  [31:0]      s_left;                // its rows not yet admitted to the epilogue
+    reg  [1:0]       epi_rows;              // rows inside the epilogue's two stages
+    wire admit        = r_valid && epi_in_ready && s_left != 32'd0;
+    wire admit_last   = admit && s_left == 32'd1;
+    wire s_accept     = s_pending && s_cmd_ready;
+    wire head_config  = sq_head[1:0] == OP_CONFIG;
+    wire store_pop    = !sq_empty && !head_config && (s_left == 32'd0 || admit_last)
+                        && (!s_pending || s_accept);
+    wire config_pop   = !sq_empty && head_config && s_left == 32'd0 && !s_pending
+                        && epi_rows == 2'd0 && !st_busy;
+    wire epi_out_fire = epi_out_valid && st_in_ready;
+    assign r_ready = epi_in_ready && s_left != 32'd0;
+
+    ws_fifo #(.WIDTH(CMD_W), .DEPTH(QUEUE_DEPTH)) store_queue (
+        .clk(clk), .rst(rst), .push(cmd_fire && to_store), .din(cmd_data),
+        .pop(store_pop || config_pop), .head(sq_head), .empty(sq_empty), .full(sq_full));
+
+    reg [5:0]         cfg_pre, cfg_post;
+    reg [7:0]         cfg_zero_point, cfg_low, cfg_high;
+    reg [COLS*32-1:0] cfg_bias, cfg_mult;
+    always @(posedge clk) begin
+        if (rst) begin
+            s_pending <= 1'b0;
+            s_left    <= 32'd0;
+            epi_rows  <= 2'd0;
+        end else begin
+            epi_rows <= epi_rows + {1'b0, admit} - {1'b0, epi_out_fire};
+            if (store_pop) begin
+                s_pending <= 1'b1;
+                s_cmd     <= sq_head[143:0];
+                s_left    <= sq_head[48 +: 16] * sq_head[96 +: 16];
+            end else begin
+                if (s_accept) s_pending <= 1'b0;
+                if (admit)    s_left <= s_left - 32'd1;
+            end
+        end
+        if (config_pop) begin
+            cfg_pre        <= sq_head[8 +: 6];
+            cfg_post       <= sq_head[16 +: 6];
+            cfg_zero_point <= sq_head[24 +: 8];
+            cfg_low        <= sq_head[32 +: 8];
+            cfg_high       <= sq_head[40 +: 8];
+            cfg_bias       <= sq_head[48 +: COLS*32];
+            cfg_mult       <= sq_head[48 + COLS*32 +: COLS*32];
+        end
+    end
+
+    wire [COLS*8-1:0] epi_out_data;
+    ws_epilogue #(.COLS(COLS), .OUT_W(8)) epilogue (
+        .clk(clk), .rst(rst),
+        .cfg_pre(cfg_pre), .cfg_post(cfg_post), .cfg_zero_point(cfg_zero_point),
+        .cfg_low(cfg_low), .cfg_high(cfg_high),
+        .in_valid(r_valid && s_left != 32'd0), .in_ready(epi_in_ready), .in_data(r_data),
+        .in_bias(cfg_bias), .in_mult(cfg_mult), .in_pool(1'b0), .in_prev({COLS*8{1'b0}}),
+        .out_valid(epi_out_valid), .out_ready(st_in_ready), .out_data(epi_out_data));
+
+    wire [ROW_BYTES*8-1:0] st_row;
+    generate
+        if (ROW_BYTES > COLS) begin : g_pad_row
+            assign st_row = {{(ROW_BYTES-COLS)*8{1'b0}}, epi_out_data};
+        end else begin : g_full_row
+            assign st_row = epi_out_data;
+        end
+    endgenerate
+    ws_dma_store #(.ROW_BYTES(ROW_BYTES), .BUS_BYTES(BUS_BYTES), .COUNT_W(16)) dma_store (
+        .clk(clk), .rst(rst), .cmd_valid(s_pending), .cmd_ready(s_cmd_ready),
+        .cmd_base(s_cmd[8 +: 32]), .cmd_length(s_cmd[40 +: LEN_W]),
+        .cmd_count1(s_cmd[48 +: 16]), .cmd_stride1(s_cmd[64 +: 32]),
+        .cmd_count2(s_cmd[96 +: 16]), .cmd_stride2(s_cmd[112 +: 32]),
+        .in_valid(epi_out_valid), .in_ready(st_in_ready), .in_data(st_row),
+        .mem_wr_valid(mem_wr_valid), .mem_wr_addr(mem_wr_addr), .mem_wr_data(mem_wr_data),
+        .mem_wr_strb(mem_wr_strb), .busy(st_busy));
+
+    // ---- idle: every command done and every emitted row stored -------------------------------
+    reg [31:0] emit_rows;   // emitting rows inside the array, not yet admitted
+    always @(posedge clk) begin
+        if (rst) emit_rows <= 32'd0;
+        else emit_rows <= emit_rows + {31'd0, a_consume && q_emit} - {31'd0, admit};
+    end
+    assign idle = lq_empty && track_empty && !l_busy && eq_empty && !w_active && !w_q
+                  && aq_empty && !a_active && !q_valid && emit_rows == 32'd0
+                  && sq_empty && !s_pending && s_left == 32'd0 && epi_rows == 2'd0 && !st_busy;
+endmodule

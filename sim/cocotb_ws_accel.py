@@ -1,0 +1,122 @@
+"""cocotb test of ws_accel: whole layers as command sequences, bits and cycles.
+
+Python plays main memory (the feature map, the weights and room for the output; every
+read answered exactly LATENCY cycles later, posted strobed writes) and offers the
+commands of `commands.conv_program` back to back from cycle 0. At the end the output
+region must equal `commands.conv_reference` (numpy convolution + the interpreter's
+requantize) byte for byte, and the cycle of the last memory write + 1 must equal
+`commands.accel_cycles` (the control model). The layers come from ACCEL_LAYERS (JSON).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import deque
+from typing import Any
+
+import cocotb
+import numpy as np
+from cycle_bench import next_cycle, pack, params, read, settle, start_clock
+
+from glensidec.hardware.accel import ConvLayer, EpilogueConfig, MemoryConfig
+from glensidec.hardware.commands import (
+    AccelConfig,
+    LayerQuant,
+    accel_cycles,
+    conv_program,
+    conv_reference,
+    encode_command,
+)
+
+
+def accel_config() -> AccelConfig:
+    p = params()
+    memory = MemoryConfig(row_bytes=p["ROW_BYTES"],
+                          scratchpad_bytes=p["ROW_BYTES"] * p["BANKS"] * p["BANK_ROWS"],
+                          banks=p["BANKS"], bus_bytes=p["BUS_BYTES"], latency=p["LATENCY"])
+    return AccelConfig(p["ROWS"], p["COLS"], p["ACC_DEPTH"], memory, p["QUEUE_DEPTH"])
+
+
+def random_quant(rng: np.random.Generator, channels: int) -> LayerQuant:
+    """Requantization like the quantizer's: small biases, multipliers near 2^30, a shift."""
+    zero_point = int(rng.integers(-20, 20))
+    relu = bool(rng.random() < 0.5)
+    epilogue = EpilogueConfig(pre=int(rng.integers(0, 2)), post=int(rng.integers(36, 42)),
+                              zero_point=zero_point, low=zero_point if relu else -128, high=127)
+    return LayerQuant(epilogue, tuple(int(v) for v in rng.integers(-3000, 3000, channels)),
+                      tuple(int(v) for v in rng.integers(2**29, 2**31 - 1, channels)),
+                      input_zero_point=int(rng.integers(-128, 128)))
+
+
+async def run_layer(dut: Any, config: AccelConfig, layer: ConvLayer, seed: int) -> int:
+    """Run one layer on the DUT; returns the simulated cycles (checked inside)."""
+    rng = np.random.default_rng(seed)
+    feature = rng.integers(-128, 128, (layer.height, layer.width, layer.channels))
+    weights = rng.integers(-128, 128, (layer.kernel, layer.kernel, layer.channels,
+                                       layer.out_channels))
+    quant = random_quant(rng, layer.out_channels)
+    program = conv_program(config, layer, quant)
+    M, K, N = layer.gemm
+    bus, latency = config.memory.bus_bytes, config.memory.latency
+    memory = rng.integers(0, 256, program.memory_bytes).astype(np.uint8)  # garbage output
+    memory[program.input_base:program.input_base + feature.size] = feature.reshape(-1) & 0xFF
+    memory[program.weight_base:program.weight_base + K * N] = weights.reshape(-1) & 0xFF
+    words = deque(encode_command(command, config.cols) for command in program.commands)
+    responses: deque[tuple[int, int]] = deque()
+
+    dut.rst.value, dut.cmd_valid.value = 1, 0
+    await next_cycle(dut)
+    await next_cycle(dut)
+    dut.rst.value = 0
+    cycle, last_write = 0, -1
+    while True:
+        if words:
+            dut.cmd_data.value = words[0]
+        dut.cmd_valid.value = int(bool(words))
+        due = 0
+        if responses and responses[0][0] == cycle:
+            due = responses.popleft()[1]
+        dut.mem_rd_data.value = due
+        await settle()
+        if words and read(dut.cmd_ready):
+            words.popleft()
+        if read(dut.mem_rd_valid):
+            addr = read(dut.mem_rd_addr)
+            assert addr % bus == 0 and addr + bus <= memory.size, f"read at {addr}"
+            responses.append((cycle + latency, pack(memory[addr:addr + bus], 8)))
+        if read(dut.mem_wr_valid):
+            addr, data, strobe = read(dut.mem_wr_addr), read(dut.mem_wr_data), \
+                read(dut.mem_wr_strb)
+            assert addr % bus == 0 and addr + bus <= memory.size, f"write at {addr}"
+            for byte in range(bus):
+                if strobe >> byte & 1:
+                    assert program.output_base <= addr + byte < program.output_base + M * N, \
+                        f"write outside the output at {addr + byte}"
+                    memory[addr + byte] = data >> (8 * byte) & 0xFF
+            last_write = cycle
+        if not words and read(dut.idle):
+            break
+        assert cycle < 200_000, "no end"
+        await next_cycle(dut)
+        cycle += 1
+    expected = conv_reference(layer, feature, weights, quant)
+    got = memory[program.output_base:program.output_base + M * N].astype(np.int64)
+    got = np.where(got >= 128, got - 256, got).reshape(M, N)
+    mismatches = int(np.count_nonzero(got != expected))
+    assert mismatches == 0, f"{layer}: {mismatches} of {M * N} outputs differ"
+    predicted = accel_cycles(config, program.commands).cycles
+    assert last_write + 1 == predicted, \
+        f"{layer}: simulated {last_write + 1} cycles, predicted {predicted}"
+    dut._log.info(f"{layer.name}: {M}x{K}x{N}, {len(program.commands)} commands, "
+                  f"{predicted} cycles (predicted = simulated)")
+    return predicted
+
+
+@cocotb.test()
+async def layers(dut: Any) -> None:
+    """Every layer of ACCEL_LAYERS, one after the other (reset in between)."""
+    config = accel_config()
+    await start_clock(dut)
+    for seed, spec in enumerate(json.loads(os.environ["ACCEL_LAYERS"])):
+        await run_layer(dut, config, ConvLayer(**spec), seed)

@@ -1,0 +1,37 @@
+"""pytest entry for ws_accel: whole layers (im2col load → compute → epilogue → store).
+
+Small arrays and memories keep CI cheap; the accumulator and the buffers are small on
+purpose so layers need several M chunks and N blocks (double-buffered steps), and one
+configuration stores 8-byte rows over a 4-byte bus (store back-pressure on the array).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from cycle_bench import params_env
+from sim_harness import build_module, run_cocotb
+
+#: (rows, cols, row bytes, bank rows, bus bytes, latency, accumulator rows)
+CASES = [(4, 4, 4, 128, 4, 2, 16), (4, 8, 8, 128, 4, 3, 32), (8, 4, 8, 128, 16, 5, 32)]
+
+#: ConvLayer fields: 3×3 padded (partial channel fold, two N blocks), strided 1×1, a GEMM.
+LAYERS = [
+    {"name": "conv3x3", "height": 5, "width": 5, "channels": 6, "out_channels": 6,
+     "kernel": 3, "stride": 1, "padding": 1},
+    {"name": "conv1x1s2", "height": 6, "width": 6, "channels": 8, "out_channels": 11,
+     "kernel": 1, "stride": 2, "padding": 0},
+    {"name": "gemm", "height": 9, "width": 1, "channels": 12, "out_channels": 5},
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda v: "-".join(map(str, v)))
+def test_ws_accel(case: tuple[int, ...]) -> None:
+    rows, cols, row_bytes, bank_rows, bus, latency, acc_depth = case
+    parameters = {"ROWS": rows, "COLS": cols, "ROW_BYTES": row_bytes, "BANKS": 4,
+                  "BANK_ROWS": bank_rows, "BUS_BYTES": bus, "LATENCY": latency,
+                  "ACC_DEPTH": acc_depth, "QUEUE_DEPTH": 8}
+    runner = build_module("ws_accel", "ws_accel_" + "_".join(map(str, case)), parameters)
+    env = params_env(parameters) | {"ACCEL_LAYERS": json.dumps(LAYERS)}
+    run_cocotb(runner, "ws_accel", "cocotb_ws_accel", "layers", env)

@@ -1,0 +1,113 @@
+"""ws_accel's command programs: bits (functional model vs numpy) and the cycle model.
+
+The RTL itself is checked in sim/test_ws_accel.py (bits and cycles, to the cycle);
+these tests are the quick ones: the commands of a layer compute the layer, a memory
+too small is a clear error, and the cycle model shows overlap and bandwidth.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from glensidec.hardware.accel import (
+    CapacityError,
+    ConvLayer,
+    EpilogueConfig,
+    MemoryConfig,
+    dma_load_slots,
+)
+from glensidec.hardware.commands import (
+    AccelConfig,
+    Compute,
+    LayerQuant,
+    Load,
+    Store,
+    accel_cycles,
+    conv_program,
+    conv_reference,
+    run_functional,
+)
+
+SMALL = AccelConfig(4, 4, 16, MemoryConfig(row_bytes=4, scratchpad_bytes=4 * 4 * 128, banks=4,
+                                            bus_bytes=4, latency=2))
+LAYERS = [
+    ConvLayer("conv3x3", 5, 5, 6, 6, kernel=3, stride=1, padding=1),
+    ConvLayer("conv3x3s2", 7, 6, 4, 9, kernel=3, stride=2, padding=1),
+    ConvLayer("conv1x1s2", 6, 6, 8, 11, kernel=1, stride=2),
+    ConvLayer("gemm", 9, 1, 12, 5),
+]
+
+
+def random_layer_data(layer: ConvLayer, seed: int) -> tuple[np.ndarray, np.ndarray, LayerQuant]:
+    rng = np.random.default_rng(seed)
+    feature = rng.integers(-128, 128, (layer.height, layer.width, layer.channels))
+    weights = rng.integers(-128, 128, (layer.kernel, layer.kernel, layer.channels,
+                                       layer.out_channels))
+    zero_point = int(rng.integers(-20, 20))
+    quant = LayerQuant(EpilogueConfig(pre=1, post=int(rng.integers(36, 40)),
+                                      zero_point=zero_point, low=zero_point),
+                       tuple(int(v) for v in rng.integers(-3000, 3000, layer.out_channels)),
+                       tuple(int(v) for v in rng.integers(2**29, 2**31 - 1, layer.out_channels)),
+                       input_zero_point=int(rng.integers(-128, 128)))
+    return feature, weights, quant
+
+
+@pytest.mark.parametrize("layer", LAYERS, ids=lambda layer: layer.name)
+def test_layer_program_computes_the_layer(layer: ConvLayer) -> None:
+    feature, weights, quant = random_layer_data(layer, 1)
+    program = conv_program(SMALL, layer, quant)
+    M, K, N = layer.gemm
+    memory = np.zeros(program.memory_bytes, dtype=np.uint8)
+    memory[:feature.size] = feature.reshape(-1) & 0xFF
+    memory[program.weight_base:program.weight_base + K * N] = weights.reshape(-1) & 0xFF
+    after = run_functional(SMALL, program.commands, memory).astype(np.int64)
+    got = after[program.output_base:program.output_base + M * N]
+    got = np.where(got >= 128, got - 256, got).reshape(M, N)
+    expected = conv_reference(layer, feature, weights, quant)
+    assert np.array_equal(got, expected)
+    assert len({value for value in expected.reshape(-1)}) > 3  # not a saturated constant
+
+
+def test_program_uses_several_chunks_and_blocks() -> None:
+    program = conv_program(SMALL, LAYERS[0], random_layer_data(LAYERS[0], 0)[2])
+    stores = [command for command in program.commands if isinstance(command, Store)]
+    assert program.m_chunk == 5 and program.folds == 18
+    assert len(stores) == 5 * 2  # five chunks of one output row, two N blocks of 4 columns
+
+
+def test_too_small_memories_name_the_sizes() -> None:
+    tiny = AccelConfig(4, 4, 16, MemoryConfig(row_bytes=4, scratchpad_bytes=1024, banks=4,
+                                               bus_bytes=4))
+    with pytest.raises(CapacityError, match=r"18 K folds × 4 rows of 4 B = 288 B.*256-byte"):
+        conv_program(tiny, LAYERS[0], random_layer_data(LAYERS[0], 0)[2])
+    short_accumulator = AccelConfig(4, 4, 4, SMALL.memory)
+    with pytest.raises(CapacityError, match=r"5 pixels.*accumulator 4 rows"):
+        conv_program(short_accumulator, LAYERS[0], random_layer_data(LAYERS[0], 0)[2])
+
+
+def test_load_compute_and_store_overlap() -> None:
+    """The total is below the serial sum of the three units' busy times, above each."""
+    for layer in LAYERS:
+        program = conv_program(SMALL, layer, random_layer_data(layer, 0)[2])
+        timing = accel_cycles(SMALL, program.commands)
+        load = sum(dma_load_slots(command.dma, SMALL.memory.bus_bytes)
+                   for command in program.commands if isinstance(command, Load))
+        compute = sum(command.m_len for command in program.commands
+                      if isinstance(command, Compute))
+        store = timing.store_bytes // SMALL.memory.bus_bytes
+        assert timing.compute_rows == compute
+        assert max(load, compute, store) < timing.cycles
+        if layer.name == "conv3x3":  # enough steps for the double buffering to matter
+            assert timing.cycles < load + compute + store
+
+
+def test_halving_the_bandwidth_costs_cycles_on_a_load_bound_layer() -> None:
+    layer = LAYERS[0]
+    quant = random_layer_data(layer, 0)[2]
+    cycles = {}
+    for bus in (4, 2):
+        config = AccelConfig(4, 4, 16, MemoryConfig(row_bytes=4, scratchpad_bytes=2048,
+                                                     banks=4, bus_bytes=bus, latency=2))
+        cycles[bus] = accel_cycles(config, conv_program(config, layer, quant).commands).cycles
+    assert cycles[2] > cycles[4]
