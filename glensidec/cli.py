@@ -121,8 +121,9 @@ def fmt(program: Path, shapes: Path | None, in_place: bool) -> None:
 @cli.command(name="compile")
 @PROGRAM
 @SHAPES
-@click.option("--array", "array_size", required=True, metavar="RxC",
-              help="The systolic array to map onto, e.g. 16x16.")
+@click.option("--array", "array_size", required=True, metavar="RxC[:TYPE][,RxC...]",
+              help="The systolic array to map onto, e.g. 16x16 (int8) or 16x16:f32 "
+                   "(binary32); several sizes (2x4,4x6) let the extractor pick per product.")
 @click.option("--emit", type=click.Choice(["c", "rewritten", "egraph"]),
               help="What to write: the C program (the default with -o), the rewritten "
                    "program (the default without -o), or the e-graph (graphviz).")
@@ -151,10 +152,11 @@ def compile_command(program: Path, shapes: Path | None, array_size: str, emit: s
     """
     from glensidec.backend.emit import compile_to_directory
     from glensidec.opt.extract import (
+        array_for_c,
         compile_program,
         egraph_dot,
         egraph_svg,
-        parse_array_size,
+        parse_arrays,
         validate,
     )
     from glensidec.opt.rewrite import Limits
@@ -166,10 +168,12 @@ def compile_command(program: Path, shapes: Path | None, array_size: str, emit: s
         check_output_directory(output, force=force)  # before any work: refuse early
     elif output is not None:
         check_writable_file(output)
-    config = parse_array_size(array_size)
+    configs = parse_arrays(array_size)
+    config = configs[0]
     parsed = _load(program, shapes)
     require_access_result(parsed, check_program(parsed), "compile")
-    compiled = compile_program(parsed, config, Limits(iterations, max_enodes, timeout))
+    compiled = compile_program(parsed, config, Limits(iterations, max_enodes, timeout),
+                               more_arrays=configs[1:])
     if stats:
         for line in compiled.report_lines(config):
             click.echo(line, err=True)
@@ -179,7 +183,7 @@ def compile_command(program: Path, shapes: Path | None, array_size: str, emit: s
     if emit == "c":
         assert output is not None
         result = compile_to_directory(compiled.program, compiled.types, output,
-                                      config, force=force)
+                                      array_for_c(compiled, configs), force=force)
         click.echo(f"wrote {output}: {len(result.lowered.instructions)} instructions, "
                    f"predicted array cycles {result.predicted_cycles}")
         return

@@ -74,8 +74,17 @@ HOST_ELEMENT = 1  # cycles per element an elementwise or reducing compute reads
 HOST_MAC = 2  # cycles per multiply-accumulate of a dot-product on the host CPU
 ARRAYS = tuple(name for name, c in K.CONSTRUCTS.items() if c.hardware)
 
-def array_target(config: hardware.ArrayConfig) -> ArrayTarget:
-    return ArrayTarget(config.rows, config.cols, input_dtype(config))
+def array_target(config: hardware.ArrayConfig,
+                 more: tuple[hardware.ArrayConfig, ...] = ()) -> ArrayTarget:
+    """The rewriter's target: `config`'s array, plus the `more` arrays (same element type)
+    the extractor may pick instead, product by product."""
+    for other in more:
+        if other.element != config.element:
+            raise GlensideError(f"--array: every array of a program has one element type "
+                                f"({config.element} and {other.element} given)")
+    sizes = tuple(dict.fromkeys((c.rows, c.cols) for c in more
+                                if (c.rows, c.cols) != (config.rows, config.cols)))
+    return ArrayTarget(config.rows, config.cols, input_dtype(config), more=sizes)
 
 
 def input_dtype(config: hardware.ArrayConfig) -> str:
@@ -220,6 +229,14 @@ class Prediction:
     def total(self) -> int:
         return self.array_cycles + self.host_cycles
 
+    def per_array(self) -> dict[tuple[int, int], tuple[int, int]]:
+        """(calls, cycles) per array size, in the order the sizes are first used."""
+        totals: dict[tuple[int, int], tuple[int, int]] = {}
+        for call in self.invocations:
+            calls, cycles = totals.get((call.rows, call.cols), (0, 0))
+            totals[(call.rows, call.cols)] = (calls + 1, cycles + call.cycles)
+        return totals
+
 
 def host_cost(term: Term, types: TypeTable) -> int:
     """The CPU model of the module docstring, for one host construct."""
@@ -319,6 +336,10 @@ class Compiled:
         for call in self.prediction.invocations:
             yield (f"  {call.op} {call.rows}x{call.cols}: M={call.m} K={call.k} N={call.n}: "
                    f"{call.cycles} cycles")
+        per_array = self.prediction.per_array()
+        if len(per_array) > 1:
+            for (rows, cols), (calls, cycles) in per_array.items():
+                yield f"array {rows}x{cols}: {calls} calls, {cycles} cycles"
         products = matmuls(self.original.root, self.original_types, input_dtype(config))
         if products:
             t_min = sum(best_orientation(hardware.t_min, config, p) for p in products)
@@ -331,7 +352,8 @@ class Compiled:
 def compile_program(program: Program, config: hardware.ArrayConfig,
                     limits: Limits | None = None,
                     rulesets: tuple[str, ...] = RULESETS,
-                    types: TypeTable | None = None) -> Compiled:
+                    types: TypeTable | None = None,
+                    more_arrays: tuple[hardware.ArrayConfig, ...] = ()) -> Compiled:
     """Saturate `program` with `rulesets` for `config`'s array and extract the cheapest.
 
     A program with one dot-product is saturated whole. With several, each product and the
@@ -340,16 +362,16 @@ def compile_program(program: Program, config: hardware.ArrayConfig,
     limits and the time grow with the largest layer instead of with the whole network.
     """
     start = time.perf_counter()
-    check_written_arrays(program, config)  # before expansion: the user's own terms, located
+    target = array_target(config, more_arrays)
+    check_written_arrays(program, target)  # before expansion: the user's own terms, located
     if needs_expansion(program.root):  # tuples, conv2d modes: compiled as their expansion
         program, types = expand_program(program), None
     types = check_program(program) if types is None else types
-    target = array_target(config)
     products = [term for term in postorder(program.root) if is_product(term)]
     graph = new_graph(program, types, products, target, rulesets)
     if len(products) > 1:
         return compile_by_region(program, types, products, graph, config, limits or Limits(),
-                                 start)
+                                 start, target)
     root_name = graph.add(program.root, types)
     encoded = time.perf_counter()
     stats = graph.saturate(limits or Limits())
@@ -397,12 +419,11 @@ def extract_checked(graph: EGraph, root_name: str, tensors: dict[str, TensorDecl
 
 def compile_by_region(program: Program, types: TypeTable, products: list[Term],
                       graph: EGraph, config: hardware.ArrayConfig, limits: Limits,
-                      start: float) -> Compiled:
+                      start: float, target: ArrayTarget) -> Compiled:
     """Saturate and extract every product region in turn, then splice the results into the
     program. --iterations and --max-enodes apply to each region; the time budget is shared
     (`_share`), so a slow layer cannot starve the layers after it (they would stay on the
     host)."""
-    target = array_target(config)
     compiled: dict[Term, Term] = {}  # every term rebuilt so far, products compiled
     region_names: dict[Term, str] = {}  # extracted region terms (spliced) → the user's names
     region_stats: list[Stats] = []
@@ -496,31 +517,33 @@ def unique_names(names: dict[Term, str], root: Term) -> dict[Term, str]:
     return kept
 
 
-def check_written_arrays(program: Program, config: hardware.ArrayConfig) -> None:
-    """Array constructs the user wrote must fit the one array compiled for, located.
+def check_written_arrays(program: Program, target: ArrayTarget) -> None:
+    """Array constructs the user wrote must be one of the arrays compiled for, located.
 
-    One program drives one array configuration (`--array`); an array of another size
-    written in the program cannot run on it (several sizes in one program are not
-    supported yet), so it is the user's error, not the extractor's.
+    The arrays are `--array`'s (`R1xC1,R2xC2,...` for several); an array of another size
+    written in the program has no hardware to run on, so it is the user's error, not the
+    extractor's.
     """
+    sizes = target.sizes()
     for term in postorder(program.root):
         if term.op not in ARRAYS and not term.op.startswith("systolic-array-conv2d-"):
             continue
         rows, cols = term.args[0], term.args[1]
-        if (rows, cols) != (config.rows, config.cols):
+        if (rows, cols) not in sizes:
+            arrays = ",".join(f"{r}x{c}" for r, c in sizes)
             raise GlensideError(
                 f"{term.op}: a {rows}x{cols} array, but the program is compiled for "
-                f"--array {config.rows}x{config.cols} (one array size per program)",
+                f"--array {arrays} (add {rows}x{cols} to --array to use it)",
                 term.arg_span(0), program.path)
 
 
 def check_runnable(root: Term, types: TypeTable, target: ArrayTarget) -> None:
-    """Every array construct must run on the target array as it is."""
+    """Every array construct must run on one of the target's arrays as it is."""
     for term in postorder(root):
         if term.op not in ARRAYS:
             continue
         rows, cols = term.args[0], term.args[1]
-        if (rows, cols) != (target.rows, target.cols):
+        if (rows, cols) not in target.sizes():
             raise GlensideError(f"internal: extracted a {rows}x{cols} {term.op} for a "
                                 f"{target.rows}x{target.cols} array")
 
@@ -559,9 +582,9 @@ def mapped_cycles(product: Term, types: TypeTable, target: ArrayTarget) -> int:
     def padded(size: int, multiple: int) -> int:
         return -(-size // multiple) * multiple
 
-    rows, cols = target.rows, target.cols
-    return min(gemm_cycles(rows, cols, m, padded(k, rows), padded(n, cols)),
-               gemm_cycles(rows, cols, n, padded(k, rows), padded(m, cols)))
+    return min(min(gemm_cycles(rows, cols, m, padded(k, rows), padded(n, cols)),
+                   gemm_cycles(rows, cols, n, padded(k, rows), padded(m, cols)))
+               for rows, cols in target.sizes())
 
 
 # -- translation validation -------------------------------------------------------------
@@ -620,6 +643,35 @@ def parse_array_size(text: str) -> hardware.ArrayConfig:
         return hardware.ArrayConfig(int(rows), int(cols))
     except ValueError as error:
         raise GlensideError(f"--array {text}: {error}") from None
+
+
+def array_for_c(compiled: Compiled, configs: tuple[hardware.ArrayConfig, ...]
+                ) -> hardware.ArrayConfig:
+    """The one array the generated C drives: the size the extracted program uses (the
+    first `--array` when it uses none). C for several array sizes is not built yet."""
+    used = list(compiled.prediction.per_array())
+    if len(used) > 1:
+        sizes = ", ".join(f"{r}x{c}" for r, c in used)
+        raise GlensideError(f"the extracted program uses several arrays ({sizes}): C for "
+                            "several arrays in one program is not built yet (--emit "
+                            "rewritten shows the program; compile with one --array for C)")
+    if not used:
+        return configs[0]
+    return next(c for c in configs if (c.rows, c.cols) == used[0])
+
+
+def parse_arrays(text: str) -> tuple[hardware.ArrayConfig, ...]:
+    """`--array R1xC1,R2xC2[:TYPE]`: one or more arrays (the first is the main one); a
+    `:TYPE` on any of them applies to all that give none (`2x4,4x6:f32` = both f32)."""
+    parts = [part.strip() for part in text.split(",")]
+    if not all(parts):
+        raise GlensideError(f"--array takes ROWSxCOLS[:TYPE] sizes separated by commas, "
+                            f"got '{text}'")
+    element = next((part.partition(":")[2] for part in parts if ":" in part), "")
+    configs = tuple(parse_array_size(part if ":" in part or not element
+                                     else f"{part}:{element}") for part in parts)
+    array_target(configs[0], configs[1:])  # one element type for all
+    return tuple(dict.fromkeys(configs))
 
 
 EGRAPH_RENDER_LIMIT = 5_000  # e-nodes: graphviz output past this is unreadable and slow
