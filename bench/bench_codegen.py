@@ -23,7 +23,6 @@ from pathlib import Path
 
 import numpy as np
 
-from glensidec.backend.emit import compile_to_directory
 from glensidec.cosim.runner import CosimResult, cosimulate
 from glensidec.hardware.array import ArrayConfig
 from glensidec.lang import data
@@ -31,6 +30,7 @@ from glensidec.lang.interp import run_program
 from glensidec.lang.syntax import read_program
 from glensidec.lang.terms import Program
 from glensidec.lang.typecheck import check_program
+from glensidec.pipeline import compile_to_directory
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results" / "codegen.md"
@@ -60,7 +60,7 @@ def example_programs(config: ArrayConfig) -> list[tuple[str, Program]]:
     programs += [(f"glenside/{p.name}", read_program(p, p.with_suffix(".json")))
                  for p in sorted((examples / "glenside").glob("*.glenside"))]
     try:
-        from glensidec.opt.extract import compile_program
+        from glensidec.pipeline import compile_program
     except ImportError:  # pragma: no cover
         return programs
     extracted = [(f"{name} (extracted)", compile_program(program, config).program)
@@ -110,7 +110,7 @@ def report(rows: list[Row], config: ArrayConfig, runs: int) -> str:
         f"`bench/bench_codegen.py`: every example compiled for a {config.rows}x{config.cols} "
         f"array, built with `make` (gcc -O2), run on the host (best of {runs} runs, process "
         "start included) on seeded random inputs, and checked against the interpreter. "
-        "\"(extracted)\": the program `glensidec.opt.extract.compile_program` extracts for the "
+        "\"(extracted)\": the program `glensidec.pipeline.compile_program` extracts for the "
         "same array (products mapped by equality saturation); without it, i8 dot-products "
         "over cartesian products go to the array as written.",
         f"Host: {platform.machine()}, {platform.system()}, Python {platform.python_version()}.",

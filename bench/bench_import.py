@@ -26,7 +26,6 @@ sys.path.insert(0, str(REPO / "bench"))  # the benchmark networks (host_models.p
 
 from host_models import resnet18  # noqa: E402
 
-from glensidec.backend.emit import compile_to_directory  # noqa: E402
 from glensidec.frontends.importer import import_onnx  # noqa: E402
 from glensidec.frontends.quant_report import LayerError, layer_errors  # noqa: E402
 from glensidec.frontends.quantize import (  # noqa: E402
@@ -45,10 +44,10 @@ from glensidec.opt.extract import (  # noqa: E402
     Compiled,
     Matmul,
     best_orientation,
-    compile_program,
     invocation,
     unmapped_products,
 )
+from glensidec.pipeline import compile_program, compile_to_directory  # noqa: E402
 
 CALIBRATION_SAMPLES = 2
 LIMIT_SECONDS = 60.0
@@ -273,7 +272,8 @@ def report(result: dict[str, Any]) -> str:
         f"Machine: {platform.machine()}, {platform.python_implementation()} "
         f"{platform.python_version()}; `python bench/bench_import.py`; array "
         f"{ARRAY.rows}×{ARRAY.cols} int8. Compile stages are measured through the API "
-        "(`extract.compile_program`, `emit.compile_to_directory`); the total uses the CLI run.",
+        "(`pipeline.compile_program`, `pipeline.compile_to_directory`); the total uses the "
+        "CLI run.",
         "",
         *stage_table(result),
         "",

@@ -4,7 +4,7 @@ Run alone: `.venv/bin/python bench/bench_regions.py` (writes bench/results/regio
 Two int8 networks (random weights, 224×224, per-channel weights, symmetric activations):
 ResNet-18 (bench/bench_import.py) and a MobileNet-v1 (13 depthwise-separable blocks). Each
 is compiled for a 16×16 array with the CLI's default limits (30 iterations, 50,000 e-nodes,
-10 s) both ways: `extract.compile_program` (region by region, what `glensidec compile`
+10 s) both ways: `pipeline.compile_program` (region by region, what `glensidec compile`
 does) and the same rules on the whole program in one e-graph. Exits 1 if the region-wise
 program leaves a product on the host or differs from the original in the interpreter.
 """
@@ -27,6 +27,7 @@ sys.path.insert(0, str(REPO / "bench"))
 from host_models import resnet18  # noqa: E402
 from test_import import OnnxGraph  # noqa: E402
 
+from glensidec import pipeline  # noqa: E402
 from glensidec.frontends.importer import import_onnx  # noqa: E402
 from glensidec.frontends.quantize import quantize, save_quantized  # noqa: E402
 from glensidec.hardware import array as hardware  # noqa: E402
@@ -102,7 +103,7 @@ def one_egraph(program: Program) -> dict[str, Any]:
 def by_region(program: Program) -> dict[str, Any]:
     extract.gemm_cycles.cache_clear()
     start = time.perf_counter()
-    compiled = extract.compile_program(program, ARRAY, CLI_LIMITS)
+    compiled = pipeline.compile_program(program, ARRAY, CLI_LIMITS)
     total = time.perf_counter() - start
     extract.validate(program, compiled.program)  # raises on any difference
     stats, prediction = compiled.stats, compiled.prediction

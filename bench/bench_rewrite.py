@@ -26,13 +26,13 @@ from glensidec.lang.typecheck import check_program
 from glensidec.opt.extract import (
     Compiled,
     best_orientation,
-    compile_program,
     matmuls,
     parse_array_size,
     predict,
     unmapped_products,
     validate,
 )
+from glensidec.pipeline import compile_program
 
 RESULTS = Path(__file__).resolve().parent / "results" / "rewrite.md"
 

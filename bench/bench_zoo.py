@@ -15,7 +15,7 @@ TorchScript exporter `dynamo=False` at opset 17, which needs no onnxscript):
 import time; f32 max |error| / max |onnxruntime| on one N(0,1) input; int8 (per-channel
 weights, symmetric activations, 2 calibration samples) against float: relative L2 of the
 logits and top-1 agreement over 20 fresh inputs (`--samples N`; `--models …` for a
-subset); compile time (`compile_program`, 16×16), products left on the host, predicted
+subset); compile time (`pipeline.compile_program`, 16×16), products left on the host, predicted
 cycles. Each stage that fails records its one-line
 error and the model's row says so. Exits 1 when a model misses a target of issue 17
 (imports, f32 ≤ 1e-5, quantizes, every product on the array, compile ≤ 10 s).
@@ -67,7 +67,8 @@ def measure(row: dict[str, Any], workdir: Path, samples: int) -> None:
     from glensidec.lang.interp import run_program
     from glensidec.lang.syntax import read_program
     from glensidec.lang.typecheck import check_program
-    from glensidec.opt.extract import compile_program, parse_array_size, unmapped_products
+    from glensidec.opt.extract import parse_array_size, unmapped_products
+    from glensidec.pipeline import compile_program
 
     name = row["model"]
     path = workdir / f"{name}.onnx"

@@ -93,21 +93,23 @@ def compile(program: Program | str | Path, array: str = "16x16",
             max_enodes: int = 50_000, timeout: float = 10.0) -> Compilation:
     """Map the program onto an RxC array (`array`, e.g. "16x16"); with `outdir`, write the C
     program there (new, empty or an earlier compile's; `force` as `--force`)."""
-    from glensidec.backend.emit import compile_to_directory
+    from glensidec import pipeline
     from glensidec.lang.typecheck import check_program
-    from glensidec.opt.extract import compile_program, parse_array_size
+    from glensidec.opt.extract import parse_array_size
     from glensidec.opt.rewrite import Limits
     from glensidec.outputs import check_output_directory
 
     config = parse_array_size(array)
     if outdir is not None:
         check_output_directory(outdir, force=force)
-    compiled = compile_program(_program(program), config,
-                               Limits(iterations, max_enodes, timeout))
+    typed = (pipeline.load(program) if isinstance(program, (str, Path))
+             else pipeline.Typed(program, check_program(program)))
+    compiled = pipeline.compile_program(typed.program, config,
+                                        Limits(iterations, max_enodes, timeout), types=typed.types)
     written, instructions = None, None
     if outdir is not None:
-        result = compile_to_directory(compiled.program, check_program(compiled.program),
-                                      outdir, config, force=force)
+        result = pipeline.compile_to_directory(compiled.program, compiled.types, outdir, config,
+                                               force=force)
         written, instructions = result.outdir, len(result.lowered.instructions)
     return Compilation(compiled.program, compiled.prediction.total,
                        compiled.prediction.array_cycles, list(compiled.report_lines(config)),

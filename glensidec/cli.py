@@ -9,8 +9,9 @@ from __future__ import annotations
 import math
 import os
 import sys
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 import numpy as np
@@ -29,6 +30,11 @@ from glensidec.outputs import (
     raise_on_sigterm,
     write_file,
 )
+
+if TYPE_CHECKING:
+    from glensidec.hardware.array import ArrayConfig
+    from glensidec.hardware.commands import AccelConfig
+    from glensidec.opt.extract import Invocation
 
 PROGRAM = click.argument("program", type=click.Path(dir_okay=False, path_type=Path))
 SHAPES = click.option("--shapes", type=click.Path(dir_okay=False, path_type=Path),
@@ -142,18 +148,25 @@ def fmt(program: Path, shapes: Path | None, in_place: bool) -> None:
                    "for --emit rewritten|egraph (.svg renders the e-graph).")
 @click.option("--force", is_flag=True,
               help="Replace glensidec's own files in an OUTDIR that also holds others.")
+@click.option("--scratchpad", default="256KiB", show_default=True, metavar="SIZE",
+              help="Operand scratchpad of the accelerator (bytes; K/KiB and M/MiB suffixes).")
+@click.option("--accumulator", default=None, metavar="SIZE",
+              help="Accumulator memory (bytes, a multiple of COLS×4) [default: 1024 rows, "
+                   "64KiB at 16x16].")
+@click.option("--dram-bandwidth", type=click.IntRange(min=1), default=16, show_default=True,
+              metavar="B", help="Main-memory bytes per cycle (a power of two).")
 def compile_command(program: Path, shapes: Path | None, array_size: str, emit: str | None,
                     stats: bool, verify: bool, iterations: int, max_enodes: int,
-                    timeout: float, output: Path | None, force: bool) -> None:
+                    timeout: float, output: Path | None, force: bool, scratchpad: str,
+                    accumulator: str | None, dram_bandwidth: int) -> None:
     """Map PROGRAM onto an RxC systolic array; write the C program to OUTDIR.
 
     `make -C OUTDIR` builds OUTDIR/model; `make -C OUTDIR sim` co-simulates it on the RTL.
     Without -o, print the rewritten program instead.
     """
-    from glensidec.backend.emit import compile_to_directory
+    from glensidec import pipeline
     from glensidec.opt.extract import (
         array_for_c,
-        compile_program,
         egraph_dot,
         egraph_svg,
         parse_arrays,
@@ -170,20 +183,26 @@ def compile_command(program: Path, shapes: Path | None, array_size: str, emit: s
         check_writable_file(output)
     configs = parse_arrays(array_size)
     config = configs[0]
-    parsed = _load(program, shapes)
-    require_access_result(parsed, check_program(parsed), "compile")
-    compiled = compile_program(parsed, config, Limits(iterations, max_enodes, timeout),
-                               more_arrays=configs[1:])
+    accel = _accelerator(config, scratchpad, accumulator, dram_bandwidth)
+    typed = pipeline.load(program, shapes)  # parse, typecheck
+    parsed = typed.program
+    require_access_result(parsed, typed.types, "compile")
+    compiled = pipeline.compile_program(parsed, config, Limits(iterations, max_enodes, timeout),
+                                        types=typed.types,
+                                        more_arrays=configs[1:])  # rewrite, extract
     if stats:
         for line in compiled.report_lines(config):
+            click.echo(line, err=True)
+        for line in _accelerator_lines(accel, compiled.prediction.invocations):
             click.echo(line, err=True)
     if verify:
         validate(parsed, compiled.program)
         click.echo("verified: the rewritten program computes the same result", err=True)
     if emit == "c":
         assert output is not None
-        result = compile_to_directory(compiled.program, compiled.types, output,
-                                      array_for_c(compiled, configs), force=force)
+        result = pipeline.compile_to_directory(compiled.program, compiled.types, output,
+                                               array_for_c(compiled, configs),
+                                               force=force)  # lower, plan, emit
         click.echo(f"wrote {output}: {len(result.lowered.instructions)} instructions, "
                    f"predicted array cycles {result.predicted_cycles}")
         return
@@ -197,6 +216,66 @@ def compile_command(program: Path, shapes: Path | None, array_size: str, emit: s
         write_file(output, text)
     else:
         click.echo(text, nl=False)
+
+
+def parse_bytes(text: str, option: str) -> int:
+    """`256KiB`, `256K`, `1MiB`, `4096` → bytes (K = KiB = 1024, M = MiB = 1024²)."""
+    import re
+
+    match = re.fullmatch(r"\s*(\d+)\s*(k|kib|m|mib|b)?\s*", text, re.IGNORECASE)
+    if match is None:
+        raise GlensideError(f"{option} takes a size in bytes such as 256KiB or 65536, "
+                            f"got '{text}'")
+    unit = (match.group(2) or "b").lower()[0]
+    return int(match.group(1)) * {"b": 1, "k": 1024, "m": 1024**2}[unit]
+
+
+def _accelerator(config: ArrayConfig, scratchpad: str, accumulator: str | None,
+                 dram_bandwidth: int) -> AccelConfig:
+    """The accelerator around the array, from --scratchpad, --accumulator, --dram-bandwidth.
+
+    Sizes the RTL cannot have, or memories too small for even one tile, are input errors
+    that name the sizes.
+    """
+    from glensidec.hardware.accel import CapacityError
+    from glensidec.hardware.commands import accel_config_for, gemm_tiling
+
+    acc_depth = config.acc_depth
+    if accumulator is not None:
+        size, row = parse_bytes(accumulator, "--accumulator"), config.cols * 4
+        if size % row or size // row < 2:
+            raise GlensideError(f"--accumulator {accumulator}: the accumulator holds rows of "
+                                f"{config.cols} int32 ({row} B) and at least 2 of them; "
+                                f"{size} B is not a whole number of rows ≥ 2")
+        acc_depth = size // row
+    try:
+        accel = accel_config_for(config, parse_bytes(scratchpad, "--scratchpad"),
+                                 dram_bandwidth, acc_depth=acc_depth)
+        gemm_tiling(accel, 1, config.rows, config.cols, "tile")
+    except CapacityError as error:  # "layer tile: …": every array call has such a tile
+        raise GlensideError(f"--scratchpad {scratchpad}: {str(error).split(': ', 1)[1]}") \
+            from None
+    except ValueError as error:
+        option = (f"--dram-bandwidth {dram_bandwidth}" if "bandwidth" in str(error)
+                  else f"--scratchpad {scratchpad}")
+        raise GlensideError(f"{option}: {error}") from None
+    return accel
+
+
+def _accelerator_lines(accel: AccelConfig, invocations: Sequence[Invocation]) -> Iterator[str]:
+    """--stats: the memories and how each array call would be tiled to fit them."""
+    from glensidec.hardware.commands import gemm_tiling
+
+    memory = accel.memory
+    yield (f"accelerator memories: scratchpad {memory.scratchpad_bytes} B ({memory.banks} banks "
+           f"of {memory.bank_rows} {memory.row_bytes}-byte rows), accumulator "
+           f"{accel.acc_depth} rows ({accel.acc_depth * accel.cols * 4} B), DRAM "
+           f"{memory.bus_bytes} B/cycle (tiling only: the generated C does not use the DMA yet)")
+    for call in invocations:
+        tiling = gemm_tiling(accel, call.m, call.k, call.n, call.op)
+        yield (f"  {call.op} M={call.m} K={call.k} N={call.n}: K pieces of "
+               f"{tiling.piece_folds} of {tiling.folds} folds, M chunks of "
+               f"{tiling.chunk_rows} rows")
 
 
 @cli.command("import")

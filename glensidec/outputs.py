@@ -298,3 +298,23 @@ def check_sibling_files(paths: Iterable[Path], record: Path, force: bool = False
     if record.exists() and not recorded:
         raise GlensideError(f"{record} exists and was not written by glensidec; pass --force "
                             "to replace it")
+
+
+def update_own_file(outdir: Path, name: str, content: bytes) -> bool:
+    """Rewrite `name`, a file glensidec wrote into `outdir` (its manifest lists it), and
+    record the new content in the manifest, so the directory stays ours (`make sim` adds a
+    section to report.html this way). A file the user changed or that the manifest does not
+    list is left alone: returns False."""
+    manifest_path = outdir / MANIFEST
+    try:
+        raw = json.loads(manifest_path.read_text(encoding="utf-8"))
+        files = raw["files"]
+        recorded = files[name]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    if _file_digest(outdir / name) != recorded:
+        return False
+    write_file(outdir / name, content)
+    files[name] = _digest(content)
+    write_file(manifest_path, (json.dumps(raw, indent=1, sort_keys=True) + "\n").encode())
+    return True

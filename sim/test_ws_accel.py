@@ -1,7 +1,7 @@
 """pytest entry for ws_accel: whole layers (im2col load → compute → epilogue → store).
 
 Small arrays and memories keep CI cheap; the accumulator and the buffers are small on
-purpose so layers need several M chunks and N blocks (double-buffered steps), and one
+purpose so layers need several M chunks, N blocks and (on 4×4) K pieces, and one
 configuration stores 8-byte rows over a 4-byte bus (store back-pressure on the array).
 """
 
@@ -14,7 +14,7 @@ from cycle_bench import params_env
 from sim_harness import build_module, run_cocotb
 
 #: (rows, cols, row bytes, bank rows, bus bytes, latency, accumulator rows)
-CASES = [(4, 4, 4, 128, 4, 2, 16), (4, 8, 8, 128, 4, 3, 32), (8, 4, 8, 128, 16, 5, 32)]
+CASES = [(4, 4, 4, 32, 4, 2, 16), (4, 8, 8, 128, 4, 3, 32), (8, 4, 8, 128, 16, 5, 32)]
 
 #: ConvLayer fields: 3×3 padded (partial channel fold, two N blocks), strided 1×1, a GEMM.
 LAYERS = [

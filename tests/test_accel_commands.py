@@ -77,13 +77,36 @@ def test_program_uses_several_chunks_and_blocks() -> None:
 
 
 def test_too_small_memories_name_the_sizes() -> None:
-    tiny = AccelConfig(4, 4, 16, MemoryConfig(row_bytes=4, scratchpad_bytes=1024, banks=4,
+    quant = random_layer_data(LAYERS[0], 0)[2]
+    tiny = AccelConfig(4, 4, 16, MemoryConfig(row_bytes=4, scratchpad_bytes=32, banks=4,
                                                bus_bytes=4))
-    with pytest.raises(CapacityError, match=r"18 K folds × 4 rows of 4 B = 288 B.*256-byte"):
-        conv_program(tiny, LAYERS[0], random_layer_data(LAYERS[0], 0)[2])
+    with pytest.raises(CapacityError, match=r"one K fold \(4 rows of 4 B = 16 B\) do not fit a "
+                                            r"8-byte buffer \(a quarter of the 32-byte"):
+        conv_program(tiny, LAYERS[0], quant)
     short_accumulator = AccelConfig(4, 4, 4, SMALL.memory)
-    with pytest.raises(CapacityError, match=r"5 pixels.*accumulator 4 rows"):
-        conv_program(short_accumulator, LAYERS[0], random_layer_data(LAYERS[0], 0)[2])
+    with pytest.raises(CapacityError, match=r"5 pixels needs 5 accumulator rows.*has 4 rows"):
+        conv_program(short_accumulator, LAYERS[0], quant)
+
+
+@pytest.mark.parametrize("layer", LAYERS[:2], ids=lambda layer: layer.name)
+def test_small_scratchpads_cut_k_into_pieces(layer: ConvLayer) -> None:
+    """A 64-byte buffer holds a few K folds: the reduction is cut into pieces that
+    accumulate on chip, and the result is still the layer."""
+    config = AccelConfig(4, 4, 16, MemoryConfig(row_bytes=4, scratchpad_bytes=256, banks=4,
+                                                 bus_bytes=4, latency=2))
+    feature, weights, quant = random_layer_data(layer, 3)
+    program = conv_program(config, layer, quant)
+    assert 1 < program.piece_folds < program.folds
+    M, K, N = layer.gemm
+    memory = np.zeros(program.memory_bytes, dtype=np.uint8)
+    memory[:feature.size] = feature.reshape(-1) & 0xFF
+    memory[program.weight_base:program.weight_base + K * N] = weights.reshape(-1) & 0xFF
+    after = run_functional(config, program.commands, memory).astype(np.int64)
+    got = after[program.output_base:program.output_base + M * N]
+    got = np.where(got >= 128, got - 256, got).reshape(M, N)
+    assert np.array_equal(got, conv_reference(layer, feature, weights, quant))
+    assert accel_cycles(config, program.commands).compute_rows == sum(
+        command.m_len for command in program.commands if isinstance(command, Compute))
 
 
 def test_load_compute_and_store_overlap() -> None:
@@ -111,3 +134,21 @@ def test_halving_the_bandwidth_costs_cycles_on_a_load_bound_layer() -> None:
                                                      banks=4, bus_bytes=bus, latency=2))
         cycles[bus] = accel_cycles(config, conv_program(config, layer, quant).commands).cycles
     assert cycles[2] > cycles[4]
+
+
+def test_the_timing_diagram_in_the_docs_is_the_models() -> None:
+    from pathlib import Path
+
+    from glensidec.hardware.commands import timing_diagram
+
+    config = AccelConfig(4, 4, 8, MemoryConfig(row_bytes=4, scratchpad_bytes=2048, banks=4,
+                                                bus_bytes=4, latency=2))
+    layer = ConvLayer("c1", 6, 6, 4, 8)
+    quant = LayerQuant(EpilogueConfig(), (0,) * 8, (1,) * 8)
+    timing = accel_cycles(config, conv_program(config, layer, quant).commands, trace=True)
+    docs = (Path(__file__).parent.parent / "docs" / "hardware.md").read_text()
+    quoted = " ".join(docs.split())  # the figures the text quotes, across line breaks
+    assert (f"takes {timing.cycles} cycles for {timing.compute_rows} array rows "
+            f"({timing.load_bytes} bytes loaded, {timing.store_bytes} stored)") in quoted
+    for line in timing_diagram(timing, 2).splitlines():
+        assert f"    {line}\n" in docs

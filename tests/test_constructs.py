@@ -21,11 +21,19 @@ from glensidec.frontends import quantize
 from glensidec.hardware.array import ArrayConfig
 from glensidec.lang import constructs as K
 from glensidec.lang.constructs import ComputeKind, Group
+from glensidec.lang.expand import expand_program, needs_expansion
 from glensidec.lang.interp import COMPUTE_IMPLS, IMPLS
 from glensidec.lang.syntax import parse_program
-from glensidec.lang.terms import compute_name, postorder
-from glensidec.lang.typecheck import COMPUTE_RULES, RULES, AccessType, check_program
-from glensidec.opt.rewrite import ArrayTarget, Profile, all_rules
+from glensidec.lang.terms import Term, compute_name, postorder
+from glensidec.lang.typecheck import (
+    COMPUTE_RULES,
+    RULES,
+    AccessType,
+    TypeTable,
+    access_type,
+    check_program,
+)
+from glensidec.opt.rewrite import ArrayTarget, EGraph, Profile, all_rules
 
 ACCESS_CONSTRUCTS = {name for name, c in K.CONSTRUCTS.items() if c.result == K.ACCESS}
 DOC = Path(__file__).resolve().parent.parent / "docs" / "language.md"
@@ -114,21 +122,108 @@ def _heads(text: str) -> set[str]:
     return found
 
 
+def _test_profile(rank: int) -> Profile:
+    return Profile(rank + 2, frozenset({(rank, 1), (1, 1)}), frozenset({(rank, 1)}),
+                   frozenset({(rank, rank)}), rank, frozenset({(rank, 1, 0)}))
+
+
+def _created_heads(rank: int) -> set[str]:
+    """Every construct (and compute type) in the actions of a rewrite rule."""
+    rules = all_rules(ArrayTarget(8, 8), _test_profile(rank))
+    return set().union(*(_heads(rule.split("\n")[1]) for name, texts in rules.items()
+                         if name != "types" for rule in texts))
+
+
 @pytest.mark.parametrize("rank", [2, 4])
 def test_every_construct_a_rewrite_creates_has_an_egraph_type_rule(rank: int) -> None:
     """The `types` ruleset types what rewrites create (the program's own terms are typed by
     typecheck when added): each construct in a rule's actions has a rule typing it."""
-    profile = Profile(rank + 2, frozenset({(rank, 1), (1, 1)}), frozenset({(rank, 1)}),
-                      frozenset({(rank, rank)}), rank, frozenset({(rank, 1, 0)}))
-    rules = all_rules(ArrayTarget(8, 8), profile)
-    created: set[str] = set()
-    for name, texts in rules.items():
-        if name != "types":
-            for rule in texts:
-                actions = rule.split("\n")[1]
-                created |= _heads(actions)
+    rules = all_rules(ArrayTarget(8, 8), _test_profile(rank))
+    created = _created_heads(rank)
     typed: set[str] = set()
     for rule in rules["types"]:
         typed |= _heads(rule.split("\n")[0])
     # Shape-valued arguments are not typed: they are values in the e-graph, not accesses.
     assert {h for h in created - typed if h.split(":")[0] not in Group.STATIC} == set()
+
+
+def _head(term: Term) -> str:
+    return f"compute:{compute_name(term)}" if term.op == "compute" else term.op
+
+
+def _union(profiles: list[Profile]) -> Profile:
+    """One profile covering every program's ranks (one e-graph checks them all)."""
+    return Profile(max(p.max_rank for p in profiles),
+                   frozenset().union(*(p.transposes for p in profiles)),
+                   frozenset().union(*(p.accesses for p in profiles)),
+                   frozenset().union(*(p.products for p in profiles)),
+                   max(p.pair_rank for p in profiles),
+                   frozenset().union(*(p.pairs for p in profiles)),
+                   max(p.pair_extent for p in profiles))
+
+
+LITERAL_SHAPES = {"shape", "list", "access-shape"}
+
+
+def _rewrite_form(term: Term, types: TypeTable, untyped: set[Term]) -> bool:
+    """Whether a rewrite could create `term` as it is written: the rules only ever build
+    literal shapes (no `shape-of`, `get-access-shape`, …), broadcasts to a target split
+    like their operand, and terms over operands the `types` ruleset types."""
+    if any(isinstance(arg, Term) and arg in untyped for arg in term.args):
+        return False
+    for arg in term.args:
+        if isinstance(arg, Term) and arg.op in Group.STATIC and any(
+                part.op not in LITERAL_SHAPES for part in postorder(arg)):
+            return False
+    if term.op == "access-broadcast":  # its target's split is the operand's
+        operand, target = term.args[0], term.args[1]
+        assert isinstance(operand, Term) and isinstance(target, Term)
+        shape = target.args[0]
+        return (target.op == "access-shape" and isinstance(shape, Term)
+                and len(shape.args) == len(access_type(types, operand).shape))
+    return True
+
+
+def test_the_egraph_type_rules_agree_with_typecheck_on_every_construct_a_rewrite_creates(
+        ) -> None:
+    """The `types` ruleset is a second statement of the type rules, in egglog: every docs
+    example is added to an e-graph with the types of the constructs the ruleset types left
+    out, and the ruleset must derive exactly the types `typecheck` gives them (it may leave
+    forms no rewrite creates untyped: `_rewrite_form`). Together the examples must exercise
+    the rule of every construct a rewrite can create."""
+    programs = [parse_program(text, "docs") for text in _checked_examples()]
+    # The e-graph holds programs as compiling does: expanded (tuples, conv2d modes).
+    programs = [expand_program(p) if needs_expansion(p.root) else p for p in programs]
+    checked = [(p, check_program(p)) for p in programs]
+    checked = [(p, t) for p, t in checked if isinstance(t[p.root], AccessType)]
+    profile = _union([Profile.of(p.root, t) for p, t in checked])
+    typed_by_rules = set().union(*(_heads(rule.split("\n")[0])
+                                   for rule in all_rules(ArrayTarget(8, 8), profile)["types"]))
+    graph = EGraph((), ArrayTarget(8, 8), profile)
+    compared: set[str] = set()
+    disagreements = []
+    for program, types in checked:
+        given = {term: value for term, value in types.items()
+                 if not isinstance(term, Term) or _head(term) not in typed_by_rules}
+        graph.run("(push)")
+        graph.add(program.root, given)
+        graph.run_ruleset("types", saturate=True)
+        classes = graph.classes(program.root)
+        untyped: set[Term] = set()  # program-only forms the rules leave to typecheck
+        for term in postorder(program.root):
+            expected = types[term]
+            if _head(term) not in typed_by_rules or not isinstance(expected, AccessType):
+                continue
+            derived = graph.type_of(classes[term])
+            if derived is None and not _rewrite_form(term, types, untyped):
+                untyped.add(term)
+                continue
+            compared.add(_head(term))
+            if derived != expected:
+                disagreements.append(f"{_head(term)}: {derived} != {expected}")
+        graph.run("(pop)")
+    assert disagreements == [], "\n".join(disagreements)
+    created = set().union(*(_created_heads(rank) for rank in (2, 4)))
+    # (a compute is compared as `compute:NAME`, its compute type)
+    assert {h for h in created - {"compute"}
+            if h.split(":")[0] not in Group.STATIC} - compared == set()

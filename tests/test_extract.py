@@ -20,12 +20,13 @@ from glensidec.lang.typecheck import check_program
 from glensidec.opt import extract, regions
 from glensidec.opt.extract import (
     best_orientation,
-    compile_program,
     matmuls,
     predict,
     unmapped_products,
     validate,
 )
+from glensidec.opt.rewrite import RULESETS, Limits
+from glensidec.pipeline import compile_program
 
 ARRAY = hardware.ArrayConfig(16, 16)
 WORKLOADS = workloads.workloads()
@@ -174,12 +175,12 @@ def _depthwise_chain(layers: int, channels: int, size: int) -> Program:
     return make_program(x, tensors)
 
 
-def _whole_program(program: Program, limits: extract.Limits) -> tuple[str, int]:
+def _whole_program(program: Program, limits: Limits) -> tuple[str, int]:
     """Stop reason and extraction cost with the whole program in one e-graph."""
     types = check_program(program)
     products = [t for t in postorder(program.root) if regions.is_product(t)]
     target = extract.array_target(ARRAY)
-    graph = extract.new_graph(program, types, products, target, extract.RULESETS)
+    graph = extract.new_graph(program, types, products, target, RULESETS)
     name = graph.add(program.root, types)
     stats = graph.saturate(limits)
     return stats.stop_reason, extract.extract_checked(graph, name, program.tensors, target)[1]
@@ -189,7 +190,7 @@ def test_each_region_has_the_limits_to_itself() -> None:
     """Three depthwise layers of 16 channels under a 4,000 e-node limit: one e-graph for
     all of them hits the limit before the cheap block-diagonal groups exist; one e-graph
     per layer saturates each, and each layer compiles as it does alone."""
-    limits = extract.Limits(max_enodes=4_000)
+    limits = Limits(max_enodes=4_000)
     program = _depthwise_chain(3, 16, 6)
     compiled = compile_program(program, ARRAY, limits)
     stats = compiled.stats
@@ -205,7 +206,7 @@ def test_each_region_has_the_limits_to_itself() -> None:
 
 def test_a_time_limit_is_shared_between_regions() -> None:
     program = _depthwise_chain(2, 8, 4)
-    compiled = compile_program(program, ARRAY, extract.Limits(timeout=0.0))
+    compiled = compile_program(program, ARRAY, Limits(timeout=0.0))
     assert compiled.stats.stop_reason.startswith("time limit")
     assert compiled.stats.stop_reason.endswith("of 2 regions")
     validate(program, compiled.program)
@@ -327,6 +328,9 @@ def test_let_names_follow_their_e_class_through_rewriting() -> None:
     assert not any(term in present for term in program.names)  # none survives structurally
     assert sorted(compiled.program.names.values()) == sorted(SMALL_CNN_LETS)
     assert set(SMALL_CNN_LETS) <= _lowered_buffers(program)
+    calls = [line for line in compiled.report_lines(hardware.ArrayConfig(8, 8))
+             if "systolic-array" in line]
+    assert [line.split(":")[0].strip() for line in calls] == ["conv", "logits"]
     text = format_program(compiled.program)
     reparsed = parse_program(text, str(EXAMPLES / "rewritten.gs"))
     assert reparsed.root == compiled.program.root

@@ -20,7 +20,8 @@ from glensidec.hardware.array import ArrayConfig, gemm_cycles, reference_gemm_f3
 from glensidec.lang.data import all_tensors, random_inputs
 from glensidec.lang.interp import run_program
 from glensidec.lang.syntax import read_program
-from glensidec.opt.extract import compile_program, parse_array_size, unmapped_products
+from glensidec.opt.extract import parse_array_size, unmapped_products
+from glensidec.pipeline import compile_program
 
 GLENSIDE = EXAMPLES / "glenside"
 

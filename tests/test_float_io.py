@@ -5,12 +5,16 @@ quantizer does, and `--dequantize` gives float32 results."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from conftest import assert_calls_match_the_model
 from test_import import MODELS, imported, run_onnxruntime
 
 import glensidec
@@ -200,3 +204,124 @@ def test_a_float_input_gives_what_the_hand_quantized_input_gives(
         worst = max(worst, float(np.max(np.abs(real - reference))) / out_params.scale)
     print(f"worst dequantized error: {worst:.2f} output steps")
     assert worst <= 4.0, worst
+
+
+# -- the generated C and the co-simulation ------------------------------------------------
+
+C_SCALES = [(0.05, -3), (0.1 + 0.2, 0), (1e-5, 127), (3.7e3, -128), (2.0 ** -7, 5)]
+
+
+def adversarial_floats(scale: float, zero_point: int, count: int = 200) -> Array:
+    """Values where a different rounding or saturation would show: (k + ½)·scale and its
+    float32 neighbours, the saturation edges, ±inf, ±0, subnormals, huge, random."""
+    generator = np.random.default_rng(int(scale * 1e6) % 2**32)
+    halves = (np.arange(-140, 140) + 0.5) * scale
+    near = np.concatenate([np.nextafter(halves.astype(np.float32), np.float32(np.inf)),
+                           np.nextafter(halves.astype(np.float32), np.float32(-np.inf))])
+    edges = np.array([(127.5 - zero_point) * scale, (-128.5 - zero_point) * scale, np.inf,
+                      -np.inf, 0.0, -0.0, 1e-45, -1e-45, 3e38, -3e38])
+    spread = generator.standard_normal(count) * 64 * scale
+    return np.concatenate([halves, near, edges, spread]).astype(np.float32)
+
+
+def c_quantization_program(tmp_path: Path) -> tuple[Path, dict[str, Array]]:
+    """One input per (scale, zero point), concatenated: the output is every quantized input."""
+    inputs = {f"x{i}": adversarial_floats(s, z) for i, (s, z) in enumerate(C_SCALES)}
+    lines = [f"(input {name} i8 (shape {len(values)}) (quantized {s!r} {z}))"
+             for (name, values), (s, z) in zip(inputs.items(), C_SCALES, strict=True)]
+    lines.append("(quantized-output 0.0625 -7)")
+    result = "(access-tensor x0)"
+    for name in list(inputs)[1:]:
+        result = f"(access-concatenate {result} (access-tensor {name}) 0)"
+    path = tmp_path / "quantized_inputs.gs"
+    path.write_text("\n".join([*lines, result]) + "\n")
+    return path, inputs
+
+
+def run_checked(words: list[str | Path], **options: Any) -> str:
+    done = subprocess.run([str(w) for w in words], capture_output=True, text=True, check=False,
+                          timeout=900, **options)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    return done.stdout
+
+
+def model_arguments(inputs: dict[str, Array], folder: Path) -> list[str]:
+    arguments = []
+    for name, values in inputs.items():
+        np.save(folder / f"{name}.npy", values)
+        arguments.append(f"{name}={folder / f'{name}.npy'}")
+    return arguments
+
+
+@pytest.mark.slow
+def test_the_c_model_quantizes_and_dequantizes_bit_exactly_as_python(tmp_path: Path) -> None:
+    """1,900 adversarial floats over five scales: the C harness's quantization equals
+    Quantization.quantize and the interpreter's; --dequantize equals Quantization.dequantize
+    bit for bit; NaN and a wrong dtype are refused with the input's name."""
+    program_path, inputs = c_quantization_program(tmp_path)
+    program = read_program(program_path)
+    declared = {name: program.tensors[name].quantization for name in inputs}
+    expected = np.concatenate([q.quantize(inputs[name]) for name, q in declared.items()
+                               if q is not None])
+    assert len(expected) == sum(len(values) for values in inputs.values())
+    np.testing.assert_array_equal(np.concatenate([by_hand(v, s, z) for v, (s, z) in zip(
+        inputs.values(), C_SCALES, strict=True)]), expected)
+    np.testing.assert_array_equal(glensidec.run(program, inputs), expected)
+    outdir = tmp_path / "out"
+    run_checked([sys.executable, "-m", "glensidec", "compile", program_path,
+                 "--array", "8x8", "-o", outdir])
+    run_checked(["make", "-s", "-C", outdir, "OPT=-O2"])
+    arguments = model_arguments(inputs, tmp_path)
+    run_checked([outdir / "model", *arguments, "-o", tmp_path / "c.npy"])
+    run_checked([outdir / "model", *arguments, "--dequantize", "-o", tmp_path / "real.npy"])
+    c = np.load(tmp_path / "c.npy")
+    assert c.dtype == np.int8
+    np.testing.assert_array_equal(c, expected)
+    real = np.load(tmp_path / "real.npy")
+    assert real.dtype == np.float32
+    reference = Quantization(0.0625, -7).dequantize(expected)
+    np.testing.assert_array_equal(real.view(np.uint32), reference.view(np.uint32))
+    np.save(tmp_path / "nan.npy", np.where(np.arange(len(inputs["x0"])) == 3, np.nan,
+                                           inputs["x0"]).astype(np.float32))
+    np.save(tmp_path / "f64.npy", inputs["x0"].astype(np.float64))
+    for bad, messages in (("nan.npy", ["input 'x0': ", "holds NaN"]),
+                          ("f64.npy", ["input 'x0': ", "expected '<i1' or '<f4'"])):
+        done = subprocess.run([str(outdir / "model"), f"x0={tmp_path / bad}", *arguments[1:]],
+                              capture_output=True, text=True, check=False)
+        assert done.returncode == 1, done.stderr
+        assert all(message in done.stderr for message in messages), done.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.rtl
+def test_a_float_input_agrees_in_interpreter_c_and_rtl(
+        quantized_mlp: tuple[Any, Path, Path], tmp_path: Path, sim_cache: Path) -> None:
+    """The quantized MLP fed one float32 input: the interpreter, OUTDIR/model and
+    `make sim` give the same int8 result as the hand-quantized input does, and
+    --dequantize / DEQUANTIZE=1 the same float32 bits as Quantization.dequantize."""
+    _, _, saved = quantized_mlp
+    program = read_program(saved)
+    x_params, out_params = program.tensors["x"].quantization, program.output_quantization
+    assert x_params is not None and out_params is not None
+    x = np.random.default_rng(5).standard_normal((1, 32)).astype(np.float32)
+    expected = glensidec.run(program, {"x": by_hand(x, x_params.scale, x_params.zero_point)})
+    np.testing.assert_array_equal(glensidec.run(program, {"x": x}), expected)
+    outdir = tmp_path / "out"
+    run_checked([sys.executable, "-m", "glensidec", "compile", saved, "--array", "8x8",
+                 "-o", outdir])
+    run_checked(["make", "-s", "-C", outdir, "OPT=-O1"])
+    arguments = model_arguments({"x": x}, tmp_path)
+    run_checked([outdir / "model", *arguments, "-o", tmp_path / "c.npy"])
+    np.testing.assert_array_equal(np.load(tmp_path / "c.npy"), expected)
+    reference = out_params.dequantize(expected).view(np.uint32)
+    run_checked([outdir / "model", *arguments, "--dequantize", "-o", tmp_path / "c_real.npy"])
+    np.testing.assert_array_equal(np.load(tmp_path / "c_real.npy").view(np.uint32), reference)
+    run_checked(["make", "-C", outdir, "sim", f"INPUTS={' '.join(arguments)}",
+                 f"OUTPUT={tmp_path / 'sim_real.npy'}", "DEQUANTIZE=1"],
+                env={**os.environ, "GLENSIDEC_SIM_CACHE": str(sim_cache)})
+    sim_real = np.load(tmp_path / "sim_real.npy")
+    assert sim_real.dtype == np.float32
+    np.testing.assert_array_equal(sim_real.view(np.uint32), reference)
+    report = json.loads((outdir / "cosim_report.json").read_text())
+    assert_calls_match_the_model(report)
+    assert len(report["calls"]) == 3  # the three dense layers ran on the RTL array

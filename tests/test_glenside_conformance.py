@@ -21,7 +21,6 @@ import numpy as np
 import pytest
 from conftest import assert_calls_match_the_model, compile_and_cosimulate
 
-from glensidec.backend.emit import compile_to_directory
 from glensidec.errors import GlensideError
 from glensidec.hardware.array import ArrayConfig
 from glensidec.lang import constructs as K
@@ -32,6 +31,7 @@ from glensidec.lang.interp import evaluate_result, run_program
 from glensidec.lang.syntax import parse_program, read_program
 from glensidec.lang.terms import Program, TensorDecl, postorder
 from glensidec.lang.typecheck import AccessShape, AccessType, TupleType, check_program
+from glensidec.pipeline import compile_to_directory
 
 F32_MIN = float(np.finfo(np.float32).min)  # Rust's f32::MIN: the lowest finite f32
 
@@ -1028,7 +1028,7 @@ def test_language_relay_tests_are_located_errors(case: tuple[str, str]) -> None:
 def test_conv2d_mode_of_another_size_is_a_located_compile_error() -> None:
     # A conv2d mode asks for a rows×cols array like systolic-array does: compiled for
     # another size it is the user's error, located at the construct's size.
-    from glensidec.opt.extract import compile_program
+    from glensidec.pipeline import compile_program
 
     parsed = program("(systolic-array-conv2d-nchw-oihw-with-blocking 8 4 (access-tensor w) "
                      "(access-tensor d) 3 2 2 1)",

@@ -22,7 +22,6 @@ import pytest
 from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
 
-from glensidec.backend.emit import compile_to_directory
 from glensidec.cli import import_command
 from glensidec.errors import GlensideError
 from glensidec.frontends.importer import import_onnx, sanitize
@@ -33,6 +32,7 @@ from glensidec.lang.syntax import read_program
 from glensidec.lang.terms import Program
 from glensidec.lang.typecheck import check_program
 from glensidec.outputs import MANIFEST
+from glensidec.pipeline import compile_to_directory
 
 Array = np.ndarray[Any, Any]
 
@@ -428,9 +428,9 @@ OPS: dict[str, tuple[Callable[[OnnxGraph, str], str], list[int]]] = {
                mode="reflect"),
         g.const("q", np.array([1, 0, 3, 2, 1, 0], np.int64))], mode="edge"), [2, 3, 4]),
     "gemm_beta_computed_c": (lambda g, x: g.node("Gemm", [
-        x, g.random("w", (6, 5)),
-        g.node("Slice", [x, *(g.const(n, np.array([v], np.int64))
-                              for n, v in (("s", 1), ("e", 6), ("a", 1)))])],
+        x, g.random("w", (6, 5)), g.node("Slice", [
+            x, *(g.const(n, np.array([v], np.int64))
+                 for n, v in (("s", 1), ("e", 6), ("a", 1)))])],
         alpha=0.75, beta=0.5), [3, 6]),
 }
 

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from conftest import assert_calls_match_the_model, compile_and_cosimulate
 from test_import import MODELS, OnnxGraph, imported
-from test_quantize import SCHEMES, calibration_for, sample_list
+from test_quantize import SCHEMES, calibration_for, lut_block, sample_list
 
 from glensidec.frontends.quantize import QuantizedProgram, quantize, save_quantized
 from glensidec.lang.data import load_weights
@@ -28,7 +28,8 @@ from glensidec.lang.interp import run_program
 from glensidec.lang.syntax import read_program
 from glensidec.lang.terms import Program, compute_name, postorder
 from glensidec.lang.typecheck import check_program
-from glensidec.opt.extract import compile_program, parse_array_size, unmapped_products
+from glensidec.opt.extract import parse_array_size, unmapped_products
+from glensidec.pipeline import compile_program
 
 Array = np.ndarray[Any, Any]
 
@@ -97,3 +98,13 @@ def test_a_resnet18_layer_cosimulates_bit_exactly(tmp_path: Path, sim_cache: Pat
     (call,) = report["calls"]
     # The im2col matrix of the layer: 7·7 positions, 512·3·3 taps, 512 filters.
     assert (call["m"], call["k"], call["n"]) == (49, 4608, 512), call
+
+
+def test_lookup_tables_and_gates_cosimulate_bit_exactly(tmp_path: Path, sim_cache: Path) -> None:
+    """SiLU, a squeeze-and-excitation gate, HardSwish, tanh, erf and exp in int8: the
+    lookup tables and activation products run on the host, the convolutions on the array;
+    the three executors give the same integers."""
+    program = imported(lut_block(), tmp_path, "lut")
+    calibration = calibration_for(program, 8)
+    quantized = quantize(program, calibration, per_channel=True, symmetric_activations=False)
+    check_agreement(quantized, sample_list(calibration, 1)[0], "8x8", tmp_path, sim_cache)

@@ -39,10 +39,10 @@ from glensidec.frontends.quantize import (
     save_quantized,
 )
 from glensidec.lang.data import load_weights
-from glensidec.lang.dtypes import requantize
+from glensidec.lang.dtypes import LOOKUP_FUNCTIONS, lookup_table, requantize
 from glensidec.lang.interp import run_program
 from glensidec.lang.syntax import format_program, parse_program, read_program
-from glensidec.lang.terms import Program, TensorDecl
+from glensidec.lang.terms import Program, TensorDecl, compute_name, postorder
 from glensidec.lang.typecheck import check_program, root_type
 
 Array = np.ndarray[Any, Any]
@@ -562,14 +562,11 @@ REFUSED = {  # (op, symmetric activations) → the reason the quantizer gives
     ("pad_nonzero_constant", False): "zero padding of an i8 tensor whose zero point",
     ("matmul_two_inputs", False): "dot-product needs exactly one constant",
     ("matmul_two_inputs", True): "dot-product needs exactly one constant",
-    # Not yet in int8 (issue 17): the transcendental functions (Glow's lookup tables) and
-    # products of two activations (attention's Q·Kᵀ, SiLU's x·sigmoid(x), HardSwish, x²).
+    # Not yet in int8: matrix products of two activations (attention's Q·Kᵀ) and sqrt
+    # (its input can be negative, so no table; LayerNormalization needs it).
     **{(name, symmetric): reason for symmetric in (False, True) for name, reason in {
         "matmul_batched_two_inputs": "dot-product needs exactly one constant",
-        "silu_tanh_exp": "compute sigmoid has no integer form",
-        "gelu_as_exported": "compute erf has no integer form",
-        "hardswish_hardsigmoid": "elementwise-mul of two computed tensors has no integer form",
-        "sqrt_reciprocal_neg_pow": "elementwise-mul of two computed tensors has no integer",
+        "sqrt_reciprocal_neg_pow": "compute sqrt has no integer form",
     }.items()},
 }
 
@@ -593,6 +590,57 @@ def test_single_op_quantizes(name: str, symmetric: bool, tmp_path: Path) -> None
             assert error <= 0.01, name
         else:
             assert error <= 2.0 * quantized.output.scale, name
+
+
+# -- non-linear functions and products of activations ------------------------------------------
+
+
+def lut_block(seed: int = 0) -> Any:
+    """The int8 patterns of MobileNetV3 and EfficientNet: SiLU (x·sigmoid(x)), a
+    squeeze-and-excitation gate (pool, 1×1 convs, sigmoid, x·gate), HardSwish, and tanh, erf
+    and exp, as onnx.helper builds them."""
+    g = OnnxGraph(seed)
+    x = g.input("x", [1, 3, 8, 8])
+    c1 = g.conv(x, 3, 8, 3, pad=1)
+    silu = g.node("Mul", [c1, g.node("Sigmoid", [c1])])
+    pooled = g.node("GlobalAveragePool", [silu])
+    gate = g.node("Sigmoid", [g.conv(g.node("Relu", [g.conv(pooled, 8, 4, 1)]), 4, 8, 1)])
+    c2 = g.conv(g.node("Mul", [silu, gate]), 8, 8, 1)
+    y = g.node("Add", [g.node("Tanh", [g.node("HardSwish", [c2])]),
+                       g.node("Exp", [g.node("Erf", [c2])])])
+    return g.model(y, [1, 8, 8, 8])
+
+
+@pytest.mark.parametrize("function", sorted(LOOKUP_FUNCTIONS))
+def test_lookup_table_rounds_the_function_to_the_nearest_step(function: str) -> None:
+    in_scale, in_zero_point, out_scale, out_zero_point = 0.023, -7, 0.011, 5
+    table = lookup_table(function, in_scale, in_zero_point, out_scale, out_zero_point)
+    real = LOOKUP_FUNCTIONS[function](in_scale * (np.arange(-128, 128) - in_zero_point))
+    ideal = real / out_scale + out_zero_point
+    inside = (ideal > -128.5) & (ideal < 127.5)
+    assert table.dtype == np.int8 and table.shape == (256,)
+    assert np.all(np.abs(table[inside] - ideal[inside]) <= 0.5)
+    assert np.all(table[~inside] == np.where(ideal[~inside] < 0, -128, 127))  # saturated
+
+
+@pytest.mark.parametrize("scheme", ["per-channel-symmetric", "per-tensor-asymmetric"])
+def test_lookup_tables_and_activation_products_quantize(scheme: str, tmp_path: Path) -> None:
+    program = imported(lut_block(), tmp_path)
+    calibration = calibration_for(program, 8)
+    quantized = quantize(program, calibration, *SCHEMES[scheme])
+    check_integer_program(quantized)
+    computes = [compute_name(t) for t in postorder(quantized.program.root)]
+    assert not {"sigmoid", "tanh", "exp", "erf"} & set(computes)  # every one is a table
+    functions = {t.args[0].params[0] for t in postorder(quantized.program.root)  # type: ignore[union-attr]
+                 if compute_name(t) == "lookup"}
+    assert functions == {"sigmoid", "tanh", "exp", "erf"}
+    worst = 0.0
+    for inputs in sample_list(calibration, 4):
+        expected = run_program(program, {**load_weights(program), **inputs})
+        error = np.max(np.abs(run_quantized(quantized, inputs) - expected))
+        worst = max(worst, float(error / np.max(np.abs(expected))))
+    print(f"{scheme}: worst max|error| / max|float| {worst:.4f}")
+    assert worst <= 0.06
 
 
 # -- a whole network -----------------------------------------------------------------------------

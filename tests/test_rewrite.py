@@ -16,8 +16,9 @@ from glensidec.hardware.array import ArrayConfig
 from glensidec.lang.syntax import parse_program, read_program
 from glensidec.lang.terms import Program, Symbol, TensorDecl, postorder
 from glensidec.lang.typecheck import AccessType, check_program
-from glensidec.opt.extract import array_shapes, compile_program, predict, validate
+from glensidec.opt.extract import array_shapes, predict, validate
 from glensidec.opt.rewrite import RULESETS, ArrayTarget, EGraph, Limits, Profile
+from glensidec.pipeline import compile_program
 
 ARRAY = ArrayConfig(16, 16)
 
@@ -191,9 +192,9 @@ def test_explicit_blocking_splits_the_reduction_and_accumulates() -> None:
 
 def test_explicitly_blocked_program_is_extracted_and_correct(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from glensidec.opt import extract
+    from glensidec import pipeline
 
-    monkeypatch.setattr(extract, "array_target",
+    monkeypatch.setattr(pipeline, "array_target",
                         lambda config: ArrayTarget(config.rows, config.cols,
                                                    runtime_blocking=False))
     program = _matmul(7, 48, 32)

@@ -15,7 +15,8 @@ from conftest import EXAMPLES
 from glensidec.errors import GlensideError
 from glensidec.hardware.array import ArrayConfig, gemm_cycles
 from glensidec.lang.syntax import read_program
-from glensidec.opt.extract import compile_program, parse_arrays, validate
+from glensidec.opt.extract import parse_arrays, validate
+from glensidec.pipeline import compile_program
 
 GLENSIDE = EXAMPLES / "glenside"
 # not beside the other examples: it needs --array 2x4,4x6,6x2, not one size

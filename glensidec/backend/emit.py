@@ -1,12 +1,13 @@
-"""Stage 6, emission: a lowered, planned program as a standalone C program in a directory.
+"""Stage 7, emit: a lowered, planned program as a standalone C program in a directory.
 
-`compile_to_directory(program, types, outdir, config)` writes, through the Jinja2 templates
-in `templates/`:
+`emit_directory(program, lowered, plan, outdir, config, weights)` writes, through the Jinja2
+templates in `templates/`:
 
     model.c / model.h          model_run(constants, mutable_io, activations) and the layout
     array_runtime.c / .h       gs_array_gemm(): the one seam every array call goes through
     main.c, Makefile           `make` builds ./model; ./model NAME=FILE.npy … -o OUT.npy
     weights.bin                the constants region
+    report.html, report.json   per-instruction cycles, MACs and utilization, with plots
 
 The directory appears atomically (glensidec.outputs): everything is written into a temporary
 sibling that is renamed at the end, so a failure never leaves a half-written OUTDIR, and
@@ -20,7 +21,7 @@ import json
 import math
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import jinja2
@@ -38,35 +39,25 @@ from glensidec.backend.lower import (
     Fold,
     Instruction,
     LoweredProgram,
-    LowerOptions,
     Map,
     Reduce,
     RequantizePerChannel,
     Softmax,
     constant_array,
-    lower_program,
 )
-from glensidec.backend.plan import MemoryPlan, plan_memory
+from glensidec.backend.plan import MemoryPlan
+from glensidec.backend.report import render_files as report_files
+from glensidec.backend.report import report_data
 from glensidec.backend.views import Axis, View, canonical, refine
 from glensidec.hardware.array import ArrayConfig, gemm_cycles
-from glensidec.lang import data
 from glensidec.lang.constructs import ComputeKind
-from glensidec.lang.dtypes import DTYPES, Array, integer_range
+from glensidec.lang.dtypes import DTYPES, Array, integer_range, lookup_table
 from glensidec.lang.terms import Program
-from glensidec.lang.typecheck import TypeTable
 from glensidec.outputs import write_directory
 from glensidec.resources import resource_dir
 
 TEMPLATES = ("model.c", "model.h", "array_runtime.c", "array_runtime.h", "host_gemm.c",
              "host_gemm.h", "main.c", "Makefile")
-
-
-@dataclass(frozen=True)
-class CompileResult:
-    outdir: Path
-    lowered: LoweredProgram
-    plan: MemoryPlan
-    predicted_cycles: int  # Σ hardware.gemm_cycles over the array calls of one run
 
 
 def predicted_cycles(lowered: LoweredProgram, config: ArrayConfig) -> int:
@@ -194,7 +185,11 @@ class _Renderer:
                                     self.dtype(instruction.src), self.dtype(instruction.dst))
         body = [self.load("x", instruction.src, loops.indices[1]),
                 f"{self.at(instruction.dst, loops.indices[0])} = {expression};"]
-        return f"{instruction.dst.buffer} = {instruction.op.name}", _wrap_nest(loops, body)
+        lines = _wrap_nest(loops, body)
+        if instruction.op.name == "lookup":  # the table, in a block of its own
+            lines = ["{", *lookup_declaration(instruction.op.params),
+                     *("  " + line for line in lines), "}"]
+        return f"{instruction.dst.buffer} = {instruction.op.name}", lines
 
     def _fold(self, fold: Fold) -> tuple[str, list[str]]:
         loops = nest([fold.dst, *fold.members], 0, len(fold.dst.dims), "i")
@@ -501,9 +496,24 @@ def map_expression(op: str, params: Sequence[int | float | str], x: str, source:
         return clip_expression(x, params, source)
     if op == "cast":
         return cast_expression(x, source, result)
+    if op == "lookup":  # `table`: declared by lookup_declaration around the loops
+        return f"table[(int){x} + 128]"
     assert op == "requantize", op
     multiplier, pre, post, zero_point = (int(p) for p in params)
     return f"gs_requantize((int64_t){x}, {multiplier}, {pre}, {post}, {zero_point})"
+
+
+def lookup_declaration(params: Sequence[int | float | str]) -> list[str]:
+    """`static const int8_t table[256]`, written from dtypes.lookup_table itself (so C and
+    the interpreter index the same integers), 16 entries a line."""
+    function, in_scale, in_zero_point, out_scale, out_zero_point = params
+    table = lookup_table(str(function), float(in_scale), int(in_zero_point), float(out_scale),
+                         int(out_zero_point))
+    rows = [", ".join(str(int(v)) for v in table[i:i + 16]) for i in range(0, 256, 16)]
+    return [f"  /* {function}: entry q + 128 = round({function}({in_scale!r} * (q - "
+            f"{in_zero_point})) / {out_scale!r}) + {out_zero_point}, saturated */",
+            "  static const int8_t table[256] = {",
+            *(f"    {row}," for row in rows[:-1]), f"    {rows[-1]}", "  };"]
 
 
 def clip_expression(x: str, params: Sequence[int | float | str], dtype: str) -> str:
@@ -605,6 +615,25 @@ def _placeholders(lowered: LoweredProgram, plan: MemoryPlan) -> list[dict[str, o
     return rows
 
 
+def _quantization_rows(program: Program, lowered: LoweredProgram,
+                       placeholders: list[dict[str, object]]) -> list[dict[str, object]] | None:
+    """Per placeholder, the program's (quantized …) of an input or (quantized-output …) of
+    the result as C literals (scale "0.0": none); None when the program declares none (its
+    main.c then has no float path at all)."""
+    rows: list[dict[str, object]] = []
+    for row in placeholders:
+        buffer = lowered.buffers[str(row["name"])]
+        if buffer.kind == OUTPUT:
+            quantization = program.output_quantization
+        else:
+            tensor = program.tensors.get(buffer.tensor or "")
+            quantization = tensor.quantization if tensor is not None else None
+        rows.append({"tensor": row["tensor"],
+                     "scale": "0.0" if quantization is None else repr(float(quantization.scale)),
+                     "zero_point": 0 if quantization is None else quantization.zero_point})
+    return rows if any(row["scale"] != "0.0" for row in rows) else None
+
+
 def weights_blob(lowered: LoweredProgram, plan: MemoryPlan, weights: dict[str, Array]) -> bytes:
     """The constants region: every constant at its planned offset, little-endian."""
     blob = bytearray(plan.constants_size)
@@ -633,6 +662,7 @@ def render_files(program: Program, lowered: LoweredProgram, plan: MemoryPlan,
         "array_calls": len(lowered.array_calls()),
         "instruction_count": len(lowered.instructions),
         "placeholders": placeholders, "output_name": lowered.output,
+        "quantization": _quantization_rows(program, lowered, placeholders),
         "max_rank": max([1, *(len(lowered.buffers[name].shape) for name in plan.mutable)]),
         "declarations": _declarations(lowered, plan), "blocks": blocks,
     }
@@ -644,6 +674,7 @@ def render_files(program: Program, lowered: LoweredProgram, plan: MemoryPlan,
              for name in TEMPLATES}
     files["weights.bin"] = weights_blob(lowered, plan, weights)
     files["cosim.json"] = cosim_manifest(program, lowered, config).encode()
+    files.update(report_files(report_data(Path(program.path).name, lowered, config)))
     return files
 
 
@@ -689,19 +720,9 @@ def write_directory_atomically(outdir: Path, files: dict[str, bytes],
     write_directory(outdir, files, force=force, products=BUILD_PRODUCTS)
 
 
-def compile_to_directory(program: Program, types: TypeTable, outdir: str | Path,
-                         config: ArrayConfig, options: LowerOptions | None = None,
-                         weights: dict[str, Array] | None = None,
-                         force: bool = False) -> CompileResult:
-    """Compile `program` to a C program in `outdir` (see the module docstring).
-
-    `weights` defaults to the program's weight files (glensidec.lang.data.load_weights).
-    `force`: replace glensidec's own files in an OUTDIR that also holds others.
-    """
-    weights = data.load_weights(program) if weights is None else weights
-    options = replace(options or LowerOptions(), array_dtype="f32" if config.is_float else "i8")
-    lowered = lower_program(program, types, options)
-    plan = plan_memory(lowered)
-    files = render_files(program, lowered, plan, config, weights)
-    write_directory_atomically(Path(outdir), files, force)
-    return CompileResult(Path(outdir), lowered, plan, predicted_cycles(lowered, config))
+def emit_directory(program: Program, lowered: LoweredProgram, plan: MemoryPlan, outdir: Path,
+                   config: ArrayConfig, weights: dict[str, Array], force: bool = False) -> None:
+    """Write the C program of a lowered, planned `program` to `outdir` (see the module
+    docstring); `force`: replace glensidec's own files in an OUTDIR that also holds others."""
+    write_directory_atomically(outdir, render_files(program, lowered, plan, config, weights),
+                               force)

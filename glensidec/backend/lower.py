@@ -1,4 +1,4 @@
-"""Stage 5, lowering: a typed program to a buffer-level program (Glow's low-level IR).
+"""Stage 5, lower: a typed program to a buffer-level program (Glow's low-level IR).
 
 The access-pattern program is pure; the buffer-level program is a list of instructions over
 named buffers, in execution order. Three ideas carry it (docs/codegen.md):

@@ -1,4 +1,4 @@
-"""Static memory planning: three regions, every buffer 64-byte aligned (Glow's planner).
+"""Stage 6, plan: three memory regions, every buffer 64-byte aligned (Glow's planner).
 
 * **constants** (weights, literals, operands packed at compile time): bump allocated, in
   buffer order; their bytes are `weights.bin`.

@@ -23,6 +23,7 @@ from glensidec.cosim.runner import (
     ENV_ARGS,
     ENV_LIBRARY,
     ENV_MANIFEST,
+    ENV_PROGRESS,
     ENV_REPORT,
     Manifest,
     testbench_depths,
@@ -63,6 +64,7 @@ async def run_compiled_program(dut: Any) -> None:
     library = ctypes.CDLL(os.environ[ENV_LIBRARY])
     gemm_on_rtl = resume(driver.gemm)
     calls: list[dict[str, int | bool | float]] = []
+    progress_path = os.environ.get(ENV_PROGRESS)
 
     def backend(m: int, k: int, n: int, a_ptr: Any, b_ptr: Any, d_ptr: Any,
                 c_ptr: Any) -> int:
@@ -81,6 +83,9 @@ async def run_compiled_program(dut: Any) -> None:
                       "simulated_cycles": run.cycles,
                       "data_ok": same_bits(run.C, expected),
                       "cycles_ok": run.cycles == predicted, "rtl_seconds": rtl_seconds})
+        if progress_path:  # for the progress bar of the process that started the simulator
+            with open(progress_path, "a") as progress:
+                progress.write(f"{run.cycles}\n")
         return 0
 
     callback = (BACKEND_F32 if config.is_float else BACKEND)(backend)  # alive until the end

@@ -1,4 +1,4 @@
-"""Stage 7, simulation: run a compiled program with its array calls executed by the RTL.
+"""After the pipeline, simulate: run a compiled program, its array calls on the RTL.
 
 `make -C OUTDIR sim INPUTS="x=x.npy" OUTPUT=out.npy` runs `python -m glensidec.cosim`. The
 compiled C program (main.c, model.c, array_runtime.c, built as `libmodel_cosim.so`) runs
@@ -20,10 +20,19 @@ import math
 import os
 import subprocess
 import sys
+import tempfile
+import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from glensidec import progress
+from glensidec.backend.report import DATA as REPORT_DATA
+from glensidec.backend.report import HTML as REPORT_HTML
+from glensidec.backend.report import ReportData, Simulation, render_html
 from glensidec.cosim.rtl_build import (
     GEMM_TESTBENCH,
     GemmBenchDepths,
@@ -33,6 +42,7 @@ from glensidec.cosim.rtl_build import (
 )
 from glensidec.errors import GlensideError
 from glensidec.hardware.array import ArrayConfig, gemm_tiles
+from glensidec.outputs import update_own_file
 
 LIBRARY = "libmodel_cosim.so"
 MANIFEST = "cosim.json"
@@ -46,6 +56,7 @@ ENV_LIBRARY = "GLENSIDEC_COSIM_LIBRARY"
 ENV_ARGS = "GLENSIDEC_COSIM_ARGS"
 ENV_REPORT = "GLENSIDEC_COSIM_REPORT"
 ENV_MANIFEST = "GLENSIDEC_COSIM_MANIFEST"
+ENV_PROGRESS = "GLENSIDEC_COSIM_PROGRESS"  # one line per finished array call: its cycles
 
 
 @dataclass(frozen=True)
@@ -160,13 +171,16 @@ def cosimulate(outdir: Path, program_args: list[str], *, waves: bool = False,
           f"(log: {run_log})", flush=True)
     started = time.perf_counter()
     try:
-        run(runner, GEMM_TESTBENCH, TEST_MODULE, build_dir, waves=waves, log_file=run_log,
-            extra_env={
-                ENV_LIBRARY: str(outdir / LIBRARY),
-                ENV_ARGS: json.dumps([str(outdir / "model"), *program_args]),
-                ENV_REPORT: str(report),
-                ENV_MANIFEST: str(outdir / MANIFEST),
-            })
+        with tempfile.TemporaryDirectory(prefix="glensidec-cosim-") as scratch, \
+                _watch_calls(Path(scratch) / "calls", len(manifest.array_calls)) as calls_log:
+            run(runner, GEMM_TESTBENCH, TEST_MODULE, build_dir, waves=waves, log_file=run_log,
+                extra_env={
+                    ENV_LIBRARY: str(outdir / LIBRARY),
+                    ENV_ARGS: json.dumps([str(outdir / "model"), *program_args]),
+                    ENV_REPORT: str(report),
+                    ENV_MANIFEST: str(outdir / MANIFEST),
+                    **({ENV_PROGRESS: str(calls_log)} if calls_log else {}),
+                })
     except (Exception, SystemExit):
         # cocotb's runner raises when the simulator dies (the program's own error exits the
         # whole process): the report's absence and the log say what happened, below.
@@ -180,6 +194,37 @@ def cosimulate(outdir: Path, program_args: list[str], *, waves: bool = False,
         raise GlensideError(f"co-simulation stopped before it finished:\n{_tail(run_log)}")
     raw = json.loads(report.read_text())
     return CosimResult(raw["calls"], int(raw["status"]), wall)
+
+
+@contextmanager
+def _watch_calls(calls_log: Path, total: int) -> Iterator[Path | None]:
+    """A progress bar (on a terminal only, glensidec.progress) of the array calls done and
+    the simulated cycles per second, read from the file the simulator appends to."""
+    if not progress.shown():
+        yield None
+        return
+    stop = threading.Event()
+    with progress.bar(total, "co-simulating", "call") as calls:
+        watcher = threading.Thread(target=_follow, args=(calls_log, calls, stop), daemon=True)
+        watcher.start()
+        try:
+            yield calls_log
+        finally:
+            stop.set()
+            watcher.join()
+
+
+def _follow(calls_log: Path, calls: Any, stop: threading.Event,
+            clock: Callable[[], float] = time.perf_counter) -> None:
+    started = clock()
+    while not stop.wait(0.25):
+        try:
+            cycles = [int(line) for line in calls_log.read_text().split()]
+        except (OSError, ValueError):  # not there yet, or a line half-written
+            continue
+        elapsed = max(clock() - started, 1e-9)
+        calls.update(len(cycles) - calls.n)
+        calls.set_postfix_str(f"{sum(cycles) / elapsed:,.0f} simulated cycles/s")
 
 
 def program_error(log: Path) -> str | None:
@@ -213,6 +258,20 @@ def print_report(result: CosimResult) -> None:
           f"{result.rtl_seconds:.3f} s in array calls ({rate:,.0f} simulated cycles/s)")
 
 
+def add_to_report(outdir: Path, result: CosimResult) -> Path | None:
+    """Add the simulated cycles and wall time to OUTDIR/report.html (from report.json);
+    None when the directory has no report of ours to update (older, or edited by hand)."""
+    try:
+        data = ReportData.from_json((outdir / REPORT_DATA).read_text(encoding="utf-8"))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    simulation = Simulation([int(call["simulated_cycles"]) for call in result.calls],
+                            [int(call["predicted_cycles"]) for call in result.calls],
+                            result.wall_seconds, result.rtl_seconds)
+    page = render_html(data, simulation).encode()
+    return outdir / REPORT_HTML if update_own_file(outdir, REPORT_HTML, page) else None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m glensidec.cosim",
@@ -222,6 +281,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-o", "--output", default="sim_output.npy", help="result .npy")
     parser.add_argument("--waves", default="0", help="1: record waveforms (sim_build/)")
     parser.add_argument("--simulator", default="verilator", choices=["verilator", "icarus"])
+    parser.add_argument("--dequantize", default="0",
+                        help="1: write a quantized program's result as float32")
     args = parser.parse_args(argv)
     # The simulator runs in sim_build/: hand the program absolute paths.
     program_args = []
@@ -229,6 +290,8 @@ def main(argv: list[str] | None = None) -> int:
         name, equals, path = item.partition("=")
         program_args.append(f"{name}={Path(path).resolve()}" if equals else item)
     program_args += ["-o", str(Path(args.output).resolve())]
+    if args.dequantize == "1":  # the C program's own flag (quantized programs only)
+        program_args.append("--dequantize")
     try:
         result = cosimulate(args.outdir, program_args, waves=args.waves == "1",
                             simulator=args.simulator)
@@ -236,6 +299,9 @@ def main(argv: list[str] | None = None) -> int:
         print(error, file=sys.stderr)
         return 1
     print_report(result)
+    updated = add_to_report(args.outdir.resolve(), result)
+    if updated is not None:
+        print(f"added the co-simulation to {updated}")
     if result.status != 0:
         print(f"error: the program failed (status {result.status})", file=sys.stderr)
     elif not result.ok:

@@ -196,8 +196,8 @@ class QuantizedProgram:
             lines.append(f"; output: real = {self.output.scale!r} * (q {_minus(self.output)})")
         else:
             lines.append("; output: f32 (dequantized on the host before softmax)")
-        lines.append("; (declared below with (quantized …) and (quantized-output …): run "
-                     "takes float32 inputs; --dequantize gives float32)")
+        lines.append("; (declared below with (quantized …) and (quantized-output …): run, the "
+                     "C model and make sim take float32 inputs; --dequantize gives float32)")
         return "\n".join(lines) + "\n"
 
 
@@ -420,6 +420,18 @@ class Quantizer:
         new = self.rebuild(term, operand.term)
         return Q8(new, operand.params, new)
 
+    def lookup(self, term: Term, op: ComputeOp, operand: Q8) -> Value:
+        """A non-linear function as a table of its 256 i8 results (Glow's approach): the
+        input's parameters say which real each q stands for, the output's profile which q
+        each result becomes."""
+        no_raw_zeros(operand)
+        if operand.min_padded:
+            raise _Unsupported(f"{op.name} of min-padding")
+        out = self.params_of(term)
+        table = B.compute("lookup", operand.term, op.name, operand.params.scale,
+                          operand.params.zero_point, out.scale, out.zero_point)
+        return Q8(table, out, table)
+
     def negate(self, term: Term, operand: Q8) -> Value:
         acc = self.widen(operand, operand.term)
         return Acc(acc.term, -acc.scale, acc.offset, term)
@@ -576,7 +588,32 @@ class Quantizer:
             return self.with_constant(term, name, right, left.array, constant_first=True)
         if name in ("elementwise-add", "elementwise-sub"):
             return self.add_dynamic(term, name, left, right)
+        if name == "elementwise-mul":
+            return self.multiply_dynamic(term, left, right)
         raise _Unsupported(f"{name} of two computed tensors has no integer form")
+
+    def multiply_dynamic(self, term: Term, left: Value, right: Value) -> Value:
+        """x·y of two activations (gates, SiLU, HardSwish, GELU): both to i8, centred in i32,
+        multiplied; |q − zp| ≤ 255 keeps the product below 2^16. The result is an
+        accumulator at scale s_x·s_y, requantized like any other."""
+        centred, scale = [], 1.0
+        for side in (left, right):
+            if isinstance(side, Acc):
+                side = self.materialize(side, side.origin)
+            if not isinstance(side, Q8):
+                raise _Unsupported(f"elementwise-mul of a {type(side).__name__}")
+            no_raw_zeros(side)
+            if side.min_padded:
+                raise _Unsupported("elementwise-mul of min-padding")
+            wide = B.compute("cast", side.term, "i32")
+            if side.params.zero_point:
+                shift = self.scalar_like(-side.params.zero_point, "i32", self.qtype(wide))
+                wide = B.compute("elementwise-add", B.op("access-pair", wide, shift))
+            centred.append(wide)
+            scale *= side.params.scale
+        product = B.compute("elementwise-mul", B.op("access-pair", *centred))
+        full = self.qtype(product).full
+        return Acc(product, np.full(full, scale), np.zeros(full, dtype=np.int64), term)
 
     def with_constant(self, term: Term, name: str, value: Value, constant: Array,
                       constant_first: bool) -> Value:
@@ -709,9 +746,13 @@ COMPUTE_TRANSLATORS: dict[str, ComputeTranslator] = {
         term, operand, lambda value: q.integer_sum(term, value)),
     "negative": lambda q, term, op, operand: q.on_integers(
         term, operand, lambda value: q.negate(term, value)),
+    # Glow's int8 lookup tables: one 256-entry table per use, from both sides' parameters.
+    **{name: lambda q, term, op, operand: q.on_integers(
+        term, operand, lambda value: q.lookup(term, op, value))
+       for name in ("exp", "sigmoid", "tanh", "erf")},
     # Computed on floats only: quantized programs keep them on the host side of a cast.
-    **{name: _no_integer_form for name in ("sqrt", "exp", "sigmoid", "tanh", "erf", "cast",
-                                           "requantize", "requantize-per-channel")},
+    **{name: _no_integer_form for name in ("sqrt", "cast", "requantize",
+                                           "requantize-per-channel", "lookup")},
 }
 
 

@@ -31,6 +31,7 @@ from glensidec.hardware.accel import (
     dma_rows,
     row_beats,
 )
+from glensidec.hardware.array import ArrayConfig
 
 OP_LOAD, OP_COMPUTE, OP_STORE, OP_CONFIG = 0, 1, 2, 3
 
@@ -434,8 +435,9 @@ class LayerProgram:
     weight_base: int  # (K, N) int8, K ordered (ky, kx, channel)
     output_base: int  # (M, N) int8: NHWC output
     memory_bytes: int
-    m_chunk: int  # output rows per accumulator chunk
+    m_chunk: int  # output pixels (activation rows) per accumulator chunk
     folds: int  # K folds (taps × channel chunks of ROWS)
+    piece_folds: int  # K folds on chip at once (a K piece)
 
 
 def conv_folds(layer: ConvLayer, rows: int) -> list[tuple[int, int, int, int]]:
@@ -449,75 +451,105 @@ def _align(value: int, to: int = 64) -> int:
     return -(-value // to) * to
 
 
-def _chunk_rows(config: AccelConfig, layer: ConvLayer, folds: int) -> int:
-    """Output rows (of out_w pixels) per M chunk: the accumulator and a buffer must hold it."""
+@dataclass(frozen=True)
+class LayerTiling:
+    """How a layer is cut to fit the memories: K folds per piece, output rows per chunk."""
+
+    folds: int  # K folds of the layer (taps × channel chunks of ROWS)
+    piece_folds: int  # K folds whose weights and activations are on chip at once
+    chunk_rows: int  # output rows (of out_w pixels) per accumulator chunk
+
+    @property
+    def pieces(self) -> int:
+        return -(-self.folds // self.piece_folds)
+
+
+def layer_tiling(config: AccelConfig, layer: ConvLayer) -> LayerTiling:
+    """The largest tiles that fit: K pieces in a weight buffer, M chunks in the accumulator
+    and an activation buffer (each buffer a quarter of the scratchpad).
+
+    Raises CapacityError naming the sizes when not even one K fold of one output row fits.
+    """
     out_h, out_w = layer.out_size
+    folds = len(conv_folds(layer, config.rows))
     quarter = config.memory.scratchpad_rows // 4
     row_bytes = config.memory.row_bytes
-    if folds * config.rows > quarter:
+    buffer = (f"a {quarter * row_bytes}-byte buffer (a quarter of the "
+              f"{config.memory.scratchpad_bytes}-byte scratchpad)")
+    piece = min(folds, quarter // config.rows)
+    if piece < 1:
         raise CapacityError(
-            f"layer {layer.name}: the weights of one N block ({folds} K folds × {config.rows} "
-            f"rows of {row_bytes} B = {folds * config.rows * row_bytes} B) do not fit a "
-            f"{quarter * row_bytes}-byte buffer (a quarter of the "
-            f"{config.memory.scratchpad_bytes}-byte scratchpad)")
-    fit = min(config.acc_depth // out_w, quarter // (out_w * folds), out_h)
-    if fit < 1:
+            f"layer {layer.name}: the weights of one K fold ({config.rows} rows of {row_bytes} B"
+            f" = {config.rows * row_bytes} B) do not fit {buffer}")
+    if out_w > config.acc_depth or out_w > quarter:
         raise CapacityError(
-            f"layer {layer.name}: one output row of {out_w} pixels × {folds} K folds "
-            f"({out_w * folds * row_bytes} B of im2col rows) needs a {out_w * folds * row_bytes}"
-            f"-byte buffer and {out_w} accumulator rows; the buffer is {quarter * row_bytes} B "
-            f"(a quarter of the {config.memory.scratchpad_bytes}-byte scratchpad) and the "
-            f"accumulator {config.acc_depth} rows")
-    return fit
+            f"layer {layer.name}: one output row of {out_w} pixels needs {out_w} accumulator "
+            f"rows ({out_w * config.cols * 4} B; the accumulator has {config.acc_depth} rows, "
+            f"{config.acc_depth * config.cols * 4} B) and {out_w * row_bytes} B of im2col rows "
+            f"per K fold ({buffer})")
+    piece = min(piece, quarter // out_w)
+    chunk_rows = min(config.acc_depth // out_w, quarter // (out_w * piece), out_h)
+    return LayerTiling(folds, piece, chunk_rows)
 
 
 def conv_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant) -> LayerProgram:
-    """Double-buffered commands of one convolution: M chunk → N block → K fold.
+    """Double-buffered commands of one convolution: M chunk → N block → K piece → K fold.
 
     The scratchpad is four quarters: two activation buffers (the im2col rows of an M
-    chunk, all K folds, loaded once per chunk) and two weight buffers (one N block, all
-    K folds, bottom row of each fold first). Step s = (chunk, block) loads into the
-    buffers step s − 2 used (its first load waits for that step's release token), its
-    last load signals the execute unit, its first COMPUTE waits for that, its last one
-    releases the buffers; a CONFIG (when the N block changes) and a STORE send its
-    rows out. So step s + 1 loads while step s computes and step s − 1 stores.
+    chunk and a K piece, loaded by the DMA from the NHWC feature map; loaded once per
+    chunk when one piece holds every K fold) and two weight buffers (a K piece of one N
+    block, bottom row of each fold first). Every load goes to the buffer of its kind
+    that was loaded last but one. Step s = (chunk, block, piece): its first `Load`
+    waits for step s − 2's release token, its last signals the execute unit, its first
+    `Compute` waits for that and its last releases its buffers; after a chunk's last
+    piece a `Config` (when the N block changes) and a `Store` send its rows out. So step
+    s + 1 loads while step s computes and earlier rows are stored.
     """
     R, C = config.rows, config.cols
     M, K, N = layer.gemm
     out_h, out_w = layer.out_size
     folds = conv_folds(layer, R)
-    chunk_rows = _chunk_rows(config, layer, len(folds))
+    tiling = layer_tiling(config, layer)
     quarter = config.memory.scratchpad_rows // 4
     input_base = 0
     weight_base = _align(layer.height * layer.width * layer.channels)
     output_base = weight_base + _align(K * N)
     memory_bytes = output_base + _align(M * N) + 2 * config.memory.bus_bytes
     commands: list[Command] = []
-    step, block_configured = 0, -1
-    for oy0 in range(0, out_h, chunk_rows):
-        rows_here = min(chunk_rows, out_h - oy0)
+    step, block_configured, a_loads, w_loads = 0, -1, 0, 0
+    a_buffer = 0
+    for oy0 in range(0, out_h, tiling.chunk_rows):
+        rows_here = min(tiling.chunk_rows, out_h - oy0)
         m0, m_len = oy0 * out_w, rows_here * out_w
-        a_buffer = (oy0 // chunk_rows) % 2 * quarter
         for block, n0 in enumerate(range(0, N, C)):
             width = min(C, N - n0)
-            w_buffer = (2 + step % 2) * quarter
-            loads: list[DmaCommand] = []
-            if block == 0:
-                loads += [_im2col_rows(layer, fold, oy0, rows_here, a_buffer + index * m_len,
-                                       input_base, quant.input_zero_point)
-                          for index, fold in enumerate(folds)]
-            for index, (ky, kx, channel0, length) in enumerate(folds):
-                k_last = (ky * layer.kernel + kx) * layer.channels + channel0 + length - 1
-                loads.append(DmaCommand(
-                    base=weight_base + k_last * N + n0, length=width, count1=length,
-                    stride1=-N, spad_row=w_buffer + index * R + R - length))
-            commands += [Load(dma, wait=step >= 2 and index == 0,
-                              signal=index == len(loads) - 1)
-                         for index, dma in enumerate(loads)]
-            commands += [Compute(w_row=w_buffer + index * R, a_row=a_buffer + index * m_len,
-                                 m_len=m_len, add=index > 0, emit=index == len(folds) - 1,
-                                 wait=index == 0, signal=index == len(folds) - 1)
-                         for index in range(len(folds))]
+            for piece in range(tiling.pieces):
+                piece_folds = folds[piece * tiling.piece_folds:(piece + 1) * tiling.piece_folds]
+                loads: list[DmaCommand] = []
+                if tiling.pieces > 1 or block == 0:
+                    a_buffer = a_loads % 2 * quarter
+                    a_loads += 1
+                    loads += [_im2col_rows(layer, fold, oy0, rows_here,
+                                           a_buffer + index * m_len, input_base,
+                                           quant.input_zero_point)
+                              for index, fold in enumerate(piece_folds)]
+                w_buffer = (2 + w_loads % 2) * quarter
+                w_loads += 1
+                for index, (ky, kx, channel0, length) in enumerate(piece_folds):
+                    k_last = (ky * layer.kernel + kx) * layer.channels + channel0 + length - 1
+                    loads.append(DmaCommand(
+                        base=weight_base + k_last * N + n0, length=width, count1=length,
+                        stride1=-N, spad_row=w_buffer + index * R + R - length))
+                commands += [Load(dma, wait=step >= 2 and index == 0,
+                                  signal=index == len(loads) - 1)
+                             for index, dma in enumerate(loads)]
+                last_piece = piece == tiling.pieces - 1
+                commands += [Compute(w_row=w_buffer + index * R, a_row=a_buffer + index * m_len,
+                                     m_len=m_len, add=piece > 0 or index > 0,
+                                     emit=last_piece and index == len(piece_folds) - 1,
+                                     wait=index == 0, signal=index == len(piece_folds) - 1)
+                             for index in range(len(piece_folds))]
+                step += 1
             if block != block_configured:
                 padded = [0] * (C - width)
                 commands.append(Config(
@@ -526,9 +558,8 @@ def conv_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant) -> La
                 block_configured = block
             commands.append(Store(DmaCommand(base=output_base + m0 * N + n0, length=width,
                                              count1=m_len, stride1=N)))
-            step += 1
     return LayerProgram(commands, input_base, weight_base, output_base, memory_bytes,
-                        chunk_rows * out_w, len(folds))
+                        tiling.chunk_rows * out_w, len(folds), tiling.piece_folds)
 
 
 def _im2col_rows(layer: ConvLayer, fold: tuple[int, int, int, int], oy0: int, out_rows: int,
@@ -626,3 +657,44 @@ def run_functional(config: AccelConfig, commands: Sequence[Command],
                 rows_out.append(row)
             memory = dma_store_reference(memory, command.dma, rows_out)
     return memory
+
+
+# -- the accelerator a compile targets -------------------------------------------------------
+
+#: Defaults of `glensidec compile`: a 256 KiB scratchpad, the array's 1024 accumulator
+#: rows (64 KiB at 16×16) and a 16 B/cycle main-memory bus with 8 cycles of latency.
+DEFAULT_SCRATCHPAD_BYTES = 256 * 1024
+DEFAULT_DRAM_BANDWIDTH = 16
+DEFAULT_DRAM_LATENCY = 8
+
+
+def accel_config_for(array: ArrayConfig, scratchpad_bytes: int = DEFAULT_SCRATCHPAD_BYTES,
+                     bus_bytes: int = DEFAULT_DRAM_BANDWIDTH,
+                     latency: int = DEFAULT_DRAM_LATENCY,
+                     acc_depth: int | None = None) -> AccelConfig:
+    """ws_accel around `array`: scratchpad rows of the next power of two ≥ max(rows, cols)
+    bytes in four banks; `acc_depth` accumulator rows of COLS int32 (the array's by default).
+
+    Raises ValueError with a message for sizes the RTL cannot have.
+    """
+    row_bytes = 1 << (max(array.rows, array.cols) - 1).bit_length()
+    banks = 4
+    if scratchpad_bytes % (row_bytes * banks) or scratchpad_bytes < row_bytes * banks:
+        raise ValueError(f"the scratchpad holds {banks} banks of {row_bytes}-byte rows: "
+                         f"{scratchpad_bytes} B is not a multiple of {row_bytes * banks} B")
+    bank_rows = scratchpad_bytes // (row_bytes * banks)
+    if bank_rows & (bank_rows - 1):
+        raise ValueError(f"{scratchpad_bytes} B makes banks of {bank_rows} rows; the bank "
+                         f"rows must be a power of two (e.g. {banks * row_bytes * 1024} B)")
+    if bus_bytes < 1 or bus_bytes & (bus_bytes - 1):
+        raise ValueError(f"the DRAM bandwidth must be a power of two bytes per cycle, "
+                         f"got {bus_bytes}")
+    memory = MemoryConfig(row_bytes=row_bytes, scratchpad_bytes=scratchpad_bytes, banks=banks,
+                          bus_bytes=bus_bytes, latency=latency)
+    return AccelConfig(array.rows, array.cols, acc_depth or array.acc_depth, memory)
+
+
+def gemm_tiling(config: AccelConfig, m: int, k: int, n: int, name: str) -> LayerTiling:
+    """The tiling of an M×K×N matrix product (a 1×1 convolution of M pixels); raises
+    CapacityError naming the sizes when its tiles cannot fit the memories."""
+    return layer_tiling(config, ConvLayer(name, height=m, width=1, channels=k, out_channels=n))

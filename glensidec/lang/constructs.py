@@ -37,6 +37,7 @@ COMPUTE_TYPE = "compute-type"
 TENSOR = "tensor"
 LITERAL = "literal"
 DTYPE = "dtype"
+FUNCTION = "function"  # a function an int8 lookup table holds (dtypes.LOOKUP_FUNCTIONS)
 TUPLE = "tuple"
 
 PAD_TYPES = ("zero-padding", "min-padding")
@@ -179,6 +180,9 @@ _COMPUTE_TABLE = [
         "integer (accumulator) to i8: ((((x >> pre) * m) + round) >> post) + zp, saturated"),
     _ct("requantize-per-channel", "pre:nat post:nat zero-point:int",
         "item (2,c…) of i32 (accumulator x, multiplier m): requantize x by m to i8"),
+    _ct("lookup", "function:function in-scale:number in-zero-point:int out-scale:number "
+        "out-zero-point:int",
+        "i8 to i8 through a 256-entry table of function, from the quantization parameters"),
 ]
 
 COMPUTE_TYPES: dict[str, ComputeType] = {c.name: c for c in _COMPUTE_TABLE}
@@ -229,7 +233,7 @@ class ComputeKind:
 
     # One element in, one element out, the same item shape.
     MAP = frozenset({"relu", "sqrt", "negative", "clip", "cast", "requantize", "exp",
-                     "sigmoid", "tanh", "erf"})
+                     "sigmoid", "tanh", "erf", "lookup"})
     # Over a tuple item (t,c…): fold the t members with a binary operator, here the C one.
     FOLD: Mapping[str, str] = MappingProxyType({
         "elementwise-add": "+", "elementwise-sub": "-", "elementwise-mul": "*",

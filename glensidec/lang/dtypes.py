@@ -5,12 +5,15 @@ the C code's types, limits and .npy descriptors, and the accumulator a dot produ
 are all read from here. Adding a dtype is one row (and the C helpers it needs in
 templates/model.c).
 
-`requantize` is here too: it is the integer arithmetic the interpreter, the quantizer and
-its tests must agree on bit for bit (the C template's `gs_requantize` is its twin).
+`requantize` and `lookup_table` are here too: the integer arithmetic the interpreter, the
+quantizer and its tests must agree on bit for bit (the C template's `gs_requantize` is
+requantize's twin; C gets lookup tables written out from `lookup_table` itself).
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,3 +107,39 @@ def requantize(acc: Array, multiplier: Array | int, pre: int, post: int,
         scaled = (scaled + (np.int64(1) << (post - 1))) >> post
     low, high = integer_range("i8")
     return wrap(np.clip(scaled + zero_point, low, high), "i8")
+
+
+def _erf(values: Array) -> Array:
+    return np.array([math.erf(v) for v in values.reshape(-1)]).reshape(values.shape)
+
+
+def _sigmoid(values: Array) -> Array:
+    with np.errstate(over="ignore"):
+        return 1.0 / (1.0 + np.exp(-values))
+
+
+def _exp(values: Array) -> Array:
+    with np.errstate(over="ignore"):
+        return np.exp(values)
+
+
+# The functions an int8 lookup table can hold, in float64 (the table is built once, in
+# Python, for the interpreter and for the C code alike).
+LOOKUP_FUNCTIONS: dict[str, Callable[[Array], Array]] = {
+    "sigmoid": _sigmoid, "tanh": np.tanh, "exp": _exp, "erf": _erf,
+}
+
+
+def lookup_table(function: str, in_scale: float, in_zero_point: int, out_scale: float,
+                 out_zero_point: int) -> Array:
+    """Glow's int8 lookup table: entry q + 128 holds
+    clip(round_half_even(f(in_scale·(q − in_zp)) / out_scale) + out_zp, −128, 127).
+
+    The interpreter indexes it and the C back end writes it out as a `static const int8_t`
+    array, so both compute the same integers (there is no float arithmetic at run time)."""
+    q = np.arange(-128, 128, dtype=np.float64)
+    real = LOOKUP_FUNCTIONS[function](float(in_scale) * (q - int(in_zero_point)))
+    steps = np.clip(np.rint(np.clip(real / float(out_scale), -1e6, 1e6)) + int(out_zero_point),
+                    -128, 127)
+    table: Array = steps.astype(np.int8)
+    return table

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from glensidec.lang import constructs as K
-from glensidec.lang.dtypes import DTYPES, Array, integer_range, requantize, wrap
+from glensidec.lang.dtypes import DTYPES, Array, integer_range, lookup_table, requantize, wrap
 from glensidec.lang.terms import ComputeOp, Program, Term, compute_name, postorder
 from glensidec.lang.typecheck import (
     AccessShape,
@@ -319,6 +319,14 @@ def _sqrt(op: ComputeOp, data: Array, access: AccessType, result: AccessType) ->
 def _exp(op: ComputeOp, data: Array, access: AccessType, result: AccessType) -> Array:
     with np.errstate(over="ignore"):
         return np.exp(data.astype(np.float64)).astype(np.float32)
+
+
+@compute_impl("lookup")
+def _lookup(op: ComputeOp, data: Array, access: AccessType, result: AccessType) -> Array:
+    function, in_scale, in_zero_point, out_scale, out_zero_point = op.params
+    table = lookup_table(str(function), float(in_scale), int(in_zero_point), float(out_scale),
+                         int(out_zero_point))
+    return table[data.astype(np.int64) + 128]
 
 
 @compute_impl("sigmoid")

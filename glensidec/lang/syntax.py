@@ -1,4 +1,4 @@
-"""Stage 1, syntax: program text ⇄ `Program`.
+"""Stage 1, parse: program text ⇄ `Program`.
 
 Reading is two steps. Lark (grammar/glenside.lark) turns text into s-expressions with
 positions; `_Builder` then turns s-expressions into terms, checking each construct's arity
@@ -21,6 +21,7 @@ import lark
 from glensidec.errors import GlensideError, Span
 from glensidec.lang import constructs as K
 from glensidec.lang.constructs import COMPUTE_TYPES, CONSTRUCTS
+from glensidec.lang.dtypes import LOOKUP_FUNCTIONS
 from glensidec.lang.dtypes import NAMES as DTYPE_NAMES
 from glensidec.lang.quantization import Quantization
 from glensidec.lang.terms import (
@@ -262,7 +263,7 @@ class _Builder:
 
     def symbol(self, where: str, name: str, kind: str, item: SExpr) -> Symbol:
         choices = {K.PAD_TYPE: list(K.PAD_TYPES), K.DTYPE: list(DTYPE_NAMES),
-                   K.TENSOR: list(self.tensors)}[kind]
+                   K.FUNCTION: list(LOOKUP_FUNCTIONS), K.TENSOR: list(self.tensors)}[kind]
         if not (isinstance(item, Atom) and item.kind == "symbol"):
             got = item.describe() if isinstance(item, Atom) else "a list"
             raise GlensideError(f"{where}: argument '{name}' must be a {kind} name, got {got}",
@@ -295,7 +296,7 @@ class _Builder:
             )
         params: list[int | float | str] = []
         for (param, kind), value in zip(compute_type.params, given, strict=True):
-            if kind == K.DTYPE:
+            if kind in (K.DTYPE, K.FUNCTION):
                 params.append(self.symbol(compute_type.name, param, kind, value).name)
             else:
                 params.append(self.number(compute_type.name, param, kind, value))
@@ -357,22 +358,25 @@ def _declaration(form: SList, builder: _Builder) -> TensorDecl:
                                 f"not {dtype}", form.items[4].span)
         return TensorDecl(name, shape, dtype, role, span=form.items[1].span,
                           quantization=quantization)
-    source = key = None
-    if role == "weight":  # always: inputs returned above
-        path_atom = form.items[4]
-        if not (isinstance(path_atom, Atom) and path_atom.kind == "string"):
-            raise GlensideError("weight: the data file must be a quoted path", path_atom.span)
-        source = str(path_atom.value)
-        if not source.endswith((".npy", ".npz")):
-            raise GlensideError(f"weight: data file '{source}' must be .npy or .npz",
-                                path_atom.span)
-        if len(form.items) == 6:
-            key_atom = form.items[5]
-            if not (isinstance(key_atom, Atom) and key_atom.kind in ("symbol", "string")):
-                raise GlensideError("weight: the .npz key must be a name or a string",
-                                    key_atom.span)
-            key = str(key_atom.value)
+    source, key = _weight_source(form)
     return TensorDecl(name, shape, dtype, role, source, key, form.items[1].span)
+
+
+def _weight_source(form: SList) -> tuple[str, str | None]:
+    """A weight declaration's data file and (.npz) key."""
+    path_atom = form.items[4]
+    if not (isinstance(path_atom, Atom) and path_atom.kind == "string"):
+        raise GlensideError("weight: the data file must be a quoted path", path_atom.span)
+    source = str(path_atom.value)
+    if not source.endswith((".npy", ".npz")):
+        raise GlensideError(f"weight: data file '{source}' must be .npy or .npz",
+                            path_atom.span)
+    if len(form.items) < 6:
+        return source, None
+    key_atom = form.items[5]
+    if not (isinstance(key_atom, Atom) and key_atom.kind in ("symbol", "string")):
+        raise GlensideError("weight: the .npz key must be a name or a string", key_atom.span)
+    return source, str(key_atom.value)
 
 
 QUANTIZED, QUANTIZED_OUTPUT = "quantized", "quantized-output"

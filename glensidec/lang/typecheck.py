@@ -1,4 +1,4 @@
-"""Stage 2, types: the access shape and dtype of every term, with located errors.
+"""Stage 2, typecheck: the access shape and dtype of every term, with located errors.
 
 One rule per construct in `RULES` (keyed by the construct's name) and one per compute type
 in `COMPUTE_RULES`. A rule receives the term and its arguments already typed: access
@@ -21,7 +21,13 @@ from dataclasses import dataclass
 
 from glensidec.errors import GlensideError
 from glensidec.lang import constructs as K
-from glensidec.lang.dtypes import F32_MAX, INTEGER_NAMES, accumulator, integer_range
+from glensidec.lang.dtypes import (
+    F32_MAX,
+    INTEGER_NAMES,
+    LOOKUP_FUNCTIONS,
+    accumulator,
+    integer_range,
+)
 from glensidec.lang.terms import ComputeOp, Program, Symbol, TensorDecl, Term, postorder
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -449,6 +455,25 @@ def _requantize(op: ComputeOp, access: AccessType) -> AccessType:
     if not _fits(zero_point, "i8"):
         raise Mistake(f"requantize zero point {zero_point} is not an i8", 0)
     return AccessType(access.shape, access.item, "i8")
+
+
+@compute_rule("lookup")
+def _lookup(op: ComputeOp, access: AccessType) -> AccessType:
+    function, in_scale, in_zero_point, out_scale, out_zero_point = op.params
+    if str(function) not in LOOKUP_FUNCTIONS:
+        raise Mistake(f"lookup has no table for '{function}' (one of "
+                      f"{', '.join(LOOKUP_FUNCTIONS)})", 0)
+    if access.dtype != "i8":
+        raise Mistake(f"lookup takes i8 values, got {access.dtype}", 1)
+    for scale in (in_scale, out_scale):
+        assert isinstance(scale, (int, float))
+        if not (math.isfinite(scale) and scale > 0):
+            raise Mistake(f"lookup scales must be positive numbers, got {scale}", 0)
+    for zero_point in (in_zero_point, out_zero_point):
+        assert isinstance(zero_point, int)
+        if not -128 <= zero_point <= 127:
+            raise Mistake(f"lookup zero point {zero_point} is not an i8", 0)
+    return access
 
 
 @compute_rule("requantize-per-channel")

@@ -28,8 +28,9 @@ from glensidec.lang.syntax import format_program
 from glensidec.lang.terms import Program, Symbol, TensorDecl, Term, postorder
 from glensidec.lang.typecheck import AccessType, TypeTable, check_program
 from glensidec.nas.graph import Array, ChannelOp, Conv, Dense, Graph, Input, Layer, lower, shapes
-from glensidec.opt.extract import array_target, compile_program, host_cost, mapped_cycles
+from glensidec.opt.extract import array_target, host_cost, mapped_cycles
 from glensidec.opt.regions import is_product, product_region
+from glensidec.pipeline import compile_program
 
 CALIBRATION_SAMPLES = 4
 

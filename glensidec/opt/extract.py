@@ -1,4 +1,4 @@
-"""Stage 4, extraction: a cycle cost model, the cheapest program, and its validation.
+"""Stage 4, extract: a cycle cost model, the cheapest program, and its validation.
 
 Costs are set inside egglog (`set-cost`, from rules in the `costs` ruleset) so that its
 built-in extractor, not a Python callback, picks the program:
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import functools
 import math
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
@@ -34,7 +33,6 @@ from glensidec.hardware import array as hardware
 from glensidec.lang import constructs as K
 from glensidec.lang import data
 from glensidec.lang.dtypes import Array, by_bits
-from glensidec.lang.expand import expand_program, needs_expansion
 from glensidec.lang.interp import run_program
 from glensidec.lang.terms import (
     Program,
@@ -51,19 +49,12 @@ from glensidec.lang.typecheck import (
     infer,
 )
 from glensidec.opt.regions import (
-    Region,
     boundaries,
-    compiled_term,
-    is_product,
-    product_region,
-    splice,
 )
 from glensidec.opt.rewrite import (
-    RULESETS,
     ArrayTarget,
     Decoder,
     EGraph,
-    Limits,
     Profile,
     Stats,
     quote,
@@ -333,13 +324,19 @@ class Compiled:
         yield f"extraction cost: {self.extraction_cost}"
         yield (f"predicted cycles: {self.prediction.total} (array {self.prediction.array_cycles},"
                f" host {self.prediction.host_cycles})")
-        for call in self.prediction.invocations:
-            yield (f"  {call.op} {call.rows}x{call.cols}: M={call.m} K={call.k} N={call.n}: "
-                   f"{call.cycles} cycles")
+        labels = array_labels(self.program)
+        # `predict` lists the calls in this order: each with the let name of its term
+        calls = [labels.get(term) for term in postorder(self.program.root) if term.op in ARRAYS]
+        if len(calls) != len(self.prediction.invocations):
+            calls = [None] * len(self.prediction.invocations)
+        for name, call in zip(calls, self.prediction.invocations, strict=True):
+            label = f"{name}: " if name else ""
+            yield (f"  {label}{call.op} {call.rows}x{call.cols}: M={call.m} K={call.k} "
+                   f"N={call.n}: {call.cycles} cycles")
         per_array = self.prediction.per_array()
         if len(per_array) > 1:
-            for (rows, cols), (calls, cycles) in per_array.items():
-                yield f"array {rows}x{cols}: {calls} calls, {cycles} cycles"
+            for (rows, cols), (count, cycles) in per_array.items():
+                yield f"array {rows}x{cols}: {count} calls, {cycles} cycles"
         products = matmuls(self.original.root, self.original_types, input_dtype(config))
         if products:
             t_min = sum(best_orientation(hardware.t_min, config, p) for p in products)
@@ -347,43 +344,6 @@ class Compiled:
                            for p in products)
             yield f"T_min (better orientation, summed): {t_min}"
             yield f"SCALE-Sim WS (better orientation, summed): {scalesim}"
-
-
-def compile_program(program: Program, config: hardware.ArrayConfig,
-                    limits: Limits | None = None,
-                    rulesets: tuple[str, ...] = RULESETS,
-                    types: TypeTable | None = None,
-                    more_arrays: tuple[hardware.ArrayConfig, ...] = ()) -> Compiled:
-    """Saturate `program` with `rulesets` for `config`'s array and extract the cheapest.
-
-    A program with one dot-product is saturated whole. With several, each product and the
-    views it reads is saturated in an e-graph of its own (`compile_by_region`): every rule
-    matches one product and views below it, so nothing is lost, and the e-graph, the
-    limits and the time grow with the largest layer instead of with the whole network.
-    """
-    start = time.perf_counter()
-    target = array_target(config, more_arrays)
-    check_written_arrays(program, target)  # before expansion: the user's own terms, located
-    if needs_expansion(program.root):  # tuples, conv2d modes: compiled as their expansion
-        program, types = expand_program(program), None
-    types = check_program(program) if types is None else types
-    products = [term for term in postorder(program.root) if is_product(term)]
-    graph = new_graph(program, types, products, target, rulesets)
-    if len(products) > 1:
-        return compile_by_region(program, types, products, graph, config, limits or Limits(),
-                                 start, target)
-    root_name = graph.add(program.root, types)
-    encoded = time.perf_counter()
-    stats = graph.saturate(limits or Limits())
-    saturated = time.perf_counter()
-    root, cost, new_types = extract_checked(graph, root_name, program.tensors, target)
-    names = unique_names(class_names(graph, program.names, root), root)
-    extracted = replace(program, root=root, names=names)
-    prediction = predict(root, new_types, config.acc_width)
-    seconds = {"encode": encoded - start, "saturate": saturated - encoded,
-               "extract": time.perf_counter() - saturated}
-    return Compiled(program, extracted, stats, cost, prediction, graph, new_types, types,
-                    seconds)
 
 
 def new_graph(program: Program, types: TypeTable, products: list[Term], target: ArrayTarget,
@@ -414,75 +374,7 @@ def extract_checked(graph: EGraph, root_name: str, tensors: dict[str, TensorDecl
     return root, output.cost, new_types
 
 
-# -- big programs: one product region at a time (the regions themselves: opt/regions.py) --
-
-
-def compile_by_region(program: Program, types: TypeTable, products: list[Term],
-                      graph: EGraph, config: hardware.ArrayConfig, limits: Limits,
-                      start: float, target: ArrayTarget) -> Compiled:
-    """Saturate and extract every product region in turn, then splice the results into the
-    program. --iterations and --max-enodes apply to each region; the time budget is shared
-    (`_share`), so a slow layer cannot starve the layers after it (they would stay on the
-    host)."""
-    compiled: dict[Term, Term] = {}  # every term rebuilt so far, products compiled
-    region_names: dict[Term, str] = {}  # extracted region terms (spliced) → the user's names
-    region_stats: list[Stats] = []
-    seconds = {"encode": 0.0, "saturate": 0.0, "extract": 0.0}
-    cost = 0
-    for product in products:
-        region = product_region(product, types, program.tensors)
-        share = _share(limits, region_stats, len(products))
-        named = {region.of_program[term]: name for term, name in program.names.items()
-                 if term in region.of_program and term not in region.boundaries.values()}
-        term, region_cost, stats, names = _compile_region(graph, region, share, target,
-                                                          seconds, named)
-        region_stats.append(stats)
-        operands = {name: compiled_term(boundary, compiled)
-                    for name, boundary in region.boundaries.items()}
-        spliced: dict[Term, Term] = {}
-        compiled[product] = splice(region, term, operands, types, spliced)
-        region_names.update((spliced[term], name) for term, name in names.items())
-        cost += region_cost
-    root = compiled_term(program.root, compiled)
-    new_types = infer(root, program.tensors)
-    check_runnable(root, new_types, target)
-    graph.add(root, new_types)  # the graph holds the extracted program (--emit egraph)
-    # Outside the regions a term is rebuilt from the program's own (`compiled`): its name
-    # follows it. Inside, names follow e-classes (`class_names`).
-    rebuilt = {compiled[term]: name for term, name in program.names.items() if term in compiled}
-    names = unique_names({**region_names, **rebuilt}, root)  # a term of its own wins
-    extracted = replace(program, root=root, names=names)
-    seconds["encode"] += time.perf_counter() - start - sum(seconds.values())  # the rest
-    return Compiled(program, extracted, Stats.combine(region_stats), cost,
-                    predict(root, new_types, config.acc_width), graph, new_types, types, seconds)
-
-
-def _share(limits: Limits, done: list[Stats], regions: int) -> Limits:
-    """The next region's limits: the time left divided by the regions left, so regions
-    that saturate quickly leave their share to the slow ones."""
-    left = max(0.0, limits.timeout - sum(stats.seconds for stats in done))
-    return replace(limits, timeout=left / (regions - len(done)))
-
-
-def _compile_region(graph: EGraph, region: Region, limits: Limits, target: ArrayTarget,
-                    seconds: dict[str, float], named: dict[Term, str]
-                    ) -> tuple[Term, int, Stats, dict[Term, str]]:
-    """Saturate and extract one region between egglog's `push` and `pop` (the rules stay
-    compiled); adds its stage times to `seconds`. Also the `named` region terms' names for
-    the extracted term's subterms (`class_names`)."""
-    graph.run("(push)")
-    began = time.perf_counter()
-    root_name = graph.add(region.root, infer(region.root, region.tensors))
-    encoded = time.perf_counter()
-    stats = graph.saturate(limits)
-    saturated = time.perf_counter()
-    term, cost, _ = extract_checked(graph, root_name, region.tensors, target)
-    names = class_names(graph, named, term)
-    graph.run("(pop)")
-    seconds["encode"] += encoded - began
-    seconds["saturate"] += saturated - encoded
-    seconds["extract"] += time.perf_counter() - saturated
-    return term, cost, stats, names
+# -- the user's names on the extracted program -----------------------------------------
 
 
 def class_names(graph: EGraph, named: dict[Term, str], root: Term) -> dict[Term, str]:
@@ -504,6 +396,19 @@ def class_names(graph: EGraph, named: dict[Term, str], root: Term) -> dict[Term,
             if classes[term] in by_class}
 
 
+def array_labels(program: Program) -> dict[Term, str]:
+    """The `let` name of each array construct: its own, else that of the nearest named
+    view of it (`conv` is a transpose of the array's result). The first name wins."""
+    labels: dict[Term, str] = {}
+    for term in postorder(program.root):
+        name = program.names.get(term)
+        while name is not None and term.op in K.Group.VIEW:
+            term = term.args[0]  # type: ignore[assignment]  # a view's first argument
+        if name is not None and term.op in ARRAYS:
+            labels.setdefault(term, name)
+    return labels
+
+
 def unique_names(names: dict[Term, str], root: Term) -> dict[Term, str]:
     """`names` restricted to the subterms of `root`, each name on one term only (the first
     in post-order: a `let` shared by two regions may have been extracted in two forms)."""
@@ -515,6 +420,8 @@ def unique_names(names: dict[Term, str], root: Term) -> dict[Term, str]:
             kept[term] = name
             taken.add(name)
     return kept
+
+
 
 
 def check_written_arrays(program: Program, target: ArrayTarget) -> None:

@@ -4,7 +4,7 @@ A program with several dot-products is saturated one product region at a time (t
 product and the views above its computed operands, which become placeholder tensors), so
 that the e-graph, the limits and the time grow with the largest layer instead of with the
 whole network. This module cuts regions out and splices extracted regions back in; the
-sequence that saturates each region is `glensidec.opt.extract.compile_by_region`.
+sequence that saturates each region is `glensidec.pipeline.compile_by_region`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Stage 3, rewriting: programs into an egglog e-graph, rulesets over it, and back out.
+"""Stage 3, rewrite: programs into an egglog e-graph, rulesets over it, and back out.
 
 Why the low-level `egglog.bindings` text interface rather than the high-level Python API:
 the language is data (the construct table in `glensidec.lang.constructs`), so its e-graph
@@ -157,7 +157,7 @@ def parse_compute_op(text: str) -> ComputeOp:
     ctype = K.COMPUTE_TYPES[words[0]]
     params: list[int | float | str] = []
     for (_, kind), word in zip(ctype.params, words[1:], strict=True):
-        params.append(word if kind == K.DTYPE else _number(word))
+        params.append(word if kind in (K.DTYPE, K.FUNCTION) else _number(word))
     return ComputeOp(words[0], tuple(params))
 
 
@@ -742,7 +742,7 @@ class Stats:
     ruleset_seconds: dict[str, float] = field(default_factory=dict)
     matches: dict[str, int] = field(default_factory=dict)
 
-    regions: int = 1  # e-graphs saturated one after the other (`compile_by_region`)
+    regions: int = 1  # e-graphs saturated one after the other (`pipeline.compile_by_region`)
 
     def hit_limit(self) -> bool:
         return self.stop_reason != "saturated"

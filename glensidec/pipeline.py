@@ -1,0 +1,210 @@
+"""The compiler's stage sequence, in one place:
+
+    parse → typecheck → rewrite → extract → lower → plan → emit
+
+  parse      lang.syntax      program text → `Program`
+  typecheck  lang.typecheck   `Program` → `TypeTable`, once: later stages receive the types
+  rewrite    opt.rewrite      an e-graph saturated with the rulesets (one product region at
+                              a time, cut out by opt.regions, when there are several)
+  extract    opt.extract      `Compiled`: the cheapest program under the cycle model, typed
+  lower      backend.lower    `LoweredProgram`: buffers, views, instructions
+  plan       backend.plan     `MemoryPlan`: offsets
+  emit       backend.emit     the C program's directory
+
+`load` runs parse and typecheck, `compile_program` rewrite and extract, and
+`compile_to_directory` lower, plan and emit; the command line (`glensidec compile`) and the
+Python API (`glensidec.compile`) call these three in turn. The program is type-checked once,
+after parsing: rewriting takes those types, and extraction returns the types of the program
+it extracts, which lowering takes.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from glensidec import progress
+from glensidec.backend.emit import emit_directory, predicted_cycles
+from glensidec.backend.lower import LoweredProgram, LowerOptions, lower_program
+from glensidec.backend.plan import MemoryPlan, plan_memory
+from glensidec.hardware.array import ArrayConfig
+from glensidec.lang import data
+from glensidec.lang.dtypes import Array
+from glensidec.lang.expand import expand_program, needs_expansion
+from glensidec.lang.syntax import read_program
+from glensidec.lang.terms import Program, Term, postorder
+from glensidec.lang.typecheck import TypeTable, check_program, infer
+from glensidec.opt.extract import (
+    Compiled,
+    array_target,
+    check_runnable,
+    check_written_arrays,
+    class_names,
+    extract_checked,
+    new_graph,
+    predict,
+    unique_names,
+)
+from glensidec.opt.regions import (
+    Region,
+    compiled_term,
+    is_product,
+    product_region,
+    splice,
+)
+from glensidec.opt.rewrite import RULESETS, ArrayTarget, EGraph, Limits, Stats
+
+# -- parse, typecheck -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Typed:
+    """A parsed program and its types: what every later stage starts from."""
+
+    program: Program
+    types: TypeTable
+
+
+def load(path: str | Path, shapes: str | Path | None = None) -> Typed:
+    """Parse and type-check a program file (`shapes`: compatibility mode's JSON)."""
+    program = read_program(path, shapes)
+    return Typed(program, check_program(program))
+
+
+# -- rewrite, extract -------------------------------------------------------------------
+
+
+def compile_program(program: Program, config: ArrayConfig, limits: Limits | None = None,
+                    rulesets: tuple[str, ...] = RULESETS,
+                    types: TypeTable | None = None,
+                    more_arrays: tuple[ArrayConfig, ...] = ()) -> Compiled:
+    """Saturate `program` with `rulesets` for `config`'s array and extract the cheapest
+    (`types`: the program's, when the caller has checked it already; `more_arrays`: further
+    arrays the extractor may pick instead, product by product, `--array R1xC1,R2xC2`).
+
+    A program with one dot-product is saturated whole. With several, each product and the
+    views it reads is saturated in an e-graph of its own (`compile_by_region`): every rule
+    matches one product and views below it, so nothing is lost, and the e-graph, the
+    limits and the time grow with the largest layer instead of with the whole network.
+    """
+    start = time.perf_counter()
+    target = array_target(config, more_arrays)
+    check_written_arrays(program, target)  # before expansion: the user's own terms, located
+    if needs_expansion(program.root):  # tuples, conv2d modes: compiled as their expansion
+        program, types = expand_program(program), None
+    types = check_program(program) if types is None else types
+    products = [term for term in postorder(program.root) if is_product(term)]
+    graph = new_graph(program, types, products, target, rulesets)
+    if len(products) > 1:
+        return compile_by_region(program, types, products, graph, config, limits or Limits(),
+                                 start, target)
+    root_name = graph.add(program.root, types)
+    encoded = time.perf_counter()
+    stats = graph.saturate(limits or Limits())
+    saturated = time.perf_counter()
+    root, cost, new_types = extract_checked(graph, root_name, program.tensors, target)
+    names = unique_names(class_names(graph, program.names, root), root)
+    extracted = replace(program, root=root, names=names)
+    prediction = predict(root, new_types, config.acc_width)
+    seconds = {"encode": encoded - start, "saturate": saturated - encoded,
+               "extract": time.perf_counter() - saturated}
+    return Compiled(program, extracted, stats, cost, prediction, graph, new_types, types,
+                    seconds)
+
+
+def compile_by_region(program: Program, types: TypeTable, products: list[Term],
+                      graph: EGraph, config: ArrayConfig, limits: Limits,
+                      start: float, target: ArrayTarget) -> Compiled:
+    """Saturate and extract every product region in turn, then splice the results into the
+    program. --iterations and --max-enodes apply to each region; the time budget is shared
+    (`_share`), so a slow layer cannot starve the layers after it (they would stay on the
+    host)."""
+    compiled: dict[Term, Term] = {}  # every term rebuilt so far, products compiled
+    region_names: dict[Term, str] = {}  # extracted region terms (spliced) → the user's names
+    region_stats: list[Stats] = []
+    seconds = {"encode": 0.0, "saturate": 0.0, "extract": 0.0}
+    cost = 0
+    for product in progress.iterate(products, len(products), "compiling", "layer"):
+        region = product_region(product, types, program.tensors)
+        share = _share(limits, region_stats, len(products))
+        named = {region.of_program[term]: name for term, name in program.names.items()
+                 if term in region.of_program and term not in region.boundaries.values()}
+        term, region_cost, stats, names = _compile_region(graph, region, share, target,
+                                                          seconds, named)
+        region_stats.append(stats)
+        operands = {name: compiled_term(boundary, compiled)
+                    for name, boundary in region.boundaries.items()}
+        spliced: dict[Term, Term] = {}
+        compiled[product] = splice(region, term, operands, types, spliced)
+        region_names.update((spliced[term], name) for term, name in names.items())
+        cost += region_cost
+    root = compiled_term(program.root, compiled)
+    new_types = infer(root, program.tensors)
+    check_runnable(root, new_types, target)
+    graph.add(root, new_types)  # the graph holds the extracted program (--emit egraph)
+    # Outside the regions a term is rebuilt from the program's own (`compiled`): its name
+    # follows it. Inside, names follow e-classes (`class_names`).
+    rebuilt = {compiled[term]: name for term, name in program.names.items() if term in compiled}
+    names = unique_names({**region_names, **rebuilt}, root)  # a term of its own wins
+    extracted = replace(program, root=root, names=names)
+    seconds["encode"] += time.perf_counter() - start - sum(seconds.values())  # the rest
+    return Compiled(program, extracted, Stats.combine(region_stats), cost,
+                    predict(root, new_types, config.acc_width), graph, new_types, types, seconds)
+
+
+def _share(limits: Limits, done: list[Stats], regions: int) -> Limits:
+    """The next region's limits: the time left divided by the regions left, so regions
+    that saturate quickly leave their share to the slow ones."""
+    left = max(0.0, limits.timeout - sum(stats.seconds for stats in done))
+    return replace(limits, timeout=left / (regions - len(done)))
+
+
+def _compile_region(graph: EGraph, region: Region, limits: Limits, target: ArrayTarget,
+                    seconds: dict[str, float], named: dict[Term, str]
+                    ) -> tuple[Term, int, Stats, dict[Term, str]]:
+    """Saturate and extract one region between egglog's `push` and `pop` (the rules stay
+    compiled); adds its stage times to `seconds`. Also the `named` region terms' names for
+    the extracted term's subterms (`class_names`)."""
+    graph.run("(push)")
+    began = time.perf_counter()
+    root_name = graph.add(region.root, infer(region.root, region.tensors))
+    encoded = time.perf_counter()
+    stats = graph.saturate(limits)
+    saturated = time.perf_counter()
+    term, cost, _ = extract_checked(graph, root_name, region.tensors, target)
+    names = class_names(graph, named, term)
+    graph.run("(pop)")
+    seconds["encode"] += encoded - began
+    seconds["saturate"] += saturated - encoded
+    seconds["extract"] += time.perf_counter() - saturated
+    return term, cost, stats, names
+
+
+# -- lower, plan, emit ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CompileResult:
+    outdir: Path
+    lowered: LoweredProgram
+    plan: MemoryPlan
+    predicted_cycles: int  # Σ hardware.gemm_cycles over the array calls of one run
+
+
+def compile_to_directory(program: Program, types: TypeTable, outdir: str | Path,
+                         config: ArrayConfig, options: LowerOptions | None = None,
+                         weights: dict[str, Array] | None = None,
+                         force: bool = False) -> CompileResult:
+    """Lower, plan and emit `program` (with its `types`) as a C program in `outdir`.
+
+    `weights` defaults to the program's weight files (glensidec.lang.data.load_weights).
+    `force`: replace glensidec's own files in an OUTDIR that also holds others.
+    """
+    weights = data.load_weights(program) if weights is None else weights
+    # The binary32 array multiplies f32 operands; the int8 one i8.
+    options = replace(options or LowerOptions(), array_dtype="f32" if config.is_float else "i8")
+    lowered = lower_program(program, types, options)
+    plan = plan_memory(lowered)
+    emit_directory(program, lowered, plan, Path(outdir), config, weights, force)
+    return CompileResult(Path(outdir), lowered, plan, predicted_cycles(lowered, config))
