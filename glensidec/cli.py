@@ -218,6 +218,27 @@ def compile_command(program: Path, shapes: Path | None, array_size: str, emit: s
         click.echo(text, nl=False)
 
 
+@cli.command("diff")
+@click.argument("outdir", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("inputs", nargs=-1, metavar="NAME=FILE.npy...")
+@click.option("--rtl", is_flag=True,
+              help="Also co-simulate (array calls on the Verilog array) and compare it.")
+def diff_command(outdir: Path, inputs: tuple[str, ...], rtl: bool) -> None:
+    """Run a compiled OUTDIR's program three ways and name the first instruction that differs.
+
+    The interpreter (on the program's own weights), the C program (`make trace`) and, with
+    --rtl, the co-simulation are compared instruction by instruction of the lowered
+    program. Exit 0 when all agree, 1 at a divergence (or an error).
+    """
+    from glensidec.cosim.diff import diff
+
+    result = diff(outdir, inputs, rtl)
+    for line in result.lines():
+        click.echo(line)
+    if not result.agree:
+        sys.exit(1)
+
+
 def parse_bytes(text: str, option: str) -> int:
     """`256KiB`, `256K`, `1MiB`, `4096` → bytes (K = KiB = 1024, M = MiB = 1024²)."""
     import re

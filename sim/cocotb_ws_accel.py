@@ -5,14 +5,17 @@ read answered exactly LATENCY cycles later, posted strobed writes) and offers th
 commands of `commands.conv_program` back to back from cycle 0. At the end the output
 region must equal `commands.conv_reference` (numpy convolution + the interpreter's
 requantize) byte for byte, and the cycle of the last memory write + 1 must equal
-`commands.accel_cycles` (the control model). The layers come from ACCEL_LAYERS (JSON).
+`commands.accel_cycles` (the control model). The layers come from ACCEL_LAYERS (JSON);
+with ACCEL_OUT set, the simulated cycles and wall times are written there (JSON).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from collections import deque
+from pathlib import Path
 from typing import Any
 
 import cocotb
@@ -118,5 +121,11 @@ async def layers(dut: Any) -> None:
     """Every layer of ACCEL_LAYERS, one after the other (reset in between)."""
     config = accel_config()
     await start_clock(dut)
+    results = []
     for seed, spec in enumerate(json.loads(os.environ["ACCEL_LAYERS"])):
-        await run_layer(dut, config, ConvLayer(**spec), seed)
+        start = time.perf_counter()
+        cycles = await run_layer(dut, config, ConvLayer(**spec), seed)
+        results.append({"name": spec["name"], "cycles": cycles,
+                        "seconds": time.perf_counter() - start})
+    if "ACCEL_OUT" in os.environ:  # bench/bench_accel_top.py reads the simulated cycles
+        Path(os.environ["ACCEL_OUT"]).write_text(json.dumps(results))

@@ -143,8 +143,10 @@ class CosimResult:
 
 
 def cosimulate(outdir: Path, program_args: list[str], *, waves: bool = False,
-               simulator: str = "verilator") -> CosimResult:
-    """Build the RTL and the C library for `outdir`, run the program, return the report."""
+               simulator: str = "verilator", library: str = LIBRARY) -> CosimResult:
+    """Build the RTL and the C library for `outdir`, run the program, return the report.
+
+    `library`: the build of the program to run (the traced one for `glensidec diff --rtl`)."""
     outdir = outdir.resolve()
     manifest = Manifest.read(outdir)
     if manifest.float_products and not manifest.array_calls and not manifest.config.is_float:
@@ -153,8 +155,11 @@ def cosimulate(outdir: Path, program_args: list[str], *, waves: bool = False,
             f"int{manifest.config.in_width} x int{manifest.config.in_width} -> "
             f"int{manifest.config.acc_width} and cannot run them (run ./model for the "
             "host C program, or quantize the program to int8 first)")
-    if not (outdir / LIBRARY).is_file():
-        subprocess.run(["make", "-s", "-C", str(outdir), LIBRARY], check=True)
+    if library != LIBRARY or not (outdir / library).is_file():
+        built = subprocess.run(["make", "-s", "-C", str(outdir), library],
+                               capture_output=True, text=True)
+        if built.returncode != 0:
+            raise GlensideError(f"building {outdir / library} failed:\n{built.stderr.strip()}")
     depths = testbench_depths(manifest)
     build_dir = build_directory(outdir, manifest.config, depths, simulator, waves)
     build_log, run_log = outdir / BUILD_LOG, outdir / RUN_LOG
@@ -175,7 +180,7 @@ def cosimulate(outdir: Path, program_args: list[str], *, waves: bool = False,
                 _watch_calls(Path(scratch) / "calls", len(manifest.array_calls)) as calls_log:
             run(runner, GEMM_TESTBENCH, TEST_MODULE, build_dir, waves=waves, log_file=run_log,
                 extra_env={
-                    ENV_LIBRARY: str(outdir / LIBRARY),
+                    ENV_LIBRARY: str(outdir / library),
                     ENV_ARGS: json.dumps([str(outdir / "model"), *program_args]),
                     ENV_REPORT: str(report),
                     ENV_MANIFEST: str(outdir / MANIFEST),

@@ -465,8 +465,9 @@ class LayerTiling:
 
 
 def layer_tiling(config: AccelConfig, layer: ConvLayer) -> LayerTiling:
-    """The largest tiles that fit: K pieces in a weight buffer, M chunks in the accumulator
-    and an activation buffer (each buffer a quarter of the scratchpad).
+    """Tiles that fit and keep the array busy: K pieces in a weight buffer, M chunks in the
+    accumulator and an activation buffer (each buffer a quarter of the scratchpad); among
+    the pieces that fit, the one with the fewest estimated cycles (then rows loaded).
 
     Raises CapacityError naming the sizes when not even one K fold of one output row fits.
     """
@@ -487,9 +488,38 @@ def layer_tiling(config: AccelConfig, layer: ConvLayer) -> LayerTiling:
             f"rows ({out_w * config.cols * 4} B; the accumulator has {config.acc_depth} rows, "
             f"{config.acc_depth * config.cols * 4} B) and {out_w * row_bytes} B of im2col rows "
             f"per K fold ({buffer})")
-    piece = min(piece, quarter // out_w)
-    chunk_rows = min(config.acc_depth // out_w, quarter // (out_w * piece), out_h)
-    return LayerTiling(folds, piece, chunk_rows)
+    largest = min(piece, quarter // out_w)
+    # Candidates: halvings of the reduction, and the pieces that let an M chunk of r
+    # output rows fit (small-M layers: the whole M in one chunk saves reloading weights).
+    pieces = {largest} | {-(-folds // parts) for parts in range(1, 9)}
+    pieces |= {quarter // (out_w * rows) for rows in range(1, out_h + 1)}
+    tilings = [LayerTiling(folds, piece, min(config.acc_depth // out_w,
+                                             quarter // (out_w * piece), out_h))
+               for piece in sorted(pieces) if 1 <= piece <= largest]
+    return min(tilings, key=lambda tiling: _tiling_estimate(config, layer, tiling))
+
+
+def _tiling_estimate(config: AccelConfig, layer: ConvLayer, tiling: LayerTiling
+                     ) -> tuple[int, int]:
+    """(cycles, rows loaded) of conv_program's steps, roughly: each step takes the longer
+    of its compute (`piece × max(m, ROWS)`) and its loads (one bus beat per row, more when
+    rows are wider than the bus). Only for choosing tiles; `accel_cycles` is exact."""
+    out_h, out_w = layer.out_size
+    R, blocks = config.rows, -(-layer.out_channels // config.cols)
+    beats = max(1, config.memory.row_bytes // config.memory.bus_bytes)
+    piece_sizes = [min(tiling.piece_folds, tiling.folds - start)
+                   for start in range(0, tiling.folds, tiling.piece_folds)]
+    cycles = loaded = 0
+    for oy0 in range(0, out_h, tiling.chunk_rows):
+        m = min(tiling.chunk_rows, out_h - oy0) * out_w
+        for block in range(blocks):
+            for piece in piece_sizes:
+                rows = piece * R
+                if len(piece_sizes) > 1 or block == 0:
+                    rows += m * (piece if len(piece_sizes) > 1 else tiling.folds)
+                cycles += max(piece * max(m, R), rows * beats)
+                loaded += rows
+    return cycles, loaded
 
 
 def conv_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant) -> LayerProgram:
@@ -515,8 +545,8 @@ def conv_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant) -> La
     weight_base = _align(layer.height * layer.width * layer.channels)
     output_base = weight_base + _align(K * N)
     memory_bytes = output_base + _align(M * N) + 2 * config.memory.bus_bytes
-    commands: list[Command] = []
-    step, block_configured, a_loads, w_loads = 0, -1, 0, 0
+    steps: list[_Step] = []
+    block_configured, a_loads, w_loads = -1, 0, 0
     a_buffer = 0
     for oy0 in range(0, out_h, tiling.chunk_rows):
         rows_here = min(tiling.chunk_rows, out_h - oy0)
@@ -540,26 +570,55 @@ def conv_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant) -> La
                     loads.append(DmaCommand(
                         base=weight_base + k_last * N + n0, length=width, count1=length,
                         stride1=-N, spad_row=w_buffer + index * R + R - length))
-                commands += [Load(dma, wait=step >= 2 and index == 0,
-                                  signal=index == len(loads) - 1)
-                             for index, dma in enumerate(loads)]
                 last_piece = piece == tiling.pieces - 1
-                commands += [Compute(w_row=w_buffer + index * R, a_row=a_buffer + index * m_len,
-                                     m_len=m_len, add=piece > 0 or index > 0,
-                                     emit=last_piece and index == len(piece_folds) - 1,
-                                     wait=index == 0, signal=index == len(piece_folds) - 1)
-                             for index in range(len(piece_folds))]
-                step += 1
+                steps.append(_Step(
+                    [Load(dma, wait=len(steps) >= 2 and index == 0,
+                          signal=index == len(loads) - 1) for index, dma in enumerate(loads)],
+                    [Compute(w_row=w_buffer + index * R, a_row=a_buffer + index * m_len,
+                             m_len=m_len, add=piece > 0 or index > 0,
+                             emit=last_piece and index == len(piece_folds) - 1,
+                             wait=index == 0, signal=index == len(piece_folds) - 1)
+                     for index in range(len(piece_folds))], []))
+            tail = steps[-1].tail
             if block != block_configured:
                 padded = [0] * (C - width)
-                commands.append(Config(
+                tail.append(Config(
                     quant.epilogue, tuple(quant.bias[n0:n0 + width]) + tuple(padded),
                     tuple(quant.multiplier[n0:n0 + width]) + tuple(padded)))
                 block_configured = block
-            commands.append(Store(DmaCommand(base=output_base + m0 * N + n0, length=width,
-                                             count1=m_len, stride1=N)))
-    return LayerProgram(commands, input_base, weight_base, output_base, memory_bytes,
-                        tiling.chunk_rows * out_w, len(folds), tiling.piece_folds)
+            tail.append(Store(DmaCommand(base=output_base + m0 * N + n0, length=width,
+                                         count1=m_len, stride1=N)))
+    return LayerProgram(_software_pipeline(steps), input_base, weight_base, output_base,
+                        memory_bytes, tiling.chunk_rows * out_w, len(folds),
+                        tiling.piece_folds)
+
+
+@dataclass
+class _Step:
+    loads: list[Load]
+    computes: list[Compute]
+    tail: list[Command]  # Config / Store after the computes
+
+
+def _software_pipeline(steps: list[_Step]) -> list[Command]:
+    """The command stream: step s + 1's loads interleaved one for one with step s's
+    computes, then step s's stores.
+
+    The dispatcher is in order and its queues are short (QUEUE_DEPTH): were a step's
+    loads all sent before its computes, a full load queue would hold back the computes
+    and the next step's loads could only enter once this step's computes had, which
+    serialises load and compute. Interleaved, both queues fill at the rate their units
+    drain them. (Step s + 1's loads go to the buffers step s − 1 used, so executing the
+    stream in program order — `run_functional` — computes the same.)
+    """
+    commands: list[Command] = list(steps[0].loads) if steps else []
+    for index, step in enumerate(steps):
+        following = steps[index + 1].loads if index + 1 < len(steps) else []
+        for pair in range(max(len(following), len(step.computes))):
+            commands += following[pair:pair + 1]
+            commands += step.computes[pair:pair + 1]
+        commands += step.tail
+    return commands
 
 
 def _im2col_rows(layer: ConvLayer, fold: tuple[int, int, int, int], oy0: int, out_rows: int,
