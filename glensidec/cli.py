@@ -142,7 +142,8 @@ def fmt(program: Path, shapes: Path | None, in_place: bool) -> None:
               show_default=True)
 @click.option("--timeout", type=click.FloatRange(min=0), default=10.0, show_default=True,
               callback=lambda ctx, param, value: _finite(value, "--timeout"),
-              metavar="S", help="Seconds of saturation before extracting the best so far.")
+              metavar="S", help="Seconds of saturation (per product region) before "
+                                "extracting the best so far.")
 @click.option("-o", "--output", type=click.Path(path_type=Path),
               help="OUTDIR for the C program (new, empty, or an earlier compile's); a file "
                    "for --emit rewritten|egraph (.svg renders the e-graph).")
@@ -196,7 +197,7 @@ def compile_command(program: Path, shapes: Path | None, array_size: str, emit: s
         for line in _accelerator_lines(accel, compiled.prediction.invocations):
             click.echo(line, err=True)
     if verify:
-        validate(parsed, compiled.program)
+        validate(parsed, compiled.program, types=(typed.types, compiled.types))
         click.echo("verified: the rewritten program computes the same result", err=True)
     if emit == "c":
         assert output is not None
@@ -207,7 +208,7 @@ def compile_command(program: Path, shapes: Path | None, array_size: str, emit: s
                    f"predicted array cycles {result.predicted_cycles}")
         return
     if emit == "egraph":
-        text = egraph_dot(compiled.graph)
+        text = egraph_dot(compiled.egraph())
         text = egraph_svg(text) if output is not None and output.suffix == ".svg" else text
     else:
         rewritten = compiled.program if output is None else compiled.program.moved_to(output)

@@ -85,7 +85,7 @@ async def run_compiled_program(dut: Any) -> None:
                       "cycles_ok": run.cycles == predicted, "rtl_seconds": rtl_seconds})
         if progress_path:  # for the progress bar of the process that started the simulator
             with open(progress_path, "a") as progress:
-                progress.write(f"{run.cycles}\n")
+                progress.write(f"{run.cycles} {rtl_seconds}\n")
         return 0
 
     callback = (BACKEND_F32 if config.is_float else BACKEND)(backend)  # alive until the end

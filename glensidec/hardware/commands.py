@@ -566,10 +566,9 @@ def conv_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant) -> La
                 w_buffer = (2 + w_loads % 2) * quarter
                 w_loads += 1
                 for index, (ky, kx, channel0, length) in enumerate(piece_folds):
-                    k_last = (ky * layer.kernel + kx) * layer.channels + channel0 + length - 1
-                    loads.append(DmaCommand(
-                        base=weight_base + k_last * N + n0, length=width, count1=length,
-                        stride1=-N, spad_row=w_buffer + index * R + R - length))
+                    k_first = (ky * layer.kernel + kx) * layer.channels + channel0
+                    loads.append(_weight_rows(R, k_first, length, weight_base + n0, N, width,
+                                              w_buffer + index * R))
                 last_piece = piece == tiling.pieces - 1
                 steps.append(_Step(
                     [Load(dma, wait=len(steps) >= 2 and index == 0,
@@ -619,6 +618,18 @@ def _software_pipeline(steps: list[_Step]) -> list[Command]:
             commands += step.computes[pair:pair + 1]
         commands += step.tail
     return commands
+
+
+def _weight_rows(rows: int, k_first: int, length: int, base: int, n: int, width: int,
+                 spad_row: int) -> DmaCommand:
+    """The load of one K fold's weights: ROWS rows, the bottom one (k_first + ROWS − 1)
+    first. Rows past the fold's `length` reduction indices are zero: the im2col bounds
+    make them padding rows of value 0 (the activations there are 0 too, but an
+    unwritten scratchpad row would be unknown, X in a 4-state simulator)."""
+    return DmaCommand(
+        base=base + (k_first + rows - 1) * n, length=width, count1=rows, stride1=-n,
+        spad_row=spad_row, bounds=length < rows, x0=length - rows, x_step=1, width=rows,
+        pad_value=0)
 
 
 def _im2col_rows(layer: ConvLayer, fold: tuple[int, int, int, int], oy0: int, out_rows: int,

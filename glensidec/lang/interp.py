@@ -29,6 +29,7 @@ from glensidec.lang.typecheck import (
     LiteralValue,
     TupleType,
     TypeTable,
+    access_type,
     check_program,
 )
 
@@ -519,14 +520,12 @@ def apply_term(term: Term, types: TypeTable, values: dict[Term, Array],
                tensors: dict[str, Array], lazy: Set[Term] = frozenset()) -> Array:
     """One construct applied to its arguments' values (`values` holds the access ones);
     `lazy` cartesian products were never materialised and are fused into their dot-product."""
-    result = types[term]
-    assert isinstance(result, AccessType)
+    result = access_type(types, term)
     product = term.args[1] if term.op == "compute" else None
     if isinstance(product, Term) and product in lazy:
         left, right = product.children()
-        left_type, right_type = types[left], types[right]
-        assert isinstance(left_type, AccessType) and isinstance(right_type, AccessType)
-        return _dot_of_cartesian_product(values[left], values[right], left_type, right_type)
+        return _dot_of_cartesian_product(values[left], values[right], access_type(types, left),
+                                         access_type(types, right))
     call_values: list[Any] = []
     for arg in term.args:
         if isinstance(arg, Term):
@@ -547,8 +546,7 @@ def apply_term(term: Term, types: TypeTable, values: dict[Term, Array],
 
 def evaluate(root: Term, types: TypeTable, tensors: dict[str, Array]) -> Array:
     """The value of `root`, given every tensor it names."""
-    root_type = types[root]
-    assert isinstance(root_type, AccessType)
+    root_type = access_type(types, root)
     value = evaluate_all(root, types, tensors)[root]
     # ascontiguousarray would turn a scalar result into shape (1,): keep the typed shape.
     return np.ascontiguousarray(value).reshape(root_type.full)

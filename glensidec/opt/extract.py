@@ -24,9 +24,9 @@ import functools
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 import numpy as np
-from egglog import bindings
 
 from glensidec.errors import GlensideError
 from glensidec.hardware import array as hardware
@@ -48,6 +48,7 @@ from glensidec.lang.typecheck import (
     check_program,
     infer,
 )
+from glensidec.opt.egglog_core import bindings
 from glensidec.opt.regions import (
     boundaries,
 )
@@ -317,6 +318,14 @@ class Compiled:
     # "extract" (costs, extraction, decoding and the checks).
     seconds: dict[str, float] = field(default_factory=dict)
 
+    def egraph(self) -> EGraph:
+        """The e-graph to show (--emit egraph). A region-by-region compile popped every
+        region's e-graph; the extracted program is added to the base graph here, when asked
+        for (for a whole network that costs seconds no other output needs)."""
+        if self.stats.regions > 1:
+            self.graph.add(self.program.root, self.types)
+        return self.graph
+
     def report_lines(self, config: hardware.ArrayConfig) -> Iterator[str]:
         yield from self.stats.lines()
         if self.stats.hit_limit():
@@ -377,7 +386,10 @@ def extract_checked(graph: EGraph, root_name: str, tensors: dict[str, TensorDecl
 # -- the user's names on the extracted program -----------------------------------------
 
 
-def class_names(graph: EGraph, named: dict[Term, str], root: Term) -> dict[Term, str]:
+_Name = TypeVar("_Name")  # what names a term: a `let` name, or its index in a list of them
+
+
+def class_names(graph: EGraph, named: dict[Term, _Name], root: Term) -> dict[Term, _Name]:
     """The user's `let` names for the subterms of the extracted `root`, carried by e-class.
 
     Rewriting replaces a named term by an equal one of another form (a dot-product by an
@@ -389,7 +401,7 @@ def class_names(graph: EGraph, named: dict[Term, str], root: Term) -> dict[Term,
     if not named:
         return {}
     classes = graph.classes(*named, root)
-    by_class: dict[bindings.Value, str] = {}
+    by_class: dict[bindings.Value, _Name] = {}
     for term, name in named.items():
         by_class.setdefault(classes[term], name)
     return {term: by_class[classes[term]] for term in postorder(root)
@@ -497,12 +509,15 @@ def mapped_cycles(product: Term, types: TypeTable, target: ArrayTarget) -> int:
 # -- translation validation -------------------------------------------------------------
 
 
-def validate(original: Program, rewritten: Program, seeds: tuple[int, ...] = (0,)) -> None:
+def validate(original: Program, rewritten: Program, seeds: tuple[int, ...] = (0,),
+             types: tuple[TypeTable, TypeTable] | None = None) -> None:
     """Run both programs on the same random inputs; raise on any difference.
 
-    Integers must agree exactly (and in dtype), floats to 1e-5 relative.
+    Integers must agree exactly (and in dtype), floats to 1e-5 relative. `types`: the two
+    programs' types, when the caller has them (otherwise both are checked here).
     """
-    original_types, rewritten_types = check_program(original), check_program(rewritten)
+    original_types, rewritten_types = types or (check_program(original),
+                                                check_program(rewritten))
     for seed in seeds:
         tensors = data.all_tensors(original, data.random_inputs(original, seed))
         expected = run_program(original, tensors, original_types)

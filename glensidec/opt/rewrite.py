@@ -27,14 +27,13 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 
-from egglog import bindings
-
 from glensidec.errors import GlensideError
 from glensidec.lang import constructs as K
 from glensidec.lang.dtypes import NAMES as DTYPE_NAMES
 from glensidec.lang.dtypes import accumulator
 from glensidec.lang.terms import Arg, ComputeOp, Symbol, Term, postorder
 from glensidec.lang.typecheck import AccessType, TypeTable, access_type
+from glensidec.opt.egglog_core import bindings
 
 TERM = "Term"
 VEC = "IntVec"
@@ -743,6 +742,7 @@ class Stats:
     matches: dict[str, int] = field(default_factory=dict)
 
     regions: int = 1  # e-graphs saturated one after the other (`pipeline.compile_by_region`)
+    reused: int = 0  # regions that reused an equal earlier region's extraction
 
     def hit_limit(self) -> bool:
         return self.stop_reason != "saturated"
@@ -756,7 +756,8 @@ class Stats:
             f"{stopped[0]} in {len(stopped)} of {len(regions)} regions")
         combined = Stats(reason, max((s.iterations for s in regions), default=0),
                          max((s.enodes for s in regions), default=0),
-                         sum(s.seconds for s in regions), regions=len(regions))
+                         sum(s.seconds for s in regions), regions=len(regions),
+                         reused=sum(s.reused for s in regions))
         for stats in regions:
             for name, seconds in stats.ruleset_seconds.items():
                 combined.ruleset_seconds[name] = combined.ruleset_seconds.get(name, 0) + seconds
@@ -767,7 +768,8 @@ class Stats:
     def lines(self) -> Iterator[str]:
         yield f"stop reason: {self.stop_reason}"
         if self.regions > 1:
-            yield f"regions: {self.regions} (one e-graph each; the largest below)"
+            yield (f"regions: {self.regions} (one e-graph each, {self.reused} reused from an "
+                   "equal earlier region; the largest below)")
         yield f"iterations: {self.iterations}"
         yield f"e-nodes: {self.enodes}"
         yield f"time: {self.seconds:.3f} s"
