@@ -127,8 +127,9 @@ def fmt(program: Path, shapes: Path | None, in_place: bool) -> None:
 @cli.command(name="compile")
 @PROGRAM
 @SHAPES
-@click.option("--array", "array_size", required=True, metavar="RxC",
-              help="The systolic array to map onto, e.g. 16x16.")
+@click.option("--array", "array_size", required=True, metavar="RxC[:TYPE][,RxC...]",
+              help="The systolic array to map onto, e.g. 16x16 (int8) or 16x16:f32 "
+                   "(binary32); several sizes (2x4,4x6) let the extractor pick per product.")
 @click.option("--emit", type=click.Choice(["c", "rewritten", "egraph"]),
               help="What to write: the C program (the default with -o), the rewritten "
                    "program (the default without -o), or the e-graph (graphviz).")
@@ -165,7 +166,13 @@ def compile_command(program: Path, shapes: Path | None, array_size: str, emit: s
     Without -o, print the rewritten program instead.
     """
     from glensidec import pipeline
-    from glensidec.opt.extract import egraph_dot, egraph_svg, parse_array_size, validate
+    from glensidec.opt.extract import (
+        array_for_c,
+        egraph_dot,
+        egraph_svg,
+        parse_arrays,
+        validate,
+    )
     from glensidec.opt.rewrite import Limits
 
     emit = emit or ("c" if output is not None else "rewritten")
@@ -175,13 +182,15 @@ def compile_command(program: Path, shapes: Path | None, array_size: str, emit: s
         check_output_directory(output, force=force)  # before any work: refuse early
     elif output is not None:
         check_writable_file(output)
-    config = parse_array_size(array_size)
+    configs = parse_arrays(array_size)
+    config = configs[0]
     accel = _accelerator(config, scratchpad, accumulator, dram_bandwidth)
     typed = pipeline.load(program, shapes)  # parse, typecheck
     parsed = typed.program
     require_access_result(parsed, typed.types, "compile")
     compiled = pipeline.compile_program(parsed, config, Limits(iterations, max_enodes, timeout),
-                                        types=typed.types)  # rewrite, extract
+                                        types=typed.types,
+                                        more_arrays=configs[1:])  # rewrite, extract
     if stats:
         for line in compiled.report_lines(config):
             click.echo(line, err=True)
@@ -193,7 +202,8 @@ def compile_command(program: Path, shapes: Path | None, array_size: str, emit: s
     if emit == "c":
         assert output is not None
         result = pipeline.compile_to_directory(compiled.program, compiled.types, output,
-                                               config, force=force)  # lower, plan, emit
+                                               array_for_c(compiled, configs),
+                                               force=force)  # lower, plan, emit
         click.echo(f"wrote {output}: {len(result.lowered.instructions)} instructions, "
                    f"predicted array cycles {result.predicted_cycles}")
         return

@@ -78,9 +78,11 @@ def load(path: str | Path, shapes: str | Path | None = None) -> Typed:
 
 def compile_program(program: Program, config: ArrayConfig, limits: Limits | None = None,
                     rulesets: tuple[str, ...] = RULESETS,
-                    types: TypeTable | None = None) -> Compiled:
+                    types: TypeTable | None = None,
+                    more_arrays: tuple[ArrayConfig, ...] = ()) -> Compiled:
     """Saturate `program` with `rulesets` for `config`'s array and extract the cheapest
-    (`types`: the program's, when the caller has checked it already).
+    (`types`: the program's, when the caller has checked it already; `more_arrays`: further
+    arrays the extractor may pick instead, product by product, `--array R1xC1,R2xC2`).
 
     A program with one dot-product is saturated whole. With several, each product and the
     views it reads is saturated in an e-graph of its own (`compile_by_region`): every rule
@@ -88,16 +90,16 @@ def compile_program(program: Program, config: ArrayConfig, limits: Limits | None
     limits and the time grow with the largest layer instead of with the whole network.
     """
     start = time.perf_counter()
-    check_written_arrays(program, config)  # before expansion: the user's own terms, located
+    target = array_target(config, more_arrays)
+    check_written_arrays(program, target)  # before expansion: the user's own terms, located
     if needs_expansion(program.root):  # tuples, conv2d modes: compiled as their expansion
         program, types = expand_program(program), None
     types = check_program(program) if types is None else types
-    target = array_target(config)
     products = [term for term in postorder(program.root) if is_product(term)]
     graph = new_graph(program, types, products, target, rulesets)
     if len(products) > 1:
         return compile_by_region(program, types, products, graph, config, limits or Limits(),
-                                 start)
+                                 start, target)
     root_name = graph.add(program.root, types)
     encoded = time.perf_counter()
     stats = graph.saturate(limits or Limits())
@@ -114,14 +116,13 @@ def compile_program(program: Program, config: ArrayConfig, limits: Limits | None
 
 def compile_by_region(program: Program, types: TypeTable, products: list[Term],
                       graph: EGraph, config: ArrayConfig, limits: Limits,
-                      start: float) -> Compiled:
+                      start: float, target: ArrayTarget) -> Compiled:
     """Saturate and extract every product region in turn, then splice the results into the
     program. --iterations, --max-enodes and --timeout apply to each region, so a region's
     result does not depend on how long the regions before it took (on a loaded machine a
     shared time budget ran out at different layers from run to run). A region equal to an
     earlier one up to its tensors' names (`canonical_region`) reuses that one's extraction:
     a network repeats its layer shapes."""
-    target = array_target(config)
     compiled: dict[Term, Term] = {}  # every term rebuilt so far, products compiled
     region_names: dict[Term, str] = {}  # extracted region terms (spliced) → the user's names
     region_stats: list[Stats] = []
@@ -217,6 +218,8 @@ def compile_to_directory(program: Program, types: TypeTable, outdir: str | Path,
     `force`: replace glensidec's own files in an OUTDIR that also holds others.
     """
     weights = data.load_weights(program) if weights is None else weights
+    # The binary32 array multiplies f32 operands; the int8 one i8.
+    options = replace(options or LowerOptions(), array_dtype="f32" if config.is_float else "i8")
     lowered = lower_program(program, types, options)
     plan = plan_memory(lowered)
     emit_directory(program, lowered, plan, Path(outdir), config, weights, force)

@@ -225,6 +225,9 @@ class LowerOptions:
     # Send i8 dot-products over cartesian products (matmuls, im2col convolutions) to the
     # array even when no rewrite mapped them: the array is the point of the accelerator.
     offload_i8_gemm: bool = True
+    # The dtype the array multiplies: its hardware constructs over operands of this dtype
+    # become ArrayGemm calls ("f32" for the binary32 array); others run on the host.
+    array_dtype: str = "i8"
 
 
 # -- lazy tuples ----------------------------------------------------------------------
@@ -523,11 +526,11 @@ class _Lowerer:
         activations = self.view(term.args[2])
         weights = self.view(term.args[3])
         act_type = self.arg_type(term, 2)
-        if act_type.dtype == "i8":
+        if act_type.dtype == self.options.array_dtype:
             # No access dims: merging zero dims gives M = 1.
             a = merge_dims(activations, [len(act_type.shape), 1])
             return self.gemm(term, a, weights)
-        # Not int8: the array cannot run it; the host computes the same product.
+        # Not the array's dtype: the host computes the same product.
         rank = len(act_type.shape)
         outputs = weights.shape[1]
         left = expand(activations, rank, [outputs])

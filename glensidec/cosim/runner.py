@@ -149,7 +149,7 @@ def cosimulate(outdir: Path, program_args: list[str], *, waves: bool = False,
     `library`: the build of the program to run (the traced one for `glensidec diff --rtl`)."""
     outdir = outdir.resolve()
     manifest = Manifest.read(outdir)
-    if manifest.float_products and not manifest.array_calls:
+    if manifest.float_products and not manifest.array_calls and not manifest.config.is_float:
         raise GlensideError(
             f"{manifest.source} computes its products in f32: the systolic array is "
             f"int{manifest.config.in_width} x int{manifest.config.in_width} -> "

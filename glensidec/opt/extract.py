@@ -66,12 +66,24 @@ HOST_ELEMENT = 1  # cycles per element an elementwise or reducing compute reads
 HOST_MAC = 2  # cycles per multiply-accumulate of a dot-product on the host CPU
 ARRAYS = tuple(name for name, c in K.CONSTRUCTS.items() if c.hardware)
 
-def array_target(config: hardware.ArrayConfig) -> ArrayTarget:
-    return ArrayTarget(config.rows, config.cols, input_dtype(config))
+def array_target(config: hardware.ArrayConfig,
+                 more: tuple[hardware.ArrayConfig, ...] = ()) -> ArrayTarget:
+    """The rewriter's target: `config`'s array, plus the `more` arrays (same element type)
+    the extractor may pick instead, product by product."""
+    for other in more:
+        if other.element != config.element:
+            raise GlensideError(f"--array: every array of a program has one element type "
+                                f"({config.element} and {other.element} given)")
+    sizes = tuple(dict.fromkeys((c.rows, c.cols) for c in more
+                                if (c.rows, c.cols) != (config.rows, config.cols)))
+    return ArrayTarget(config.rows, config.cols, input_dtype(config), more=sizes)
 
 
 def input_dtype(config: hardware.ArrayConfig) -> str:
-    """The integer dtype as wide as the array's inputs."""
+    """The dtype of the array's inputs: f32 for the binary32 array, else the integer dtype
+    as wide as its inputs."""
+    if config.is_float:
+        return "f32"
     dtype = by_bits(config.in_width)
     if dtype is None:
         raise GlensideError(f"no dtype is {config.in_width} bits wide")
@@ -209,6 +221,14 @@ class Prediction:
     def total(self) -> int:
         return self.array_cycles + self.host_cycles
 
+    def per_array(self) -> dict[tuple[int, int], tuple[int, int]]:
+        """(calls, cycles) per array size, in the order the sizes are first used."""
+        totals: dict[tuple[int, int], tuple[int, int]] = {}
+        for call in self.invocations:
+            calls, cycles = totals.get((call.rows, call.cols), (0, 0))
+            totals[(call.rows, call.cols)] = (calls + 1, cycles + call.cycles)
+        return totals
+
 
 def host_cost(term: Term, types: TypeTable) -> int:
     """The CPU model of the module docstring, for one host construct."""
@@ -322,6 +342,10 @@ class Compiled:
             label = f"{name}: " if name else ""
             yield (f"  {label}{call.op} {call.rows}x{call.cols}: M={call.m} K={call.k} "
                    f"N={call.n}: {call.cycles} cycles")
+        per_array = self.prediction.per_array()
+        if len(per_array) > 1:
+            for (rows, cols), (count, cycles) in per_array.items():
+                yield f"array {rows}x{cols}: {count} calls, {cycles} cycles"
         products = matmuls(self.original.root, self.original_types, input_dtype(config))
         if products:
             t_min = sum(best_orientation(hardware.t_min, config, p) for p in products)
@@ -412,31 +436,33 @@ def unique_names(names: dict[Term, str], root: Term) -> dict[Term, str]:
 
 
 
-def check_written_arrays(program: Program, config: hardware.ArrayConfig) -> None:
-    """Array constructs the user wrote must fit the one array compiled for, located.
+def check_written_arrays(program: Program, target: ArrayTarget) -> None:
+    """Array constructs the user wrote must be one of the arrays compiled for, located.
 
-    One program drives one array configuration (`--array`); an array of another size
-    written in the program cannot run on it (several sizes in one program are not
-    supported yet), so it is the user's error, not the extractor's.
+    The arrays are `--array`'s (`R1xC1,R2xC2,...` for several); an array of another size
+    written in the program has no hardware to run on, so it is the user's error, not the
+    extractor's.
     """
+    sizes = target.sizes()
     for term in postorder(program.root):
         if term.op not in ARRAYS and not term.op.startswith("systolic-array-conv2d-"):
             continue
         rows, cols = term.args[0], term.args[1]
-        if (rows, cols) != (config.rows, config.cols):
+        if (rows, cols) not in sizes:
+            arrays = ",".join(f"{r}x{c}" for r, c in sizes)
             raise GlensideError(
                 f"{term.op}: a {rows}x{cols} array, but the program is compiled for "
-                f"--array {config.rows}x{config.cols} (one array size per program)",
+                f"--array {arrays} (add {rows}x{cols} to --array to use it)",
                 term.arg_span(0), program.path)
 
 
 def check_runnable(root: Term, types: TypeTable, target: ArrayTarget) -> None:
-    """Every array construct must run on the target array as it is."""
+    """Every array construct must run on one of the target's arrays as it is."""
     for term in postorder(root):
         if term.op not in ARRAYS:
             continue
         rows, cols = term.args[0], term.args[1]
-        if (rows, cols) != (target.rows, target.cols):
+        if (rows, cols) not in target.sizes():
             raise GlensideError(f"internal: extracted a {rows}x{cols} {term.op} for a "
                                 f"{target.rows}x{target.cols} array")
 
@@ -475,9 +501,9 @@ def mapped_cycles(product: Term, types: TypeTable, target: ArrayTarget) -> int:
     def padded(size: int, multiple: int) -> int:
         return -(-size // multiple) * multiple
 
-    rows, cols = target.rows, target.cols
-    return min(gemm_cycles(rows, cols, m, padded(k, rows), padded(n, cols)),
-               gemm_cycles(rows, cols, n, padded(k, rows), padded(m, cols)))
+    return min(min(gemm_cycles(rows, cols, m, padded(k, rows), padded(n, cols)),
+                   gemm_cycles(rows, cols, n, padded(k, rows), padded(m, cols)))
+               for rows, cols in target.sizes())
 
 
 # -- translation validation -------------------------------------------------------------
@@ -518,15 +544,56 @@ def difference(expected: Array, actual: Array) -> str | None:
 # -- command-line helpers ---------------------------------------------------------------
 
 
+#: The element types `--array RxC:TYPE` accepts (i8 when TYPE is left out).
+ARRAY_ELEMENTS = ("i8", "f32")
+
+
 def parse_array_size(text: str) -> hardware.ArrayConfig:
-    """`16x16` → the array configuration (int8 in, int32 accumulate)."""
-    rows, times, cols = text.lower().partition("x")
-    if not (times and rows.isdigit() and cols.isdigit()):
-        raise GlensideError(f"--array takes ROWSxCOLS such as 16x16, got '{text}'")
+    """`16x16` → the int8 array (int8 in, int32 accumulate); `16x16:f32` → the binary32
+    array (f32 in and out); `16x16:i8` says int8 explicitly."""
+    size, colon, element = text.lower().partition(":")
+    rows, times, cols = size.partition("x")
+    if not (times and rows.isdigit() and cols.isdigit()) or (colon and not element):
+        raise GlensideError(f"--array takes ROWSxCOLS[:TYPE] such as 16x16 or 16x16:f32, "
+                            f"got '{text}'")
+    if colon and element not in ARRAY_ELEMENTS:
+        raise GlensideError(f"--array {text}: the array's element type is one of "
+                            f"{', '.join(ARRAY_ELEMENTS)}, not '{element}'")
     try:
+        if element == "f32":
+            return hardware.ArrayConfig.f32(int(rows), int(cols))
         return hardware.ArrayConfig(int(rows), int(cols))
     except ValueError as error:
         raise GlensideError(f"--array {text}: {error}") from None
+
+
+def array_for_c(compiled: Compiled, configs: tuple[hardware.ArrayConfig, ...]
+                ) -> hardware.ArrayConfig:
+    """The one array the generated C drives: the size the extracted program uses (the
+    first `--array` when it uses none). C for several array sizes is not built yet."""
+    used = list(compiled.prediction.per_array())
+    if len(used) > 1:
+        sizes = ", ".join(f"{r}x{c}" for r, c in used)
+        raise GlensideError(f"the extracted program uses several arrays ({sizes}): C for "
+                            "several arrays in one program is not built yet (--emit "
+                            "rewritten shows the program; compile with one --array for C)")
+    if not used:
+        return configs[0]
+    return next(c for c in configs if (c.rows, c.cols) == used[0])
+
+
+def parse_arrays(text: str) -> tuple[hardware.ArrayConfig, ...]:
+    """`--array R1xC1,R2xC2[:TYPE]`: one or more arrays (the first is the main one); a
+    `:TYPE` on any of them applies to all that give none (`2x4,4x6:f32` = both f32)."""
+    parts = [part.strip() for part in text.split(",")]
+    if not all(parts):
+        raise GlensideError(f"--array takes ROWSxCOLS[:TYPE] sizes separated by commas, "
+                            f"got '{text}'")
+    element = next((part.partition(":")[2] for part in parts if ":" in part), "")
+    configs = tuple(parse_array_size(part if ":" in part or not element
+                                     else f"{part}:{element}") for part in parts)
+    array_target(configs[0], configs[1:])  # one element type for all
+    return tuple(dict.fromkeys(configs))
 
 
 EGRAPH_RENDER_LIMIT = 5_000  # e-nodes: graphviz output past this is unreadable and slow
