@@ -227,6 +227,7 @@ class Quantizer:
         self.quantized_weights: dict[str, tuple[Term, Array]] = {}
         self.weight_scales: dict[str, Array] = {}
         self.host_tail = output_tail(program.root)
+        self.materialized: dict[tuple[Term, Term, bytes, bytes], Q8] = {}
 
     # -- helpers --------------------------------------------------------------------------
     def qtype(self, term: Term) -> AccessType:
@@ -818,7 +819,12 @@ class Quantizer:
 
     # -- accumulators to i8 ---------------------------------------------------------------
     def materialize(self, acc: Acc, origin: Term, record: bool = True) -> Q8:
-        q = self.requantize(acc, self.params_of(origin))
+        # An accumulator read by several consumers (SiLU's x and sigmoid(x)) is requantized
+        # once: the same term, scale and offset to the same profile give the same i8 value.
+        key = (acc.term, origin, acc.scale.tobytes(), acc.offset.tobytes())
+        if key not in self.materialized:
+            self.materialized[key] = self.requantize(acc, self.params_of(origin))
+        q = self.materialized[key]
         if record:
             self.name(q.term, origin)
             self.record(origin, q)
