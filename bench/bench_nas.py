@@ -290,7 +290,11 @@ def completed(saved: dict[str, Any]) -> dict[str, Any]:
     records = saved["search records"]
     accuracies = saved.get("accuracies")
     table = []
-    for index, (label, record) in enumerate(saved["picks"].items()):
+    # json.dumps sorted the picks' labels: back to the order the accuracies were measured in
+    order = ["original", "search by cycles", "search by macs", "FLOP-minimal legal pick",
+             "random legal pick"]
+    picks = sorted(saved["picks"].items(), key=lambda item: order.index(item[0]))
+    for index, (label, record) in enumerate(picks):
         pair = accuracies[2 * index:2 * index + 2] if accuracies else (
             [record["accuracy"]] if "accuracy" in record else [])
         table.append({**record, "label": label, "accuracies": pair})
