@@ -63,7 +63,8 @@ async def run_layer(dut: Any, config: AccelConfig, layer: ConvLayer, seed: int) 
     M, K, N = layer.gemm
     bus, latency = config.memory.bus_bytes, config.memory.latency
     memory = rng.integers(0, 256, program.memory_bytes).astype(np.uint8)  # garbage output
-    memory[program.input_base:program.input_base + feature.size] = feature.reshape(-1) & 0xFF
+    image = program.input_image(feature, quant.input_zero_point)
+    memory[program.input_base:program.input_base + image.size] = image
     memory[program.weight_base:program.weight_base + K * N] = weights.reshape(-1) & 0xFF
     words = deque(encode_command(command, config.cols) for command in program.commands)
     responses: deque[tuple[int, int]] = deque()

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from conftest import EXAMPLES
 
+import glensidec
 from glensidec.backend.lower import lower_program
 from glensidec.backend.plan import plan_memory
 from glensidec.cosim.diff import (
@@ -77,6 +78,9 @@ def test_all_agree(compiled: tuple[Path, str]) -> None:
     _, lowered = load_compiled(outdir)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.startswith(f"all {len(lowered.instructions)} instructions agree")
+    name, path = image.split("=")
+    result = glensidec.diff(outdir, {name: path})  # the Python API says the same
+    assert result.agree and result.lines() == done.stdout.splitlines()
 
 
 @pytest.mark.slow

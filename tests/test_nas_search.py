@@ -14,7 +14,7 @@ pytest.importorskip("torch", reason="needs the nas extra: pip install '.[nas]'")
 pytest.importorskip("distributed", reason="needs the nas extra: pip install '.[nas]'")
 
 from click.testing import CliRunner
-from test_import import save
+from onnx_models import save
 from test_nas_transforms import skip_net
 
 from glensidec.cli import cli

@@ -663,6 +663,7 @@ def render_files(program: Program, lowered: LoweredProgram, plan: MemoryPlan,
     context = {
         "source": Path(program.path).name, **asdict(config),
         "python": sys.executable,
+        "f32": config.is_float,
         "constants_size": plan.constants_size, "mutable_size": plan.mutable_size,
         "activations_size": plan.activations.used, "lower_bound": plan.activations.lower_bound,
         "efficiency": plan.activations.efficiency, "strategy": plan.activations.strategy,
@@ -687,11 +688,20 @@ def render_files(program: Program, lowered: LoweredProgram, plan: MemoryPlan,
     return files
 
 
+def manifest_array(config: ArrayConfig) -> dict[str, int | str]:
+    """The array's fields for cosim.json; `element` only for the binary32 array, so int8
+    programs' manifests stay as they were (ArrayConfig defaults it to "int")."""
+    fields = asdict(config)
+    if not config.is_float:
+        del fields["element"]
+    return fields
+
+
 def cosim_manifest(program: Program, lowered: LoweredProgram, config: ArrayConfig) -> str:
     """What `make sim` needs to know: the array, and every call the program makes to it.
 
     Float products cannot run on the int8 array; they are listed so co-simulation can say
-    so instead of silently simulating nothing.
+    so instead of silently simulating nothing. ("element" appears for the binary32 array.)
     """
     float_products = sum(
         1 for instruction in lowered.instructions
@@ -699,7 +709,7 @@ def cosim_manifest(program: Program, lowered: LoweredProgram, config: ArrayConfi
         and lowered.buffer_of(instruction.dst).dtype == "f32")
     manifest = {
         "source": Path(program.path).name,
-        "array": asdict(config),
+        "array": manifest_array(config),
         "array_calls": [[call.m, call.k, call.n] for call in lowered.array_calls()],
         "float_products": float_products,
         "inputs": [decl.name for decl in program.inputs()],

@@ -438,10 +438,37 @@ class LayerProgram:
     m_chunk: int  # output pixels (activation rows) per accumulator chunk
     folds: int  # K folds (taps × channel chunks of ROWS)
     piece_folds: int  # K folds on chip at once (a K piece)
+    input_padding: int = 0  # the feature map is stored padded by this (packed taps)
+
+    def input_image(self, feature: npt.NDArray[np.integer],
+                    zero_point: int) -> npt.NDArray[np.uint8]:
+        """The bytes of the (H, W, C) feature map to store at input_base."""
+        pad = self.input_padding
+        height, width, channels = feature.shape
+        image = np.full((height + 2 * pad, width + 2 * pad, channels), zero_point, np.int64)
+        image[pad:pad + height, pad:pad + width] = feature
+        packed: npt.NDArray[np.uint8] = (image.reshape(-1) & 0xFF).astype(np.uint8)
+        return packed
+
+
+def packs_taps(layer: ConvLayer, rows: int) -> bool:
+    """Whether a scratchpad row carries several kernel taps (few channels, e.g. RGB).
+
+    Taps next to each other along x read consecutive pixels, which are contiguous in
+    an NHWC map, so one DMA row holds them all; a row may then straddle the border,
+    which the DMA's per-row bounds cannot express, so such a layer's input is stored
+    padded (by the host, with the zero point) and loaded without bounds.
+    """
+    return layer.kernel > 1 and 2 * layer.channels <= rows
 
 
 def conv_folds(layer: ConvLayer, rows: int) -> list[tuple[int, int, int, int]]:
-    """K folds in order: (ky, kx, first channel, channels), channels cut into ROWS."""
+    """K folds in order: (ky, kx, first channel, bytes): the channels of a tap cut into
+    ROWS, or (packs_taps) as many whole taps along x as fit a row."""
+    if packs_taps(layer, rows):
+        group = rows // layer.channels
+        return [(ky, kx, 0, min(group, layer.kernel - kx) * layer.channels)
+                for ky in range(layer.kernel) for kx in range(0, layer.kernel, group)]
     return [(ky, kx, channel0, min(rows, layer.channels - channel0))
             for ky in range(layer.kernel) for kx in range(layer.kernel)
             for channel0 in range(0, layer.channels, rows)]
@@ -506,20 +533,27 @@ def _tiling_estimate(config: AccelConfig, layer: ConvLayer, tiling: LayerTiling
     rows are wider than the bus). Only for choosing tiles; `accel_cycles` is exact."""
     out_h, out_w = layer.out_size
     R, blocks = config.rows, -(-layer.out_channels // config.cols)
-    beats = max(1, config.memory.row_bytes // config.memory.bus_bytes)
+    bus = config.memory.bus_bytes
+    beats = max(1, config.memory.row_bytes // bus)
+    # Activation rows start wherever their pixel does: unless the channels keep them
+    # aligned, a row of L bytes spans 1 + (L − 1)/bus beats on average.
+    length = max(fold[3] for fold in conv_folds(layer, R))
+    aligned = layer.channels % bus == 0 and not packs_taps(layer, R)
+    act_beats = -(-length // bus) if aligned else 1 + (length - 1) / bus
     piece_sizes = [min(tiling.piece_folds, tiling.folds - start)
                    for start in range(0, tiling.folds, tiling.piece_folds)]
-    cycles = loaded = 0
+    cycles, loaded = 0.0, 0
     for oy0 in range(0, out_h, tiling.chunk_rows):
         m = min(tiling.chunk_rows, out_h - oy0) * out_w
         for block in range(blocks):
             for piece in piece_sizes:
-                rows = piece * R
+                act_rows = 0
                 if len(piece_sizes) > 1 or block == 0:
-                    rows += m * (piece if len(piece_sizes) > 1 else tiling.folds)
-                cycles += max(piece * max(m, R), rows * beats)
-                loaded += rows
-    return cycles, loaded
+                    act_rows = m * (piece if len(piece_sizes) > 1 else tiling.folds)
+                slots = piece * R * beats + act_rows * act_beats
+                cycles += max(piece * max(m, R), slots)
+                loaded += piece * R + act_rows
+    return round(cycles), loaded
 
 
 def conv_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant) -> LayerProgram:
@@ -542,7 +576,8 @@ def conv_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant) -> La
     tiling = layer_tiling(config, layer)
     quarter = config.memory.scratchpad_rows // 4
     input_base = 0
-    weight_base = _align(layer.height * layer.width * layer.channels)
+    pad = layer.padding if packs_taps(layer, R) else 0
+    weight_base = _align((layer.height + 2 * pad) * (layer.width + 2 * pad) * layer.channels)
     output_base = weight_base + _align(K * N)
     memory_bytes = output_base + _align(M * N) + 2 * config.memory.bus_bytes
     steps: list[_Step] = []
@@ -561,15 +596,14 @@ def conv_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant) -> La
                     a_loads += 1
                     loads += [_im2col_rows(layer, fold, oy0, rows_here,
                                            a_buffer + index * m_len, input_base,
-                                           quant.input_zero_point)
+                                           quant.input_zero_point, pad > 0)
                               for index, fold in enumerate(piece_folds)]
                 w_buffer = (2 + w_loads % 2) * quarter
                 w_loads += 1
                 for index, (ky, kx, channel0, length) in enumerate(piece_folds):
-                    k_last = (ky * layer.kernel + kx) * layer.channels + channel0 + length - 1
-                    loads.append(DmaCommand(
-                        base=weight_base + k_last * N + n0, length=width, count1=length,
-                        stride1=-N, spad_row=w_buffer + index * R + R - length))
+                    k_first = (ky * layer.kernel + kx) * layer.channels + channel0
+                    loads.append(_weight_rows(R, k_first, length, weight_base + n0, N, width,
+                                              w_buffer + index * R))
                 last_piece = piece == tiling.pieces - 1
                 steps.append(_Step(
                     [Load(dma, wait=len(steps) >= 2 and index == 0,
@@ -590,7 +624,7 @@ def conv_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant) -> La
                                          count1=m_len, stride1=N)))
     return LayerProgram(_software_pipeline(steps), input_base, weight_base, output_base,
                         memory_bytes, tiling.chunk_rows * out_w, len(folds),
-                        tiling.piece_folds)
+                        tiling.piece_folds, pad)
 
 
 @dataclass
@@ -621,11 +655,32 @@ def _software_pipeline(steps: list[_Step]) -> list[Command]:
     return commands
 
 
+def _weight_rows(rows: int, k_first: int, length: int, base: int, n: int, width: int,
+                 spad_row: int) -> DmaCommand:
+    """The load of one K fold's weights: ROWS rows, the bottom one (k_first + ROWS − 1)
+    first. Rows past the fold's `length` reduction indices are zero: the im2col bounds
+    make them padding rows of value 0 (the activations there are 0 too, but an
+    unwritten scratchpad row would be unknown, X in a 4-state simulator)."""
+    return DmaCommand(
+        base=base + (k_first + rows - 1) * n, length=width, count1=rows, stride1=-n,
+        spad_row=spad_row, bounds=length < rows, x0=length - rows, x_step=1, width=rows,
+        pad_value=0)
+
+
 def _im2col_rows(layer: ConvLayer, fold: tuple[int, int, int, int], oy0: int, out_rows: int,
-                 spad_row: int, feature_base: int, zero_point: int) -> DmaCommand:
-    """The im2col load of one K fold for output rows oy0 … oy0 + out_rows (all columns)."""
+                 spad_row: int, feature_base: int, zero_point: int,
+                 padded_input: bool = False) -> DmaCommand:
+    """The im2col load of one K fold for output rows oy0 … oy0 + out_rows (all columns),
+    from the map as stored: with bounds and zero-point padding rows, or (padded_input)
+    from a map stored with its padding, every row inside it."""
     ky, kx, channel0, length = fold
     stride, channels = layer.stride, layer.channels
+    if padded_input:
+        width = layer.width + 2 * layer.padding
+        return DmaCommand(
+            base=feature_base + ((oy0 * stride + ky) * width + kx) * channels + channel0,
+            length=length, count1=layer.out_size[1], stride1=stride * channels,
+            count2=out_rows, stride2=stride * width * channels, spad_row=spad_row)
     y0, x0 = oy0 * stride + ky - layer.padding, kx - layer.padding
     return DmaCommand(
         base=feature_base + (y0 * layer.width + x0) * channels + channel0, length=length,
