@@ -346,6 +346,8 @@ def report(saved: dict[str, Any], space: S.Space) -> int:
               f"accuracy), the search scored by cycles: {speedup:.2f}x at {drop:+.1f} points: "
               f"{'met' if met else 'MISSED'}"
               f"{'' if len(chosen['accuracies']) == 2 else ' (accuracy of seed 0 only)'}.", ""]
+    if pool_records is not None:
+        lines += proxy_lines(pool_records)
     if pool_records is None or int8 is None:
         lines += ["Not measured in this run: " + ", ".join(
             part for part, value in (("the proxies' Kendall tau", pool_records),
@@ -354,6 +356,16 @@ def report(saved: dict[str, Any], space: S.Space) -> int:
         (RESULTS / "nas.md").write_text("\n".join(lines), encoding="utf-8")
         print("\n".join(lines))
         return 1
+    lines += int8_lines(int8)
+    cosim_ok = int8["c_equal"] and int8["rtl_equal"] and int8["ok"] and \
+        int8["predicted_array_cycles"] == int8["simulated_cycles"]
+    (RESULTS / "nas.md").write_text("\n".join(lines), encoding="utf-8")
+    print("\n".join(lines))
+    return 0 if met and cosim_ok else 1
+
+
+def proxy_lines(pool_records: list[dict[str, Any]]) -> list[str]:
+    lines: list[str] = []
     accuracies = [mean(r["accuracies"]) for r in pool_records]
     taus = {p: float(kendalltau([r[p] for r in pool_records], accuracies).statistic)
             for p in PROXIES}
@@ -364,8 +376,12 @@ def report(saved: dict[str, Any], space: S.Space) -> int:
               "the trained original: not a legality option).", "",
               "| proxy | tau |", "|---|---:|"]
     lines += [f"| {p} | {taus[p]:+.2f} |" for p in PROXIES]
+    return [*lines, ""]
+
+
+def int8_lines(int8: dict[str, Any]) -> list[str]:
     cycles_ok = int8["predicted_array_cycles"] == int8["simulated_cycles"]
-    lines += ["", "## The chosen network in int8 on the RTL", "",
+    return ["", "## The chosen network in int8 on the RTL", "",
               f"Retrained (seed 0): {100 * int8['float_accuracy']:.1f} % in f32; quantized "
               f"(`glensidec quantize`, per-tensor, 64 calibration images) and run by the "
               f"interpreter: **{100 * int8['int8_accuracy']:.1f} %** int8 accuracy.", "",
@@ -378,10 +394,6 @@ def report(saved: dict[str, Any], space: S.Space) -> int:
               f"| every call's data and cycles checked | {'yes' if int8['ok'] else 'NO'} |",
               f"| predicted end-to-end cycles (array + host) | {int8['predicted_total']} |",
               f"| co-simulation wall time | {int8['cosim_seconds']} s |", ""]
-    cosim_ok = int8["c_equal"] and int8["rtl_equal"] and int8["ok"] and cycles_ok
-    (RESULTS / "nas.md").write_text("\n".join(lines), encoding="utf-8")
-    print("\n".join(lines))
-    return 0 if met and cosim_ok else 1
 
 
 if __name__ == "__main__":
