@@ -381,7 +381,7 @@ def proxy_lines(pool_records: list[dict[str, Any]]) -> list[str]:
 
 def int8_lines(int8: dict[str, Any]) -> list[str]:
     cycles_ok = int8["predicted_array_cycles"] == int8["simulated_cycles"]
-    return ["", "## The chosen network in int8 on the RTL", "",
+    return ["## The chosen network in int8 on the RTL", "",
               f"Retrained (seed 0): {100 * int8['float_accuracy']:.1f} % in f32; quantized "
               f"(`glensidec quantize`, per-tensor, 64 calibration images) and run by the "
               f"interpreter: **{100 * int8['int8_accuracy']:.1f} %** int8 accuracy.", "",
