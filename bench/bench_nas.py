@@ -53,7 +53,8 @@ EXAMPLES = REPO / "examples"
 RESULTS = Path(__file__).resolve().parent / "results"
 ARRAY = "16x16"
 KINDS = ("group", "bottleneck", "depthwise", "bottleneck-block")
-BUDGET = 64  # candidates the search evaluates
+BUDGET = 40  # distinct candidates the search evaluates
+WORKERS = 4  # Dask worker processes (the machine has 2 cores)
 POOL = 16  # random candidates besides the original, for Kendall tau
 EPOCHS = 5  # retraining from inherited weights
 SEEDS = (0, 1)
@@ -80,16 +81,16 @@ def candidate_of(choices: dict[str, str], layers: list[str]) -> S.Candidate:
 # -- Dask tasks -------------------------------------------------------------------------------
 
 
-def retrained_accuracy(graph: Graph, layers: list[str], candidate: S.Candidate,
-                       train_data: Data, val: Data, seed: int) -> float:
+def retrained_accuracy(graph: Graph, layers: list[str], train_data: Data, val: Data,
+                       candidate: S.Candidate, seed: int) -> float:
     S.torch_threads()
     transformed = S.apply(graph, layers, candidate, T.INHERIT)
     return accuracy(train(transformed, train_data, EPOCHS, seed,
                           learning_rate=S.RETRAIN_RATE), val)
 
 
-def proxies(graph: Graph, layers: list[str], candidate: S.Candidate,
-            train_data: Data) -> dict[str, Any]:
+def proxies(graph: Graph, layers: list[str], train_data: Data,
+            candidate: S.Candidate) -> dict[str, Any]:
     """Every proxy of one candidate, each as `glensidec nas` computes it (seed 0)."""
     S.torch_threads()
     transformed = S.apply(graph, layers, candidate, T.INHERIT)
@@ -136,8 +137,7 @@ def searches(mapper: Any, program_text: str, weights: dict[str, Any], train_data
     config = parse_array_size(ARRAY)
     results = {}
     for label, options in (("cycles", OPTIONS),
-                           ("macs", dataclasses.replace(OPTIONS, cost="macs")),
-                           ("no band", dataclasses.replace(OPTIONS, band=0.0))):
+                           ("macs", dataclasses.replace(OPTIONS, cost="macs"))):
         results[label] = S.run_search(program_text, weights, (train_data.x, train_data.y),
                                       (val.x, val.y), config, options, mapper, memo=memo)
     by_cycles = results["cycles"]
@@ -162,16 +162,20 @@ def main() -> int:
     graph = lift(program, load_weights(program))
     space = S.search_space(graph, KINDS)
     train_data, val = load("digits_train.npz"), load("digits_val.npz")
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+    with LocalCluster(n_workers=WORKERS, threads_per_worker=1, processes=True,
                       dashboard_address=None) as cluster, Client(cluster) as client:
         results, picks = searches(DaskMapper(client), format_program(program),
                                   load_weights(program), train_data, val)
         search_seconds = time.perf_counter() - start
+        save({"partial": "searches", "picks": picks,
+              "search records": results["cycles"].records})
         shared = client.scatter([graph, space.layers, train_data, val], broadcast=True)
         calls = [(candidate_of(r["choices"], space.layers), seed)
                  for r in picks.values() for seed in SEEDS]
         accuracies = client.gather([client.submit(retrained_accuracy, *shared, c, seed,
                                                   pure=False) for c, seed in calls])
+        save({"partial": "picks retrained", "picks": picks, "accuracies": accuracies,
+              "search records": results["cycles"].records})
         candidates = pool(graph, space)
         pooled = client.gather([client.submit(proxies, *shared[:3], c, pure=False)
                                 for c in candidates])
@@ -267,18 +271,52 @@ def int8_and_cosim(chosen: Graph, train_data: Data, val: Data) -> dict[str, Any]
 
 
 def mean(values: list[float]) -> float:
-    return float(np.mean(values))
+    return float(np.mean(values)) if values else float("nan")
+
+
+def accuracy_text(values: list[float]) -> str:
+    if len(values) == 1:
+        return f"{100 * values[0]:.1f} % (seed 0 only)"
+    if not values:
+        return "-"
+    return f"{100 * mean(values):.1f} % ({', '.join(f'{100 * a:.1f}' for a in values)})"
+
+
+def completed(saved: dict[str, Any]) -> dict[str, Any]:
+    """A run stopped after a stage (`partial`) in the form `report` reads; what is missing
+    stays missing."""
+    if "partial" not in saved:
+        return saved
+    records = saved["search records"]
+    accuracies = saved.get("accuracies")
+    table = []
+    # json.dumps sorted the picks' labels: back to the order the accuracies were measured in
+    order = ["original", "search by cycles", "search by macs", "FLOP-minimal legal pick",
+             "random legal pick"]
+    picks = sorted(saved["picks"].items(), key=lambda item: order.index(item[0]))
+    for index, (label, record) in enumerate(picks):
+        pair = accuracies[2 * index:2 * index + 2] if accuracies else (
+            [record["accuracy"]] if "accuracy" in record else [])
+        table.append({**record, "label": label, "accuracies": pair})
+    summary = {"strategy": "aging evolution", "evaluated": len(records),
+               "legal": sum(1 for r in records if r.get("legal")),
+               "band_best": sum(1 for r in records if r.get("band_best"))}
+    return {**saved, "picks": table, "searches": {"cycles": summary}}
 
 
 def report(saved: dict[str, Any], space: S.Space) -> int:
-    picks, pool_records, int8 = saved["picks"], saved["pool"], saved["int8"]
+    saved = completed(saved)
+    picks, pool_records, int8 = saved["picks"], saved.get("pool"), saved.get("int8")
     original = picks[0]
     base_accuracy = mean(original["accuracies"])
+    timing = (f"in {saved['seconds']} s (the searches {saved['search_seconds']} s)"
+              if "seconds" in saved else f"STOPPED after its stage '{saved['partial']}' "
+              f"(the session's deadline; nas_candidates.json holds that stage's records)")
     lines = [
         "# NAS on the digits CNN (16x16 array)", "",
-        f"Made by `python bench/bench_nas.py` in {saved['seconds']} s (the searches "
-        f"{saved['search_seconds']} s) on 2 cores shared with other jobs (load average "
-        f"{saved['load']:.1f} at the end), 2 Dask workers. Space: {space.size} candidates "
+        f"Made by `python bench/bench_nas.py` {timing} on 2 cores shared with other jobs (load "
+        f"average {saved.get('load', os.getloadavg()[0]):.1f} at the end), {WORKERS} Dask "
+        f"workers. Space: {space.size} candidates "
         f"over {', '.join(space.layers)} ({', '.join(KINDS)}). Accuracy: validation (597 "
         f"images) after retraining {EPOCHS} epochs from inherited weights, mean of seeds "
         f"{SEEDS}. Every record is in nas_candidates.json.", "",
@@ -299,15 +337,35 @@ def report(saved: dict[str, Any], space: S.Space) -> int:
         lines.append(
             f"| {row['label']} | {choices or '-'} | {row['cycles']} | "
             f"{original['cycles'] / row['cycles']:.2f}x | {row['macs']} | {row['params']} | "
-            f"{row['score'] / original['score']:.2f} | {100 * mean(row['accuracies']):.1f} % "
-            f"({', '.join(f'{100 * a:.1f}' for a in row['accuracies'])}) |")
+            f"{row['score'] / original['score']:.2f} | {accuracy_text(row['accuracies'])} |")
     chosen = picks[1]
     speedup = original["cycles"] / chosen["cycles"]
     drop = 100 * (base_accuracy - mean(chosen["accuracies"]))
     met = speedup >= 2.0 and drop <= 1.0
     lines += ["", f"Target (>= 2x fewer predicted end-to-end cycles at <= 1 point lower "
               f"accuracy), the search scored by cycles: {speedup:.2f}x at {drop:+.1f} points: "
-              f"{'met' if met else 'MISSED'}.", ""]
+              f"{'met' if met else 'MISSED'}"
+              f"{'' if len(chosen['accuracies']) == 2 else ' (accuracy of seed 0 only)'}.", ""]
+    if pool_records is not None:
+        lines += proxy_lines(pool_records)
+    if pool_records is None or int8 is None:
+        lines += ["Not measured in this run: " + ", ".join(
+            part for part, value in (("the proxies' Kendall tau", pool_records),
+                                     ("the int8 accuracy and co-simulation", int8))
+            if value is None) + ".", ""]
+        (RESULTS / "nas.md").write_text("\n".join(lines), encoding="utf-8")
+        print("\n".join(lines))
+        return 1
+    lines += int8_lines(int8)
+    cosim_ok = int8["c_equal"] and int8["rtl_equal"] and int8["ok"] and \
+        int8["predicted_array_cycles"] == int8["simulated_cycles"]
+    (RESULTS / "nas.md").write_text("\n".join(lines), encoding="utf-8")
+    print("\n".join(lines))
+    return 0 if met and cosim_ok else 1
+
+
+def proxy_lines(pool_records: list[dict[str, Any]]) -> list[str]:
+    lines: list[str] = []
     accuracies = [mean(r["accuracies"]) for r in pool_records]
     taus = {p: float(kendalltau([r[p] for r in pool_records], accuracies).statistic)
             for p in PROXIES}
@@ -318,8 +376,12 @@ def report(saved: dict[str, Any], space: S.Space) -> int:
               "the trained original: not a legality option).", "",
               "| proxy | tau |", "|---|---:|"]
     lines += [f"| {p} | {taus[p]:+.2f} |" for p in PROXIES]
+    return [*lines, ""]
+
+
+def int8_lines(int8: dict[str, Any]) -> list[str]:
     cycles_ok = int8["predicted_array_cycles"] == int8["simulated_cycles"]
-    lines += ["", "## The chosen network in int8 on the RTL", "",
+    return ["## The chosen network in int8 on the RTL", "",
               f"Retrained (seed 0): {100 * int8['float_accuracy']:.1f} % in f32; quantized "
               f"(`glensidec quantize`, per-tensor, 64 calibration images) and run by the "
               f"interpreter: **{100 * int8['int8_accuracy']:.1f} %** int8 accuracy.", "",
@@ -332,10 +394,6 @@ def report(saved: dict[str, Any], space: S.Space) -> int:
               f"| every call's data and cycles checked | {'yes' if int8['ok'] else 'NO'} |",
               f"| predicted end-to-end cycles (array + host) | {int8['predicted_total']} |",
               f"| co-simulation wall time | {int8['cosim_seconds']} s |", ""]
-    cosim_ok = int8["c_equal"] and int8["rtl_equal"] and int8["ok"] and cycles_ok
-    (RESULTS / "nas.md").write_text("\n".join(lines), encoding="utf-8")
-    print("\n".join(lines))
-    return 0 if met and cosim_ok else 1
 
 
 if __name__ == "__main__":
