@@ -7,11 +7,11 @@ at 16×16 with the default memories, at 16 and 8 bytes per cycle. Per layer the 
 the predicted cycles against the array's compute bound Σ T_min.
 
 What this is and is not: the DMA and epilogue timings inside the model are the ones
-the RTL testbenches check cycle by cycle; the schedule that composes them (double-
-buffered loads overlapping compute, results streaming out) belongs to the top module
-and command queue, which are not built yet. So the totals are predictions of a planned
-design, not simulated cycles, and the host's share (residual adds, pooling) is not
-counted. The issue's targets are printed beside them for the record.
+the RTL testbenches check cycle by cycle; the schedule that composes them is an
+earlier analytic model, not the one the built top (rtl/ws_accel.v) runs. So the totals
+are not simulated cycles, and the host's share (residual adds, pooling) is not counted.
+bench_accel_top.py has ws_accel's exact figures. The issue's targets are printed beside
+them for the record.
 """
 
 from __future__ import annotations
@@ -141,8 +141,9 @@ def main() -> int:
         "# The whole accelerator on real networks (planned schedule, 16×16)\n",
         "Written by `bench/bench_accel.py`. Predictions of `glensidec.hardware.accel."
         "plan_layer`: module timings checked against RTL (DMA slots, array steady state, "
-        "epilogue latency), composed by a schedule whose top module is **not built yet**, "
-        "so these are not simulated cycles; host work (residual adds, pooling) is not "
+        "epilogue latency), composed by an earlier analytic schedule that is **not** the one "
+        "`ws_accel` runs (see accel_top.md for its exact figures), so these are not "
+        "simulated cycles; host work (residual adds, pooling) is not "
         f"counted. Target of issue 11: total ≤ {TARGET_RATIO}× Σ T_min with the host "
         "included.\n",
         "| network | bus (B/cycle) | Σ T_min | array busy | predicted total | total / Σ T_min "

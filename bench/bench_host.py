@@ -16,7 +16,8 @@ int8 rows compare against onnxruntime running the int8 model onnxruntime's own s
 quantizer makes (QDQ, per-channel, the same calibration data), and the f32 rows against the
 float model. GFLOP/s counts 2 x the multiply-adds of the Conv and Gemm nodes.
 
-Exits 1 when a row is slower than TARGET_RATIO x onnxruntime or a compile misses its budget.
+Exits 1 when a row is slower than TARGET_RATIO x onnxruntime or a compile misses its budget
+(in CPU seconds: the wall time on a shared machine mostly measures the other jobs).
 """
 
 from __future__ import annotations
@@ -351,7 +352,8 @@ def report(rows: list[Row], compiles: list[CompileRow], load: float) -> str:
         "",
         "`glensidec compile MODEL.q.gs --array 16x16 -o OUTDIR` on the int8 networks (import "
         "and quantization excluded): wall seconds, and CPU seconds of the process (user + "
-        "system; on a shared machine the wall time includes waiting for a core).",
+        "system; on a shared machine the wall time includes waiting for a core). The budget "
+        "is checked against the CPU seconds.",
         "",
         "| model | wall s | CPU s | budget s | instructions | predicted array cycles |",
         "|---|---:|---:|---:|---:|---:|",
@@ -393,8 +395,8 @@ def main() -> int:
     print(text)
     missed = [f"{r.model} {r.precision} {r.flags}: {r.ratio:.2f}x" for r in rows
               if r.ratio > TARGET_RATIO]
-    missed += [f"compile {c.model}: {c.wall_s:.2f} s" for c in compiles
-               if c.wall_s > COMPILE_BUDGETS[c.model]]
+    missed += [f"compile {c.model}: {c.cpu_s:.2f} s of CPU" for c in compiles
+               if c.cpu_s > COMPILE_BUDGETS[c.model]]
     for line in missed:
         print(f"target missed: {line}", file=sys.stderr)
     return 1 if missed else 0

@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO / "tests"))  # the ONNX model builder lives with the
 sys.path.insert(0, str(REPO / "bench"))
 
 from host_models import resnet18  # noqa: E402
-from test_import import OnnxGraph  # noqa: E402
+from onnx_models import OnnxGraph  # noqa: E402
 
 from glensidec import pipeline  # noqa: E402
 from glensidec.frontends.importer import import_onnx  # noqa: E402

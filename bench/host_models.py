@@ -13,7 +13,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))  # the ONNX model builder lives with the tests
 
-from test_import import OnnxGraph  # noqa: E402
+from onnx_models import OnnxGraph  # noqa: E402
 
 
 def _stem(g: OnnxGraph) -> str:

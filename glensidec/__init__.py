@@ -7,6 +7,8 @@ The Python API (for notebooks) mirrors the commands; every function raises
     glensidec.check(program)                       # the result's type, e.g. ((1,10),()) i32
     out = glensidec.run(program, {"image": x})     # numpy array (reference interpreter)
     c = glensidec.compile(program, "16x16", "out") # Compilation: cycles, report, OUTDIR
+    c.report_data.rows                             # per instruction: op, MACs, cycles, …
+    d = glensidec.diff("out", {"image": "x.npy"})  # interpreter vs C (rtl=True: vs RTL)
     p = glensidec.import_onnx("m.onnx", "imported")
     q = glensidec.quantize(p, "calib.npz", "q/m.gs")
 
@@ -22,11 +24,13 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
+    from glensidec.backend.report import ReportData
+    from glensidec.cosim.diff import DiffResult
     from glensidec.frontends.quantize import QuantizedProgram
     from glensidec.lang.terms import Program
     from glensidec.lang.typecheck import AccessType
 
-__all__ = ["Compilation", "check", "compile", "import_onnx", "load", "quantize", "run"]
+__all__ = ["Compilation", "check", "compile", "diff", "import_onnx", "load", "quantize", "run"]
 
 
 def _program(program: Program | str | Path) -> Program:
@@ -86,6 +90,7 @@ class Compilation:
     report: list[str]  # the lines `glensidec compile --stats` prints
     outdir: Path | None  # the C program, when an OUTDIR was given
     instructions: int | None  # lowered instructions in OUTDIR's program
+    report_data: ReportData | None = None  # OUTDIR/report.json's rows, one per instruction
 
 
 def compile(program: Program | str | Path, array: str = "16x16",
@@ -106,14 +111,28 @@ def compile(program: Program | str | Path, array: str = "16x16",
              else pipeline.Typed(program, check_program(program)))
     compiled = pipeline.compile_program(typed.program, config,
                                         Limits(iterations, max_enodes, timeout), types=typed.types)
-    written, instructions = None, None
+    written, instructions, layers = None, None, None
     if outdir is not None:
+        from glensidec.backend.report import report_data
+
         result = pipeline.compile_to_directory(compiled.program, compiled.types, outdir, config,
                                                force=force)
         written, instructions = result.outdir, len(result.lowered.instructions)
+        layers = report_data(Path(compiled.program.path).name, result.lowered, config)
     return Compilation(compiled.program, compiled.prediction.total,
                        compiled.prediction.array_cycles, list(compiled.report_lines(config)),
-                       written, instructions)
+                       written, instructions, layers)
+
+
+def diff(outdir: str | Path, inputs: dict[str, str | Path], *, rtl: bool = False
+         ) -> DiffResult:
+    """Run a compiled OUTDIR's program on `inputs` (name -> .npy file) as `glensidec diff`
+    does: `.agree`, `.divergence` (the first differing instruction, element and values) and
+    `.lines()` (what the command prints)."""
+    from glensidec.cosim.diff import diff as diff_executions
+
+    return diff_executions(Path(outdir), tuple(f"{name}={path}" for name, path in inputs.items()),
+                           rtl)
 
 
 def import_onnx(model: str | Path, outdir: str | Path, *, force: bool = False) -> Program:

@@ -127,8 +127,9 @@ def fmt(program: Path, shapes: Path | None, in_place: bool) -> None:
 @cli.command(name="compile")
 @PROGRAM
 @SHAPES
-@click.option("--array", "array_size", required=True, metavar="RxC",
-              help="The systolic array to map onto, e.g. 16x16.")
+@click.option("--array", "array_size", required=True, metavar="RxC[:TYPE][,RxC...]",
+              help="The systolic array to map onto, e.g. 16x16 (int8) or 16x16:f32 "
+                   "(binary32); several sizes (2x4,4x6) let the extractor pick per product.")
 @click.option("--emit", type=click.Choice(["c", "rewritten", "egraph"]),
               help="What to write: the C program (the default with -o), the rewritten "
                    "program (the default without -o), or the e-graph (graphviz).")
@@ -141,7 +142,8 @@ def fmt(program: Path, shapes: Path | None, in_place: bool) -> None:
               show_default=True)
 @click.option("--timeout", type=click.FloatRange(min=0), default=10.0, show_default=True,
               callback=lambda ctx, param, value: _finite(value, "--timeout"),
-              metavar="S", help="Seconds of saturation before extracting the best so far.")
+              metavar="S", help="Seconds of saturation (per product region) before "
+                                "extracting the best so far.")
 @click.option("-o", "--output", type=click.Path(path_type=Path),
               help="OUTDIR for the C program (new, empty, or an earlier compile's); a file "
                    "for --emit rewritten|egraph (.svg renders the e-graph).")
@@ -164,7 +166,13 @@ def compile_command(program: Path, shapes: Path | None, array_size: str, emit: s
     Without -o, print the rewritten program instead.
     """
     from glensidec import pipeline
-    from glensidec.opt.extract import egraph_dot, egraph_svg, parse_array_size, validate
+    from glensidec.opt.extract import (
+        array_for_c,
+        egraph_dot,
+        egraph_svg,
+        parse_arrays,
+        validate,
+    )
     from glensidec.opt.rewrite import Limits
 
     emit = emit or ("c" if output is not None else "rewritten")
@@ -174,30 +182,33 @@ def compile_command(program: Path, shapes: Path | None, array_size: str, emit: s
         check_output_directory(output, force=force)  # before any work: refuse early
     elif output is not None:
         check_writable_file(output)
-    config = parse_array_size(array_size)
+    configs = parse_arrays(array_size)
+    config = configs[0]
     accel = _accelerator(config, scratchpad, accumulator, dram_bandwidth)
     typed = pipeline.load(program, shapes)  # parse, typecheck
     parsed = typed.program
     require_access_result(parsed, typed.types, "compile")
     compiled = pipeline.compile_program(parsed, config, Limits(iterations, max_enodes, timeout),
-                                        types=typed.types)  # rewrite, extract
+                                        types=typed.types,
+                                        more_arrays=configs[1:])  # rewrite, extract
     if stats:
         for line in compiled.report_lines(config):
             click.echo(line, err=True)
         for line in _accelerator_lines(accel, compiled.prediction.invocations):
             click.echo(line, err=True)
     if verify:
-        validate(parsed, compiled.program)
+        validate(parsed, compiled.program, types=(typed.types, compiled.types))
         click.echo("verified: the rewritten program computes the same result", err=True)
     if emit == "c":
         assert output is not None
         result = pipeline.compile_to_directory(compiled.program, compiled.types, output,
-                                               config, force=force)  # lower, plan, emit
+                                               array_for_c(compiled, configs),
+                                               force=force)  # lower, plan, emit
         click.echo(f"wrote {output}: {len(result.lowered.instructions)} instructions, "
                    f"predicted array cycles {result.predicted_cycles}")
         return
     if emit == "egraph":
-        text = egraph_dot(compiled.graph)
+        text = egraph_dot(compiled.egraph())
         text = egraph_svg(text) if output is not None and output.suffix == ".svg" else text
     else:
         rewritten = compiled.program if output is None else compiled.program.moved_to(output)
@@ -206,6 +217,27 @@ def compile_command(program: Path, shapes: Path | None, array_size: str, emit: s
         write_file(output, text)
     else:
         click.echo(text, nl=False)
+
+
+@cli.command("diff")
+@click.argument("outdir", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("inputs", nargs=-1, metavar="NAME=FILE.npy...")
+@click.option("--rtl", is_flag=True,
+              help="Also co-simulate (array calls on the Verilog array) and compare it.")
+def diff_command(outdir: Path, inputs: tuple[str, ...], rtl: bool) -> None:
+    """Run a compiled OUTDIR's program three ways and name the first instruction that differs.
+
+    The interpreter (on the program's own weights), the C program (`make trace`) and, with
+    --rtl, the co-simulation are compared instruction by instruction of the lowered
+    program. Exit 0 when all agree, 1 at a divergence (or an error).
+    """
+    from glensidec.cosim.diff import diff
+
+    result = diff(outdir, inputs, rtl)
+    for line in result.lines():
+        click.echo(line)
+    if not result.agree:
+        sys.exit(1)
 
 
 def parse_bytes(text: str, option: str) -> int:

@@ -47,7 +47,8 @@ from glensidec.opt.extract import (
     unique_names,
 )
 from glensidec.opt.regions import (
-    Region,
+    Canonical,
+    canonical_region,
     compiled_term,
     is_product,
     product_region,
@@ -77,9 +78,11 @@ def load(path: str | Path, shapes: str | Path | None = None) -> Typed:
 
 def compile_program(program: Program, config: ArrayConfig, limits: Limits | None = None,
                     rulesets: tuple[str, ...] = RULESETS,
-                    types: TypeTable | None = None) -> Compiled:
+                    types: TypeTable | None = None,
+                    more_arrays: tuple[ArrayConfig, ...] = ()) -> Compiled:
     """Saturate `program` with `rulesets` for `config`'s array and extract the cheapest
-    (`types`: the program's, when the caller has checked it already).
+    (`types`: the program's, when the caller has checked it already; `more_arrays`: further
+    arrays the extractor may pick instead, product by product, `--array R1xC1,R2xC2`).
 
     A program with one dot-product is saturated whole. With several, each product and the
     views it reads is saturated in an e-graph of its own (`compile_by_region`): every rule
@@ -87,16 +90,16 @@ def compile_program(program: Program, config: ArrayConfig, limits: Limits | None
     limits and the time grow with the largest layer instead of with the whole network.
     """
     start = time.perf_counter()
-    check_written_arrays(program, config)  # before expansion: the user's own terms, located
+    target = array_target(config, more_arrays)
+    check_written_arrays(program, target)  # before expansion: the user's own terms, located
     if needs_expansion(program.root):  # tuples, conv2d modes: compiled as their expansion
         program, types = expand_program(program), None
     types = check_program(program) if types is None else types
-    target = array_target(config)
     products = [term for term in postorder(program.root) if is_product(term)]
     graph = new_graph(program, types, products, target, rulesets)
     if len(products) > 1:
         return compile_by_region(program, types, products, graph, config, limits or Limits(),
-                                 start)
+                                 start, target)
     root_name = graph.add(program.root, types)
     encoded = time.perf_counter()
     stats = graph.saturate(limits or Limits())
@@ -113,58 +116,72 @@ def compile_program(program: Program, config: ArrayConfig, limits: Limits | None
 
 def compile_by_region(program: Program, types: TypeTable, products: list[Term],
                       graph: EGraph, config: ArrayConfig, limits: Limits,
-                      start: float) -> Compiled:
+                      start: float, target: ArrayTarget) -> Compiled:
     """Saturate and extract every product region in turn, then splice the results into the
-    program. --iterations and --max-enodes apply to each region; the time budget is shared
-    (`_share`), so a slow layer cannot starve the layers after it (they would stay on the
-    host)."""
-    target = array_target(config)
+    program. --iterations, --max-enodes and --timeout apply to each region, so a region's
+    result does not depend on how long the regions before it took (on a loaded machine a
+    shared time budget ran out at different layers from run to run). A region equal to an
+    earlier one up to its tensors' names (`canonical_region`) reuses that one's extraction:
+    a network repeats its layer shapes."""
     compiled: dict[Term, Term] = {}  # every term rebuilt so far, products compiled
     region_names: dict[Term, str] = {}  # extracted region terms (spliced) → the user's names
     region_stats: list[Stats] = []
+    extracted: dict[tuple[object, ...], _Extracted] = {}  # canonical region → its result
     seconds = {"encode": 0.0, "saturate": 0.0, "extract": 0.0}
     cost = 0
     for product in progress.iterate(products, len(products), "compiling", "layer"):
         region = product_region(product, types, program.tensors)
-        share = _share(limits, region_stats, len(products))
         named = {region.of_program[term]: name for term, name in program.names.items()
                  if term in region.of_program and term not in region.boundaries.values()}
-        term, region_cost, stats, names = _compile_region(graph, region, share, target,
-                                                          seconds, named)
-        region_stats.append(stats)
+        canonical = canonical_region(region)
+        key = canonical.key(list(named))
+        result = extracted.get(key)
+        if result is None:
+            result = _compile_region(graph, canonical, [canonical.of_region[t] for t in named],
+                                     limits, target, seconds)
+            extracted[key] = result
+            region_stats.append(result.stats)
+        else:
+            region_stats.append(replace(result.stats, seconds=0.0, ruleset_seconds={},
+                                        matches={}, reused=1))
+        term, restored = canonical.restore(result.term)
+        own_names = list(named.values())
+        names = {restored[sub]: own_names[index] for sub, index in result.named_by.items()}
         operands = {name: compiled_term(boundary, compiled)
                     for name, boundary in region.boundaries.items()}
         spliced: dict[Term, Term] = {}
         compiled[product] = splice(region, term, operands, types, spliced)
         region_names.update((spliced[term], name) for term, name in names.items())
-        cost += region_cost
+        cost += result.cost
     root = compiled_term(program.root, compiled)
     new_types = infer(root, program.tensors)
     check_runnable(root, new_types, target)
-    graph.add(root, new_types)  # the graph holds the extracted program (--emit egraph)
     # Outside the regions a term is rebuilt from the program's own (`compiled`): its name
     # follows it. Inside, names follow e-classes (`class_names`).
     rebuilt = {compiled[term]: name for term, name in program.names.items() if term in compiled}
     names = unique_names({**region_names, **rebuilt}, root)  # a term of its own wins
-    extracted = replace(program, root=root, names=names)
+    extracted_program = replace(program, root=root, names=names)
     seconds["encode"] += time.perf_counter() - start - sum(seconds.values())  # the rest
-    return Compiled(program, extracted, Stats.combine(region_stats), cost,
+    return Compiled(program, extracted_program, Stats.combine(region_stats), cost,
                     predict(root, new_types, config.acc_width), graph, new_types, types, seconds)
 
 
-def _share(limits: Limits, done: list[Stats], regions: int) -> Limits:
-    """The next region's limits: the time left divided by the regions left, so regions
-    that saturate quickly leave their share to the slow ones."""
-    left = max(0.0, limits.timeout - sum(stats.seconds for stats in done))
-    return replace(limits, timeout=left / (regions - len(done)))
+@dataclass(frozen=True)
+class _Extracted:
+    """One canonical region's extraction: the term, its cost, the run's stats, and which
+    of its subterms carry the name of which named region term (by index)."""
+
+    term: Term
+    cost: int
+    stats: Stats
+    named_by: dict[Term, int]
 
 
-def _compile_region(graph: EGraph, region: Region, limits: Limits, target: ArrayTarget,
-                    seconds: dict[str, float], named: dict[Term, str]
-                    ) -> tuple[Term, int, Stats, dict[Term, str]]:
+def _compile_region(graph: EGraph, region: Canonical, named: list[Term], limits: Limits,
+                    target: ArrayTarget, seconds: dict[str, float]) -> _Extracted:
     """Saturate and extract one region between egglog's `push` and `pop` (the rules stay
-    compiled); adds its stage times to `seconds`. Also the `named` region terms' names for
-    the extracted term's subterms (`class_names`)."""
+    compiled); adds its stage times to `seconds`. `named`: the region terms with `let`
+    names, whose e-classes name the extracted term's subterms (`class_names`)."""
     graph.run("(push)")
     began = time.perf_counter()
     root_name = graph.add(region.root, infer(region.root, region.tensors))
@@ -172,12 +189,12 @@ def _compile_region(graph: EGraph, region: Region, limits: Limits, target: Array
     stats = graph.saturate(limits)
     saturated = time.perf_counter()
     term, cost, _ = extract_checked(graph, root_name, region.tensors, target)
-    names = class_names(graph, named, term)
+    named_by = class_names(graph, {t: i for i, t in enumerate(named)}, term)
     graph.run("(pop)")
     seconds["encode"] += encoded - began
     seconds["saturate"] += saturated - encoded
     seconds["extract"] += time.perf_counter() - saturated
-    return term, cost, stats, names
+    return _Extracted(term, cost, stats, named_by)
 
 
 # -- lower, plan, emit ------------------------------------------------------------------
@@ -201,6 +218,8 @@ def compile_to_directory(program: Program, types: TypeTable, outdir: str | Path,
     `force`: replace glensidec's own files in an OUTDIR that also holds others.
     """
     weights = data.load_weights(program) if weights is None else weights
+    # The binary32 array multiplies f32 operands; the int8 one i8.
+    options = replace(options or LowerOptions(), array_dtype="f32" if config.is_float else "i8")
     lowered = lower_program(program, types, options)
     plan = plan_memory(lowered)
     emit_directory(program, lowered, plan, Path(outdir), config, weights, force)

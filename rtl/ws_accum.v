@@ -9,7 +9,8 @@
 module ws_accum #(
     parameter integer COLS      = 4,
     parameter integer ACC_W     = 32,
-    parameter integer ACC_DEPTH = 1024
+    parameter integer ACC_DEPTH = 1024,
+    parameter integer FP        = 0     // 1: binary32 sums (fp32_add)
 ) (
     input  wire                  clk,
     input  wire                  en,
@@ -22,14 +23,22 @@ module ws_accum #(
     output wire [COLS*ACC_W-1:0] r_data
 );
     reg  [COLS*ACC_W-1:0] acc_mem [0:ACC_DEPTH-1];
-    wire [COLS*ACC_W-1:0] stored = in_add ? acc_mem[in_row] : {COLS*ACC_W{1'b0}};
-    wire [COLS*ACC_W-1:0] sum;
+    wire [COLS*ACC_W-1:0] stored = acc_mem[in_row];
+    wire [COLS*ACC_W-1:0] added;
+    wire [COLS*ACC_W-1:0] sum = in_add ? added : in_data;
 
     genvar c;
     generate
         for (c = 0; c < COLS; c = c + 1) begin : g_col
-            // per-column add, wrapping modulo 2^ACC_W like the PEs
-            assign sum[c*ACC_W +: ACC_W] = in_data[c*ACC_W +: ACC_W] + stored[c*ACC_W +: ACC_W];
+            if (FP != 0) begin : g_fp
+                // the fold's sum plus the stored sum, rounded once (binary32)
+                fp32_add add (.a(in_data[c*ACC_W +: ACC_W]), .b(stored[c*ACC_W +: ACC_W]),
+                              .y(added[c*ACC_W +: ACC_W]));
+            end else begin : g_int
+                // per-column add, wrapping modulo 2^ACC_W like the PEs
+                assign added[c*ACC_W +: ACC_W] = in_data[c*ACC_W +: ACC_W]
+                                               + stored[c*ACC_W +: ACC_W];
+            end
         end
     endgenerate
 

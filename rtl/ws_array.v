@@ -8,7 +8,8 @@ module ws_array #(
     parameter integer ROWS  = 4,
     parameter integer COLS  = 4,
     parameter integer IN_W  = 8,
-    parameter integer ACC_W = 32
+    parameter integer ACC_W = 32,
+    parameter integer FP    = 0     // 1: binary32 PEs (see ws_pe)
 ) (
     input  wire                  clk,
     input  wire                  rst,
@@ -44,7 +45,7 @@ module ws_array #(
         end
         for (r = 0; r < ROWS; r = r + 1) begin : g_row
             for (c = 0; c < COLS; c = c + 1) begin : g_col
-                ws_pe #(.IN_W(IN_W), .ACC_W(ACC_W)) pe (
+                ws_pe #(.IN_W(IN_W), .ACC_W(ACC_W), .FP(FP)) pe (
                     .clk(clk), .rst(rst), .en(en),
                     .a_in(a_link[r][c]), .sel_in(sel_link[r][c]),
                     .a_out(a_link[r][c+1]), .sel_out(sel_link[r][c+1]),

@@ -12,11 +12,17 @@
 // commit can coincide with the tile's last weight beat (and with the tile's first
 // activation, through the bypass below).
 //
+// With FP = 1 the operands and partial sums are IEEE-754 binary32 (IN_W = ACC_W = 32):
+// the PE multiplies (fp32_mul) and then adds (fp32_add), each rounded to nearest even,
+// not fused, both combinational between the same registers as the integer MAC, so the PE
+// still takes one cycle and the array's timing is the same for both element types.
+//
 // All state advances only when en is high: the whole array freezes for one cycle when
 // the result stream is back-pressured (see ws_top).
 module ws_pe #(
     parameter integer IN_W  = 8,   // signed activation / weight width
-    parameter integer ACC_W = 32   // partial-sum width; wraps modulo 2^ACC_W
+    parameter integer ACC_W = 32,  // partial-sum width; wraps modulo 2^ACC_W
+    parameter integer FP    = 0    // 1: binary32 operands and sums (IN_W = ACC_W = 32)
 ) (
     input  wire                    clk,
     input  wire                    rst,        // synchronous, active high
@@ -45,12 +51,22 @@ module ws_pe #(
     // keeps the previous tile of that bank at least one cycle clear of the commit.
     wire                      bypass       = w_commit && (w_bank == sel_in);
     wire signed [IN_W-1:0]    w_used       = bypass ? w_chain_next : (sel_in ? w_bank1 : w_bank0);
-    wire signed [2*IN_W-1:0]  product      = a_in * w_used;
-    // Assigning a signed value to a wider signed net sign-extends it (ACC_W >= 2*IN_W);
-    // the widening is the point, so Verilator's width warning is waived for this line.
-    /* verilator lint_off WIDTHEXPAND */
-    wire signed [ACC_W-1:0]   product_ext  = product;
-    /* verilator lint_on WIDTHEXPAND */
+    wire        [ACC_W-1:0]   psum_next;
+    generate
+        if (FP != 0) begin : g_fp
+            wire [31:0] product;
+            fp32_mul mul (.a(a_in), .b(w_used), .y(product));
+            fp32_add add (.a(psum_in), .b(product), .y(psum_next));
+        end else begin : g_int
+            wire signed [2*IN_W-1:0] product = a_in * w_used;
+            // Assigning a signed value to a wider signed net sign-extends it (ACC_W >=
+            // 2*IN_W); the widening is the point, so Verilator's width warning is waived.
+            /* verilator lint_off WIDTHEXPAND */
+            wire signed [ACC_W-1:0]  product_ext = product;
+            /* verilator lint_on WIDTHEXPAND */
+            assign psum_next = psum_in + product_ext;   // two's-complement wrap at ACC_W
+        end
+    endgenerate
 
     always @(posedge clk) begin
         if (rst) begin
@@ -63,7 +79,7 @@ module ws_pe #(
         end else if (en) begin
             a_out    <= a_in;
             sel_out  <= sel_in;
-            psum_out <= psum_in + product_ext;   // two's-complement wrap at ACC_W
+            psum_out <= psum_next;
             w_chain  <= w_chain_next;
             if (w_commit && !w_bank) w_bank0 <= w_chain_next;
             if (w_commit &&  w_bank) w_bank1 <= w_chain_next;

@@ -1,6 +1,7 @@
 // ws_top: weight-stationary systolic array with valid/ready streams.
 //
 //   C[M x COLS] = A[M x ROWS] . W[ROWS x COLS] (+ D) (+ accumulator), int8 in, int32 out
+//   (FP = 1: binary32 in and out, every multiply and add rounded to nearest even)
 //
 // Streams (a beat moves when valid && ready on a rising clock edge):
 //   w_*  weights, ROWS beats per tile, one row of COLS weights per beat, bottom row first
@@ -15,7 +16,8 @@ module ws_top #(
     parameter integer COLS      = 4,
     parameter integer IN_W      = 8,
     parameter integer ACC_W     = 32,
-    parameter integer ACC_DEPTH = 1024    // accumulator rows (>= 2)
+    parameter integer ACC_DEPTH = 1024,   // accumulator rows (>= 2)
+    parameter integer FP        = 0       // 1: IEEE-754 binary32 elements (IN_W = ACC_W = 32)
 ) (
     input  wire                  clk,
     input  wire                  rst,      // synchronous, active high
@@ -85,7 +87,7 @@ module ws_top #(
     ws_skew #(.LANES(COLS), .WIDTH(ACC_W), .REVERSE(0)) d_skew (
         .clk(clk), .rst(rst), .en(en), .din(d_lanes), .dout(d_lanes_skewed));
 
-    ws_array #(.ROWS(ROWS), .COLS(COLS), .IN_W(IN_W), .ACC_W(ACC_W)) array (
+    ws_array #(.ROWS(ROWS), .COLS(COLS), .IN_W(IN_W), .ACC_W(ACC_W), .FP(FP)) array (
         .clk(clk), .rst(rst), .en(en),
         .a_in(a_skewed), .sel_in(sel_skewed),
         .w_in(w_skewed), .w_shift(w_shift_skewed), .w_commit(w_commit_skewed),
@@ -96,7 +98,7 @@ module ws_top #(
     ws_skew #(.LANES(COLS), .WIDTH(ACC_W), .REVERSE(1)) deskew (
         .clk(clk), .rst(rst), .en(en), .din(psum_bottom), .dout(result_row));
 
-    ws_accum #(.COLS(COLS), .ACC_W(ACC_W), .ACC_DEPTH(ACC_DEPTH)) accum (
+    ws_accum #(.COLS(COLS), .ACC_W(ACC_W), .ACC_DEPTH(ACC_DEPTH), .FP(FP)) accum (
         .clk(clk), .en(en),
         .in_valid(acc_valid), .in_row(acc_row), .in_add(acc_add), .in_emit(acc_emit),
         .in_data(result_row), .r_valid(r_valid), .r_data(r_data)

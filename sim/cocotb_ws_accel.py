@@ -5,14 +5,17 @@ read answered exactly LATENCY cycles later, posted strobed writes) and offers th
 commands of `commands.conv_program` back to back from cycle 0. At the end the output
 region must equal `commands.conv_reference` (numpy convolution + the interpreter's
 requantize) byte for byte, and the cycle of the last memory write + 1 must equal
-`commands.accel_cycles` (the control model). The layers come from ACCEL_LAYERS (JSON).
+`commands.accel_cycles` (the control model). The layers come from ACCEL_LAYERS (JSON);
+with ACCEL_OUT set, the simulated cycles and wall times are written there (JSON).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from collections import deque
+from pathlib import Path
 from typing import Any
 
 import cocotb
@@ -60,7 +63,8 @@ async def run_layer(dut: Any, config: AccelConfig, layer: ConvLayer, seed: int) 
     M, K, N = layer.gemm
     bus, latency = config.memory.bus_bytes, config.memory.latency
     memory = rng.integers(0, 256, program.memory_bytes).astype(np.uint8)  # garbage output
-    memory[program.input_base:program.input_base + feature.size] = feature.reshape(-1) & 0xFF
+    image = program.input_image(feature, quant.input_zero_point)
+    memory[program.input_base:program.input_base + image.size] = image
     memory[program.weight_base:program.weight_base + K * N] = weights.reshape(-1) & 0xFF
     words = deque(encode_command(command, config.cols) for command in program.commands)
     responses: deque[tuple[int, int]] = deque()
@@ -118,5 +122,11 @@ async def layers(dut: Any) -> None:
     """Every layer of ACCEL_LAYERS, one after the other (reset in between)."""
     config = accel_config()
     await start_clock(dut)
+    results = []
     for seed, spec in enumerate(json.loads(os.environ["ACCEL_LAYERS"])):
-        await run_layer(dut, config, ConvLayer(**spec), seed)
+        start = time.perf_counter()
+        cycles = await run_layer(dut, config, ConvLayer(**spec), seed)
+        results.append({"name": spec["name"], "cycles": cycles,
+                        "seconds": time.perf_counter() - start})
+    if "ACCEL_OUT" in os.environ:  # bench/bench_accel_top.py reads the simulated cycles
+        Path(os.environ["ACCEL_OUT"]).write_text(json.dumps(results))

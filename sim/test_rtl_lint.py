@@ -35,6 +35,17 @@ def test_top_lints_clean_for_every_shape(shape: tuple[int, int]) -> None:
     verilator_lint("ws_top", {"ROWS": shape[0], "COLS": shape[1], "ACC_DEPTH": 48})
 
 
+@pytest.mark.parametrize("shape", [(2, 2), (4, 3)], ids=shape_id)
+def test_binary32_top_lints_clean(shape: tuple[int, int]) -> None:
+    verilator_lint("ws_top", {"ROWS": shape[0], "COLS": shape[1], "IN_W": 32, "ACC_W": 32,
+                              "FP": 1, "ACC_DEPTH": 48})
+
+
+def test_fp32_lane_wrapper_lints_clean() -> None:
+    for op in (0, 1):
+        verilator_lint("tb_fp32_lanes", {"LANES": 3, "OP": op})
+
+
 MEMORY_SYSTEM_SIZES = [
     ("ws_dma_load", {"ROW_BYTES": 4, "BUS_BYTES": 8, "LATENCY": 1}),
     ("ws_dma_load", {"ROW_BYTES": 16, "BUS_BYTES": 1, "LATENCY": 3}),
@@ -66,10 +77,10 @@ def test_gemm_wrapper_lints_clean() -> None:
 
 @pytest.mark.skipif(shutil.which("iverilog") is None, reason="Icarus Verilog not installed")
 def test_icarus_compiles_everything(tmp_path: object) -> None:
-    sources = rtl_build.rtl_sources(rtl_build.GEMM_TESTBENCH)
+    sources = rtl_build.rtl_sources(rtl_build.GEMM_TESTBENCH, "tb_fp32_lanes")
     result = subprocess.run(
-        ["iverilog", "-g2012", "-o", "/dev/null", "-s", rtl_build.GEMM_TESTBENCH]
-        + [str(path) for path in sources],
+        ["iverilog", "-g2012", "-o", "/dev/null", "-s", rtl_build.GEMM_TESTBENCH,
+         "-s", "tb_fp32_lanes"] + [str(path) for path in sources],
         capture_output=True,
         text=True,
     )

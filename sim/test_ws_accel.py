@@ -1,8 +1,8 @@
 """pytest entry for ws_accel: whole layers (im2col load → compute → epilogue → store).
 
-Small arrays and memories keep CI cheap; the accumulator and the buffers are small on
-purpose so layers need several M chunks, N blocks and (on 4×4) K pieces, and one
-configuration stores 8-byte rows over a 4-byte bus (store back-pressure on the array).
+Small arrays and memories keep CI cheap; the memories are small on purpose so the
+3×3 layer runs in K pieces everywhere (and two M chunks on 4×4), layers span several N
+blocks, and one configuration stores 8-byte rows over a 4-byte bus (store back-pressure).
 """
 
 from __future__ import annotations
@@ -16,13 +16,16 @@ from sim_harness import build_module, run_cocotb
 #: (rows, cols, row bytes, bank rows, bus bytes, latency, accumulator rows)
 CASES = [(4, 4, 4, 32, 4, 2, 16), (4, 8, 8, 128, 4, 3, 32), (8, 4, 8, 128, 16, 5, 32)]
 
-#: ConvLayer fields: 3×3 padded (partial channel fold, two N blocks), strided 1×1, a GEMM.
+#: ConvLayer fields: 3×3 padded (partial channel fold, two N blocks), strided 1×1, a GEMM,
+#: and a 2-channel 5×5 whose kernel taps are packed into scratchpad rows.
 LAYERS = [
     {"name": "conv3x3", "height": 5, "width": 5, "channels": 6, "out_channels": 6,
      "kernel": 3, "stride": 1, "padding": 1},
     {"name": "conv1x1s2", "height": 6, "width": 6, "channels": 8, "out_channels": 11,
      "kernel": 1, "stride": 2, "padding": 0},
     {"name": "gemm", "height": 9, "width": 1, "channels": 12, "out_channels": 5},
+    {"name": "packed5x5s2", "height": 9, "width": 8, "channels": 2, "out_channels": 3,
+     "kernel": 5, "stride": 2, "padding": 2},
 ]
 
 

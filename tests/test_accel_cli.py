@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -65,8 +66,10 @@ def test_stats_report_the_memories_and_the_tiling() -> None:
     assert done.returncode == 0, done.stderr
     assert ("accelerator memories: scratchpad 4096 B (4 banks of 64 16-byte rows), accumulator "
             "512 rows (32768 B), DRAM 8 B/cycle") in done.stderr
-    # K = 144 is 9 folds; a 1 KiB weight buffer holds 64 rows: pieces of 4 folds
-    assert "M=16 K=144 N=256: K pieces of 4 of 9 folds, M chunks of 16 rows" in done.stderr
+    # K = 144 is 9 folds; a 1 KiB weight buffer holds 64 rows: at most 4 folds a piece
+    pieces = re.findall(r"M=16 K=144 N=256: K pieces of (\d+) of 9 folds, M chunks of 16 rows",
+                        done.stderr)
+    assert pieces and all(1 <= int(piece) <= 4 for piece in pieces)
 
 
 @pytest.mark.slow

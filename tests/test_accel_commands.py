@@ -36,6 +36,7 @@ LAYERS = [
     ConvLayer("conv3x3s2", 7, 6, 4, 9, kernel=3, stride=2, padding=1),
     ConvLayer("conv1x1s2", 6, 6, 8, 11, kernel=1, stride=2),
     ConvLayer("gemm", 9, 1, 12, 5),
+    ConvLayer("rgb5x5s2", 9, 8, 1, 3, kernel=5, stride=2, padding=2),  # taps packed in rows
 ]
 
 
@@ -59,7 +60,8 @@ def test_layer_program_computes_the_layer(layer: ConvLayer) -> None:
     program = conv_program(SMALL, layer, quant)
     M, K, N = layer.gemm
     memory = np.zeros(program.memory_bytes, dtype=np.uint8)
-    memory[:feature.size] = feature.reshape(-1) & 0xFF
+    image = program.input_image(feature, quant.input_zero_point)
+    memory[:image.size] = image
     memory[program.weight_base:program.weight_base + K * N] = weights.reshape(-1) & 0xFF
     after = run_functional(SMALL, program.commands, memory).astype(np.int64)
     got = after[program.output_base:program.output_base + M * N]
@@ -72,8 +74,9 @@ def test_layer_program_computes_the_layer(layer: ConvLayer) -> None:
 def test_program_uses_several_chunks_and_blocks() -> None:
     program = conv_program(SMALL, LAYERS[0], random_layer_data(LAYERS[0], 0)[2])
     stores = [command for command in program.commands if isinstance(command, Store)]
-    assert program.m_chunk == 5 and program.folds == 18
-    assert len(stores) == 5 * 2  # five chunks of one output row, two N blocks of 4 columns
+    M = LAYERS[0].gemm[0]
+    assert program.m_chunk < M and program.folds == 18
+    assert len(stores) == -(-M // program.m_chunk) * 2  # every chunk, two N blocks of 4
 
 
 def test_too_small_memories_name_the_sizes() -> None:
@@ -96,10 +99,11 @@ def test_small_scratchpads_cut_k_into_pieces(layer: ConvLayer) -> None:
                                                  bus_bytes=4, latency=2))
     feature, weights, quant = random_layer_data(layer, 3)
     program = conv_program(config, layer, quant)
-    assert 1 < program.piece_folds < program.folds
+    assert program.piece_folds < program.folds
     M, K, N = layer.gemm
     memory = np.zeros(program.memory_bytes, dtype=np.uint8)
-    memory[:feature.size] = feature.reshape(-1) & 0xFF
+    image = program.input_image(feature, quant.input_zero_point)
+    memory[:image.size] = image
     memory[program.weight_base:program.weight_base + K * N] = weights.reshape(-1) & 0xFF
     after = run_functional(config, program.commands, memory).astype(np.int64)
     got = after[program.output_base:program.output_base + M * N]
@@ -152,3 +156,10 @@ def test_the_timing_diagram_in_the_docs_is_the_models() -> None:
             f"({timing.load_bytes} bytes loaded, {timing.store_bytes} stored)") in quoted
     for line in timing_diagram(timing, 2).splitlines():
         assert f"    {line}\n" in docs
+
+
+def test_few_channels_pack_several_taps_into_a_row() -> None:
+    """Two taps of 2 channels per 4-byte row: a 5×5 kernel is 5 × 3 folds, not 25."""
+    layer = ConvLayer("packed", 9, 8, 2, 3, kernel=5, stride=2, padding=2)
+    program = conv_program(SMALL, layer, random_layer_data(layer, 0)[2])
+    assert program.folds == 5 * 3 and program.input_padding == 2

@@ -31,6 +31,9 @@ def test_api_mirrors_the_commands(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert compiled.outdir is not None and (compiled.outdir / "model.c").is_file()
     assert compiled.instructions and compiled.predicted_cycles >= compiled.array_cycles >= 0
     assert any(line.startswith("predicted cycles:") for line in compiled.report)
+    assert compiled.report_data is not None
+    assert len(compiled.report_data.rows) == compiled.instructions
+    assert compiled.report_data.array_cycles == compiled.array_cycles
 
     imported = glensidec.import_onnx(sources["tiny.onnx"], tmp_path / "imported")
     assert str(glensidec.check(imported)) == "((4,6),())"

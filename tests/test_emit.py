@@ -862,7 +862,7 @@ def test_compiling_twice_gives_identical_bytes(tmp_path: Path) -> None:
     assert names == sorted(p.name for p in second.iterdir())
     assert names == sorted(["Makefile", "array_runtime.c", "array_runtime.h", "cosim.json",
                             "host_gemm.c", "host_gemm.h", "main.c", "model.c", "model.h",
-                            "report.html", "report.json", "weights.bin", MANIFEST])
+                            "program.gs", "report.html", "report.json", "weights.bin", MANIFEST])
     for name in names:
         assert (first / name).read_bytes() == (second / name).read_bytes(), name
 
@@ -885,7 +885,8 @@ def test_failed_compile_leaves_nothing_and_recompile_replaces(tmp_path: Path) ->
 def test_templates_load_from_the_resource_directory() -> None:
     names = {p.name for p in resource_dir("templates").glob("*.j2")}
     assert names == {"model.c.j2", "model.h.j2", "array_runtime.c.j2", "array_runtime.h.j2",
-                     "host_gemm.c.j2", "host_gemm.h.j2", "main.c.j2", "Makefile.j2"}
+                     "host_gemm.c.j2", "host_gemm.h.j2", "main.c.j2", "Makefile.j2",
+                     "report.html.j2"}
 
 
 def test_plans_of_every_case_have_no_overlap(built: dict[str, Built]) -> None:

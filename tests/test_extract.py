@@ -204,7 +204,7 @@ def test_each_region_has_the_limits_to_itself() -> None:
     assert reason.startswith("e-node limit") and compiled.extraction_cost < whole_cost
 
 
-def test_a_time_limit_is_shared_between_regions() -> None:
+def test_a_time_limit_applies_to_each_region() -> None:
     program = _depthwise_chain(2, 8, 4)
     compiled = compile_program(program, ARRAY, Limits(timeout=0.0))
     assert compiled.stats.stop_reason.startswith("time limit")
@@ -270,6 +270,10 @@ def test_cli_compile_writes_output_and_the_egraph(tmp_path: Path) -> None:
     dot = tmp_path / "egraph.dot"
     code, _, _ = _compile(str(source), "--array", "4x4", "--emit", "egraph", "-o", str(dot))
     assert code == 0 and dot.read_text().lstrip().startswith(("digraph", "strict digraph"))
+    # two products: compiled region by region, the extracted program shown
+    source.write_text(workloads.mlp((8, 12, 6)))
+    code, _, _ = _compile(str(source), "--array", "4x4", "--emit", "egraph", "-o", str(dot))
+    assert code == 0 and "systolic-array-with-blocking" in dot.read_text()
 
 
 def test_cli_compile_reports_limits(tmp_path: Path) -> None:
@@ -372,4 +376,30 @@ def test_a_let_between_a_product_and_its_operand_is_named_in_its_region() -> Non
     assert set(names) == {"act", "bt", "first", "second"}
     assert names["bt"] == B.access(B.tensor("b"), 1)  # the double transpose is gone
     assert {"first", "second"} <= _lowered_buffers(program)
+    validate(program, compiled.program)
+
+
+def test_a_region_equal_to_an_earlier_one_up_to_names_reuses_its_extraction() -> None:
+    """Two products equal up to their tensors' names: the second region reuses the first's
+    extraction (its tensors renamed back), keeps its own let name, and the program
+    computes what the original does."""
+    program = parse_program(
+        "(input x i8 (shape 12 32))\n(input w i8 (shape 20 32))\n"
+        "(input y i8 (shape 12 32))\n(input v i8 (shape 20 32))\n"
+        "(let first (compute dot-product (access-cartesian-product (access (access-tensor x) 1)"
+        " (access (access-tensor w) 1))))\n"
+        "(let second (compute dot-product (access-cartesian-product (access (access-tensor y) 1)"
+        " (access (access-tensor v) 1))))\n"
+        "(compute elementwise-add (access-pair first second))\n", "twins.gs")
+    compiled = compile_program(program, hardware.ArrayConfig(8, 8))
+    assert (compiled.stats.regions, compiled.stats.reused) == (2, 1)
+    names = {name: term for term, name in compiled.program.names.items()}
+    assert set(names) == {"first", "second"}
+    leaves = {str(t.args[0]) for t in postorder(names["second"]) if t.op == "access-tensor"}
+    assert leaves == {"y", "v"}
+    renamed = regions.rebuild(names["first"], lambda t, args: B.tensor(
+        {"x": "y", "w": "v"}[str(t.args[0])]) if t.op == "access-tensor" else None)
+    assert renamed == names["second"]
+    assert names["first"].op in extract.ARRAYS or \
+        any(t.op in extract.ARRAYS for t in postorder(names["first"]))
     validate(program, compiled.program)

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 from conftest import assert_calls_match_the_model
-from test_import import MODELS, imported, run_onnxruntime
+from onnx_models import MODELS, imported, run_onnxruntime
 
 import glensidec
 from glensidec.cli import cli

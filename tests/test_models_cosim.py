@@ -1,6 +1,6 @@
 """Real models through all three executors: interpreter == generated C == co-simulation.
 
-Each ONNX network of tests/test_import.py (MLP, LeNet, ResNet basic block, MobileNet block)
+Each ONNX network of tests/onnx_models.py (MLP, LeNet, ResNet basic block, MobileNet block)
 is imported, quantized on synthetic calibration data, compiled with `glensidec compile
 --array 8x8 -o OUTDIR`, built with `make -C OUTDIR`, run as `OUTDIR/model` and
 co-simulated with `make -C OUTDIR sim`. The three results must be the same integers, every
@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import assert_calls_match_the_model, compile_and_cosimulate
-from test_import import MODELS, OnnxGraph, imported
+from onnx_models import MODELS, OnnxGraph, imported
 from test_quantize import SCHEMES, calibration_for, lut_block, sample_list
 
 from glensidec.frontends.quantize import QuantizedProgram, quantize, save_quantized

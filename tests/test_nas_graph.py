@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from test_import import MODELS, OPS, imported, single_op_model
+from onnx_models import MODELS, OPS, imported, single_op_model
 
 from glensidec.errors import GlensideError
 from glensidec.lang.data import load_weights, random_inputs

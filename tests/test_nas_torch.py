@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("torch", reason="needs the nas extra: pip install '.[nas]'")
 
 import torch
-from test_import import MODELS, OnnxGraph, imported
+from onnx_models import MODELS, OnnxGraph, imported
 from test_nas_transforms import skip_net
 
 from glensidec.errors import GlensideError

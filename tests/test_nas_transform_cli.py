@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_import import MODELS, save
+from onnx_models import MODELS, save
 from test_nas_transforms import skip_net
 
 from glensidec.frontends.importer import import_onnx

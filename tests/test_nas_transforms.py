@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from test_import import MODELS, OnnxGraph, imported
+from onnx_models import MODELS, OnnxGraph, imported
 
 from glensidec.errors import GlensideError
 from glensidec.lang.data import load_weights, random_inputs

@@ -51,10 +51,11 @@ def test_cosimulation_bar_counts_calls_and_cycles(tmp_path: Path,
     monkeypatch.setenv(progress.FORCE, "1")
     with _watch_calls(tmp_path / "calls", 3) as calls_log:
         assert calls_log is not None
-        calls_log.write_text("100\n250\n")  # what the simulator appends per finished call
+        # what the simulator appends per finished call: its cycles and wall seconds
+        calls_log.write_text("100 0.5\n250 0.25\n")
         time.sleep(1.0)
     err = capsys.readouterr().err
-    assert "co-simulating" in err and "2/3" in err and "simulated cycles/s" in err
+    assert "co-simulating" in err and "2/3" in err and "467 simulated cycles/s" in err
     monkeypatch.setenv(progress.FORCE, "0")
     with _watch_calls(tmp_path / "calls", 3) as calls_log:
         assert calls_log is None  # no bar: the simulator is not asked to report

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import re
+from dataclasses import replace
 from pathlib import Path
 
 from conftest import EXAMPLES
 
-from glensidec.backend.report import ReportData
+from glensidec.backend.report import MAX_BINS, ReportData, cycles_plot
 from glensidec.cosim.runner import CosimResult, add_to_report
 from glensidec.hardware.array import ArrayConfig, gemm_cycles
 from glensidec.lang.syntax import read_program
@@ -92,3 +94,17 @@ def test_sim_leaves_a_report_the_user_edited_alone(tmp_path: Path) -> None:
     data = ReportData.from_json((outdir / "report.json").read_text())
     assert add_to_report(outdir, _fake_simulation(data)) is None
     assert (outdir / "report.html").read_text() == "my notes"
+
+
+def test_a_whole_network_is_plotted_in_bins(tmp_path: Path) -> None:
+    _compile(tmp_path / "out")
+    small = ReportData.from_json((tmp_path / "out" / "report.json").read_text())
+    # the same instructions a thousand times over: too many for a labelled bar each
+    rows = [replace(row, index=i) for i, row in enumerate(small.rows * 50)]
+    data = ReportData(small.source, small.rows_cols, rows)
+    image = cycles_plot(data)
+    assert image is not None and image == cycles_plot(data)
+    svg = base64.b64decode(image.split("base64,")[1].rstrip('">')).decode()
+    plotted = sum(1 for row in rows if row.array_cycles or row.host_cycles)
+    assert f"summed over runs of {math.ceil(plotted / MAX_BINS)} plotted instructions" in svg
+    assert f"[{rows[-1].index}]" not in svg  # no per-instruction labels

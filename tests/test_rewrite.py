@@ -99,11 +99,12 @@ def test_egraph_types_agree_with_the_type_checker(text: str) -> None:
     """Every subterm of the extracted program: the e-graph's type is typecheck's type."""
     compiled = compile_program(parse_program(text), ARRAY)
     types = check_program(compiled.program)
-    classes = compiled.graph.classes(compiled.program.root)
+    graph = compiled.egraph()  # holds the extracted program
+    classes = graph.classes(compiled.program.root)
     checked = 0
     for term, value in classes.items():
         if isinstance(types[term], AccessType):
-            assert compiled.graph.type_of(value) == types[term], term.op
+            assert graph.type_of(value) == types[term], term.op
             checked += 1
     assert checked > 10
 
@@ -296,3 +297,18 @@ def test_tensor_decls_survive_compilation() -> None:
     compiled = compile_program(program, ARRAY)
     assert compiled.program.tensors == program.tensors
     assert all(isinstance(decl, TensorDecl) for decl in compiled.program.tensors.values())
+
+
+def test_egglog_core_is_loaded_without_its_python_front_end() -> None:
+    """The compiler needs only egglog's compiled bindings; its front end (and `black`)
+    would add half a second to every compile. A later `import egglog` reuses the module."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom glensidec.opt import rewrite\n"
+            "assert 'black' not in sys.modules and 'egglog.builtins' not in sys.modules\n"
+            "core = rewrite.bindings\nimport egglog\nfrom egglog import bindings\n"
+            "assert bindings is core and egglog.EGraph is not None\n"
+            "print(core.EGraph().parse_program('(ruleset r)'))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

@@ -8,6 +8,7 @@ templates in `templates/`:
     main.c, Makefile           `make` builds ./model; ./model NAME=FILE.npy … -o OUT.npy
     weights.bin                the constants region
     report.html, report.json   per-instruction cycles, MACs and utilization, with plots
+    program.gs                 the program compiled (what `glensidec diff` runs)
 
 The directory appears atomically (glensidec.outputs): everything is written into a temporary
 sibling that is renamed at the end, so a failure never leaves a half-written OUTDIR, and
@@ -52,10 +53,12 @@ from glensidec.backend.views import Axis, View, canonical, refine
 from glensidec.hardware.array import ArrayConfig, gemm_cycles
 from glensidec.lang.constructs import ComputeKind
 from glensidec.lang.dtypes import DTYPES, Array, integer_range, lookup_table
+from glensidec.lang.syntax import format_program
 from glensidec.lang.terms import Program
 from glensidec.outputs import write_directory
 from glensidec.resources import resource_dir
 
+PROGRAM_FILE = "program.gs"
 TEMPLATES = ("model.c", "model.h", "array_runtime.c", "array_runtime.h", "host_gemm.c",
              "host_gemm.h", "main.c", "Makefile")
 
@@ -162,7 +165,9 @@ class _Renderer:
         what, lines = method(instruction)
         header = f"  /* [{position}] {what}: {instruction.note} */"
         dst = instruction.writes().buffer
-        trace = f"  GS_TRACE_BUFFER({position}, {dst}, {self.lowered.buffers[dst].nbytes});"
+        buffer = self.lowered.buffers[dst]
+        trace = (f"  GS_TRACE_BUFFER({position}, {dst}, {buffer.nbytes}, "
+                 f"\"{DTYPES[buffer.dtype].npy_descr}\", \"{_shape_text(buffer.shape)}\");")
         return "\n".join([header, *lines, trace])
 
     def _copy(self, copy: Copy) -> tuple[str, list[str]]:
@@ -279,6 +284,11 @@ class _Renderer:
         what = (f"{gemm.dst.buffer} = {gemm.a.buffer} . {gemm.b.buffer} on the systolic array "
                 f"(M={gemm.m} K={gemm.k} N={gemm.n})")
         return what, ["  " + call, "    return 1;"]
+
+
+def _shape_text(shape: tuple[int, ...]) -> str:
+    """numpy's spelling of a shape, for a .npy header: (2, 3), (4,) or ()."""
+    return "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
 
 
 def _join(first: str, second: str) -> str:
@@ -653,6 +663,7 @@ def render_files(program: Program, lowered: LoweredProgram, plan: MemoryPlan,
     context = {
         "source": Path(program.path).name, **asdict(config),
         "python": sys.executable,
+        "f32": config.is_float,
         "constants_size": plan.constants_size, "mutable_size": plan.mutable_size,
         "activations_size": plan.activations.used, "lower_bound": plan.activations.lower_bound,
         "efficiency": plan.activations.efficiency, "strategy": plan.activations.strategy,
@@ -677,11 +688,20 @@ def render_files(program: Program, lowered: LoweredProgram, plan: MemoryPlan,
     return files
 
 
+def manifest_array(config: ArrayConfig) -> dict[str, int | str]:
+    """The array's fields for cosim.json; `element` only for the binary32 array, so int8
+    programs' manifests stay as they were (ArrayConfig defaults it to "int")."""
+    fields = asdict(config)
+    if not config.is_float:
+        del fields["element"]
+    return fields
+
+
 def cosim_manifest(program: Program, lowered: LoweredProgram, config: ArrayConfig) -> str:
     """What `make sim` needs to know: the array, and every call the program makes to it.
 
     Float products cannot run on the int8 array; they are listed so co-simulation can say
-    so instead of silently simulating nothing.
+    so instead of silently simulating nothing. ("element" appears for the binary32 array.)
     """
     float_products = sum(
         1 for instruction in lowered.instructions
@@ -689,7 +709,7 @@ def cosim_manifest(program: Program, lowered: LoweredProgram, config: ArrayConfi
         and lowered.buffer_of(instruction.dst).dtype == "f32")
     manifest = {
         "source": Path(program.path).name,
-        "array": asdict(config),
+        "array": manifest_array(config),
         "array_calls": [[call.m, call.k, call.n] for call in lowered.array_calls()],
         "float_products": float_products,
         "inputs": [decl.name for decl in program.inputs()],
@@ -699,7 +719,9 @@ def cosim_manifest(program: Program, lowered: LoweredProgram, config: ArrayConfi
 
 # What `make` and `make sim` create in OUTDIR: ours too, so compiling again into a built
 # directory is allowed (see glensidec.outputs).
-BUILD_PRODUCTS = ("model", "model_asan", "model_trace", "libmodel_cosim.so", ".build-flags",
+TRACE_LIBRARY = "libmodel_cosim_trace.so"  # the traced co-simulation (glensidec diff --rtl)
+BUILD_PRODUCTS = ("model", "model_asan", "model_trace", "libmodel_cosim.so", TRACE_LIBRARY,
+                  ".build-flags",
                   "sim_build",
                   "sim_output.npy", "cosim_report.json", "cosim_build.log", "cosim_run.log")
 
@@ -714,5 +736,9 @@ def emit_directory(program: Program, lowered: LoweredProgram, plan: MemoryPlan, 
                    config: ArrayConfig, weights: dict[str, Array], force: bool = False) -> None:
     """Write the C program of a lowered, planned `program` to `outdir` (see the module
     docstring); `force`: replace glensidec's own files in an OUTDIR that also holds others."""
-    write_directory_atomically(outdir, render_files(program, lowered, plan, config, weights),
-                               force)
+    files = render_files(program, lowered, plan, config, weights)
+    # The program compiled, weights re-pointed from OUTDIR: `glensidec diff` lowers it again
+    # and runs it on those weights (the reference for OUTDIR's own weights.bin).
+    if all(decl.source is not None for decl in program.weights()):
+        files[PROGRAM_FILE] = format_program(program.moved_to(outdir / PROGRAM_FILE)).encode()
+    write_directory_atomically(outdir, files, force)

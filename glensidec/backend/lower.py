@@ -17,12 +17,16 @@ named buffers, in execution order. Three ideas carry it (docs/codegen.md):
   its value reused wherever it appears (common subterms are computed once).
 
 `lower_program` returns a `LoweredProgram`; `format_lowered` prints it for debugging.
+`_Lowerer` holds the buffers and instructions being built and lowers computes and the array
+constructs; each access construct's lowering is a function in the `LOWERINGS` table (the
+view algebra of backend/views.py applied to terms).
 """
 
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -44,7 +48,7 @@ from glensidec.backend.views import (
     view_array,
     windows,
 )
-from glensidec.lang.constructs import ComputeKind
+from glensidec.lang.constructs import ComputeKind, Group
 from glensidec.lang.dtypes import DTYPES, Array
 from glensidec.lang.expand import expand_program, needs_expansion
 from glensidec.lang.terms import ComputeOp, Program, Symbol, Term, postorder
@@ -221,6 +225,9 @@ class LowerOptions:
     # Send i8 dot-products over cartesian products (matmuls, im2col convolutions) to the
     # array even when no rewrite mapped them: the array is the point of the accelerator.
     offload_i8_gemm: bool = True
+    # The dtype the array multiplies: its hardware constructs over operands of this dtype
+    # become ArrayGemm calls ("f32" for the binary32 array); others run on the host.
+    array_dtype: str = "i8"
 
 
 # -- lazy tuples ----------------------------------------------------------------------
@@ -342,7 +349,7 @@ class _Lowerer:
             if self.access_type_or_none(term) is None or term in self.values:
                 continue
             self.note = describe(term, self.program.names)
-            value = getattr(self, "_" + term.op.replace("-", "_"))(term)
+            value = LOWERINGS[term.op](self, term)
             self.values[term] = value
             self.adopt_name(term, value)
         return self.finish()
@@ -407,121 +414,8 @@ class _Lowerer:
         self.emit(Copy(f"{self.note}: copy (not expressible as a view)", dst, view))
         return dst
 
-    # -- access constructs --
-    def _access_tensor(self, term: Term) -> Value:
-        # Each distinct term is lowered once, and `(access-tensor t)` is one term per t.
-        name = str(term.args[0])
-        decl = self.program.tensors[name]
-        kind = INPUT if decl.role == "input" else CONSTANT
-        source = ConstantSource(tensor=name) if kind == CONSTANT else None
-        return self.new_buffer(name, decl.dtype, decl.shape, kind, source, auto=False,
-                               tensor=name)
-
-    def _access(self, term: Term) -> Value:
-        return self.view(term.args[0])
-
-    _access_shift_right = _access
-
-    def _access_transpose(self, term: Term) -> Value:
-        return transpose(self.view(term.args[0]), self.arg_ints(term, 1))
-
-    def _access_move_axis(self, term: Term) -> Value:
-        source, destination = term.args[1], term.args[2]
-        assert isinstance(source, int) and isinstance(destination, int)
-        return move_axis(self.view(term.args[0]), source, destination)
-
-    def _access_squeeze(self, term: Term) -> Value:
-        assert isinstance(term.args[1], int)
-        return squeeze(self.view(term.args[0]), term.args[1])
-
-    def _access_insert_axis(self, term: Term) -> Value:
-        assert isinstance(term.args[1], int)
-        return insert_axis(self.view(term.args[0]), term.args[1])
-
-    def _access_broadcast(self, term: Term) -> Value:
-        return broadcast(self.view(term.args[0]), self.access_type(term).full)
-
-    def _reshape(self, term: Term) -> Value:
-        source = self.view(term.args[0])
-        target = self.access_type(term).full
-        view = regroup(source, target)
-        if view is None:
-            view = regroup(self.materialize(source, "reshaped"), target)
-            assert view is not None
-        return view
-
-    _access_flatten = _reshape
-    _access_reshape = _reshape
-
-    def _access_slice(self, term: Term) -> Value:
-        axis, low, high = term.args[1], term.args[2], term.args[3]
-        assert isinstance(axis, int) and isinstance(low, int) and isinstance(high, int)
-        source = self.view(term.args[0])
-        view = slice_view(source, axis, low, high)
-        if view is None:
-            view = slice_view(self.materialize(source, "sliced"), axis, low, high)
-            assert view is not None
-        return view
-
-    def _access_windows(self, term: Term) -> Value:
-        source = self.view(term.args[0])
-        rank = len(self.arg_type(term, 0).shape)
-        window, strides = self.arg_ints(term, 1), self.arg_ints(term, 2)
-        view = windows(source, rank, window, strides)
-        if view is None:
-            view = windows(self.materialize(source, "windowed"), rank, window, strides)
-            assert view is not None
-        return view
-
-    def _access_pad(self, term: Term) -> Value:
-        source = self.view(term.args[0])
-        kind, axis, before, after = term.args[1:]
-        assert isinstance(axis, int) and isinstance(before, int) and isinstance(after, int)
-        dst = self.result_buffer(term, "padded")
-        size = dst.shape[axis]
-        minimum = isinstance(kind, Symbol) and kind.name == "min-padding"
-        for low, high in ((0, before), (size - after, size)):
-            if high > low:
-                border = slice_view(dst, axis, low, high)
-                assert border is not None
-                self.emit(Fill(f"{self.note}: border", border, minimum))
-        interior = slice_view(dst, axis, before, size - after)
-        assert interior is not None
-        self.emit(Copy(f"{self.note}: interior", interior, source))
-        return dst
-
-    def _access_concatenate(self, term: Term) -> Value:
-        left, right = self.view(term.args[0]), self.view(term.args[1])
-        axis = term.args[2]
-        assert isinstance(axis, int)
-        dst = self.result_buffer(term, "concatenated")
-        split = left.shape[axis]
-        for name, part, low, high in (("left", left, 0, split),
-                                      ("right", right, split, dst.shape[axis])):
-            region = slice_view(dst, axis, low, high)
-            assert region is not None
-            self.emit(Copy(f"{self.note}: {name}", region, part))
-        return dst
-
-    def _access_pair(self, term: Term) -> Value:
-        left = self.arg_type(term, 0)
-        return Pair(self.view(term.args[0]), self.view(term.args[1]), len(left.shape))
-
-    def _access_cartesian_product(self, term: Term) -> Value:
-        left, right = self.arg_type(term, 0), self.arg_type(term, 1)
-        return Product(self.view(term.args[0]), self.view(term.args[1]), len(left.shape),
-                       len(right.shape))
-
-    def _access_literal(self, term: Term) -> Value:
-        literal_term = term.args[0]
-        assert isinstance(literal_term, Term)
-        literal = self.types[literal_term]
-        assert isinstance(literal, LiteralValue)
-        return self.new_buffer("literal", literal.dtype, (), CONSTANT,
-                               ConstantSource(literal=literal.value))
-
     # -- compute --
-    def _compute(self, term: Term) -> Value:
+    def compute(self, term: Term) -> Value:
         op, arg = term.args
         assert isinstance(op, ComputeOp) and isinstance(arg, Term)
         name = op.name
@@ -628,15 +522,15 @@ class _Lowerer:
         self.emit(Copy(f"{self.note}: pack operand {role.upper()} row-major", dst, view))
         return dst
 
-    def _systolic_array(self, term: Term) -> Value:
+    def systolic_array(self, term: Term) -> Value:
         activations = self.view(term.args[2])
         weights = self.view(term.args[3])
         act_type = self.arg_type(term, 2)
-        if act_type.dtype == "i8":
+        if act_type.dtype == self.options.array_dtype:
             # No access dims: merging zero dims gives M = 1.
             a = merge_dims(activations, [len(act_type.shape), 1])
             return self.gemm(term, a, weights)
-        # Not int8: the array cannot run it; the host computes the same product.
+        # Not the array's dtype: the host computes the same product.
         rank = len(act_type.shape)
         outputs = weights.shape[1]
         left = expand(activations, rank, [outputs])
@@ -646,7 +540,6 @@ class _Lowerer:
         self.emit(Dot(self.note, dst, tuple(members), 1))
         return dst
 
-    _systolic_array_with_blocking = _systolic_array
 
     # -- the result --
     def finish(self) -> LoweredProgram:
@@ -680,6 +573,165 @@ class _Lowerer:
                                        tensor=decl.name)
                 buffers[view.buffer] = self.buffers[view.buffer]
         return buffers
+
+
+# -- access constructs: the view algebra (backend/views.py) applied to terms ----------------
+#
+# Each is `(lowerer, term) → Value`: a view of the operand where the construct is a re-view,
+# a new buffer and copies where it makes data (pad, concatenate), or a lazy tuple.
+
+AccessLowering = Callable[[_Lowerer, Term], Value]
+# construct → its lowering: every access construct but the expanded ones
+LOWERINGS: dict[str, AccessLowering] = {}
+
+
+def _lowers(*names: str) -> Callable[[AccessLowering], AccessLowering]:
+    def register(function: AccessLowering) -> AccessLowering:
+        for name in names:
+            LOWERINGS[name] = function
+        return function
+    return register
+
+
+@_lowers("access-tensor")
+def _access_tensor(lowerer: _Lowerer, term: Term) -> Value:
+    # Each distinct term is lowered once, and `(access-tensor t)` is one term per t.
+    name = str(term.args[0])
+    decl = lowerer.program.tensors[name]
+    kind = INPUT if decl.role == "input" else CONSTANT
+    source = ConstantSource(tensor=name) if kind == CONSTANT else None
+    return lowerer.new_buffer(name, decl.dtype, decl.shape, kind, source, auto=False,
+                              tensor=name)
+
+
+@_lowers("access", "access-shift-right")
+def _access(lowerer: _Lowerer, term: Term) -> Value:
+    return lowerer.view(term.args[0])
+
+
+@_lowers("access-transpose")
+def _access_transpose(lowerer: _Lowerer, term: Term) -> Value:
+    return transpose(lowerer.view(term.args[0]), lowerer.arg_ints(term, 1))
+
+
+@_lowers("access-move-axis")
+def _access_move_axis(lowerer: _Lowerer, term: Term) -> Value:
+    source, destination = term.args[1], term.args[2]
+    assert isinstance(source, int) and isinstance(destination, int)
+    return move_axis(lowerer.view(term.args[0]), source, destination)
+
+
+@_lowers("access-squeeze")
+def _access_squeeze(lowerer: _Lowerer, term: Term) -> Value:
+    assert isinstance(term.args[1], int)
+    return squeeze(lowerer.view(term.args[0]), term.args[1])
+
+
+@_lowers("access-insert-axis")
+def _access_insert_axis(lowerer: _Lowerer, term: Term) -> Value:
+    assert isinstance(term.args[1], int)
+    return insert_axis(lowerer.view(term.args[0]), term.args[1])
+
+
+@_lowers("access-broadcast")
+def _access_broadcast(lowerer: _Lowerer, term: Term) -> Value:
+    return broadcast(lowerer.view(term.args[0]), lowerer.access_type(term).full)
+
+
+@_lowers("access-flatten", "access-reshape")
+def _reshape(lowerer: _Lowerer, term: Term) -> Value:
+    source = lowerer.view(term.args[0])
+    target = lowerer.access_type(term).full
+    view = regroup(source, target)
+    if view is None:
+        view = regroup(lowerer.materialize(source, "reshaped"), target)
+        assert view is not None
+    return view
+
+
+@_lowers("access-slice")
+def _access_slice(lowerer: _Lowerer, term: Term) -> Value:
+    axis, low, high = term.args[1], term.args[2], term.args[3]
+    assert isinstance(axis, int) and isinstance(low, int) and isinstance(high, int)
+    source = lowerer.view(term.args[0])
+    view = slice_view(source, axis, low, high)
+    if view is None:
+        view = slice_view(lowerer.materialize(source, "sliced"), axis, low, high)
+        assert view is not None
+    return view
+
+
+@_lowers("access-windows")
+def _access_windows(lowerer: _Lowerer, term: Term) -> Value:
+    source = lowerer.view(term.args[0])
+    rank = len(lowerer.arg_type(term, 0).shape)
+    window, strides = lowerer.arg_ints(term, 1), lowerer.arg_ints(term, 2)
+    view = windows(source, rank, window, strides)
+    if view is None:
+        view = windows(lowerer.materialize(source, "windowed"), rank, window, strides)
+        assert view is not None
+    return view
+
+
+@_lowers("access-pad")
+def _access_pad(lowerer: _Lowerer, term: Term) -> Value:
+    source = lowerer.view(term.args[0])
+    kind, axis, before, after = term.args[1:]
+    assert isinstance(axis, int) and isinstance(before, int) and isinstance(after, int)
+    dst = lowerer.result_buffer(term, "padded")
+    size = dst.shape[axis]
+    minimum = isinstance(kind, Symbol) and kind.name == "min-padding"
+    for low, high in ((0, before), (size - after, size)):
+        if high > low:
+            border = slice_view(dst, axis, low, high)
+            assert border is not None
+            lowerer.emit(Fill(f"{lowerer.note}: border", border, minimum))
+    interior = slice_view(dst, axis, before, size - after)
+    assert interior is not None
+    lowerer.emit(Copy(f"{lowerer.note}: interior", interior, source))
+    return dst
+
+
+@_lowers("access-concatenate")
+def _access_concatenate(lowerer: _Lowerer, term: Term) -> Value:
+    left, right = lowerer.view(term.args[0]), lowerer.view(term.args[1])
+    axis = term.args[2]
+    assert isinstance(axis, int)
+    dst = lowerer.result_buffer(term, "concatenated")
+    split = left.shape[axis]
+    for name, part, low, high in (("left", left, 0, split),
+                                  ("right", right, split, dst.shape[axis])):
+        region = slice_view(dst, axis, low, high)
+        assert region is not None
+        lowerer.emit(Copy(f"{lowerer.note}: {name}", region, part))
+    return dst
+
+
+@_lowers("access-pair")
+def _access_pair(lowerer: _Lowerer, term: Term) -> Value:
+    left = lowerer.arg_type(term, 0)
+    return Pair(lowerer.view(term.args[0]), lowerer.view(term.args[1]), len(left.shape))
+
+
+@_lowers("access-cartesian-product")
+def _access_cartesian_product(lowerer: _Lowerer, term: Term) -> Value:
+    left, right = lowerer.arg_type(term, 0), lowerer.arg_type(term, 1)
+    return Product(lowerer.view(term.args[0]), lowerer.view(term.args[1]), len(left.shape),
+                   len(right.shape))
+
+
+@_lowers("access-literal")
+def _access_literal(lowerer: _Lowerer, term: Term) -> Value:
+    literal_term = term.args[0]
+    assert isinstance(literal_term, Term)
+    literal = lowerer.types[literal_term]
+    assert isinstance(literal, LiteralValue)
+    return lowerer.new_buffer("literal", literal.dtype, (), CONSTANT,
+                              ConstantSource(literal=literal.value))
+
+
+LOWERINGS["compute"] = _Lowerer.compute
+LOWERINGS.update((name, _Lowerer.systolic_array) for name in Group.HARDWARE)
 
 
 def _rename_view(view: View, old: str, new: str) -> View:

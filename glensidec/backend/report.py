@@ -193,25 +193,68 @@ def _figure(width: float) -> Any:
 
 
 def _width(count: int) -> float:
-    return min(14.0, max(6.0, 0.25 * count))
+    return min(14.0, max(6.0, 0.25 * min(count, MAX_BARS)))
+
+
+# Up to this many instructions a plot has one labelled bar each; past it (a whole network)
+# consecutive instructions are binned into at most MAX_BINS steps of one filled curve, which
+# keeps the SVG small and quick to draw.
+MAX_BARS = 60
+MAX_BINS = 200
+
+
+def _binned(rows: list[Row], values: list[float], combine: str
+            ) -> tuple[list[float], list[float]]:
+    """Bin edges (instruction indices) and one value per bin: the sum or the mean."""
+    size = math.ceil(len(rows) / MAX_BINS)
+    edges: list[float] = []
+    binned: list[float] = []
+    for start in range(0, len(rows), size):
+        chunk = values[start:start + size]
+        edges.append(float(rows[start].index))
+        binned.append(sum(chunk) / (len(chunk) if combine == "mean" else 1))
+    edges.append(rows[-1].index + 1.0)
+    return edges, binned
+
+
+def _series(axes: Any, rows: list[Row], values: list[float], bottom: list[float] | None,
+            color: str, label: str | None = None, combine: str = "sum") -> None:
+    if len(rows) <= MAX_BARS:
+        axes.bar(range(len(rows)), values, bottom=bottom, color=color, label=label)
+        return
+    edges, binned = _binned(rows, values, combine)
+    base = _binned(rows, bottom, combine)[1] if bottom else [0.0] * len(binned)
+    top = [b + v for b, v in zip(base, binned, strict=True)]
+    axes.stairs(top, edges, baseline=base, fill=True, color=color, label=label)
+
+
+def _label_instructions(axes: Any, rows: list[Row], combine: str = "summed") -> None:
+    if len(rows) > MAX_BARS:
+        size = math.ceil(len(rows) / MAX_BINS)
+        axes.set_xlabel("instruction" if size == 1 else
+                        f"instruction ({combine} over runs of {size} plotted instructions)")
+        return
+    axes.set_xticks(range(len(rows)))
+    axes.set_xticklabels([f"[{row.index}] {row.name}" for row in rows], rotation=60,
+                         ha="right", fontsize="x-small")
+    axes.set_xlim(-0.6, len(rows) - 0.4)
 
 
 def cycles_plot(data: ReportData) -> str | None:
-    """Stacked bars: predicted array and host cycles of every instruction that costs any."""
+    """Stacked: predicted array and host cycles of every instruction that costs any."""
     rows = [row for row in data.rows if row.array_cycles or row.host_cycles]
     if not rows:
         return None
     figure = _figure(_width(len(rows)))
     axes = figure.add_subplot()
-    positions = range(len(rows))
-    axes.bar(positions, [row.array_cycles for row in rows], color="#3b6ea5", label="array")
-    axes.bar(positions, [row.host_cycles for row in rows],
-             bottom=[row.array_cycles for row in rows], color="#e09f3e",
-             label="host (CPU model)")
+    array = [float(row.array_cycles) for row in rows]
+    _series(axes, rows, array, None, "#3b6ea5", "array")
+    _series(axes, rows, [float(row.host_cycles) for row in rows], array, "#e09f3e",
+            "host (CPU model)")
     _label_instructions(axes, rows)
     axes.set_ylabel("predicted cycles")
-    if max(row.array_cycles + row.host_cycles for row in rows) > 100 * min(
-            row.array_cycles + row.host_cycles for row in rows):
+    totals = [row.array_cycles + row.host_cycles for row in rows]
+    if len(rows) <= MAX_BARS and max(totals) > 100 * min(totals):
         axes.set_yscale("log")
     axes.legend(loc="upper right", fontsize="small")
     axes.set_title("Predicted cycles per instruction")
@@ -224,20 +267,13 @@ def utilization_plot(data: ReportData) -> str | None:
         return None
     figure = _figure(_width(len(rows)))
     axes = figure.add_subplot()
-    axes.bar(range(len(rows)), [100 * (row.utilization or 0.0) for row in rows],
-             color="#3b6ea5")
-    _label_instructions(axes, rows)
+    _series(axes, rows, [100 * (row.utilization or 0.0) for row in rows], None, "#3b6ea5",
+            combine="mean")
+    _label_instructions(axes, rows, "averaged")
     axes.set_ylim(0, 100)
     axes.set_ylabel("array utilization (%)")
     axes.set_title(f"Array utilization per call ({data.rows_cols[0]}x{data.rows_cols[1]})")
     return _svg(figure, "array utilization per call")
-
-
-def _label_instructions(axes: Any, rows: list[Row]) -> None:
-    axes.set_xticks(range(len(rows)))
-    axes.set_xticklabels([f"[{row.index}] {row.name}" for row in rows], rotation=60,
-                         ha="right", fontsize="x-small")
-    axes.set_xlim(-0.6, len(rows) - 0.4)
 
 
 # -- the page ----------------------------------------------------------------------------

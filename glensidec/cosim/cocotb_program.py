@@ -28,13 +28,27 @@ from glensidec.cosim.runner import (
     Manifest,
     testbench_depths,
 )
-from glensidec.hardware.array import gemm_cycles, reference_gemm
+from glensidec.hardware.array import gemm_cycles, reference_gemm, reference_gemm_f32
 
 # int (*)(long M, long K, long N, const int8_t *A, const int8_t *B, const int32_t *D,
 #         int32_t *C), as array_runtime.h declares gs_array_backend_fn.
 BACKEND = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_long, ctypes.c_long, ctypes.c_long,
                            ctypes.POINTER(ctypes.c_int8), ctypes.POINTER(ctypes.c_int8),
                            ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_int32))
+# The binary32 array's: (long, long, long, const float *A, const float *B, const float *D,
+# float *C).
+BACKEND_F32 = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_long, ctypes.c_long, ctypes.c_long,
+                               ctypes.POINTER(ctypes.c_float), ctypes.POINTER(ctypes.c_float),
+                               ctypes.POINTER(ctypes.c_float), ctypes.POINTER(ctypes.c_float))
+
+
+def same_bits(got: np.ndarray[Any, Any], want: np.ndarray[Any, Any]) -> bool:
+    """Equal integers, or float32 equal in bits (a NaN matches any NaN: the RTL makes the
+    canonical 0x7FC00000 where x86 would keep an operand's payload)."""
+    if got.dtype != np.float32:
+        return bool(np.array_equal(got, want))
+    differ = got.view(np.uint32) != want.view(np.uint32)
+    return not bool(np.any(differ & ~(np.isnan(got) & np.isnan(want))))
 
 
 def _matrix(pointer: Any, rows: int, cols: int) -> np.ndarray[Any, Any]:
@@ -60,19 +74,21 @@ async def run_compiled_program(dut: Any) -> None:
         started = time.perf_counter()
         run: GemmRun = gemm_on_rtl(a, b, d)
         rtl_seconds = time.perf_counter() - started
-        expected = reference_gemm(a, b, d, config.acc_width, config.in_width)
+        expected: np.ndarray[Any, Any] = (
+            reference_gemm_f32(a, b, d, config.rows) if config.is_float
+            else reference_gemm(a, b, d, config.acc_width, config.in_width))
         predicted = gemm_cycles(config, m, k, n)
         _matrix(c_ptr, m, n)[:] = run.C  # the program continues with the RTL's numbers
         calls.append({"m": m, "k": k, "n": n, "predicted_cycles": predicted,
                       "simulated_cycles": run.cycles,
-                      "data_ok": bool(np.array_equal(run.C, expected)),
+                      "data_ok": same_bits(run.C, expected),
                       "cycles_ok": run.cycles == predicted, "rtl_seconds": rtl_seconds})
         if progress_path:  # for the progress bar of the process that started the simulator
             with open(progress_path, "a") as progress:
-                progress.write(f"{run.cycles}\n")
+                progress.write(f"{run.cycles} {rtl_seconds}\n")
         return 0
 
-    callback = BACKEND(backend)  # kept alive until the program returns
+    callback = (BACKEND_F32 if config.is_float else BACKEND)(backend)  # alive until the end
     library.gs_array_set_backend(callback)
     argv = json.loads(os.environ[ENV_ARGS])
     argv_c = (ctypes.c_char_p * len(argv))(*(arg.encode() for arg in argv))

@@ -20,7 +20,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -28,7 +28,6 @@ from cocotb.triggers import ClockCycles, RisingEdge
 
 from glensidec.cosim.rtl_build import GemmBenchDepths
 from glensidec.hardware.array import (
-    RTL_PARAMETERS,
     ArrayConfig,
     Tile,
     gemm_tiles,
@@ -36,6 +35,8 @@ from glensidec.hardware.array import (
 )
 
 Matrix = npt.NDArray[np.integer]
+#: Operands of a GEMM: integers, or float32 for the binary32 array.
+Operand = npt.NDArray[np.integer] | npt.NDArray[np.floating]
 
 #: Environment variable that passes an ArrayConfig to a cocotb test process.
 CONFIG_ENV = "GLENSIDEC_ARRAY_CONFIG"
@@ -43,14 +44,14 @@ CONFIG_ENV = "GLENSIDEC_ARRAY_CONFIG"
 
 def config_to_env(config: ArrayConfig) -> dict[str, str]:
     """Environment for a cocotb test process that should rebuild `config`."""
-    return {CONFIG_ENV: ",".join(str(value) for value in config.rtl_parameters().values())}
+    parameters = config.rtl_parameters()
+    return {CONFIG_ENV: ",".join(f"{name}={value}" for name, value in parameters.items())}
 
 
 def config_from_env() -> ArrayConfig:
     """The ArrayConfig a test process was started with (see `config_to_env`)."""
-    values = [int(part) for part in os.environ[CONFIG_ENV].split(",")]
-    names = RTL_PARAMETERS.values()  # the order rtl_parameters gives them in
-    return ArrayConfig.from_rtl_parameters(dict(zip(names, values, strict=True)))
+    pairs = (part.partition("=") for part in os.environ[CONFIG_ENV].split(","))
+    return ArrayConfig.from_rtl_parameters({name: int(value) for name, _, value in pairs})
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,7 @@ class StreamGaps:
 class GemmRun:
     """Outcome of one GEMM on the simulated array."""
 
-    C: npt.NDArray[np.int32]
+    C: npt.NDArray[Any]  # int32, or float32 on the binary32 array
     cycles: int  # first stream cycle up to and including the last result beat
     result_cycles: list[int]  # cycle each result row left the array, in stream order
     stall_cycles: int  # cycles the result stream was back-pressured
@@ -217,6 +218,11 @@ HEX_FILES = {
 DESCRIPTOR_DIGITS = 17  # 67-bit tile descriptors
 
 
+def _float_bits(values: Operand) -> npt.NDArray[np.int32]:
+    """binary32 values as their bit patterns (what the binary32 array's lanes carry)."""
+    return np.ascontiguousarray(values, dtype=np.float32).view(np.int32)
+
+
 class GemmDriver:
     """Runs GEMMs on a tb_ws_gemm DUT built for `config` (and `depths`).
 
@@ -344,19 +350,34 @@ class GemmDriver:
         for row, (m, n0, n_len) in zip(rows, images.result_slots, strict=True):
             C[m, n0 : n0 + n_len] = row[:n_len]
         return GemmRun(
-            C=C,
+            C=C.view(np.float32) if self.config.is_float else C,
             cycles=stamps[-1] + 1,
             result_cycles=stamps,
             stall_cycles=int(self.dut.stalls.value.to_unsigned()),
             tiles=tiles,
         )
 
+    def _lanes(self, A: Operand, B: Operand,
+               D: Operand | None) -> tuple[Matrix, Matrix, Matrix | None]:
+        """The operands as the integers the array's lanes carry (binary32: bit patterns),
+        checked before anything is simulated."""
+        if self.config.is_float:
+            a_bits, b_bits = _float_bits(A), _float_bits(B)
+            if a_bits.ndim != 2 or b_bits.ndim != 2 or a_bits.shape[1] != b_bits.shape[0]:
+                raise ValueError(f"shapes do not chain: A{a_bits.shape} B{b_bits.shape}")
+            return a_bits, b_bits, None if D is None else _float_bits(D)
+        a, b = cast(Matrix, A), cast(Matrix, B)
+        d = None if D is None else cast(Matrix, D)
+        # The reference checks shapes and operand ranges.
+        reference_gemm(a, b, d, self.config.acc_width, self.config.in_width)
+        return a, b, d
+
     async def gemm(
-        self, A: Matrix, B: Matrix, D: Matrix | None = None, gaps: StreamGaps | None = None
+        self, A: Operand, B: Operand, D: Operand | None = None, gaps: StreamGaps | None = None
     ) -> GemmRun:
-        """``A(MxK)·B(KxN) + D`` on the array: C (int32, wrapped) and simulated cycles."""
-        # The reference checks shapes and operand ranges before anything is simulated.
-        reference_gemm(A, B, D, self.config.acc_width, self.config.in_width)
+        """``A(MxK)·B(KxN) + D`` on the array: C (int32, wrapped; float32 on the binary32
+        array) and simulated cycles."""
+        A, B, D = self._lanes(A, B, D)
         M, K = A.shape
         N = B.shape[1]
         began = time.perf_counter()

@@ -23,7 +23,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,18 +143,23 @@ class CosimResult:
 
 
 def cosimulate(outdir: Path, program_args: list[str], *, waves: bool = False,
-               simulator: str = "verilator") -> CosimResult:
-    """Build the RTL and the C library for `outdir`, run the program, return the report."""
+               simulator: str = "verilator", library: str = LIBRARY) -> CosimResult:
+    """Build the RTL and the C library for `outdir`, run the program, return the report.
+
+    `library`: the build of the program to run (the traced one for `glensidec diff --rtl`)."""
     outdir = outdir.resolve()
     manifest = Manifest.read(outdir)
-    if manifest.float_products and not manifest.array_calls:
+    if manifest.float_products and not manifest.array_calls and not manifest.config.is_float:
         raise GlensideError(
             f"{manifest.source} computes its products in f32: the systolic array is "
             f"int{manifest.config.in_width} x int{manifest.config.in_width} -> "
             f"int{manifest.config.acc_width} and cannot run them (run ./model for the "
             "host C program, or quantize the program to int8 first)")
-    if not (outdir / LIBRARY).is_file():
-        subprocess.run(["make", "-s", "-C", str(outdir), LIBRARY], check=True)
+    if library != LIBRARY or not (outdir / library).is_file():
+        built = subprocess.run(["make", "-s", "-C", str(outdir), library],
+                               capture_output=True, text=True)
+        if built.returncode != 0:
+            raise GlensideError(f"building {outdir / library} failed:\n{built.stderr.strip()}")
     depths = testbench_depths(manifest)
     build_dir = build_directory(outdir, manifest.config, depths, simulator, waves)
     build_log, run_log = outdir / BUILD_LOG, outdir / RUN_LOG
@@ -178,7 +183,7 @@ def cosimulate(outdir: Path, program_args: list[str], *, waves: bool = False,
             run(runner, GEMM_TESTBENCH, TEST_MODULE, outdir / "sim_build", waves=waves,
                 log_file=run_log,
                 extra_env={
-                    ENV_LIBRARY: str(outdir / LIBRARY),
+                    ENV_LIBRARY: str(outdir / library),
                     ENV_ARGS: json.dumps([str(outdir / "model"), *program_args]),
                     ENV_REPORT: str(report),
                     ENV_MANIFEST: str(outdir / MANIFEST),
@@ -217,17 +222,19 @@ def _watch_calls(calls_log: Path, total: int) -> Iterator[Path | None]:
             watcher.join()
 
 
-def _follow(calls_log: Path, calls: Any, stop: threading.Event,
-            clock: Callable[[], float] = time.perf_counter) -> None:
-    started = clock()
+def _follow(calls_log: Path, calls: Any, stop: threading.Event) -> None:
+    """Each line of `calls_log` is one finished call: its simulated cycles and the wall
+    seconds it took (the rate is the final report's: cycles over time spent in calls)."""
     while not stop.wait(0.25):
         try:
-            cycles = [int(line) for line in calls_log.read_text().split()]
-        except (OSError, ValueError):  # not there yet, or a line half-written
+            done = [line.split() for line in calls_log.read_text().splitlines()]
+            cycles = sum(int(fields[0]) for fields in done)
+            seconds = sum(float(fields[1]) for fields in done)
+        except (OSError, ValueError, IndexError):  # not there yet, or a line half-written
             continue
-        elapsed = max(clock() - started, 1e-9)
-        calls.update(len(cycles) - calls.n)
-        calls.set_postfix_str(f"{sum(cycles) / elapsed:,.0f} simulated cycles/s")
+        calls.update(len(done) - calls.n)
+        if seconds > 0:
+            calls.set_postfix_str(f"{cycles / seconds:,.0f} simulated cycles/s")
 
 
 def program_error(log: Path) -> str | None:

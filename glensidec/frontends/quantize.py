@@ -131,6 +131,7 @@ class Const:
 @dataclass
 class Host:
     term: Term  # f32, computed on dequantized values
+    origin: Term | None = None  # the float compute whose profile an i8 copy of it takes
 
 
 @dataclass
@@ -225,6 +226,8 @@ class Quantizer:
         self.inputs: dict[str, QParams] = {}
         self.quantized_weights: dict[str, tuple[Term, Array]] = {}
         self.weight_scales: dict[str, Array] = {}
+        self.host_tail = output_tail(program.root)
+        self.materialized: dict[tuple[Term, Term, bytes, bytes], Q8] = {}
 
     # -- helpers --------------------------------------------------------------------------
     def qtype(self, term: Term) -> AccessType:
@@ -353,7 +356,7 @@ class Quantizer:
         if isinstance(child, Acc):
             child = self.materialize(child, child.origin)
         if isinstance(child, Host):
-            return Host(self.rebuild(term, child.term))
+            return Host(self.rebuild(term, child.term), child.origin)
         if not isinstance(child, Q8):
             raise _Unsupported(f"{term.op} of {type(child).__name__}")
         pad_kind = str(term.args[1]) if term.op == "access-pad" else ""
@@ -368,7 +371,7 @@ class Quantizer:
 
     def concatenate(self, term: Term, left: Value, right: Value) -> Value:
         if isinstance(left, Host) and isinstance(right, Host):
-            return Host(self.rebuild(term, left.term, right.term))
+            return Host(self.rebuild(term, left.term, right.term), term)
         target = self.params_of(term)
         if (isinstance(left, Q8) and isinstance(right, Q8) and left.params == right.params
                 and not (left.raw_zeros or right.raw_zeros)):
@@ -406,7 +409,7 @@ class Quantizer:
                     translate: Callable[[Q8], Value]) -> Value:
         """`translate` an i8 operand; a host (float) operand stays on the host."""
         if isinstance(operand, Host):
-            return Host(self.rebuild(term, operand.term))
+            return Host(self.rebuild(term, operand.term), term)
         if isinstance(operand, Acc):
             operand = self.materialize(operand, operand.origin)
         assert isinstance(operand, Q8)
@@ -454,7 +457,7 @@ class Quantizer:
 
     def clamp(self, term: Term, op: ComputeOp, operand: Value) -> Value:
         if isinstance(operand, Host):
-            return Host(self.rebuild(term, operand.term))
+            return Host(self.rebuild(term, operand.term), term)
         if isinstance(operand, Acc):
             # Requantize straight to the clamp's own (narrower) range: one bit more.
             operand = self.materialize(operand, term, record=False)
@@ -510,6 +513,8 @@ class Quantizer:
             raise _Unsupported("dot-product of anything but a pair or cartesian product")
         sides = [operand.left, operand.right]
         constant = [isinstance(s, Const) for s in sides]
+        if constant.count(True) == 0:
+            return self.activation_product(term, operand)
         if constant.count(True) != 1:
             raise _Unsupported("dot-product needs exactly one constant (weight) operand")
         weight_index = constant.index(True)
@@ -518,6 +523,9 @@ class Quantizer:
         assert isinstance(weight, Const)
         if isinstance(activation, Acc):
             activation = self.materialize(activation, activation.origin)
+        if isinstance(activation, Host) and activation.origin is not None:
+            # back from the host (after a LayerNormalization): i8 at its own profile
+            activation = self.host_to_q8(activation, self.params_of(activation.origin))
         if not isinstance(activation, Q8) or activation.min_padded:
             raise _Unsupported("dot-product of an activation that is not an i8 tensor")
         chain, item_scales = self.quantized_weight_chain(weight.term)
@@ -533,6 +541,50 @@ class Quantizer:
         scale = np.broadcast_to(item_scales * activation.params.scale, result.full)
         offset = -self.probe(dot, activation)
         return Acc(dot, np.array(scale), offset, term)
+
+    def activation_product(self, term: Term, operand: Pair) -> Value:
+        """A matrix product of two activations (attention's Q·Kᵀ, softmax·V): both sides
+        to i8 with symmetric parameters from their profiles (zero point 0, so the integer
+        product needs no correction terms), one i8 dot-product in i32 at scale s_a·s_b."""
+        members, scale = [], 1.0
+        for side in (operand.left, operand.right):
+            q8 = self.symmetric_q8(side)
+            members.append(q8.term)
+            scale *= q8.params.scale
+        dot = self.rebuild(term, Term(self.float_product(term).op, tuple(members)))
+        full = self.qtype(dot).full
+        return Acc(dot, np.full(full, scale), np.zeros(full, dtype=np.int64), term)
+
+    def symmetric_q8(self, value: Value) -> Q8:
+        """An activation as i8 with zero point 0, the scale from its profile."""
+        origin = value.origin if isinstance(value, (Acc, Host)) else None
+        if isinstance(value, Q8):
+            no_raw_zeros(value)
+            if value.min_padded:
+                raise _Unsupported("a matrix product of min-padding")
+            if value.params.zero_point == 0:
+                return value
+            origin = value.base
+        if origin is None or self.keys.get(origin) not in self.profile.ranges:
+            raise _Unsupported(f"a matrix product of a {type(value).__name__} with no profile")
+        low, high = self.profile.ranges[self.keys[origin]]
+        target = activation_params(low, high, True)
+        if isinstance(value, Host):
+            return self.host_to_q8(value, target)
+        term = self.to_params(value, target, origin)
+        return Q8(term, target, term)
+
+    def host_to_q8(self, value: Host, target: QParams) -> Q8:
+        """An f32 host tensor to i8: q = cast_i8(x·(1/s) + zp), the cast rounding half to
+        even and saturating (as `QParams.quantize` up to the f32 rounding of x·(1/s))."""
+        like = self.qtype(value.term)
+        term = B.compute("elementwise-mul", B.op("access-pair", value.term, self.scalar_like(
+            float(np.float32(1.0 / target.scale)), "f32", like)))
+        if target.zero_point:
+            term = B.compute("elementwise-add", B.op("access-pair", term, self.scalar_like(
+                float(target.zero_point), "f32", like)))
+        q = B.compute("cast", term, "i8")
+        return Q8(q, target, q)
 
     def float_product(self, term: Term) -> Term:
         product = term.args[1]
@@ -581,42 +633,133 @@ class Quantizer:
             terms = [self.dequantized(v) if not isinstance(v, Const) else
                      self.spread(v.array, self.ftype(v.term), "f32", "constant")
                      for v in (left, right)]
-            return Host(self.rebuild(term, Term(pair.op, tuple(terms))))
+            return Host(self.rebuild(term, Term(pair.op, tuple(terms))), term)
         if isinstance(right, Const):
             return self.with_constant(term, name, left, right.array, constant_first=False)
+        if name == "elementwise-div":
+            self.check_divisor(term)
+        if isinstance(left, Const) and name == "elementwise-div":
+            return self.divide_constant(term, left.array, right)
         if isinstance(left, Const):
             return self.with_constant(term, name, right, left.array, constant_first=True)
         if name in ("elementwise-add", "elementwise-sub"):
             return self.add_dynamic(term, name, left, right)
         if name == "elementwise-mul":
             return self.multiply_dynamic(term, left, right)
-        raise _Unsupported(f"{name} of two computed tensors has no integer form")
+        return self.divide_dynamic(term, left, right)
+
+    def centred(self, value: Value, name: str) -> tuple[Term, float]:
+        """An activation as i32 `q − zp` (|q − zp| ≤ 255) and its scale."""
+        if isinstance(value, Acc):
+            value = self.materialize(value, value.origin)
+        if not isinstance(value, Q8):
+            raise _Unsupported(f"{name} of a {type(value).__name__}")
+        no_raw_zeros(value)
+        if value.min_padded:
+            raise _Unsupported(f"{name} of min-padding")
+        wide = B.compute("cast", value.term, "i32")
+        if value.params.zero_point:
+            shift = self.scalar_like(-value.params.zero_point, "i32", self.qtype(wide))
+            wide = B.compute("elementwise-add", B.op("access-pair", wide, shift))
+        return wide, value.params.scale
 
     def multiply_dynamic(self, term: Term, left: Value, right: Value) -> Value:
         """x·y of two activations (gates, SiLU, HardSwish, GELU): both to i8, centred in i32,
         multiplied; |q − zp| ≤ 255 keeps the product below 2^16. The result is an
         accumulator at scale s_x·s_y, requantized like any other."""
-        centred, scale = [], 1.0
-        for side in (left, right):
-            if isinstance(side, Acc):
-                side = self.materialize(side, side.origin)
-            if not isinstance(side, Q8):
-                raise _Unsupported(f"elementwise-mul of a {type(side).__name__}")
-            no_raw_zeros(side)
-            if side.min_padded:
-                raise _Unsupported("elementwise-mul of min-padding")
-            wide = B.compute("cast", side.term, "i32")
-            if side.params.zero_point:
-                shift = self.scalar_like(-side.params.zero_point, "i32", self.qtype(wide))
-                wide = B.compute("elementwise-add", B.op("access-pair", wide, shift))
-            centred.append(wide)
-            scale *= side.params.scale
-        product = B.compute("elementwise-mul", B.op("access-pair", *centred))
+        (x, x_scale), (y, y_scale) = (self.centred(side, "elementwise-mul")
+                                      for side in (left, right))
+        product = B.compute("elementwise-mul", B.op("access-pair", x, y))
         full = self.qtype(product).full
-        return Acc(product, np.full(full, scale), np.zeros(full, dtype=np.int64), term)
+        return Acc(product, np.full(full, x_scale * y_scale), np.zeros(full, dtype=np.int64),
+                   term)
+
+    def divide_dynamic(self, term: Term, left: Value, right: Value) -> Value:
+        """x / y of two activations (LayerNormalization's x / √(var + ε)): both centred in
+        i32, the numerator times 2^16 (|x − zp|·2^16 < 2^24), an integer division truncated
+        toward zero; an accumulator at scale s_x / (s_y·2^16). A divisor that rounds to zero
+        gives 0, in the interpreter and in C alike."""
+        (x, x_scale), (y, y_scale) = (self.centred(side, "elementwise-div")
+                                      for side in (left, right))
+        like = self.qtype(x)
+        numerator = B.compute("elementwise-mul", B.op(
+            "access-pair", x, self.scalar_like(DIVISION_SHIFT, "i32", like)))
+        quotient = B.compute("elementwise-div", B.op("access-pair", numerator, y))
+        full = self.qtype(quotient).full
+        return Acc(quotient, np.full(full, x_scale / (y_scale * DIVISION_SHIFT)),
+                   np.zeros(full, dtype=np.int64), term)
+
+    def check_divisor(self, term: Term) -> None:
+        """Refuse a division whose divisor comes within one int8 step of zero in the
+        profile: its i8 value would be 0 there and the quotient unbounded (1/|x|), a silent
+        wrong answer. LayerNormalization's √(var + ε) stays well away from zero."""
+        divisor = term.children()[0].children()[1]
+        while divisor.op in DATA_MOVEMENT:
+            divisor = divisor.children()[0]
+        low, high = self.profile.ranges.get(self.keys.get(divisor, ""), (0.0, 0.0))
+        step = activation_params(low, high, self.symmetric).scale
+        if low <= step and high >= -step:
+            raise _Unsupported(f"the divisor's profiled range [{low:.3g}, {high:.3g}] comes "
+                               f"within one int8 step ({step:.3g}) of zero")
+
+    def divide_constant(self, term: Term, constant: Array, value: Value) -> Value:
+        """c / y (Reciprocal, Pow −1): 2^16 / (y − zp) in integers (0 where y rounds to its
+        zero point), an accumulator at scale c / (s_y·2^16)."""
+        y, y_scale = self.centred(value, "elementwise-div")
+        like = self.qtype(y)
+        quotient = B.compute("elementwise-div", B.op(
+            "access-pair", self.scalar_like(DIVISION_SHIFT, "i32", like), y))
+        full = self.qtype(quotient).full
+        scale = np.broadcast_to(constant.astype(np.float64) / (y_scale * DIVISION_SHIFT), full)
+        if np.any(scale == 0):
+            raise _Unsupported("dividing a constant zero by a computed tensor")
+        return Acc(quotient, np.array(scale), np.zeros(full, dtype=np.int64), term)
+
+    def softmax(self, term: Term, operand: Value) -> Value:
+        """The network's final softmax stays on the host in f32 (its probabilities are the
+        output); one inside the program (attention) is computed in integers, so the
+        products after it stay i8 and every executor computes the same numbers."""
+        if term in self.host_tail or isinstance(operand, Host):
+            return Host(self.rebuild(term, self.dequantized(operand)), term)
+        if isinstance(operand, Acc):
+            operand = self.materialize(operand, operand.origin)
+        if not isinstance(operand, Q8):
+            raise _Unsupported(f"softmax of a {type(operand).__name__}")
+        no_raw_zeros(operand)
+        if operand.min_padded:
+            raise _Unsupported("softmax of min-padding")
+        return self.integer_softmax(term, operand)
+
+    def integer_softmax(self, term: Term, operand: Q8) -> Acc:
+        """softmax over the item in integers: d = q − max(q) ∈ [−255, 0] steps, to i8 at
+        twice the step, e = exp(d) by a lookup table onto 255 steps of (0, 1], then
+        p = e·2^16 / Σe (integer division; Σe ≥ 255, from the maximum's e = 1)."""
+        x = operand.term
+        like = self.qtype(x)
+        shape, item = like.shape, like.item
+
+        def over_item(reduced: Term) -> Term:  # ((S),()) repeated along the item
+            return B.broadcast(B.reshape(reduced, shape, (1,) * len(item)), shape, item)
+
+        wide_x = B.compute("cast", x, "i32")
+        peak = B.compute("cast", over_item(B.compute("reduce-max", x)), "i32")
+        steps = B.compute("elementwise-sub", B.op("access-pair", wide_x, peak))
+        d_params = QParams(2.0 * operand.params.scale, 127)
+        d = self.requantize(Acc(steps, np.full(like.full, operand.params.scale),
+                                np.zeros(like.full, dtype=np.int64), term), d_params)
+        e_params = QParams(1.0 / 255.0, -128)
+        e = B.compute("lookup", d.term, "exp", d_params.scale, d_params.zero_point,
+                      e_params.scale, e_params.zero_point)
+        e_wide, _ = self.centred(Q8(e, e_params, e), "softmax")
+        total = over_item(B.compute("reduce-sum", e_wide))
+        numerator = B.compute("elementwise-mul", B.op(
+            "access-pair", e_wide, self.scalar_like(DIVISION_SHIFT, "i32", like)))
+        quotient = B.compute("elementwise-div", B.op("access-pair", numerator, total))
+        return Acc(quotient, np.full(like.full, 1.0 / DIVISION_SHIFT),
+                   np.zeros(like.full, dtype=np.int64), term)
 
     def with_constant(self, term: Term, name: str, value: Value, constant: Array,
-                      constant_first: bool) -> Value:
+                      constant_first: bool, retried: bool = False) -> Value:
         if isinstance(value, Q8):
             # ×256 so that added constants are rounded to 1/256 of an input step.
             value = self.widen(value, term, boost=256)
@@ -637,7 +780,13 @@ class Quantizer:
             with np.errstate(divide="ignore", invalid="ignore"):
                 steps = np.rint(sign * constant / scale)
             if not np.all(np.isfinite(steps)) or np.max(np.abs(steps), initial=0) > 2 ** 31:
-                raise _Unsupported("the constant does not fit the accumulator's scale")
+                if retried:
+                    raise _Unsupported("the constant does not fit the accumulator's scale")
+                # The computed part is far below the constant (googlenet's random-weight
+                # logits: activations near 1e-12 under a bias of 0.01): requantize it to
+                # the sum's own profile first, where the constant fits, then add.
+                q = self.requantize(value, self.params_of(term))
+                return self.with_constant(term, name, q, constant, constant_first, True)
             offset = offset + steps.astype(np.int64)
         if np.any(scale == 0):
             raise _Unsupported("multiplying by a constant zero loses the tensor")
@@ -670,7 +819,12 @@ class Quantizer:
 
     # -- accumulators to i8 ---------------------------------------------------------------
     def materialize(self, acc: Acc, origin: Term, record: bool = True) -> Q8:
-        q = self.requantize(acc, self.params_of(origin))
+        # An accumulator read by several consumers (SiLU's x and sigmoid(x)) is requantized
+        # once: the same term, scale and offset to the same profile give the same i8 value.
+        key = (acc.term, origin, acc.scale.tobytes(), acc.offset.tobytes())
+        if key not in self.materialized:
+            self.materialized[key] = self.requantize(acc, self.params_of(origin))
+        q = self.materialized[key]
         if record:
             self.name(q.term, origin)
             self.record(origin, q)
@@ -737,7 +891,7 @@ COMPUTE_TRANSLATORS: dict[str, ComputeTranslator] = {
     **{name: _fold for name in K.ComputeKind.FOLD},
     "relu": lambda q, term, op, operand: q.clamp(term, op, operand),
     "clip": lambda q, term, op, operand: q.clamp(term, op, operand),
-    "softmax": lambda q, term, op, operand: Host(q.rebuild(term, q.dequantized(operand))),
+    "softmax": lambda q, term, op, operand: q.softmax(term, operand),
     "reduce-max": lambda q, term, op, operand: q.on_integers(
         term, operand, lambda value: q.keep_scale(term, op, value)),
     "reduce-mean": lambda q, term, op, operand: q.on_integers(
@@ -749,11 +903,16 @@ COMPUTE_TRANSLATORS: dict[str, ComputeTranslator] = {
     # Glow's int8 lookup tables: one 256-entry table per use, from both sides' parameters.
     **{name: lambda q, term, op, operand: q.on_integers(
         term, operand, lambda value: q.lookup(term, op, value))
-       for name in ("exp", "sigmoid", "tanh", "erf")},
+       for name in ("exp", "sigmoid", "tanh", "erf", "sqrt")},
     # Computed on floats only: quantized programs keep them on the host side of a cast.
-    **{name: _no_integer_form for name in ("sqrt", "cast", "requantize",
-                                           "requantize-per-channel", "lookup")},
+    **{name: _no_integer_form for name in ("cast", "requantize", "requantize-per-channel",
+                                           "lookup")},
 }
+
+
+# Integer divisions (x / y of activations, softmax's e / Σe) scale the numerator by this
+# first: 16 fractional bits, and |x| ≤ 255 keeps the numerator below 2^24.
+DIVISION_SHIFT = 1 << 16
 
 
 class _Unsupported(Exception):
@@ -767,6 +926,16 @@ def no_raw_zeros(value: Q8) -> None:
         raise _Unsupported(f"zero padding of an i8 tensor whose zero point is "
                            f"{value.params.zero_point}, not 0, is only supported right before "
                            f"a convolution (quantize with --symmetric)")
+
+
+def output_tail(root: Term) -> set[Term]:
+    """The program's result and the compute its data movement leads back to: a softmax
+    there (a classifier's probabilities) is the output itself and stays in f32."""
+    tail, term = {root}, root
+    while term.op in DATA_MOVEMENT:
+        term = term.children()[0]
+        tail.add(term)
+    return tail
 
 
 def minimal_broadcast(array: Array) -> Array:

@@ -398,8 +398,9 @@ def layer_cost(
     leave through the epilogue and the store DMA while the array computes.
 
     A schedule model composed from module timings that are checked against RTL (DMA
-    slots, array steady state); the top module that would run it is not built yet, so
-    these totals are predictions not yet checked against simulation.
+    slots, array steady state); it is not the schedule rtl/ws_accel.v runs (that one is
+    `glensidec.hardware.commands`, exact), so these totals are not checked against
+    simulation.
     """
     R, C = array_rows, array_cols
     M, _, N = layer.gemm

@@ -32,8 +32,13 @@ import numpy as np
 import numpy.typing as npt
 
 from glensidec.lang.dtypes import wrap_signed
+from glensidec.lang.interp import array_matmul_f32
 
 IntArray = npt.NDArray[np.int64]
+
+#: Element types of the array: two's-complement integers (IN_W in, ACC_W accumulated),
+#: or IEEE-754 binary32 in and out (ws_top's FP = 1).
+ELEMENTS = ("int", "f32")
 
 # The largest array side accepted: well past any built systolic array (a TPU's is 256),
 # and small enough that every cycle count stays a modest integer.
@@ -46,40 +51,70 @@ RTL_PARAMETERS = {"rows": "ROWS", "cols": "COLS", "in_width": "IN_W", "acc_width
 
 @dataclass(frozen=True)
 class ArrayConfig:
-    """Parameters of one systolic-array instance (the RTL parameters of ws_top)."""
+    """Parameters of one systolic-array instance (the RTL parameters of ws_top).
+
+    `element` "f32" is the binary32 array: in_width and acc_width are then both 32.
+    """
 
     rows: int
     cols: int
     in_width: int = 8
     acc_width: int = 32
     acc_depth: int = 1024  # accumulator rows: the longest M chunk a K reduction may use
+    element: str = "int"
+
+    @staticmethod
+    def f32(rows: int, cols: int, acc_depth: int = 1024) -> ArrayConfig:
+        """The binary32 array of `rows` x `cols`."""
+        return ArrayConfig(rows, cols, 32, 32, acc_depth, "f32")
+
+    @property
+    def is_float(self) -> bool:
+        return self.element == "f32"
+
+    #: Cycles one PE takes from its inputs to its registered partial sum. Both PEs (the
+    #: integer MAC and the binary32 multiply-then-add) are combinational between the same
+    #: registers, so it is 1 for both and the timing below holds for either element.
+    pe_latency = 1
 
     def __post_init__(self) -> None:
+        if self.element not in ELEMENTS:
+            raise ValueError(f"the array's element is one of {', '.join(ELEMENTS)}, "
+                             f"got {self.element!r}")
+        if self.element == "f32" and (self.in_width, self.acc_width) != (32, 32):
+            raise ValueError("the f32 array has in_width = acc_width = 32")
         if self.rows < 2 or self.cols < 1:
             raise ValueError(f"the array needs rows >= 2 and cols >= 1, got "
                              f"{self.rows}x{self.cols}")
         if max(self.rows, self.cols) > MAX_SIDE:
             raise ValueError(f"the array is at most {MAX_SIDE}x{MAX_SIDE}, got "
                              f"{self.rows}x{self.cols}")
-        if self.acc_width < 2 * self.in_width:
+        if self.element == "int" and self.acc_width < 2 * self.in_width:
             raise ValueError("acc_width must hold a full product (>= 2 * in_width)")
         if self.acc_depth < 2:
             raise ValueError("acc_depth must be at least 2")
 
     @property
     def latency(self) -> int:
-        """Cycles from injecting an activation row to its result row leaving the array."""
-        return self.rows + self.cols - 1
+        """Cycles from injecting an activation row to its result row leaving the array:
+        ROWS PEs down (pe_latency each) and COLS - 1 columns of skew."""
+        return self.rows * self.pe_latency + self.cols - 1
 
     def rtl_parameters(self) -> dict[str, int]:
         """The Verilog parameters of `rtl/ws_top.v` for this configuration (the one place
-        that maps the fields to RTL names; testbenches and Verilator builds read it)."""
-        return {rtl: getattr(self, name) for name, rtl in RTL_PARAMETERS.items()}
+        that maps the fields to RTL names; testbenches and Verilator builds read it).
+        `FP` = 1 only for the binary32 array (the integer array's builds keep their
+        parameters, hence their cache keys)."""
+        parameters = {rtl: getattr(self, name) for name, rtl in RTL_PARAMETERS.items()}
+        if self.is_float:
+            parameters["FP"] = 1
+        return parameters
 
     @classmethod
     def from_rtl_parameters(cls, parameters: dict[str, int]) -> ArrayConfig:
         """The configuration `rtl_parameters` describes (extra parameters are ignored)."""
-        return cls(**{name: parameters[rtl] for name, rtl in RTL_PARAMETERS.items()})
+        fields = {name: parameters[rtl] for name, rtl in RTL_PARAMETERS.items()}
+        return cls(**fields, element="f32" if parameters.get("FP", 0) else "int")
 
 
 @dataclass(frozen=True)
@@ -349,6 +384,30 @@ def reference_gemm(
             raise ValueError(f"D{D.shape} does not match the product's {exact.shape}")
         exact = exact + wrap_signed(D.astype(np.int64), acc_width)
     return wrap_signed(exact, acc_width).astype(np.int32)
+
+
+def reference_gemm_f32(
+    A: npt.NDArray[np.float32],
+    B: npt.NDArray[np.float32],
+    D: npt.NDArray[np.float32] | None,
+    rows: int,
+) -> npt.NDArray[np.float32]:
+    """Bit-exact ``A·B + D`` as the binary32 array of `rows` rows computes it.
+
+    Every multiply and every add is one IEEE binary32 operation rounded to nearest even
+    (numpy's float32 arithmetic), in the array's order: per K fold of `rows` reduction
+    indices, a column starts from D (first fold) or +0, adds the products k0, k0+1, ...
+    one by one, then a +0 for every padding row of a partial fold (it turns a -0 sum into
+    +0, as the hardware's zero-padded PEs do); the first fold is stored, every later
+    fold's sum is added to the stored one (fold + stored). The same order is what the
+    generated C (`gs_array_gemm_model`, -ffp-contract=off) and the interpreter compute.
+    NaN results may differ from the RTL's in payload only (it makes 0x7FC00000).
+    """
+    if A.ndim != 2 or B.ndim != 2 or A.shape[1] != B.shape[0]:
+        raise ValueError(f"shapes do not chain: A{A.shape} B{B.shape}")
+    if D is not None and D.shape != (A.shape[0], B.shape[1]):
+        raise ValueError(f"D{D.shape} does not match the product's {(A.shape[0], B.shape[1])}")
+    return array_matmul_f32(A, B, rows, D)
 
 
 @dataclass(frozen=True)

@@ -438,10 +438,37 @@ class LayerProgram:
     m_chunk: int  # output pixels (activation rows) per accumulator chunk
     folds: int  # K folds (taps × channel chunks of ROWS)
     piece_folds: int  # K folds on chip at once (a K piece)
+    input_padding: int = 0  # the feature map is stored padded by this (packed taps)
+
+    def input_image(self, feature: npt.NDArray[np.integer],
+                    zero_point: int) -> npt.NDArray[np.uint8]:
+        """The bytes of the (H, W, C) feature map to store at input_base."""
+        pad = self.input_padding
+        height, width, channels = feature.shape
+        image = np.full((height + 2 * pad, width + 2 * pad, channels), zero_point, np.int64)
+        image[pad:pad + height, pad:pad + width] = feature
+        packed: npt.NDArray[np.uint8] = (image.reshape(-1) & 0xFF).astype(np.uint8)
+        return packed
+
+
+def packs_taps(layer: ConvLayer, rows: int) -> bool:
+    """Whether a scratchpad row carries several kernel taps (few channels, e.g. RGB).
+
+    Taps next to each other along x read consecutive pixels, which are contiguous in
+    an NHWC map, so one DMA row holds them all; a row may then straddle the border,
+    which the DMA's per-row bounds cannot express, so such a layer's input is stored
+    padded (by the host, with the zero point) and loaded without bounds.
+    """
+    return layer.kernel > 1 and 2 * layer.channels <= rows
 
 
 def conv_folds(layer: ConvLayer, rows: int) -> list[tuple[int, int, int, int]]:
-    """K folds in order: (ky, kx, first channel, channels), channels cut into ROWS."""
+    """K folds in order: (ky, kx, first channel, bytes): the channels of a tap cut into
+    ROWS, or (packs_taps) as many whole taps along x as fit a row."""
+    if packs_taps(layer, rows):
+        group = rows // layer.channels
+        return [(ky, kx, 0, min(group, layer.kernel - kx) * layer.channels)
+                for ky in range(layer.kernel) for kx in range(0, layer.kernel, group)]
     return [(ky, kx, channel0, min(rows, layer.channels - channel0))
             for ky in range(layer.kernel) for kx in range(layer.kernel)
             for channel0 in range(0, layer.channels, rows)]
@@ -465,8 +492,9 @@ class LayerTiling:
 
 
 def layer_tiling(config: AccelConfig, layer: ConvLayer) -> LayerTiling:
-    """The largest tiles that fit: K pieces in a weight buffer, M chunks in the accumulator
-    and an activation buffer (each buffer a quarter of the scratchpad).
+    """Tiles that fit and keep the array busy: K pieces in a weight buffer, M chunks in the
+    accumulator and an activation buffer (each buffer a quarter of the scratchpad); among
+    the pieces that fit, the one with the fewest estimated cycles (then rows loaded).
 
     Raises CapacityError naming the sizes when not even one K fold of one output row fits.
     """
@@ -487,9 +515,45 @@ def layer_tiling(config: AccelConfig, layer: ConvLayer) -> LayerTiling:
             f"rows ({out_w * config.cols * 4} B; the accumulator has {config.acc_depth} rows, "
             f"{config.acc_depth * config.cols * 4} B) and {out_w * row_bytes} B of im2col rows "
             f"per K fold ({buffer})")
-    piece = min(piece, quarter // out_w)
-    chunk_rows = min(config.acc_depth // out_w, quarter // (out_w * piece), out_h)
-    return LayerTiling(folds, piece, chunk_rows)
+    largest = min(piece, quarter // out_w)
+    # Candidates: halvings of the reduction, and the pieces that let an M chunk of r
+    # output rows fit (small-M layers: the whole M in one chunk saves reloading weights).
+    pieces = {largest} | {-(-folds // parts) for parts in range(1, 9)}
+    pieces |= {quarter // (out_w * rows) for rows in range(1, out_h + 1)}
+    tilings = [LayerTiling(folds, piece, min(config.acc_depth // out_w,
+                                             quarter // (out_w * piece), out_h))
+               for piece in sorted(pieces) if 1 <= piece <= largest]
+    return min(tilings, key=lambda tiling: _tiling_estimate(config, layer, tiling))
+
+
+def _tiling_estimate(config: AccelConfig, layer: ConvLayer, tiling: LayerTiling
+                     ) -> tuple[int, int]:
+    """(cycles, rows loaded) of conv_program's steps, roughly: each step takes the longer
+    of its compute (`piece × max(m, ROWS)`) and its loads (one bus beat per row, more when
+    rows are wider than the bus). Only for choosing tiles; `accel_cycles` is exact."""
+    out_h, out_w = layer.out_size
+    R, blocks = config.rows, -(-layer.out_channels // config.cols)
+    bus = config.memory.bus_bytes
+    beats = max(1, config.memory.row_bytes // bus)
+    # Activation rows start wherever their pixel does: unless the channels keep them
+    # aligned, a row of L bytes spans 1 + (L − 1)/bus beats on average.
+    length = max(fold[3] for fold in conv_folds(layer, R))
+    aligned = layer.channels % bus == 0 and not packs_taps(layer, R)
+    act_beats = -(-length // bus) if aligned else 1 + (length - 1) / bus
+    piece_sizes = [min(tiling.piece_folds, tiling.folds - start)
+                   for start in range(0, tiling.folds, tiling.piece_folds)]
+    cycles, loaded = 0.0, 0
+    for oy0 in range(0, out_h, tiling.chunk_rows):
+        m = min(tiling.chunk_rows, out_h - oy0) * out_w
+        for block in range(blocks):
+            for piece in piece_sizes:
+                act_rows = 0
+                if len(piece_sizes) > 1 or block == 0:
+                    act_rows = m * (piece if len(piece_sizes) > 1 else tiling.folds)
+                slots = piece * R * beats + act_rows * act_beats
+                cycles += max(piece * max(m, R), slots)
+                loaded += piece * R + act_rows
+    return round(cycles), loaded
 
 
 def conv_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant) -> LayerProgram:
@@ -512,11 +576,12 @@ def conv_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant) -> La
     tiling = layer_tiling(config, layer)
     quarter = config.memory.scratchpad_rows // 4
     input_base = 0
-    weight_base = _align(layer.height * layer.width * layer.channels)
+    pad = layer.padding if packs_taps(layer, R) else 0
+    weight_base = _align((layer.height + 2 * pad) * (layer.width + 2 * pad) * layer.channels)
     output_base = weight_base + _align(K * N)
     memory_bytes = output_base + _align(M * N) + 2 * config.memory.bus_bytes
-    commands: list[Command] = []
-    step, block_configured, a_loads, w_loads = 0, -1, 0, 0
+    steps: list[_Step] = []
+    block_configured, a_loads, w_loads = -1, 0, 0
     a_buffer = 0
     for oy0 in range(0, out_h, tiling.chunk_rows):
         rows_here = min(tiling.chunk_rows, out_h - oy0)
@@ -531,42 +596,91 @@ def conv_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant) -> La
                     a_loads += 1
                     loads += [_im2col_rows(layer, fold, oy0, rows_here,
                                            a_buffer + index * m_len, input_base,
-                                           quant.input_zero_point)
+                                           quant.input_zero_point, pad > 0)
                               for index, fold in enumerate(piece_folds)]
                 w_buffer = (2 + w_loads % 2) * quarter
                 w_loads += 1
                 for index, (ky, kx, channel0, length) in enumerate(piece_folds):
-                    k_last = (ky * layer.kernel + kx) * layer.channels + channel0 + length - 1
-                    loads.append(DmaCommand(
-                        base=weight_base + k_last * N + n0, length=width, count1=length,
-                        stride1=-N, spad_row=w_buffer + index * R + R - length))
-                commands += [Load(dma, wait=step >= 2 and index == 0,
-                                  signal=index == len(loads) - 1)
-                             for index, dma in enumerate(loads)]
+                    k_first = (ky * layer.kernel + kx) * layer.channels + channel0
+                    loads.append(_weight_rows(R, k_first, length, weight_base + n0, N, width,
+                                              w_buffer + index * R))
                 last_piece = piece == tiling.pieces - 1
-                commands += [Compute(w_row=w_buffer + index * R, a_row=a_buffer + index * m_len,
-                                     m_len=m_len, add=piece > 0 or index > 0,
-                                     emit=last_piece and index == len(piece_folds) - 1,
-                                     wait=index == 0, signal=index == len(piece_folds) - 1)
-                             for index in range(len(piece_folds))]
-                step += 1
+                steps.append(_Step(
+                    [Load(dma, wait=len(steps) >= 2 and index == 0,
+                          signal=index == len(loads) - 1) for index, dma in enumerate(loads)],
+                    [Compute(w_row=w_buffer + index * R, a_row=a_buffer + index * m_len,
+                             m_len=m_len, add=piece > 0 or index > 0,
+                             emit=last_piece and index == len(piece_folds) - 1,
+                             wait=index == 0, signal=index == len(piece_folds) - 1)
+                     for index in range(len(piece_folds))], []))
+            tail = steps[-1].tail
             if block != block_configured:
                 padded = [0] * (C - width)
-                commands.append(Config(
+                tail.append(Config(
                     quant.epilogue, tuple(quant.bias[n0:n0 + width]) + tuple(padded),
                     tuple(quant.multiplier[n0:n0 + width]) + tuple(padded)))
                 block_configured = block
-            commands.append(Store(DmaCommand(base=output_base + m0 * N + n0, length=width,
-                                             count1=m_len, stride1=N)))
-    return LayerProgram(commands, input_base, weight_base, output_base, memory_bytes,
-                        tiling.chunk_rows * out_w, len(folds), tiling.piece_folds)
+            tail.append(Store(DmaCommand(base=output_base + m0 * N + n0, length=width,
+                                         count1=m_len, stride1=N)))
+    return LayerProgram(_software_pipeline(steps), input_base, weight_base, output_base,
+                        memory_bytes, tiling.chunk_rows * out_w, len(folds),
+                        tiling.piece_folds, pad)
+
+
+@dataclass
+class _Step:
+    loads: list[Load]
+    computes: list[Compute]
+    tail: list[Command]  # Config / Store after the computes
+
+
+def _software_pipeline(steps: list[_Step]) -> list[Command]:
+    """The command stream: step s + 1's loads interleaved one for one with step s's
+    computes, then step s's stores.
+
+    The dispatcher is in order and its queues are short (QUEUE_DEPTH): were a step's
+    loads all sent before its computes, a full load queue would hold back the computes
+    and the next step's loads could only enter once this step's computes had, which
+    serialises load and compute. Interleaved, both queues fill at the rate their units
+    drain them. (Step s + 1's loads go to the buffers step s − 1 used, so executing the
+    stream in program order — `run_functional` — computes the same.)
+    """
+    commands: list[Command] = list(steps[0].loads) if steps else []
+    for index, step in enumerate(steps):
+        following = steps[index + 1].loads if index + 1 < len(steps) else []
+        for pair in range(max(len(following), len(step.computes))):
+            commands += following[pair:pair + 1]
+            commands += step.computes[pair:pair + 1]
+        commands += step.tail
+    return commands
+
+
+def _weight_rows(rows: int, k_first: int, length: int, base: int, n: int, width: int,
+                 spad_row: int) -> DmaCommand:
+    """The load of one K fold's weights: ROWS rows, the bottom one (k_first + ROWS − 1)
+    first. Rows past the fold's `length` reduction indices are zero: the im2col bounds
+    make them padding rows of value 0 (the activations there are 0 too, but an
+    unwritten scratchpad row would be unknown, X in a 4-state simulator)."""
+    return DmaCommand(
+        base=base + (k_first + rows - 1) * n, length=width, count1=rows, stride1=-n,
+        spad_row=spad_row, bounds=length < rows, x0=length - rows, x_step=1, width=rows,
+        pad_value=0)
 
 
 def _im2col_rows(layer: ConvLayer, fold: tuple[int, int, int, int], oy0: int, out_rows: int,
-                 spad_row: int, feature_base: int, zero_point: int) -> DmaCommand:
-    """The im2col load of one K fold for output rows oy0 … oy0 + out_rows (all columns)."""
+                 spad_row: int, feature_base: int, zero_point: int,
+                 padded_input: bool = False) -> DmaCommand:
+    """The im2col load of one K fold for output rows oy0 … oy0 + out_rows (all columns),
+    from the map as stored: with bounds and zero-point padding rows, or (padded_input)
+    from a map stored with its padding, every row inside it."""
     ky, kx, channel0, length = fold
     stride, channels = layer.stride, layer.channels
+    if padded_input:
+        width = layer.width + 2 * layer.padding
+        return DmaCommand(
+            base=feature_base + ((oy0 * stride + ky) * width + kx) * channels + channel0,
+            length=length, count1=layer.out_size[1], stride1=stride * channels,
+            count2=out_rows, stride2=stride * width * channels, spad_row=spad_row)
     y0, x0 = oy0 * stride + ky - layer.padding, kx - layer.padding
     return DmaCommand(
         base=feature_base + (y0 * layer.width + x0) * channels + channel0, length=length,

@@ -127,6 +127,7 @@ def _exp(values: Array) -> Array:
 # Python, for the interpreter and for the C code alike).
 LOOKUP_FUNCTIONS: dict[str, Callable[[Array], Array]] = {
     "sigmoid": _sigmoid, "tanh": np.tanh, "exp": _exp, "erf": _erf,
+    "sqrt": lambda values: np.sqrt(np.maximum(values, 0.0)),  # a negative input reads 0
 }
 
 

@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from glensidec.lang import constructs as K
 from glensidec.lang.terms import Arg, ComputeOp, Program, Term, postorder
-from glensidec.lang.typecheck import AccessType, TypeTable, check_program
+from glensidec.lang.typecheck import TypeTable, access_type, check_program
 
 
 def needs_expansion(root: Term) -> bool:
@@ -63,8 +63,7 @@ def _conv2d(term: Term, args: tuple[Arg, ...], types: TypeTable) -> Term:
     weights, data = args[2], args[3]
     assert isinstance(weights, Term) and isinstance(data, Term)
     rows, cols, kh, kw, stride_h, stride_w = (int(a) for a in (*args[:2], *args[4:8]))  # type: ignore[arg-type]
-    data_type, result = types[term.args[3]], types[term]  # type: ignore[index]
-    assert isinstance(data_type, AccessType) and isinstance(result, AccessType)
+    data_type, result = access_type(types, term.args[3]), access_type(types, term)
     nchw = "nchw-oihw" in term.op
     if nchw:
         n, out_channels, out_h, out_w = result.full

@@ -29,6 +29,7 @@ from glensidec.lang.typecheck import (
     LiteralValue,
     TupleType,
     TypeTable,
+    access_type,
     check_program,
 )
 
@@ -82,6 +83,34 @@ def matmul(left: Array, right: Array, dtype: str) -> Array:
         exact = left.astype(np.float64) @ right.astype(np.float64)
         return wrap(exact.astype(np.int64), "i32")
     return wrap(left.astype(np.int64) @ right.astype(np.int64), "i32")
+
+
+def array_matmul_f32(left: Array, right: Array, rows: int, bias: Array | None = None) -> Array:
+    """left (…, K) times right (K, N) in binary32 exactly as a `rows`-row systolic array sums.
+
+    Every multiply and add is one float32 operation rounded to nearest even, in the array's
+    order: per K fold of `rows` indices a column starts from `bias` (first fold) or +0 and
+    adds the products one by one, then +0 for padding rows of a partial fold (a -0 sum
+    becomes +0, as in the zero-padded PEs); the first fold's sums are kept, each later
+    fold's are added to them (fold + kept). glensidec.hardware.array.reference_gemm_f32,
+    the generated C and the RTL (`ws_top` with FP = 1) compute the same bits.
+    """
+    lead = left.shape[:-1]
+    a = left.reshape(-1, left.shape[-1]).astype(np.float32)
+    b = right.astype(np.float32)
+    K = a.shape[1]
+    total = np.zeros((a.shape[0], b.shape[1]), dtype=np.float32)
+    with np.errstate(all="ignore"):
+        for k0 in range(0, K, rows):
+            column = np.zeros_like(total)
+            if k0 == 0 and bias is not None:
+                column = np.array(bias, dtype=np.float32).reshape(total.shape)
+            for k in range(k0, min(k0 + rows, K)):
+                column = column + a[:, k:k + 1] * b[k:k + 1, :]
+            if K - k0 < rows:
+                column = column + np.float32(0.0)
+            total = column if k0 == 0 else column + total
+    return total.reshape(*lead, b.shape[1])
 
 
 def _dot_of_cartesian_product(left: Array, right: Array, left_type: AccessType,
@@ -399,6 +428,8 @@ def _requantize_per_channel(op: ComputeOp, data: Array, access: AccessType,
 @impl("systolic-array")
 def _systolic_array(call: Call) -> Array:
     activations, weights = call.values[2], call.values[3]
+    if call.access_type(2).dtype == "f32":  # the binary32 array's own summation order
+        return array_matmul_f32(activations, weights, call.values[0])
     return matmul(activations, weights, call.access_type(2).dtype)
 
 
@@ -427,7 +458,9 @@ def _conv2d_blocked(layout: str) -> Impl:
         weights, data = call.values[2], call.values[3]
         kh, kw, stride_h, stride_w = call.values[4:8]
         columns, matrix = conv2d_im2col(data, weights, layout, (kh, kw), (stride_h, stride_w))
-        product = matmul(columns, matrix, call.access_type(3).dtype)  # (N,H',W',O)
+        dtype = call.access_type(3).dtype
+        product = (array_matmul_f32(columns, matrix, call.values[0]) if dtype == "f32"
+                   else matmul(columns, matrix, dtype))  # (N,H',W',O)
         return product if layout == "nhwc-hwio" else np.moveaxis(product, 3, 1)
 
     return conv
@@ -487,14 +520,12 @@ def apply_term(term: Term, types: TypeTable, values: dict[Term, Array],
                tensors: dict[str, Array], lazy: Set[Term] = frozenset()) -> Array:
     """One construct applied to its arguments' values (`values` holds the access ones);
     `lazy` cartesian products were never materialised and are fused into their dot-product."""
-    result = types[term]
-    assert isinstance(result, AccessType)
+    result = access_type(types, term)
     product = term.args[1] if term.op == "compute" else None
     if isinstance(product, Term) and product in lazy:
         left, right = product.children()
-        left_type, right_type = types[left], types[right]
-        assert isinstance(left_type, AccessType) and isinstance(right_type, AccessType)
-        return _dot_of_cartesian_product(values[left], values[right], left_type, right_type)
+        return _dot_of_cartesian_product(values[left], values[right], access_type(types, left),
+                                         access_type(types, right))
     call_values: list[Any] = []
     for arg in term.args:
         if isinstance(arg, Term):
@@ -515,8 +546,7 @@ def apply_term(term: Term, types: TypeTable, values: dict[Term, Array],
 
 def evaluate(root: Term, types: TypeTable, tensors: dict[str, Array]) -> Array:
     """The value of `root`, given every tensor it names."""
-    root_type = types[root]
-    assert isinstance(root_type, AccessType)
+    root_type = access_type(types, root)
     value = evaluate_all(root, types, tensors)[root]
     # ascontiguousarray would turn a scalar result into shape (1,): keep the typed shape.
     return np.ascontiguousarray(value).reshape(root_type.full)

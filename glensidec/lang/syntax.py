@@ -358,22 +358,25 @@ def _declaration(form: SList, builder: _Builder) -> TensorDecl:
                                 f"not {dtype}", form.items[4].span)
         return TensorDecl(name, shape, dtype, role, span=form.items[1].span,
                           quantization=quantization)
-    source = key = None
-    if role == "weight":  # always: inputs returned above
-        path_atom = form.items[4]
-        if not (isinstance(path_atom, Atom) and path_atom.kind == "string"):
-            raise GlensideError("weight: the data file must be a quoted path", path_atom.span)
-        source = str(path_atom.value)
-        if not source.endswith((".npy", ".npz")):
-            raise GlensideError(f"weight: data file '{source}' must be .npy or .npz",
-                                path_atom.span)
-        if len(form.items) == 6:
-            key_atom = form.items[5]
-            if not (isinstance(key_atom, Atom) and key_atom.kind in ("symbol", "string")):
-                raise GlensideError("weight: the .npz key must be a name or a string",
-                                    key_atom.span)
-            key = str(key_atom.value)
+    source, key = _weight_source(form)
     return TensorDecl(name, shape, dtype, role, source, key, form.items[1].span)
+
+
+def _weight_source(form: SList) -> tuple[str, str | None]:
+    """A weight declaration's data file and (.npz) key."""
+    path_atom = form.items[4]
+    if not (isinstance(path_atom, Atom) and path_atom.kind == "string"):
+        raise GlensideError("weight: the data file must be a quoted path", path_atom.span)
+    source = str(path_atom.value)
+    if not source.endswith((".npy", ".npz")):
+        raise GlensideError(f"weight: data file '{source}' must be .npy or .npz",
+                            path_atom.span)
+    if len(form.items) < 6:
+        return source, None
+    key_atom = form.items[5]
+    if not (isinstance(key_atom, Atom) and key_atom.kind in ("symbol", "string")):
+        raise GlensideError("weight: the .npz key must be a name or a string", key_atom.span)
+    return source, str(key_atom.value)
 
 
 QUANTIZED, QUANTIZED_OUTPUT = "quantized", "quantized-output"

@@ -307,6 +307,12 @@ def _progress(total_hint: int) -> Callable[[int], None] | None:
               show_default=True, help="How candidates are judged (docs/nas.md).")
 @click.option("--threshold", type=float, default=0.9, show_default=True,
               help="Legal when the score is at least this times the original's.")
+@click.option("--band", type=click.FloatRange(min=0.0), default=0.025, show_default=True,
+              help="Legal candidates compete within +-band of each other's cost; only "
+                   "the best-scored of a band is retrained (BlockSwap's parameter band).")
+@click.option("--cost", type=click.Choice(["cycles", "macs"]), default="cycles",
+              show_default=True,
+              help="What the search minimises: predicted cycles, or MACs (a baseline).")
 @click.option("--train-epochs", type=click.IntRange(min=1), default=8, show_default=True)
 @click.option("--top", type=click.IntRange(min=1), default=3, show_default=True,
               help="Legal candidates retrained.")
@@ -319,7 +325,8 @@ def _progress(total_hint: int) -> Callable[[int], None] | None:
 @click.option("-o", "--output", required=True, type=click.Path(path_type=Path),
               help="OUTDIR: chosen.gs/.npz, candidates.json, report.md, pareto.png.")
 def nas_command(model: Path, train_path: Path, val_path: Path, array_size: str, budget: int,
-                space: str, legality: str, threshold: float, train_epochs: int, top: int,
+                space: str, legality: str, threshold: float, band: float, cost: str,
+                train_epochs: int, top: int,
                 seed: int, strategy: str, workers: int, scheduler: str | None,
                 output: Path) -> None:
     """Search MODEL's transformations for the fewest predicted cycles at kept accuracy."""
@@ -348,7 +355,8 @@ def nas_command(model: Path, train_path: Path, val_path: Path, array_size: str, 
     check_program(program)
     weights = load_weights(program)
     train_data, val_data = load_data(train_path), load_data(val_path)
-    options = Options(budget, kinds, legality, threshold, train_epochs, top, seed, strategy)
+    options = Options(budget, kinds, legality, threshold, train_epochs, top, seed, strategy,
+                      cost=cost, band=band)
     client = dask_client(scheduler, workers)
     try:
         result = run_search(format_program(program), weights, (train_data.x, train_data.y),

@@ -26,7 +26,7 @@ from glensidec.frontends.quantize import quantize
 from glensidec.hardware.array import ArrayConfig
 from glensidec.lang.syntax import format_program
 from glensidec.lang.terms import Program, Symbol, TensorDecl, Term, postorder
-from glensidec.lang.typecheck import AccessType, TypeTable, check_program
+from glensidec.lang.typecheck import TypeTable, access_type, check_program
 from glensidec.nas.graph import Array, ChannelOp, Conv, Dense, Graph, Input, Layer, lower, shapes
 from glensidec.opt.extract import array_target, host_cost, mapped_cycles
 from glensidec.opt.regions import is_product, product_region
@@ -72,9 +72,7 @@ def estimate(program: Program, config: ArrayConfig) -> Cost:
 
 
 def _dtype(types: TypeTable, term: Term) -> str:
-    value = types[term]
-    assert isinstance(value, AccessType)
-    return value.dtype
+    return access_type(types, term).dtype
 
 
 _REGIONS: dict[tuple[object, ...], Cost] = {}

@@ -22,7 +22,7 @@ import numpy as np
 from glensidec.errors import GlensideError
 from glensidec.frontends import builders as B
 from glensidec.lang.terms import ComputeOp, Program, Symbol, TensorDecl, Term, postorder
-from glensidec.lang.typecheck import AccessType, TypeTable, infer
+from glensidec.lang.typecheck import TypeTable, infer, infer_access
 
 Array = np.ndarray[Any, Any]
 
@@ -212,10 +212,7 @@ class Builder:
         self.types: TypeTable = {}
 
     def full(self, term: Term) -> tuple[int, ...]:
-        infer(term, self.tensors, self.types)
-        access = self.types[term]
-        assert isinstance(access, AccessType)
-        return access.full
+        return infer_access(term, self.tensors, self.types).full
 
     def build(self, op: Op, operands: list[Term], name: str) -> Term:
         if isinstance(op, Input):

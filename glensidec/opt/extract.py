@@ -24,9 +24,9 @@ import functools
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 import numpy as np
-from egglog import bindings
 
 from glensidec.errors import GlensideError
 from glensidec.hardware import array as hardware
@@ -48,6 +48,7 @@ from glensidec.lang.typecheck import (
     check_program,
     infer,
 )
+from glensidec.opt.egglog_core import bindings
 from glensidec.opt.regions import (
     boundaries,
 )
@@ -65,12 +66,24 @@ HOST_ELEMENT = 1  # cycles per element an elementwise or reducing compute reads
 HOST_MAC = 2  # cycles per multiply-accumulate of a dot-product on the host CPU
 ARRAYS = tuple(name for name, c in K.CONSTRUCTS.items() if c.hardware)
 
-def array_target(config: hardware.ArrayConfig) -> ArrayTarget:
-    return ArrayTarget(config.rows, config.cols, input_dtype(config))
+def array_target(config: hardware.ArrayConfig,
+                 more: tuple[hardware.ArrayConfig, ...] = ()) -> ArrayTarget:
+    """The rewriter's target: `config`'s array, plus the `more` arrays (same element type)
+    the extractor may pick instead, product by product."""
+    for other in more:
+        if other.element != config.element:
+            raise GlensideError(f"--array: every array of a program has one element type "
+                                f"({config.element} and {other.element} given)")
+    sizes = tuple(dict.fromkeys((c.rows, c.cols) for c in more
+                                if (c.rows, c.cols) != (config.rows, config.cols)))
+    return ArrayTarget(config.rows, config.cols, input_dtype(config), more=sizes)
 
 
 def input_dtype(config: hardware.ArrayConfig) -> str:
-    """The integer dtype as wide as the array's inputs."""
+    """The dtype of the array's inputs: f32 for the binary32 array, else the integer dtype
+    as wide as its inputs."""
+    if config.is_float:
+        return "f32"
     dtype = by_bits(config.in_width)
     if dtype is None:
         raise GlensideError(f"no dtype is {config.in_width} bits wide")
@@ -208,6 +221,14 @@ class Prediction:
     def total(self) -> int:
         return self.array_cycles + self.host_cycles
 
+    def per_array(self) -> dict[tuple[int, int], tuple[int, int]]:
+        """(calls, cycles) per array size, in the order the sizes are first used."""
+        totals: dict[tuple[int, int], tuple[int, int]] = {}
+        for call in self.invocations:
+            calls, cycles = totals.get((call.rows, call.cols), (0, 0))
+            totals[(call.rows, call.cols)] = (calls + 1, cycles + call.cycles)
+        return totals
+
 
 def host_cost(term: Term, types: TypeTable) -> int:
     """The CPU model of the module docstring, for one host construct."""
@@ -297,6 +318,14 @@ class Compiled:
     # "extract" (costs, extraction, decoding and the checks).
     seconds: dict[str, float] = field(default_factory=dict)
 
+    def egraph(self) -> EGraph:
+        """The e-graph to show (--emit egraph). A region-by-region compile popped every
+        region's e-graph; the extracted program is added to the base graph here, when asked
+        for (for a whole network that costs seconds no other output needs)."""
+        if self.stats.regions > 1:
+            self.graph.add(self.program.root, self.types)
+        return self.graph
+
     def report_lines(self, config: hardware.ArrayConfig) -> Iterator[str]:
         yield from self.stats.lines()
         if self.stats.hit_limit():
@@ -313,6 +342,10 @@ class Compiled:
             label = f"{name}: " if name else ""
             yield (f"  {label}{call.op} {call.rows}x{call.cols}: M={call.m} K={call.k} "
                    f"N={call.n}: {call.cycles} cycles")
+        per_array = self.prediction.per_array()
+        if len(per_array) > 1:
+            for (rows, cols), (count, cycles) in per_array.items():
+                yield f"array {rows}x{cols}: {count} calls, {cycles} cycles"
         products = matmuls(self.original.root, self.original_types, input_dtype(config))
         if products:
             t_min = sum(best_orientation(hardware.t_min, config, p) for p in products)
@@ -353,7 +386,10 @@ def extract_checked(graph: EGraph, root_name: str, tensors: dict[str, TensorDecl
 # -- the user's names on the extracted program -----------------------------------------
 
 
-def class_names(graph: EGraph, named: dict[Term, str], root: Term) -> dict[Term, str]:
+_Name = TypeVar("_Name")  # what names a term: a `let` name, or its index in a list of them
+
+
+def class_names(graph: EGraph, named: dict[Term, _Name], root: Term) -> dict[Term, _Name]:
     """The user's `let` names for the subterms of the extracted `root`, carried by e-class.
 
     Rewriting replaces a named term by an equal one of another form (a dot-product by an
@@ -365,7 +401,7 @@ def class_names(graph: EGraph, named: dict[Term, str], root: Term) -> dict[Term,
     if not named:
         return {}
     classes = graph.classes(*named, root)
-    by_class: dict[bindings.Value, str] = {}
+    by_class: dict[bindings.Value, _Name] = {}
     for term, name in named.items():
         by_class.setdefault(classes[term], name)
     return {term: by_class[classes[term]] for term in postorder(root)
@@ -400,31 +436,33 @@ def unique_names(names: dict[Term, str], root: Term) -> dict[Term, str]:
 
 
 
-def check_written_arrays(program: Program, config: hardware.ArrayConfig) -> None:
-    """Array constructs the user wrote must fit the one array compiled for, located.
+def check_written_arrays(program: Program, target: ArrayTarget) -> None:
+    """Array constructs the user wrote must be one of the arrays compiled for, located.
 
-    One program drives one array configuration (`--array`); an array of another size
-    written in the program cannot run on it (several sizes in one program are not
-    supported yet), so it is the user's error, not the extractor's.
+    The arrays are `--array`'s (`R1xC1,R2xC2,...` for several); an array of another size
+    written in the program has no hardware to run on, so it is the user's error, not the
+    extractor's.
     """
+    sizes = target.sizes()
     for term in postorder(program.root):
         if term.op not in ARRAYS and not term.op.startswith("systolic-array-conv2d-"):
             continue
         rows, cols = term.args[0], term.args[1]
-        if (rows, cols) != (config.rows, config.cols):
+        if (rows, cols) not in sizes:
+            arrays = ",".join(f"{r}x{c}" for r, c in sizes)
             raise GlensideError(
                 f"{term.op}: a {rows}x{cols} array, but the program is compiled for "
-                f"--array {config.rows}x{config.cols} (one array size per program)",
+                f"--array {arrays} (add {rows}x{cols} to --array to use it)",
                 term.arg_span(0), program.path)
 
 
 def check_runnable(root: Term, types: TypeTable, target: ArrayTarget) -> None:
-    """Every array construct must run on the target array as it is."""
+    """Every array construct must run on one of the target's arrays as it is."""
     for term in postorder(root):
         if term.op not in ARRAYS:
             continue
         rows, cols = term.args[0], term.args[1]
-        if (rows, cols) != (target.rows, target.cols):
+        if (rows, cols) not in target.sizes():
             raise GlensideError(f"internal: extracted a {rows}x{cols} {term.op} for a "
                                 f"{target.rows}x{target.cols} array")
 
@@ -463,20 +501,23 @@ def mapped_cycles(product: Term, types: TypeTable, target: ArrayTarget) -> int:
     def padded(size: int, multiple: int) -> int:
         return -(-size // multiple) * multiple
 
-    rows, cols = target.rows, target.cols
-    return min(gemm_cycles(rows, cols, m, padded(k, rows), padded(n, cols)),
-               gemm_cycles(rows, cols, n, padded(k, rows), padded(m, cols)))
+    return min(min(gemm_cycles(rows, cols, m, padded(k, rows), padded(n, cols)),
+                   gemm_cycles(rows, cols, n, padded(k, rows), padded(m, cols)))
+               for rows, cols in target.sizes())
 
 
 # -- translation validation -------------------------------------------------------------
 
 
-def validate(original: Program, rewritten: Program, seeds: tuple[int, ...] = (0,)) -> None:
+def validate(original: Program, rewritten: Program, seeds: tuple[int, ...] = (0,),
+             types: tuple[TypeTable, TypeTable] | None = None) -> None:
     """Run both programs on the same random inputs; raise on any difference.
 
-    Integers must agree exactly (and in dtype), floats to 1e-5 relative.
+    Integers must agree exactly (and in dtype), floats to 1e-5 relative. `types`: the two
+    programs' types, when the caller has them (otherwise both are checked here).
     """
-    original_types, rewritten_types = check_program(original), check_program(rewritten)
+    original_types, rewritten_types = types or (check_program(original),
+                                                check_program(rewritten))
     for seed in seeds:
         tensors = data.all_tensors(original, data.random_inputs(original, seed))
         expected = run_program(original, tensors, original_types)
@@ -503,15 +544,56 @@ def difference(expected: Array, actual: Array) -> str | None:
 # -- command-line helpers ---------------------------------------------------------------
 
 
+#: The element types `--array RxC:TYPE` accepts (i8 when TYPE is left out).
+ARRAY_ELEMENTS = ("i8", "f32")
+
+
 def parse_array_size(text: str) -> hardware.ArrayConfig:
-    """`16x16` → the array configuration (int8 in, int32 accumulate)."""
-    rows, times, cols = text.lower().partition("x")
-    if not (times and rows.isdigit() and cols.isdigit()):
-        raise GlensideError(f"--array takes ROWSxCOLS such as 16x16, got '{text}'")
+    """`16x16` → the int8 array (int8 in, int32 accumulate); `16x16:f32` → the binary32
+    array (f32 in and out); `16x16:i8` says int8 explicitly."""
+    size, colon, element = text.lower().partition(":")
+    rows, times, cols = size.partition("x")
+    if not (times and rows.isdigit() and cols.isdigit()) or (colon and not element):
+        raise GlensideError(f"--array takes ROWSxCOLS[:TYPE] such as 16x16 or 16x16:f32, "
+                            f"got '{text}'")
+    if colon and element not in ARRAY_ELEMENTS:
+        raise GlensideError(f"--array {text}: the array's element type is one of "
+                            f"{', '.join(ARRAY_ELEMENTS)}, not '{element}'")
     try:
+        if element == "f32":
+            return hardware.ArrayConfig.f32(int(rows), int(cols))
         return hardware.ArrayConfig(int(rows), int(cols))
     except ValueError as error:
         raise GlensideError(f"--array {text}: {error}") from None
+
+
+def array_for_c(compiled: Compiled, configs: tuple[hardware.ArrayConfig, ...]
+                ) -> hardware.ArrayConfig:
+    """The one array the generated C drives: the size the extracted program uses (the
+    first `--array` when it uses none). C for several array sizes is not built yet."""
+    used = list(compiled.prediction.per_array())
+    if len(used) > 1:
+        sizes = ", ".join(f"{r}x{c}" for r, c in used)
+        raise GlensideError(f"the extracted program uses several arrays ({sizes}): C for "
+                            "several arrays in one program is not built yet (--emit "
+                            "rewritten shows the program; compile with one --array for C)")
+    if not used:
+        return configs[0]
+    return next(c for c in configs if (c.rows, c.cols) == used[0])
+
+
+def parse_arrays(text: str) -> tuple[hardware.ArrayConfig, ...]:
+    """`--array R1xC1,R2xC2[:TYPE]`: one or more arrays (the first is the main one); a
+    `:TYPE` on any of them applies to all that give none (`2x4,4x6:f32` = both f32)."""
+    parts = [part.strip() for part in text.split(",")]
+    if not all(parts):
+        raise GlensideError(f"--array takes ROWSxCOLS[:TYPE] sizes separated by commas, "
+                            f"got '{text}'")
+    element = next((part.partition(":")[2] for part in parts if ":" in part), "")
+    configs = tuple(parse_array_size(part if ":" in part or not element
+                                     else f"{part}:{element}") for part in parts)
+    array_target(configs[0], configs[1:])  # one element type for all
+    return tuple(dict.fromkeys(configs))
 
 
 EGRAPH_RENDER_LIMIT = 5_000  # e-nodes: graphviz output past this is unreadable and slow

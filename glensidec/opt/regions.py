@@ -10,7 +10,7 @@ sequence that saturates each region is `glensidec.pipeline.compile_by_region`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from glensidec.lang import constructs as K
 from glensidec.lang.terms import Arg, Symbol, TensorDecl, Term, compute_name
@@ -128,3 +128,56 @@ def compiled_term(term: Term, compiled: dict[Term, Term]) -> Term:
     post-order, so every product below `term` is in `compiled` already; `compiled` is also
     the memo, so each term of the program is rebuilt once in all."""
     return rebuild(term, lambda old, args: None, rebuilt=compiled)
+
+
+@dataclass(frozen=True)
+class Canonical:
+    """A region with its tensors renamed `region-tensor-i` in order of first use (post-order).
+
+    Regions that differ only in their tensors' names — a network's repeated layers, whose
+    weights have names of their own — have equal canonical forms (`key`), so one
+    saturation and extraction serves them all (`glensidec.pipeline.compile_by_region`).
+    """
+
+    root: Term
+    tensors: dict[str, TensorDecl]  # canonical name → the declaration, renamed
+    renamed: dict[str, str]  # canonical name → the region's own name
+    of_region: dict[Term, Term]  # region term → its canonical form
+
+    def key(self, named: list[Term]) -> tuple[object, ...]:
+        """What the extraction depends on: the term, the tensors' types, and which terms
+        carry `let` names (`named`: region terms, in the order their names take effect)."""
+        decls = tuple((d.name, d.shape, d.dtype, d.role) for d in self.tensors.values())
+        return self.root, decls, tuple(self.of_region[term] for term in named)
+
+    def restore(self, term: Term) -> tuple[Term, dict[Term, Term]]:
+        """An extracted canonical term with the region's own tensor names, and the map from
+        each canonical subterm to its restored form."""
+        restored: dict[Term, Term] = {}
+        back = {name: Symbol(own) for name, own in self.renamed.items()}
+        root = rebuild(term, lambda old, args: _renamed_tensor(old, back), rebuilt=restored)
+        return root, restored
+
+
+def _renamed_tensor(term: Term, names: dict[str, Symbol]) -> Term | None:
+    if term.op == "access-tensor" and isinstance(term.args[0], Symbol) and \
+            term.args[0].name in names:
+        return Term("access-tensor", (names[term.args[0].name],))
+    return None
+
+
+def canonical_region(region: Region) -> Canonical:
+    order: dict[str, Symbol] = {}
+
+    def rename(term: Term, args: tuple[Arg, ...]) -> Term | None:
+        if term.op == "access-tensor" and isinstance(term.args[0], Symbol):
+            own = term.args[0].name
+            order.setdefault(own, Symbol(f"region-tensor-{len(order)}"))
+        return _renamed_tensor(term, order)
+
+    of_region: dict[Term, Term] = {}
+    root = rebuild(region.root, rename, rebuilt=of_region)
+    tensors = {new.name: replace(region.tensors[own], name=new.name, source=None, key=None,
+                                 span=None, quantization=None)
+               for own, new in order.items()}
+    return Canonical(root, tensors, {new.name: own for own, new in order.items()}, of_region)

@@ -31,6 +31,7 @@ module tb_ws_gemm #(
     parameter integer IN_W      = 8,
     parameter integer ACC_W     = 32,
     parameter integer ACC_DEPTH = 1024,
+    parameter integer FP        = 0,       // 1: binary32 array (IN_W = ACC_W = 32)
     parameter integer W_DEPTH   = 4096,    // weight beats per run
     parameter integer A_DEPTH   = 16384,   // activation rows per run
     parameter integer T_DEPTH   = 4096,    // tile descriptors per run
@@ -100,7 +101,8 @@ module tb_ws_gemm #(
     wire [A_AW-1:0]       a_addr = a_base[A_AW-1:0] + row[A_AW-1:0];
     wire [COLS*ACC_W-1:0] r_data;
 
-    ws_top #(.ROWS(ROWS), .COLS(COLS), .IN_W(IN_W), .ACC_W(ACC_W), .ACC_DEPTH(ACC_DEPTH)) dut (
+    ws_top #(.ROWS(ROWS), .COLS(COLS), .IN_W(IN_W), .ACC_W(ACC_W), .ACC_DEPTH(ACC_DEPTH),
+             .FP(FP)) dut (
         .clk(clk), .rst(rst),
         .w_valid(w_valid), .w_ready(w_ready), .w_data(w_mem[w_ptr[$clog2(W_DEPTH)-1:0]]),
         .a_valid(a_valid), .a_ready(a_ready), .a_data(a_mem[a_addr]),

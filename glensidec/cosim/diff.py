@@ -1,0 +1,340 @@
+"""`glensidec diff OUTDIR NAME=FILE.npy… [--rtl]`: the first instruction where executions differ.
+
+Glow dumps every instruction to diff two runs; here three executions of one compiled program
+are compared instruction by instruction of its lowered program (backend/lower.py):
+
+* the **interpreter**: the lowered program run in numpy, each instruction with the reference
+  interpreter's semantics (glensidec.lang.interp), on the program's own weights (the files
+  OUTDIR/program.gs names, not OUTDIR/weights.bin);
+* the **C program**: `OUTDIR/model_trace --trace DIR` writes every instruction's destination
+  buffer as DIR/NNNN.npy;
+* with `--rtl`, the **co-simulation**: the same traced C program with its array calls on the
+  Verilog array (`libmodel_cosim_trace.so`, glensidec.cosim.runner).
+
+Only the elements an instruction writes are compared (the memory planner lets a buffer hold
+other values before and after): integers bit for bit, f32 to a relative 1e-4 (transcendental
+functions and summation order differ in the last bits). The interpreter's lowered result is
+also checked against the interpreter run on the program itself, so a lowering bug (which the
+C program would share) is not mistaken for agreement.
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from glensidec.backend.emit import PROGRAM_FILE as PROGRAM
+from glensidec.backend.emit import TRACE_LIBRARY
+from glensidec.backend.lower import (
+    CONSTANT,
+    INPUT,
+    ArrayGemm,
+    Copy,
+    Dot,
+    Fill,
+    Fold,
+    Instruction,
+    LoweredProgram,
+    Map,
+    Reduce,
+    RequantizePerChannel,
+    Softmax,
+    c_identifier,
+    constant_array,
+    lower_program,
+)
+from glensidec.backend.views import View
+from glensidec.cosim.runner import cosimulate, program_error
+from glensidec.errors import GlensideError
+from glensidec.lang import data
+from glensidec.lang.dtypes import DTYPES, Array, requantize
+from glensidec.lang.interp import COMPUTE_IMPLS, evaluate_result, matmul, minimum_value
+from glensidec.lang.syntax import read_program
+from glensidec.lang.terms import ComputeOp, Program
+from glensidec.lang.typecheck import AccessType, check_program
+
+INTERPRETER, C_PROGRAM, RTL = "interpreter", "C program", "RTL co-simulation"
+F32_TOLERANCE = 1e-4
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """The first element, of the first instruction, on which two executions disagree."""
+
+    index: int
+    instruction: Instruction
+    buffer: str
+    element: tuple[int, ...]  # in the instruction's destination (its logical shape)
+    expected: object  # the first execution's value
+    actual: object
+    expected_by: str
+    actual_by: str
+    differing: int  # how many elements of the destination differ
+    let: str | None = None  # the program's `let` naming the value the buffer holds
+
+    def lines(self) -> list[str]:
+        kind = type(self.instruction).__name__.lower()
+        where = ", ".join(map(str, self.element))
+        origin = f"the buffer of (let {self.let} …): " if self.let else ""
+        return [f"first divergence: instruction [{self.index}] {kind} into {self.buffer}",
+                f"  from: {origin}{self.instruction.note}",
+                f"  element ({where}) of {self.buffer}: {self.expected_by} {self.expected}, "
+                f"{self.actual_by} {self.actual} ({self.differing} of "
+                f"{math.prod(self.instruction.writes().shape)} elements differ)"]
+
+
+# -- the interpreter, one instruction at a time ------------------------------------------
+
+
+def _store(view: View, flat: Array, values: Array) -> None:
+    axes = view.axes()
+    item = flat.itemsize
+    target = np.lib.stride_tricks.as_strided(
+        flat[view.offset:], shape=[a.size for a in axes],
+        strides=[a.stride * item for a in axes])
+    target[...] = np.asarray(values, dtype=flat.dtype).reshape(target.shape)
+
+
+def _load(view: View, flat: Array) -> Array:
+    axes = view.axes()
+    if not axes:
+        return np.array(flat[view.offset]).reshape(view.shape)
+    item = flat.itemsize
+    strided = np.lib.stride_tricks.as_strided(
+        flat[view.offset:], shape=[a.size for a in axes],
+        strides=[a.stride * item for a in axes], writeable=False)
+    return np.array(strided).reshape(view.shape)
+
+
+def _compute(name: str, op: ComputeOp, members: list[Array], dst: View, source: str,
+             result: str) -> Array:
+    """A compute of the interpreter over the lowered operands: `members` stacked on the
+    tuple axis when there are several (folds, dot-products)."""
+    rank = len(dst.shape)
+    stacked = members[0] if len(members) == 1 else np.stack(members, axis=rank)
+    access = AccessType(dst.shape, tuple(stacked.shape[rank:]), source)
+    return COMPUTE_IMPLS[name](op, stacked, access, AccessType(dst.shape, (), result))
+
+
+def _execute(instruction: Instruction, read: Callable[[View], Array],
+             dtype: Callable[[View], str]) -> Array:
+    """The values `instruction` writes to its destination view."""
+    dst = instruction.writes()
+    if isinstance(instruction, Copy):
+        return read(instruction.src)
+    if isinstance(instruction, Fill):
+        value = minimum_value(dtype(dst)) if instruction.minimum else 0
+        return np.full(dst.shape, value)
+    if isinstance(instruction, ArrayGemm):
+        return matmul(read(instruction.a), read(instruction.b), dtype(instruction.a))
+    if isinstance(instruction, RequantizePerChannel):
+        accumulators, multipliers = (read(member) for member in instruction.members)
+        return requantize(accumulators, multipliers, instruction.pre, instruction.post,
+                          instruction.zero_point)
+    if isinstance(instruction, Map):
+        return _compute(instruction.op.name, instruction.op, [read(instruction.src)], dst,
+                        dtype(instruction.src), dtype(dst))
+    if isinstance(instruction, (Fold, Dot)):
+        name = instruction.op if isinstance(instruction, Fold) else "dot-product"
+        members = [read(member) for member in instruction.members]
+        return _compute(name, ComputeOp(name), members, dst, dtype(instruction.members[0]),
+                        dtype(dst))
+    if isinstance(instruction, Reduce):
+        return _compute(instruction.op, ComputeOp(instruction.op), [read(instruction.src)],
+                        dst, dtype(instruction.src), dtype(dst))
+    assert isinstance(instruction, Softmax), instruction
+    return _compute("softmax", ComputeOp("softmax"), [read(instruction.src)], dst,
+                    dtype(instruction.src), dtype(dst))
+
+
+def interpret(lowered: LoweredProgram, weights: dict[str, Array],
+              inputs: dict[str, Array]) -> Iterator[tuple[int, Array]]:
+    """Run the lowered program; after each instruction, its index and the values it wrote."""
+    buffers: dict[str, Array] = {}
+    for name, buffer in lowered.buffers.items():
+        numpy_type = DTYPES[buffer.dtype].numpy
+        if buffer.kind == CONSTANT:
+            buffers[name] = np.ascontiguousarray(constant_array(buffer, weights)).reshape(-1)
+        elif buffer.kind == INPUT:
+            assert buffer.tensor is not None
+            buffers[name] = np.ascontiguousarray(inputs[buffer.tensor], numpy_type).reshape(-1)
+        else:
+            buffers[name] = np.zeros(buffer.elements, numpy_type)
+
+    def read(view: View) -> Array:
+        return _load(view, buffers[view.buffer])
+
+    def dtype(view: View) -> str:
+        return lowered.buffers[view.buffer].dtype
+
+    for index, instruction in enumerate(lowered.instructions):
+        dst = instruction.writes()
+        _store(dst, buffers[dst.buffer], _execute(instruction, read, dtype))
+        yield index, read(dst)
+
+
+def lowered_result(lowered: LoweredProgram, weights: dict[str, Array],
+                   inputs: dict[str, Array]) -> list[Array]:
+    """Every instruction's written values, in order (the interpreter's trace)."""
+    return [values for _, values in interpret(lowered, weights, inputs)]
+
+
+# -- comparing ---------------------------------------------------------------------------
+
+
+def _differences(expected: Array, actual: Array, dtype: str) -> Array:
+    if dtype == "f32":
+        close = np.isclose(actual, expected, rtol=F32_TOLERANCE, atol=F32_TOLERANCE,
+                           equal_nan=True)
+        return np.asarray(~close)
+    return np.asarray(expected != actual)
+
+
+def compare(lowered: LoweredProgram, expected: list[Array], actual: list[Array],
+            expected_by: str, actual_by: str) -> Divergence | None:
+    for index, instruction in enumerate(lowered.instructions):
+        dst = instruction.writes()
+        dtype = lowered.buffers[dst.buffer].dtype
+        wrong = _differences(expected[index], actual[index], dtype)
+        if wrong.any():
+            element = tuple(int(i) for i in np.argwhere(wrong)[0])
+            return Divergence(index, instruction, dst.buffer, element,
+                              expected[index][element].item(), actual[index][element].item(),
+                              expected_by, actual_by, int(wrong.sum()))
+    return None
+
+
+def read_trace(lowered: LoweredProgram, trace: Path, who: str) -> list[Array]:
+    """The values each instruction wrote, from a --trace directory of whole buffers."""
+    values = []
+    for index, instruction in enumerate(lowered.instructions):
+        dst = instruction.writes()
+        path = trace / f"{index:04d}.npy"
+        try:
+            whole = np.load(path, allow_pickle=False)
+        except (OSError, ValueError):
+            raise GlensideError(f"the {who} wrote no trace for instruction [{index}] "
+                                f"({path}): is OUTDIR/{PROGRAM} the program compiled there?"
+                                ) from None
+        buffer = lowered.buffers[dst.buffer]
+        if whole.shape != buffer.shape or whole.dtype != DTYPES[buffer.dtype].numpy:
+            raise GlensideError(f"the {who}'s trace of instruction [{index}] is not buffer "
+                                f"{dst.buffer} ({buffer.dtype} {buffer.shape}): "
+                                f"OUTDIR/{PROGRAM} no longer lowers to the compiled program")
+        values.append(_load(dst, whole.reshape(-1)))
+    return values
+
+
+# -- running the three -------------------------------------------------------------------
+
+
+@dataclass
+class DiffResult:
+    instructions: int
+    compared: list[str]  # the executions compared with the interpreter
+    divergence: Divergence | None
+    lowering_error: str | None = None  # the lowered result against the program's result
+
+    @property
+    def agree(self) -> bool:
+        return self.divergence is None and self.lowering_error is None
+
+    def lines(self) -> list[str]:
+        if self.divergence is not None:
+            return self.divergence.lines()
+        if self.lowering_error is not None:
+            return [f"every instruction agrees ({', '.join([INTERPRETER, *self.compared])}), "
+                    f"but the lowered program's result differs from the interpreter's on "
+                    f"the program itself: {self.lowering_error}"]
+        plural = "s" if self.instructions != 1 else ""
+        return [f"all {self.instructions} instruction{plural} agree: "
+                f"{', '.join([INTERPRETER, *self.compared])}"]
+
+
+def load_compiled(outdir: Path) -> tuple[Program, LoweredProgram]:
+    path = outdir / PROGRAM
+    if not path.is_file():
+        raise GlensideError(f"{path} not found: is {outdir} a `glensidec compile` output "
+                            "directory (compiled by this version)?")
+    program = read_program(path)
+    return program, lower_program(program, check_program(program))
+
+
+def _run_c(outdir: Path, inputs: tuple[str, ...], trace: Path) -> None:
+    make = subprocess.run(["make", "-s", "-C", str(outdir), "model_trace"],
+                          capture_output=True, text=True)
+    if make.returncode != 0:
+        raise GlensideError(f"building {outdir}/model_trace failed:\n{make.stderr.strip()}")
+    trace.mkdir()
+    run = subprocess.run([str(outdir / "model_trace"), *inputs, "--trace", str(trace),
+                          "-o", str(trace / "output.npy")], capture_output=True, text=True)
+    if run.returncode != 0:
+        errors = [line.removeprefix("model: ") for line in run.stderr.splitlines()
+                  if line.startswith("model: ")]
+        raise GlensideError(f"{outdir}/model_trace failed: "
+                            f"{errors[-1] if errors else run.stderr.strip()}")
+
+
+def _run_rtl(outdir: Path, inputs: tuple[str, ...], trace: Path) -> None:
+    trace.mkdir()
+    args = [f"{name}={Path(path).resolve()}" if equals else name
+            for name, equals, path in (item.partition("=") for item in inputs)]
+    result = cosimulate(outdir, [*args, "--trace", str(trace), "-o",
+                                 str(trace / "output.npy")], library=TRACE_LIBRARY)
+    if result.status != 0:
+        cause = program_error(outdir / "cosim_run.log")
+        raise GlensideError(f"the co-simulated program failed: {cause or result.status}")
+
+
+def diff(outdir: Path, inputs: tuple[str, ...], rtl: bool = False) -> DiffResult:
+    """Run the interpreter, the C program and (`rtl`) the co-simulation; compare."""
+    outdir = outdir.resolve()
+    program, lowered = load_compiled(outdir)
+    weights = data.load_weights(program)
+    given = data.load_inputs(program, data.parse_input_options(inputs))
+    reference = lowered_result(lowered, weights, given)
+    compared = [C_PROGRAM, *([RTL] if rtl else [])]
+    with tempfile.TemporaryDirectory(prefix="glensidec-diff-") as scratch:
+        _run_c(outdir, inputs, Path(scratch) / "c")
+        traces = {C_PROGRAM: read_trace(lowered, Path(scratch) / "c", C_PROGRAM)}
+        if rtl:
+            _run_rtl(outdir, inputs, Path(scratch) / "rtl")
+            traces[RTL] = read_trace(lowered, Path(scratch) / "rtl", RTL)
+    divergences = [d for who, trace in traces.items()
+                   if (d := compare(lowered, reference, trace, INTERPRETER, who)) is not None]
+    if divergences:
+        first = min(divergences, key=lambda d: d.index)
+        lets = {c_identifier(name): name for name in program.names.values()}
+        return DiffResult(len(lowered.instructions), compared,
+                          replace(first, let=lets.get(first.buffer)))
+    return DiffResult(len(lowered.instructions), compared, None,
+                      _lowering_error(program, lowered, weights, given, reference))
+
+
+def _lowering_error(program: Program, lowered: LoweredProgram, weights: dict[str, Array],
+                    inputs: dict[str, Array], reference: list[Array]) -> str | None:
+    """Whether the lowered program's result is the program's (None) or how it differs."""
+    expected = evaluate_result(program, data.all_tensors(program, inputs),
+                               check_program(program))
+    assert isinstance(expected, np.ndarray)
+    writers = [i for i, instruction in enumerate(lowered.instructions)
+               if instruction.writes().buffer == lowered.output]
+    if not writers:  # the result is an input or a constant as it is
+        return None
+    output = lowered.buffers[lowered.output]
+    flat = np.zeros(output.elements, DTYPES[output.dtype].numpy)
+    for index in writers:
+        _store(lowered.instructions[index].writes(), flat, reference[index])
+    actual = flat.reshape(expected.shape)
+    wrong = _differences(expected, actual, output.dtype)
+    if not wrong.any():
+        return None
+    element = tuple(int(i) for i in np.argwhere(wrong)[0])
+    return (f"element {element}: program {expected[element].item()}, "
+            f"lowered {actual[element].item()}")

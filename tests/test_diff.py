@@ -1,0 +1,117 @@
+"""`glensidec diff`: the interpreter, the C program and the co-simulation compared per
+instruction; a corrupted weight byte is found at the first instruction that reads it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import EXAMPLES
+
+import glensidec
+from glensidec.backend.lower import lower_program
+from glensidec.backend.plan import plan_memory
+from glensidec.cosim.diff import (
+    C_PROGRAM,
+    INTERPRETER,
+    compare,
+    interpret,
+    load_compiled,
+)
+from glensidec.lang import data
+from glensidec.lang.syntax import read_program
+from glensidec.lang.typecheck import check_program
+
+
+def _glensidec(*words: str, env: dict[str, str] | None = None
+               ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "glensidec", *words], capture_output=True,
+                          text=True, timeout=1200, env=env)
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """small_cnn compiled for 8x8, with a random image (OUTDIR, the NAME=FILE argument)."""
+    root = tmp_path_factory.mktemp("diff")
+    outdir = root / "out"
+    done = _glensidec("compile", str(EXAMPLES / "small_cnn.gs"), "--array", "8x8",
+                      "-o", str(outdir))
+    assert done.returncode == 0, done.stderr
+    program = read_program(EXAMPLES / "small_cnn.gs")
+    np.save(root / "image.npy", data.random_inputs(program, 3)["image"])
+    return outdir, f"image={root / 'image.npy'}"
+
+
+def test_diff_without_a_compiled_directory_says_so(tmp_path: Path) -> None:
+    done = _glensidec("diff", str(tmp_path), "image=x.npy")
+    assert done.returncode == 1
+    assert "program.gs not found" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_compare_names_the_first_differing_instruction_and_element() -> None:
+    program_path = EXAMPLES / "small_cnn.gs"
+    program = read_program(program_path)
+    lowered = lower_program(program, check_program(program))
+    inputs = data.random_inputs(program, 0)
+    reference = [values for _, values in interpret(lowered, data.load_weights(program),
+                                                   inputs)]
+    assert compare(lowered, reference, reference, INTERPRETER, C_PROGRAM) is None
+    changed = [values.copy() for values in reference]
+    later = len(changed) - 1
+    changed[later].reshape(-1)[-1] += 1
+    changed[later - 1].reshape(-1)[0] += 1  # the earlier instruction is the one named
+    divergence = compare(lowered, reference, changed, INTERPRETER, C_PROGRAM)
+    assert divergence is not None and divergence.index == later - 1
+    assert divergence.element == (0,) * changed[later - 1].ndim
+    assert divergence.actual == divergence.expected + 1 and divergence.differing == 1
+
+
+@pytest.mark.slow
+def test_all_agree(compiled: tuple[Path, str]) -> None:
+    outdir, image = compiled
+    done = _glensidec("diff", str(outdir), image)
+    _, lowered = load_compiled(outdir)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.startswith(f"all {len(lowered.instructions)} instructions agree")
+    name, path = image.split("=")
+    result = glensidec.diff(outdir, {name: path})  # the Python API says the same
+    assert result.agree and result.lines() == done.stdout.splitlines()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("weight", ["conv_w", "dense_b"])
+def test_a_corrupted_weight_byte_is_found_where_it_is_first_read(
+        compiled: tuple[Path, str], tmp_path: Path, weight: str) -> None:
+    outdir, image = compiled
+    corrupted = tmp_path / "out"
+    shutil.copytree(outdir, corrupted)
+    _, lowered = load_compiled(corrupted)
+    offset = plan_memory(lowered).constants[weight]
+    blob = bytearray((corrupted / "weights.bin").read_bytes())
+    blob[offset] ^= 0x40
+    (corrupted / "weights.bin").write_bytes(bytes(blob))
+    first_reader = next(index for index, instruction in enumerate(lowered.instructions)
+                        if any(view.buffer == weight for view in instruction.reads()))
+    done = _glensidec("diff", str(corrupted), image)
+    assert done.returncode == 1, done.stdout + done.stderr
+    buffer = lowered.instructions[first_reader].writes().buffer
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith(f"first divergence: instruction [{first_reader}] ")
+    assert lines[0].endswith(f" into {buffer}")
+    assert lines[1].startswith("  from: ") and "interpreter" in lines[2]
+
+
+@pytest.mark.slow
+@pytest.mark.rtl
+def test_rtl_agrees_instruction_by_instruction(compiled: tuple[Path, str],
+                                               sim_cache: Path) -> None:
+    outdir, image = compiled
+    done = _glensidec("diff", str(outdir), image, "--rtl",
+                      env={**os.environ, "GLENSIDEC_SIM_CACHE": str(sim_cache)})
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "instructions agree: interpreter, C program, RTL co-simulation" in done.stdout

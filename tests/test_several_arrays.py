@@ -1,0 +1,79 @@
+"""Several arrays in one program (issue 13 item 3), as far as it is built: `--array
+R1xC1,R2xC2`, user-written arrays of several sizes, the extractor's choice per product and
+the cycles predicted per array. (C and co-simulation drive one array per program so far.)
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import EXAMPLES
+
+from glensidec.errors import GlensideError
+from glensidec.hardware.array import ArrayConfig, gemm_cycles
+from glensidec.lang.syntax import read_program
+from glensidec.opt.extract import parse_arrays, validate
+from glensidec.pipeline import compile_program
+
+GLENSIDE = EXAMPLES / "glenside"
+# not beside the other examples: it needs --array 2x4,4x6,6x2, not one size
+WRITTEN = (GLENSIDE / "several" / "mlp_arrays.glenside", GLENSIDE / "several" / "mlp_arrays.json")
+
+
+def test_array_lists_parse() -> None:
+    assert parse_arrays("2x4,4x6, 6x2") == (ArrayConfig(2, 4), ArrayConfig(4, 6),
+                                             ArrayConfig(6, 2))
+    assert parse_arrays("2x4,4x6:f32") == (ArrayConfig.f32(2, 4), ArrayConfig.f32(4, 6))
+    assert parse_arrays("4x4,4x4") == (ArrayConfig(4, 4),)
+    for bad, why in (("2x4,", "separated by commas"), ("2x4:f32,4x6:i8", "one element type")):
+        with pytest.raises(GlensideError, match=why):
+            parse_arrays(bad)
+
+
+def test_codegen_mlp_runs_on_its_three_arrays_with_cycles_per_array() -> None:
+    program = read_program(*WRITTEN)
+    configs = parse_arrays("2x4,4x6,6x2")
+    compiled = compile_program(program, configs[0], more_arrays=configs[1:])
+    calls = compiled.prediction.invocations
+    assert [(c.rows, c.cols) for c in calls] == [(2, 4), (4, 6), (6, 2)]
+    for call in calls:  # each call costs what its own array takes
+        config = ArrayConfig(call.rows, call.cols)
+        assert call.cycles == gemm_cycles(config, call.m, call.k, call.n)
+    per_array = compiled.prediction.per_array()
+    assert per_array == {(c.rows, c.cols): (1, c.cycles) for c in calls}
+    validate(program, compiled.program, seeds=(0, 1))
+    lines = list(compiled.report_lines(configs[0]))
+    assert f"array 4x6: 1 calls, {calls[1].cycles} cycles" in lines
+
+
+def test_a_written_array_missing_from_the_list_is_a_located_error() -> None:
+    program = read_program(*WRITTEN)
+    with pytest.raises(GlensideError) as raised:
+        compile_program(program, *parse_arrays("2x4,6x2"))
+    message = str(raised.value)
+    assert "mlp_arrays.glenside:" in message and "a 4x6 array" in message
+    assert "--array 2x4" in message
+
+
+def test_the_extractor_picks_an_array_per_product() -> None:
+    """With a small and a large array offered, each layer goes to one of them, and the
+    program is predicted no slower than on either array alone."""
+    program = read_program(GLENSIDE / "matmul.glenside", GLENSIDE / "matmul.json")
+    small, large = parse_arrays("2x2,16x16")
+    both = compile_program(program, small, more_arrays=(large,))
+    alone = [compile_program(program, config) for config in (small, large)]
+    assert both.prediction.array_cycles <= min(c.prediction.array_cycles for c in alone)
+    assert {(c.rows, c.cols) for c in both.prediction.invocations} <= {(2, 2), (16, 16)}
+
+
+def test_c_for_several_arrays_is_refused_cleanly(tmp_path: Path) -> None:
+    outdir = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "glensidec", "compile", str(WRITTEN[0]),
+                           "--shapes", str(WRITTEN[1]), "--array", "2x4,4x6,6x2",
+                           "-o", str(outdir)], capture_output=True, text=True, check=False)
+    assert done.returncode == 1
+    assert "several arrays" in done.stderr and "Traceback" not in done.stderr
+    assert not outdir.exists()
