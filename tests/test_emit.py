@@ -115,6 +115,13 @@ def _unary_cases() -> list[Case]:
                           make_program(root, {"x": ((4, 16), "i8")})))
     root = b.compute("clip", b.access(b.tensor("x"), 1), -0.5, 1.25)
     cases.append(Case("clip_f32", make_program(root, {"x": ((4, 16), "f32")})))
+    # int8 lookup tables: every one of the 256 entries of each function, one row per function
+    every_i8 = np.arange(-128, 128, dtype=np.int8).reshape(1, 256)
+    root = _concatenated(*(b.compute("lookup", b.access(b.tensor("x"), 1), name, 0.05, 3,
+                                     0.02, -7)
+                           for name in ("sigmoid", "tanh", "exp", "erf", "sqrt")))
+    cases.append(Case("lookup_i8", make_program(root, {"x": ((1, 256), "i8")}),
+                      {"x": every_i8}))
     return cases
 
 

@@ -190,7 +190,9 @@ def test_each_region_has_the_limits_to_itself() -> None:
     """Three depthwise layers of 16 channels under a 4,000 e-node limit: one e-graph for
     all of them hits the limit before the cheap block-diagonal groups exist; one e-graph
     per layer saturates each, and each layer compiles as it does alone."""
-    limits = Limits(max_enodes=4_000)
+    # The e-node limit is what this test is about: a generous time limit keeps a loaded
+    # machine from stopping saturation first.
+    limits = Limits(max_enodes=4_000, timeout=600.0)
     program = _depthwise_chain(3, 16, 6)
     compiled = compile_program(program, ARRAY, limits)
     stats = compiled.stats
