@@ -7,7 +7,8 @@ from typing import Any
 import cocotb
 import numpy as np
 from cycle_bench import next_cycle, pack, params, read, settle, start_clock, unpack
-from models import wrap
+
+from glensidec.lang.dtypes import wrap_signed
 
 ACC_W = 32
 
@@ -30,7 +31,7 @@ async def random_cycles(dut: Any) -> None:
             getattr(dut, name).value = int(value)
         dut.in_row.value, dut.in_data.value = row, pack(data, ACC_W)
         await settle()
-        total = wrap(data + (stored[row] if add else 0), ACC_W)
+        total = wrap_signed(data + (stored[row] if add else 0), ACC_W)
         assert read(dut.r_valid) == int(valid and emit), f"cycle {cycle}: r_valid"
         if valid and emit:
             got = unpack(read(dut.r_data), cols, ACC_W)

@@ -17,6 +17,8 @@ import numpy as np
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, Timer
 
+from glensidec.cosim.rtl_driver import pack_rows, unpack_rows
+
 PARAMS_ENV = "GLENSIDEC_TB_PARAMS"
 
 
@@ -30,19 +32,14 @@ def params() -> dict[str, int]:
 
 
 def pack(values: Sequence[int] | np.ndarray, width: int) -> int:
-    """Lanes into one bus value, lane 0 in the low bits."""
-    word = 0
-    for lane, value in enumerate(np.asarray(values).tolist()):
-        word |= (int(value) & ((1 << width) - 1)) << (lane * width)
-    return word
+    """Lanes into one bus value, lane 0 in the low bits (the co-simulation driver's packing)."""
+    return pack_rows(np.asarray(values, dtype=np.int64).reshape(1, -1), width)[0]
 
 
 def unpack(word: int, lanes: int, width: int, signed: bool = True) -> np.ndarray:
-    mask = (1 << width) - 1
-    values = np.array([(word >> (lane * width)) & mask for lane in range(lanes)], dtype=np.int64)
-    if signed:
-        values = np.where(values >= 1 << (width - 1), values - (1 << width), values)
-    return values
+    """One bus value into its lanes, signed (two's complement) or not."""
+    values = unpack_rows([word], lanes, width)[0]
+    return values if signed else values & ((1 << width) - 1)
 
 
 def read(signal: Any) -> int:

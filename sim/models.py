@@ -16,14 +16,9 @@ import numpy.typing as npt
 
 from glensidec.cosim.rtl_driver import StreamGaps
 from glensidec.hardware.array import ArrayConfig, Tile
+from glensidec.lang.dtypes import wrap_signed
 
 Ints = npt.NDArray[np.int64]
-
-
-def wrap(values: Ints | int, width: int) -> Ints:
-    """Two's-complement wrap to `width` bits."""
-    half = 1 << (width - 1)
-    return (np.asarray(values, dtype=np.int64) + half) % (1 << width) - half
 
 
 @dataclass
@@ -73,7 +68,7 @@ class PeArrayModel:
         bypass = commit & (bank == sel_here)
         weight = np.where(bypass, chain_next, np.where(sel_here == 1, self.bank1, self.bank0))
         psum_here = np.concatenate([psum_top[None, :], self.psum[:-1, :]], axis=0)
-        self.psum = wrap(psum_here + a_here * weight, self.acc_width)
+        self.psum = wrap_signed(psum_here + a_here * weight, self.acc_width)
         self.a, self.sel, self.chain = a_here, sel_here, chain_next
         self.bank0 = np.where(commit & (bank == 0), chain_next, self.bank0)
         self.bank1 = np.where(commit & (bank == 1), chain_next, self.bank1)
