@@ -648,8 +648,9 @@ class Quantizer:
             return self.multiply_dynamic(term, left, right)
         return self.divide_dynamic(term, left, right)
 
-    def centred(self, value: Value, name: str) -> tuple[Term, float]:
-        """An activation as i32 `q − zp` (|q − zp| ≤ 255) and its scale."""
+    def i8_activation(self, value: Value, name: str) -> Q8:
+        """`value` as an i8 activation (an accumulator is requantized first), or the reason
+        `name` cannot take it."""
         if isinstance(value, Acc):
             value = self.materialize(value, value.origin)
         if not isinstance(value, Q8):
@@ -657,6 +658,11 @@ class Quantizer:
         no_raw_zeros(value)
         if value.min_padded:
             raise _Unsupported(f"{name} of min-padding")
+        return value
+
+    def centred(self, value: Value, name: str) -> tuple[Term, float]:
+        """An activation as i32 `q − zp` (|q − zp| ≤ 255) and its scale."""
+        value = self.i8_activation(value, name)
         wide = B.compute("cast", value.term, "i32")
         if value.params.zero_point:
             shift = self.scalar_like(-value.params.zero_point, "i32", self.qtype(wide))
@@ -721,14 +727,7 @@ class Quantizer:
         products after it stay i8 and every executor computes the same numbers."""
         if term in self.host_tail or isinstance(operand, Host):
             return Host(self.rebuild(term, self.dequantized(operand)), term)
-        if isinstance(operand, Acc):
-            operand = self.materialize(operand, operand.origin)
-        if not isinstance(operand, Q8):
-            raise _Unsupported(f"softmax of a {type(operand).__name__}")
-        no_raw_zeros(operand)
-        if operand.min_padded:
-            raise _Unsupported("softmax of min-padding")
-        return self.integer_softmax(term, operand)
+        return self.integer_softmax(term, self.i8_activation(operand, "softmax"))
 
     def integer_softmax(self, term: Term, operand: Q8) -> Acc:
         """softmax over the item in integers: d = q − max(q) ∈ [−255, 0] steps, to i8 at
