@@ -37,8 +37,11 @@ def bar(total: int, description: str, unit: str = "it") -> Any:
 
 def iterate(items: Iterable[Item], total: int, description: str,
             unit: str = "it") -> Iterator[Item]:
-    """`items`, advancing a bar as each one is taken."""
+    """`items`, advancing a bar as each one is taken. Each item is long work (a layer), so
+    the bar is redrawn after every one instead of at tqdm's rate limit, which would skip
+    the last counts of a short run."""
     with bar(total, description, unit) as progress:
         for item in items:
             yield item
             progress.update(1)
+            progress.refresh()

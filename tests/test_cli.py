@@ -194,8 +194,8 @@ def test_written_array_of_another_size_is_a_located_error(tmp_path: Path) -> Non
     done = glensidec("compile", source, "--array", "16x16", "-o", tmp_path / "out")
     assert done.returncode == 1
     assert done.stderr == (f"{source}:3:17: error: systolic-array: a 2x4 array, but the "
-                           "program is compiled for --array 16x16 (one array size per "
-                           "program)\n")
+                           "program is compiled for --array 16x16 (add 2x4 to --array to "
+                           "use it)\n")
     assert "internal" not in done.stderr
     assert not (tmp_path / "out").exists()
     done = glensidec("compile", source, "--array", "2x4", "-o", tmp_path / "out")

@@ -196,8 +196,8 @@ def test_explicitly_blocked_program_is_extracted_and_correct(
     from glensidec import pipeline
 
     monkeypatch.setattr(pipeline, "array_target",
-                        lambda config: ArrayTarget(config.rows, config.cols,
-                                                   runtime_blocking=False))
+                        lambda config, more=(): ArrayTarget(config.rows, config.cols,
+                                                            runtime_blocking=False))
     program = _matmul(7, 48, 32)
     compiled = compile_program(program, ARRAY)
     ops = _ops(compiled.program)
