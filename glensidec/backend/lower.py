@@ -638,15 +638,22 @@ def _access_broadcast(lowerer: _Lowerer, term: Term) -> Value:
     return broadcast(lowerer.view(term.args[0]), lowerer.access_type(term).full)
 
 
+def _view_or_copy(lowerer: _Lowerer, source: View, copy_name: str,
+                  make: Callable[[View], View | None]) -> View:
+    """`make(source)`, or `make` of a contiguous copy of `source` (a buffer named
+    `copy_name`) when the view algebra cannot express it on the source's strides."""
+    view = make(source)
+    if view is None:
+        view = make(lowerer.materialize(source, copy_name))
+        assert view is not None
+    return view
+
+
 @_lowers("access-flatten", "access-reshape")
 def _reshape(lowerer: _Lowerer, term: Term) -> Value:
     source = lowerer.view(term.args[0])
     target = lowerer.access_type(term).full
-    view = regroup(source, target)
-    if view is None:
-        view = regroup(lowerer.materialize(source, "reshaped"), target)
-        assert view is not None
-    return view
+    return _view_or_copy(lowerer, source, "reshaped", lambda view: regroup(view, target))
 
 
 @_lowers("access-slice")
@@ -654,11 +661,8 @@ def _access_slice(lowerer: _Lowerer, term: Term) -> Value:
     axis, low, high = term.args[1], term.args[2], term.args[3]
     assert isinstance(axis, int) and isinstance(low, int) and isinstance(high, int)
     source = lowerer.view(term.args[0])
-    view = slice_view(source, axis, low, high)
-    if view is None:
-        view = slice_view(lowerer.materialize(source, "sliced"), axis, low, high)
-        assert view is not None
-    return view
+    return _view_or_copy(lowerer, source, "sliced",
+                         lambda view: slice_view(view, axis, low, high))
 
 
 @_lowers("access-windows")
@@ -666,11 +670,8 @@ def _access_windows(lowerer: _Lowerer, term: Term) -> Value:
     source = lowerer.view(term.args[0])
     rank = len(lowerer.arg_type(term, 0).shape)
     window, strides = lowerer.arg_ints(term, 1), lowerer.arg_ints(term, 2)
-    view = windows(source, rank, window, strides)
-    if view is None:
-        view = windows(lowerer.materialize(source, "windowed"), rank, window, strides)
-        assert view is not None
-    return view
+    return _view_or_copy(lowerer, source, "windowed",
+                         lambda view: windows(view, rank, window, strides))
 
 
 @_lowers("access-pad")
