@@ -660,6 +660,23 @@ def test_an_activation_times_its_own_gate_is_one_table(name: str, tmp_path: Path
         assert np.max(np.abs(run_quantized(quantized, inputs) - expected)) <= bound * 1.0001
 
 
+def test_a_mean_keeps_int8_steps_of_its_own(tmp_path: Path) -> None:
+    """GlobalAveragePool of N(0,1) spans ~1/16 of its input's range: the exact integer sum,
+    requantized to the mean's own profile, is within half of its own output step of the mean
+    of the dequantized input (rounded to the input's step, as before, it was not)."""
+    program = imported(single_op_model(lambda g, x: g.node("GlobalAveragePool", [x]),
+                                       [1, 4, 16, 16]), tmp_path)
+    calibration = calibration_for(program, 8)
+    quantized = quantize(program, calibration, True, False)  # asymmetric: zero points summed
+    x_params, out = quantized.inputs["x"], quantized.output
+    assert out is not None and out.scale < x_params.scale / 4
+    for inputs in sample_list(calibration, 8):
+        real = x_params.dequantize(quantized.quantize_inputs(inputs)["x"])
+        exact = real.astype(np.float64).mean(axis=(2, 3)).reshape(-1)
+        error = np.abs(run_quantized(quantized, inputs).reshape(-1) - exact)
+        assert np.max(error) <= out.scale / 2 * 1.001
+
+
 def vanishing_network(seed: int = 0) -> Any:
     """googlenet's pattern in torchvision with random weights: convolutions initialised with
     std 0.01 shrink the activations ~10× a layer, so the classifier's output is its bias

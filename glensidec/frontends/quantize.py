@@ -423,11 +423,9 @@ class Quantizer:
         assert isinstance(operand, Q8)
         return translate(operand)
 
-    def keep_scale(self, term: Term, op: ComputeOp, operand: Q8) -> Value:
-        """reduce-max, reduce-mean: the same op on the integers, with the same parameters."""
+    def keep_scale(self, term: Term, operand: Q8) -> Value:
+        """reduce-max: the same op on the integers, with the same parameters."""
         no_raw_zeros(operand)
-        if operand.min_padded and op.name == "reduce-mean":
-            raise _Unsupported("reduce-mean over min-padding")
         new = self.rebuild(term, operand.term)
         return Q8(new, operand.params, new)
 
@@ -534,6 +532,19 @@ class Quantizer:
         like = self.qtype(summed)
         offset = -self.probe(summed, operand)
         return Acc(summed, np.full(like.full, operand.params.scale), offset, term)
+
+    def integer_mean(self, term: Term, operand: Q8) -> Value:
+        """reduce-mean as the exact i32 sum at scale s/N, requantized (by its consumer) to
+        the mean's own profile: a mean spans far fewer steps than its operand (a global
+        pool of a feature map), and rounding it to the operand's step loses them."""
+        no_raw_zeros(operand)
+        if operand.min_padded:
+            raise _Unsupported("reduce-mean over min-padding")
+        count = math.prod(self.qtype(operand.term).item)
+        summed = B.compute("reduce-sum", operand.term)
+        like = self.qtype(summed)
+        offset = -self.probe(summed, operand)
+        return Acc(summed, np.full(like.full, operand.params.scale / count), offset, term)
 
     def probe(self, term: Term, operand: Q8) -> Array:
         """`term` evaluated with `operand`'s base filled with its zero point: Σ zp·w etc."""
@@ -942,9 +953,9 @@ COMPUTE_TRANSLATORS: dict[str, ComputeTranslator] = {
     "clip": lambda q, term, op, operand: q.clamp(term, op, operand),
     "softmax": lambda q, term, op, operand: q.softmax(term, operand),
     "reduce-max": lambda q, term, op, operand: q.on_integers(
-        term, operand, lambda value: q.keep_scale(term, op, value)),
+        term, operand, lambda value: q.keep_scale(term, value)),
     "reduce-mean": lambda q, term, op, operand: q.on_integers(
-        term, operand, lambda value: q.keep_scale(term, op, value)),
+        term, operand, lambda value: q.integer_mean(term, value)),
     "reduce-sum": lambda q, term, op, operand: q.on_integers(
         term, operand, lambda value: q.integer_sum(term, value)),
     "negative": lambda q, term, op, operand: q.on_integers(
