@@ -22,6 +22,7 @@ from glensidec.backend.plan import check_no_overlap
 from glensidec.frontends import builders as b
 from glensidec.hardware.array import ArrayConfig, gemm_cycles, reference_gemm
 from glensidec.lang import data
+from glensidec.lang.dtypes import LOOKUP_FUNCTIONS
 from glensidec.lang.interp import run_program
 from glensidec.lang.syntax import read_program
 from glensidec.lang.terms import Program, Term
@@ -117,7 +118,7 @@ def _unary_cases() -> list[Case]:
     every_i8 = np.arange(-128, 128, dtype=np.int8).reshape(1, 256)
     root = _concatenated(*(b.compute("lookup", b.access(b.tensor("x"), 1), name, 0.05, 3,
                                      0.02, -7)
-                           for name in ("sigmoid", "tanh", "exp", "erf", "sqrt")))
+                           for name in LOOKUP_FUNCTIONS))
     cases.append(Case("lookup_i8", make_program(root, {"x": ((1, 256), "i8")}),
                       {"x": every_i8}))
     return cases

@@ -620,7 +620,9 @@ def test_lookup_tables_and_activation_products_quantize(scheme: str, tmp_path: P
     assert not {"sigmoid", "tanh", "exp", "erf"} & set(computes)  # every one is a table
     functions = {t.args[0].params[0] for t in postorder(quantized.program.root)  # type: ignore[union-attr]
                  if compute_name(t) == "lookup"}
-    assert functions == {"sigmoid", "tanh", "exp", "erf"}
+    # SiLU and HardSwish are one table each; the squeeze-and-excitation gate (the sigmoid of
+    # another tensor) stays a sigmoid table and an activation product.
+    assert functions == {"sigmoid", "silu", "hardswish", "tanh", "exp", "erf"}
     worst = 0.0
     for inputs in sample_list(calibration, 4):
         expected = run_program(program, {**load_weights(program), **inputs})
@@ -628,6 +630,34 @@ def test_lookup_tables_and_activation_products_quantize(scheme: str, tmp_path: P
         worst = max(worst, float(error / np.max(np.abs(expected))))
     print(f"{scheme}: worst max|error| / max|float| {worst:.4f}")
     assert worst <= 0.06
+
+
+GATED = {
+    "silu": lambda g, x: g.node("Mul", [x, g.node("Sigmoid", [x])]),
+    "silu_gate_first": lambda g, x: g.node("Mul", [g.node("Sigmoid", [x]), x]),
+    "hardswish": lambda g, x: g.node("HardSwish", [x]),
+    "hardsigmoid_times_x": lambda g, x: g.node(
+        "Mul", [x, g.node("HardSigmoid", [x], alpha=1.0 / 6.0, beta=0.5)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GATED))
+def test_an_activation_times_its_own_gate_is_one_table(name: str, tmp_path: Path) -> None:
+    """x·sigmoid(x) and x·clip(x/6 + 1/2, 0, 1), however written, become one lookup table
+    of x: the only error left is x's own rounding (|f'| ≤ 1.1 for SiLU, ≤ 1.5 for
+    HardSwish) and the table's rounding to the output step."""
+    program = imported(single_op_model(GATED[name], [1, 4, 6, 6]), tmp_path)
+    calibration = calibration_for(program, 8)
+    quantized = quantize(program, calibration, True, True)
+    computes = [compute_name(t) for t in postorder(quantized.program.root)]
+    assert computes.count("lookup") == 1 and "elementwise-mul" not in computes
+    (table,) = [t.args[0].params for t in postorder(quantized.program.root)  # type: ignore[union-attr]
+                if compute_name(t) == "lookup"]
+    assert table[0] == ("silu" if name.startswith("silu") else "hardswish")
+    bound = 1.5 * quantized.inputs["x"].scale / 2 + quantized.output.scale / 2  # type: ignore[union-attr]
+    for inputs in sample_list(calibration, 8):  # inside the calibrated range: no clipping
+        expected = run_program(program, {**load_weights(program), **inputs})
+        assert np.max(np.abs(run_quantized(quantized, inputs) - expected)) <= bound * 1.0001
 
 
 def vanishing_network(seed: int = 0) -> Any:

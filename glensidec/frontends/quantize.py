@@ -53,7 +53,15 @@ from glensidec.lang.dtypes import DTYPES
 from glensidec.lang.expand import expand_program
 from glensidec.lang.interp import apply_term, evaluate_all
 from glensidec.lang.syntax import format_program, read_program
-from glensidec.lang.terms import ComputeOp, Program, Symbol, TensorDecl, Term, postorder
+from glensidec.lang.terms import (
+    ComputeOp,
+    Program,
+    Symbol,
+    TensorDecl,
+    Term,
+    compute_name,
+    postorder,
+)
 from glensidec.lang.typecheck import (
     AccessType,
     TypeTable,
@@ -430,10 +438,47 @@ class Quantizer:
         no_raw_zeros(operand)
         if operand.min_padded:
             raise _Unsupported(f"{op.name} of min-padding")
+        return self.table(term, op.name, operand)
+
+    def table(self, term: Term, function: str, operand: Q8) -> Q8:
+        """`function` of the i8 `operand` as one lookup table onto `term`'s profile."""
         out = self.params_of(term)
-        table = B.compute("lookup", operand.term, op.name, operand.params.scale,
+        table = B.compute("lookup", operand.term, function, operand.params.scale,
                           operand.params.zero_point, out.scale, out.zero_point)
         return Q8(table, out, table)
+
+    def own_gate(self, term: Term) -> tuple[str, int] | None:
+        """x·g(x) with g x's own gate: `sigmoid(x)` (SiLU) or HardSwish's `clip(x·(1/6) +
+        1/2, 0, 1)` as the importer writes both. The function of the fused table and the
+        side of the pair that is x, or None."""
+        sides = term.children()[0].children()
+        for index in (0, 1):
+            function = self.gate_function(sides[index], sides[1 - index])
+            if function is not None:
+                return function, index
+        return None
+
+    def gate_function(self, x: Term, gate: Term) -> str | None:
+        if compute_name(gate) == "sigmoid" and gate.children()[0] == x:
+            return "silu"
+        op = gate.args[0]
+        if not (isinstance(op, ComputeOp) and op.name == "clip"
+                and tuple(map(float, op.params)) == (0.0, 1.0)):
+            return None
+        line = gate.children()[0]
+        if compute_name(line) != "elementwise-add":
+            return None
+        scaled, half = line.children()[0].children()
+        if compute_name(scaled) != "elementwise-mul" or not self.constant_is(half, 0.5):
+            return None
+        source, sixth = scaled.children()[0].children()
+        return "hardswish" if source == x and self.constant_is(sixth, 1.0 / 6.0) else None
+
+    def constant_is(self, term: Term, value: float) -> bool:
+        """Whether `term` is a constant with every element `value` (to f32 precision)."""
+        constant = self.values.get(term)
+        return isinstance(constant, Const) and bool(
+            np.allclose(constant.array, value, rtol=1e-6, atol=0.0))
 
     def negate(self, term: Term, operand: Q8) -> Value:
         acc = self.widen(operand, operand.term)
@@ -645,6 +690,11 @@ class Quantizer:
         if name in ("elementwise-add", "elementwise-sub"):
             return self.add_dynamic(term, name, left, right)
         if name == "elementwise-mul":
+            fused = self.own_gate(term)
+            if fused is not None:  # SiLU, HardSwish: one table of x
+                function, side = fused
+                return self.table(term, function,
+                                  self.i8_activation((left, right)[side], function))
             return self.multiply_dynamic(term, left, right)
         return self.divide_dynamic(term, left, right)
 
@@ -981,17 +1031,22 @@ def quantize(program: Program, calibration: dict[str, Array] | str | Path | Prof
     quantizer = Quantizer(program, weights, prof, per_channel, symmetric_activations,
                           weights_file)
     root, result = quantizer.run()
-    tensors = {**{d.name: quantizer.tensors[d.name] for d in program.inputs()},
-               **{n: d for n, d in quantizer.tensors.items() if d.role == "weight"}}
+    # A fused table (SiLU, HardSwish) leaves its gate's table, and any weight only the gate
+    # read, out of the program: keep what the result reaches.
+    kept = set(postorder(root))
+    used = {str(t.args[0]) for t in kept if t.op == "access-tensor"}
+    weights_used = {n: d for n, d in quantizer.tensors.items() if d.role == "weight" and n in used}
+    tensors = {**{d.name: quantizer.tensors[d.name] for d in program.inputs()}, **weights_used}
     path = str(Path(program.path).with_name(f"{stem}.q.gs"))
     names = {term: name for term, name in quantizer.names.items()}
     output = result.params if isinstance(result, Q8) else None
     quantized = Program(path, tensors, root, names, output)
     check_program(quantized)
-    return QuantizedProgram(quantized, quantizer.weights, quantizer.inputs, output,
-                            list(quantizer.layers.values()), prof,
+    layers = [layer for layer in quantizer.layers.values() if layer.quant_term in kept]
+    return QuantizedProgram(quantized, {n: quantizer.weights[n] for n in weights_used},
+                            quantizer.inputs, output, layers, prof,
                             {"per_channel": per_channel, "symmetric": symmetric_activations},
-                            quantizer.weight_scales)
+                            {n: a for n, a in quantizer.weight_scales.items() if n in used})
 
 
 def save_quantized(quantized: QuantizedProgram, path: str | Path, force: bool = False) -> Path:
