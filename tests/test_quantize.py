@@ -27,6 +27,7 @@ from onnx_models import (
     single_op_model,
 )
 
+import glensidec.frontends.quantize as quantize_module
 from glensidec.cli import quantize_command
 from glensidec.errors import GlensideError
 from glensidec.frontends import builders as B
@@ -675,6 +676,19 @@ def test_a_mean_keeps_int8_steps_of_its_own(tmp_path: Path) -> None:
         exact = real.astype(np.float64).mean(axis=(2, 3)).reshape(-1)
         error = np.abs(run_quantized(quantized, inputs).reshape(-1) - exact)
         assert np.max(error) <= out.scale / 2 * 1.001
+
+
+def test_a_mean_whose_sum_could_wrap_stays_at_its_operands_step(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past 2^31 / 128 elements the i32 sum could wrap: the mean is then taken of the
+    integers at the operand's step (shown with the limit lowered to 16×16 elements)."""
+    monkeypatch.setattr(quantize_module, "MEAN_SUM_LIMIT", 128 * 16 * 16)
+    program = imported(single_op_model(lambda g, x: g.node("GlobalAveragePool", [x]),
+                                       [1, 4, 16, 16]), tmp_path)
+    quantized = quantize(program, calibration_for(program, 8), True, False)
+    computes = {compute_name(t) for t in postorder(quantized.program.root)}
+    assert "reduce-mean" in computes and "reduce-sum" not in computes
+    assert quantized.output == quantized.inputs["x"]
 
 
 def vanishing_network(seed: int = 0) -> Any:

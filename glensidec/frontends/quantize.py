@@ -541,6 +541,9 @@ class Quantizer:
         if operand.min_padded:
             raise _Unsupported("reduce-mean over min-padding")
         count = math.prod(self.qtype(operand.term).item)
+        if 128 * count >= MEAN_SUM_LIMIT:  # the i32 sum could wrap: the mean of the integers
+            new = self.rebuild(term, operand.term)  # at the operand's step, as before
+            return Q8(new, operand.params, new)
         summed = B.compute("reduce-sum", operand.term)
         like = self.qtype(summed)
         offset = -self.probe(summed, operand)
@@ -968,6 +971,10 @@ COMPUTE_TRANSLATORS: dict[str, ComputeTranslator] = {
     **{name: _no_integer_form for name in ("cast", "requantize", "requantize-per-channel",
                                            "lookup")},
 }
+
+
+# A mean sums at most this many steps (|q| ≤ 128 each) in i32 before it requantizes.
+MEAN_SUM_LIMIT = 2 ** 31
 
 
 # Integer divisions (x / y of activations, softmax's e / Σe) scale the numerator by this
