@@ -6,11 +6,11 @@ torchvision does not import beside the CPU-only `torch==2.13.0` of the `nas` ext
 venv of its own outside the repository (x86_64; a CUDA build, about 5.5 GB, that runs on
 the CPU; `[dev]` only, since `[nas]` would bring torch 2.13.0 back):
 
-    python3 -m venv /work/zoovenv
-    /work/zoovenv/bin/pip install torch==2.14.1 torchvision==0.29.1
-    /work/zoovenv/bin/pip install -e '.[dev]'
-    /work/zoovenv/bin/python bench/bench_zoo.py            # all 13 (about an hour)
-    /work/zoovenv/bin/python bench/bench_zoo.py --models shufflenet_v2_x1_0
+    python3 -m venv ~/zoovenv
+    ~/zoovenv/bin/pip install torch==2.14.1 torchvision==0.29.1
+    ~/zoovenv/bin/pip install -e '.[dev]'
+    ~/zoovenv/bin/python bench/bench_zoo.py            # all 13, about 10 minutes on 2 cores
+    ~/zoovenv/bin/python bench/bench_zoo.py --models shufflenet_v2_x1_0
 
 Each run records its rows in bench/results/zoo.json and writes bench/results/zoo.md from
 all recorded rows, so a run of a few models (`--models`) replaces just their rows. `make
