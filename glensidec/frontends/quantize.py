@@ -528,10 +528,15 @@ class Quantizer:
         return B.compute("clip", operand.term, q_low, q_high)
 
     def integer_sum(self, term: Term, operand: Q8) -> Value:
-        summed = self.rebuild(term, operand.term)
+        return self.sum_of_steps(term, self.rebuild(term, operand.term), operand,
+                                 operand.params.scale)
+
+    def sum_of_steps(self, term: Term, summed: Term, operand: Q8, scale: float) -> Acc:
+        """`summed` (a sum over `operand`'s integers) as an i32 accumulator of `scale`, its
+        zero points' contribution taken off."""
         like = self.qtype(summed)
         offset = -self.probe(summed, operand)
-        return Acc(summed, np.full(like.full, operand.params.scale), offset, term)
+        return Acc(summed, np.full(like.full, scale), offset, term)
 
     def integer_mean(self, term: Term, operand: Q8) -> Value:
         """reduce-mean as the exact i32 sum at scale s/N, requantized (by its consumer) to
@@ -544,10 +549,8 @@ class Quantizer:
         if 128 * count >= MEAN_SUM_LIMIT:  # the i32 sum could wrap: the mean of the integers
             new = self.rebuild(term, operand.term)  # at the operand's step, as before
             return Q8(new, operand.params, new)
-        summed = B.compute("reduce-sum", operand.term)
-        like = self.qtype(summed)
-        offset = -self.probe(summed, operand)
-        return Acc(summed, np.full(like.full, operand.params.scale / count), offset, term)
+        return self.sum_of_steps(term, B.compute("reduce-sum", operand.term), operand,
+                                 operand.params.scale / count)
 
     def probe(self, term: Term, operand: Q8) -> Array:
         """`term` evaluated with `operand`'s base filled with its zero point: Σ zp·w etc."""
@@ -973,7 +976,7 @@ COMPUTE_TRANSLATORS: dict[str, ComputeTranslator] = {
 }
 
 
-# A mean sums at most this many steps (|q| ≤ 128 each) in i32 before it requantizes.
+# A mean is an i32 sum of its operand's steps (|q| ≤ 128 each) only while 128·N stays below this.
 MEAN_SUM_LIMIT = 2 ** 31
 
 
