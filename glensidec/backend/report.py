@@ -4,21 +4,19 @@ One row per instruction of the lowered program, in execution order: what it comp
 `let` it came from names its buffer), its shapes, its multiply-accumulates, where it runs
 (the systolic array or the host CPU), its predicted cycles by part and, on the array, its
 utilization. Two plots (cycles per instruction, array utilization per call) are inline SVG
-drawn by matplotlib, so the page is one self-contained file.
+drawn by `svg_chart`, so the page is one self-contained file.
 
-Bytes are deterministic: the SVG carries no date, its ids come from a fixed hash salt, text
-stays text (no embedded glyphs), and numbers are formatted explicitly. `make sim` adds a
-section with the simulated cycles and wall time (`render_html(data, simulation)`).
+Bytes are deterministic: the SVG carries no date and no ids, text stays text (no embedded
+glyphs), and numbers are formatted explicitly. `make sim` adds a section with the simulated
+cycles and wall time (`render_html(data, simulation)`).
 """
 
 from __future__ import annotations
 
 import base64
-import io
 import json
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 import jinja2
 from markupsafe import Markup
@@ -36,6 +34,7 @@ from glensidec.backend.lower import (
     RequantizePerChannel,
     Softmax,
 )
+from glensidec.backend.svg_chart import Chart, Series, render_svg
 from glensidec.hardware.array import ArrayConfig, gemm_cycles, ideal_cycles
 from glensidec.opt.extract import HOST_ELEMENT, HOST_MAC
 from glensidec.resources import resource_dir
@@ -170,30 +169,16 @@ def report_data(source: str, lowered: LoweredProgram, config: ArrayConfig) -> Re
 # -- plots -------------------------------------------------------------------------------
 
 
-def _svg(figure: Any, alt: str) -> str:
-    """A matplotlib figure as an inline SVG image, byte-identical per input."""
-    from matplotlib.backends.backend_svg import FigureCanvasSVG
-
-    buffer = io.StringIO()
-    FigureCanvasSVG(figure)
-    figure.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None})
-    # An <img> of a data: URL keeps each plot's SVG ids (clip paths) to itself.
-    encoded = base64.b64encode(buffer.getvalue().encode()).decode()
+def _image(chart: Chart, alt: str) -> str:
+    """A chart as an inline SVG image."""
+    # An <img> of a data: URL keeps each plot's SVG to itself (no ids or styles shared).
+    encoded = base64.b64encode(render_svg(chart).encode()).decode()
     return f'<img alt="{alt}" src="data:image/svg+xml;base64,{encoded}">'
 
 
-def _figure(width: float) -> Any:
-    import matplotlib
-    from matplotlib.figure import Figure
-
-    # Fixed ids and text kept as text: the same data gives the same bytes.
-    matplotlib.rcParams["svg.hashsalt"] = "glensidec"
-    matplotlib.rcParams["svg.fonttype"] = "none"
-    return Figure(figsize=(width, 3.2), layout="constrained")
-
-
 def _width(count: int) -> float:
-    return min(14.0, max(6.0, 0.25 * min(count, MAX_BARS)))
+    """Pixels: wider for more bars, within what a page shows."""
+    return min(1400.0, max(600.0, 25.0 * min(count, MAX_BARS)))
 
 
 # Up to this many instructions a plot has one labelled bar each; past it (a whole network)
@@ -217,27 +202,25 @@ def _binned(rows: list[Row], values: list[float], combine: str
     return edges, binned
 
 
-def _series(axes: Any, rows: list[Row], values: list[float], bottom: list[float] | None,
-            color: str, label: str | None = None, combine: str = "sum") -> None:
+def _chart(title: str, y_label: str, rows: list[Row], series: list[Series],
+           combine: str) -> Chart:
+    """Bars labelled by instruction, or (a whole network) steps over binned instructions."""
+    chart = Chart(title, y_label, series, width=_width(len(rows)))
     if len(rows) <= MAX_BARS:
-        axes.bar(range(len(rows)), values, bottom=bottom, color=color, label=label)
-        return
-    edges, binned = _binned(rows, values, combine)
-    base = _binned(rows, bottom, combine)[1] if bottom else [0.0] * len(binned)
-    top = [b + v for b, v in zip(base, binned, strict=True)]
-    axes.stairs(top, edges, baseline=base, fill=True, color=color, label=label)
+        chart.bar_labels = [f"[{row.index}] {row.name}" for row in rows]
+        return chart
+    for index, one in enumerate(series):
+        chart.edges, values = _binned(rows, one.values, "mean" if combine == "averaged"
+                                      else "sum")
+        series[index] = Series(values, one.color, one.label)
+    size = math.ceil(len(rows) / MAX_BINS)
+    chart.x_label = ("instruction" if size == 1 else
+                     f"instruction ({combine} over runs of {size} plotted instructions)")
+    return chart
 
 
-def _label_instructions(axes: Any, rows: list[Row], combine: str = "summed") -> None:
-    if len(rows) > MAX_BARS:
-        size = math.ceil(len(rows) / MAX_BINS)
-        axes.set_xlabel("instruction" if size == 1 else
-                        f"instruction ({combine} over runs of {size} plotted instructions)")
-        return
-    axes.set_xticks(range(len(rows)))
-    axes.set_xticklabels([f"[{row.index}] {row.name}" for row in rows], rotation=60,
-                         ha="right", fontsize="x-small")
-    axes.set_xlim(-0.6, len(rows) - 0.4)
+ARRAY_COLOR = "#3b6ea5"
+HOST_COLOR = "#e09f3e"
 
 
 def cycles_plot(data: ReportData) -> str | None:
@@ -245,35 +228,25 @@ def cycles_plot(data: ReportData) -> str | None:
     rows = [row for row in data.rows if row.array_cycles or row.host_cycles]
     if not rows:
         return None
-    figure = _figure(_width(len(rows)))
-    axes = figure.add_subplot()
-    array = [float(row.array_cycles) for row in rows]
-    _series(axes, rows, array, None, "#3b6ea5", "array")
-    _series(axes, rows, [float(row.host_cycles) for row in rows], array, "#e09f3e",
-            "host (CPU model)")
-    _label_instructions(axes, rows)
-    axes.set_ylabel("predicted cycles")
+    series = [Series([float(row.array_cycles) for row in rows], ARRAY_COLOR, "array"),
+              Series([float(row.host_cycles) for row in rows], HOST_COLOR,
+                     "host (CPU model)")]
+    chart = _chart("Predicted cycles per instruction", "predicted cycles", rows, series,
+                   "summed")
     totals = [row.array_cycles + row.host_cycles for row in rows]
-    if len(rows) <= MAX_BARS and max(totals) > 100 * min(totals):
-        axes.set_yscale("log")
-    axes.legend(loc="upper right", fontsize="small")
-    axes.set_title("Predicted cycles per instruction")
-    return _svg(figure, "predicted cycles per instruction")
+    chart.log_y = len(rows) <= MAX_BARS and max(totals) > 100 * min(totals)
+    return _image(chart, "predicted cycles per instruction")
 
 
 def utilization_plot(data: ReportData) -> str | None:
     rows = [row for row in data.rows if row.utilization is not None]
     if not rows:
         return None
-    figure = _figure(_width(len(rows)))
-    axes = figure.add_subplot()
-    _series(axes, rows, [100 * (row.utilization or 0.0) for row in rows], None, "#3b6ea5",
-            combine="mean")
-    _label_instructions(axes, rows, "averaged")
-    axes.set_ylim(0, 100)
-    axes.set_ylabel("array utilization (%)")
-    axes.set_title(f"Array utilization per call ({data.rows_cols[0]}x{data.rows_cols[1]})")
-    return _svg(figure, "array utilization per call")
+    series = [Series([100 * (row.utilization or 0.0) for row in rows], ARRAY_COLOR)]
+    chart = _chart(f"Array utilization per call ({data.rows_cols[0]}x{data.rows_cols[1]})",
+                   "array utilization (%)", rows, series, "averaged")
+    chart.y_limits = (0.0, 100.0)
+    return _image(chart, "array utilization per call")
 
 
 # -- the page ----------------------------------------------------------------------------
