@@ -679,12 +679,13 @@ def test_c_cycle_model_equals_python(tmp_path: Path, config: ArrayConfig) -> Non
     assert [int(v) for v in printed] == [gemm_cycles(config, *shape) for shape in shapes]
 
 
-@pytest.mark.parametrize("flags", [(), ("-DGS_PORTABLE_ONLY",), ("-O3",)],
-                         ids=["dispatched", "portable-only", "O3"])
+@pytest.mark.parametrize("flags", [(), ("-DGS_NO_VNNI",), ("-DGS_PORTABLE_ONLY",), ("-O3",)],
+                         ids=["dispatched", "no-vnni", "portable-only", "O3"])
 def test_runtime_gemm_is_bit_exact_with_d(tmp_path: Path, flags: tuple[str, ...]) -> None:
-    """The blocked C model (the CPU-dispatched AVX2 copy and the portable one) against
-    numpy: edge blocks in M and N, and K past the kernel's exact-int32 run (GS_I8_KC), so
-    the sum itself wraps modulo 2^32."""
+    """The C model against numpy, in each of its kernels the CPU can run (dispatched: the
+    VNNI one on a CPU with AVX-512 VNNI, else AVX2; no-vnni: AVX2 where present; the
+    portable C): edge blocks in M and N, K past one VNNI slice (GS_VNNI_KC) and past the
+    portable kernel's exact-int32 run (GS_I8_KC), so the sum itself wraps modulo 2^32."""
     rng = np.random.default_rng(5)
     executable = _runtime_build(tmp_path, CONFIG, RUNTIME_DRIVER, flags)
     for m, k, n in ((3, 5, 7), (17, 300, 9), (1, 1, 1), (9, 37, 300), (5, 140_000, 3)):
@@ -732,11 +733,14 @@ int main(int argc, char **argv) {
 """
 
 
-@pytest.mark.parametrize("flags", [(), ("-DGS_PORTABLE_ONLY",)], ids=["dispatched", "portable"])
+@pytest.mark.parametrize("flags", [(), ("-DGS_NO_AVX512",), ("-DGS_PORTABLE_ONLY",)],
+                         ids=["dispatched", "no-avx512", "portable"])
 def test_host_gemm_matches_numpy(tmp_path: Path, flags: tuple[str, ...]) -> None:
-    """gs_gemm_f32 on edge shapes (not multiples of the 4 x 16 micro-tile, K past one
-    256-deep slice, M past one 128-row block, N past one 2048-column block): f32 sums
-    within 1e-5 of the largest |C| (docs/codegen.md)."""
+    """gs_gemm_f32 in each kernel the CPU can run (dispatched: AVX-512 pairs of panels
+    where present; no-avx512: AVX2; portable C) on edge shapes (not multiples of the
+    4 x 16 micro-tile or of a pair of panels, K past one 256-deep slice, M past one 128-row
+    block, N past one 2048-column block): f32 sums within 1e-5 of the largest |C|
+    (docs/codegen.md)."""
     from glensidec.backend.emit import render_files
     from glensidec.backend.lower import lower_program
     from glensidec.backend.plan import plan_memory
@@ -752,7 +756,8 @@ def test_host_gemm_matches_numpy(tmp_path: Path, flags: tuple[str, ...]) -> None
                     "-o", str(executable), str(tmp_path / "driver.c"),
                     str(tmp_path / "host_gemm.c")], check=True)
     rng = np.random.default_rng(3)
-    for m, n, k in ((1, 1, 1), (5, 17, 3), (130, 33, 300), (7, 2100, 20), (4, 16, 256)):
+    for m, n, k in ((1, 1, 1), (5, 17, 3), (130, 33, 300), (7, 2100, 20), (4, 16, 256),
+                    (8, 64, 40), (6, 47, 9)):
         a = rng.standard_normal((m, k)).astype(np.float32)
         w = rng.standard_normal((k, n)).astype(np.float32)
         (tmp_path / "in.bin").write_bytes(a.tobytes() + w.tobytes())
