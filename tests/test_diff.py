@@ -14,11 +14,12 @@ import pytest
 from conftest import EXAMPLES
 
 import glensidec
-from glensidec.backend.lower import lower_program
+from glensidec.backend.lower import ArrayGemm, lower_program
 from glensidec.backend.plan import plan_memory
 from glensidec.cosim.diff import (
     C_PROGRAM,
     INTERPRETER,
+    _execute,
     compare,
     interpret,
     load_compiled,
@@ -26,6 +27,8 @@ from glensidec.cosim.diff import (
 from glensidec.lang import data
 from glensidec.lang.syntax import read_program
 from glensidec.lang.typecheck import check_program
+
+GLENSIDE = EXAMPLES / "glenside"
 
 
 def _glensidec(*words: str, env: dict[str, str] | None = None
@@ -115,3 +118,64 @@ def test_rtl_agrees_instruction_by_instruction(compiled: tuple[Path, str],
                       env={**os.environ, "GLENSIDEC_SIM_CACHE": str(sim_cache)})
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "instructions agree: interpreter, C program, RTL co-simulation" in done.stdout
+
+
+@pytest.fixture(scope="module")
+def compiled_f32(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, tuple[str, ...]]:
+    """Glenside's f32 MLP compiled for the 2x2 binary32 array (OUTDIR, the NAME=FILE
+    arguments: Glenside's programs take their weights as inputs too)."""
+    root = tmp_path_factory.mktemp("diff_f32")
+    path, shapes = GLENSIDE / "mlp.glenside", GLENSIDE / "mlp.json"
+    done = _glensidec("compile", str(path), "--shapes", str(shapes), "--array", "2x2:f32",
+                      "-o", str(root / "out"))
+    assert done.returncode == 0, done.stderr
+    program = read_program(path, shapes)
+    arguments = []
+    for name, value in data.random_inputs(program, 4).items():
+        np.save(root / f"{name}.npy", value)
+        arguments.append(f"{name}={root / f'{name}.npy'}")
+    return root / "out", tuple(arguments)
+
+
+def test_f32_array_products_are_compared_bit_for_bit(
+        compiled_f32: tuple[Path, tuple[str, ...]]) -> None:
+    """The lowered interpreter sums an f32 array call in the array's order (K folds of 2
+    rows), so its bits are the array's; a one-ulp change there is a divergence, while host
+    f32 values keep the tolerance."""
+    outdir, arguments = compiled_f32
+    program, lowered = load_compiled(outdir)
+    calls = [i for i, instruction in enumerate(lowered.instructions)
+             if isinstance(instruction, ArrayGemm)]
+    assert calls and all(getattr(lowered.instructions[i], "rows", 0) == 2 for i in calls)
+    gemm = lowered.instructions[calls[0]]
+    # ((1e8 + 1) + 0) + ((-1e8 + 1) + 0) = 0 in binary32 with folds of 2; exactly it is 2
+    operands = {id(gemm.reads()[0]): np.array([[1e8, 1, -1e8, 1]], np.float32),
+                id(gemm.reads()[1]): np.ones((4, 1), np.float32)}
+    summed = _execute(gemm, lambda view: operands[id(view)], lambda view: "f32")
+    assert summed.tolist() == [[0.0]]
+
+    inputs = data.load_inputs(program, data.parse_input_options(arguments))
+    reference = [values for _, values in interpret(lowered, data.load_weights(program),
+                                                   inputs)]
+    changed = [values.copy() for values in reference]
+    flat = changed[calls[0]].reshape(-1)
+    flat[0] = np.nextafter(flat[0], np.float32(np.inf))
+    divergence = compare(lowered, reference, changed, INTERPRETER, C_PROGRAM)
+    assert divergence is not None and divergence.index == calls[0]
+    host = [i for i, instruction in enumerate(lowered.instructions)
+            if i not in calls and lowered.buffers[instruction.writes().buffer].dtype == "f32"
+            and reference[i].size and np.all(np.isfinite(reference[i]))]
+    assert host
+    changed = [values.copy() for values in reference]
+    flat = changed[host[-1]].reshape(-1)
+    flat[0] = np.nextafter(flat[0], np.float32(np.inf))
+    assert compare(lowered, reference, changed, INTERPRETER, C_PROGRAM) is None
+
+
+@pytest.mark.slow
+def test_f32_diff_agrees_with_the_c_program(
+        compiled_f32: tuple[Path, tuple[str, ...]]) -> None:
+    outdir, arguments = compiled_f32
+    done = _glensidec("diff", str(outdir), *arguments)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert " instructions agree" in done.stdout

@@ -194,13 +194,17 @@ class Softmax(Instruction):
 
 @dataclass(frozen=True)
 class ArrayGemm(Instruction):
-    """C(M×N) i32 = A(M×K) i8 · B(K×N) i8 on the systolic array; operands row-major."""
+    """C(M×N) = A(M×K) · B(K×N) on the systolic array (i8 -> i32, or f32); operands
+    row-major."""
 
     a: View
     b: View
     m: int
     k: int
     n: int
+    # The array's rows: its K folds fix the order of an f32 array's sums (0 where no
+    # systolic-array construct names them; integer sums are the same in any order).
+    rows: int = 0
 
     def reads(self) -> tuple[View, ...]:
         return (self.a, self.b)
@@ -496,7 +500,7 @@ class _Lowerer:
         b = transpose(merge_dims(product.right, [b_rank, left_item]), (1, 0))
         return self.gemm(term, a, b)
 
-    def gemm(self, term: Term, a: View, b: View) -> View:
+    def gemm(self, term: Term, a: View, b: View, rows: int = 0) -> View:
         """dst(M×N) = a(M×K)·b(K×N) on the array (the result buffer keeps term's shape)."""
         a = self.matrix_operand(a, "a")
         b = self.matrix_operand(b, "b")
@@ -504,7 +508,7 @@ class _Lowerer:
         dst = self.result_buffer(term, "gemm")
         matrix = regroup(dst, (m, n))
         assert matrix is not None
-        self.emit(ArrayGemm(self.note, matrix, a, b, m, k, n))
+        self.emit(ArrayGemm(self.note, matrix, a, b, m, k, n, rows))
         return dst
 
     def matrix_operand(self, view: View, role: str) -> View:
@@ -529,7 +533,9 @@ class _Lowerer:
         if act_type.dtype == self.options.array_dtype:
             # No access dims: merging zero dims gives M = 1.
             a = merge_dims(activations, [len(act_type.shape), 1])
-            return self.gemm(term, a, weights)
+            rows = term.args[0]
+            assert isinstance(rows, int)
+            return self.gemm(term, a, weights, rows)
         # Not the array's dtype: the host computes the same product.
         rank = len(act_type.shape)
         outputs = weights.shape[1]

@@ -12,8 +12,10 @@ are compared instruction by instruction of its lowered program (backend/lower.py
   Verilog array (`libmodel_cosim_trace.so`, glensidec.cosim.runner).
 
 Only the elements an instruction writes are compared (the memory planner lets a buffer hold
-other values before and after): integers bit for bit, f32 to a relative 1e-4 (transcendental
-functions and summation order differ in the last bits). The interpreter's lowered result is
+other values before and after): integers bit for bit, and f32 products on the binary32 array
+too (the interpreter sums them in the array's order, `interp.array_matmul_f32`); other f32
+values to a relative 1e-4 (transcendental functions and summation order differ in the last
+bits). The interpreter's lowered result is
 also checked against the interpreter run on the program itself, so a lowering bug (which the
 C program would share) is not mistaken for agreement.
 """
@@ -41,6 +43,7 @@ from glensidec.backend.lower import (
     Fold,
     Instruction,
     LoweredProgram,
+    LowerOptions,
     Map,
     Reduce,
     RequantizePerChannel,
@@ -50,11 +53,17 @@ from glensidec.backend.lower import (
     lower_program,
 )
 from glensidec.backend.views import View
-from glensidec.cosim.runner import cosimulate, program_error
+from glensidec.cosim.runner import Manifest, cosimulate, program_error
 from glensidec.errors import GlensideError
 from glensidec.lang import data
 from glensidec.lang.dtypes import DTYPES, Array, requantize
-from glensidec.lang.interp import COMPUTE_IMPLS, evaluate_result, matmul, minimum_value
+from glensidec.lang.interp import (
+    COMPUTE_IMPLS,
+    array_matmul_f32,
+    evaluate_result,
+    matmul,
+    minimum_value,
+)
 from glensidec.lang.syntax import read_program
 from glensidec.lang.terms import ComputeOp, Program
 from glensidec.lang.typecheck import AccessType, check_program
@@ -132,6 +141,8 @@ def _execute(instruction: Instruction, read: Callable[[View], Array],
         value = minimum_value(dtype(dst)) if instruction.minimum else 0
         return np.full(dst.shape, value)
     if isinstance(instruction, ArrayGemm):
+        if dtype(instruction.a) == "f32":
+            return array_matmul_f32(read(instruction.a), read(instruction.b), instruction.rows)
         return matmul(read(instruction.a), read(instruction.b), dtype(instruction.a))
     if isinstance(instruction, RequantizePerChannel):
         accumulators, multipliers = (read(member) for member in instruction.members)
@@ -188,7 +199,14 @@ def lowered_result(lowered: LoweredProgram, weights: dict[str, Array],
 # -- comparing ---------------------------------------------------------------------------
 
 
-def _differences(expected: Array, actual: Array, dtype: str) -> Array:
+def _differences(expected: Array, actual: Array, dtype: str, exact: bool = False) -> Array:
+    """Where actual differs from expected: f32 within the tolerance unless `exact` (then
+    bit for bit, any NaN equal to any NaN)."""
+    if dtype == "f32" and exact:
+        both_nan = np.isnan(expected) & np.isnan(actual)
+        different_bits = (np.asarray(expected, np.float32).view(np.uint32)
+                          != np.asarray(actual, np.float32).view(np.uint32))
+        return np.asarray(different_bits & ~both_nan)
     if dtype == "f32":
         close = np.isclose(actual, expected, rtol=F32_TOLERANCE, atol=F32_TOLERANCE,
                            equal_nan=True)
@@ -201,7 +219,8 @@ def compare(lowered: LoweredProgram, expected: list[Array], actual: list[Array],
     for index, instruction in enumerate(lowered.instructions):
         dst = instruction.writes()
         dtype = lowered.buffers[dst.buffer].dtype
-        wrong = _differences(expected[index], actual[index], dtype)
+        wrong = _differences(expected[index], actual[index], dtype,
+                             exact=isinstance(instruction, ArrayGemm))
         if wrong.any():
             element = tuple(int(i) for i in np.argwhere(wrong)[0])
             return Divergence(index, instruction, dst.buffer, element,
@@ -263,7 +282,9 @@ def load_compiled(outdir: Path) -> tuple[Program, LoweredProgram]:
         raise GlensideError(f"{path} not found: is {outdir} a `glensidec compile` output "
                             "directory (compiled by this version)?")
     program = read_program(path)
-    return program, lower_program(program, check_program(program))
+    # lowered as the compiler did: the binary32 array takes the f32 products, the int8 one i8
+    options = LowerOptions(array_dtype="f32" if Manifest.read(outdir).config.is_float else "i8")
+    return program, lower_program(program, check_program(program), options)
 
 
 def _run_c(outdir: Path, inputs: tuple[str, ...], trace: Path) -> None:
