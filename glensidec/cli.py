@@ -167,7 +167,7 @@ def compile_command(program: Path, shapes: Path | None, array_size: str, emit: s
     """
     from glensidec import pipeline
     from glensidec.opt.extract import (
-        array_for_c,
+        arrays_for_c,
         egraph_dot,
         egraph_svg,
         parse_arrays,
@@ -201,9 +201,10 @@ def compile_command(program: Path, shapes: Path | None, array_size: str, emit: s
         click.echo("verified: the rewritten program computes the same result", err=True)
     if emit == "c":
         assert output is not None
+        arrays = arrays_for_c(compiled, configs)
         result = pipeline.compile_to_directory(compiled.program, compiled.types, output,
-                                               array_for_c(compiled, configs),
-                                               force=force)  # lower, plan, emit
+                                               arrays[0], force=force,
+                                               more_arrays=arrays[1:])  # lower, plan, emit
         click.echo(f"wrote {output}: {len(result.lowered.instructions)} instructions, "
                    f"predicted array cycles {result.predicted_cycles}")
         return

@@ -211,16 +211,20 @@ class CompileResult:
 def compile_to_directory(program: Program, types: TypeTable, outdir: str | Path,
                          config: ArrayConfig, options: LowerOptions | None = None,
                          weights: dict[str, Array] | None = None,
-                         force: bool = False) -> CompileResult:
+                         force: bool = False,
+                         more_arrays: tuple[ArrayConfig, ...] = ()) -> CompileResult:
     """Lower, plan and emit `program` (with its `types`) as a C program in `outdir`.
 
     `weights` defaults to the program's weight files (glensidec.lang.data.load_weights).
     `force`: replace glensidec's own files in an OUTDIR that also holds others.
+    `more_arrays`: the further arrays of a program that uses several sizes (`config` is
+    the main one); the C calls each on its own.
     """
     weights = data.load_weights(program) if weights is None else weights
     # The binary32 array multiplies f32 operands; the int8 one i8.
     options = replace(options or LowerOptions(), array_dtype="f32" if config.is_float else "i8")
     lowered = lower_program(program, types, options)
     plan = plan_memory(lowered)
-    emit_directory(program, lowered, plan, Path(outdir), config, weights, force)
-    return CompileResult(Path(outdir), lowered, plan, predicted_cycles(lowered, config))
+    emit_directory(program, lowered, plan, Path(outdir), config, weights, force, more_arrays)
+    return CompileResult(Path(outdir), lowered, plan,
+                         predicted_cycles(lowered, config, more_arrays))

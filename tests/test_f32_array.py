@@ -110,7 +110,7 @@ def test_f32_products_map_to_the_f32_array_only() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("example", ["mlp", "conv2d", "matmul"])
+@pytest.mark.parametrize("example", ["mlp", "conv2d", "matmul", "resnet_block"])
 def test_generated_c_sums_in_the_array_order(example: str, tmp_path: Path) -> None:
     """The C model (compiled with -ffp-contract=off) and the interpreter agree in bits."""
     path, shapes = GLENSIDE / f"{example}.glenside", GLENSIDE / f"{example}.json"
@@ -136,7 +136,7 @@ def test_generated_c_sums_in_the_array_order(example: str, tmp_path: Path) -> No
 
 @pytest.mark.slow
 @pytest.mark.rtl
-@pytest.mark.parametrize("example", ["mlp", "conv2d"])
+@pytest.mark.parametrize("example", ["mlp", "conv2d", "matmul", "resnet_block"])
 def test_glenside_f32_program_cosimulates_bit_exactly(example: str, tmp_path: Path,
                                                       sim_cache: Path) -> None:
     """Interpreter == C == C with the binary32 RTL array, in bits; cycles as predicted."""
@@ -152,3 +152,28 @@ def test_glenside_f32_program_cosimulates_bit_exactly(example: str, tmp_path: Pa
     assert np.array_equal(bits(run.sim), bits(expected))
     assert run.report["calls"]
     assert_calls_match_the_model(run.report)
+
+
+def _conv3x3(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """NCHW x OIHW, pad 1, stride 1, in float64: the definition, one output pixel at a time."""
+    padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    out = np.zeros((x.shape[0], w.shape[0], x.shape[2], x.shape[3]))
+    for i in range(x.shape[2]):
+        for j in range(x.shape[3]):
+            out[:, :, i, j] = np.einsum("ocyx,ncyx->no", w, padded[:, :, i:i + 3, j:j + 3])
+    return out
+
+
+def test_the_f32_resnet_block_example_is_a_resnet_block() -> None:
+    """examples/glenside/resnet_block.glenside computes relu(conv2(relu(conv1(x))) + x),
+    and the compiler maps both convolutions to the binary32 array."""
+    path, shapes = GLENSIDE / "resnet_block.glenside", GLENSIDE / "resnet_block.json"
+    program = read_program(path, shapes)
+    inputs = random_inputs(program, seed=3)
+    x, w1, w2 = (inputs[name].astype(np.float64) for name in ("x", "weights1", "weights2"))
+    expected = np.maximum(_conv3x3(np.maximum(_conv3x3(x, w1), 0), w2) + x, 0)
+    compiled = compile_program(program, parse_array_size("2x2:f32"))
+    got = run_program(compiled.program, all_tensors(compiled.program, inputs), compiled.types)
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-6 * np.abs(expected).max())
+    assert len(compiled.prediction.invocations) == 2
+    assert unmapped_products(compiled.program.root, compiled.types, "f32") == []

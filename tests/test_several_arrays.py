@@ -1,19 +1,21 @@
 """Several arrays in one program (issue 13 item 3), as far as it is built: `--array
 R1xC1,R2xC2`, user-written arrays of several sizes, the extractor's choice per product and
-the cycles predicted per array. (C and co-simulation drive one array per program so far.)
+the cycles predicted per array, and the C and the co-simulation of programs on several
+arrays.
 """
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
-from conftest import EXAMPLES
+from conftest import EXAMPLES, assert_calls_match_the_model, compile_and_cosimulate
 
 from glensidec.errors import GlensideError
 from glensidec.hardware.array import ArrayConfig, gemm_cycles
+from glensidec.lang.data import all_tensors, random_inputs
+from glensidec.lang.interp import run_program
 from glensidec.lang.syntax import read_program
 from glensidec.opt.extract import parse_arrays, validate
 from glensidec.pipeline import compile_program
@@ -69,11 +71,37 @@ def test_the_extractor_picks_an_array_per_product() -> None:
     assert {(c.rows, c.cols) for c in both.prediction.invocations} <= {(2, 2), (16, 16)}
 
 
-def test_c_for_several_arrays_is_refused_cleanly(tmp_path: Path) -> None:
-    outdir = tmp_path / "out"
-    done = subprocess.run([sys.executable, "-m", "glensidec", "compile", str(WRITTEN[0]),
-                           "--shapes", str(WRITTEN[1]), "--array", "2x4,4x6,6x2",
-                           "-o", str(outdir)], capture_output=True, text=True, check=False)
-    assert done.returncode == 1
-    assert "several arrays" in done.stderr and "Traceback" not in done.stderr
-    assert not outdir.exists()
+def _bits(values: np.ndarray) -> np.ndarray:
+    return values.view(np.uint32) if values.dtype == np.float32 else values
+
+
+@pytest.mark.slow
+@pytest.mark.rtl
+@pytest.mark.parametrize(("program_path", "shapes", "arrays", "expected_arrays"), [
+    # Glenside's codegen_mlp: three f32 layers on a 2x4, a 4x6 and a 6x2 array
+    (*WRITTEN, "2x4,4x6,6x2:f32", ["2x4", "4x6", "6x2"]),
+    # the int8 CNN, its convolution and its dense layer on arrays of different shapes
+    (EXAMPLES / "small_cnn.gs", None, "2x8,8x2", ["2x8", "8x2"]),
+], ids=["codegen_mlp-f32", "small_cnn-int8"])
+def test_several_arrays_run_three_ways(program_path: Path, shapes: Path | None, arrays: str,
+                                       expected_arrays: list[str], tmp_path: Path,
+                                       sim_cache: Path) -> None:
+    """The C calls each array on its own size and `make sim` runs every call on the RTL of
+    its array: interpreter == C == RTL in bits, every call's cycles as predicted, and the
+    simulated total is the sum over the arrays."""
+    program = read_program(program_path, shapes)
+    configs = parse_arrays(arrays)
+    compiled = compile_program(program, configs[0], more_arrays=configs[1:])
+    inputs = random_inputs(program, seed=5)
+    expected = run_program(compiled.program, all_tensors(compiled.program, inputs),
+                           compiled.types)
+    run = compile_and_cosimulate(program_path, arrays, inputs, tmp_path, sim_cache, shapes)
+    assert np.array_equal(_bits(run.c), _bits(expected))
+    assert np.array_equal(_bits(run.sim), _bits(expected))
+    calls = run.report["calls"]
+    assert [call["array"] for call in calls] == expected_arrays
+    assert [call["predicted_cycles"] for call in calls] == [
+        invocation.cycles for invocation in compiled.prediction.invocations]
+    assert_calls_match_the_model(run.report)
+    total = sum(invocation.cycles for invocation in compiled.prediction.invocations)
+    assert f"simulated array cycles: {total} (predicted {total})" in run.log

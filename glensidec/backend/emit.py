@@ -50,7 +50,7 @@ from glensidec.backend.plan import MemoryPlan
 from glensidec.backend.report import render_files as report_files
 from glensidec.backend.report import report_data
 from glensidec.backend.views import Axis, View, canonical, refine
-from glensidec.hardware.array import ArrayConfig, gemm_cycles
+from glensidec.hardware.array import ArrayConfig, array_for, gemm_cycles
 from glensidec.lang.constructs import ComputeKind
 from glensidec.lang.dtypes import DTYPES, Array, integer_range, lookup_table
 from glensidec.lang.syntax import format_program
@@ -63,8 +63,13 @@ TEMPLATES = ("model.c", "model.h", "array_runtime.c", "array_runtime.h", "host_g
              "host_gemm.h", "main.c", "Makefile")
 
 
-def predicted_cycles(lowered: LoweredProgram, config: ArrayConfig) -> int:
-    return sum(gemm_cycles(config, call.m, call.k, call.n) for call in lowered.array_calls())
+def predicted_cycles(lowered: LoweredProgram, config: ArrayConfig,
+                     more_arrays: tuple[ArrayConfig, ...] = ()) -> int:
+    """Σ cycles of the array calls, each on its own array (`config` first, then
+    `more_arrays`: a program may use several sizes)."""
+    arrays = (config, *more_arrays)
+    return sum(gemm_cycles(array_for(call.rows, call.cols, arrays), call.m, call.k, call.n)
+               for call in lowered.array_calls())
 
 
 # -- loop nests -----------------------------------------------------------------------
@@ -148,8 +153,9 @@ def _wrap(loops: list[Loop], body: list[str], indent: int = 2,
 
 
 class _Renderer:
-    def __init__(self, lowered: LoweredProgram):
+    def __init__(self, lowered: LoweredProgram, arrays: tuple[ArrayConfig, ...]):
         self.lowered = lowered
+        self.arrays = arrays  # the program's arrays, the main one first
 
     def dtype(self, view: View) -> str:
         return self.lowered.buffer_of(view).dtype
@@ -283,7 +289,12 @@ class _Renderer:
                 f"{pointer(gemm.b)}, NULL, {pointer(gemm.dst)}) != 0)")
         what = (f"{gemm.dst.buffer} = {gemm.a.buffer} . {gemm.b.buffer} on the systolic array "
                 f"(M={gemm.m} K={gemm.k} N={gemm.n})")
-        return what, ["  " + call, "    return 1;"]
+        if len(self.arrays) == 1:
+            return what, ["  " + call, "    return 1;"]
+        array = array_for(gemm.rows, gemm.cols, self.arrays)
+        what = what.replace("the systolic array", f"the {array.rows}x{array.cols} array")
+        return what, [f"  gs_array_use({self.arrays.index(array)});", "  " + call,
+                      "    return 1;"]
 
 
 def _shape_text(shape: tuple[int, ...]) -> str:
@@ -655,8 +666,10 @@ def weights_blob(lowered: LoweredProgram, plan: MemoryPlan, weights: dict[str, A
 
 
 def render_files(program: Program, lowered: LoweredProgram, plan: MemoryPlan,
-                 config: ArrayConfig, weights: dict[str, Array]) -> dict[str, bytes]:
-    renderer = _Renderer(lowered)
+                 config: ArrayConfig, weights: dict[str, Array],
+                 more_arrays: tuple[ArrayConfig, ...] = ()) -> dict[str, bytes]:
+    arrays = (config, *more_arrays)
+    renderer = _Renderer(lowered, arrays)
     blocks = [renderer.render(index, instruction)
               for index, instruction in enumerate(lowered.instructions)]
     placeholders = _placeholders(lowered, plan)
@@ -664,11 +677,12 @@ def render_files(program: Program, lowered: LoweredProgram, plan: MemoryPlan,
         "source": Path(program.path).name, **asdict(config),
         "python": sys.executable,
         "f32": config.is_float,
+        "arrays": [asdict(array) for array in arrays],
         "constants_size": plan.constants_size, "mutable_size": plan.mutable_size,
         "activations_size": plan.activations.used, "lower_bound": plan.activations.lower_bound,
         "efficiency": plan.activations.efficiency, "strategy": plan.activations.strategy,
         "naive": plan.naive_activations,
-        "predicted_cycles": predicted_cycles(lowered, config),
+        "predicted_cycles": predicted_cycles(lowered, config, more_arrays),
         "array_calls": len(lowered.array_calls()),
         "instruction_count": len(lowered.instructions),
         "placeholders": placeholders, "output_name": lowered.output,
@@ -683,8 +697,9 @@ def render_files(program: Program, lowered: LoweredProgram, plan: MemoryPlan,
     files = {name: environment.get_template(name + ".j2").render(context).encode()
              for name in TEMPLATES}
     files["weights.bin"] = weights_blob(lowered, plan, weights)
-    files["cosim.json"] = cosim_manifest(program, lowered, config).encode()
-    files.update(report_files(report_data(Path(program.path).name, lowered, config)))
+    files["cosim.json"] = cosim_manifest(program, lowered, arrays).encode()
+    files.update(report_files(report_data(Path(program.path).name, lowered, config,
+                                          more_arrays)))
     return files
 
 
@@ -697,11 +712,14 @@ def manifest_array(config: ArrayConfig) -> dict[str, int | str]:
     return fields
 
 
-def cosim_manifest(program: Program, lowered: LoweredProgram, config: ArrayConfig) -> str:
+def cosim_manifest(program: Program, lowered: LoweredProgram,
+                   arrays: tuple[ArrayConfig, ...]) -> str:
     """What `make sim` needs to know: the array, and every call the program makes to it.
 
     Float products cannot run on the int8 array; they are listed so co-simulation can say
     so instead of silently simulating nothing. ("element" appears for the binary32 array.)
+    A program on several arrays lists them all under "arrays" (the main one is "array")
+    and each call's array (its index there) as a fourth number.
     """
     float_products = sum(
         1 for instruction in lowered.instructions
@@ -709,11 +727,16 @@ def cosim_manifest(program: Program, lowered: LoweredProgram, config: ArrayConfi
         and lowered.buffer_of(instruction.dst).dtype == "f32")
     manifest = {
         "source": Path(program.path).name,
-        "array": manifest_array(config),
+        "array": manifest_array(arrays[0]),
         "array_calls": [[call.m, call.k, call.n] for call in lowered.array_calls()],
         "float_products": float_products,
         "inputs": [decl.name for decl in program.inputs()],
     }
+    if len(arrays) > 1:
+        manifest["arrays"] = [manifest_array(array) for array in arrays]
+        manifest["array_calls"] = [
+            [call.m, call.k, call.n, arrays.index(array_for(call.rows, call.cols, arrays))]
+            for call in lowered.array_calls()]
     return json.dumps(manifest, indent=2) + "\n"
 
 
@@ -733,10 +756,12 @@ def write_directory_atomically(outdir: Path, files: dict[str, bytes],
 
 
 def emit_directory(program: Program, lowered: LoweredProgram, plan: MemoryPlan, outdir: Path,
-                   config: ArrayConfig, weights: dict[str, Array], force: bool = False) -> None:
+                   config: ArrayConfig, weights: dict[str, Array], force: bool = False,
+                   more_arrays: tuple[ArrayConfig, ...] = ()) -> None:
     """Write the C program of a lowered, planned `program` to `outdir` (see the module
-    docstring); `force`: replace glensidec's own files in an OUTDIR that also holds others."""
-    files = render_files(program, lowered, plan, config, weights)
+    docstring); `force`: replace glensidec's own files in an OUTDIR that also holds others;
+    `more_arrays`: the program's further arrays, when it uses several."""
+    files = render_files(program, lowered, plan, config, weights, more_arrays)
     # The program compiled, weights re-pointed from OUTDIR: `glensidec diff` lowers it again
     # and runs it on those weights (the reference for OUTDIR's own weights.bin).
     if all(decl.source is not None for decl in program.weights()):

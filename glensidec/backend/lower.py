@@ -202,9 +202,11 @@ class ArrayGemm(Instruction):
     m: int
     k: int
     n: int
-    # The array's rows: its K folds fix the order of an f32 array's sums (0 where no
-    # systolic-array construct names them; integer sums are the same in any order).
+    # The array's size, from its systolic-array construct: which of several arrays runs
+    # the call, and (rows) the K folds that fix the order of an f32 array's sums. 0 where no
+    # construct names them (the main array; integer sums are the same in any order).
     rows: int = 0
+    cols: int = 0
 
     def reads(self) -> tuple[View, ...]:
         return (self.a, self.b)
@@ -500,7 +502,7 @@ class _Lowerer:
         b = transpose(merge_dims(product.right, [b_rank, left_item]), (1, 0))
         return self.gemm(term, a, b)
 
-    def gemm(self, term: Term, a: View, b: View, rows: int = 0) -> View:
+    def gemm(self, term: Term, a: View, b: View, rows: int = 0, cols: int = 0) -> View:
         """dst(M×N) = a(M×K)·b(K×N) on the array (the result buffer keeps term's shape)."""
         a = self.matrix_operand(a, "a")
         b = self.matrix_operand(b, "b")
@@ -508,7 +510,7 @@ class _Lowerer:
         dst = self.result_buffer(term, "gemm")
         matrix = regroup(dst, (m, n))
         assert matrix is not None
-        self.emit(ArrayGemm(self.note, matrix, a, b, m, k, n, rows))
+        self.emit(ArrayGemm(self.note, matrix, a, b, m, k, n, rows, cols))
         return dst
 
     def matrix_operand(self, view: View, role: str) -> View:
@@ -533,9 +535,9 @@ class _Lowerer:
         if act_type.dtype == self.options.array_dtype:
             # No access dims: merging zero dims gives M = 1.
             a = merge_dims(activations, [len(act_type.shape), 1])
-            rows = term.args[0]
-            assert isinstance(rows, int)
-            return self.gemm(term, a, weights, rows)
+            rows, cols = term.args[0], term.args[1]
+            assert isinstance(rows, int) and isinstance(cols, int)
+            return self.gemm(term, a, weights, rows, cols)
         # Not the array's dtype: the host computes the same product.
         rank = len(act_type.shape)
         outputs = weights.shape[1]

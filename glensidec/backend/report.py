@@ -35,7 +35,7 @@ from glensidec.backend.lower import (
     Softmax,
 )
 from glensidec.backend.svg_chart import Chart, Series, render_svg
-from glensidec.hardware.array import ArrayConfig, gemm_cycles, ideal_cycles
+from glensidec.hardware.array import ArrayConfig, array_for, gemm_cycles, ideal_cycles
 from glensidec.opt.extract import HOST_ELEMENT, HOST_MAC
 from glensidec.resources import resource_dir
 
@@ -146,7 +146,10 @@ def _host_cycles(instruction: Instruction) -> int:
     return HOST_ELEMENT * sum(math.prod(view.shape) for view in instruction.reads())
 
 
-def report_data(source: str, lowered: LoweredProgram, config: ArrayConfig) -> ReportData:
+def report_data(source: str, lowered: LoweredProgram, config: ArrayConfig,
+                more_arrays: tuple[ArrayConfig, ...] = ()) -> ReportData:
+    """The report's rows; each array call priced on its own array (`config`, the main one,
+    or one of `more_arrays`)."""
     data = ReportData(source, (config.rows, config.cols))
     for index, instruction in enumerate(lowered.instructions):
         kind, op = _kind_and_op(instruction)
@@ -155,9 +158,10 @@ def report_data(source: str, lowered: LoweredProgram, config: ArrayConfig) -> Re
         utilization = None
         if isinstance(instruction, ArrayGemm):
             m, k, n = instruction.m, instruction.k, instruction.n
-            cycles = gemm_cycles(config, m, k, n)
-            ideal = ideal_cycles(config, m, k, n)
-            utilization = m * k * n / (config.rows * config.cols * cycles)
+            array = array_for(instruction.rows, instruction.cols, (config, *more_arrays))
+            cycles = gemm_cycles(array, m, k, n)
+            ideal = ideal_cycles(array, m, k, n)
+            utilization = m * k * n / (array.rows * array.cols * cycles)
         data.rows.append(Row(
             index, instruction.writes().buffer, kind, op,
             [list(view.shape) for view in instruction.reads()], list(instruction.writes().shape),

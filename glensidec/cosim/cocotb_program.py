@@ -21,6 +21,7 @@ from cocotb.task import bridge, resume
 from glensidec.cosim.rtl_driver import GemmDriver, GemmRun
 from glensidec.cosim.runner import (
     ENV_ARGS,
+    ENV_ARRAY,
     ENV_LIBRARY,
     ENV_MANIFEST,
     ENV_PROGRESS,
@@ -32,14 +33,16 @@ from glensidec.hardware.array import gemm_cycles, reference_gemm, reference_gemm
 
 # int (*)(long M, long K, long N, const int8_t *A, const int8_t *B, const int32_t *D,
 #         int32_t *C), as array_runtime.h declares gs_array_backend_fn.
-BACKEND = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_long, ctypes.c_long, ctypes.c_long,
-                           ctypes.POINTER(ctypes.c_int8), ctypes.POINTER(ctypes.c_int8),
-                           ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_int32))
+BACKEND_ARGS = (ctypes.c_long, ctypes.c_long, ctypes.c_long,
+                ctypes.POINTER(ctypes.c_int8), ctypes.POINTER(ctypes.c_int8),
+                ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_int32))
+BACKEND = ctypes.CFUNCTYPE(ctypes.c_int, *BACKEND_ARGS)
 # The binary32 array's: (long, long, long, const float *A, const float *B, const float *D,
 # float *C).
-BACKEND_F32 = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_long, ctypes.c_long, ctypes.c_long,
-                               ctypes.POINTER(ctypes.c_float), ctypes.POINTER(ctypes.c_float),
-                               ctypes.POINTER(ctypes.c_float), ctypes.POINTER(ctypes.c_float))
+BACKEND_F32_ARGS = (ctypes.c_long, ctypes.c_long, ctypes.c_long,
+                    ctypes.POINTER(ctypes.c_float), ctypes.POINTER(ctypes.c_float),
+                    ctypes.POINTER(ctypes.c_float), ctypes.POINTER(ctypes.c_float))
+BACKEND_F32 = ctypes.CFUNCTYPE(ctypes.c_int, *BACKEND_F32_ARGS)
 
 
 def same_bits(got: np.ndarray[Any, Any], want: np.ndarray[Any, Any]) -> bool:
@@ -58,16 +61,24 @@ def _matrix(pointer: Any, rows: int, cols: int) -> np.ndarray[Any, Any]:
 @test()
 async def run_compiled_program(dut: Any) -> None:
     manifest = Manifest.read(Path(os.environ[ENV_MANIFEST]).parent)
-    config = manifest.config
-    driver = GemmDriver(dut, config, testbench_depths(manifest))
+    live = int(os.environ.get(ENV_ARRAY, "0"))  # the array on the RTL in this run
+    config = manifest.configs[live]
+    several = len(manifest.configs) > 1
+    driver = GemmDriver(dut, config, testbench_depths(manifest, live))
     await driver.reset()
     library = ctypes.CDLL(os.environ[ENV_LIBRARY])
+    current_array = ctypes.c_int.in_dll(library, "gs_array_current")
     gemm_on_rtl = resume(driver.gemm)
-    calls: list[dict[str, int | bool | float]] = []
+    calls: list[dict[str, int | bool | float | str]] = []
     progress_path = os.environ.get(ENV_PROGRESS)
+    made = [0]  # array calls the program has made so far, on any array
 
     def backend(m: int, k: int, n: int, a_ptr: Any, b_ptr: Any, d_ptr: Any,
                 c_ptr: Any) -> int:
+        index = made[0]
+        made[0] += 1
+        if current_array.value != live:  # another array's call: this run has not its RTL
+            return int(library.gs_array_gemm_model(m, k, n, a_ptr, b_ptr, d_ptr, c_ptr))
         a = _matrix(a_ptr, m, k).copy()
         b = _matrix(b_ptr, k, n).copy()
         d = _matrix(d_ptr, m, n).copy() if d_ptr else None
@@ -79,16 +90,18 @@ async def run_compiled_program(dut: Any) -> None:
             else reference_gemm(a, b, d, config.acc_width, config.in_width))
         predicted = gemm_cycles(config, m, k, n)
         _matrix(c_ptr, m, n)[:] = run.C  # the program continues with the RTL's numbers
-        calls.append({"m": m, "k": k, "n": n, "predicted_cycles": predicted,
+        calls.append({"call": index, "m": m, "k": k, "n": n, "predicted_cycles": predicted,
                       "simulated_cycles": run.cycles,
                       "data_ok": same_bits(run.C, expected),
-                      "cycles_ok": run.cycles == predicted, "rtl_seconds": rtl_seconds})
+                      "cycles_ok": run.cycles == predicted, "rtl_seconds": rtl_seconds,
+                      **({"array": f"{config.rows}x{config.cols}"} if several else {})})
         if progress_path:  # for the progress bar of the process that started the simulator
             with open(progress_path, "a") as progress:
                 progress.write(f"{run.cycles} {rtl_seconds}\n")
         return 0
 
     callback = (BACKEND_F32 if config.is_float else BACKEND)(backend)  # alive until the end
+    library.gs_array_gemm_model.argtypes = BACKEND_F32_ARGS if config.is_float else BACKEND_ARGS
     library.gs_array_set_backend(callback)
     argv = json.loads(os.environ[ENV_ARGS])
     argv_c = (ctypes.c_char_p * len(argv))(*(arg.encode() for arg in argv))

@@ -57,14 +57,17 @@ ENV_ARGS = "GLENSIDEC_COSIM_ARGS"
 ENV_REPORT = "GLENSIDEC_COSIM_REPORT"
 ENV_MANIFEST = "GLENSIDEC_COSIM_MANIFEST"
 ENV_PROGRESS = "GLENSIDEC_COSIM_PROGRESS"  # one line per finished array call: its cycles
+ENV_ARRAY = "GLENSIDEC_COSIM_ARRAY"  # which of the program's arrays runs on the RTL
 
 
 @dataclass(frozen=True)
 class Manifest:
-    config: ArrayConfig
+    config: ArrayConfig  # the main array
     array_calls: list[tuple[int, int, int]]
     float_products: int
     source: str
+    configs: tuple[ArrayConfig, ...] = ()  # every array of the program, the main one first
+    call_arrays: tuple[int, ...] = ()  # per call, its array's index in `configs`
 
     @staticmethod
     def read(outdir: Path) -> Manifest:
@@ -75,23 +78,32 @@ class Manifest:
             raise GlensideError(f"{path} not found: is {outdir} a `glensidec compile` "
                                 "output directory?") from None
         config = ArrayConfig(**raw["array"])
-        calls = [(int(m), int(k), int(n)) for m, k, n in raw["array_calls"]]
-        return Manifest(config, calls, int(raw["float_products"]), str(raw["source"]))
+        configs = tuple(ArrayConfig(**array) for array in raw.get("arrays", [raw["array"]]))
+        calls = [(int(call[0]), int(call[1]), int(call[2])) for call in raw["array_calls"]]
+        call_arrays = tuple(int(call[3]) if len(call) > 3 else 0 for call in raw["array_calls"])
+        return Manifest(config, calls, int(raw["float_products"]), str(raw["source"]),
+                        configs, call_arrays)
+
+    def calls_on(self, array: int) -> list[tuple[int, int, int]]:
+        """The calls that run on array `array` (an index into `configs`)."""
+        return [call for call, on in zip(self.array_calls, self.call_arrays, strict=True)
+                if on == array]
 
 
 def _power_of_two(count: int) -> int:
     return 1 << max(4, math.ceil(math.log2(max(count, 1))))
 
 
-def testbench_depths(manifest: Manifest) -> GemmBenchDepths:
-    """Memories big enough for the program's largest array call: the default depths unless
+def testbench_depths(manifest: Manifest, array: int = 0) -> GemmBenchDepths:
+    """Memories big enough for the largest call on array `array`: the default depths unless
     a call needs more (then powers of two), so most programs share one build per array."""
     defaults = GemmBenchDepths()
     needs = {name: getattr(defaults, name) for name in
              ("weight_beats", "activation_rows", "tiles", "d_rows", "result_rows")}
-    rows = manifest.config.rows
-    for m, k, n in manifest.array_calls:
-        tiles = gemm_tiles(manifest.config, m, k, n)
+    config = manifest.configs[array]
+    rows = config.rows
+    for m, k, n in manifest.calls_on(array):
+        tiles = gemm_tiles(config, m, k, n)
         distinct_a_blocks = {(tile.m0, tile.k0): tile.m_len for tile in tiles}
         needs["weight_beats"] = max(needs["weight_beats"], len(tiles) * rows)
         needs["activation_rows"] = max(needs["activation_rows"],
@@ -103,13 +115,14 @@ def testbench_depths(manifest: Manifest) -> GemmBenchDepths:
 
 
 def build_directory(outdir: Path, config: ArrayConfig, depths: GemmBenchDepths,
-                    simulator: str, waves: bool) -> Path:
+                    simulator: str, waves: bool, several: bool = False) -> Path:
     """Where the simulator is built. With GLENSIDEC_SIM_CACHE set, builds are shared by
     every program with the same array, depths, simulator and RTL sources (a Verilator
-    build takes tens of seconds); otherwise OUTDIR/sim_build."""
+    build takes tens of seconds); otherwise OUTDIR/sim_build, or for a program on
+    `several` arrays OUTDIR/sim_build/RxC, one per array."""
     cache = os.environ.get("GLENSIDEC_SIM_CACHE")
     if not cache:
-        return outdir / "sim_build"
+        return outdir / "sim_build" / (f"{config.rows}x{config.cols}" if several else "")
     key = hashlib.sha256()
     key.update(repr((config, depths, simulator, waves)).encode())
     for source in rtl_sources(GEMM_TESTBENCH):
@@ -146,7 +159,11 @@ def cosimulate(outdir: Path, program_args: list[str], *, waves: bool = False,
                simulator: str = "verilator", library: str = LIBRARY) -> CosimResult:
     """Build the RTL and the C library for `outdir`, run the program, return the report.
 
-    `library`: the build of the program to run (the traced one for `glensidec diff --rtl`)."""
+    `library`: the build of the program to run (the traced one for `glensidec diff --rtl`).
+    A program on arrays of several sizes runs once per array, with that array's RTL
+    instantiated and its calls on it (the other arrays' calls on the bit-exact C model),
+    so every call runs once on the RTL of its own size; the report lists them in program
+    order."""
     outdir = outdir.resolve()
     manifest = Manifest.read(outdir)
     if manifest.float_products and not manifest.array_calls and not manifest.config.is_float:
@@ -160,26 +177,46 @@ def cosimulate(outdir: Path, program_args: list[str], *, waves: bool = False,
                                capture_output=True, text=True)
         if built.returncode != 0:
             raise GlensideError(f"building {outdir / library} failed:\n{built.stderr.strip()}")
-    depths = testbench_depths(manifest)
-    build_dir = build_directory(outdir, manifest.config, depths, simulator, waves)
+    runs = [_cosimulate_array(outdir, manifest, array, program_args, waves, simulator,
+                              library) for array in range(len(manifest.configs))]
+    if len(runs) == 1:
+        return runs[0]
+    calls = sorted((call for result in runs for call in result.calls),
+                   key=lambda call: int(call["call"]))
+    status = next((result.status for result in runs if result.status != 0), 0)
+    with open(outdir / REPORT, "w") as report:  # the runs' reports, merged
+        json.dump({"status": status, "calls": calls}, report, indent=1)
+    return CosimResult(calls, status, sum(result.wall_seconds for result in runs))
+
+
+def _cosimulate_array(outdir: Path, manifest: Manifest, array: int, program_args: list[str],
+                      waves: bool, simulator: str, library: str) -> CosimResult:
+    """One simulator run of the program with array `array` (an index into the manifest's
+    arrays) on the RTL."""
+    config = manifest.configs[array]
+    several = len(manifest.configs) > 1
+    depths = testbench_depths(manifest, array)
+    build_dir = build_directory(outdir, config, depths, simulator, waves, several)
     build_log, run_log = outdir / BUILD_LOG, outdir / RUN_LOG
-    print(f"building the {manifest.config.rows}x{manifest.config.cols} array testbench "
+    print(f"building the {config.rows}x{config.cols} array testbench "
           f"with {simulator} (log: {build_log})", flush=True)
     try:
-        runner = build_gemm_testbench(manifest.config, build_dir, depths, simulator=simulator,
+        runner = build_gemm_testbench(config, build_dir, depths, simulator=simulator,
                                       waves=waves, log_file=build_log)
     except (Exception, SystemExit):
         raise GlensideError(f"the simulator build failed:\n{_tail(build_log)}") from None
     report = outdir / REPORT
     report.unlink(missing_ok=True)
-    print(f"co-simulating {manifest.source}: {len(manifest.array_calls)} array calls "
+    calls_here = len(manifest.calls_on(array))
+    print(f"co-simulating {manifest.source}: {calls_here} array calls"
+          f"{f' on the {config.rows}x{config.cols} array' if several else ''} "
           f"(log: {run_log})", flush=True)
     started = time.perf_counter()
     try:
         # The run's files (results, hex files, waveforms) stay in OUTDIR even when the
         # build is shared (GLENSIDEC_SIM_CACHE).
         with tempfile.TemporaryDirectory(prefix="glensidec-cosim-") as scratch, \
-                _watch_calls(Path(scratch) / "calls", len(manifest.array_calls)) as calls_log:
+                _watch_calls(Path(scratch) / "calls", calls_here) as calls_log:
             run(runner, GEMM_TESTBENCH, TEST_MODULE, outdir / "sim_build", waves=waves,
                 log_file=run_log,
                 extra_env={
@@ -187,6 +224,7 @@ def cosimulate(outdir: Path, program_args: list[str], *, waves: bool = False,
                     ENV_ARGS: json.dumps([str(outdir / "model"), *program_args]),
                     ENV_REPORT: str(report),
                     ENV_MANIFEST: str(outdir / MANIFEST),
+                    ENV_ARRAY: str(array),
                     **({ENV_PROGRESS: str(calls_log)} if calls_log else {}),
                 })
     except (Exception, SystemExit):
@@ -258,9 +296,10 @@ def _tail(log: Path, lines: int = 30) -> str:
 def print_report(result: CosimResult) -> None:
     print(f"{'call':>4} {'M':>6} {'K':>6} {'N':>6} {'predicted':>10} {'simulated':>10}  data")
     for index, call in enumerate(result.calls):
+        on = f"  on {call['array']}" if "array" in call else ""  # several arrays
         print(f"{index:>4} {call['m']:>6} {call['k']:>6} {call['n']:>6} "
               f"{call['predicted_cycles']:>10} {call['simulated_cycles']:>10}  "
-              f"{'ok' if call['data_ok'] else 'MISMATCH'}")
+              f"{'ok' if call['data_ok'] else 'MISMATCH'}{on}")
     rate = result.simulated_cycles / result.rtl_seconds if result.rtl_seconds else 0.0
     print(f"simulated array cycles: {result.simulated_cycles} "
           f"(predicted {result.predicted_cycles}); {len(result.calls)} array calls")

@@ -147,6 +147,15 @@ class TileTiming:
     last_row: int
 
 
+def array_for(rows: int, cols: int, arrays: Sequence[ArrayConfig]) -> ArrayConfig:
+    """The array of `arrays` (the program's, the main one first) that is rows x cols. The
+    main one for a call no systolic-array construct sized (rows = 0), and for a size none
+    of them has: the compiler's extraction refuses such a size with a located error, but a
+    program lowered directly (the Python API, the tests) runs it on the main array."""
+    found = [config for config in arrays if (config.rows, config.cols) == (rows, cols)]
+    return found[0] if found else arrays[0]
+
+
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 

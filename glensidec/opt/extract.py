@@ -567,19 +567,13 @@ def parse_array_size(text: str) -> hardware.ArrayConfig:
         raise GlensideError(f"--array {text}: {error}") from None
 
 
-def array_for_c(compiled: Compiled, configs: tuple[hardware.ArrayConfig, ...]
-                ) -> hardware.ArrayConfig:
-    """The one array the generated C drives: the size the extracted program uses (the
-    first `--array` when it uses none). C for several array sizes is not built yet."""
-    used = list(compiled.prediction.per_array())
-    if len(used) > 1:
-        sizes = ", ".join(f"{r}x{c}" for r, c in used)
-        raise GlensideError(f"the extracted program uses several arrays ({sizes}): C for "
-                            "several arrays in one program is not built yet (--emit "
-                            "rewritten shows the program; compile with one --array for C)")
-    if not used:
-        return configs[0]
-    return next(c for c in configs if (c.rows, c.cols) == used[0])
+def arrays_for_c(compiled: Compiled, configs: tuple[hardware.ArrayConfig, ...]
+                 ) -> tuple[hardware.ArrayConfig, ...]:
+    """The arrays the generated C drives: the sizes the extracted program uses, in the order
+    `--array` lists them (the first `--array` when it uses none)."""
+    used = set(compiled.prediction.per_array())
+    arrays = tuple(c for c in configs if (c.rows, c.cols) in used)
+    return arrays or configs[:1]
 
 
 def parse_arrays(text: str) -> tuple[hardware.ArrayConfig, ...]:
