@@ -141,14 +141,13 @@ def searches(mapper: Any, program_text: str, weights: dict[str, Any], train_data
         results[label] = S.run_search(program_text, weights, (train_data.x, train_data.y),
                                       (val.x, val.y), config, options, mapper, memo=memo)
     by_cycles = results["cycles"]
-    legal = [r for r in by_cycles.records[1:] if r.get("legal")]
     picks = {"original": by_cycles.original}
     for label, result in results.items():
         assert result.chosen is not None
         picks[f"search by {label}"] = result.chosen
-    if legal:
-        picks["FLOP-minimal legal pick"] = min(legal, key=lambda r: (r["macs"], r["cycles"]))
-        picks["random legal pick"] = random.Random(1).choice(legal)
+    # the same picks the search's report and pareto.png mark (one seed for both)
+    for label, record in S.baselines(by_cycles):
+        picks[f"{label} pick"] = record
     return results, picks
 
 
