@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from glensidec.cosim import rtl_build
+from glensidec.cosim.settings import settings_env
 from glensidec.hardware.accel import (
     ConvLayer,
     LayerCost,
@@ -101,8 +102,8 @@ def simulate_dma_load(layer: ConvLayer, bus: int) -> tuple[int, float]:
             "zero_point": 3}
     with tempfile.TemporaryDirectory() as scratch:
         out = Path(scratch) / "out.json"
-        env = {"GLENSIDEC_TB_PARAMS": json.dumps(parameters), "DMA_LAYER": json.dumps(spec),
-               "DMA_LAYER_OUT": str(out), "PYTHONPATH": str(SIM_DIR)}
+        env = {**settings_env(parameters=parameters, layer=spec, out=str(out)),
+               "PYTHONPATH": str(SIM_DIR)}
         start = time.perf_counter()
         tests, failures = rtl_build.run(runner, "ws_dma_load", "cocotb_ws_dma_load", SIM_DIR,
                                         testcase="im2col_layer", extra_env=env,

@@ -25,6 +25,7 @@ from pathlib import Path
 from bench_accel import ARRAY, TARGET_RATIO, bound, resnet18
 
 from glensidec.cosim import rtl_build
+from glensidec.cosim.settings import settings_env
 from glensidec.hardware.accel import ConvLayer, EpilogueConfig
 from glensidec.hardware.commands import (
     AccelConfig,
@@ -60,8 +61,8 @@ def simulate(config: AccelConfig, layer: ConvLayer) -> tuple[int, float]:
             "kernel": layer.kernel, "stride": layer.stride, "padding": layer.padding}
     with tempfile.TemporaryDirectory() as scratch:
         out = Path(scratch) / "out.json"
-        env = {"GLENSIDEC_TB_PARAMS": json.dumps(parameters), "ACCEL_LAYERS": json.dumps([spec]),
-               "ACCEL_OUT": str(out), "PYTHONPATH": str(SIM_DIR)}
+        env = {**settings_env(parameters=parameters, layers=[spec], out=str(out)),
+               "PYTHONPATH": str(SIM_DIR)}
         tests, failures = rtl_build.run(runner, "ws_accel", "cocotb_ws_accel", SIM_DIR,
                                         testcase="layers", extra_env=env,
                                         log_file=build_dir.with_suffix(".run.log"))

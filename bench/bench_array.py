@@ -30,7 +30,7 @@ sys.path.insert(0, str(BENCH_DIR))  # cocotb imports cocotb_bench from here
 
 from glensidec.cosim import rtl_build  # noqa: E402
 from glensidec.cosim.rtl_build import GEMM_TESTBENCH, GemmBenchDepths  # noqa: E402
-from glensidec.cosim.rtl_driver import config_to_env  # noqa: E402
+from glensidec.cosim.settings import settings_env  # noqa: E402
 from glensidec.hardware.array import (  # noqa: E402
     ArrayConfig,
     folds,
@@ -125,7 +125,7 @@ def simulate(config: ArrayConfig, shapes: list[tuple[int, int, int]], runner: An
     with tempfile.TemporaryDirectory() as scratch:
         job, out = Path(scratch) / "job.json", Path(scratch) / "out.json"
         job.write_text(json.dumps({"shapes": shapes, "seed": config.rows, "depths": vars(DEPTHS)}))
-        env = {**config_to_env(config), "BENCH_JOB": str(job), "BENCH_OUT": str(out)}
+        env = settings_env(parameters=config.rtl_parameters(), job=str(job), out=str(out))
         tests, failures = rtl_build.run(
             runner,
             GEMM_TESTBENCH,

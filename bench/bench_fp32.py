@@ -21,6 +21,7 @@ ROOT = BENCH_DIR.parent
 sys.path.insert(0, str(ROOT / "sim"))  # cocotb imports cocotb_fp32 and its helpers here
 
 from glensidec.cosim import rtl_build  # noqa: E402
+from glensidec.cosim.settings import settings_env  # noqa: E402
 
 RESULTS = BENCH_DIR / "results" / "fp32.md"
 LANES = 64
@@ -39,9 +40,8 @@ def run_operation(op: int, scratch: Path) -> tuple[int, float, float]:
     report = scratch / f"report_{op}.json"
     tests, failures = rtl_build.run(
         runner, "tb_fp32_lanes", "cocotb_fp32", runner.build_dir, testcase="random_vectors",
-        extra_env={"GLENSIDEC_TB_PARAMS": json.dumps(parameters),
-                   "GLENSIDEC_FP32_VECTORS": str(VECTORS), "GLENSIDEC_FP32_SEED": str(SEED),
-                   "GLENSIDEC_FP32_REPORT": str(report)})
+        extra_env=settings_env(parameters=parameters, vectors=VECTORS, seed=SEED,
+                               report=str(report)))
     if tests != 1 or failures or not report.is_file():
         raise RuntimeError(f"fp32 op {op}: {failures} of {tests} tests failed")
     checked = int(json.loads(report.read_text())["vectors"])

@@ -1,14 +1,14 @@
 """cocotb side of bench/bench_array.py: runs the GEMMs listed in a JSON job on the RTL.
 
-The job (path in BENCH_JOB) lists GEMM shapes; each runs on tb_ws_gemm with random int8
-operands, is checked bit-exactly against `reference_gemm`, and its simulated cycles and
-wall-clock times are written to the JSON file in BENCH_OUT.
+The job (a JSON file, the `job` setting of glensidec.cosim.settings) lists GEMM shapes; each
+runs on tb_ws_gemm with random int8 operands, is checked bit-exactly against
+`reference_gemm`, and its simulated cycles and wall-clock times are written to the JSON
+file of the `out` setting.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +17,14 @@ import numpy as np
 
 from glensidec.cosim.rtl_build import GemmBenchDepths
 from glensidec.cosim.rtl_driver import GemmDriver, config_from_env
+from glensidec.cosim.settings import testbench_settings
 from glensidec.hardware.array import reference_gemm
 
 
 @cocotb.test()
 async def run_job(dut: Any) -> None:
-    job = json.loads(Path(os.environ["BENCH_JOB"]).read_text())
+    settings = testbench_settings()
+    job = json.loads(Path(settings["job"]).read_text())
     config = config_from_env()
     driver = GemmDriver(dut, config, GemmBenchDepths(**job["depths"]))
     await driver.reset()
@@ -42,4 +44,4 @@ async def run_job(dut: Any) -> None:
                 "read_s": run.read_seconds,
             }
         )
-    Path(os.environ["BENCH_OUT"]).write_text(json.dumps(records, indent=1))
+    Path(settings["out"]).write_text(json.dumps(records, indent=1))

@@ -1,14 +1,13 @@
 """cocotb test of fp32_mul / fp32_add through tb_fp32_lanes, against numpy's float32.
 
-LANES vectors are checked per write/read. The count and seed come from the environment
-(GLENSIDEC_FP32_VECTORS, GLENSIDEC_FP32_SEED): pytest runs a few tens of thousands,
+LANES vectors are checked per write/read. The count and seed come from the `vectors` and
+`seed` settings (glensidec.cosim.settings): pytest runs a few tens of thousands,
 bench/bench_fp32.py over a million.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
 import cocotb
@@ -17,9 +16,7 @@ from cocotb.triggers import Timer
 from cycle_bench import params
 from fp32_vectors import expected, mismatches, operands
 
-VECTORS_ENV = "GLENSIDEC_FP32_VECTORS"
-SEED_ENV = "GLENSIDEC_FP32_SEED"
-REPORT_ENV = "GLENSIDEC_FP32_REPORT"
+from glensidec.cosim.settings import testbench_settings
 
 
 def _pack(values: np.ndarray) -> int:
@@ -33,8 +30,9 @@ def _unpack(word: int, lanes: int) -> np.ndarray:
 @cocotb.test()
 async def random_vectors(dut: Any) -> None:
     lanes, op = params()["LANES"], "mul" if params()["OP"] == 0 else "add"
-    count = int(os.environ.get(VECTORS_ENV, "32768"))
-    rng = np.random.default_rng(int(os.environ.get(SEED_ENV, "1")))
+    settings = testbench_settings()  # `vectors`, `seed`, `report`: bench/bench_fp32.py
+    count = int(settings.get("vectors", 32768))
+    rng = np.random.default_rng(int(settings.get("seed", 1)))
     steps = -(-count // lanes)
     a_all, b_all = operands(rng, steps * lanes)
     want_all = expected(op, a_all, b_all)
@@ -52,7 +50,7 @@ async def random_vectors(dut: Any) -> None:
                 f"{op} {a_all[window][lane]:08x} {b_all[window][lane]:08x}: RTL "
                 f"{got[lane]:08x}, numpy {want_all[window][lane]:08x}")
         checked += lanes
-    report = os.environ.get(REPORT_ENV)
+    report = settings.get("report")
     if report:
         with open(report, "w") as handle:
             json.dump({"op": op, "vectors": checked}, handle)

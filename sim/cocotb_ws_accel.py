@@ -5,14 +5,14 @@ read answered exactly LATENCY cycles later, posted strobed writes) and offers th
 commands of `commands.conv_program` back to back from cycle 0. At the end the output
 region must equal `commands.conv_reference` (numpy convolution + the interpreter's
 requantize) byte for byte, and the cycle of the last memory write + 1 must equal
-`commands.accel_cycles` (the control model). The layers come from ACCEL_LAYERS (JSON);
-with ACCEL_OUT set, the simulated cycles and wall times are written there (JSON).
+`commands.accel_cycles` (the control model). The layers come from the `layers` setting
+(glensidec.cosim.settings); with an `out` setting, the simulated cycles and wall times are
+written to that file (JSON).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections import deque
 from pathlib import Path
@@ -22,6 +22,7 @@ import cocotb
 import numpy as np
 from cycle_bench import next_cycle, pack, params, read, settle, start_clock
 
+from glensidec.cosim.settings import testbench_settings
 from glensidec.hardware.accel import ConvLayer, EpilogueConfig, MemoryConfig
 from glensidec.hardware.commands import (
     AccelConfig,
@@ -119,14 +120,15 @@ async def run_layer(dut: Any, config: AccelConfig, layer: ConvLayer, seed: int) 
 
 @cocotb.test()
 async def layers(dut: Any) -> None:
-    """Every layer of ACCEL_LAYERS, one after the other (reset in between)."""
+    """Every layer of the `layers` setting, one after the other (reset in between)."""
     config = accel_config()
     await start_clock(dut)
     results = []
-    for seed, spec in enumerate(json.loads(os.environ["ACCEL_LAYERS"])):
+    settings = testbench_settings()
+    for seed, spec in enumerate(settings["layers"]):
         start = time.perf_counter()
         cycles = await run_layer(dut, config, ConvLayer(**spec), seed)
         results.append({"name": spec["name"], "cycles": cycles,
                         "seconds": time.perf_counter() - start})
-    if "ACCEL_OUT" in os.environ:  # bench/bench_accel_top.py reads the simulated cycles
-        Path(os.environ["ACCEL_OUT"]).write_text(json.dumps(results))
+    if "out" in settings:  # bench/bench_accel_top.py reads the simulated cycles
+        Path(settings["out"]).write_text(json.dumps(results))

@@ -15,6 +15,7 @@ import cocotb
 import numpy as np
 from cycle_bench import next_cycle, pack, params, read, settle, start_clock, unpack
 
+from glensidec.cosim.settings import testbench_settings
 from glensidec.hardware.accel import (
     DmaCommand,
     dma_load_cycles,
@@ -117,16 +118,16 @@ async def random_sequences(dut: Any) -> None:
 
 @cocotb.test()
 async def im2col_layer(dut: Any) -> None:
-    """Every im2col fold of one convolution (JSON in DMA_LAYER), back to back.
+    """Every im2col fold of one convolution (the `layer` setting), back to back.
 
     Checks every write like `random_sequences` and writes the simulated cycles to the
-    JSON file DMA_LAYER_OUT (bench/bench_accel.py: bandwidth against the model).
+    JSON file of the `out` setting (bench/bench_accel.py: bandwidth against the model).
     """
     import json
-    import os
 
     row_bytes, bus, latency = params()["ROW_BYTES"], params()["BUS_BYTES"], params()["LATENCY"]
-    layer = json.loads(os.environ["DMA_LAYER"])
+    settings = testbench_settings()
+    layer = settings["layer"]
     height, width, channels = layer["height"], layer["width"], layer["channels"]
     kernel, stride, padding = layer["kernel"], layer["stride"], layer["padding"]
     rng = np.random.default_rng(0)
@@ -172,4 +173,4 @@ async def im2col_layer(dut: Any) -> None:
         await next_cycle(dut)
         cycle += 1
     assert cycle == dma_load_cycles(commands, bus, latency)
-    Path(os.environ["DMA_LAYER_OUT"]).write_text(json.dumps({"cycles": cycle}))
+    Path(settings["out"]).write_text(json.dumps({"cycles": cycle}))

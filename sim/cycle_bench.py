@@ -8,8 +8,6 @@ not work this way: they move whole tiles per transaction.)
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,16 +16,18 @@ from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, Timer
 
 from glensidec.cosim.rtl_driver import pack_rows, unpack_rows
+from glensidec.cosim.settings import settings_env, testbench_settings
 
-PARAMS_ENV = "GLENSIDEC_TB_PARAMS"
 
-
-def params_env(parameters: dict[str, int]) -> dict[str, str]:
-    return {PARAMS_ENV: json.dumps(parameters)}
+def params_env(parameters: dict[str, int], **more: Any) -> dict[str, str]:
+    """The settings of a testbench run (glensidec.cosim.settings): the RTL `parameters` the
+    design was built with, and any `more` the testbench reads."""
+    return settings_env(parameters=parameters, **more)
 
 
 def params() -> dict[str, int]:
-    parameters: dict[str, int] = json.loads(os.environ[PARAMS_ENV])
+    """Inside a testbench: the RTL parameters it was started with."""
+    parameters: dict[str, int] = testbench_settings()["parameters"]
     return parameters
 
 

@@ -7,8 +7,6 @@ blocks, and one configuration stores 8-byte rows over a 4-byte bus (store back-p
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from cycle_bench import params_env
 from sim_harness import build_module, run_cocotb
@@ -36,5 +34,5 @@ def test_ws_accel(case: tuple[int, ...]) -> None:
                   "BANK_ROWS": bank_rows, "BUS_BYTES": bus, "LATENCY": latency,
                   "ACC_DEPTH": acc_depth, "QUEUE_DEPTH": 8}
     runner = build_module("ws_accel", "ws_accel_" + "_".join(map(str, case)), parameters)
-    env = params_env(parameters) | {"ACCEL_LAYERS": json.dumps(LAYERS)}
+    env = params_env(parameters, layers=LAYERS)
     run_cocotb(runner, "ws_accel", "cocotb_ws_accel", "layers", env)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ctypes
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -19,16 +18,8 @@ from cocotb import test
 from cocotb.task import bridge, resume
 
 from glensidec.cosim.rtl_driver import GemmDriver, GemmRun
-from glensidec.cosim.runner import (
-    ENV_ARGS,
-    ENV_ARRAY,
-    ENV_LIBRARY,
-    ENV_MANIFEST,
-    ENV_PROGRESS,
-    ENV_REPORT,
-    Manifest,
-    testbench_depths,
-)
+from glensidec.cosim.runner import Manifest, testbench_depths
+from glensidec.cosim.settings import testbench_settings
 from glensidec.hardware.array import gemm_cycles, reference_gemm, reference_gemm_f32
 
 # int (*)(long M, long K, long N, const int8_t *A, const int8_t *B, const int32_t *D,
@@ -60,17 +51,18 @@ def _matrix(pointer: Any, rows: int, cols: int) -> np.ndarray[Any, Any]:
 
 @test()
 async def run_compiled_program(dut: Any) -> None:
-    manifest = Manifest.read(Path(os.environ[ENV_MANIFEST]).parent)
-    live = int(os.environ.get(ENV_ARRAY, "0"))  # the array on the RTL in this run
+    settings = testbench_settings()  # from glensidec.cosim.runner
+    manifest = Manifest.read(Path(settings["manifest"]).parent)
+    live = int(settings["array"])  # the array on the RTL in this run
     config = manifest.configs[live]
     several = len(manifest.configs) > 1
     driver = GemmDriver(dut, config, testbench_depths(manifest, live))
     await driver.reset()
-    library = ctypes.CDLL(os.environ[ENV_LIBRARY])
+    library = ctypes.CDLL(settings["library"])
     current_array = ctypes.c_int.in_dll(library, "gs_array_current")
     gemm_on_rtl = resume(driver.gemm)
     calls: list[dict[str, int | bool | float | str]] = []
-    progress_path = os.environ.get(ENV_PROGRESS)
+    progress_path = settings["progress"]
     made = [0]  # array calls the program has made so far, on any array
 
     def backend(m: int, k: int, n: int, a_ptr: Any, b_ptr: Any, d_ptr: Any,
@@ -103,7 +95,7 @@ async def run_compiled_program(dut: Any) -> None:
     callback = (BACKEND_F32 if config.is_float else BACKEND)(backend)  # alive until the end
     library.gs_array_gemm_model.argtypes = BACKEND_F32_ARGS if config.is_float else BACKEND_ARGS
     library.gs_array_set_backend(callback)
-    argv = json.loads(os.environ[ENV_ARGS])
+    argv = settings["args"]
     argv_c = (ctypes.c_char_p * len(argv))(*(arg.encode() for arg in argv))
     library.gs_model_main.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
 
@@ -111,7 +103,7 @@ async def run_compiled_program(dut: Any) -> None:
         return int(library.gs_model_main(len(argv), argv_c))
 
     status = await bridge(run_main)()
-    with open(os.environ[ENV_REPORT], "w") as report:
+    with open(settings["report"], "w") as report:
         json.dump({"status": int(status), "calls": calls}, report, indent=1)
     assert status == 0, f"the program returned {status}"
     assert all(call["data_ok"] and call["cycles_ok"] for call in calls), calls

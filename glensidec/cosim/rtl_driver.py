@@ -16,7 +16,6 @@ Usable from any cocotb test, including a co-simulation where C code calls into P
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +26,7 @@ import numpy.typing as npt
 from cocotb.triggers import ClockCycles, RisingEdge
 
 from glensidec.cosim.rtl_build import GemmBenchDepths
+from glensidec.cosim.settings import settings_env, testbench_settings
 from glensidec.hardware.array import (
     ArrayConfig,
     Tile,
@@ -38,20 +38,15 @@ Matrix = npt.NDArray[np.integer]
 #: Operands of a GEMM: integers, or float32 for the binary32 array.
 Operand = npt.NDArray[np.integer] | npt.NDArray[np.floating]
 
-#: Environment variable that passes an ArrayConfig to a cocotb test process.
-CONFIG_ENV = "GLENSIDEC_ARRAY_CONFIG"
-
-
 def config_to_env(config: ArrayConfig) -> dict[str, str]:
-    """Environment for a cocotb test process that should rebuild `config`."""
-    parameters = config.rtl_parameters()
-    return {CONFIG_ENV: ",".join(f"{name}={value}" for name, value in parameters.items())}
+    """Environment for a cocotb test process that should rebuild `config` (its RTL
+    parameters as the `parameters` setting, glensidec.cosim.settings)."""
+    return settings_env(parameters=config.rtl_parameters())
 
 
 def config_from_env() -> ArrayConfig:
     """The ArrayConfig a test process was started with (see `config_to_env`)."""
-    pairs = (part.partition("=") for part in os.environ[CONFIG_ENV].split(","))
-    return ArrayConfig.from_rtl_parameters({name: int(value) for name, _, value in pairs})
+    return ArrayConfig.from_rtl_parameters(testbench_settings()["parameters"])
 
 
 @dataclass(frozen=True)

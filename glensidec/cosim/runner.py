@@ -40,6 +40,7 @@ from glensidec.cosim.rtl_build import (
     rtl_sources,
     run,
 )
+from glensidec.cosim.settings import settings_env
 from glensidec.errors import GlensideError
 from glensidec.hardware.array import ArrayConfig, gemm_tiles
 from glensidec.outputs import update_own_file
@@ -51,13 +52,6 @@ BUILD_LOG = "cosim_build.log"
 RUN_LOG = "cosim_run.log"
 TEST_MODULE = "glensidec.cosim.cocotb_program"
 
-# Environment of the cocotb test process.
-ENV_LIBRARY = "GLENSIDEC_COSIM_LIBRARY"
-ENV_ARGS = "GLENSIDEC_COSIM_ARGS"
-ENV_REPORT = "GLENSIDEC_COSIM_REPORT"
-ENV_MANIFEST = "GLENSIDEC_COSIM_MANIFEST"
-ENV_PROGRESS = "GLENSIDEC_COSIM_PROGRESS"  # one line per finished array call: its cycles
-ENV_ARRAY = "GLENSIDEC_COSIM_ARRAY"  # which of the program's arrays runs on the RTL
 
 
 @dataclass(frozen=True)
@@ -219,14 +213,14 @@ def _cosimulate_array(outdir: Path, manifest: Manifest, array: int, program_args
                 _watch_calls(Path(scratch) / "calls", calls_here) as calls_log:
             run(runner, GEMM_TESTBENCH, TEST_MODULE, outdir / "sim_build", waves=waves,
                 log_file=run_log,
-                extra_env={
-                    ENV_LIBRARY: str(outdir / library),
-                    ENV_ARGS: json.dumps([str(outdir / "model"), *program_args]),
-                    ENV_REPORT: str(report),
-                    ENV_MANIFEST: str(outdir / MANIFEST),
-                    ENV_ARRAY: str(array),
-                    **({ENV_PROGRESS: str(calls_log)} if calls_log else {}),
-                })
+                # the cocotb test's settings (glensidec.cosim.settings): the program's
+                # library and arguments, its manifest, which array is on the RTL, where
+                # to write the report and (for the progress bar) each finished call
+                extra_env=settings_env(
+                    library=str(outdir / library),
+                    args=[str(outdir / "model"), *program_args],
+                    report=str(report), manifest=str(outdir / MANIFEST), array=array,
+                    progress=str(calls_log) if calls_log else None))
     except (Exception, SystemExit):
         # cocotb's runner raises when the simulator dies (the program's own error exits the
         # whole process): the report's absence and the log say what happened, below.
