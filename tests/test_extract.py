@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -405,3 +407,26 @@ def test_a_region_equal_to_an_earlier_one_up_to_names_reuses_its_extraction() ->
     assert names["first"].op in extract.ARRAYS or \
         any(t.op in extract.ARRAYS for t in postorder(names["first"]))
     validate(program, compiled.program)
+
+
+def test_the_egraph_dot_is_the_same_bytes_on_every_run(tmp_path: Path) -> None:
+    """egglog serializes in its hash order, which changes from process to process; the
+    written dot is sorted (attribute statements kept in place), so two compiles in two
+    processes write the same file, and it has every statement egglog wrote."""
+    from glensidec.opt.extract import canonical_dot
+    source = tmp_path / "conv.gs"
+    source.write_text(workloads.conv2d(1, 6, 2, 3))
+    written = []
+    for run in range(2):
+        dot = tmp_path / f"egraph{run}.dot"
+        done = subprocess.run([sys.executable, "-m", "glensidec", "compile", str(source),
+                               "--array", "4x4", "--emit", "egraph", "-o", str(dot)],
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        written.append(dot.read_bytes())
+    assert written[0] == written[1]
+    raw = ['digraph {', '  a=1', '  "y"', '  "x"', '  subgraph "s" {', '    "q"', '    "p"',
+           '  }', '  b=2', '  "w"', '}']
+    assert canonical_dot("\n".join(raw)).splitlines() == [
+        'digraph {', '  a=1', '  "x"', '  "y"', '  subgraph "s" {', '    "p"', '    "q"', '  }',
+        '  b=2', '  "w"', '}']

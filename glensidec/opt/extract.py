@@ -599,7 +599,39 @@ def egraph_dot(graph: EGraph) -> str:
     if size > EGRAPH_RENDER_LIMIT:
         raise GlensideError(f"the e-graph has {size} e-nodes; --emit egraph renders at most "
                             f"{EGRAPH_RENDER_LIMIT} (lower --iterations or --max-enodes)")
-    return graph.egraph.serialize([]).to_dot()
+    return canonical_dot(graph.egraph.serialize([]).to_dot())
+
+
+def canonical_dot(text: str) -> str:
+    """`text` with the statements of every block in sorted order (sub-blocks sorted inside
+    first), except attribute statements (`fillcolor=3`, `node[...]`), which apply to what
+    follows them: they stay where they are and only the statements between two of them
+    are sorted. egglog writes the e-graph in hash order, which differs between runs;
+    sorted, the same e-graph always gives the same bytes (and the same drawing)."""
+    lines = text.splitlines()
+
+    def block(start: int) -> tuple[list[str], int]:
+        """The statements from `start` to the closing brace, and the brace's index."""
+        statements: list[str] = []
+        run: list[str] = []  # statements since the last attribute statement
+        index = start
+        while index < len(lines) and lines[index].strip() != "}":
+            line = lines[index]
+            if line.rstrip().endswith("{"):
+                inner, close = block(index + 1)
+                run.append("\n".join([line, *inner, lines[close]]))
+                index = close + 1
+                continue
+            if line.lstrip().startswith('"'):  # a node or an edge
+                run.append(line)
+            else:  # an attribute statement: keeps its place
+                statements += sorted(run) + [line]
+                run = []
+            index += 1
+        return statements + sorted(run), min(index, len(lines) - 1)
+
+    statements, _ = block(0)
+    return "\n".join(statements) + "\n"
 
 
 def egraph_svg(dot_text: str) -> str:
