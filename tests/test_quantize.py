@@ -27,7 +27,7 @@ from onnx_models import (
     single_op_model,
 )
 
-import glensidec.frontends.quantize as quantize_module
+import glensidec.frontends.quant_compute as quant_compute
 from glensidec.cli import quantize_command
 from glensidec.errors import GlensideError
 from glensidec.frontends import builders as B
@@ -682,7 +682,7 @@ def test_a_mean_whose_sum_could_wrap_stays_at_its_operands_step(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Past 2^31 / 128 elements the i32 sum could wrap: the mean is then taken of the
     integers at the operand's step (shown with the limit lowered to 16×16 elements)."""
-    monkeypatch.setattr(quantize_module, "MEAN_SUM_LIMIT", 128 * 16 * 16)
+    monkeypatch.setattr(quant_compute, "MEAN_SUM_LIMIT", 128 * 16 * 16)
     program = imported(single_op_model(lambda g, x: g.node("GlobalAveragePool", [x]),
                                        [1, 4, 16, 16]), tmp_path)
     quantized = quantize(program, calibration_for(program, 8), True, False)
