@@ -1,4 +1,5 @@
-"""`glensidec transform`: apply architecture transformations to a float program."""
+"""`glensidec transform` and `glensidec nas`: what the commands do (their options are in
+glensidec.cli)."""
 
 from __future__ import annotations
 
@@ -154,36 +155,10 @@ def _steps(options: dict[str, tuple[str, ...]]) -> list[Step]:
     return [parse_step(kind, text) for kind in ORDER for text in options[kind]]
 
 
-@click.command("transform")
-@click.argument("model", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--group", multiple=True, metavar="LAYER:G", help="Split into G groups.")
-@click.option("--bottleneck", multiple=True, metavar="LAYER:B",
-              help="Keep 1/B of the output channels (and of the layers coupled to it).")
-@click.option("--bottleneck-block", multiple=True, metavar="LAYER:B",
-              help="1x1 down by B, the kxk conv at C/B, 1x1 up.")
-@click.option("--depthwise", multiple=True, metavar="LAYER",
-              help="Depthwise kxk then pointwise 1x1.")
-@click.option("--spatial-split", multiple=True, metavar="LAYER:S",
-              help="S bands of output rows, each with its own weights.")
-@click.option("--split-out", multiple=True, metavar="LAYER:S:G",
-              help="S parts of the output channels, each a conv in G groups.")
-@click.option("--init", type=click.Choice(["inherit", "random"]), default="inherit",
-              show_default=True, help="New weights from the old ones, or random (He).")
-@click.option("--seed", type=int, default=0, show_default=True, help="For --init random.")
-@click.option("--array", "array_size", default="16x16", show_default=True, metavar="RxC",
-              help="The array the predicted cycles are for.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
-              help="The new program (.gs); its weights go beside it (.npz).")
-def transform_command(model: Path, group: tuple[str, ...], bottleneck: tuple[str, ...],
-                      bottleneck_block: tuple[str, ...], depthwise: tuple[str, ...],
-                      spatial_split: tuple[str, ...], split_out: tuple[str, ...], init: str,
-                      seed: int, array_size: str, output: Path | None) -> None:
-    """Transform MODEL's architecture; with no transformation, list its transformable layers.
-
-    Transformations apply in the order bottleneck, group, split-out, bottleneck-block,
-    depthwise, spatial-split. Each prints the layers it changed with their parameters,
-    multiply-accumulates and predicted cycles on the array, before and after.
-    """
+def transform(model: Path, steps_by_kind: dict[str, tuple[str, ...]], init: str, seed: int,
+              array_size: str, output: Path | None) -> None:
+    """`glensidec transform` (options as glensidec.cli's command takes them): apply the
+    steps and write the new program, or with no steps list MODEL's transformable layers."""
     from glensidec.nas.cost import compiled_cost, network_cost
     from glensidec.opt.extract import parse_array_size
 
@@ -191,9 +166,7 @@ def transform_command(model: Path, group: tuple[str, ...], bottleneck: tuple[str
     program = read_program(model)
     check_program(program)
     graph = lift(program, load_weights(program))
-    steps = _steps({"group": group, "bottleneck": bottleneck, "depthwise": depthwise,
-                    "bottleneck-block": bottleneck_block, "spatial-split": spatial_split,
-                    "split-out": split_out})
+    steps = _steps(steps_by_kind)
     if not steps:
         list_layers(graph, click.echo)
         return
@@ -291,45 +264,11 @@ def _progress(total_hint: int) -> Callable[[int], None] | None:
     return tick
 
 
-@click.command("nas")
-@click.argument("model", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--data", "train_path", required=True, metavar="TRAIN.npz",
-              type=click.Path(dir_okay=False, path_type=Path),
-              help="Training examples: x (N, input shape) f32 and y (N,) int64.")
-@click.option("--val", "val_path", required=True, metavar="VAL.npz",
-              type=click.Path(dir_okay=False, path_type=Path), help="Validation examples.")
-@click.option("--array", "array_size", default="16x16", show_default=True, metavar="RxC")
-@click.option("--budget", type=click.IntRange(min=1), default=64, show_default=True,
-              help="Candidates to evaluate (the whole space if it fits).")
-@click.option("--space", default=",".join(SEARCH_SPACE), show_default=True,
-              help="Transformations to search, comma-separated.")
-@click.option("--legality", type=click.Choice(LEGALITY), default="loss-warm",
-              show_default=True, help="How candidates are judged (docs/nas.md).")
-@click.option("--threshold", type=float, default=0.9, show_default=True,
-              help="Legal when the score is at least this times the original's.")
-@click.option("--band", type=click.FloatRange(min=0.0), default=0.025, show_default=True,
-              help="Legal candidates compete within +-band of each other's cost; only "
-                   "the best-scored of a band is retrained (BlockSwap's parameter band).")
-@click.option("--cost", type=click.Choice(["cycles", "macs"]), default="cycles",
-              show_default=True,
-              help="What the search minimises: predicted cycles, or MACs (a baseline).")
-@click.option("--train-epochs", type=click.IntRange(min=1), default=8, show_default=True)
-@click.option("--top", type=click.IntRange(min=1), default=3, show_default=True,
-              help="Legal candidates retrained.")
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--strategy", type=click.Choice(["auto", "random"]), default="auto",
-              show_default=True, help="auto: exhaustive if the space fits, else evolution.")
-@click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True,
-              help="Local Dask workers (without --scheduler).")
-@click.option("--scheduler", metavar="ADDRESS", help="An existing Dask scheduler.")
-@click.option("-o", "--output", required=True, type=click.Path(path_type=Path),
-              help="OUTDIR: chosen.gs/.npz, candidates.json, report.md, pareto.png.")
-def nas_command(model: Path, train_path: Path, val_path: Path, array_size: str, budget: int,
-                space: str, legality: str, threshold: float, band: float, cost: str,
-                train_epochs: int, top: int,
-                seed: int, strategy: str, workers: int, scheduler: str | None,
-                output: Path) -> None:
-    """Search MODEL's transformations for the fewest predicted cycles at kept accuracy."""
+def search(model: Path, train_path: Path, val_path: Path, array_size: str, budget: int,
+           space: str, legality: str, threshold: float, band: float, cost: str,
+           train_epochs: int, top: int, seed: int, strategy: str, workers: int,
+           scheduler: str | None, output: Path) -> None:
+    """`glensidec nas` (options as glensidec.cli's command takes them)."""
     from glensidec.nas.cost import compiled_cost
     from glensidec.nas.search import (
         Options,
