@@ -23,6 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from glensidec.lang.dtypes import requantize_to_width, wrap_signed
+
 IntArray = npt.NDArray[np.int64]
 
 
@@ -271,13 +273,9 @@ def epilogue_reference(
     The same arithmetic as `glensidec.lang.interp.requantize` after an i32 bias add:
     ``clip(clip(round((acc + bias) >> pre) * m >> post) + zp, int8), low, high)``.
     """
-    biased = acc.astype(np.int64) + bias.astype(np.int64)
-    biased = ((biased + 2**31) % 2**32) - 2**31  # the i32 add wraps
-    scaled = (biased >> config.pre) * multipliers.astype(np.int64)
-    if config.post > 0:
-        scaled = (scaled + (np.int64(1) << (config.post - 1))) >> config.post
-    type_min, type_max = -(1 << (out_width - 1)), (1 << (out_width - 1)) - 1
-    saturated = np.clip(scaled + config.zero_point, type_min, type_max)
+    biased = wrap_signed(acc.astype(np.int64) + bias.astype(np.int64), 32)  # the i32 add wraps
+    saturated = requantize_to_width(biased, multipliers, config.pre, config.post,
+                                    config.zero_point, out_width)
     clipped: npt.NDArray[np.int64] = np.clip(saturated, config.low, config.high).astype(np.int64)
     return clipped
 

@@ -102,11 +102,19 @@ def requantize(acc: Array, multiplier: Array | int, pre: int, post: int,
     The product is formed in int64 and cannot overflow (acc, m in i32, pre ≥ 0); `multiplier`
     is one integer or an array broadcast against `acc` (per channel).
     """
+    return wrap(requantize_to_width(acc, multiplier, pre, post, zero_point, 8), "i8")
+
+
+def requantize_to_width(acc: Array, multiplier: Array | int, pre: int, post: int,
+                        zero_point: int, width: int) -> Array:
+    """`requantize`'s arithmetic saturating to a signed `width`-bit range, as int64 (the
+    accelerator's epilogue has the output width as a parameter)."""
     scaled = (acc.astype(np.int64) >> pre) * np.asarray(multiplier, dtype=np.int64)
     if post > 0:
         scaled = (scaled + (np.int64(1) << (post - 1))) >> post
-    low, high = integer_range("i8")
-    return wrap(np.clip(scaled + zero_point, low, high), "i8")
+    low, high = -(1 << (width - 1)), (1 << (width - 1)) - 1
+    saturated: Array = np.clip(scaled + zero_point, low, high)
+    return saturated
 
 
 def _erf(values: Array) -> Array:
