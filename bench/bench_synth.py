@@ -34,33 +34,22 @@ SCRIPT = """
 read_verilog {sources}
 {chparams}
 hierarchy -top {top}
-synth -flatten -run :fine
+synth {flatten}-run :fine
 memory -nomap
 opt -full
 techmap
 opt -fast
 abc -g AND,NAND,OR,NOR,XOR,XNOR,ANDNOT,ORNOT,MUX
 opt_clean
-tee -q -o {stat_file} stat
+{stat}
 """
-
-# The same steps without -flatten: each distinct module (the 256 PEs of a grid are one) is
-# synthesized once and `stat -top` adds up the hierarchy. Optimization then stops at module
-# boundaries, so for a comparison both arrays are counted this way.
-SCRIPT_HIERARCHICAL = """
-read_verilog {sources}
-{chparams}
-hierarchy -top {top}
-synth -run :fine
-memory -nomap
-opt -full
-techmap
-opt -fast
-abc -g AND,NAND,OR,NOR,XOR,XNOR,ANDNOT,ORNOT,MUX
-opt_clean
-rename -top synth_top
-tee -q -o {stat_file} stat -top synth_top
-"""
+# Flattened, the whole design is optimized as one module. Per module (`hierarchical`), each
+# distinct module (the 256 PEs of a grid are one) is synthesized once and `stat -top` adds
+# up the hierarchy; optimization then stops at module boundaries, so for a comparison both
+# arrays are counted this way.
+FLATTENED = {"flatten": "-flatten ", "stat": "tee -q -o {stat_file} stat"}
+HIERARCHICAL = {"flatten": "",
+                "stat": "rename -top synth_top\ntee -q -o {stat_file} stat -top synth_top"}
 
 
 def yosys_command() -> list[str] | None:
@@ -87,9 +76,10 @@ def synthesize(command: list[str], top: str, parameters: dict[str, int],
     with tempfile.TemporaryDirectory(dir=scratch_root) as scratch:
         script = Path(scratch) / "synth.ys"
         stat_file = Path(scratch) / "stat.txt"
-        template = SCRIPT_HIERARCHICAL if hierarchical else SCRIPT
-        script.write_text(template.format(sources=sources, top=top, chparams=chparams,
-                                          stat_file=stat_file.relative_to(root)))
+        steps = HIERARCHICAL if hierarchical else FLATTENED
+        stat = steps["stat"].format(stat_file=stat_file.relative_to(root))
+        script.write_text(SCRIPT.format(sources=sources, top=top, chparams=chparams,
+                                        flatten=steps["flatten"], stat=stat))
         result = subprocess.run(command + ["-q", "-s", str(script.relative_to(root))],
                                 capture_output=True, text=True, check=False, cwd=root)
         if result.returncode != 0 or not stat_file.exists():
