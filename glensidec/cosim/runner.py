@@ -53,7 +53,6 @@ RUN_LOG = "cosim_run.log"
 TEST_MODULE = "glensidec.cosim.cocotb_program"
 
 
-
 @dataclass(frozen=True)
 class Manifest:
     config: ArrayConfig  # the main array
