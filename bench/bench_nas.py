@@ -342,7 +342,8 @@ def report(saved: dict[str, Any], space: S.Space) -> int:
     drop = 100 * (base_accuracy - mean(chosen["accuracies"]))
     met = speedup >= 2.0 and drop <= 1.0
     lines += ["", f"Target (>= 2x fewer predicted end-to-end cycles at <= 1 point lower "
-              f"accuracy), the search scored by cycles: {speedup:.2f}x at {drop:+.1f} points: "
+              f"accuracy), the search scored by cycles: {speedup:.2f}x, accuracy {drop:.1f} "
+              f"points {'lower' if drop >= 0 else 'higher'}: "
               f"{'met' if met else 'MISSED'}"
               f"{'' if len(chosen['accuracies']) == 2 else ' (accuracy of seed 0 only)'}.", ""]
     if pool_records is not None:

@@ -86,6 +86,18 @@ def test_exhaustive_when_the_space_fits_else_evolution_same_seed_same_result() -
     assert strategy == "random" and len(evaluated) == 4
 
 
+def test_the_evolution_starts_from_the_uniform_candidates() -> None:
+    """Each choice two or more layers offer, made on all of them, is in the first
+    population (before any random draw); a choice only one layer offers is not."""
+    g2, g4, b2 = S.Choice("group", 2), S.Choice("group", 4), S.Choice("bottleneck", 2)
+    space = S.Space(["p", "q", "r"], [[S.KEEP, g2, b2], [S.KEEP, g2, g4], [S.KEEP, b2]])
+    uniform = S.uniform_candidates(space)
+    assert uniform == [(b2, S.KEEP, b2), (g2, g2, S.KEEP)]
+    strategy, evaluated = S.candidates_for(space, S.Options(budget=8, population=4),
+                                           fake_batches(space)[1])
+    assert strategy == "aging evolution" and evaluated[:2] == uniform
+
+
 def test_a_search_on_a_two_worker_local_cluster(skip_model: Path, tmp_path: Path) -> None:
     from dask.distributed import Client, LocalCluster
 

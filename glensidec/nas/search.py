@@ -321,9 +321,11 @@ def aging_evolution(space: Space, options: Options, rng: random.Random,
                     evaluate_batch: Callable[[list[Candidate]], list[dict[str, Any]]],
                     ) -> list[Candidate]:
     """Real et al.: a queue of `population`; a child mutates one layer of the best of
-    `sample` random members; the oldest member dies."""
+    `sample` random members; the oldest member dies. The first population is the uniform
+    candidates (`uniform_candidates`) and random draws for the rest."""
     population_size = min(options.population, options.budget)
-    seen: list[Candidate] = [draw() for _ in range(population_size)]
+    uniform = uniform_candidates(space)[:population_size]
+    seen: list[Candidate] = uniform + [draw() for _ in range(population_size - len(uniform))]
     fitness = {c: _fitness(r, options.cost)
                for c, r in zip(seen, evaluate_batch(seen), strict=True)}
     population = list(seen)
@@ -347,6 +349,21 @@ def aging_evolution(space: Space, options: Options, rng: random.Random,
         seen += children
         population = (population + children)[len(children):]
     return seen
+
+
+def uniform_candidates(space: Space) -> list[Candidate]:
+    """For each choice two or more layers offer (bottleneck:2, group:4, ...), the candidate
+    making it on every layer that offers it. Whole-network transformations of one kind are
+    where a single-layer mutation is slowest to get to (each layer changed one at a time,
+    every step judged on its own), and they are what the literature's hand-designed
+    networks do, so the evolution starts from them."""
+    counts: dict[Choice, int] = {}
+    for options in space.options:
+        for choice in options:
+            if choice != KEEP:
+                counts[choice] = counts.get(choice, 0) + 1
+    return [tuple(choice if choice in options else KEEP for options in space.options)
+            for choice in sorted(counts, key=str) if counts[choice] >= 2]
 
 
 def _fitness(record: dict[str, Any], cost: str) -> float:
