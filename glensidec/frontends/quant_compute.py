@@ -163,7 +163,7 @@ def clip_q8(q: Quantizer, op: ComputeOp, operand: Q8) -> Term:
 
 def integer_sum(q: Quantizer, term: Term, operand: Q8) -> Value:
     return sum_of_steps(q, term, q.rebuild(term, operand.term), operand,
-                             operand.params.scale)
+                        operand.params.scale)
 
 
 def sum_of_steps(q: Quantizer, term: Term, summed: Term, operand: Q8, scale: float) -> Acc:
@@ -186,7 +186,7 @@ def integer_mean(q: Quantizer, term: Term, operand: Q8) -> Value:
         new = q.rebuild(term, operand.term)  # at the operand's step, as before
         return Q8(new, operand.params, new)
     return sum_of_steps(q, term, B.compute("reduce-sum", operand.term), operand,
-                             operand.params.scale / count)
+                        operand.params.scale / count)
 
 
 def probe(q: Quantizer, term: Term, operand: Q8) -> Array:
@@ -341,7 +341,7 @@ def elementwise(q: Quantizer, term: Term, name: str, pair: Pair) -> Value:
         if fused is not None:  # SiLU, HardSwish: one table of x
             function, side = fused
             return table(q, term, function,
-                              i8_activation(q, (left, right)[side], function))
+                         i8_activation(q, (left, right)[side], function))
         return multiply_dynamic(q, term, left, right)
     return divide_dynamic(q, term, left, right)
 
@@ -450,7 +450,7 @@ def integer_softmax(q: Quantizer, term: Term, operand: Q8) -> Acc:
     steps = B.compute("elementwise-sub", B.op("access-pair", wide_x, peak))
     d_params = QParams(2.0 * operand.params.scale, 127)
     d = q.requantize(Acc(steps, np.full(like.full, operand.params.scale),
-                            np.zeros(like.full, dtype=np.int64), term), d_params)
+                         np.zeros(like.full, dtype=np.int64), term), d_params)
     e_params = QParams(1.0 / 255.0, -128)
     e = B.compute("lookup", d.term, "exp", d_params.scale, d_params.zero_point,
                   e_params.scale, e_params.zero_point)
