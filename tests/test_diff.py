@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -62,7 +63,7 @@ def test_compare_names_the_first_differing_instruction_and_element() -> None:
     lowered = lower_program(program, check_program(program))
     inputs = data.random_inputs(program, 0)
     reference = [values for _, values in interpret(lowered, data.load_weights(program),
-                                                   inputs)]
+                                                   inputs, main_rows=2)]
     assert compare(lowered, reference, reference, INTERPRETER, C_PROGRAM) is None
     changed = [values.copy() for values in reference]
     later = len(changed) - 1
@@ -148,15 +149,24 @@ def test_f32_array_products_are_compared_bit_for_bit(
              if isinstance(instruction, ArrayGemm)]
     assert calls and all(getattr(lowered.instructions[i], "rows", 0) == 2 for i in calls)
     gemm = lowered.instructions[calls[0]]
+    assert isinstance(gemm, ArrayGemm)
     # ((1e8 + 1) + 0) + ((-1e8 + 1) + 0) = 0 in binary32 with folds of 2; exactly it is 2
     operands = {id(gemm.reads()[0]): np.array([[1e8, 1, -1e8, 1]], np.float32),
                 id(gemm.reads()[1]): np.ones((4, 1), np.float32)}
-    summed = _execute(gemm, lambda view: operands[id(view)], lambda view: "f32")
-    assert summed.tolist() == [[0.0]]
+    def summed(call: ArrayGemm, main_rows: int) -> list[list[float]]:
+        return _execute(call, lambda view: operands[id(view)], lambda view: "f32",
+                        main_rows).tolist()
+
+    assert summed(gemm, main_rows=4) == [[0.0]]  # the call's own 2 rows win
+    # a call no systolic-array construct sizes folds by the main array's rows:
+    # ((1e8 + 1) + -1e8) + 1 = 1 in one fold of 4
+    unsized = replace(gemm, rows=0, cols=0)
+    assert summed(unsized, main_rows=4) == [[1.0]]
+    assert summed(unsized, main_rows=2) == [[0.0]]
 
     inputs = data.load_inputs(program, data.parse_input_options(arguments))
     reference = [values for _, values in interpret(lowered, data.load_weights(program),
-                                                   inputs)]
+                                                   inputs, main_rows=2)]
     changed = [values.copy() for values in reference]
     flat = changed[calls[0]].reshape(-1)
     flat[0] = np.nextafter(flat[0], np.float32(np.inf))

@@ -13,7 +13,8 @@ are compared instruction by instruction of its lowered program (backend/lower.py
 
 Only the elements an instruction writes are compared (the memory planner lets a buffer hold
 other values before and after): integers bit for bit, and f32 products on the binary32 array
-too (the interpreter sums them in the array's order, `interp.array_matmul_f32`); other f32
+too (`hardware.array.reference_gemm_f32` sums them in the order of the array that runs the
+call: its own rows, or the main array's where no systolic-array construct names one); other f32
 values to a relative 1e-4 (transcendental functions and summation order differ in the last
 bits). The interpreter's lowered result is
 also checked against the interpreter run on the program itself, so a lowering bug (which the
@@ -55,11 +56,11 @@ from glensidec.backend.lower import (
 from glensidec.backend.views import View
 from glensidec.cosim.runner import Manifest, cosimulate, program_error
 from glensidec.errors import GlensideError
+from glensidec.hardware.array import reference_gemm_f32
 from glensidec.lang import data
 from glensidec.lang.dtypes import DTYPES, Array, requantize
 from glensidec.lang.interp import (
     COMPUTE_IMPLS,
-    array_matmul_f32,
     evaluate_result,
     matmul,
     minimum_value,
@@ -132,8 +133,9 @@ def _compute(name: str, op: ComputeOp, members: list[Array], dst: View, source: 
 
 
 def _execute(instruction: Instruction, read: Callable[[View], Array],
-             dtype: Callable[[View], str]) -> Array:
-    """The values `instruction` writes to its destination view."""
+             dtype: Callable[[View], str], main_rows: int) -> Array:
+    """The values `instruction` writes to its destination view (`main_rows`: the main
+    array's rows, which fold the f32 sums of calls no systolic-array construct sizes)."""
     dst = instruction.writes()
     if isinstance(instruction, Copy):
         return read(instruction.src)
@@ -142,7 +144,8 @@ def _execute(instruction: Instruction, read: Callable[[View], Array],
         return np.full(dst.shape, value)
     if isinstance(instruction, ArrayGemm):
         if dtype(instruction.a) == "f32":
-            return array_matmul_f32(read(instruction.a), read(instruction.b), instruction.rows)
+            rows = instruction.rows or main_rows
+            return reference_gemm_f32(read(instruction.a), read(instruction.b), None, rows)
         return matmul(read(instruction.a), read(instruction.b), dtype(instruction.a))
     if isinstance(instruction, RequantizePerChannel):
         accumulators, multipliers = (read(member) for member in instruction.members)
@@ -164,9 +167,10 @@ def _execute(instruction: Instruction, read: Callable[[View], Array],
                     dtype(instruction.src), dtype(dst))
 
 
-def interpret(lowered: LoweredProgram, weights: dict[str, Array],
-              inputs: dict[str, Array]) -> Iterator[tuple[int, Array]]:
-    """Run the lowered program; after each instruction, its index and the values it wrote."""
+def interpret(lowered: LoweredProgram, weights: dict[str, Array], inputs: dict[str, Array],
+              main_rows: int) -> Iterator[tuple[int, Array]]:
+    """Run the lowered program; after each instruction, its index and the values it wrote
+    (`main_rows`: the main array's rows, see _execute)."""
     buffers: dict[str, Array] = {}
     for name, buffer in lowered.buffers.items():
         numpy_type = DTYPES[buffer.dtype].numpy
@@ -186,14 +190,14 @@ def interpret(lowered: LoweredProgram, weights: dict[str, Array],
 
     for index, instruction in enumerate(lowered.instructions):
         dst = instruction.writes()
-        _store(dst, buffers[dst.buffer], _execute(instruction, read, dtype))
+        _store(dst, buffers[dst.buffer], _execute(instruction, read, dtype, main_rows))
         yield index, read(dst)
 
 
 def lowered_result(lowered: LoweredProgram, weights: dict[str, Array],
-                   inputs: dict[str, Array]) -> list[Array]:
+                   inputs: dict[str, Array], main_rows: int) -> list[Array]:
     """Every instruction's written values, in order (the interpreter's trace)."""
-    return [values for _, values in interpret(lowered, weights, inputs)]
+    return [values for _, values in interpret(lowered, weights, inputs, main_rows)]
 
 
 # -- comparing ---------------------------------------------------------------------------
@@ -319,7 +323,8 @@ def diff(outdir: Path, inputs: tuple[str, ...], rtl: bool = False) -> DiffResult
     program, lowered = load_compiled(outdir)
     weights = data.load_weights(program)
     given = data.load_inputs(program, data.parse_input_options(inputs))
-    reference = lowered_result(lowered, weights, given)
+    main_rows = Manifest.read(outdir).config.rows
+    reference = lowered_result(lowered, weights, given, main_rows)
     compared = [C_PROGRAM, *([RTL] if rtl else [])]
     with tempfile.TemporaryDirectory(prefix="glensidec-diff-") as scratch:
         _run_c(outdir, inputs, Path(scratch) / "c")
