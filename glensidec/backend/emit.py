@@ -293,7 +293,7 @@ class _Renderer:
             return what, ["  " + call, "    return 1;"]
         array = array_for(gemm.rows, gemm.cols, self.arrays)
         what = what.replace("the systolic array", f"the {array.rows}x{array.cols} array")
-        return what, [f"  gs_array_use({self.arrays.index(array)});", "  " + call,
+        return what, [f"  gs_array_use(GS_ARRAY_{array.rows}X{array.cols});", "  " + call,
                       "    return 1;"]
 
 
