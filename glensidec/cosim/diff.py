@@ -9,7 +9,9 @@ are compared instruction by instruction of its lowered program (backend/lower.py
 * the **C program**: `OUTDIR/model_trace --trace DIR` writes every instruction's destination
   buffer as DIR/NNNN.npy;
 * with `--rtl`, the **co-simulation**: the same traced C program with its array calls on the
-  Verilog array (`libmodel_cosim_trace.so`, glensidec.cosim.runner).
+  Verilog array (`libmodel_cosim_trace.so`, glensidec.cosim.runner); a program on several
+  arrays is co-simulated once per array (that array's calls on its RTL), each run traced
+  and compared on its own.
 
 Only the elements an instruction writes are compared (the memory planner lets a buffer hold
 other values before and after): integers bit for bit, and f32 products on the binary32 array
@@ -306,12 +308,22 @@ def _run_c(outdir: Path, inputs: tuple[str, ...], trace: Path) -> None:
                             f"{errors[-1] if errors else run.stderr.strip()}")
 
 
-def _run_rtl(outdir: Path, inputs: tuple[str, ...], trace: Path) -> None:
+def rtl_runs(outdir: Path) -> list[str]:
+    """The co-simulation runs' names: one run, or with several arrays one run per array
+    (each has its own array's calls on the RTL, the others' on the C model)."""
+    configs = Manifest.read(outdir).configs
+    if len(configs) == 1:
+        return [RTL]
+    return [f"{RTL} ({config.rows}x{config.cols} array on the RTL)" for config in configs]
+
+
+def _run_rtl(outdir: Path, inputs: tuple[str, ...], trace: Path, array: int) -> None:
     trace.mkdir()
     args = [f"{name}={Path(path).resolve()}" if equals else name
             for name, equals, path in (item.partition("=") for item in inputs)]
     result = cosimulate(outdir, [*args, "--trace", str(trace), "-o",
-                                 str(trace / "output.npy")], library=TRACE_LIBRARY)
+                                 str(trace / "output.npy")], library=TRACE_LIBRARY,
+                        arrays=[array])
     if result.status != 0:
         cause = program_error(outdir / "cosim_run.log")
         raise GlensideError(f"the co-simulated program failed: {cause or result.status}")
@@ -325,13 +337,15 @@ def diff(outdir: Path, inputs: tuple[str, ...], rtl: bool = False) -> DiffResult
     given = data.load_inputs(program, data.parse_input_options(inputs))
     main_rows = Manifest.read(outdir).config.rows
     reference = lowered_result(lowered, weights, given, main_rows)
-    compared = [C_PROGRAM, *([RTL] if rtl else [])]
+    runs = rtl_runs(outdir) if rtl else []
+    compared = [C_PROGRAM, *runs]
     with tempfile.TemporaryDirectory(prefix="glensidec-diff-") as scratch:
         _run_c(outdir, inputs, Path(scratch) / "c")
         traces = {C_PROGRAM: read_trace(lowered, Path(scratch) / "c", C_PROGRAM)}
-        if rtl:
-            _run_rtl(outdir, inputs, Path(scratch) / "rtl")
-            traces[RTL] = read_trace(lowered, Path(scratch) / "rtl", RTL)
+        # every run traced apart: one trace would keep only the last run's RTL calls
+        for array, run in enumerate(runs):
+            _run_rtl(outdir, inputs, Path(scratch) / f"rtl{array}", array)
+            traces[run] = read_trace(lowered, Path(scratch) / f"rtl{array}", run)
     divergences = [d for who, trace in traces.items()
                    if (d := compare(lowered, reference, trace, INTERPRETER, who)) is not None]
     if divergences:

@@ -23,7 +23,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -149,14 +149,16 @@ class CosimResult:
 
 
 def cosimulate(outdir: Path, program_args: list[str], *, waves: bool = False,
-               simulator: str = "verilator", library: str = LIBRARY) -> CosimResult:
+               simulator: str = "verilator", library: str = LIBRARY,
+               arrays: Sequence[int] | None = None) -> CosimResult:
     """Build the RTL and the C library for `outdir`, run the program, return the report.
 
     `library`: the build of the program to run (the traced one for `glensidec diff --rtl`).
     A program on arrays of several sizes runs once per array, with that array's RTL
     instantiated and its calls on it (the other arrays' calls on the bit-exact C model),
     so every call runs once on the RTL of its own size; the report lists them in program
-    order."""
+    order. `arrays`: only the runs with these arrays (indices into the manifest's) on the
+    RTL (`glensidec diff --rtl` traces each run on its own)."""
     outdir = outdir.resolve()
     manifest = Manifest.read(outdir)
     if manifest.float_products and not manifest.array_calls and not manifest.config.is_float:
@@ -171,7 +173,8 @@ def cosimulate(outdir: Path, program_args: list[str], *, waves: bool = False,
         if built.returncode != 0:
             raise GlensideError(f"building {outdir / library} failed:\n{built.stderr.strip()}")
     runs = [_cosimulate_array(outdir, manifest, array, program_args, waves, simulator,
-                              library) for array in range(len(manifest.configs))]
+                              library)
+            for array in (range(len(manifest.configs)) if arrays is None else arrays)]
     if len(runs) == 1:
         return runs[0]
     calls = sorted((call for result in runs for call in result.calls),
