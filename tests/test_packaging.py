@@ -38,6 +38,7 @@ def test_wheel_ships_grammar_templates_and_rtl(wheel: Path) -> None:
         assert f"glensidec/templates/{template.name}" in names
     for verilog in (REPO / "rtl").rglob("*.v"):
         assert f"glensidec/rtl/{verilog.relative_to(REPO / 'rtl')}" in names
+    assert "glensidec/hardware/accel_model.c" in names  # the cycle model's C port
 
 
 @pytest.mark.rtl

@@ -158,6 +158,8 @@ class AccelTiming:
     load_bytes: int = 0  # bytes read from main memory (whole bus beats)
     store_bytes: int = 0  # bytes written (whole bus beats)
     array_stall_cycles: int = 0  # cycles the array was frozen by the store path
+    load_busy_cycles: int = 0  # cycles the DMA issued a load slot
+    store_busy_cycles: int = 0  # cycles a store beat was written
     #: per cycle (with trace=True): a load slot issued, a row entered the array, a write
     trace: list[tuple[bool, bool, bool]] = field(default_factory=list)
 
@@ -385,15 +387,26 @@ class AccelModel:
             self.sq.popleft()
         if dispatch and offered is not None:
             queue.append(self.commands.popleft())  # type: ignore[arg-type]
+        timing.load_busy_cycles += int(bool(self.dma_slots_before))
+        timing.store_busy_cycles += int(write)
         if self.tracing:
             timing.trace.append((bool(self.dma_slots_before), a_fire, write))
         return write
 
 
 def accel_cycles(config: AccelConfig, commands: Sequence[Command],
-                 trace: bool = False) -> AccelTiming:
-    """Cycles and traffic of a command sequence on ws_accel (exactly the RTL's)."""
-    return AccelModel(config).run(commands, trace=trace)
+                 trace: bool = False, limit: int = 10**9) -> AccelTiming:
+    """Cycles and traffic of a command sequence on ws_accel (exactly the RTL's).
+
+    On the C port of AccelModel (accel_native) where it builds, else on AccelModel; a
+    trace is only kept by AccelModel.
+    """
+    from glensidec.hardware.accel_native import native_cycles, native_model
+
+    native = None if trace else native_model()
+    if native is not None:
+        return native_cycles(native, config, commands, limit)
+    return AccelModel(config).run(commands, limit=limit, trace=trace)
 
 
 def timing_diagram(timing: AccelTiming, cycles_per_char: int = 1) -> str:

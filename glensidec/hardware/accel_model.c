@@ -1,0 +1,377 @@
+/* accel_model.c - ws_accel's control, cycle by cycle, in C (no data, only timing).
+ *
+ * A line-by-line port of glensidec.hardware.commands.AccelModel, which replays
+ * rtl/ws_accel.v register by register and is the specification: the Python model is
+ * checked against the RTL in sim/, and tests/test_accel_native.py checks that this port
+ * gives the Python model's counts on every command program it runs. The Python model
+ * runs about 35 k cycles/s, too slow to price a whole network at compile time; this one
+ * runs tens of millions. glensidec.hardware.accel_native builds it with the system's C
+ * compiler and calls it through ctypes.
+ *
+ * Each call of step() evaluates one clock cycle's combinational signals from the current
+ * state, in the order they depend on each other, then applies the clock edge; names
+ * follow the Python model (and so the RTL).
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { OP_LOAD = 0, OP_COMPUTE = 1, OP_STORE = 2, OP_CONFIG = 3 };
+
+/* One command, flattened by accel_native.pack_commands: every field is an int64. */
+typedef struct {
+  int64_t op, wait, signal;
+  int64_t w_row, a_row, m_len, add, emit; /* COMPUTE */
+  int64_t base, length, count1, stride1, count2, stride2, spad_row, bounds; /* LOAD/STORE */
+  int64_t y0, y_step, height, x0, x_step, width;
+} gs_command;
+
+/* Results, in the order of commands.AccelTiming's fields. */
+typedef struct {
+  int64_t cycles, compute_rows, load_bytes, store_bytes, array_stall_cycles;
+  int64_t load_busy_cycles, store_busy_cycles; /* cycles with a load slot / a store beat */
+} gs_timing;
+
+/* A FIFO of int64 that grows as needed (the Python model's deques). */
+typedef struct {
+  int64_t *items;
+  int64_t head, count, capacity;
+} fifo;
+
+static int fifo_push(fifo *queue, int64_t value) {
+  if (queue->count == queue->capacity) {
+    int64_t capacity = queue->capacity ? 2 * queue->capacity : 64;
+    int64_t *items = malloc((size_t)capacity * sizeof *items);
+    if (items == NULL)
+      return -1;
+    for (int64_t i = 0; i < queue->count; ++i)
+      items[i] = queue->items[(queue->head + i) % queue->capacity];
+    free(queue->items);
+    queue->items = items;
+    queue->head = 0;
+    queue->capacity = capacity;
+  }
+  queue->items[(queue->head + queue->count) % queue->capacity] = value;
+  queue->count += 1;
+  return 0;
+}
+
+static int64_t fifo_front(const fifo *queue) { return queue->items[queue->head]; }
+
+static int64_t fifo_pop(fifo *queue) {
+  int64_t value = queue->items[queue->head];
+  queue->head = (queue->head + 1) % queue->capacity;
+  queue->count -= 1;
+  return value;
+}
+
+static int64_t floor_div(int64_t a, int64_t b) {
+  int64_t q = a / b;
+  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+
+static int64_t row_beats(int64_t addr, int64_t length, int64_t bus) {
+  return floor_div(addr + length - 1, bus) - floor_div(addr, bus) + 1;
+}
+
+typedef struct {
+  /* configuration */
+  int64_t rows, bus, latency, queue_depth, lat, track_depth, bank_shift;
+  const gs_command *commands;
+  int64_t n_commands, next_command;
+  /* dispatcher queues (command indices) and the tokens */
+  fifo lq, eq, sq, aq;
+  int64_t tok_le, tok_el;
+  /* load unit: slots (1 ends a row), due cycles of row writes, loads in flight */
+  fifo dma_slots, writes, track_signal, track_rows;
+  int64_t track_written;
+  /* execute unit */
+  int w_active, w_q, a_active, q_valid, q_last, q_emit, q_signal;
+  int64_t w_base, w_beat, a_addr, a_left, a_cmd;
+  /* ws_ctrl */
+  int64_t w_count, w_load_bank, a_bank, bank_full[2], drain[2];
+  uint8_t *tag_valid, *tag_emit; /* a delay line of lat entries; the oldest at tag_pos */
+  int64_t tag_pos, tags_valid;
+  /* store unit, epilogue, ws_dma_store */
+  int64_t s_pending, s_left, epi_rows, st_beat;
+  int s1_valid, out_valid;
+  fifo st_rows;
+} model;
+
+static int idle(const model *m) {
+  return !(m->next_command < m->n_commands || m->lq.count || m->eq.count || m->sq.count ||
+           m->aq.count || m->dma_slots.count || m->writes.count || m->track_rows.count ||
+           m->w_active || m->w_q || m->a_active || m->q_valid || m->tags_valid ||
+           m->s_pending >= 0 || m->s_left || m->epi_rows || m->st_rows.count);
+}
+
+static fifo *queue_of(model *m, const gs_command *command) {
+  if (command->op == OP_LOAD)
+    return &m->lq;
+  return command->op == OP_COMPUTE ? &m->eq : &m->sq;
+}
+
+/* The rows of a LOAD (slots into dma_slots, bytes counted) or a STORE (beats into st_rows). */
+static int expand_rows(model *m, const gs_command *c, int load, gs_timing *timing) {
+  for (int64_t i2 = 0; i2 < c->count2; ++i2) {
+    int64_t y = c->y0 + i2 * c->y_step;
+    for (int64_t i1 = 0; i1 < c->count1; ++i1) {
+      int64_t x = c->x0 + i1 * c->x_step;
+      int padding = c->bounds && !(0 <= y && y < c->height && 0 <= x && x < c->width);
+      int64_t addr = c->base + i2 * c->stride2 + i1 * c->stride1;
+      int64_t beats = row_beats(addr, c->length, m->bus);
+      if (!load) {
+        if (fifo_push(&m->st_rows, beats))
+          return -1;
+        continue;
+      }
+      if (padding)
+        beats = 1;
+      else
+        timing->load_bytes += beats * m->bus;
+      for (int64_t beat = 0; beat < beats; ++beat)
+        if (fifo_push(&m->dma_slots, beat == beats - 1))
+          return -1;
+    }
+  }
+  return 0;
+}
+
+/* One cycle; returns 1 when it writes main memory, 0 when not, -1 when out of memory. */
+static int step(model *m, int64_t cycle, gs_timing *timing) {
+  const gs_command *cmd = m->commands;
+  int64_t rows = m->rows;
+  /* -- store path: ws_dma_store, epilogue, admission */
+  int st_active = m->st_rows.count > 0;
+  int st_beat_last = st_active && m->st_beat == fifo_front(&m->st_rows) - 1;
+  int st_in_ready = st_active && st_beat_last;
+  int st_cmd_last = st_in_ready && m->out_valid && m->st_rows.count == 1;
+  int st_cmd_ready = !st_active || st_cmd_last;
+  int write = st_active && m->out_valid;
+  int epi_en = !(m->out_valid && !st_in_ready);
+  int epi_out_fire = m->out_valid && st_in_ready;
+  int r_valid = m->tag_valid[m->tag_pos] && m->tag_emit[m->tag_pos];
+  int admit = r_valid && epi_en && m->s_left > 0;
+  int admit_last = admit && m->s_left == 1;
+  int r_ready = epi_en && m->s_left > 0;
+  int en = !(r_valid && !r_ready);
+  int s_accept = m->s_pending >= 0 && st_cmd_ready;
+  int64_t head = m->sq.count ? fifo_front(&m->sq) : -1;
+  int store_pop = head >= 0 && cmd[head].op == OP_STORE && (m->s_left == 0 || admit_last) &&
+                  (m->s_pending < 0 || s_accept);
+  int config_pop = head >= 0 && cmd[head].op == OP_CONFIG && m->s_left == 0 &&
+                   m->s_pending < 0 && m->epi_rows == 0 && !st_active;
+  /* -- ws_ctrl handshakes */
+  int w_last_beat = m->w_count == rows - 1;
+  int64_t bank = m->w_load_bank;
+  int load_bank_free = !m->bank_full[bank] && m->drain[bank] == 0;
+  int w_ready = en && (!w_last_beat || load_bank_free);
+  int w_fire = m->w_q && w_ready;
+  int w_commit = w_fire && w_last_beat;
+  int a_ready = en && (m->bank_full[m->a_bank] || (w_commit && bank == m->a_bank));
+  int a_fire = m->q_valid && a_ready;
+  /* -- weight streamer */
+  int w_issue = m->w_active && (!m->w_q || w_fire);
+  int w_issue_last = w_issue && m->w_beat == rows - 1;
+  int64_t e_head = m->eq.count ? fifo_front(&m->eq) : -1;
+  int w_start = (!m->w_active || w_issue_last) && e_head >= 0 &&
+                (!cmd[e_head].wait || m->tok_le > 0) && m->aq.count < 4;
+  /* -- activation streamer */
+  int a_try = m->a_active && (!m->q_valid || a_fire);
+  int conflict = w_issue && ((m->w_base + m->w_beat) >> m->bank_shift) ==
+                                (m->a_addr >> m->bank_shift);
+  int a_issued = a_try && !conflict;
+  int a_issue_last = a_issued && m->a_left == 1;
+  int a_start = (!m->a_active || a_issue_last) && m->aq.count > 0;
+  int el_give = a_fire && m->q_last && m->q_signal;
+  int a_last = m->q_last, a_emit = m->q_emit; /* the row offered to the array now */
+  /* -- load unit */
+  int64_t l_head = m->lq.count ? fifo_front(&m->lq) : -1;
+  int dma_last = m->dma_slots.count == 1;
+  int load_busy = m->dma_slots.count > 0;
+  int l_valid = l_head >= 0 && (!cmd[l_head].wait || m->tok_el > 0) &&
+                m->track_rows.count < m->track_depth;
+  int l_accept = l_valid && (m->dma_slots.count == 0 || dma_last);
+  int wr_en = m->writes.count && fifo_front(&m->writes) == cycle;
+  int track_done = wr_en && m->track_written + 1 == fifo_front(&m->track_rows);
+  int le_give = track_done && fifo_front(&m->track_signal);
+  /* -- dispatcher */
+  int64_t offered = m->next_command < m->n_commands ? m->next_command : -1;
+  fifo *queue = offered >= 0 ? queue_of(m, &cmd[offered]) : NULL;
+  int dispatch = offered >= 0 && queue->count < m->queue_depth;
+
+  /* ==== clock edge */
+  m->tok_le += le_give - (w_start && cmd[e_head].wait);
+  m->tok_el += el_give - (l_accept && cmd[l_head].wait);
+  /* load unit */
+  if (wr_en)
+    fifo_pop(&m->writes); /* its countdown reached 0 */
+  if (m->dma_slots.count && fifo_pop(&m->dma_slots))
+    if (fifo_push(&m->writes, cycle + 1 + m->latency)) /* wr_en LATENCY + 1 cycles later */
+      return -1;
+  if (track_done) {
+    fifo_pop(&m->track_rows);
+    fifo_pop(&m->track_signal);
+    m->track_written = 0;
+  } else if (wr_en) {
+    m->track_written += 1;
+  }
+  if (l_accept) {
+    const gs_command *load = &cmd[fifo_pop(&m->lq)];
+    if (fifo_push(&m->track_signal, load->signal) ||
+        fifo_push(&m->track_rows, load->count1 * load->count2) ||
+        expand_rows(m, load, 1, timing))
+      return -1;
+  }
+  /* execute unit */
+  m->w_q = w_issue || (m->w_q && !w_fire);
+  if (w_start) {
+    fifo_pop(&m->eq);
+    if (fifo_push(&m->aq, e_head))
+      return -1;
+    m->w_active = 1;
+    m->w_base = cmd[e_head].w_row;
+    m->w_beat = 0;
+  } else if (w_issue_last) {
+    m->w_active = 0;
+  } else if (w_issue) {
+    m->w_beat += 1;
+  }
+  if (a_issued && m->a_cmd >= 0) {
+    m->q_valid = 1;
+    m->q_last = m->a_left == 1;
+    m->q_emit = (int)cmd[m->a_cmd].emit;
+    m->q_signal = cmd[m->a_cmd].signal && m->a_left == 1;
+  } else if (a_fire) {
+    m->q_valid = 0;
+  }
+  if (a_start) {
+    m->a_cmd = fifo_pop(&m->aq);
+    m->a_active = 1;
+    m->a_addr = cmd[m->a_cmd].a_row;
+    m->a_left = cmd[m->a_cmd].m_len;
+  } else if (a_issue_last) {
+    m->a_active = 0;
+  } else if (a_issued) {
+    m->a_addr += 1;
+    m->a_left -= 1;
+  }
+  /* ws_ctrl, frozen with the array when a result waits */
+  if (en) {
+    for (int b = 0; b < 2; ++b)
+      m->drain[b] = m->drain[b] > 0 ? m->drain[b] - 1 : 0;
+    if (w_fire) {
+      m->w_count = w_last_beat ? 0 : m->w_count + 1;
+      if (w_last_beat) {
+        m->bank_full[bank] = 1;
+        m->w_load_bank ^= 1;
+      }
+    }
+    if (a_fire && a_last) {
+      m->bank_full[m->a_bank] = 0;
+      m->drain[m->a_bank] = rows - 1;
+      m->a_bank ^= 1;
+    }
+    m->tags_valid += a_fire - m->tag_valid[m->tag_pos];
+    m->tag_valid[m->tag_pos] = (uint8_t)a_fire;
+    m->tag_emit[m->tag_pos] = (uint8_t)a_emit;
+    m->tag_pos = (m->tag_pos + 1) % m->lat;
+    timing->compute_rows += a_fire;
+  } else {
+    timing->array_stall_cycles += 1;
+  }
+  /* store unit, epilogue, ws_dma_store */
+  m->epi_rows += admit - epi_out_fire;
+  if (epi_en) {
+    int s1_valid = m->s1_valid;
+    m->s1_valid = admit;
+    m->out_valid = s1_valid;
+  }
+  if (write) {
+    if (st_beat_last) {
+      fifo_pop(&m->st_rows);
+      m->st_beat = 0;
+    } else {
+      m->st_beat += 1;
+    }
+    timing->store_bytes += m->bus;
+  }
+  if (s_accept) {
+    m->st_rows.count = 0;
+    if (expand_rows(m, &cmd[m->s_pending], 0, timing))
+      return -1;
+    m->st_beat = 0;
+    m->s_pending = -1;
+  }
+  if (store_pop) {
+    fifo_pop(&m->sq);
+    m->s_pending = head;
+    m->s_left = cmd[head].count1 * cmd[head].count2;
+  } else if (admit) {
+    m->s_left -= 1;
+  }
+  if (config_pop)
+    fifo_pop(&m->sq);
+  if (dispatch) {
+    if (fifo_push(queue, offered))
+      return -1;
+    m->next_command += 1;
+  }
+  timing->load_busy_cycles += load_busy;
+  timing->store_busy_cycles += write;
+  return write;
+}
+
+static void release(model *m) {
+  fifo *fifos[] = {&m->lq, &m->eq, &m->sq, &m->aq, &m->dma_slots, &m->writes,
+                   &m->track_signal, &m->track_rows, &m->st_rows};
+  for (size_t i = 0; i < sizeof fifos / sizeof fifos[0]; ++i)
+    free(fifos[i]->items);
+  free(m->tag_valid);
+  free(m->tag_emit);
+}
+
+/* Runs `n` commands offered from cycle 0 until every result is in memory.
+ * Returns 0, 1 when `limit` cycles pass first, 2 when memory runs out. */
+int gs_accel_cycles(int64_t rows, int64_t cols, int64_t bus_bytes, int64_t latency,
+                    int64_t bank_rows, int64_t queue_depth, const gs_command *commands,
+                    int64_t n, int64_t limit, gs_timing *timing) {
+  model m;
+  int64_t last_write = -1, cycle = 0;
+  int status = 0;
+  memset(&m, 0, sizeof m);
+  memset(timing, 0, sizeof *timing);
+  m.rows = rows;
+  m.bus = bus_bytes;
+  m.latency = latency;
+  m.queue_depth = queue_depth;
+  m.lat = rows + cols - 1; /* injection -> accumulator (ws_ctrl) */
+  m.track_depth = 1;
+  while (m.track_depth <= latency + 2) /* 1 << (latency + 2).bit_length() */
+    m.track_depth <<= 1;
+  for (int64_t value = bank_rows; value > 1; value >>= 1)
+    m.bank_shift += 1;
+  m.commands = commands;
+  m.n_commands = n;
+  m.a_cmd = m.s_pending = -1;
+  m.tag_valid = calloc((size_t)m.lat, 1);
+  m.tag_emit = calloc((size_t)m.lat, 1);
+  if (m.tag_valid == NULL || m.tag_emit == NULL)
+    status = 2;
+  while (status == 0 && !idle(&m)) {
+    int wrote;
+    if (cycle >= limit) {
+      status = 1;
+      break;
+    }
+    wrote = step(&m, cycle, timing);
+    if (wrote < 0)
+      status = 2;
+    else if (wrote)
+      last_write = cycle;
+    cycle += 1;
+  }
+  timing->cycles = last_write + 1;
+  release(&m);
+  return status;
+}

@@ -1,0 +1,100 @@
+"""The C port of the accelerator's cycle model gives AccelModel's counts, to the cycle.
+
+AccelModel (Python) is the specification, checked against the RTL in sim/; the C port
+(glensidec/hardware/accel_model.c) is what compiles and benches use because it is fast.
+Every field of the timing is compared on the layer programs of test_accel_commands, at
+several memory configurations (small queues, narrow buses, long latency, one-row banks
+that make the weight and activation streamers collide), on hand-written sequences that
+stress the store path, and on a 16×16 layer with the compile's default memories.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+
+import pytest
+from test_accel_commands import LAYERS, SMALL, random_layer_data
+
+from glensidec.hardware.accel import ConvLayer, DmaCommand, EpilogueConfig, MemoryConfig
+from glensidec.hardware.accel_native import native_cycles, native_model
+from glensidec.hardware.array import ArrayConfig
+from glensidec.hardware.commands import (
+    AccelConfig,
+    AccelModel,
+    AccelTiming,
+    Command,
+    Compute,
+    Config,
+    LayerQuant,
+    Load,
+    Store,
+    accel_config_for,
+    conv_program,
+)
+
+CONFIGS = {
+    "small": SMALL,
+    "narrow-bus": AccelConfig(4, 4, 16, MemoryConfig(row_bytes=4, scratchpad_bytes=2048,
+                                                      banks=4, bus_bytes=2, latency=5)),
+    "wide-bus-short-queues": AccelConfig(4, 4, 16, MemoryConfig(
+        row_bytes=4, scratchpad_bytes=1024, banks=4, bus_bytes=8, latency=1), queue_depth=2),
+    "tall": AccelConfig(6, 3, 32, MemoryConfig(row_bytes=8, scratchpad_bytes=4096, banks=4,
+                                                bus_bytes=4, latency=3)),
+}
+
+
+def _native() -> ctypes.CDLL:
+    native = native_model()
+    if native is None:
+        pytest.fail("the C cycle model did not build (is a C compiler on PATH?)")
+    return native
+
+
+def _compare(config: AccelConfig, commands: list[Command]) -> AccelTiming:
+    expected = AccelModel(config).run(commands)
+    got = native_cycles(_native(), config, commands, limit=10**8)
+    assert dataclasses.asdict(got) == dataclasses.asdict(expected)
+    return got
+
+
+@pytest.mark.parametrize("config_name", sorted(CONFIGS))
+@pytest.mark.parametrize("layer", LAYERS, ids=lambda layer: layer.name)
+def test_layer_programs_take_the_python_models_cycles(layer: ConvLayer,
+                                                      config_name: str) -> None:
+    config = CONFIGS[config_name]
+    program = conv_program(config, layer, random_layer_data(layer, 0)[2])
+    timing = _compare(config, program.commands)
+    assert timing.cycles > 0 and timing.load_busy_cycles > 0 and timing.store_busy_cycles > 0
+
+
+def test_a_store_path_that_backs_up_freezes_the_array_in_both_models() -> None:
+    """Single rows stored one byte apart at a 1-byte bus: the epilogue waits on the store,
+    the array waits on the epilogue (array_stall_cycles > 0)."""
+    config = AccelConfig(4, 4, 16, MemoryConfig(row_bytes=4, scratchpad_bytes=1024, banks=4,
+                                                 bus_bytes=1, latency=2))
+    loads = [Load(DmaCommand(base=0, length=4, count1=4, stride1=4, spad_row=0)),
+             Load(DmaCommand(base=64, length=4, count1=12, stride1=4, spad_row=64),
+                  signal=True)]
+    computes = [Compute(w_row=0, a_row=64, m_len=12, emit=True, wait=True, signal=True)]
+    tail: list[Command] = [Config(EpilogueConfig(), (0,) * 4, (1,) * 4),
+                           Store(DmaCommand(base=512, length=4, count1=6, stride1=7)),
+                           Store(DmaCommand(base=700, length=3, count1=2, stride1=5,
+                                            count2=3, stride2=40))]
+    timing = _compare(config, loads + computes + tail)
+    assert timing.array_stall_cycles > 0
+
+
+def test_a_16x16_layer_with_the_default_memories() -> None:
+    config = accel_config_for(ArrayConfig(16, 16))
+    layer = ConvLayer("conv3x3", 8, 8, 32, 48, kernel=3, stride=1, padding=1)
+    quant = LayerQuant(EpilogueConfig(), (0,) * 48, (1,) * 48)
+    _compare(config, conv_program(config, layer, quant).commands)
+
+
+def test_the_limit_is_an_error_in_both_models() -> None:
+    program = conv_program(SMALL, LAYERS[0], random_layer_data(LAYERS[0], 0)[2])
+    with pytest.raises(RuntimeError, match="did not finish in 50 cycles"):
+        AccelModel(SMALL).run(program.commands, limit=50)
+    with pytest.raises(RuntimeError, match="did not finish in 50 cycles"):
+        native_cycles(_native(), SMALL, program.commands, limit=50)
