@@ -157,10 +157,14 @@ def fmt(program: Path, shapes: Path | None, in_place: bool) -> None:
                    "64KiB at 16x16].")
 @click.option("--dram-bandwidth", type=click.IntRange(min=1), default=16, show_default=True,
               metavar="B", help="Main-memory bytes per cycle (a power of two).")
+@click.option("--accel", is_flag=True,
+              help="Run each int8 array call with the bias add, requantize and clip after it "
+                   "on the whole accelerator (DMA, array, epilogue) through its command "
+                   "runtime.")
 def compile_command(program: Path, shapes: Path | None, array_size: str, emit: str | None,
                     stats: bool, verify: bool, iterations: int, max_enodes: int,
                     timeout: float, output: Path | None, force: bool, scratchpad: str,
-                    accumulator: str | None, dram_bandwidth: int) -> None:
+                    accumulator: str | None, dram_bandwidth: int, accel: bool) -> None:
     """Map PROGRAM onto an RxC systolic array; write the C program to OUTDIR.
 
     `make -C OUTDIR` builds OUTDIR/model; `make -C OUTDIR sim` co-simulates it on the RTL.
@@ -185,7 +189,10 @@ def compile_command(program: Path, shapes: Path | None, array_size: str, emit: s
         check_writable_file(output)
     configs = parse_arrays(array_size)
     config = configs[0]
-    accel = _accelerator(config, scratchpad, accumulator, dram_bandwidth)
+    accelerator = _accelerator(config, scratchpad, accumulator, dram_bandwidth)
+    if accel and (config.is_float or len(configs) > 1):
+        raise click.UsageError("--accel drives the int8 accelerator around one array: not "
+                               "with an f32 array or several arrays")
     typed = pipeline.load(program, shapes)  # parse, typecheck
     parsed = typed.program
     require_access_result(parsed, typed.types, "compile")
@@ -195,7 +202,7 @@ def compile_command(program: Path, shapes: Path | None, array_size: str, emit: s
     if stats:
         for line in compiled.report_lines(config):
             click.echo(line, err=True)
-        for line in _accelerator_lines(accel, compiled.prediction.invocations):
+        for line in _accelerator_lines(accelerator, compiled.prediction.invocations):
             click.echo(line, err=True)
     if verify:
         validate(parsed, compiled.program, types=(typed.types, compiled.types))
@@ -203,11 +210,19 @@ def compile_command(program: Path, shapes: Path | None, array_size: str, emit: s
     if emit == "c":
         assert output is not None
         arrays = arrays_for_c(compiled, configs)
-        result = pipeline.compile_to_directory(compiled.program, compiled.types, output,
-                                               arrays[0], force=force,
-                                               more_arrays=arrays[1:])  # lower, plan, emit
+        result = pipeline.compile_to_directory(
+            compiled.program, compiled.types, output, arrays[0], force=force,
+            more_arrays=arrays[1:], accel=accelerator if accel else None)  # lower, plan, emit
+        layers = result.lowered.accel_layers()
+        fused = (f", {len(layers)} accelerator layers: {result.accel_cycles} cycles"
+                 if accel else "")
         click.echo(f"wrote {output}: {len(result.lowered.instructions)} instructions, "
-                   f"predicted array cycles {result.predicted_cycles}")
+                   f"predicted array cycles {result.predicted_cycles}{fused}")
+        if stats and accel:
+            from glensidec.backend.accel_layers import accel_layer_lines
+
+            for line in accel_layer_lines(result.lowered, arrays[0]):
+                click.echo(line, err=True)
         return
     if emit == "egraph":
         text = egraph_dot(compiled.egraph())

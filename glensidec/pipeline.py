@@ -25,10 +25,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from glensidec import progress
+from glensidec.backend.accel_layers import fuse_accel_layers
 from glensidec.backend.emit import emit_directory, predicted_cycles
 from glensidec.backend.lower import LoweredProgram, LowerOptions, lower_program
 from glensidec.backend.plan import MemoryPlan, plan_memory
 from glensidec.hardware.array import ArrayConfig
+from glensidec.hardware.commands import AccelConfig
 from glensidec.lang import data
 from glensidec.lang.dtypes import Array
 from glensidec.lang.expand import expand_program, needs_expansion
@@ -206,25 +208,33 @@ class CompileResult:
     lowered: LoweredProgram
     plan: MemoryPlan
     predicted_cycles: int  # Σ hardware.gemm_cycles over the array calls of one run
+    accel_cycles: int = 0  # Σ the accelerator layers' cycles (compile --accel)
 
 
 def compile_to_directory(program: Program, types: TypeTable, outdir: str | Path,
                          config: ArrayConfig, options: LowerOptions | None = None,
                          weights: dict[str, Array] | None = None,
                          force: bool = False,
-                         more_arrays: tuple[ArrayConfig, ...] = ()) -> CompileResult:
+                         more_arrays: tuple[ArrayConfig, ...] = (),
+                         accel: AccelConfig | None = None) -> CompileResult:
     """Lower, plan and emit `program` (with its `types`) as a C program in `outdir`.
 
     `weights` defaults to the program's weight files (glensidec.lang.data.load_weights).
     `force`: replace glensidec's own files in an OUTDIR that also holds others.
     `more_arrays`: the further arrays of a program that uses several sizes (`config` is
     the main one); the C calls each on its own.
+    `accel`: run array calls with their bias, requantize and clip as accelerator layers
+    (glensidec.backend.accel_layers) on this accelerator around `config`.
     """
     weights = data.load_weights(program) if weights is None else weights
     # The binary32 array multiplies f32 operands; the int8 one i8.
     options = replace(options or LowerOptions(), array_dtype="f32" if config.is_float else "i8")
     lowered = lower_program(program, types, options)
+    if accel is not None:
+        lowered = fuse_accel_layers(lowered, weights, accel)
     plan = plan_memory(lowered)
-    emit_directory(program, lowered, plan, Path(outdir), config, weights, force, more_arrays)
+    emit_directory(program, lowered, plan, Path(outdir), config, weights, force, more_arrays,
+                   accel)
     return CompileResult(Path(outdir), lowered, plan,
-                         predicted_cycles(lowered, config, more_arrays))
+                         predicted_cycles(lowered, config, more_arrays),
+                         sum(layer.cycles for layer in lowered.accel_layers()))

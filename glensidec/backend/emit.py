@@ -33,6 +33,7 @@ from glensidec.backend.lower import (
     CONSTANT,
     INPUT,
     OUTPUT,
+    AccelLayer,
     ArrayGemm,
     Copy,
     Dot,
@@ -50,7 +51,9 @@ from glensidec.backend.plan import MemoryPlan
 from glensidec.backend.report import render_files as report_files
 from glensidec.backend.report import report_data
 from glensidec.backend.views import Axis, View, canonical, refine
+from glensidec.hardware.accel_native import FIELDS
 from glensidec.hardware.array import ArrayConfig, array_for, gemm_cycles
+from glensidec.hardware.commands import AccelConfig
 from glensidec.lang.constructs import ComputeKind
 from glensidec.lang.dtypes import DTYPES, Array, integer_range, lookup_table
 from glensidec.lang.syntax import format_program
@@ -61,6 +64,7 @@ from glensidec.resources import resource_dir
 PROGRAM_FILE = "program.gs"
 TEMPLATES = ("model.c", "model.h", "array_runtime.c", "array_runtime.h", "host_gemm.c",
              "host_gemm.h", "main.c", "Makefile")
+ACCEL_TEMPLATES = ("accel_runtime.c", "accel_runtime.h")  # when the program has accel layers
 
 
 def predicted_cycles(lowered: LoweredProgram, config: ArrayConfig,
@@ -281,6 +285,22 @@ class _Renderer:
         work = _trips(outer.loops) * _trips(inner.loops)
         return f"{softmax.dst.buffer} = softmax", _wrap(outer.loops, body,
                                                         parallel=outer.parallel(work))
+
+    def _accellayer(self, layer: AccelLayer) -> tuple[str, list[str]]:
+        def pointer(view: View) -> str:
+            return view.buffer if not view.offset else f"{view.buffer} + {view.offset}"
+        commands = self.lowered.buffer_of(layer.commands).shape[0]
+        fields = (f'"{layer.name}", {layer.m}, {layer.k}, {layer.n}, {layer.input_base}, '
+                  f"{layer.weight_base}, {layer.output_base}, {layer.pre}, {layer.post}, "
+                  f"{layer.zero_point}, {layer.low}, {layer.high}, {commands}, {layer.cycles}LL")
+        call = (f"gs_accel_run(&layer, {pointer(layer.commands)}, {pointer(layer.a)}, "
+                f"{pointer(layer.b)}, {pointer(layer.bias)}, {pointer(layer.multiplier)}, "
+                f"{pointer(layer.dst)})")
+        what = (f"{layer.name} = clip(requantize({layer.a.buffer} . {layer.b.buffer} + "
+                f"bias)) on the accelerator (M={layer.m} K={layer.k} N={layer.n}, "
+                f"{commands} commands, {layer.cycles} cycles)")
+        return what, ["  {", f"    static const gs_accel_layer layer = {{{fields}}};",
+                      f"    if ({call} != 0)", "      return 1;", "  }"]
 
     def _arraygemm(self, gemm: ArrayGemm) -> tuple[str, list[str]]:
         def pointer(view: View) -> str:
@@ -667,8 +687,10 @@ def weights_blob(lowered: LoweredProgram, plan: MemoryPlan, weights: dict[str, A
 
 def render_files(program: Program, lowered: LoweredProgram, plan: MemoryPlan,
                  config: ArrayConfig, weights: dict[str, Array],
-                 more_arrays: tuple[ArrayConfig, ...] = ()) -> dict[str, bytes]:
+                 more_arrays: tuple[ArrayConfig, ...] = (),
+                 accel: AccelConfig | None = None) -> dict[str, bytes]:
     arrays = (config, *more_arrays)
+    accel = accel if lowered.accel_layers() else None
     renderer = _Renderer(lowered, arrays)
     blocks = [renderer.render(index, instruction)
               for index, instruction in enumerate(lowered.instructions)]
@@ -689,15 +711,17 @@ def render_files(program: Program, lowered: LoweredProgram, plan: MemoryPlan,
         "quantization": _quantization_rows(program, lowered, placeholders),
         "max_rank": max([1, *(len(lowered.buffers[name].shape) for name in plan.mutable)]),
         "declarations": _declarations(lowered, plan), "blocks": blocks,
+        "accel": accel, "fields": FIELDS,
     }
     environment = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(resource_dir("templates"))),
         trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
         undefined=jinja2.StrictUndefined, autoescape=False)
+    names = TEMPLATES + (ACCEL_TEMPLATES if accel is not None else ())
     files = {name: environment.get_template(name + ".j2").render(context).encode()
-             for name in TEMPLATES}
+             for name in names}
     files["weights.bin"] = weights_blob(lowered, plan, weights)
-    files["cosim.json"] = cosim_manifest(program, lowered, arrays).encode()
+    files["cosim.json"] = cosim_manifest(program, lowered, arrays, accel).encode()
     files.update(report_files(report_data(Path(program.path).name, lowered, config,
                                           more_arrays)))
     return files
@@ -713,7 +737,7 @@ def manifest_array(config: ArrayConfig) -> dict[str, int | str]:
 
 
 def cosim_manifest(program: Program, lowered: LoweredProgram,
-                   arrays: tuple[ArrayConfig, ...]) -> str:
+                   arrays: tuple[ArrayConfig, ...], accel: AccelConfig | None = None) -> str:
     """What `make sim` needs to know: the array, and every call the program makes to it.
 
     Float products cannot run on the int8 array; they are listed so co-simulation can say
@@ -737,7 +761,18 @@ def cosim_manifest(program: Program, lowered: LoweredProgram,
         manifest["array_calls"] = [
             [call.m, call.k, call.n, arrays.index(array_for(call.rows, call.cols, arrays))]
             for call in lowered.array_calls()]
+    if accel is not None:  # `glensidec diff` fuses the same layers when it lowers again
+        manifest["accelerator"] = accel_manifest(accel)
+        manifest["accel_layers"] = [[layer.m, layer.k, layer.n, layer.cycles]
+                                    for layer in lowered.accel_layers()]
     return json.dumps(manifest, indent=2) + "\n"
+
+
+def accel_manifest(accel: AccelConfig) -> dict[str, int]:
+    """The accelerator's sizes, as `accel_config_for` takes them."""
+    return {"rows": accel.rows, "cols": accel.cols, "acc_depth": accel.acc_depth,
+            "scratchpad_bytes": accel.memory.scratchpad_bytes,
+            "bus_bytes": accel.memory.bus_bytes, "latency": accel.memory.latency}
 
 
 # What `make` and `make sim` create in OUTDIR: ours too, so compiling again into a built
@@ -757,11 +792,12 @@ def write_directory_atomically(outdir: Path, files: dict[str, bytes],
 
 def emit_directory(program: Program, lowered: LoweredProgram, plan: MemoryPlan, outdir: Path,
                    config: ArrayConfig, weights: dict[str, Array], force: bool = False,
-                   more_arrays: tuple[ArrayConfig, ...] = ()) -> None:
+                   more_arrays: tuple[ArrayConfig, ...] = (),
+                   accel: AccelConfig | None = None) -> None:
     """Write the C program of a lowered, planned `program` to `outdir` (see the module
     docstring); `force`: replace glensidec's own files in an OUTDIR that also holds others;
     `more_arrays`: the program's further arrays, when it uses several."""
-    files = render_files(program, lowered, plan, config, weights, more_arrays)
+    files = render_files(program, lowered, plan, config, weights, more_arrays, accel)
     # The program compiled, weights re-pointed from OUTDIR: `glensidec diff` lowers it again
     # and runs it on those weights (the reference for OUTDIR's own weights.bin).
     if all(decl.source is not None for decl in program.weights()):

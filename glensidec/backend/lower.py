@@ -73,6 +73,7 @@ class ConstantSource:
     literal: int | float | None = None
     packed: View | None = None  # a view of another constant, stored contiguously …
     packed_from: Buffer | None = None  # … namely of this one
+    data: bytes | None = None  # made by the compiler (an accelerator layer's commands)
 
 
 @dataclass(frozen=True)
@@ -212,6 +213,43 @@ class ArrayGemm(Instruction):
         return (self.a, self.b)
 
 
+@dataclass(frozen=True)
+class AccelLayer(Instruction):
+    """dst (M×N i8) = clip(requantize(a (M×K i8) · b (K×N i8) + bias)) on the whole
+    accelerator (rtl/ws_accel.v): a table of its commands moves `a` and `b` through the DMA
+    into the scratchpad, the array multiplies, and the epilogue adds the bias (N i32),
+    requantizes by the multiplier (N i32) and clips as the rows leave for memory.
+
+    Made by glensidec.backend.accel_layers from an array call and the bias add,
+    requantize and clip that follow it; all operands are row-major and contiguous.
+    """
+
+    name: str  # the program's buffer the layer computes (its `let`)
+    a: View
+    b: View
+    bias: View
+    multiplier: View
+    commands: View  # i32 rows of accel_native.FIELDS: conv_program's commands
+    m: int
+    k: int
+    n: int
+    pre: int
+    post: int
+    zero_point: int
+    low: int
+    high: int
+    input_base: int  # where a, b and dst sit in the commands' address space
+    weight_base: int
+    output_base: int
+    cycles: int  # predicted: commands.accel_cycles, the RTL's count
+    load_bytes: int
+    store_bytes: int
+    compute_rows: int  # cycles the array took a row
+
+    def reads(self) -> tuple[View, ...]:
+        return (self.a, self.b, self.bias, self.multiplier, self.commands)
+
+
 @dataclass
 class LoweredProgram:
     buffers: dict[str, Buffer]
@@ -224,6 +262,9 @@ class LoweredProgram:
 
     def array_calls(self) -> list[ArrayGemm]:
         return [i for i in self.instructions if isinstance(i, ArrayGemm)]
+
+    def accel_layers(self) -> list[AccelLayer]:
+        return [i for i in self.instructions if isinstance(i, AccelLayer)]
 
 
 @dataclass(frozen=True)
@@ -806,6 +847,9 @@ def constant_array(buffer: Buffer, weights: dict[str, Array]) -> Array:
         return np.ascontiguousarray(weights[source.tensor], dtype=dtype)
     if source.literal is not None:
         return np.array(source.literal, dtype=dtype)
+    if source.data is not None:
+        little = np.frombuffer(source.data, np.dtype(dtype).newbyteorder("<"))
+        return little.astype(dtype).reshape(buffer.shape)
     assert source.packed is not None and source.packed_from is not None
     flat = constant_array(source.packed_from, weights).reshape(-1)
     return view_array(source.packed, flat).reshape(buffer.shape)

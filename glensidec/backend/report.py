@@ -22,6 +22,7 @@ import jinja2
 from markupsafe import Markup
 
 from glensidec.backend.lower import (
+    AccelLayer,
     ArrayGemm,
     Copy,
     Dot,
@@ -109,6 +110,9 @@ class ReportData:
 def _kind_and_op(instruction: Instruction) -> tuple[str, str]:
     if isinstance(instruction, ArrayGemm):
         return "gemm", f"M={instruction.m} K={instruction.k} N={instruction.n}"
+    if isinstance(instruction, AccelLayer):
+        return "accel", (f"M={instruction.m} K={instruction.k} N={instruction.n}, "
+                         f"{instruction.load_bytes} B loaded, {instruction.store_bytes} B stored")
     if isinstance(instruction, Map):
         return "map", instruction.op.name
     if isinstance(instruction, Fold):
@@ -128,7 +132,7 @@ def _kind_and_op(instruction: Instruction) -> tuple[str, str]:
 
 
 def _macs(instruction: Instruction) -> int:
-    if isinstance(instruction, ArrayGemm):
+    if isinstance(instruction, ArrayGemm | AccelLayer):
         return instruction.m * instruction.k * instruction.n
     if isinstance(instruction, Dot):
         # every member has the destination's dims followed by the reduced ones
@@ -139,7 +143,7 @@ def _macs(instruction: Instruction) -> int:
 def _host_cycles(instruction: Instruction) -> int:
     """The CPU model extraction uses (glensidec.opt.extract): per element a compute reads,
     per multiply-accumulate for products; data movement (copy, fill) is not modelled."""
-    if isinstance(instruction, (ArrayGemm, Copy, Fill)):
+    if isinstance(instruction, (ArrayGemm, AccelLayer, Copy, Fill)):
         return 0
     if isinstance(instruction, Dot):
         return HOST_MAC * _macs(instruction)
@@ -153,9 +157,14 @@ def report_data(source: str, lowered: LoweredProgram, config: ArrayConfig,
     data = ReportData(source, (config.rows, config.cols))
     for index, instruction in enumerate(lowered.instructions):
         kind, op = _kind_and_op(instruction)
-        on_array = isinstance(instruction, ArrayGemm)
+        on_array = isinstance(instruction, ArrayGemm | AccelLayer)
         cycles = ideal = 0
         utilization = None
+        if isinstance(instruction, AccelLayer):  # the whole accelerator: DMA, array, epilogue
+            m, k, n = instruction.m, instruction.k, instruction.n
+            cycles = instruction.cycles
+            ideal = ideal_cycles(config, m, k, n)
+            utilization = m * k * n / (config.rows * config.cols * cycles)
         if isinstance(instruction, ArrayGemm):
             m, k, n = instruction.m, instruction.k, instruction.n
             array = array_for(instruction.rows, instruction.cols, (config, *more_arrays))

@@ -257,3 +257,13 @@ def view_array(view: View, flat: Array) -> Array:
         flat[view.offset:], shape=[a.size for a in axes], strides=[a.stride * item for a in axes],
         writeable=False)
     return np.array(strided).reshape(view.shape)
+
+
+def store_view(view: View, flat: Array, values: Array) -> None:
+    """Write `values` (the view's logical shape) into the view's elements of `flat`."""
+    axes = view.axes()
+    item = flat.itemsize
+    target = np.lib.stride_tricks.as_strided(
+        flat[view.offset:], shape=[a.size for a in axes],
+        strides=[a.stride * item for a in axes])
+    target[...] = np.asarray(values, dtype=flat.dtype).reshape(target.shape)

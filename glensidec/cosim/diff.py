@@ -34,11 +34,13 @@ from pathlib import Path
 
 import numpy as np
 
+from glensidec.backend.accel_layers import fuse_accel_layers
 from glensidec.backend.emit import PROGRAM_FILE as PROGRAM
 from glensidec.backend.emit import TRACE_LIBRARY
 from glensidec.backend.lower import (
     CONSTANT,
     INPUT,
+    AccelLayer,
     ArrayGemm,
     Copy,
     Dot,
@@ -55,9 +57,10 @@ from glensidec.backend.lower import (
     constant_array,
     lower_program,
 )
-from glensidec.backend.views import View
+from glensidec.backend.views import View, store_view
 from glensidec.cosim.runner import Manifest, cosimulate, program_error
 from glensidec.errors import GlensideError
+from glensidec.hardware.accel import EpilogueConfig, epilogue_reference
 from glensidec.hardware.array import reference_gemm_f32
 from glensidec.lang import data
 from glensidec.lang.dtypes import DTYPES, Array, requantize
@@ -104,15 +107,6 @@ class Divergence:
 # -- the interpreter, one instruction at a time ------------------------------------------
 
 
-def _store(view: View, flat: Array, values: Array) -> None:
-    axes = view.axes()
-    item = flat.itemsize
-    target = np.lib.stride_tricks.as_strided(
-        flat[view.offset:], shape=[a.size for a in axes],
-        strides=[a.stride * item for a in axes])
-    target[...] = np.asarray(values, dtype=flat.dtype).reshape(target.shape)
-
-
 def _load(view: View, flat: Array) -> Array:
     axes = view.axes()
     if not axes:
@@ -149,6 +143,12 @@ def _execute(instruction: Instruction, read: Callable[[View], Array],
             rows = instruction.rows or main_rows
             return reference_gemm_f32(read(instruction.a), read(instruction.b), None, rows)
         return matmul(read(instruction.a), read(instruction.b), dtype(instruction.a))
+    if isinstance(instruction, AccelLayer):
+        products = matmul(read(instruction.a), read(instruction.b), "i8")
+        epilogue = EpilogueConfig(instruction.pre, instruction.post, instruction.zero_point,
+                                  instruction.low, instruction.high)
+        return epilogue_reference(products, read(instruction.bias)[None, :],
+                                  read(instruction.multiplier), epilogue)
     if isinstance(instruction, RequantizePerChannel):
         accumulators, multipliers = (read(member) for member in instruction.members)
         return requantize(accumulators, multipliers, instruction.pre, instruction.post,
@@ -192,7 +192,7 @@ def interpret(lowered: LoweredProgram, weights: dict[str, Array], inputs: dict[s
 
     for index, instruction in enumerate(lowered.instructions):
         dst = instruction.writes()
-        _store(dst, buffers[dst.buffer], _execute(instruction, read, dtype, main_rows))
+        store_view(dst, buffers[dst.buffer], _execute(instruction, read, dtype, main_rows))
         yield index, read(dst)
 
 
@@ -289,8 +289,13 @@ def load_compiled(outdir: Path) -> tuple[Program, LoweredProgram]:
                             "directory (compiled by this version)?")
     program = read_program(path)
     # lowered as the compiler did: the binary32 array takes the f32 products, the int8 one i8
-    options = LowerOptions(array_dtype="f32" if Manifest.read(outdir).config.is_float else "i8")
-    return program, lower_program(program, check_program(program), options)
+    manifest = Manifest.read(outdir)
+    options = LowerOptions(array_dtype="f32" if manifest.config.is_float else "i8")
+    lowered = lower_program(program, check_program(program), options)
+    accel = manifest.accel_config()
+    if accel is not None:  # compiled with --accel: the same layers on the accelerator
+        lowered = fuse_accel_layers(lowered, data.load_weights(program), accel)
+    return program, lowered
 
 
 def _run_c(outdir: Path, inputs: tuple[str, ...], trace: Path) -> None:
@@ -370,7 +375,7 @@ def _lowering_error(program: Program, lowered: LoweredProgram, weights: dict[str
     output = lowered.buffers[lowered.output]
     flat = np.zeros(output.elements, DTYPES[output.dtype].numpy)
     for index in writers:
-        _store(lowered.instructions[index].writes(), flat, reference[index])
+        store_view(lowered.instructions[index].writes(), flat, reference[index])
     actual = flat.reshape(expected.shape)
     wrong = _differences(expected, actual, output.dtype)
     if not wrong.any():

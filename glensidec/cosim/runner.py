@@ -43,6 +43,7 @@ from glensidec.cosim.rtl_build import (
 from glensidec.cosim.settings import settings_env
 from glensidec.errors import GlensideError
 from glensidec.hardware.array import ArrayConfig, gemm_tiles
+from glensidec.hardware.commands import AccelConfig, accel_config_for
 from glensidec.outputs import update_own_file
 
 LIBRARY = "libmodel_cosim.so"
@@ -61,6 +62,8 @@ class Manifest:
     source: str
     configs: tuple[ArrayConfig, ...] = ()  # every array of the program, the main one first
     call_arrays: tuple[int, ...] = ()  # per call, its array's index in `configs`
+    accelerator: dict[str, int] | None = None  # compile --accel: accel_config_for's sizes
+    accel_layers: int = 0
 
     @staticmethod
     def read(outdir: Path) -> Manifest:
@@ -75,7 +78,18 @@ class Manifest:
         calls = [(int(call[0]), int(call[1]), int(call[2])) for call in raw["array_calls"]]
         call_arrays = tuple(int(call[3]) if len(call) > 3 else 0 for call in raw["array_calls"])
         return Manifest(config, calls, int(raw["float_products"]), str(raw["source"]),
-                        configs, call_arrays)
+                        configs, call_arrays, raw.get("accelerator"),
+                        len(raw.get("accel_layers", [])))
+
+    def accel_config(self) -> AccelConfig | None:
+        """The accelerator a `compile --accel` targeted, or None."""
+        if self.accelerator is None:
+            return None
+        sizes = self.accelerator
+        return accel_config_for(ArrayConfig(sizes["rows"], sizes["cols"],
+                                            acc_depth=sizes["acc_depth"]),
+                                sizes["scratchpad_bytes"], sizes["bus_bytes"],
+                                sizes["latency"], sizes["acc_depth"])
 
     def calls_on(self, array: int) -> list[tuple[int, int, int]]:
         """The calls that run on array `array` (an index into `configs`)."""
@@ -161,6 +175,12 @@ def cosimulate(outdir: Path, program_args: list[str], *, waves: bool = False,
     RTL (`glensidec diff --rtl` traces each run on its own)."""
     outdir = outdir.resolve()
     manifest = Manifest.read(outdir)
+    if manifest.accel_layers:
+        raise GlensideError(
+            f"{manifest.source} was compiled with --accel: its {manifest.accel_layers} "
+            "accelerator layers run on the C model of ws_accel (./model, glensidec diff); "
+            "co-simulating them on the RTL inside the program is not supported yet "
+            "(compile without --accel to co-simulate its array calls)")
     if manifest.float_products and not manifest.array_calls and not manifest.config.is_float:
         raise GlensideError(
             f"{manifest.source} computes its products in f32: the systolic array is "

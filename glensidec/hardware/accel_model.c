@@ -23,7 +23,7 @@ typedef struct {
   int64_t op, wait, signal;
   int64_t w_row, a_row, m_len, add, emit; /* COMPUTE */
   int64_t base, length, count1, stride1, count2, stride2, spad_row, bounds; /* LOAD/STORE */
-  int64_t y0, y_step, height, x0, x_step, width;
+  int64_t y0, y_step, height, x0, x_step, width, pad_value;
 } gs_command;
 
 /* Results, in the order of commands.AccelTiming's fields. */

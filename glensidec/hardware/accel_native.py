@@ -32,7 +32,7 @@ SOURCE = Path(__file__).with_name("accel_model.c")
 #: Columns of one packed command (gs_command in accel_model.c), in order.
 FIELDS = ("op", "wait", "signal", "w_row", "a_row", "m_len", "add", "emit", "base", "length",
           "count1", "stride1", "count2", "stride2", "spad_row", "bounds", "y0", "y_step",
-          "height", "x0", "x_step", "width")
+          "height", "x0", "x_step", "width", "pad_value")
 _COLUMN = {name: index for index, name in enumerate(FIELDS)}
 _DMA_FIELDS = FIELDS[8:]
 #: gs_timing's fields, in order.
@@ -113,8 +113,8 @@ def pack_commands(commands: Sequence[Command]) -> np.ndarray:
                                             "add", "emit")]] = (
                 1, command.wait, command.signal, command.w_row, command.a_row, command.m_len,
                 command.add, command.emit)
-        elif isinstance(command, Config):
-            row[_COLUMN["op"]] = 3
+        elif isinstance(command, Config):  # its vectors stay in the layer; where they start
+            row[_COLUMN["op"]], row[_COLUMN["base"]] = 3, command.first_column
         else:
             row[_COLUMN["op"]] = 0 if isinstance(command, Load) else 2
             if isinstance(command, Load):

@@ -80,6 +80,9 @@ class Config:
     epilogue: EpilogueConfig
     bias: tuple[int, ...]
     multiplier: tuple[int, ...]
+    #: the layer's output column of the first array column (the generated C's runtime
+    #: reads bias and multiplier from the layer's vectors there; not part of the RTL word)
+    first_column: int = 0
 
 
 Command = Load | Compute | Store | Config
@@ -631,7 +634,7 @@ def conv_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant) -> La
                 padded = [0] * (C - width)
                 tail.append(Config(
                     quant.epilogue, tuple(quant.bias[n0:n0 + width]) + tuple(padded),
-                    tuple(quant.multiplier[n0:n0 + width]) + tuple(padded)))
+                    tuple(quant.multiplier[n0:n0 + width]) + tuple(padded), first_column=n0))
                 block_configured = block
             tail.append(Store(DmaCommand(base=output_base + m0 * N + n0, length=width,
                                          count1=m_len, stride1=N)))

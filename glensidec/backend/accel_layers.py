@@ -1,0 +1,443 @@
+"""Accelerator layers: an array call and the epilogue after it, run on the whole accelerator.
+
+`glensidec compile --accel` lowers as usual, then this pass looks at every int8 array call
+(`ArrayGemm`) and the instructions that consume its result one after the other:
+
+    gemm (i32)  [→ elementwise-add of a constant bias]  → requantize (i8)
+                [→ relu / clip …]
+
+When each intermediate buffer has that single reader, the bias and the requantize
+multiplier are the same down every output column (per output channel), and one operand is a
+constant (the weights), the chain becomes one `AccelLayer`: ws_accel's DMA loads the
+activations and the weights into the scratchpad, the array multiplies, and the epilogue adds
+the bias, requantizes and clips as the rows leave for memory, so none of the chain's
+elementwise passes run on the host. Its commands (`hardware.commands.conv_program` in GEMM
+form: an M×K matrix as an M-pixel, K-channel 1×1 convolution) are a constant table in
+weights.bin; their cycles (`commands.accel_cycles`, the RTL's count) are the layer's
+prediction.
+
+The array's weights are the stationary operand and its epilogue works per column, so the
+weights must be the call's B operand (K×N, output channels along N). A call whose constant
+is A (M×K: im2col convolutions, where the program's layout puts channels first) runs
+transposed, Cᵀ = Bᵀ·Aᵀ: Aᵀ is packed at compile time, the copy that packed B for the call
+writes Bᵀ instead (or a host copy transposes it), and a host copy transposes Cᵀ back into
+the program's layout.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from glensidec.backend.lower import (
+    ACTIVATION,
+    CONSTANT,
+    INPUT,
+    OUTPUT,
+    AccelLayer,
+    ArrayGemm,
+    Buffer,
+    ConstantSource,
+    Copy,
+    Fill,
+    Fold,
+    Instruction,
+    LoweredProgram,
+    Map,
+    RequantizePerChannel,
+    constant_array,
+)
+from glensidec.backend.views import (
+    View,
+    contiguous,
+    regroup,
+    store_view,
+    transpose,
+    view_array,
+)
+from glensidec.errors import GlensideError
+from glensidec.hardware.accel import CapacityError, ConvLayer, EpilogueConfig
+from glensidec.hardware.accel_native import pack_commands
+from glensidec.hardware.array import ArrayConfig, ideal_cycles
+from glensidec.hardware.commands import AccelConfig, LayerQuant, accel_cycles, conv_program
+from glensidec.lang.dtypes import Array, integer_range
+
+
+@dataclass
+class _Chain:
+    """What the instructions after one array call do to its result."""
+
+    indices: list[int]  # the array call and the instructions folded into the epilogue
+    rows: int  # the chain uses the leading rows × cols block of the call's M×N result
+    cols: int  # (fewer than N when the lowering padded the outputs to the array)
+    dst: View  # the last one's destination: rows × cols, row by row
+    bias: Array | None  # rows × cols int64, or None (no bias add)
+    multiplier: Array  # rows × cols int64
+    pre: int
+    post: int
+    zero_point: int
+    low: int = -128
+    high: int = 127
+
+
+def _whole(view: View, lowered: LoweredProgram, elements: int) -> bool:
+    """Does `view` walk its whole buffer, row-major, from the start?"""
+    buffer = lowered.buffer_of(view)
+    return (view.offset == 0 and view.is_row_major() and buffer.elements == elements
+            and math.prod(view.shape) == elements)
+
+
+def _block(view: View, lowered: LoweredProgram, m: int, n: int) -> tuple[int, int] | None:
+    """(rows, cols) when `view` reads the leading rows × cols block of an M×N buffer, row by
+    row (a padded product's real outputs), else None."""
+    if lowered.buffer_of(view).elements != m * n:
+        return None
+    order = view_array(view, np.arange(m * n)).reshape(-1)
+    run = 1
+    while run < order.size and run < n and order[run] == run:
+        run += 1
+    rows = order.size // run if order.size else 0
+    expected = (np.arange(rows)[:, None] * n + np.arange(run)[None, :]).reshape(-1)
+    if rows == 0 or rows > m or order.size != rows * run or not np.array_equal(order, expected):
+        return None
+    return rows, run
+
+
+def _readers(lowered: LoweredProgram) -> dict[str, list[int]]:
+    readers: dict[str, list[int]] = {}
+    for index, instruction in enumerate(lowered.instructions):
+        for view in instruction.reads():
+            if index not in readers.setdefault(view.buffer, []):
+                readers[view.buffer].append(index)
+    return readers
+
+
+def _writers(lowered: LoweredProgram) -> dict[str, list[int]]:
+    writers: dict[str, list[int]] = {}
+    for index, instruction in enumerate(lowered.instructions):
+        writers.setdefault(instruction.dst.buffer, []).append(index)
+    return writers
+
+
+def _evaluate(lowered: LoweredProgram, name: str, weights: dict[str, Array],
+              before: int) -> Array | None:
+    """The elements of buffer `name` (flat) when they are known at compile time: a
+    constant, or an activation only fills and copies of such make before instruction
+    `before` (the lowering pads weights at run time); else None."""
+    buffer = lowered.buffers[name]
+    if buffer.kind == CONSTANT:
+        return constant_array(buffer, weights).reshape(-1)
+    writers = _writers(lowered).get(name, [])
+    if buffer.kind != ACTIVATION or not writers or max(writers) >= before:
+        return None
+    flat = np.zeros(buffer.elements, dtype=np.int64)
+    for index in writers:
+        writer = lowered.instructions[index]
+        if isinstance(writer, Fill):
+            low = integer_range(buffer.dtype)[0] if writer.minimum else 0
+            store_view(writer.dst, flat, np.full(writer.dst.shape, low))
+        elif isinstance(writer, Copy):
+            source = _evaluate(lowered, writer.src.buffer, weights, index)
+            if source is None:
+                return None
+            store_view(writer.dst, flat, view_array(writer.src, source))
+        else:
+            return None
+    return flat
+
+
+def _known(lowered: LoweredProgram, view: View, weights: dict[str, Array], before: int,
+           shape: tuple[int, int]) -> Array | None:
+    """A compile-time operand's values as int64 of `shape` (None: known only at run time)."""
+    flat = _evaluate(lowered, view.buffer, weights, before)
+    if flat is None:
+        return None
+    values: Array = view_array(view, flat).astype(np.int64).reshape(shape)
+    return values
+
+
+def _follow(lowered: LoweredProgram, gemm_index: int, weights: dict[str, Array],
+            readers: dict[str, list[int]]) -> _Chain | None:
+    """The chain after the array call at `gemm_index`, or None when it does not fuse."""
+    gemm = lowered.instructions[gemm_index]
+    assert isinstance(gemm, ArrayGemm)
+    instructions = lowered.instructions
+    block: tuple[int, int] | None = None
+
+    def next_of(view: View) -> tuple[int, Instruction] | None:
+        users = readers.get(view.buffer, [])
+        if len(users) != 1 or view.buffer == lowered.output:
+            return None
+        return users[0], instructions[users[0]]
+
+    def reads(view: View, current: View) -> bool:
+        """Does `view` read what the chain has so far, in its element order?"""
+        nonlocal block
+        if view.buffer != current.buffer:
+            return False
+        if block is None:  # the call's result: maybe a leading block of it
+            block = _block(view, lowered, gemm.m, gemm.n)
+            return block is not None
+        return _whole(view, lowered, block[0] * block[1])
+
+    def other(members: Sequence[View], current: View) -> View | None:
+        """The member besides the one reading `current`, for two-member instructions."""
+        if len(members) == 2:
+            for first, second in (members, members[::-1]):
+                if reads(first, current):
+                    return second
+        return None
+
+    def known(view: View) -> Array | None:
+        assert block is not None
+        return _known(lowered, view, weights, gemm_index, block)
+
+    current, indices = gemm.dst, [gemm_index]
+    bias: Array | None = None
+    found = next_of(current)
+    if found is not None and isinstance(found[1], Fold) and found[1].op == "elementwise-add":
+        operand = other(found[1].members, current)
+        bias = None if operand is None else known(operand)
+        if bias is None or block is None or \
+                not _whole(found[1].dst, lowered, block[0] * block[1]):
+            return None
+        indices.append(found[0])
+        current = found[1].dst
+        found = next_of(current)
+    if found is None:
+        return None
+    index, step = found
+    if isinstance(step, Map) and step.op.name == "requantize" and reads(step.src, current):
+        assert block is not None
+        factor, pre, post, zero_point = (int(value) for value in step.op.params)
+        multiplier = np.full(block, factor, np.int64)
+    elif isinstance(step, RequantizePerChannel):
+        operand = other(step.members, current)
+        found_multiplier = None if operand is None else known(operand)
+        if found_multiplier is None:
+            return None
+        multiplier, pre, post, zero_point = (found_multiplier, step.pre, step.post,
+                                             step.zero_point)
+    else:
+        return None
+    assert block is not None
+    rows, cols = block
+    if lowered.buffer_of(step.dst).dtype != "i8" or not _whole(step.dst, lowered, rows * cols):
+        return None
+    chain = _Chain(indices + [index], rows, cols, step.dst, bias, multiplier, pre, post,
+                   zero_point)
+    while (found := next_of(chain.dst)) is not None:  # relu and clips: the epilogue's range
+        index, step = found
+        if not (isinstance(step, Map) and step.op.name in ("relu", "clip")
+                and _whole(step.src, lowered, rows * cols)
+                and _whole(step.dst, lowered, rows * cols)):
+            break
+        low, high = (0, 127) if step.op.name == "relu" else (
+            math.ceil(float(step.op.params[0])), math.floor(float(step.op.params[1])))
+        low, high = max(chain.low, low), min(chain.high, high)
+        if low > high:
+            break
+        chain.indices.append(index)
+        chain.dst, chain.low, chain.high = step.dst, low, high
+    return chain
+
+
+def _per_column(values: Array, transposed: bool) -> list[int] | None:
+    """The N values of an M×N array that is the same down each column (rows when
+    transposed), or None."""
+    values = values.T if transposed else values
+    if not np.all(values == values[:1]):
+        return None
+    return [int(value) for value in values[0]]
+
+
+@dataclass
+class _Builder:
+    """New buffers and names while the pass rewrites one program."""
+
+    lowered: LoweredProgram
+
+    def name(self, base: str) -> str:
+        candidate, number = base, 1
+        while candidate in self.lowered.buffers:
+            candidate, number = f"{base}_{number}", number + 1
+        return candidate
+
+    def constant(self, base: str, dtype: str, values: Array) -> View:
+        name = self.name(base)
+        little = {"i8": "<i1", "i32": "<i4"}[dtype]
+        data = np.ascontiguousarray(values).astype(little).tobytes()
+        self.lowered.buffers[name] = Buffer(name, dtype, tuple(values.shape), CONSTANT,
+                                            ConstantSource(data=data))
+        return contiguous(name, values.shape)
+
+    def activation(self, base: str, shape: tuple[int, int]) -> View:
+        name = self.name(base)
+        self.lowered.buffers[name] = Buffer(name, "i8", shape, ACTIVATION)
+        return contiguous(name, shape)
+
+
+def fuse_accel_layers(lowered: LoweredProgram, weights: dict[str, Array],
+                      accel: AccelConfig) -> LoweredProgram:
+    """`lowered` with every fusable array call chain as an AccelLayer (a new program)."""
+    result = LoweredProgram(dict(lowered.buffers), list(lowered.instructions), lowered.output,
+                            lowered.output_shape)
+    index = 0
+    while index < len(result.instructions):
+        instruction = result.instructions[index]
+        if isinstance(instruction, ArrayGemm) and _fusable(result, instruction, accel):
+            chain = _follow(result, index, weights, _readers(result))
+            if chain is not None and _rewrite(result, index, chain, weights, accel):
+                continue  # the same index now holds the layer's first new instruction
+        index += 1
+    _drop_dead_code(result)
+    return result
+
+
+def _drop_dead_code(lowered: LoweredProgram) -> None:
+    """Remove what the layers made unneeded: instructions writing activations no one reads
+    (the run-time padding of weights now packed at compile time), and unused buffers."""
+    while True:
+        read = {view.buffer for instruction in lowered.instructions
+                for view in instruction.reads()}
+        dead = [index for index, instruction in enumerate(lowered.instructions)
+                if instruction.dst.buffer not in read and instruction.dst.buffer != lowered.output
+                and lowered.buffer_of(instruction.dst).kind == ACTIVATION]
+        if not dead:
+            break
+        lowered.instructions = [instruction for index, instruction
+                                in enumerate(lowered.instructions) if index not in set(dead)]
+    used = {view.buffer for instruction in lowered.instructions
+            for view in (instruction.dst, *instruction.reads())}
+    lowered.buffers = {name: buffer for name, buffer in lowered.buffers.items()
+                       if name in used or buffer.kind in (INPUT, OUTPUT)}
+
+
+def _fusable(lowered: LoweredProgram, gemm: ArrayGemm, accel: AccelConfig) -> bool:
+    """An int8 call on the accelerator's array (not another size of several)."""
+    on_main = gemm.rows in (0, accel.rows) and gemm.cols in (0, accel.cols)
+    return on_main and lowered.buffer_of(gemm.a).dtype == "i8" and \
+        _whole(gemm.dst, lowered, gemm.m * gemm.n)
+
+
+def _rewrite(lowered: LoweredProgram, index: int, chain: _Chain, weights: dict[str, Array],
+             accel: AccelConfig) -> bool:
+    """Replace the chain by the layer (and its transposing copies); False: it does not fit
+    the epilogue (bias or multiplier not per output channel, no constant operand)."""
+    gemm = lowered.instructions[index]
+    assert isinstance(gemm, ArrayGemm)
+    rows, cols = chain.rows, chain.cols
+    b_values = _known(lowered, gemm.b, weights, index, (gemm.k, gemm.n))
+    a_values = None if b_values is not None else _known(lowered, gemm.a, weights, index,
+                                                        (gemm.m, gemm.k))
+    if b_values is None and a_values is None:
+        return False  # two activations: no weights to hold in the array
+    transposed = b_values is None
+    bias = np.zeros((rows, cols), np.int64) if chain.bias is None else chain.bias
+    bias_vector = _per_column(bias, transposed)
+    multiplier_vector = _per_column(chain.multiplier, transposed)
+    if bias_vector is None or multiplier_vector is None:
+        return False
+    builder = _Builder(lowered)
+    name = chain.dst.buffer
+    before: list[Instruction] = []
+    after: list[Instruction] = []
+    replaced = set(chain.indices)
+    if transposed:  # Cᵀ = Bᵀ·Aᵀ: the block's columns are the layer's rows
+        assert a_values is not None
+        m, n = cols, rows
+        b_view = builder.constant(f"{name}_weights", "i8", a_values[:rows].T)
+        rows_view = builder.activation(f"{name}_rows", (gemm.n, gemm.k))
+        a_view = contiguous(rows_view.buffer, (m, gemm.k))
+        transposing = transpose(rows_view, (1, 0))  # K×N, as the call's B
+        packer = _only_writer(lowered, gemm.b)
+        if packer is not None:  # the copy that packed B writes Bᵀ instead
+            copy = lowered.instructions[packer]
+            target = regroup(transposing, copy.dst.shape)
+            if isinstance(copy, Copy) and target is not None:
+                lowered.instructions[packer] = replace(copy, dst=target)
+            else:
+                packer = None
+        if packer is None:
+            before.append(Copy(f"{gemm.note}: rows of Bᵀ for the accelerator",
+                               transposing, gemm.b))
+        dst = builder.activation(f"{name}_transposed", (m, n))
+        final = regroup(chain.dst, (rows, cols))
+        assert final is not None
+        after.append(Copy(f"{gemm.note}: the accelerator's Cᵀ back to the program's layout",
+                          final, transpose(dst, (1, 0))))
+    else:
+        assert b_values is not None
+        m, n = rows, cols
+        b_view = builder.constant(f"{name}_weights", "i8", b_values[:, :cols])
+        a_view = contiguous(gemm.a.buffer, (m, gemm.k), gemm.a.offset)
+        dst = chain.dst
+    layer = ConvLayer(name, height=m, width=1, channels=gemm.k, out_channels=n)
+    epilogue = EpilogueConfig(chain.pre, chain.post, chain.zero_point, chain.low, chain.high)
+    quant = LayerQuant(epilogue, tuple(bias_vector), tuple(multiplier_vector))
+    try:
+        program = conv_program(accel, layer, quant)
+    except CapacityError as error:
+        raise GlensideError(f"--accel: {error}") from None
+    timing = accel_cycles(accel, program.commands)
+    table = pack_commands(program.commands)
+    if table.size and (table.min() < -2**31 or table.max() >= 2**31):
+        raise GlensideError(f"--accel: layer {name} needs addresses beyond 32 bits")
+    fused = AccelLayer(
+        lowered.instructions[chain.indices[-1]].note, dst, name=name,
+        a=a_view, b=b_view,
+        bias=builder.constant(f"{name}_bias", "i32", np.array(bias_vector, np.int64)),
+        multiplier=builder.constant(f"{name}_multiplier", "i32",
+                                    np.array(multiplier_vector, np.int64)),
+        commands=builder.constant(f"{name}_commands", "i32", table),
+        m=m, k=gemm.k, n=n, pre=chain.pre, post=chain.post, zero_point=chain.zero_point,
+        low=chain.low, high=chain.high, input_base=program.input_base,
+        weight_base=program.weight_base, output_base=program.output_base,
+        cycles=timing.cycles, load_bytes=timing.load_bytes, store_bytes=timing.store_bytes,
+        compute_rows=timing.compute_rows)
+    kept = [instruction for position, instruction in enumerate(lowered.instructions)
+            if position not in replaced]
+    kept[index:index] = [*before, fused, *after]  # where the array call was
+    lowered.instructions = kept
+    return True
+
+
+def _only_writer(lowered: LoweredProgram, view: View) -> int | None:
+    """The copy that alone writes `view`'s whole buffer, which only the call reads."""
+    writers = _writers(lowered).get(view.buffer, [])
+    readers = _readers(lowered).get(view.buffer, [])
+    if len(writers) != 1 or len(readers) != 1:
+        return None
+    writer = lowered.instructions[writers[0]]
+    buffer = lowered.buffer_of(view)
+    if not isinstance(writer, Copy) or buffer.kind != ACTIVATION or buffer.kind == OUTPUT:
+        return None
+    return writers[0] if _whole(writer.dst, lowered, buffer.elements) else None
+
+
+def accel_layer_lines(lowered: LoweredProgram, config: ArrayConfig) -> Iterator[str]:
+    """--stats: per accelerator layer its cycles, how busy the array was, the bytes moved;
+    then the program's total with the host's share (the report's host model)."""
+    from glensidec.backend.report import report_data
+
+    layers = lowered.accel_layers()
+    yield (f"accelerator layers: {len(layers)} (cycles = ws_accel's, DMA and epilogue "
+           "included; array = cycles a row entered the array; wait = the rest)")
+    for layer in layers:
+        ideal = ideal_cycles(config, layer.m, layer.k, layer.n)
+        utilization = layer.m * layer.k * layer.n / (config.rows * config.cols * layer.cycles)
+        yield (f"  {layer.name}: M={layer.m} K={layer.k} N={layer.n}: {layer.cycles} "
+               f"cycles (T_min {ideal}, array {layer.compute_rows}, wait "
+               f"{layer.cycles - layer.compute_rows}), {layer.load_bytes} B loaded, "
+               f"{layer.store_bytes} B stored, utilization {utilization:.0%}")
+    rows = report_data("", lowered, config).rows
+    accelerator = sum(layer.cycles for layer in layers)
+    array = sum(row.array_cycles for row in rows if row.kind == "gemm")
+    host = sum(row.host_cycles for row in rows)
+    total = max(1, accelerator + array + host)
+    yield (f"predicted total: {accelerator + array + host} cycles (accelerator {accelerator}, "
+           f"array calls {array}, host {host} = {host / total:.1%}; host copies and fills "
+           "are not counted)")
