@@ -918,6 +918,7 @@ def test_templates_load_from_the_resource_directory() -> None:
     names = {p.name for p in resource_dir("templates").glob("*.j2")}
     assert names == {"model.c.j2", "model.h.j2", "array_runtime.c.j2", "array_runtime.h.j2",
                      "host_gemm.c.j2", "host_gemm.h.j2", "main.c.j2", "Makefile.j2",
+                     "accel_runtime.c.j2", "accel_runtime.h.j2",
                      "report.html.j2"}
 
 

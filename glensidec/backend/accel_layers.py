@@ -71,8 +71,9 @@ class _Chain:
     """What the instructions after one array call do to its result."""
 
     indices: list[int]  # the array call and the instructions folded into the epilogue
-    rows: int  # the chain uses the leading rows × cols block of the call's M×N result
-    cols: int  # (fewer than N when the lowering padded the outputs to the array)
+    rows: int  # the chain's values are rows × cols: a leading block of the call's M×N
+    cols: int  # result (smaller where the lowering padded the product to the array) …
+    transposed: bool  # … or of its transpose (the chain reads the block column by column)
     dst: View  # the last one's destination: rows × cols, row by row
     bias: Array | None  # rows × cols int64, or None (no bias add)
     multiplier: Array  # rows × cols int64
@@ -90,20 +91,27 @@ def _whole(view: View, lowered: LoweredProgram, elements: int) -> bool:
             and math.prod(view.shape) == elements)
 
 
-def _block(view: View, lowered: LoweredProgram, m: int, n: int) -> tuple[int, int] | None:
-    """(rows, cols) when `view` reads the leading rows × cols block of an M×N buffer, row by
-    row (a padded product's real outputs), else None."""
-    if lowered.buffer_of(view).elements != m * n:
+def _block(view: View, lowered: LoweredProgram, m: int, n: int
+           ) -> tuple[int, int, bool] | None:
+    """(rows, cols, transposed) when `view` reads the leading block of an M×N buffer row
+    by row (rows × cols of it), or column by column (transposed: rows × cols of its
+    transpose); else None."""
+    if lowered.buffer_of(view).elements != m * n or not math.prod(view.shape):
         return None
     order = view_array(view, np.arange(m * n)).reshape(-1)
-    run = 1
-    while run < order.size and run < n and order[run] == run:
-        run += 1
-    rows = order.size // run if order.size else 0
-    expected = (np.arange(rows)[:, None] * n + np.arange(run)[None, :]).reshape(-1)
-    if rows == 0 or rows > m or order.size != rows * run or not np.array_equal(order, expected):
-        return None
-    return rows, run
+    for transposed, step, limit in ((False, 1, n), (True, n, m)):
+        run = 1  # the elements of the first row the chain reads
+        while run < order.size and run < limit and order[run] == run * step:
+            run += 1
+        rows = order.size // run
+        if transposed:  # the chain's row i is column i of the block
+            expected = np.arange(rows)[:, None] + n * np.arange(run)[None, :]
+        else:
+            expected = n * np.arange(rows)[:, None] + np.arange(run)[None, :]
+        if rows * run == order.size and rows <= (n if transposed else m) and \
+                np.array_equal(order, expected.reshape(-1)):
+            return rows, run, transposed
+    return None
 
 
 def _readers(lowered: LoweredProgram) -> dict[str, list[int]]:
@@ -165,7 +173,7 @@ def _follow(lowered: LoweredProgram, gemm_index: int, weights: dict[str, Array],
     gemm = lowered.instructions[gemm_index]
     assert isinstance(gemm, ArrayGemm)
     instructions = lowered.instructions
-    block: tuple[int, int] | None = None
+    block: tuple[int, int, bool] | None = None
 
     def next_of(view: View) -> tuple[int, Instruction] | None:
         users = readers.get(view.buffer, [])
@@ -193,7 +201,7 @@ def _follow(lowered: LoweredProgram, gemm_index: int, weights: dict[str, Array],
 
     def known(view: View) -> Array | None:
         assert block is not None
-        return _known(lowered, view, weights, gemm_index, block)
+        return _known(lowered, view, weights, gemm_index, block[:2])
 
     current, indices = gemm.dst, [gemm_index]
     bias: Array | None = None
@@ -213,7 +221,7 @@ def _follow(lowered: LoweredProgram, gemm_index: int, weights: dict[str, Array],
     if isinstance(step, Map) and step.op.name == "requantize" and reads(step.src, current):
         assert block is not None
         factor, pre, post, zero_point = (int(value) for value in step.op.params)
-        multiplier = np.full(block, factor, np.int64)
+        multiplier = np.full(block[:2], factor, np.int64)
     elif isinstance(step, RequantizePerChannel):
         operand = other(step.members, current)
         found_multiplier = None if operand is None else known(operand)
@@ -224,11 +232,11 @@ def _follow(lowered: LoweredProgram, gemm_index: int, weights: dict[str, Array],
     else:
         return None
     assert block is not None
-    rows, cols = block
+    rows, cols, transposed = block
     if lowered.buffer_of(step.dst).dtype != "i8" or not _whole(step.dst, lowered, rows * cols):
         return None
-    chain = _Chain(indices + [index], rows, cols, step.dst, bias, multiplier, pre, post,
-                   zero_point)
+    chain = _Chain(indices + [index], rows, cols, transposed, step.dst, bias, multiplier, pre,
+                   post, zero_point)
     while (found := next_of(chain.dst)) is not None:  # relu and clips: the epilogue's range
         index, step = found
         if not (isinstance(step, Map) and step.op.name in ("relu", "clip")
@@ -245,10 +253,8 @@ def _follow(lowered: LoweredProgram, gemm_index: int, weights: dict[str, Array],
     return chain
 
 
-def _per_column(values: Array, transposed: bool) -> list[int] | None:
-    """The N values of an M×N array that is the same down each column (rows when
-    transposed), or None."""
-    values = values.T if transposed else values
+def _per_column(values: Array) -> list[int] | None:
+    """The values of a layer-shaped array that is the same down each column, or None."""
     if not np.all(values == values[:1]):
         return None
     return [int(value) for value in values[0]]
@@ -329,16 +335,21 @@ def _rewrite(lowered: LoweredProgram, index: int, chain: _Chain, weights: dict[s
     the epilogue (bias or multiplier not per output channel, no constant operand)."""
     gemm = lowered.instructions[index]
     assert isinstance(gemm, ArrayGemm)
-    rows, cols = chain.rows, chain.cols
+    # the block of the call's result the chain uses
+    rows, cols = (chain.cols, chain.rows) if chain.transposed else (chain.rows, chain.cols)
     b_values = _known(lowered, gemm.b, weights, index, (gemm.k, gemm.n))
-    a_values = None if b_values is not None else _known(lowered, gemm.a, weights, index,
-                                                        (gemm.m, gemm.k))
-    if b_values is None and a_values is None:
+    a_values = _known(lowered, gemm.a, weights, index, (gemm.m, gemm.k))
+    # The layer computes the block (weights B) or its transpose (weights Aᵀ); the one the
+    # chain reads needs no copy back.
+    options = [option for option in (chain.transposed, not chain.transposed)
+               if (a_values if option else b_values) is not None]
+    if not options:
         return False  # two activations: no weights to hold in the array
-    transposed = b_values is None
-    bias = np.zeros((rows, cols), np.int64) if chain.bias is None else chain.bias
-    bias_vector = _per_column(bias, transposed)
-    multiplier_vector = _per_column(chain.multiplier, transposed)
+    flipped = options[0]  # the layer computes the block's transpose
+    reoriented = flipped != chain.transposed  # … and the chain reads the other one
+    bias = np.zeros((chain.rows, chain.cols), np.int64) if chain.bias is None else chain.bias
+    bias_vector = _per_column(bias.T if reoriented else bias)
+    multiplier_vector = _per_column(chain.multiplier.T if reoriented else chain.multiplier)
     if bias_vector is None or multiplier_vector is None:
         return False
     builder = _Builder(lowered)
@@ -346,7 +357,7 @@ def _rewrite(lowered: LoweredProgram, index: int, chain: _Chain, weights: dict[s
     before: list[Instruction] = []
     after: list[Instruction] = []
     replaced = set(chain.indices)
-    if transposed:  # Cᵀ = Bᵀ·Aᵀ: the block's columns are the layer's rows
+    if flipped:  # Cᵀ = Bᵀ·Aᵀ
         assert a_values is not None
         m, n = cols, rows
         b_view = builder.constant(f"{name}_weights", "i8", a_values[:rows].T)
@@ -364,16 +375,18 @@ def _rewrite(lowered: LoweredProgram, index: int, chain: _Chain, weights: dict[s
         if packer is None:
             before.append(Copy(f"{gemm.note}: rows of Bᵀ for the accelerator",
                                transposing, gemm.b))
-        dst = builder.activation(f"{name}_transposed", (m, n))
-        final = regroup(chain.dst, (rows, cols))
-        assert final is not None
-        after.append(Copy(f"{gemm.note}: the accelerator's Cᵀ back to the program's layout",
-                          final, transpose(dst, (1, 0))))
     else:
         assert b_values is not None
         m, n = rows, cols
         b_view = builder.constant(f"{name}_weights", "i8", b_values[:, :cols])
         a_view = contiguous(gemm.a.buffer, (m, gemm.k), gemm.a.offset)
+    if reoriented:  # the layer's result, transposed into the chain's destination
+        dst = builder.activation(f"{name}_transposed", (m, n))
+        final = regroup(chain.dst, (chain.rows, chain.cols))
+        assert final is not None
+        after.append(Copy(f"{gemm.note}: the accelerator's result, transposed",
+                          final, transpose(dst, (1, 0))))
+    else:
         dst = chain.dst
     layer = ConvLayer(name, height=m, width=1, channels=gemm.k, out_channels=n)
     epilogue = EpilogueConfig(chain.pre, chain.post, chain.zero_point, chain.low, chain.high)

@@ -1,0 +1,223 @@
+"""`glensidec compile --accel`: array calls with their epilogue as accelerator layers.
+
+Each program is compiled with --accel, built, and run; its output must equal the
+interpreter's bit for bit, `glensidec diff` must find every instruction equal (the lowered
+program with the layers, run in numpy, is also checked against the interpreter on the
+source), the layers expected to fuse must fuse, and each layer's predicted cycles must be
+what AccelModel (the Python model checked against the RTL) gives for its commands.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from glensidec.backend.lower import constant_array
+from glensidec.cosim.diff import load_compiled
+from glensidec.hardware.accel import ConvLayer, EpilogueConfig
+from glensidec.hardware.accel_native import FIELDS
+from glensidec.hardware.array import ArrayConfig
+from glensidec.hardware.commands import (
+    AccelModel,
+    LayerQuant,
+    accel_config_for,
+    conv_program,
+)
+from glensidec.lang import data
+from glensidec.lang.interp import evaluate_result
+from glensidec.lang.syntax import read_program
+from glensidec.lang.typecheck import check_program
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+# A dense int8 layer: requantize-per-channel, a clip, outputs padded to the array and
+# sliced (N = 20 on 8 columns), K padded too (24 on 8 rows).
+DENSE = """
+(input x i8 (shape 5 24))
+(weight w i8 (shape 20 24) "dense.npz")
+(weight b i32 (shape {bias}) "dense.npz")
+(weight mult i32 (shape 20) "dense.npz")
+(compute (clip -50 100)
+ (compute (requantize-per-channel 1 24 3)
+  (access-pair
+   (compute elementwise-add
+    (access-pair
+     (compute dot-product
+      (access-cartesian-product (access (access-tensor x) 1) (access (access-tensor w) 1)))
+     {bias_access}))
+   (access-broadcast (access-insert-axis (access-tensor mult) 0)
+                     (access-shape (shape 5 20) (shape))))))
+"""
+PER_CHANNEL = ("20", "(access-broadcast (access-insert-axis (access-tensor b) 0) "
+                     "(access-shape (shape 5 20) (shape)))")
+PER_ELEMENT = ("5 20", "(access-tensor b)")  # a bias per output element: not the epilogue's
+
+
+def _dense(root: Path, bias: tuple[str, str]) -> Path:
+    rng = np.random.default_rng(7)
+    np.savez(root / "dense.npz", w=rng.integers(-128, 128, (20, 24)).astype(np.int8),
+             b=rng.integers(-4000, 4000, tuple(int(v) for v in bias[0].split()))
+             .astype(np.int32),
+             mult=rng.integers(2**14, 2**16, 20).astype(np.int32))
+    path = root / "dense.gs"
+    path.write_text(DENSE.format(bias=bias[0], bias_access=bias[1]))
+    return path
+
+
+def _compile(source: Path, outdir: Path, array: str, *extra: str
+             ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "glensidec", "compile", str(source),
+                           "--array", array, "-o", str(outdir), "--accel", "--stats", *extra],
+                          capture_output=True, text=True, timeout=600)
+
+
+def _run(outdir: Path, inputs: dict[str, np.ndarray]) -> tuple[np.ndarray, str]:
+    subprocess.run(["make", "-s", "-C", str(outdir), "OPT=-O1"], check=True,
+                   capture_output=True, timeout=600)
+    arguments = []
+    for name, value in inputs.items():
+        np.save(outdir / f"{name}.npy", value)
+        arguments.append(f"{name}={outdir / name}.npy")
+    ran = subprocess.run([str(outdir / "model"), *arguments, "-o", str(outdir / "out.npy")],
+                         capture_output=True, text=True, check=True, timeout=600)
+    return np.load(outdir / "out.npy"), ran.stdout
+
+
+def _expected(source: Path, inputs: dict[str, np.ndarray]) -> np.ndarray:
+    program = read_program(source)
+    result = evaluate_result(program, data.all_tensors(program, inputs), check_program(program))
+    assert isinstance(result, np.ndarray)
+    return result
+
+
+CASES = {
+    # (source, inputs, array, layers that fuse)
+    "resnet_block": (EXAMPLES / "resnet_block.gs", {"x": (1, 16, 16, 16)}, "16x16", 1),
+    "small_cnn": (EXAMPLES / "small_cnn.gs", {"image": (1, 1, 16, 16)}, "8x8", 1),
+    "dense": (None, {"x": (5, 24)}, "8x8", 1),
+    "dense_bias_per_element": (None, {"x": (5, 24)}, "8x8", 0),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_accelerator_layers_compute_what_the_interpreter_does(case: str, tmp_path: Path) -> None:
+    source, shapes, array, fused = CASES[case]
+    if source is None:
+        source = _dense(tmp_path, PER_ELEMENT if "per_element" in case else PER_CHANNEL)
+    rng = np.random.default_rng(3)
+    inputs = {name: rng.integers(-128, 128, shape).astype(np.int8)
+              for name, shape in shapes.items()}
+    outdir = tmp_path / "out"
+    compiled = _compile(source, outdir, array)
+    assert compiled.returncode == 0, compiled.stderr
+    assert f", {fused} accelerator layers:" in compiled.stdout
+    got, stdout = _run(outdir, inputs)
+    expected = _expected(source, inputs)
+    assert got.dtype == expected.dtype and np.array_equal(got, expected)
+    assert len(np.unique(expected)) > 4  # not a saturated constant
+    _, lowered = load_compiled(outdir)
+    layers = lowered.accel_layers()
+    assert len(layers) == fused
+    if fused:
+        assert f"accelerator layers: {fused}\n" in stdout
+        cycles = sum(layer.cycles for layer in layers)
+        assert f"predicted accelerator cycles: {cycles}\n" in stdout
+    else:  # no accelerator runtime at all
+        assert "predicted accelerator cycles" not in stdout
+        assert not (outdir / "accel_runtime.c").exists()
+    diff = subprocess.run([sys.executable, "-m", "glensidec", "diff", str(outdir),
+                           *(f"{name}={outdir / name}.npy" for name in inputs)],
+                          capture_output=True, text=True, timeout=600)
+    assert diff.returncode == 0 and "agree: interpreter, C program" in diff.stdout, diff.stdout
+
+
+@pytest.mark.slow
+def test_layer_cycles_are_the_python_models_for_the_same_commands(tmp_path: Path) -> None:
+    """The commands in weights.bin are conv_program's for the layer; AccelModel, the model
+    the RTL is checked against, gives the cycles the layer predicts."""
+    outdir = tmp_path / "out"
+    assert _compile(EXAMPLES / "resnet_block.gs", outdir, "16x16").returncode == 0
+    _, lowered = load_compiled(outdir)
+    (layer,) = lowered.accel_layers()
+    accel = accel_config_for(ArrayConfig(16, 16))
+    bias = constant_array(lowered.buffer_of(layer.bias), {})
+    multiplier = constant_array(lowered.buffer_of(layer.multiplier), {})
+    program = conv_program(accel, ConvLayer("hidden", layer.m, 1, layer.k, layer.n), LayerQuant(
+        EpilogueConfig(layer.pre, layer.post, layer.zero_point, layer.low, layer.high),
+        tuple(int(v) for v in bias), tuple(int(v) for v in multiplier)))
+    table = constant_array(lowered.buffer_of(layer.commands), {})
+    assert table.shape == (len(program.commands), len(FIELDS))
+    timing = AccelModel(accel).run(program.commands)
+    assert (timing.cycles, timing.load_bytes, timing.store_bytes, timing.compute_rows) == (
+        layer.cycles, layer.load_bytes, layer.store_bytes, layer.compute_rows)
+    assert layer.cycles > layer.compute_rows >= layer.m * -(-layer.k // 16)
+
+
+def test_a_scratchpad_too_small_for_a_tile_is_a_clear_error(tmp_path: Path) -> None:
+    outdir = tmp_path / "out"
+    compiled = _compile(EXAMPLES / "resnet_block.gs", outdir, "16x16", "--scratchpad", "512")
+    assert compiled.returncode == 1 and "Traceback" not in compiled.stderr
+    assert ("error: --scratchpad 512: the weights of one K fold (16 rows of 16 B = 256 B) do "
+            "not fit a 128-byte buffer (a quarter of the 512-byte scratchpad)") in compiled.stderr
+    assert not outdir.exists()
+
+
+@pytest.mark.slow
+def test_small_memories_tile_the_layer_and_cost_cycles(tmp_path: Path) -> None:
+    """A 1 KiB scratchpad and a 2-row accumulator still compute the layer, in more pieces,
+    and the prediction says what that costs."""
+    cycles = {}
+    for name, extra in (("default", ()), ("small", ("--scratchpad", "1KiB",
+                                                     "--accumulator", "128"))):
+        outdir = tmp_path / name
+        compiled = _compile(EXAMPLES / "resnet_block.gs", outdir, "16x16", *extra)
+        assert compiled.returncode == 0, compiled.stderr
+        x = np.random.default_rng(2).integers(-128, 128, (1, 16, 16, 16)).astype(np.int8)
+        got, _ = _run(outdir, {"x": x})
+        assert np.array_equal(got, _expected(EXAMPLES / "resnet_block.gs", {"x": x}))
+        cycles[name] = sum(layer.cycles for layer in load_compiled(outdir)[1].accel_layers())
+    assert cycles["small"] > cycles["default"]
+
+
+@pytest.mark.slow
+def test_compiling_with_accel_twice_gives_the_same_bytes(tmp_path: Path) -> None:
+    digests = []
+    for name in ("first", "second"):
+        outdir = tmp_path / name
+        assert _compile(EXAMPLES / "resnet_block.gs", outdir, "16x16").returncode == 0
+        digests.append({path.name: hashlib.sha256(path.read_bytes()).hexdigest()
+                        for path in sorted(outdir.iterdir())
+                        if path.name not in ("program.gs", "Makefile")})
+    assert digests[0] == digests[1] and "accel_runtime.c" in digests[0]
+
+
+@pytest.mark.slow
+def test_the_runtime_is_clean_under_sanitizers(tmp_path: Path) -> None:
+    source = _dense(tmp_path, PER_CHANNEL)
+    outdir = tmp_path / "out"
+    assert _compile(source, outdir, "8x8").returncode == 0
+    subprocess.run(["make", "-s", "-C", str(outdir), "asan", "OPT=-O1"], check=True,
+                   capture_output=True, timeout=600)
+    np.save(tmp_path / "x.npy", np.random.default_rng(1).integers(-128, 128, (5, 24))
+            .astype(np.int8))
+    ran = subprocess.run([str(outdir / "model_asan"), f"x={tmp_path / 'x.npy'}", "-o",
+                          str(tmp_path / "y.npy")], capture_output=True, text=True, timeout=600)
+    assert ran.returncode == 0, ran.stderr
+    assert np.array_equal(np.load(tmp_path / "y.npy"),
+                          _expected(source, {"x": np.load(tmp_path / "x.npy")}))
+
+
+def test_co_simulation_says_accelerator_layers_are_not_co_simulated_yet(tmp_path: Path) -> None:
+    from glensidec.cosim.runner import cosimulate
+    from glensidec.errors import GlensideError
+
+    outdir = tmp_path / "out"
+    assert _compile(_dense(tmp_path, PER_CHANNEL), outdir, "8x8").returncode == 0
+    with pytest.raises(GlensideError, match="compiled with --accel: its 1 accelerator layers"):
+        cosimulate(outdir, [])
