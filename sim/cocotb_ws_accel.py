@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import json
 import time
-from collections import deque
 from pathlib import Path
 from typing import Any
 
 import cocotb
 import numpy as np
-from cycle_bench import next_cycle, pack, params, read, settle, start_clock
+from cycle_bench import params
 
+from glensidec.cosim.accel_driver import run_commands, start_clock
 from glensidec.cosim.settings import testbench_settings
 from glensidec.hardware.accel import ConvLayer, EpilogueConfig, MemoryConfig
 from glensidec.hardware.commands import (
@@ -62,57 +62,21 @@ async def run_layer(dut: Any, config: AccelConfig, layer: ConvLayer, seed: int) 
     quant = random_quant(rng, layer.out_channels)
     program = conv_program(config, layer, quant)
     M, K, N = layer.gemm
-    bus, latency = config.memory.bus_bytes, config.memory.latency
     memory = rng.integers(0, 256, program.memory_bytes).astype(np.uint8)  # garbage output
     image = program.input_image(feature, quant.input_zero_point)
     memory[program.input_base:program.input_base + image.size] = image
     memory[program.weight_base:program.weight_base + K * N] = weights.reshape(-1) & 0xFF
-    words = deque(encode_command(command, config.cols) for command in program.commands)
-    responses: deque[tuple[int, int]] = deque()
-
-    dut.rst.value, dut.cmd_valid.value = 1, 0
-    await next_cycle(dut)
-    await next_cycle(dut)
-    dut.rst.value = 0
-    cycle, last_write = 0, -1
-    while True:
-        if words:
-            dut.cmd_data.value = words[0]
-        dut.cmd_valid.value = int(bool(words))
-        due = 0
-        if responses and responses[0][0] == cycle:
-            due = responses.popleft()[1]
-        dut.mem_rd_data.value = due
-        await settle()
-        if words and read(dut.cmd_ready):
-            words.popleft()
-        if read(dut.mem_rd_valid):
-            addr = read(dut.mem_rd_addr)
-            assert addr % bus == 0 and addr + bus <= memory.size, f"read at {addr}"
-            responses.append((cycle + latency, pack(memory[addr:addr + bus], 8)))
-        if read(dut.mem_wr_valid):
-            addr, data, strobe = read(dut.mem_wr_addr), read(dut.mem_wr_data), \
-                read(dut.mem_wr_strb)
-            assert addr % bus == 0 and addr + bus <= memory.size, f"write at {addr}"
-            for byte in range(bus):
-                if strobe >> byte & 1:
-                    assert program.output_base <= addr + byte < program.output_base + M * N, \
-                        f"write outside the output at {addr + byte}"
-                    memory[addr + byte] = data >> (8 * byte) & 0xFF
-            last_write = cycle
-        if not words and read(dut.idle):
-            break
-        assert cycle < 200_000, "no end"
-        await next_cycle(dut)
-        cycle += 1
+    words = [encode_command(command, config.cols) for command in program.commands]
+    cycles = await run_commands(dut, words, memory,
+                                range(program.output_base, program.output_base + M * N),
+                                config.memory.bus_bytes, config.memory.latency)
     expected = conv_reference(layer, feature, weights, quant)
     got = memory[program.output_base:program.output_base + M * N].astype(np.int64)
     got = np.where(got >= 128, got - 256, got).reshape(M, N)
     mismatches = int(np.count_nonzero(got != expected))
     assert mismatches == 0, f"{layer}: {mismatches} of {M * N} outputs differ"
     predicted = accel_cycles(config, program.commands).cycles
-    assert last_write + 1 == predicted, \
-        f"{layer}: simulated {last_write + 1} cycles, predicted {predicted}"
+    assert cycles == predicted, f"{layer}: simulated {cycles} cycles, predicted {predicted}"
     dut._log.info(f"{layer.name}: {M}x{K}x{N}, {len(program.commands)} commands, "
                   f"{predicted} cycles (predicted = simulated)")
     return predicted

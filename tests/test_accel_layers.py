@@ -10,6 +10,8 @@ what AccelModel (the Python model checked against the RTL) gives for its command
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -213,11 +215,34 @@ def test_the_runtime_is_clean_under_sanitizers(tmp_path: Path) -> None:
                           _expected(source, {"x": np.load(tmp_path / "x.npy")}))
 
 
-def test_co_simulation_says_accelerator_layers_are_not_co_simulated_yet(tmp_path: Path) -> None:
-    from glensidec.cosim.runner import cosimulate
-    from glensidec.errors import GlensideError
-
+@pytest.mark.slow
+@pytest.mark.rtl
+@pytest.mark.parametrize("case", ["resnet_block", "dense"])
+def test_make_sim_runs_the_layers_on_ws_accel(case: str, tmp_path: Path,
+                                               sim_cache: Path) -> None:
+    """`make sim` co-simulates the accelerator layers on ws_accel (resnet_block's array
+    call on the array's RTL in a run of its own): bits and cycles as predicted, and the
+    result the interpreter's."""
+    source, shapes, array, fused = CASES[case]
+    if source is None:
+        source = _dense(tmp_path, PER_CHANNEL)
     outdir = tmp_path / "out"
-    assert _compile(_dense(tmp_path, PER_CHANNEL), outdir, "8x8").returncode == 0
-    with pytest.raises(GlensideError, match="compiled with --accel: its 1 accelerator layers"):
-        cosimulate(outdir, [])
+    assert _compile(source, outdir, array).returncode == 0
+    rng = np.random.default_rng(11)
+    inputs = {name: rng.integers(-128, 128, shape).astype(np.int8)
+              for name, shape in shapes.items()}
+    for name, value in inputs.items():
+        np.save(tmp_path / f"{name}.npy", value)
+    arguments = " ".join(f"{name}={tmp_path / name}.npy" for name in inputs)
+    ran = subprocess.run(["make", "-s", "-C", str(outdir), "sim", f"INPUTS={arguments}",
+                          f"OUTPUT={tmp_path / 'sim.npy'}"],
+                         capture_output=True, text=True, timeout=1200,
+                         env={**os.environ, "GLENSIDEC_SIM_CACHE": str(sim_cache)})
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    assert "co-simulation: every array result and cycle count matches" in ran.stdout
+    report = json.loads((outdir / "cosim_report.json").read_text())
+    layers = [call for call in report["calls"] if "accel" in call]
+    assert len(layers) == fused
+    assert all(call["data_ok"] and call["simulated_cycles"] == call["predicted_cycles"]
+               for call in report["calls"])
+    assert np.array_equal(np.load(tmp_path / "sim.npy"), _expected(source, inputs))

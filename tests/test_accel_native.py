@@ -13,11 +13,17 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 
+import numpy as np
 import pytest
 from test_accel_commands import LAYERS, SMALL, random_layer_data
 
 from glensidec.hardware.accel import ConvLayer, DmaCommand, EpilogueConfig, MemoryConfig
-from glensidec.hardware.accel_native import native_cycles, native_model
+from glensidec.hardware.accel_native import (
+    native_cycles,
+    native_model,
+    pack_commands,
+    unpack_commands,
+)
 from glensidec.hardware.array import ArrayConfig
 from glensidec.hardware.commands import (
     AccelConfig,
@@ -98,3 +104,15 @@ def test_the_limit_is_an_error_in_both_models() -> None:
         AccelModel(SMALL).run(program.commands, limit=50)
     with pytest.raises(RuntimeError, match="did not finish in 50 cycles"):
         native_cycles(_native(), SMALL, program.commands, limit=50)
+
+
+@pytest.mark.parametrize("layer", LAYERS, ids=lambda layer: layer.name)
+def test_a_packed_table_unpacks_to_the_same_commands(layer: ConvLayer) -> None:
+    """The generated C keeps commands as table rows; the co-simulation turns them back into
+    the commands (and RTL words) the compiler made."""
+    quant = random_layer_data(layer, 2)[2]
+    program = conv_program(SMALL, layer, quant)
+    table = pack_commands(program.commands).astype(np.int32)
+    unpacked = unpack_commands(table, SMALL.cols, quant.epilogue, quant.bias,
+                               quant.multiplier)
+    assert unpacked == program.commands

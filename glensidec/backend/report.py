@@ -55,7 +55,7 @@ class Row:
     inputs: list[list[int]]  # shapes read
     output: list[int]  # shape written
     macs: int
-    where: str  # "array" or "host"
+    where: str  # "array", "accelerator" (ws_accel: DMA, array, epilogue) or "host"
     array_cycles: int
     host_cycles: int
     ideal_cycles: int  # array calls: MACs / (rows * cols), rounded up
@@ -174,7 +174,9 @@ def report_data(source: str, lowered: LoweredProgram, config: ArrayConfig,
         data.rows.append(Row(
             index, instruction.writes().buffer, kind, op,
             [list(view.shape) for view in instruction.reads()], list(instruction.writes().shape),
-            _macs(instruction), "array" if on_array else "host", cycles,
+            _macs(instruction),
+            "accelerator" if isinstance(instruction, AccelLayer) else
+            "array" if on_array else "host", cycles,
             _host_cycles(instruction), ideal, utilization, instruction.note))
     return data
 
@@ -277,7 +279,7 @@ def render_html(data: ReportData, simulation: Simulation | None = None) -> str:
     environment.filters["shapes"] = _shapes
     environment.filters["percent"] = lambda value: "" if value is None else f"{100 * value:.1f}%"
     environment.filters["thousands"] = lambda value: f"{value:,}"
-    calls = [row for row in data.rows if row.where == "array"]
+    calls = [row for row in data.rows if row.where in ("array", "accelerator")]
     sim_rows = []
     if simulation is not None:
         for row, simulated, predicted in zip(calls, simulation.simulated_cycles,

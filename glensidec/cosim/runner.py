@@ -36,6 +36,7 @@ from glensidec.backend.report import ReportData, Simulation, render_html
 from glensidec.cosim.rtl_build import (
     GEMM_TESTBENCH,
     GemmBenchDepths,
+    build,
     build_gemm_testbench,
     rtl_sources,
     run,
@@ -49,6 +50,7 @@ from glensidec.outputs import update_own_file
 LIBRARY = "libmodel_cosim.so"
 MANIFEST = "cosim.json"
 REPORT = "cosim_report.json"
+ACCEL_TOP = "ws_accel"  # the whole accelerator, for programs compiled with --accel
 BUILD_LOG = "cosim_build.log"
 RUN_LOG = "cosim_run.log"
 TEST_MODULE = "glensidec.cosim.cocotb_program"
@@ -172,15 +174,10 @@ def cosimulate(outdir: Path, program_args: list[str], *, waves: bool = False,
     instantiated and its calls on it (the other arrays' calls on the bit-exact C model),
     so every call runs once on the RTL of its own size; the report lists them in program
     order. `arrays`: only the runs with these arrays (indices into the manifest's) on the
-    RTL (`glensidec diff --rtl` traces each run on its own)."""
+    RTL (`glensidec diff --rtl` traces each run on its own). A program compiled with
+    --accel has one more run, its accelerator layers on ws_accel (without `arrays`)."""
     outdir = outdir.resolve()
     manifest = Manifest.read(outdir)
-    if manifest.accel_layers:
-        raise GlensideError(
-            f"{manifest.source} was compiled with --accel: its {manifest.accel_layers} "
-            "accelerator layers run on the C model of ws_accel (./model, glensidec diff); "
-            "co-simulating them on the RTL inside the program is not supported yet "
-            "(compile without --accel to co-simulate its array calls)")
     if manifest.float_products and not manifest.array_calls and not manifest.config.is_float:
         raise GlensideError(
             f"{manifest.source} computes its products in f32: the systolic array is "
@@ -192,13 +189,21 @@ def cosimulate(outdir: Path, program_args: list[str], *, waves: bool = False,
                                capture_output=True, text=True)
         if built.returncode != 0:
             raise GlensideError(f"building {outdir / library} failed:\n{built.stderr.strip()}")
+    accel_run = bool(manifest.accel_layers) and arrays is None
+    if arrays is None:  # every array that has calls, or the main one when nothing does
+        arrays = [array for array in range(len(manifest.configs)) if manifest.calls_on(array)]
+        arrays = arrays or ([] if accel_run else [0])
     runs = [_cosimulate_array(outdir, manifest, array, program_args, waves, simulator,
                               library)
-            for array in (range(len(manifest.configs)) if arrays is None else arrays)]
+            for array in arrays]
+    if accel_run:  # the accelerator layers on ws_accel (glensidec diff --rtl: arrays only)
+        runs.append(_cosimulate_accel(outdir, manifest, program_args, waves, simulator,
+                                      library))
     if len(runs) == 1:
         return runs[0]
+    # array calls in program order, then the accelerator layers in theirs
     calls = sorted((call for result in runs for call in result.calls),
-                   key=lambda call: int(call["call"]))
+                   key=lambda call: ("accel" in call, int(call["call"])))
     status = next((result.status for result in runs if result.status != 0), 0)
     with open(outdir / REPORT, "w") as report:  # the runs' reports, merged
         json.dump({"status": status, "calls": calls}, report, indent=1)
@@ -212,7 +217,10 @@ def _cosimulate_array(outdir: Path, manifest: Manifest, array: int, program_args
     config = manifest.configs[array]
     several = len(manifest.configs) > 1
     depths = testbench_depths(manifest, array)
-    build_dir = build_directory(outdir, config, depths, simulator, waves, several)
+    # sim_build/RxC when other builds share sim_build/ (the accelerator's is sim_build/accel:
+    # a Verilator build folder inside another one breaks the inner one's runs)
+    build_dir = build_directory(outdir, config, depths, simulator, waves,
+                                several or bool(manifest.accel_layers))
     build_log, run_log = outdir / BUILD_LOG, outdir / RUN_LOG
     print(f"building the {config.rows}x{config.cols} array testbench "
           f"with {simulator} (log: {build_log})", flush=True)
@@ -234,7 +242,7 @@ def _cosimulate_array(outdir: Path, manifest: Manifest, array: int, program_args
         with tempfile.TemporaryDirectory(prefix="glensidec-cosim-") as scratch, \
                 _watch_calls(Path(scratch) / "calls", calls_here) as calls_log:
             run(runner, GEMM_TESTBENCH, TEST_MODULE, outdir / "sim_build", waves=waves,
-                log_file=run_log,
+                testcase="run_compiled_program", log_file=run_log,
                 # the cocotb test's settings (glensidec.cosim.settings): the program's
                 # library and arguments, its manifest, which array is on the RTL, where
                 # to write the report and (for the progress bar) each finished call
@@ -246,6 +254,56 @@ def _cosimulate_array(outdir: Path, manifest: Manifest, array: int, program_args
     except (Exception, SystemExit):
         # cocotb's runner raises when the simulator dies (the program's own error exits the
         # whole process): the report's absence and the log say what happened, below.
+        if report.is_file():
+            raise
+    wall = time.perf_counter() - started
+    if not report.is_file():
+        cause = program_error(run_log)
+        if cause is not None:
+            raise GlensideError(f"the program stopped: {cause} (log: {run_log})")
+        raise GlensideError(f"co-simulation stopped before it finished:\n{_tail(run_log)}")
+    raw = json.loads(report.read_text())
+    return CosimResult(raw["calls"], int(raw["status"]), wall)
+
+
+def _cosimulate_accel(outdir: Path, manifest: Manifest, program_args: list[str],
+                      waves: bool, simulator: str, library: str) -> CosimResult:
+    """One simulator run of the program with its accelerator layers on ws_accel (the array
+    calls, if any, on the C model: their own runs put them on the array's RTL)."""
+    accel = manifest.accel_config()
+    assert accel is not None
+    parameters = accel.rtl_parameters()
+    # its own folder, also for its run: the array's testbench may be built in sim_build/
+    run_dir = build_dir = outdir / "sim_build" / "accel"
+    cache = os.environ.get("GLENSIDEC_SIM_CACHE")
+    if cache:
+        key = hashlib.sha256(repr((parameters, simulator, waves)).encode())
+        for source in rtl_sources():
+            key.update(source.read_bytes())
+        build_dir = Path(cache) / f"{ACCEL_TOP}_{accel.rows}x{accel.cols}_{key.hexdigest()[:16]}"
+    build_log, run_log = outdir / BUILD_LOG, outdir / RUN_LOG
+    print(f"building the {accel.rows}x{accel.cols} accelerator (ws_accel) with {simulator} "
+          f"(log: {build_log})", flush=True)
+    try:
+        runner = build(ACCEL_TOP, rtl_sources(), build_dir, parameters, simulator=simulator,
+                       waves=waves, public_ports=True, log_file=build_log)
+    except (Exception, SystemExit):
+        raise GlensideError(f"the simulator build failed:\n{_tail(build_log)}") from None
+    report = outdir / REPORT
+    report.unlink(missing_ok=True)
+    print(f"co-simulating {manifest.source}: {manifest.accel_layers} accelerator layers on "
+          f"ws_accel (log: {run_log})", flush=True)
+    started = time.perf_counter()
+    try:
+        with tempfile.TemporaryDirectory(prefix="glensidec-cosim-") as scratch, \
+                _watch_calls(Path(scratch) / "calls", manifest.accel_layers) as calls_log:
+            run(runner, ACCEL_TOP, TEST_MODULE, run_dir, waves=waves,
+                testcase="run_compiled_program_on_accel", log_file=run_log,
+                extra_env=settings_env(
+                    library=str(outdir / library), args=[str(outdir / "model"), *program_args],
+                    report=str(report), manifest=str(outdir / MANIFEST),
+                    progress=str(calls_log) if calls_log else None))
+    except (Exception, SystemExit):
         if report.is_file():
             raise
     wall = time.perf_counter() - started
@@ -313,12 +371,16 @@ def print_report(result: CosimResult) -> None:
     print(f"{'call':>4} {'M':>6} {'K':>6} {'N':>6} {'predicted':>10} {'simulated':>10}  data")
     for index, call in enumerate(result.calls):
         on = f"  on {call['array']}" if "array" in call else ""  # several arrays
+        on = f"  accelerator layer {call['accel']}" if "accel" in call else on
         print(f"{index:>4} {call['m']:>6} {call['k']:>6} {call['n']:>6} "
               f"{call['predicted_cycles']:>10} {call['simulated_cycles']:>10}  "
               f"{'ok' if call['data_ok'] else 'MISMATCH'}{on}")
     rate = result.simulated_cycles / result.rtl_seconds if result.rtl_seconds else 0.0
+    layers = sum(1 for call in result.calls if "accel" in call)
+    what = f"{len(result.calls) - layers} array calls" + (
+        f", {layers} accelerator layers" if layers else "")
     print(f"simulated array cycles: {result.simulated_cycles} "
-          f"(predicted {result.predicted_cycles}); {len(result.calls)} array calls")
+          f"(predicted {result.predicted_cycles}); {what}")
     print(f"wall time: {result.wall_seconds:.2f} s in the simulator, "
           f"{result.rtl_seconds:.3f} s in array calls ({rate:,.0f} simulated cycles/s)")
 
@@ -330,8 +392,12 @@ def add_to_report(outdir: Path, result: CosimResult) -> Path | None:
         data = ReportData.from_json((outdir / REPORT_DATA).read_text(encoding="utf-8"))
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    simulation = Simulation([int(call["simulated_cycles"]) for call in result.calls],
-                            [int(call["predicted_cycles"]) for call in result.calls],
+    # the report's rows on hardware, in program order: array calls and accelerator layers
+    by_kind = {kind: iter([call for call in result.calls if ("accel" in call) == accel])
+               for kind, accel in (("array", False), ("accelerator", True))}
+    calls = [next(by_kind[row.where], None) for row in data.rows if row.where in by_kind]
+    simulation = Simulation([int(call["simulated_cycles"]) for call in calls if call],
+                            [int(call["predicted_cycles"]) for call in calls if call],
                             result.wall_seconds, result.rtl_seconds)
     page = render_html(data, simulation).encode()
     return outdir / REPORT_HTML if update_own_file(outdir, REPORT_HTML, page) else None

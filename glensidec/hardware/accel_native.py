@@ -20,11 +20,12 @@ import tempfile
 from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 if TYPE_CHECKING:
+    from glensidec.hardware.accel import EpilogueConfig
     from glensidec.hardware.commands import AccelConfig, AccelTiming, Command
 
 SOURCE = Path(__file__).with_name("accel_model.c")
@@ -145,3 +146,33 @@ def native_cycles(native: ctypes.CDLL, config: AccelConfig, commands: Sequence[C
                        array_stall_cycles=timing.array_stall_cycles,
                        load_busy_cycles=timing.load_busy_cycles,
                        store_busy_cycles=timing.store_busy_cycles)
+
+
+def unpack_commands(table: np.ndarray, cols: int, epilogue: EpilogueConfig,
+                    bias: Sequence[int], multiplier: Sequence[int]) -> list[Command]:
+    """The commands of a packed table (pack_commands' rows), whole again: a CONFIG row
+    names its first column; its settings and vectors come from the layer."""
+    from glensidec.hardware.accel import DmaCommand
+    from glensidec.hardware.commands import Compute, Config, Load, Store
+
+    commands: list[Command] = []
+    for row in np.asarray(table, dtype=np.int64):
+        field = {name: int(row[index]) for index, name in enumerate(FIELDS)}
+        op = field["op"]
+        if op == 1:
+            commands.append(Compute(field["w_row"], field["a_row"], field["m_len"],
+                                    bool(field["add"]), bool(field["emit"]),
+                                    bool(field["wait"]), bool(field["signal"])))
+        elif op == 3:
+            first = field["base"]
+            width = min(cols, len(bias) - first)
+            padding = (0,) * (cols - width)
+            commands.append(Config(epilogue, tuple(bias[first:first + width]) + padding,
+                                   tuple(multiplier[first:first + width]) + padding,
+                                   first_column=first))
+        else:
+            values: dict[str, Any] = {name: field[name] for name in _DMA_FIELDS}
+            dma = DmaCommand(**{**values, "bounds": bool(values["bounds"])})
+            commands.append(Load(dma, bool(field["wait"]), bool(field["signal"])) if op == 0
+                            else Store(dma))
+    return commands
