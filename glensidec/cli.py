@@ -309,7 +309,7 @@ def _accelerator_lines(accel: AccelConfig, invocations: Sequence[Invocation]) ->
     yield (f"accelerator memories: scratchpad {memory.scratchpad_bytes} B ({memory.banks} banks "
            f"of {memory.bank_rows} {memory.row_bytes}-byte rows), accumulator "
            f"{accel.acc_depth} rows ({accel.acc_depth * accel.cols * 4} B), DRAM "
-           f"{memory.bus_bytes} B/cycle (tiling only: the generated C does not use the DMA yet)")
+           f"{memory.bus_bytes} B/cycle (the generated C uses them with --accel)")
     for call in invocations:
         tiling = gemm_tiling(accel, call.m, call.k, call.n, call.op)
         yield (f"  {call.op} M={call.m} K={call.k} N={call.n}: K pieces of "
