@@ -71,6 +71,57 @@ def _dense(root: Path, bias: tuple[str, str]) -> Path:
     return path
 
 
+# A quantized 3×3 convolution as `glensidec quantize` writes one: the input is padded with
+# 0, and the bias per output element carries the correction −zp·Σ W over the taps inside
+# the image (zp = the input's zero point), so it differs at the borders.
+CONV = """
+(input x i8 (shape 1 4 6 6))
+(weight w i8 (shape 8 4 3 3) "conv.npz")
+(weight b i32 (shape 8 6 6) "conv.npz")
+(weight mult i32 (shape 8) "conv.npz")
+(compute relu
+ (compute (requantize-per-channel 1 27 -3)
+  (access-pair
+   (compute elementwise-add
+    (access-pair
+     (access-transpose
+      (compute dot-product
+       (access-cartesian-product
+        (access (access-tensor w) 1)
+        (access
+         (access-squeeze
+          (access-windows
+           (access (access-pad (access-pad (access-tensor x) zero-padding 2 1 1)
+                               zero-padding 3 1 1) 1)
+           (shape 4 3 3) (shape 1 1 1))
+          1)
+         3)))
+      (list 1 0 2 3))
+     (access-reshape (access-tensor b) (access-shape (shape 1 8 6 6) (shape)))))
+   (access-broadcast
+    (access-reshape (access-tensor mult) (access-shape (shape 1 8 1 1) (shape)))
+    (access-shape (shape 1 8 6 6) (shape))))))
+"""
+
+
+def _conv(root: Path, zero_point: int = -37) -> Path:
+    rng = np.random.default_rng(9)
+    weights = rng.integers(-128, 128, (8, 4, 3, 3))
+    inside = np.zeros((8, 6, 6), np.int64)  # Σ W over the taps inside the image
+    for y in range(6):
+        for x in range(6):
+            for ky in range(3):
+                for kx in range(3):
+                    if 0 <= y + ky - 1 < 6 and 0 <= x + kx - 1 < 6:
+                        inside[:, y, x] += weights[:, :, ky, kx].sum(axis=1)
+    bias = rng.integers(-5000, 5000, (8, 1, 1)) - zero_point * inside
+    np.savez(root / "conv.npz", w=weights.astype(np.int8), b=bias.astype(np.int32),
+             mult=rng.integers(2**14, 2**16, 8).astype(np.int32))
+    path = root / "conv.gs"
+    path.write_text(CONV)
+    return path
+
+
 def _compile(source: Path, outdir: Path, array: str, *extra: str
              ) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "glensidec", "compile", str(source),
@@ -103,6 +154,7 @@ CASES = {
     "small_cnn": (EXAMPLES / "small_cnn.gs", {"image": (1, 1, 16, 16)}, "8x8", 1),
     "dense": (None, {"x": (5, 24)}, "8x8", 1),
     "dense_bias_per_element": (None, {"x": (5, 24)}, "8x8", 0),
+    "conv_zero_point": (None, {"x": (1, 4, 6, 6)}, "8x8", 1),
 }
 
 
@@ -110,7 +162,9 @@ CASES = {
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_accelerator_layers_compute_what_the_interpreter_does(case: str, tmp_path: Path) -> None:
     source, shapes, array, fused = CASES[case]
-    if source is None:
+    if case == "conv_zero_point":
+        source = _conv(tmp_path)
+    elif source is None:
         source = _dense(tmp_path, PER_ELEMENT if "per_element" in case else PER_CHANNEL)
     rng = np.random.default_rng(3)
     inputs = {name: rng.integers(-128, 128, shape).astype(np.int8)
@@ -133,6 +187,9 @@ def test_accelerator_layers_compute_what_the_interpreter_does(case: str, tmp_pat
     else:  # no accelerator runtime at all
         assert "predicted accelerator cycles" not in stdout
         assert not (outdir / "accel_runtime.c").exists()
+    if case == "conv_zero_point":  # the padding the layer reads is the zero point now
+        assert "with -37, the zero point an accelerator layer pads with" in \
+            (outdir / "model.c").read_text()
     diff = subprocess.run([sys.executable, "-m", "glensidec", "diff", str(outdir),
                            *(f"{name}={outdir / name}.npy" for name in inputs)],
                           capture_output=True, text=True, timeout=600)

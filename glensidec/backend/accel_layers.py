@@ -63,7 +63,7 @@ from glensidec.hardware.accel import CapacityError, ConvLayer, EpilogueConfig
 from glensidec.hardware.accel_native import pack_commands
 from glensidec.hardware.array import ArrayConfig, ideal_cycles
 from glensidec.hardware.commands import AccelConfig, LayerQuant, accel_cycles, conv_program
-from glensidec.lang.dtypes import Array, integer_range
+from glensidec.lang.dtypes import Array, integer_range, wrap_signed
 
 
 @dataclass
@@ -145,7 +145,7 @@ def _evaluate(lowered: LoweredProgram, name: str, weights: dict[str, Array],
     for index in writers:
         writer = lowered.instructions[index]
         if isinstance(writer, Fill):
-            low = integer_range(buffer.dtype)[0] if writer.minimum else 0
+            low = integer_range(buffer.dtype)[0] if writer.minimum else writer.value
             store_view(writer.dst, flat, np.full(writer.dst.shape, low))
         elif isinstance(writer, Copy):
             source = _evaluate(lowered, writer.src.buffer, weights, index)
@@ -348,10 +348,28 @@ def _rewrite(lowered: LoweredProgram, index: int, chain: _Chain, weights: dict[s
     flipped = options[0]  # the layer computes the block's transpose
     reoriented = flipped != chain.transposed  # … and the chain reads the other one
     bias = np.zeros((chain.rows, chain.cols), np.int64) if chain.bias is None else chain.bias
-    bias_vector = _per_column(bias.T if reoriented else bias)
+    layer_bias = bias.T if reoriented else bias
+    bias_vector = _per_column(layer_bias)
     multiplier_vector = _per_column(chain.multiplier.T if reoriented else chain.multiplier)
-    if bias_vector is None or multiplier_vector is None:
+    if multiplier_vector is None:
         return False
+    padding_fills: list[int] = []
+    if bias_vector is None:  # maybe the quantizer's corrections for zero padding
+        if flipped:
+            assert a_values is not None
+            activations, layer_weights = gemm.b, a_values[:rows].T
+        else:
+            assert b_values is not None
+            activations, layer_weights = gemm.a, b_values[:, :cols]
+        found = _pad_with_zero_point(lowered, activations, index, flipped, (rows, cols),
+                                     layer_bias, layer_weights)
+        if found is None:
+            return False
+        bias_vector, zero_point, padding_fills = found
+        for position in padding_fills:
+            fill = lowered.instructions[position]
+            assert isinstance(fill, Fill)
+            lowered.instructions[position] = replace(fill, value=zero_point)
     builder = _Builder(lowered)
     name = chain.dst.buffer
     before: list[Instruction] = []
@@ -416,6 +434,71 @@ def _rewrite(lowered: LoweredProgram, index: int, chain: _Chain, weights: dict[s
     kept[index:index] = [*before, fused, *after]  # where the array call was
     lowered.instructions = kept
     return True
+
+
+def _padding(lowered: LoweredProgram, name: str, before: int,
+             fills: list[int]) -> Array | None:
+    """1 where buffer `name` (flat) holds zero padding (a `Fill` wrote it, or a copy of
+    such), 0 where it holds run-time data; the fills go to `fills`. None when the padding
+    could not be changed without changing what another instruction reads (a buffer on the
+    way has other readers) or is not zero padding."""
+    buffer = lowered.buffers[name]
+    mask = np.zeros(buffer.elements, dtype=np.int64)
+    writers = _writers(lowered).get(name, [])
+    if buffer.kind != ACTIVATION or not writers or max(writers) >= before or not all(
+            isinstance(lowered.instructions[index], Fill | Copy) for index in writers):
+        return mask  # data
+    if len(_readers(lowered).get(name, [])) != 1:
+        return None
+    for index in writers:
+        writer = lowered.instructions[index]
+        if isinstance(writer, Fill):
+            if writer.minimum or writer.value != 0:
+                return None
+            store_view(writer.dst, mask, np.ones(writer.dst.shape, np.int64))
+            fills.append(index)
+        else:
+            assert isinstance(writer, Copy)
+            source = _padding(lowered, writer.src.buffer, index, fills)
+            if source is None:
+                return None
+            store_view(writer.dst, mask, view_array(writer.src, source))
+    return mask
+
+
+def _pad_with_zero_point(lowered: LoweredProgram, activations: View, index: int,
+                         flipped: bool, block: tuple[int, int], layer_bias: Array,
+                         layer_weights: Array) -> tuple[list[int], int, list[int]] | None:
+    """A bias that differs across the rows of a column only by what zero padding of the
+    activations leaves out: B[p, c] = b[c] + zp · Σ_k pad[p, k] · W[k, c] (the quantizer's
+    correction −zp·Σ W over the taps inside the image). Padding with zp instead (the
+    fills that write it) makes the bias b, per column. Returns (b, zp, those fills)."""
+    fills: list[int] = []
+    flat = _padding(lowered, activations.buffer, index, fills)
+    if flat is None or not fills:
+        return None
+    rows, cols = block
+    if flipped:  # the layer's rows are the activation operand's first `cols` columns
+        pad = view_array(activations, flat).reshape(-1, activations.shape[-1])[:, :cols].T
+    else:
+        pad = view_array(activations, flat).reshape(activations.shape[0], -1)[:rows]
+    padded_weight = pad.astype(np.int64) @ layer_weights.astype(np.int64)  # Σ pad · W
+    varying = np.flatnonzero(np.any(padded_weight != padded_weight[:1], axis=0))
+    if varying.size == 0:
+        return None
+    column = padded_weight[:, varying[0]]
+    other = int(np.flatnonzero(column != column[0])[0])
+    step = int(column[other] - column[0])
+    difference = int(layer_bias[other, varying[0]] - layer_bias[0, varying[0]])
+    if difference % step:
+        return None
+    zero_point = difference // step
+    low, high = integer_range(lowered.buffer_of(activations).dtype)
+    if not low <= zero_point <= high:
+        return None
+    corrected = wrap_signed(layer_bias - zero_point * padded_weight, 32)
+    vector = _per_column(corrected)
+    return None if vector is None else (vector, zero_point, fills)
 
 
 def _only_writer(lowered: LoweredProgram, view: View) -> int | None:

@@ -187,12 +187,15 @@ class _Renderer:
 
     def _fill(self, fill: Fill) -> tuple[str, list[str]]:
         dtype = self.dtype(fill.dst)
-        value = "0" if dtype != "f32" else "0.0f"
+        value = str(fill.value) if dtype != "f32" else "0.0f"
         if fill.minimum:
             value = DTYPES[dtype].c_min
         loops = nest([fill.dst], 0, len(fill.dst.dims), "i")
         body = [f"{self.at(fill.dst, loops.indices[0])} = {value};"]
-        return f"fill {fill.dst.buffer}", _wrap_nest(loops, body)
+        what = f"fill {fill.dst.buffer}" + (
+            f" with {fill.value}, the zero point an accelerator layer pads with"
+            if fill.value else "")
+        return what, _wrap_nest(loops, body)
 
     def _map(self, instruction: Map) -> tuple[str, list[str]]:
         loops = nest([instruction.dst, instruction.src], 0, len(instruction.dst.dims), "i")

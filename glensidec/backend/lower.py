@@ -119,9 +119,11 @@ class Copy(Instruction):
 
 @dataclass(frozen=True)
 class Fill(Instruction):
-    """dst = the padding value: zero, or the dtype's minimum (`minimum=True`)."""
+    """dst = the padding value: zero, or the dtype's minimum (`minimum=True`); `value`
+    instead of zero where an accelerator layer pads with its input's zero point."""
 
     minimum: bool
+    value: int = 0
 
 
 @dataclass(frozen=True)

@@ -136,7 +136,7 @@ def _execute(instruction: Instruction, read: Callable[[View], Array],
     if isinstance(instruction, Copy):
         return read(instruction.src)
     if isinstance(instruction, Fill):
-        value = minimum_value(dtype(dst)) if instruction.minimum else 0
+        value = minimum_value(dtype(dst)) if instruction.minimum else instruction.value
         return np.full(dst.shape, value)
     if isinstance(instruction, ArrayGemm):
         if dtype(instruction.a) == "f32":
