@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import operator
 import os
 import shutil
 import subprocess
@@ -36,6 +37,7 @@ FIELDS = ("op", "wait", "signal", "w_row", "a_row", "m_len", "add", "emit", "bas
           "height", "x0", "x_step", "width", "pad_value")
 _COLUMN = {name: index for index, name in enumerate(FIELDS)}
 _DMA_FIELDS = FIELDS[8:]
+_dma_fields = operator.attrgetter(*_DMA_FIELDS)  # a DmaCommand's fields, in order
 #: gs_timing's fields, in order.
 TIMING_FIELDS = ("cycles", "compute_rows", "load_bytes", "store_bytes", "array_stall_cycles",
                  "load_busy_cycles", "store_busy_cycles")
@@ -103,40 +105,37 @@ def native_model() -> ctypes.CDLL | None:
 
 
 def pack_commands(commands: Sequence[Command]) -> np.ndarray:
-    """The commands as rows of int64 (gs_command)."""
+    """The commands as rows of int64 (gs_command, FIELDS in order)."""
     from glensidec.hardware.commands import Compute, Config, Load
 
-    packed = np.zeros((len(commands), len(FIELDS)), dtype=np.int64)
-    for index, command in enumerate(commands):
-        row = packed[index]
+    padding = [0] * len(_DMA_FIELDS)
+    rows: list[list[int]] = []
+    for command in commands:
         if isinstance(command, Compute):
-            row[[_COLUMN[name] for name in ("op", "wait", "signal", "w_row", "a_row", "m_len",
-                                            "add", "emit")]] = (
-                1, command.wait, command.signal, command.w_row, command.a_row, command.m_len,
-                command.add, command.emit)
+            rows.append([1, command.wait, command.signal, command.w_row, command.a_row,
+                         command.m_len, command.add, command.emit, *padding])
         elif isinstance(command, Config):  # its vectors stay in the layer; where they start
-            row[_COLUMN["op"]], row[_COLUMN["base"]] = 3, command.first_column
+            rows.append([3, 0, 0, 0, 0, 0, 0, 0, command.first_column, *padding[1:]])
         else:
-            row[_COLUMN["op"]] = 0 if isinstance(command, Load) else 2
-            if isinstance(command, Load):
-                row[_COLUMN["wait"]], row[_COLUMN["signal"]] = command.wait, command.signal
-            dma = command.dma
-            for name in _DMA_FIELDS:
-                row[_COLUMN[name]] = int(getattr(dma, name))
-    return packed
+            flags = (command.wait, command.signal) if isinstance(command, Load) else (0, 0)
+            rows.append([0 if isinstance(command, Load) else 2, *flags, 0, 0, 0, 0, 0,
+                         *_dma_fields(command.dma)])
+    return np.array(rows, dtype=np.int64).reshape(len(commands), len(FIELDS))
 
 
-def native_cycles(native: ctypes.CDLL, config: AccelConfig, commands: Sequence[Command],
-                  limit: int) -> AccelTiming:
-    """`commands` on the C model: the Python model's AccelTiming (without a trace)."""
+def native_cycles(native: ctypes.CDLL, config: AccelConfig,
+                  commands: Sequence[Command] | np.ndarray, limit: int) -> AccelTiming:
+    """`commands` (or their pack_commands table) on the C model: the Python model's
+    AccelTiming (without a trace)."""
     from glensidec.hardware.commands import AccelTiming
 
-    packed = np.ascontiguousarray(pack_commands(commands))
+    table = commands if isinstance(commands, np.ndarray) else pack_commands(commands)
+    packed = np.ascontiguousarray(table, dtype=np.int64)
     timing = _Timing()
     memory = config.memory
     status = native.gs_accel_cycles(
         config.rows, config.cols, memory.bus_bytes, memory.latency, memory.bank_rows,
-        config.queue_depth, packed.ctypes.data, len(commands), limit, ctypes.byref(timing))
+        config.queue_depth, packed.ctypes.data, len(packed), limit, ctypes.byref(timing))
     if status == 1:
         raise RuntimeError(f"the command sequence did not finish in {limit} cycles")
     if status != 0:
