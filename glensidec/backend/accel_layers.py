@@ -309,13 +309,13 @@ def _drop_dead_code(lowered: LoweredProgram) -> None:
     while True:
         read = {view.buffer for instruction in lowered.instructions
                 for view in instruction.reads()}
-        dead = [index for index, instruction in enumerate(lowered.instructions)
+        dead = {index for index, instruction in enumerate(lowered.instructions)
                 if instruction.dst.buffer not in read and instruction.dst.buffer != lowered.output
-                and lowered.buffer_of(instruction.dst).kind == ACTIVATION]
+                and lowered.buffer_of(instruction.dst).kind == ACTIVATION}
         if not dead:
             break
         lowered.instructions = [instruction for index, instruction
-                                in enumerate(lowered.instructions) if index not in set(dead)]
+                                in enumerate(lowered.instructions) if index not in dead]
     used = {view.buffer for instruction in lowered.instructions
             for view in (instruction.dst, *instruction.reads())}
     lowered.buffers = {name: buffer for name, buffer in lowered.buffers.items()

@@ -1,0 +1,165 @@
+"""Whole programs on the whole accelerator: `glensidec compile --accel`, end to end.
+
+Writes bench/results/accel_program.md. Each network (random weights, imported from ONNX
+and quantized per channel as bench_host does; and the bundled examples/resnet_block.gs) is
+compiled for a 16×16 array with --accel at 16 and 8 B/cycle. From OUTDIR/report.json:
+the accelerator layers' cycles (ws_accel's, exact), any remaining array calls, the host's
+cycles (the report's host model: one cycle per element an elementwise or reducing
+instruction reads; copies and fills not counted), Σ T_min over the products, and the
+compile's CPU seconds. With --cosim, ResNet-18 and resnet_block also run under `make sim`
+(every accelerator layer on ws_accel's RTL): wall time and simulated cycles per second.
+
+Run: .venv/bin/python bench/bench_accel_program.py [--cosim]   (~2 min; --cosim ~15 min)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO = BENCH_DIR.parent
+sys.path.insert(0, str(BENCH_DIR))
+
+import bench_host  # noqa: E402
+import host_models  # noqa: E402
+
+RESULTS = BENCH_DIR / "results" / "accel_program.md"
+GLENSIDEC = [sys.executable, "-m", "glensidec"]
+TARGET_RATIO, TARGET_HOST = 1.3, 0.10  # issue 11: total ≤ 1.3 Σ T_min, host ≤ 10 %
+
+
+@dataclass
+class Row:
+    name: str
+    bus: int
+    layers: int
+    array_calls: int
+    accelerator: int
+    array: int
+    host: int
+    t_min: int
+    load_mb: float
+    store_mb: float
+    compile_cpu: float
+
+    @property
+    def total(self) -> int:
+        return self.accelerator + self.array + self.host
+
+
+def compile_program(name: str, program: Path, outdir: Path, bus: int) -> Row:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run([*GLENSIDEC, "compile", str(program), "--array", "16x16", "--accel",
+                    "--dram-bandwidth", str(bus), "-o", str(outdir)], check=True,
+                   capture_output=True, text=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    rows = json.loads((outdir / "report.json").read_text())["rows"]
+    accel = [row for row in rows if row["where"] == "accelerator"]
+    array = [row for row in rows if row["where"] == "array"]
+    loaded = stored = 0
+    for row in accel:  # "M=… K=… N=…, L B loaded, S B stored"
+        words = row["op"].split()
+        loaded += int(words[3])
+        stored += int(words[6])
+    return Row(name, bus, len(accel), len(array),
+               sum(row["array_cycles"] for row in accel),
+               sum(row["array_cycles"] for row in array),
+               sum(row["host_cycles"] for row in rows),
+               sum(row["ideal_cycles"] for row in accel + array),
+               loaded / 1e6, stored / 1e6, cpu)
+
+
+def cosimulate(name: str, outdir: Path, inputs: dict[str, np.ndarray]) -> str:
+    for input_name, value in inputs.items():
+        np.save(outdir / f"{input_name}.npy", value)
+    arguments = " ".join(f"{key}={outdir / key}.npy" for key in inputs)
+    started = time.perf_counter()
+    ran = subprocess.run(["make", "-s", "-C", str(outdir), "sim", f"INPUTS={arguments}"],
+                         capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    report = json.loads((outdir / "cosim_report.json").read_text())
+    calls = report["calls"]
+    simulated = sum(int(call["simulated_cycles"]) for call in calls)
+    predicted = sum(int(call["predicted_cycles"]) for call in calls)
+    rtl = sum(float(call["rtl_seconds"]) for call in calls)
+    exact = ran.returncode == 0 and all(call["data_ok"] and call["cycles_ok"] for call in calls)
+    return (f"| {name} | {len(calls)} | {simulated:,} | {predicted:,} | "
+            f"{'yes' if exact else 'NO'} | {wall:.0f} s | {simulated / rtl:,.0f} |")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cosim", action="store_true", help="also co-simulate (slow)")
+    args = parser.parse_args()
+    rows: list[Row] = []
+    cosims: list[str] = []
+    with tempfile.TemporaryDirectory() as scratch:
+        work = Path(scratch)
+        programs = {"resnet_block.gs": (REPO / "examples" / "resnet_block.gs", None)}
+        for name, model in (("ResNet-18", host_models.resnet18()),
+                            ("ResNet-50", host_models.resnet50())):
+            built = bench_host.front_end(name.lower().replace("-", ""), model, work)
+            programs[name] = (built.int8_program, built)
+        for name, (program, built) in programs.items():
+            for bus in (16, 8):
+                outdir = work / f"{name}-{bus}"
+                rows.append(compile_program(name, program, outdir, bus))
+                print(f"{name} at {bus} B/cycle: {rows[-1].total:,} cycles", flush=True)
+            if args.cosim and name in ("resnet_block.gs", "ResNet-18"):
+                rng = np.random.default_rng(3)
+                if built is None:
+                    inputs = {"x": rng.integers(-128, 128, (1, 16, 16, 16)).astype(np.int8)}
+                else:
+                    inputs = {built.input_name: built.image}
+                cosims.append(cosimulate(name, work / f"{name}-16", inputs))
+    RESULTS.write_text(report(rows, cosims))
+    print(f"wrote {RESULTS}")
+    return 0
+
+
+def report(rows: list[Row], cosims: list[str]) -> str:
+    lines = [
+        "# Whole programs on the whole accelerator (`compile --accel`, 16×16)\n",
+        "Written by `bench/bench_accel_program.py`. Networks with random weights, imported "
+        "and quantized per channel (as `bench_host.py` does); `resnet_block.gs` is the "
+        "bundled example. Every int8 array call whose bias add, requantize and clip follow "
+        "it runs as an accelerator layer (DMA, array, epilogue; cycles = `ws_accel`'s, "
+        "exact); the rest runs on the host, priced by the report's host model (one cycle "
+        "per element an elementwise or reducing instruction reads; copies, fills and the "
+        "host's im2col copies are **not** counted). Issue 11's targets: total ≤ "
+        f"{TARGET_RATIO}× Σ T_min and host ≤ {TARGET_HOST:.0%} of the total. Compile CPU "
+        f"on a machine with load {os.getloadavg()[0]:.1f}.\n",
+        "| program | bus (B/cycle) | accel layers | array calls | accelerator cycles | "
+        "host cycles | total | Σ T_min | accelerator / Σ T_min | total / Σ T_min | host "
+        "share | MB loaded | MB stored | compile CPU |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row.name} | {row.bus} | {row.layers} | {row.array_calls} | "
+            f"{row.accelerator + row.array:,} | {row.host:,} | {row.total:,} | "
+            f"{row.t_min:,} | {(row.accelerator + row.array) / row.t_min:.2f} | "
+            f"{row.total / row.t_min:.2f} | {row.host / row.total:.0%} | "
+            f"{row.load_mb:.1f} | {row.store_mb:.1f} | {row.compile_cpu:.1f} s |")
+    if cosims:
+        lines += ["\n## Co-simulation (`make sim`: accelerator layers on ws_accel's RTL)\n",
+                  "| program | calls | simulated cycles | predicted | bits and cycles exact "
+                  "| wall time | simulated cycles/s |",
+                  "|---|---:|---:|---:|---|---:|---:|", *cosims]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
