@@ -104,7 +104,7 @@ CONV = """
 """
 
 
-def _conv(root: Path, zero_point: int = -37) -> Path:
+def _conv(root: Path, zero_point: int = -37, off_by_one: bool = False) -> Path:
     rng = np.random.default_rng(9)
     weights = rng.integers(-128, 128, (8, 4, 3, 3))
     inside = np.zeros((8, 6, 6), np.int64)  # Σ W over the taps inside the image
@@ -115,6 +115,8 @@ def _conv(root: Path, zero_point: int = -37) -> Path:
                     if 0 <= y + ky - 1 < 6 and 0 <= x + kx - 1 < 6:
                         inside[:, y, x] += weights[:, :, ky, kx].sum(axis=1)
     bias = rng.integers(-5000, 5000, (8, 1, 1)) - zero_point * inside
+    if off_by_one:  # one border bias no zero point explains: the layer must not fuse
+        bias[3, 0, 5] += 1
     np.savez(root / "conv.npz", w=weights.astype(np.int8), b=bias.astype(np.int32),
              mult=rng.integers(2**14, 2**16, 8).astype(np.int32))
     path = root / "conv.gs"
@@ -155,6 +157,7 @@ CASES = {
     "dense": (None, {"x": (5, 24)}, "8x8", 1),
     "dense_bias_per_element": (None, {"x": (5, 24)}, "8x8", 0),
     "conv_zero_point": (None, {"x": (1, 4, 6, 6)}, "8x8", 1),
+    "conv_bias_off_by_one": (None, {"x": (1, 4, 6, 6)}, "8x8", 0),
 }
 
 
@@ -162,8 +165,8 @@ CASES = {
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_accelerator_layers_compute_what_the_interpreter_does(case: str, tmp_path: Path) -> None:
     source, shapes, array, fused = CASES[case]
-    if case == "conv_zero_point":
-        source = _conv(tmp_path)
+    if case.startswith("conv_"):
+        source = _conv(tmp_path, off_by_one=case == "conv_bias_off_by_one")
     elif source is None:
         source = _dense(tmp_path, PER_ELEMENT if "per_element" in case else PER_CHANNEL)
     rng = np.random.default_rng(3)
