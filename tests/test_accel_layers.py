@@ -306,3 +306,19 @@ def test_make_sim_runs_the_layers_on_ws_accel(case: str, tmp_path: Path,
     assert all(call["data_ok"] and call["simulated_cycles"] == call["predicted_cycles"]
                for call in report["calls"])
     assert np.array_equal(np.load(tmp_path / "sim.npy"), _expected(source, inputs))
+
+
+@pytest.mark.slow
+@pytest.mark.rtl
+def test_diff_rtl_checks_the_layers_on_ws_accel(tmp_path: Path, sim_cache: Path) -> None:
+    source = _dense(tmp_path, PER_CHANNEL)
+    outdir = tmp_path / "out"
+    assert _compile(source, outdir, "8x8").returncode == 0
+    np.save(tmp_path / "x.npy", np.random.default_rng(4).integers(-128, 128, (5, 24))
+            .astype(np.int8))
+    ran = subprocess.run([sys.executable, "-m", "glensidec", "diff", str(outdir),
+                          f"x={tmp_path / 'x.npy'}", "--rtl"], capture_output=True, text=True,
+                         timeout=1200, env={**os.environ, "GLENSIDEC_SIM_CACHE": str(sim_cache)})
+    assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-2000:]
+    assert "agree: interpreter, C program, RTL co-simulation, RTL (accelerator layers on " \
+           "ws_accel)" in ran.stdout

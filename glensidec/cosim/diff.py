@@ -322,6 +322,30 @@ def rtl_runs(outdir: Path) -> list[str]:
     return [f"{RTL} ({config.rows}x{config.cols} array on the RTL)" for config in configs]
 
 
+ACCEL_RTL = "RTL (accelerator layers on ws_accel)"
+
+
+def _check_accel_rtl(outdir: Path, inputs: tuple[str, ...], trace: Path) -> None:
+    """The accelerator layers' run (glensidec.cosim.cocotb_program): the program on the
+    accelerator's C model, traced, and each layer again on ws_accel from the same memory;
+    an error names the first layer whose RTL bytes or cycles differ."""
+    trace.mkdir()
+    args = [f"{name}={Path(path).resolve()}" if equals else name
+            for name, equals, path in (item.partition("=") for item in inputs)]
+    result = cosimulate(outdir, [*args, "--trace", str(trace), "-o",
+                                 str(trace / "output.npy")], library=TRACE_LIBRARY,
+                        arrays=[], accel=True)
+    for layer in result.calls:
+        if not (layer["data_ok"] and layer["cycles_ok"]):
+            what = "other bytes than the C model" if not layer["data_ok"] else "other cycles"
+            raise GlensideError(
+                f"accelerator layer {layer['accel']}: ws_accel's RTL gives {what} "
+                f"({layer['simulated_cycles']} cycles, predicted {layer['predicted_cycles']})")
+    if result.status != 0:
+        cause = program_error(outdir / "cosim_run.log")
+        raise GlensideError(f"the co-simulated program failed: {cause or result.status}")
+
+
 def _run_rtl(outdir: Path, inputs: tuple[str, ...], trace: Path, array: int) -> None:
     trace.mkdir()
     args = [f"{name}={Path(path).resolve()}" if equals else name
@@ -351,6 +375,10 @@ def diff(outdir: Path, inputs: tuple[str, ...], rtl: bool = False) -> DiffResult
         for array, run in enumerate(runs):
             _run_rtl(outdir, inputs, Path(scratch) / f"rtl{array}", array)
             traces[run] = read_trace(lowered, Path(scratch) / f"rtl{array}", run)
+        if rtl and lowered.accel_layers():  # each layer on ws_accel = the C model's bytes
+            _check_accel_rtl(outdir, inputs, Path(scratch) / "accel")
+            traces[ACCEL_RTL] = read_trace(lowered, Path(scratch) / "accel", ACCEL_RTL)
+            compared.append(ACCEL_RTL)
     divergences = [d for who, trace in traces.items()
                    if (d := compare(lowered, reference, trace, INTERPRETER, who)) is not None]
     if divergences:

@@ -166,7 +166,8 @@ class CosimResult:
 
 def cosimulate(outdir: Path, program_args: list[str], *, waves: bool = False,
                simulator: str = "verilator", library: str = LIBRARY,
-               arrays: Sequence[int] | None = None) -> CosimResult:
+               arrays: Sequence[int] | None = None,
+               accel: bool | None = None) -> CosimResult:
     """Build the RTL and the C library for `outdir`, run the program, return the report.
 
     `library`: the build of the program to run (the traced one for `glensidec diff --rtl`).
@@ -175,7 +176,8 @@ def cosimulate(outdir: Path, program_args: list[str], *, waves: bool = False,
     so every call runs once on the RTL of its own size; the report lists them in program
     order. `arrays`: only the runs with these arrays (indices into the manifest's) on the
     RTL (`glensidec diff --rtl` traces each run on its own). A program compiled with
-    --accel has one more run, its accelerator layers on ws_accel (without `arrays`)."""
+    --accel has one more run, its accelerator layers on ws_accel (`accel`: whether to
+    make it; by default when `arrays` is not given)."""
     outdir = outdir.resolve()
     manifest = Manifest.read(outdir)
     if manifest.float_products and not manifest.array_calls and not manifest.config.is_float:
@@ -189,7 +191,7 @@ def cosimulate(outdir: Path, program_args: list[str], *, waves: bool = False,
                                capture_output=True, text=True)
         if built.returncode != 0:
             raise GlensideError(f"building {outdir / library} failed:\n{built.stderr.strip()}")
-    accel_run = bool(manifest.accel_layers) and arrays is None
+    accel_run = bool(manifest.accel_layers) and (arrays is None if accel is None else accel)
     if arrays is None:  # every array that has calls, or the main one when nothing does
         arrays = [array for array in range(len(manifest.configs)) if manifest.calls_on(array)]
         arrays = arrays or ([] if accel_run else [0])
