@@ -39,6 +39,7 @@ from glensidec.backend.lower import (
     Dot,
     Fill,
     Fold,
+    Fused,
     Instruction,
     LoweredProgram,
     Map,
@@ -57,7 +58,7 @@ from glensidec.hardware.commands import AccelConfig
 from glensidec.lang.constructs import ComputeKind
 from glensidec.lang.dtypes import DTYPES, Array, integer_range, lookup_table
 from glensidec.lang.syntax import format_program
-from glensidec.lang.terms import Program
+from glensidec.lang.terms import ComputeOp, Program
 from glensidec.outputs import write_directory
 from glensidec.resources import resource_dir
 
@@ -208,6 +209,38 @@ class _Renderer:
             lines = ["{", *lookup_declaration(instruction.op.params),
                      *("  " + line for line in lines), "}"]
         return f"{instruction.dst.buffer} = {instruction.op.name}", lines
+
+    def _fused(self, fused: Fused) -> tuple[str, list[str]]:
+        loops = nest([fused.dst, *fused.leaves], 0, len(fused.dst.dims), "i")
+        body = [self.load(f"x{leaf}", view, index) for leaf, (view, index)
+                in enumerate(zip(fused.leaves, loops.indices[1:], strict=True))]
+        dtypes = [self.dtype(view) for view in fused.leaves]
+
+        def value(operand: int) -> tuple[str, str]:  # (C name, dtype)
+            if operand >= 0:
+                return f"x{operand}", dtypes[operand]
+            step = -operand - 1
+            return f"t{step}", fused.steps[step].dtype
+
+        for position, step in enumerate(fused.steps):
+            operands = [value(operand) for operand in step.operands]
+            if isinstance(step.op, ComputeOp):
+                (name, source), = operands
+                expression = map_expression(step.op.name, step.op.params, name, source,
+                                            step.dtype)
+            elif step.op == "requantize-per-channel":
+                pre, post, zero_point = step.params
+                expression = (f"gs_requantize((int64_t){operands[0][0]}, "
+                              f"(int64_t){operands[1][0]}, {pre}, {post}, {zero_point})")
+            else:
+                expression = operands[0][0]
+                for name, _ in operands[1:]:
+                    expression = fold_expression(step.op, expression, name, step.dtype)
+            body.append(f"const {DTYPES[step.dtype].c_type} t{position} = {expression};")
+        body.append(f"{self.at(fused.dst, loops.indices[0])} = t{len(fused.steps) - 1};")
+        names = " -> ".join(step.op.name if isinstance(step.op, ComputeOp) else step.op
+                            for step in fused.steps)
+        return f"{fused.dst.buffer} = {names}, fused in one loop", _wrap_nest(loops, body)
 
     def _fold(self, fold: Fold) -> tuple[str, list[str]]:
         loops = nest([fold.dst, *fold.members], 0, len(fold.dst.dims), "i")
@@ -693,7 +726,7 @@ def render_files(program: Program, lowered: LoweredProgram, plan: MemoryPlan,
                  more_arrays: tuple[ArrayConfig, ...] = (),
                  accel: AccelConfig | None = None) -> dict[str, bytes]:
     arrays = (config, *more_arrays)
-    accel = accel if lowered.accel_layers() else None
+    runtime = accel if lowered.accel_layers() else None  # the accelerator's C runtime
     renderer = _Renderer(lowered, arrays)
     blocks = [renderer.render(index, instruction)
               for index, instruction in enumerate(lowered.instructions)]
@@ -714,13 +747,13 @@ def render_files(program: Program, lowered: LoweredProgram, plan: MemoryPlan,
         "quantization": _quantization_rows(program, lowered, placeholders),
         "max_rank": max([1, *(len(lowered.buffers[name].shape) for name in plan.mutable)]),
         "declarations": _declarations(lowered, plan), "blocks": blocks,
-        "accel": accel, "fields": FIELDS,
+        "accel": runtime, "fields": FIELDS,
     }
     environment = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(resource_dir("templates"))),
         trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
         undefined=jinja2.StrictUndefined, autoescape=False)
-    names = TEMPLATES + (ACCEL_TEMPLATES if accel is not None else ())
+    names = TEMPLATES + (ACCEL_TEMPLATES if runtime is not None else ())
     files = {name: environment.get_template(name + ".j2").render(context).encode()
              for name in names}
     files["weights.bin"] = weights_blob(lowered, plan, weights)
@@ -764,7 +797,7 @@ def cosim_manifest(program: Program, lowered: LoweredProgram,
         manifest["array_calls"] = [
             [call.m, call.k, call.n, arrays.index(array_for(call.rows, call.cols, arrays))]
             for call in lowered.array_calls()]
-    if accel is not None:  # `glensidec diff` fuses the same layers when it lowers again
+    if accel is not None:  # compile --accel: `glensidec diff` lowers again the same way
         manifest["accelerator"] = accel_manifest(accel)
         manifest["accel_layers"] = [[layer.m, layer.k, layer.n, layer.cycles]
                                     for layer in lowered.accel_layers()]

@@ -216,6 +216,32 @@ class ArrayGemm(Instruction):
 
 
 @dataclass(frozen=True)
+class Step:
+    """One elementwise operation of a `Fused` instruction: a map (`op` a ComputeOp), a
+    fold (`op` its name, e.g. "elementwise-add") or a requantize-per-channel (`op` that
+    name, `params` pre, post, zero point), over `operands`: i ≥ 0 is leaf i, i < 0 the
+    result of step −i − 1. `dtype` is the type of its result."""
+
+    op: ComputeOp | str
+    operands: tuple[int, ...]
+    dtype: str
+    params: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Fused(Instruction):
+    """Elementwise instructions in one loop nest (glensidec.backend.fuse_elementwise):
+    each element of dst is the last step's value, computed from the leaves' elements at
+    the same index; the steps in between stay in registers."""
+
+    leaves: tuple[View, ...]
+    steps: tuple[Step, ...]
+
+    def reads(self) -> tuple[View, ...]:
+        return self.leaves
+
+
+@dataclass(frozen=True)
 class AccelLayer(Instruction):
     """dst (M×N i8) = clip(requantize(a (M×K i8) · b (K×N i8) + bias)) on the whole
     accelerator (rtl/ws_accel.v): a table of its commands moves `a` and `b` through the DMA

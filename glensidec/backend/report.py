@@ -28,6 +28,7 @@ from glensidec.backend.lower import (
     Dot,
     Fill,
     Fold,
+    Fused,
     Instruction,
     LoweredProgram,
     Map,
@@ -37,6 +38,7 @@ from glensidec.backend.lower import (
 )
 from glensidec.backend.svg_chart import Chart, Series, render_svg
 from glensidec.hardware.array import ArrayConfig, array_for, gemm_cycles, ideal_cycles
+from glensidec.lang.terms import ComputeOp
 from glensidec.opt.extract import HOST_ELEMENT, HOST_MAC
 from glensidec.resources import resource_dir
 
@@ -50,7 +52,8 @@ class Row:
 
     index: int
     name: str  # the buffer it writes: the program's `let` name when it has one
-    kind: str  # gemm (array), dot, map, fold, reduce, softmax, requantize, copy, fill
+    kind: str  # gemm (array), accel, dot, map, fold, fused, reduce, softmax, requantize,
+    #            copy, fill
     op: str  # the operation, e.g. relu, elementwise-add, M=256 K=9 N=8
     inputs: list[list[int]]  # shapes read
     output: list[int]  # shape written
@@ -115,6 +118,9 @@ def _kind_and_op(instruction: Instruction) -> tuple[str, str]:
                          f"{instruction.load_bytes} B loaded, {instruction.store_bytes} B stored")
     if isinstance(instruction, Map):
         return "map", instruction.op.name
+    if isinstance(instruction, Fused):
+        return "fused", " -> ".join(step.op.name if isinstance(step.op, ComputeOp) else step.op
+                                    for step in instruction.steps)
     if isinstance(instruction, Fold):
         return "fold", instruction.op
     if isinstance(instruction, Reduce):

@@ -37,6 +37,7 @@ import numpy as np
 from glensidec.backend.accel_layers import fuse_accel_layers
 from glensidec.backend.emit import PROGRAM_FILE as PROGRAM
 from glensidec.backend.emit import TRACE_LIBRARY
+from glensidec.backend.fuse_elementwise import fuse_elementwise
 from glensidec.backend.lower import (
     CONSTANT,
     INPUT,
@@ -46,6 +47,7 @@ from glensidec.backend.lower import (
     Dot,
     Fill,
     Fold,
+    Fused,
     Instruction,
     LoweredProgram,
     LowerOptions,
@@ -149,6 +151,23 @@ def _execute(instruction: Instruction, read: Callable[[View], Array],
                                   instruction.low, instruction.high)
         return epilogue_reference(products, read(instruction.bias)[None, :],
                                   read(instruction.multiplier), epilogue)
+    if isinstance(instruction, Fused):
+        leaves = [read(leaf) for leaf in instruction.leaves]
+        kinds = [dtype(leaf) for leaf in instruction.leaves]
+        values: list[Array] = []
+        for step in instruction.steps:
+            operands = [leaves[o] if o >= 0 else values[-o - 1] for o in step.operands]
+            sources = [kinds[o] if o >= 0 else instruction.steps[-o - 1].dtype
+                       for o in step.operands]
+            if isinstance(step.op, ComputeOp):
+                values.append(_compute(step.op.name, step.op, operands, dst, sources[0],
+                                       step.dtype))
+            elif step.op == "requantize-per-channel":
+                values.append(requantize(operands[0], operands[1], *step.params))
+            else:
+                values.append(_compute(step.op, ComputeOp(step.op), operands, dst,
+                                       sources[0], step.dtype))
+        return values[-1]
     if isinstance(instruction, RequantizePerChannel):
         accumulators, multipliers = (read(member) for member in instruction.members)
         return requantize(accumulators, multipliers, instruction.pre, instruction.post,
@@ -294,7 +313,8 @@ def load_compiled(outdir: Path) -> tuple[Program, LoweredProgram]:
     lowered = lower_program(program, check_program(program), options)
     accel = manifest.accel_config()
     if accel is not None:  # compiled with --accel: the same layers on the accelerator
-        lowered = fuse_accel_layers(lowered, data.load_weights(program), accel)
+        lowered = fuse_elementwise(fuse_accel_layers(lowered, data.load_weights(program),
+                                                     accel))
     return program, lowered
 
 
