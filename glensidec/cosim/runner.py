@@ -231,41 +231,15 @@ def _cosimulate_array(outdir: Path, manifest: Manifest, array: int, program_args
                                       waves=waves, log_file=build_log)
     except (Exception, SystemExit):
         raise GlensideError(f"the simulator build failed:\n{_tail(build_log)}") from None
-    report = outdir / REPORT
-    report.unlink(missing_ok=True)
     calls_here = len(manifest.calls_on(array))
     print(f"co-simulating {manifest.source}: {calls_here} array calls"
           f"{f' on the {config.rows}x{config.cols} array' if several else ''} "
           f"(log: {run_log})", flush=True)
-    started = time.perf_counter()
-    try:
-        # The run's files (results, hex files, waveforms) stay in OUTDIR even when the
-        # build is shared (GLENSIDEC_SIM_CACHE).
-        with tempfile.TemporaryDirectory(prefix="glensidec-cosim-") as scratch, \
-                _watch_calls(Path(scratch) / "calls", calls_here) as calls_log:
-            run(runner, GEMM_TESTBENCH, TEST_MODULE, outdir / "sim_build", waves=waves,
-                testcase="run_compiled_program", log_file=run_log,
-                # the cocotb test's settings (glensidec.cosim.settings): the program's
-                # library and arguments, its manifest, which array is on the RTL, where
-                # to write the report and (for the progress bar) each finished call
-                extra_env=settings_env(
-                    library=str(outdir / library),
-                    args=[str(outdir / "model"), *program_args],
-                    report=str(report), manifest=str(outdir / MANIFEST), array=array,
-                    progress=str(calls_log) if calls_log else None))
-    except (Exception, SystemExit):
-        # cocotb's runner raises when the simulator dies (the program's own error exits the
-        # whole process): the report's absence and the log say what happened, below.
-        if report.is_file():
-            raise
-    wall = time.perf_counter() - started
-    if not report.is_file():
-        cause = program_error(run_log)
-        if cause is not None:
-            raise GlensideError(f"the program stopped: {cause} (log: {run_log})")
-        raise GlensideError(f"co-simulation stopped before it finished:\n{_tail(run_log)}")
-    raw = json.loads(report.read_text())
-    return CosimResult(raw["calls"], int(raw["status"]), wall)
+    # The run's files (results, hex files, waveforms) stay in OUTDIR even when the build
+    # is shared (GLENSIDEC_SIM_CACHE). The cocotb test's settings: which array is on the RTL.
+    return _run_program(outdir, manifest, runner, GEMM_TESTBENCH, "run_compiled_program",
+                        outdir / "sim_build", calls_here, program_args, waves, library,
+                        array=array)
 
 
 def _cosimulate_accel(outdir: Path, manifest: Manifest, program_args: list[str],
@@ -291,21 +265,33 @@ def _cosimulate_accel(outdir: Path, manifest: Manifest, program_args: list[str],
                        waves=waves, public_ports=True, log_file=build_log)
     except (Exception, SystemExit):
         raise GlensideError(f"the simulator build failed:\n{_tail(build_log)}") from None
-    report = outdir / REPORT
-    report.unlink(missing_ok=True)
     print(f"co-simulating {manifest.source}: {manifest.accel_layers} accelerator layers on "
           f"ws_accel (log: {run_log})", flush=True)
+    return _run_program(outdir, manifest, runner, ACCEL_TOP, "run_compiled_program_on_accel",
+                        run_dir, manifest.accel_layers, program_args, waves, library)
+
+
+def _run_program(outdir: Path, manifest: Manifest, runner: Any, toplevel: str, testcase: str,
+                 run_dir: Path, calls: int, program_args: list[str], waves: bool,
+                 library: str, **settings: Any) -> CosimResult:
+    """Run one cocotb test of glensidec.cosim.cocotb_program on a built simulator: the
+    program's library and arguments, its manifest, where to write the report and (for
+    the progress bar) each finished call, and any further `settings`."""
+    report, run_log = outdir / REPORT, outdir / RUN_LOG
+    report.unlink(missing_ok=True)
     started = time.perf_counter()
     try:
         with tempfile.TemporaryDirectory(prefix="glensidec-cosim-") as scratch, \
-                _watch_calls(Path(scratch) / "calls", manifest.accel_layers) as calls_log:
-            run(runner, ACCEL_TOP, TEST_MODULE, run_dir, waves=waves,
-                testcase="run_compiled_program_on_accel", log_file=run_log,
+                _watch_calls(Path(scratch) / "calls", calls) as calls_log:
+            run(runner, toplevel, TEST_MODULE, run_dir, waves=waves, testcase=testcase,
+                log_file=run_log,
                 extra_env=settings_env(
                     library=str(outdir / library), args=[str(outdir / "model"), *program_args],
                     report=str(report), manifest=str(outdir / MANIFEST),
-                    progress=str(calls_log) if calls_log else None))
+                    progress=str(calls_log) if calls_log else None, **settings))
     except (Exception, SystemExit):
+        # cocotb's runner raises when the simulator dies (the program's own error exits the
+        # whole process): the report's absence and the log say what happened, below.
         if report.is_file():
             raise
     wall = time.perf_counter() - started
