@@ -322,3 +322,13 @@ def test_diff_rtl_checks_the_layers_on_ws_accel(tmp_path: Path, sim_cache: Path)
     assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-2000:]
     assert "agree: interpreter, C program, RTL co-simulation, RTL (accelerator layers on " \
            "ws_accel)" in ran.stdout
+
+
+@pytest.mark.slow
+def test_stats_report_the_host_data_movement_the_host_model_leaves_out(tmp_path: Path) -> None:
+    outdir = tmp_path / "out"
+    compiled = _compile(EXAMPLES / "resnet_block.gs", outdir, "16x16")
+    rows = json.loads((outdir / "report.json").read_text())["rows"]
+    moved = sum(int(np.prod(row["output"])) for row in rows if row["kind"] in ("copy", "fill"))
+    assert moved > 16 * 16 * 16  # the padding and im2col copies of two convolutions
+    assert f"host data movement (not in the total): {moved} elements" in compiled.stderr

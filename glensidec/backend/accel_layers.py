@@ -541,3 +541,12 @@ def accel_layer_lines(lowered: LoweredProgram, config: ArrayConfig) -> Iterator[
     yield (f"predicted total: {accelerator + array + host} cycles (accelerator {accelerator}, "
            f"array calls {array}, host {host} = {host / total:.1%}; host copies and fills "
            "are not counted)")
+    yield (f"host data movement (not in the total): {host_data_movement(lowered)} elements "
+           "copied or filled (padding, im2col matrices, layout)")
+
+
+def host_data_movement(lowered: LoweredProgram) -> int:
+    """Elements the host's copies and fills write (padding, im2col matrices, transposes):
+    work the host model does not price, reported beside it."""
+    return sum(math.prod(instruction.dst.shape) for instruction in lowered.instructions
+               if isinstance(instruction, Copy | Fill))
