@@ -51,7 +51,9 @@ from glensidec.backend.lower import (
     constant_array,
 )
 from glensidec.backend.views import (
+    Axis,
     View,
+    canonical,
     contiguous,
     regroup,
     store_view,
@@ -280,7 +282,7 @@ class _Builder:
                                             ConstantSource(data=data))
         return contiguous(name, values.shape)
 
-    def activation(self, base: str, shape: tuple[int, int]) -> View:
+    def activation(self, base: str, shape: tuple[int, ...]) -> View:
         name = self.name(base)
         self.lowered.buffers[name] = Buffer(name, "i8", shape, ACTIVATION)
         return contiguous(name, shape)
@@ -375,7 +377,22 @@ def _rewrite(lowered: LoweredProgram, index: int, chain: _Chain, weights: dict[s
     before: list[Instruction] = []
     after: list[Instruction] = []
     replaced = set(chain.indices)
-    if flipped:  # Cᵀ = Bᵀ·Aᵀ
+    geometry = _im2col_geometry(lowered, gemm) if flipped and cols == gemm.n else None
+    layer = ConvLayer(name, height=0, width=1, channels=gemm.k, out_channels=0)
+    if geometry is not None:  # the DMA reads the im2col rows from an NHWC copy of the map
+        assert a_values is not None
+        layer, source = geometry
+        m, n = cols, rows
+        layer = replace(layer, name=name, out_channels=n)
+        kernel, channels = layer.kernel, layer.channels
+        weights_kcn = a_values[:rows].T.reshape(channels, kernel, kernel, n)
+        b_view = builder.constant(f"{name}_weights", "i8",  # K ordered (ky, kx, channel)
+                                  weights_kcn.transpose(1, 2, 0, 3).reshape(-1, n))
+        image = builder.activation(f"{name}_nhwc", (layer.height, layer.width, channels))
+        a_view = image
+        before.append(Copy(f"{gemm.note}: the feature map in NHWC for the DMA's im2col",
+                           image, transpose(source, (1, 2, 0))))
+    elif flipped:  # Cᵀ = Bᵀ·Aᵀ
         assert a_values is not None
         m, n = cols, rows
         b_view = builder.constant(f"{name}_weights", "i8", a_values[:rows].T)
@@ -406,7 +423,8 @@ def _rewrite(lowered: LoweredProgram, index: int, chain: _Chain, weights: dict[s
                           final, transpose(dst, (1, 0))))
     else:
         dst = chain.dst
-    layer = ConvLayer(name, height=m, width=1, channels=gemm.k, out_channels=n)
+    if geometry is None:  # a matrix: M pixels of K channels, a 1×1 convolution
+        layer = ConvLayer(name, height=m, width=1, channels=gemm.k, out_channels=n)
     epilogue = EpilogueConfig(chain.pre, chain.post, chain.zero_point, chain.low, chain.high)
     quant = LayerQuant(epilogue, tuple(bias_vector), tuple(multiplier_vector))
     try:
@@ -430,7 +448,9 @@ def _rewrite(lowered: LoweredProgram, index: int, chain: _Chain, weights: dict[s
         low=chain.low, high=chain.high, input_base=program.input_base,
         weight_base=program.weight_base, output_base=program.output_base,
         cycles=timing.cycles, load_bytes=timing.load_bytes, store_bytes=timing.store_bytes,
-        compute_rows=timing.compute_rows)
+        compute_rows=timing.compute_rows,
+        image=(layer.height, layer.width, layer.channels) if geometry is not None else (),
+        kernel=layer.kernel, stride=layer.stride)
     kept = [instruction for position, instruction in enumerate(lowered.instructions)
             if position not in replaced]
     kept[index:index] = [*before, fused, *after]  # where the array call was
@@ -503,6 +523,39 @@ def _pad_with_zero_point(lowered: LoweredProgram, activations: View, index: int,
     corrected = wrap_signed(layer_bias - zero_point * padded_weight, 32)
     vector = _per_column(corrected)
     return None if vector is None else (vector, zero_point, fills)
+
+
+def _im2col_geometry(lowered: LoweredProgram, gemm: ArrayGemm
+                     ) -> tuple[ConvLayer, View] | None:
+    """When the call's B operand is the im2col matrix of a square convolution — one copy
+    of the windows (channel, ky, kx) × (oy, ox) of a padded (1, C, H, W) map, read only
+    by the call, K = C·k·k exactly — the layer (no padding left: the map is padded) and a
+    (C, H, W) view of the map; else None."""
+    packer = _only_writer(lowered, gemm.b)
+    copy = None if packer is None else lowered.instructions[packer]
+    if not isinstance(copy, Copy):
+        return None
+    source = copy.src
+    buffer = lowered.buffer_of(source)
+    shape = buffer.shape[1:] if len(buffer.shape) == 4 and buffer.shape[0] == 1 \
+        else buffer.shape
+    if len(shape) != 3 or source.offset != 0 or len(source.dims) != 2 or \
+            copy.dst.shape != (gemm.k, gemm.n):
+        return None
+    channels, height, width = shape
+    kernel = math.isqrt(gemm.k // channels)
+    if channels * kernel * kernel != gemm.k:
+        return None
+    expected_k = canonical([Axis(channels, height * width), Axis(kernel, width),
+                            Axis(kernel, 1)])
+    for stride in range(1, kernel + 2):
+        out_h, out_w = (height - kernel) // stride + 1, (width - kernel) // stride + 1
+        expected_p = canonical([Axis(out_h, stride * width), Axis(out_w, stride)])
+        if out_h * out_w == gemm.n and canonical(source.dims[0]) == expected_k and \
+                canonical(source.dims[1]) == expected_p:
+            layer = ConvLayer("", height, width, channels, 0, kernel, stride)
+            return layer, contiguous(source.buffer, (channels, height, width))
+    return None
 
 
 def _only_writer(lowered: LoweredProgram, view: View) -> int | None:

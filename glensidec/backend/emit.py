@@ -328,7 +328,8 @@ class _Renderer:
         commands = self.lowered.buffer_of(layer.commands).shape[0]
         fields = (f'"{layer.name}", {layer.m}, {layer.k}, {layer.n}, {layer.input_base}, '
                   f"{layer.weight_base}, {layer.output_base}, {layer.pre}, {layer.post}, "
-                  f"{layer.zero_point}, {layer.low}, {layer.high}, {commands}, {layer.cycles}LL")
+                  f"{layer.zero_point}, {layer.low}, {layer.high}, {commands}, {layer.cycles}LL, "
+                  f"{layer.input_elements}")
         call = (f"gs_accel_run(&layer, {pointer(layer.commands)}, {pointer(layer.a)}, "
                 f"{pointer(layer.b)}, {pointer(layer.bias)}, {pointer(layer.multiplier)}, "
                 f"{pointer(layer.dst)})")

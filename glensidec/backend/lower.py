@@ -273,6 +273,16 @@ class AccelLayer(Instruction):
     load_bytes: int
     store_bytes: int
     compute_rows: int  # cycles the array took a row
+    # A convolution the DMA reads as im2col rows straight from `a`, an NHWC feature map
+    # (height, width, channels), already padded; () when `a` is the M×K matrix itself.
+    image: tuple[int, ...] = ()
+    kernel: int = 1
+    stride: int = 1
+
+    @property
+    def input_elements(self) -> int:
+        """Bytes of `a` in the commands' address space."""
+        return math.prod(self.image) if self.image else self.m * self.k
 
     def reads(self) -> tuple[View, ...]:
         return (self.a, self.b, self.bias, self.multiplier, self.commands)

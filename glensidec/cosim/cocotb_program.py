@@ -123,7 +123,7 @@ class AccelLayerStruct(ctypes.Structure):
                 ("weight_base", ctypes.c_long), ("output_base", ctypes.c_long),
                 ("pre", ctypes.c_int), ("post", ctypes.c_int), ("zero_point", ctypes.c_int),
                 ("low", ctypes.c_int), ("high", ctypes.c_int), ("commands", ctypes.c_long),
-                ("predicted_cycles", ctypes.c_longlong)]
+                ("predicted_cycles", ctypes.c_longlong), ("input_bytes", ctypes.c_long)]
 
 
 # int (*)(const gs_accel_layer *, const int32_t *commands, const int8_t *A, const int8_t *B,
@@ -178,7 +178,8 @@ async def run_compiled_program_on_accel(dut: Any) -> None:
         layer = layer_ptr.contents
         m, k, n = int(layer.m), int(layer.k), int(layer.n)
         table = np.ctypeslib.as_array(commands_ptr, shape=(layer.commands, len(FIELDS)))
-        a = _matrix(a_ptr, m, k).astype(np.int64)
+        image = int(layer.input_bytes) != m * k  # an NHWC map the DMA reads as im2col
+        a = np.ctypeslib.as_array(a_ptr, shape=(int(layer.input_bytes),)).astype(np.int64)
         b = _matrix(b_ptr, k, n).astype(np.int64)
         bias = np.ctypeslib.as_array(bias_ptr, shape=(n,)).astype(np.int64)
         multiplier = np.ctypeslib.as_array(multiplier_ptr, shape=(n,)).astype(np.int64)
@@ -188,10 +189,13 @@ async def run_compiled_program_on_accel(dut: Any) -> None:
                                    multiplier.tolist())
         output = range(layer.output_base, layer.output_base + m * n)
         memory = np.zeros(output.stop + 2 * memory_config.bus_bytes, dtype=np.uint8)
-        memory[layer.input_base:layer.input_base + m * k] = (a & 0xFF).reshape(-1)
+        memory[layer.input_base:layer.input_base + a.size] = a & 0xFF
         memory[layer.weight_base:layer.weight_base + k * n] = (b & 0xFF).reshape(-1)
-        expected = epilogue_reference(reference_gemm(a, b, None, 32, 8), bias[None, :],
-                                      multiplier, epilogue)
+        # numpy's product for a matrix; for an im2col layer the C model (which glensidec
+        # diff checks against numpy's convolution) is the reference
+        expected = _matrix(c_ptr, m, n).copy() if image else epilogue_reference(
+            reference_gemm(a.reshape(m, k), b, None, 32, 8), bias[None, :], multiplier,
+            epilogue)
         recorded.append(_LayerRun(
             layer.name.decode(), m, k, n, int(layer.predicted_cycles),
             [encode_command(command, accel.cols) for command in commands], memory, output,

@@ -146,7 +146,11 @@ def _execute(instruction: Instruction, read: Callable[[View], Array],
             return reference_gemm_f32(read(instruction.a), read(instruction.b), None, rows)
         return matmul(read(instruction.a), read(instruction.b), dtype(instruction.a))
     if isinstance(instruction, AccelLayer):
-        products = matmul(read(instruction.a), read(instruction.b), "i8")
+        activations = read(instruction.a)
+        if instruction.image:  # the im2col rows the DMA reads, (ky, kx, channel) order
+            activations = im2col_rows(activations.reshape(instruction.image),
+                                      instruction.kernel, instruction.stride)
+        products = matmul(activations, read(instruction.b), "i8")
         epilogue = EpilogueConfig(instruction.pre, instruction.post, instruction.zero_point,
                                   instruction.low, instruction.high)
         return epilogue_reference(products, read(instruction.bias)[None, :],
@@ -186,6 +190,18 @@ def _execute(instruction: Instruction, read: Callable[[View], Array],
     assert isinstance(instruction, Softmax), instruction
     return _compute("softmax", ComputeOp("softmax"), [read(instruction.src)], dst,
                     dtype(instruction.src), dtype(dst))
+
+
+def im2col_rows(image: Array, kernel: int, stride: int) -> Array:
+    """(output pixels, kernel·kernel·channels): each output pixel's window of an (H, W, C)
+    map, taps in (ky, kx) order and channels innermost, without padding."""
+    height, width, channels = image.shape
+    out_h, out_w = (height - kernel) // stride + 1, (width - kernel) // stride + 1
+    taps = [image[ky:ky + stride * (out_h - 1) + 1:stride,
+                  kx:kx + stride * (out_w - 1) + 1:stride]
+            for ky in range(kernel) for kx in range(kernel)]
+    stacked: Array = np.stack(taps, axis=2).reshape(out_h * out_w, kernel * kernel * channels)
+    return stacked
 
 
 def interpret(lowered: LoweredProgram, weights: dict[str, Array], inputs: dict[str, Array],
