@@ -22,7 +22,7 @@ import pytest
 from glensidec.backend.lower import constant_array
 from glensidec.cosim.diff import load_compiled
 from glensidec.hardware.accel import ConvLayer, EpilogueConfig
-from glensidec.hardware.accel_native import FIELDS
+from glensidec.hardware.accel_native import pack_commands
 from glensidec.hardware.array import ArrayConfig
 from glensidec.hardware.commands import (
     AccelModel,
@@ -201,20 +201,26 @@ def test_accelerator_layers_compute_what_the_interpreter_does(case: str, tmp_pat
 
 @pytest.mark.slow
 def test_layer_cycles_are_the_python_models_for_the_same_commands(tmp_path: Path) -> None:
-    """The commands in weights.bin are conv_program's for the layer; AccelModel, the model
-    the RTL is checked against, gives the cycles the layer predicts."""
+    """The commands in weights.bin are conv_program's for the layer — resnet_block's first
+    convolution as a 3×3 convolution whose im2col rows the DMA reads from an 18×18×16 NHWC
+    map; AccelModel, the model the RTL is checked against, gives the cycles the layer
+    predicts."""
     outdir = tmp_path / "out"
     assert _compile(EXAMPLES / "resnet_block.gs", outdir, "16x16").returncode == 0
     _, lowered = load_compiled(outdir)
     (layer,) = lowered.accel_layers()
+    assert (layer.image, layer.kernel, layer.stride) == ((18, 18, 16), 3, 1)
     accel = accel_config_for(ArrayConfig(16, 16))
     bias = constant_array(lowered.buffer_of(layer.bias), {})
     multiplier = constant_array(lowered.buffer_of(layer.multiplier), {})
-    program = conv_program(accel, ConvLayer("hidden", layer.m, 1, layer.k, layer.n), LayerQuant(
-        EpilogueConfig(layer.pre, layer.post, layer.zero_point, layer.low, layer.high),
-        tuple(int(v) for v in bias), tuple(int(v) for v in multiplier)))
+    height, width, channels = layer.image
+    program = conv_program(
+        accel, ConvLayer("hidden", height, width, channels, layer.n, layer.kernel, layer.stride),
+        LayerQuant(EpilogueConfig(layer.pre, layer.post, layer.zero_point, layer.low,
+                                  layer.high),
+                   tuple(int(v) for v in bias), tuple(int(v) for v in multiplier)))
     table = constant_array(lowered.buffer_of(layer.commands), {})
-    assert table.shape == (len(program.commands), len(FIELDS))
+    assert np.array_equal(table, pack_commands(program.commands))
     timing = AccelModel(accel).run(program.commands)
     assert (timing.cycles, timing.load_bytes, timing.store_bytes, timing.compute_rows) == (
         layer.cycles, layer.load_bytes, layer.store_bytes, layer.compute_rows)

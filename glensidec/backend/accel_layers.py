@@ -64,7 +64,13 @@ from glensidec.errors import GlensideError
 from glensidec.hardware.accel import CapacityError, ConvLayer, EpilogueConfig
 from glensidec.hardware.accel_native import native_cycles, native_model, pack_commands
 from glensidec.hardware.array import ArrayConfig, ideal_cycles
-from glensidec.hardware.commands import AccelConfig, LayerQuant, accel_cycles, conv_program
+from glensidec.hardware.commands import (
+    AccelConfig,
+    LayerQuant,
+    accel_cycles,
+    conv_program,
+    layer_tiling,
+)
 from glensidec.lang.dtypes import Array, integer_range, wrap_signed
 
 
@@ -378,6 +384,11 @@ def _rewrite(lowered: LoweredProgram, index: int, chain: _Chain, weights: dict[s
     after: list[Instruction] = []
     replaced = set(chain.indices)
     geometry = _im2col_geometry(lowered, gemm) if flipped and cols == gemm.n else None
+    if geometry is not None:
+        try:  # whole output rows must fit; else the host's im2col matrix, tiled freely
+            layer_tiling(accel, replace(geometry[0], out_channels=rows))
+        except CapacityError:
+            geometry = None
     layer = ConvLayer(name, height=0, width=1, channels=gemm.k, out_channels=0)
     if geometry is not None:  # the DMA reads the im2col rows from an NHWC copy of the map
         assert a_values is not None
