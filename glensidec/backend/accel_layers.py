@@ -12,9 +12,11 @@ constant (the weights), the chain becomes one `AccelLayer`: ws_accel's DMA loads
 activations and the weights into the scratchpad, the array multiplies, and the epilogue adds
 the bias, requantizes and clips as the rows leave for memory, so none of the chain's
 elementwise passes run on the host. Its commands (`hardware.commands.conv_program` in GEMM
-form: an M×K matrix as an M-pixel, K-channel 1×1 convolution) are a constant table in
-weights.bin; their cycles (`commands.accel_cycles`, the RTL's count) are the layer's
-prediction.
+form: an M×K matrix as an M-pixel, K-channel 1×1 convolution, or for the im2col matrix of
+a square convolution the k×k convolution itself, the DMA reading the rows from an NHWC copy
+of the map) are a constant table in weights.bin; their cycles (`commands.accel_cycles`, the
+RTL's count) are the layer's prediction. A bias that is per output element only because
+the quantizer padded with 0 becomes per channel by padding with the input's zero point.
 
 The array's weights are the stationary operand and its epilogue works per column, so the
 weights must be the call's B operand (K×N, output channels along N). A call whose constant
@@ -93,10 +95,8 @@ class _Chain:
 
 
 def _whole(view: View, lowered: LoweredProgram, elements: int) -> bool:
-    """Does `view` walk its whole buffer, row-major, from the start?"""
-    buffer = lowered.buffer_of(view)
-    return (view.offset == 0 and view.is_row_major() and buffer.elements == elements
-            and math.prod(view.shape) == elements)
+    """Does `view` walk its whole buffer of `elements`, row-major, from the start?"""
+    return lowered.is_whole(view) and lowered.buffer_of(view).elements == elements
 
 
 def _block(view: View, lowered: LoweredProgram, m: int, n: int
@@ -122,22 +122,6 @@ def _block(view: View, lowered: LoweredProgram, m: int, n: int
     return None
 
 
-def _readers(lowered: LoweredProgram) -> dict[str, list[int]]:
-    readers: dict[str, list[int]] = {}
-    for index, instruction in enumerate(lowered.instructions):
-        for view in instruction.reads():
-            if index not in readers.setdefault(view.buffer, []):
-                readers[view.buffer].append(index)
-    return readers
-
-
-def _writers(lowered: LoweredProgram) -> dict[str, list[int]]:
-    writers: dict[str, list[int]] = {}
-    for index, instruction in enumerate(lowered.instructions):
-        writers.setdefault(instruction.dst.buffer, []).append(index)
-    return writers
-
-
 def _evaluate(lowered: LoweredProgram, name: str, weights: dict[str, Array],
               before: int) -> Array | None:
     """The elements of buffer `name` (flat) when they are known at compile time: a
@@ -146,7 +130,7 @@ def _evaluate(lowered: LoweredProgram, name: str, weights: dict[str, Array],
     buffer = lowered.buffers[name]
     if buffer.kind == CONSTANT:
         return constant_array(buffer, weights).reshape(-1)
-    writers = _writers(lowered).get(name, [])
+    writers = lowered.writers().get(name, [])
     if buffer.kind != ACTIVATION or not writers or max(writers) >= before:
         return None
     flat = np.zeros(buffer.elements, dtype=np.int64)
@@ -303,7 +287,7 @@ def fuse_accel_layers(lowered: LoweredProgram, weights: dict[str, Array],
     while index < len(result.instructions):
         instruction = result.instructions[index]
         if isinstance(instruction, ArrayGemm) and _fusable(result, instruction, accel):
-            chain = _follow(result, index, weights, _readers(result))
+            chain = _follow(result, index, weights, result.readers())
             if chain is not None and _rewrite(result, index, chain, weights, accel):
                 continue  # the same index now holds the layer's first new instruction
         index += 1
@@ -477,11 +461,11 @@ def _padding(lowered: LoweredProgram, name: str, before: int,
     way has other readers) or is not zero padding."""
     buffer = lowered.buffers[name]
     mask = np.zeros(buffer.elements, dtype=np.int64)
-    writers = _writers(lowered).get(name, [])
+    writers = lowered.writers().get(name, [])
     if buffer.kind != ACTIVATION or not writers or max(writers) >= before or not all(
             isinstance(lowered.instructions[index], Fill | Copy) for index in writers):
         return mask  # data
-    if len(_readers(lowered).get(name, [])) != 1:
+    if len(lowered.readers().get(name, [])) != 1:
         return None
     for index in writers:
         writer = lowered.instructions[index]
@@ -571,8 +555,8 @@ def _im2col_geometry(lowered: LoweredProgram, gemm: ArrayGemm
 
 def _only_writer(lowered: LoweredProgram, view: View) -> int | None:
     """The copy that alone writes `view`'s whole buffer, which only the call reads."""
-    writers = _writers(lowered).get(view.buffer, [])
-    readers = _readers(lowered).get(view.buffer, [])
+    writers = lowered.writers().get(view.buffer, [])
+    readers = lowered.readers().get(view.buffer, [])
     if len(writers) != 1 or len(readers) != 1:
         return None
     writer = lowered.instructions[writers[0]]

@@ -323,8 +323,6 @@ class _Renderer:
                                                         parallel=outer.parallel(work))
 
     def _accellayer(self, layer: AccelLayer) -> tuple[str, list[str]]:
-        def pointer(view: View) -> str:
-            return view.buffer if not view.offset else f"{view.buffer} + {view.offset}"
         commands = self.lowered.buffer_of(layer.commands).shape[0]
         fields = (f'"{layer.name}", {layer.m}, {layer.k}, {layer.n}, {layer.input_base}, '
                   f"{layer.weight_base}, {layer.output_base}, {layer.pre}, {layer.post}, "
@@ -340,8 +338,6 @@ class _Renderer:
                       f"    if ({call} != 0)", "      return 1;", "  }"]
 
     def _arraygemm(self, gemm: ArrayGemm) -> tuple[str, list[str]]:
-        def pointer(view: View) -> str:
-            return view.buffer if not view.offset else f"{view.buffer} + {view.offset}"
         call = (f"if (gs_array_gemm({gemm.m}, {gemm.k}, {gemm.n}, {pointer(gemm.a)}, "
                 f"{pointer(gemm.b)}, NULL, {pointer(gemm.dst)}) != 0)")
         what = (f"{gemm.dst.buffer} = {gemm.a.buffer} . {gemm.b.buffer} on the systolic array "
@@ -352,6 +348,11 @@ class _Renderer:
         what = what.replace("the systolic array", f"the {array.rows}x{array.cols} array")
         return what, [f"  gs_array_use(GS_ARRAY_{array.rows}X{array.cols});", "  " + call,
                       "    return 1;"]
+
+
+def pointer(view: View) -> str:
+    """A contiguous operand as a C pointer expression."""
+    return view.buffer if not view.offset else f"{view.buffer} + {view.offset}"
 
 
 def _shape_text(shape: tuple[int, ...]) -> str:

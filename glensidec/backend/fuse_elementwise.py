@@ -20,8 +20,6 @@ predicted host cycles drop with the passes saved.
 
 from __future__ import annotations
 
-import math
-
 from glensidec.backend.lower import (
     OUTPUT,
     Fold,
@@ -32,7 +30,7 @@ from glensidec.backend.lower import (
     RequantizePerChannel,
     Step,
 )
-from glensidec.backend.views import View, co_refinable
+from glensidec.backend.views import co_refinable
 
 #: Maps whose C needs a declaration of its own around the loop (lookup's table) stay apart.
 UNFUSABLE_MAPS = frozenset({"lookup"})
@@ -55,12 +53,6 @@ def as_fused(instruction: Instruction, lowered: LoweredProgram) -> Fused | None:
     if isinstance(instruction, Fused):
         return instruction
     return None
-
-
-def _whole(view: View, lowered: LoweredProgram) -> bool:
-    buffer = lowered.buffer_of(view)
-    return view.offset == 0 and view.is_row_major() and \
-        math.prod(view.shape) == buffer.elements
 
 
 def _merge(producer: Fused, consumer: Fused, leaf: int) -> Fused:
@@ -92,46 +84,45 @@ def _merge(producer: Fused, consumer: Fused, leaf: int) -> Fused:
 
 def fuse_elementwise(lowered: LoweredProgram) -> LoweredProgram:
     """`lowered` with chains of elementwise instructions merged (a new program)."""
-    instructions = list(lowered.instructions)
-    changed = True
-    while changed:
-        changed = False
-        writers: dict[str, list[int]] = {}
-        readers: dict[str, list[int]] = {}
-        for index, instruction in enumerate(instructions):
-            writers.setdefault(instruction.dst.buffer, []).append(index)
-            for view in instruction.reads():
-                readers.setdefault(view.buffer, []).append(index)
-        for index, instruction in enumerate(instructions):
-            consumer = as_fused(instruction, lowered)
-            if consumer is None:
-                continue
-            for leaf, view in enumerate(consumer.leaves):
-                written = writers.get(view.buffer, [])
-                if (len(written) != 1 or readers.get(view.buffer) != [index]
-                        or lowered.buffers[view.buffer].kind == OUTPUT
-                        or view.buffer == lowered.output):
-                    continue
-                producer = as_fused(instructions[written[0]], lowered)
-                if producer is None or not (_whole(view, lowered)
-                                            and _whole(producer.dst, lowered)
-                                            and view.shape == producer.dst.shape):
-                    continue
-                between = {instructions[position].dst.buffer
-                           for position in range(written[0] + 1, index)}
-                if any(leaf_view.buffer in between for leaf_view in producer.leaves):
-                    continue  # its operands change before the consumer would read them
-                merged = _merge(producer, consumer, leaf)
-                if not co_refinable([merged.dst.dims, *(leaf.dims for leaf in merged.leaves)]):
-                    continue
-                instructions[index] = merged
-                del instructions[written[0]]
-                changed = True
-                break
-            if changed:
-                break
-    used = {view.buffer for instruction in instructions
+    result = LoweredProgram(lowered.buffers, list(lowered.instructions), lowered.output,
+                            lowered.output_shape)
+    while _merge_one(result):
+        pass
+    used = {view.buffer for instruction in result.instructions
             for view in (instruction.dst, *instruction.reads())}
-    buffers = {name: buffer for name, buffer in lowered.buffers.items()
-               if name in used or buffer.kind == OUTPUT or name == lowered.output}
-    return LoweredProgram(buffers, instructions, lowered.output, lowered.output_shape)
+    result.buffers = {name: buffer for name, buffer in lowered.buffers.items()
+                      if name in used or buffer.kind == OUTPUT or name == lowered.output}
+    return result
+
+
+def _merge_one(lowered: LoweredProgram) -> bool:
+    """Merge the first producer its consumer can take in; False when none is left."""
+    instructions = lowered.instructions
+    writers, readers = lowered.writers(), lowered.readers()
+    for index, instruction in enumerate(instructions):
+        consumer = as_fused(instruction, lowered)
+        if consumer is None:
+            continue
+        for leaf, view in enumerate(consumer.leaves):
+            written = writers.get(view.buffer, [])
+            if (len(written) != 1 or readers.get(view.buffer) != [index]
+                    or sum(other.buffer == view.buffer for other in consumer.leaves) != 1
+                    or lowered.buffers[view.buffer].kind == OUTPUT
+                    or view.buffer == lowered.output):
+                continue
+            producer = as_fused(instructions[written[0]], lowered)
+            if producer is None or not (lowered.is_whole(view)
+                                        and lowered.is_whole(producer.dst)
+                                        and view.shape == producer.dst.shape):
+                continue
+            between = {instructions[position].dst.buffer
+                       for position in range(written[0] + 1, index)}
+            if any(leaf_view.buffer in between for leaf_view in producer.leaves):
+                continue  # its operands change before the consumer would read them
+            merged = _merge(producer, consumer, leaf)
+            if not co_refinable([merged.dst.dims, *(leaf.dims for leaf in merged.leaves)]):
+                continue
+            instructions[index] = merged
+            del instructions[written[0]]
+            return True
+    return False

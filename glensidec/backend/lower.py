@@ -304,6 +304,27 @@ class LoweredProgram:
     def accel_layers(self) -> list[AccelLayer]:
         return [i for i in self.instructions if isinstance(i, AccelLayer)]
 
+    def readers(self) -> dict[str, list[int]]:
+        """Per buffer, the instructions that read it (each once), in program order."""
+        readers: dict[str, list[int]] = {}
+        for index, instruction in enumerate(self.instructions):
+            for view in instruction.reads():
+                if index not in readers.setdefault(view.buffer, []):
+                    readers[view.buffer].append(index)
+        return readers
+
+    def writers(self) -> dict[str, list[int]]:
+        """Per buffer, the instructions that write it, in program order."""
+        writers: dict[str, list[int]] = {}
+        for index, instruction in enumerate(self.instructions):
+            writers.setdefault(instruction.dst.buffer, []).append(index)
+        return writers
+
+    def is_whole(self, view: View) -> bool:
+        """Does `view` walk its whole buffer, row-major, from the start?"""
+        return (view.offset == 0 and view.is_row_major()
+                and math.prod(view.shape) == self.buffer_of(view).elements)
+
 
 @dataclass(frozen=True)
 class LowerOptions:

@@ -1,9 +1,10 @@
 """The cocotb tests that co-simulate a compiled program (started by glensidec.cosim.runner).
 
-Run inside the simulator: load the program's `libmodel_cosim.so`, route its array backend
-(tb_ws_gemm: `run_compiled_program`) or its accelerator backend (ws_accel, for programs
-compiled with --accel: `run_compiled_program_on_accel`) to the RTL and run its `main` in a
-bridge thread, so the C code blocks while the simulator executes each call.
+Run inside the simulator and load the program's `libmodel_cosim.so`.
+`run_compiled_program` (tb_ws_gemm) routes the array backend to the RTL and runs `main` in
+a bridge thread, so the C code blocks while the simulator executes each GEMM.
+`run_compiled_program_on_accel` (ws_accel, programs compiled with --accel) runs `main` on
+the accelerator's C model, recording each layer, then runs every layer on the RTL.
 """
 
 from __future__ import annotations
