@@ -10,16 +10,21 @@
 //                  to main memory through ws_dma_store (strided)
 //   CONFIG  (op 3) the epilogue's settings, bias and multiplier vectors (store queue)
 //
-// The three units run concurrently and synchronise with two token counters (as VTA
+// The three units run concurrently and synchronise with three token counters (as VTA
 // does), so software can double-buffer scratchpad regions and overlap load, compute
-// and store. A command with `wait` (bit 3) first takes a token, one with `signal`
+// and store. A command with `wait` (bit 3, bit 5) first takes a token, one with `signal`
 // (bit 4) gives one when it is done:
-//   LOAD     wait: a buffer was freed (exec -> load);  signal: after its last row is written
+//   LOAD     wait: a buffer was freed (exec -> load); bit 5: a residual buffer was read
+//            (store -> load);  signal: after its last row is written
 //   COMPUTE  wait: its operands are loaded (load -> exec, taken when its weights start);
 //            signal: after its last activation row entered the array (its buffers are free)
+//   STORE    signal: after its last row entered the epilogue (its residual rows are read)
 // Results need no token: the store unit admits emitted rows into the epilogue only for
 // a STORE command, so the array simply waits (back-pressure) for one. A CONFIG waits
-// until every earlier stored row has left for memory.
+// until every earlier stored row has left for memory. With a residual add configured,
+// each row a STORE admits reads its residual row from the scratchpad (port 2), from the
+// STORE's spad_row on; residual rows are loaded by an earlier LOAD of the same step, so
+// the load -> exec -> store order already guarantees they are there.
 //
 // Command word (glensidec.hardware.commands.encode_command writes the same layout):
 //   [1:0] op, [3] wait, [4] signal
@@ -27,14 +32,20 @@
 //               [96+:16] count2, [112+:32] stride2, [144+:16] spad_row, [160] bounds,
 //               [168+:16] y0, [184+:16] y_step, [200+:16] height, [216+:16] x0,
 //               [232+:16] x_step, [248+:16] width, [264+:8] pad_value
+//               (STORE: spad_row is the first residual row)
 //   COMPUTE:    [8+:16] w_row, [24+:16] a_row, [40+:16] m_len (>= 1), [56] add, [57] emit
-//   CONFIG:     [8+:6] pre, [16+:6] post, [24+:8] zero_point, [32+:8] low, [40+:8] high,
-//               [48+:32*COLS] bias, [48+32*COLS+:32*COLS] multiplier
+//   CONFIG:     [5] residual, [8+:6] pre, [16+:6] post, [24+:8] zero_point, [32+:8] low,
+//               [40+:8] high, [48+:32*COLS] bias, [48+32*COLS+:32*COLS] multiplier, then
+//               from R = 48+64*COLS: [R+:32] res_self, [R+32+:32] res_mult,
+//               [R+64+:32] res_offset, [R+96+:32] res_multiplier, [R+128+:6] res_pre,
+//               [R+136+:6] res_post, [R+144+:8] res_zero_point, [R+152+:8] res_low,
+//               [R+160+:8] res_high
 //
 // Main memory: a read port (one aligned BUS_BYTES request per cycle, data LATENCY cycles
 // later) and a posted write port (one strobed beat per cycle), like AXI's channels.
-// Weight reads use scratchpad port 0 and activation reads port 1; software keeps them in
-// different banks (a conflict only delays the activation read a cycle). Timing is in
+// Weight reads use scratchpad port 0, activation reads port 1 and residual reads port 2;
+// software keeps weights in other banks than activations and residual rows (a conflict
+// with port 0 or 2 only delays the activation read a cycle). Timing is in
 // docs/hardware.md; glensidec.hardware.commands.AccelModel predicts it to the cycle.
 module ws_accel #(
     parameter integer ROWS        = 4,
@@ -46,7 +57,7 @@ module ws_accel #(
     parameter integer BUS_BYTES   = 4,
     parameter integer LATENCY     = 2,
     parameter integer QUEUE_DEPTH = 8,     // entries of each command queue (power of two)
-    parameter integer CMD_W       = (48 + 64 * COLS > 272) ? 48 + 64 * COLS : 272
+    parameter integer CMD_W       = (216 + 64 * COLS > 272) ? 216 + 64 * COLS : 272
 ) (
     input  wire                   clk,
     input  wire                   rst,            // synchronous, active high
@@ -81,14 +92,17 @@ module ws_accel #(
 
     // ---- token counters -----------------------------------------------------------------
     reg  [TOK_W-1:0] tok_le, tok_el;   // load -> exec (operands ready), exec -> load (free)
-    wire le_give, le_take, el_give, el_take;
+    reg  [TOK_W-1:0] tok_sl;           // store -> load (residual rows read)
+    wire le_give, le_take, el_give, el_take, sl_give, sl_take;
     always @(posedge clk) begin
         if (rst) begin
             tok_le <= {TOK_W{1'b0}};
             tok_el <= {TOK_W{1'b0}};
+            tok_sl <= {TOK_W{1'b0}};
         end else begin
             tok_le <= tok_le + {{(TOK_W-1){1'b0}}, le_give} - {{(TOK_W-1){1'b0}}, le_take};
             tok_el <= tok_el + {{(TOK_W-1){1'b0}}, el_give} - {{(TOK_W-1){1'b0}}, el_take};
+            tok_sl <= tok_sl + {{(TOK_W-1){1'b0}}, sl_give} - {{(TOK_W-1){1'b0}}, sl_take};
         end
     end
 
@@ -97,10 +111,12 @@ module ws_accel #(
     wire [CMD_W-1:0] lq_head;
     /* verilator lint_on UNUSEDSIGNAL */
     wire             lq_empty, l_cmd_ready, track_empty, track_full;
-    wire             l_tok_ok = !lq_head[3] || tok_el != {TOK_W{1'b0}};
+    wire             l_tok_ok = (!lq_head[3] || tok_el != {TOK_W{1'b0}})
+                                && (!lq_head[5] || tok_sl != {TOK_W{1'b0}});
     wire             l_valid  = !lq_empty && l_tok_ok && !track_full;
     wire             l_accept = l_valid && l_cmd_ready;
     assign el_take = l_accept && lq_head[3];
+    assign sl_take = l_accept && lq_head[5];
 
     ws_fifo #(.WIDTH(CMD_W), .DEPTH(QUEUE_DEPTH)) load_queue (
         .clk(clk), .rst(rst), .push(cmd_fire && to_load), .din(cmd_data),
@@ -228,13 +244,16 @@ module ws_accel #(
 
     // ---- scratchpad and array ---------------------------------------------------------------
     /* verilator lint_off UNUSEDSIGNAL */  // rows wider than the array's operands
-    wire [ROW_BYTES*8-1:0] rd0_data, rd1_data;
+    wire [ROW_BYTES*8-1:0] rd0_data, rd1_data, rd2_data;
     /* verilator lint_on UNUSEDSIGNAL */
+    wire                   res_read;                    // a residual row read (port 2)
+    reg  [SPAD_W-1:0]      res_addr;
     ws_spad #(.ROW_BYTES(ROW_BYTES), .BANKS(BANKS), .BANK_ROWS(BANK_ROWS)) spad (
         .clk(clk), .wr_en(spad_wr_en), .wr_addr(spad_wr_addr), .wr_data(spad_wr_data),
         .wr_mask({ROW_BYTES{1'b1}}),
         .rd0_en(w_issue), .rd0_addr(w_base + {{(SPAD_W-RW){1'b0}}, w_beat}), .rd0_data(rd0_data),
-        .rd1_en(a_try), .rd1_addr(a_addr), .rd1_grant(rd1_grant), .rd1_data(rd1_data));
+        .rd1_en(a_try), .rd1_addr(a_addr), .rd1_grant(rd1_grant), .rd1_data(rd1_data),
+        .rd2_en(res_read), .rd2_addr(res_addr), .rd2_data(rd2_data));
 
     wire             r_valid, r_ready;
     wire [COLS*32-1:0] r_data;
@@ -250,12 +269,15 @@ module ws_accel #(
         .r_valid(r_valid), .r_ready(r_ready), .r_data(r_data));
 
     // ---- store unit ---------------------------------------------------------------------------
+    /* verilator lint_off UNUSEDSIGNAL */  // CONFIG words end before CMD_W
     wire [CMD_W-1:0] sq_head;
+    /* verilator lint_on UNUSEDSIGNAL */
     wire             sq_empty, s_cmd_ready, epi_in_ready, epi_out_valid, st_in_ready, st_busy;
     reg              s_pending;             // a STORE waits for ws_dma_store to accept it
     /* verilator lint_off UNUSEDSIGNAL */  // queue entries hold whole command words
     reg  [143:0]     s_cmd;                 // its fields [8..144) of the command word
     /* verilator lint_on UNUSEDSIGNAL */
+    reg              s_signal;              // the admitting STORE gives a store -> load token
     reg  [31:0]      s_left;                // its rows not yet admitted to the epilogue
     reg  [1:0]       epi_rows;              // rows inside the epilogue's two stages
     wire admit        = r_valid && epi_in_ready && s_left != 32'd0;
@@ -268,14 +290,24 @@ module ws_accel #(
                         && epi_rows == 2'd0 && !st_busy;
     wire epi_out_fire = epi_out_valid && st_in_ready;
     assign r_ready = epi_in_ready && s_left != 32'd0;
+    assign sl_give = admit_last && s_signal;
 
     ws_fifo #(.WIDTH(CMD_W), .DEPTH(QUEUE_DEPTH)) store_queue (
         .clk(clk), .rst(rst), .push(cmd_fire && to_store), .din(cmd_data),
         .pop(store_pop || config_pop), .head(sq_head), .empty(sq_empty), .full(sq_full));
 
-    reg [5:0]         cfg_pre, cfg_post;
+    localparam integer RES = 48 + 64 * COLS;    // the residual fields of CONFIG
+    reg [5:0]         cfg_pre, cfg_post, cfg_res_pre, cfg_res_post;
     reg [7:0]         cfg_zero_point, cfg_low, cfg_high;
+    reg [7:0]         cfg_res_zero_point, cfg_res_low, cfg_res_high;
     reg [COLS*32-1:0] cfg_bias, cfg_mult;
+    reg               cfg_residual;
+    reg [31:0]        cfg_res_self, cfg_res_mult, cfg_res_offset, cfg_res_multiplier;
+    assign res_read = admit && cfg_residual;
+    always @(posedge clk) begin
+        if (rst) cfg_residual <= 1'b0;
+        else if (config_pop) cfg_residual <= sq_head[5];
+    end
     always @(posedge clk) begin
         if (rst) begin
             s_pending <= 1'b0;
@@ -287,9 +319,12 @@ module ws_accel #(
                 s_pending <= 1'b1;
                 s_cmd     <= sq_head[143:0];
                 s_left    <= sq_head[48 +: 16] * sq_head[96 +: 16];
+                s_signal  <= sq_head[4];
+                res_addr  <= sq_head[144 +: SPAD_W];
             end else begin
                 if (s_accept) s_pending <= 1'b0;
                 if (admit)    s_left <= s_left - 32'd1;
+                if (res_read) res_addr <= res_addr + 1'b1;
             end
         end
         if (config_pop) begin
@@ -300,6 +335,15 @@ module ws_accel #(
             cfg_high       <= sq_head[40 +: 8];
             cfg_bias       <= sq_head[48 +: COLS*32];
             cfg_mult       <= sq_head[48 + COLS*32 +: COLS*32];
+            cfg_res_self   <= sq_head[RES +: 32];
+            cfg_res_mult   <= sq_head[RES + 32 +: 32];
+            cfg_res_offset <= sq_head[RES + 64 +: 32];
+            cfg_res_multiplier <= sq_head[RES + 96 +: 32];
+            cfg_res_pre    <= sq_head[RES + 128 +: 6];
+            cfg_res_post   <= sq_head[RES + 136 +: 6];
+            cfg_res_zero_point <= sq_head[RES + 144 +: 8];
+            cfg_res_low    <= sq_head[RES + 152 +: 8];
+            cfg_res_high   <= sq_head[RES + 160 +: 8];
         end
     end
 
@@ -308,6 +352,11 @@ module ws_accel #(
         .clk(clk), .rst(rst),
         .cfg_pre(cfg_pre), .cfg_post(cfg_post), .cfg_zero_point(cfg_zero_point),
         .cfg_low(cfg_low), .cfg_high(cfg_high),
+        .cfg_residual(cfg_residual), .cfg_res_self(cfg_res_self), .cfg_res_mult(cfg_res_mult),
+        .cfg_res_offset(cfg_res_offset), .cfg_res_multiplier(cfg_res_multiplier),
+        .cfg_res_pre(cfg_res_pre), .cfg_res_post(cfg_res_post),
+        .cfg_res_zero_point(cfg_res_zero_point), .cfg_res_low(cfg_res_low),
+        .cfg_res_high(cfg_res_high), .res_data(rd2_data[COLS*8-1:0]),
         .in_valid(r_valid && s_left != 32'd0), .in_ready(epi_in_ready), .in_data(r_data),
         .in_bias(cfg_bias), .in_mult(cfg_mult), .in_pool(1'b0), .in_prev({COLS*8{1'b0}}),
         .out_valid(epi_out_valid), .out_ready(st_in_ready), .out_data(epi_out_data));

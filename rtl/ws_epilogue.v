@@ -7,7 +7,16 @@
 //   p   = (x >>> pre) * mult                          (exact, 64-bit signed)
 //   q   = post > 0 ? (p + 2^(post-1)) >>> post : p    (round half up, 64-bit)
 //   y   = clamp(clamp(q + zero_point, -128, 127), low, high)   (saturate, then ReLU/clip)
-//   out = pool ? max(y, prev) : y                     (max-pool: merge with a stored row)
+//   with a residual (cfg_residual), the quantized residual add of the next layer too:
+//   z   = y * res_self + r * res_mult + res_offset    (wraps at 32 bits, as the i32 adds do)
+//   y'  = clamp(requantize(z, res_multiplier, res_pre, res_post) + res_zero_point,
+//               -128, 127, then res_low, res_high)   (the same arithmetic as above)
+//   out = pool ? max(y', prev) : y'                   (max-pool: merge with a stored row)
+//
+// r is the int8 residual row of the accepted row: it is presented (res_data) in the
+// cycle after the row was accepted and held while the stages are frozen, as a scratchpad
+// read issued with the acceptance delivers it. Both requantizations of a residual row
+// happen in stage 2 (a long combinational path kept so the latency stays two cycles).
 //
 // bias and mult are per column (per output channel); the controller presents the current
 // N block's vectors with every row. Two register stages: a row accepted in cycle t leaves
@@ -25,6 +34,17 @@ module ws_epilogue #(
     input  wire [OUT_W-1:0]       cfg_zero_point,  // signed
     input  wire [OUT_W-1:0]       cfg_low,         // signed clip bounds (ReLU: low = zero point)
     input  wire [OUT_W-1:0]       cfg_high,
+    input  wire                   cfg_residual,    // add the residual row (stage 2)
+    input  wire [31:0]            cfg_res_self,    // signed multipliers of y and r
+    input  wire [31:0]            cfg_res_mult,
+    input  wire [31:0]            cfg_res_offset,  // signed, the zero-point corrections
+    input  wire [31:0]            cfg_res_multiplier,
+    input  wire [5:0]             cfg_res_pre,
+    input  wire [5:0]             cfg_res_post,
+    input  wire [OUT_W-1:0]       cfg_res_zero_point,
+    input  wire [OUT_W-1:0]       cfg_res_low,
+    input  wire [OUT_W-1:0]       cfg_res_high,
+    input  wire [COLS*OUT_W-1:0]  res_data,        // the residual row, a cycle after its row
     // accumulator rows
     input  wire                   in_valid,
     output wire                   in_ready,
@@ -60,6 +80,11 @@ module ws_epilogue #(
     wire signed [PROD_W-1:0] zero_point = {{(PROD_W-OUT_W){cfg_zero_point[OUT_W-1]}}, cfg_zero_point};
     wire signed [PROD_W-1:0] round_bit = (cfg_post == 6'd0) ? {PROD_W{1'b0}}
                                          : ({{(PROD_W-1){1'b0}}, 1'b1} << (cfg_post - 6'd1));
+    wire signed [PROD_W-1:0] res_zero_point = {{(PROD_W-OUT_W){cfg_res_zero_point[OUT_W-1]}},
+                                               cfg_res_zero_point};
+    wire signed [PROD_W-1:0] res_round_bit = (cfg_res_post == 6'd0) ? {PROD_W{1'b0}}
+                                             : ({{(PROD_W-1){1'b0}}, 1'b1} << (cfg_res_post - 6'd1));
+    wire signed [PROD_W-1:0] res_multiplier = {{32{cfg_res_multiplier[31]}}, cfg_res_multiplier};
 
     genvar c;
     generate
@@ -78,8 +103,27 @@ module ws_epilogue #(
             wire signed [OUT_W-1:0]  low = cfg_low, high = cfg_high;
             wire signed [OUT_W-1:0]  clipped = (saturated < low) ? low
                                              : (saturated > high) ? high : saturated;
+            // the residual add: 32-bit products and sums (the i32 arithmetic wraps)
+            wire signed [31:0] y_wide = {{(32-OUT_W){clipped[OUT_W-1]}}, clipped};
+            wire signed [31:0] r_wide = {{(32-OUT_W){res_data[c*OUT_W+OUT_W-1]}},
+                                         res_data[c*OUT_W +: OUT_W]};
+            wire signed [31:0] res_sum = y_wide * cfg_res_self + r_wide * cfg_res_mult
+                                         + cfg_res_offset;
+            wire signed [31:0] res_shifted = res_sum >>> cfg_res_pre;
+            wire signed [PROD_W-1:0] res_product = {{32{res_shifted[31]}}, res_shifted}
+                                                   * res_multiplier;
+            wire signed [PROD_W-1:0] res_rounded = (res_product + res_round_bit) >>> cfg_res_post;
+            wire signed [PROD_W-1:0] res_offset = res_rounded + res_zero_point;
+            wire signed [OUT_W-1:0]  res_saturated = (res_offset < type_min) ? type_min[OUT_W-1:0]
+                                                   : (res_offset > type_max) ? type_max[OUT_W-1:0]
+                                                   : res_offset[OUT_W-1:0];
+            wire signed [OUT_W-1:0]  res_low = cfg_res_low, res_high = cfg_res_high;
+            wire signed [OUT_W-1:0]  res_clipped = (res_saturated < res_low) ? res_low
+                                                 : (res_saturated > res_high) ? res_high
+                                                 : res_saturated;
+            wire signed [OUT_W-1:0]  value_out = cfg_residual ? res_clipped : clipped;
             wire signed [OUT_W-1:0]  prev = s1_prev[c*OUT_W +: OUT_W];
-            assign result[c*OUT_W +: OUT_W] = (s1_pool && prev > clipped) ? prev : clipped;
+            assign result[c*OUT_W +: OUT_W] = (s1_pool && prev > value_out) ? prev : value_out;
         end
     endgenerate
 

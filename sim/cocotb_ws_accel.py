@@ -5,9 +5,10 @@ read answered exactly LATENCY cycles later, posted strobed writes) and offers th
 commands of `commands.conv_program` back to back from cycle 0. At the end the output
 region must equal `commands.conv_reference` (numpy convolution + the interpreter's
 requantize) byte for byte, and the cycle of the last memory write + 1 must equal
-`commands.accel_cycles` (the control model). The layers come from the `layers` setting
-(glensidec.cosim.settings); with an `out` setting, the simulated cycles and wall times are
-written to that file (JSON).
+`commands.accel_cycles` (the control model). A layer with `"residual": true` also adds a
+random int8 residual tensor in the epilogue (the quantized residual add), read through
+the scratchpad. The layers come from the `layers` setting (glensidec.cosim.settings);
+with an `out` setting, the simulated cycles and wall times are written to that file (JSON).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from cycle_bench import params
 
 from glensidec.cosim.accel_driver import run_commands, start_clock
 from glensidec.cosim.settings import testbench_settings
-from glensidec.hardware.accel import ConvLayer, EpilogueConfig, MemoryConfig
+from glensidec.hardware.accel import ConvLayer, EpilogueConfig, MemoryConfig, ResidualConfig
 from glensidec.hardware.commands import (
     AccelConfig,
     LayerQuant,
@@ -42,35 +43,46 @@ def accel_config() -> AccelConfig:
     return AccelConfig(p["ROWS"], p["COLS"], p["ACC_DEPTH"], memory, p["QUEUE_DEPTH"])
 
 
-def random_quant(rng: np.random.Generator, channels: int) -> LayerQuant:
-    """Requantization like the quantizer's: small biases, multipliers near 2^30, a shift."""
+def random_quant(rng: np.random.Generator, channels: int, residual: bool) -> LayerQuant:
+    """Requantization like the quantizer's: small biases, multipliers near 2^30, a shift;
+    a residual add like add_dynamic's: multipliers below 2^14, a zero-point offset."""
     zero_point = int(rng.integers(-20, 20))
     relu = bool(rng.random() < 0.5)
     epilogue = EpilogueConfig(pre=int(rng.integers(0, 2)), post=int(rng.integers(36, 42)),
                               zero_point=zero_point, low=zero_point if relu else -128, high=127)
+    added = ResidualConfig(
+        self_multiplier=int(rng.integers(2**12, 2**14)), multiplier=int(rng.integers(2**12, 2**14)),
+        offset=int(rng.integers(-(2**21), 2**21)),
+        requantize_multiplier=int(rng.integers(2**29, 2**31 - 1)), pre=0,
+        post=int(rng.integers(42, 46)), zero_point=int(rng.integers(-128, 0)), low=-128,
+        high=127) if residual else None
     return LayerQuant(epilogue, tuple(int(v) for v in rng.integers(-3000, 3000, channels)),
                       tuple(int(v) for v in rng.integers(2**29, 2**31 - 1, channels)),
-                      input_zero_point=int(rng.integers(-128, 128)))
+                      input_zero_point=int(rng.integers(-128, 128)), residual=added)
 
 
-async def run_layer(dut: Any, config: AccelConfig, layer: ConvLayer, seed: int) -> int:
+async def run_layer(dut: Any, config: AccelConfig, layer: ConvLayer, seed: int,
+                    residual: bool = False) -> int:
     """Run one layer on the DUT; returns the simulated cycles (checked inside)."""
     rng = np.random.default_rng(seed)
     feature = rng.integers(-128, 128, (layer.height, layer.width, layer.channels))
     weights = rng.integers(-128, 128, (layer.kernel, layer.kernel, layer.channels,
                                        layer.out_channels))
-    quant = random_quant(rng, layer.out_channels)
+    quant = random_quant(rng, layer.out_channels, residual)
     program = conv_program(config, layer, quant)
     M, K, N = layer.gemm
     memory = rng.integers(0, 256, program.memory_bytes).astype(np.uint8)  # garbage output
     image = program.input_image(feature, quant.input_zero_point)
     memory[program.input_base:program.input_base + image.size] = image
     memory[program.weight_base:program.weight_base + K * N] = weights.reshape(-1) & 0xFF
+    added = rng.integers(-128, 128, (M, N)) if residual else None
+    if added is not None:
+        memory[program.residual_base:program.residual_base + M * N] = added.reshape(-1) & 0xFF
     words = [encode_command(command, config.cols) for command in program.commands]
     cycles = await run_commands(dut, words, memory,
                                 range(program.output_base, program.output_base + M * N),
                                 config.memory.bus_bytes, config.memory.latency)
-    expected = conv_reference(layer, feature, weights, quant)
+    expected = conv_reference(layer, feature, weights, quant, added)
     got = memory[program.output_base:program.output_base + M * N].astype(np.int64)
     got = np.where(got >= 128, got - 256, got).reshape(M, N)
     mismatches = int(np.count_nonzero(got != expected))
@@ -91,7 +103,9 @@ async def layers(dut: Any) -> None:
     settings = testbench_settings()
     for seed, spec in enumerate(settings["layers"]):
         start = time.perf_counter()
-        cycles = await run_layer(dut, config, ConvLayer(**spec), seed)
+        fields = {key: value for key, value in spec.items() if key != "residual"}
+        cycles = await run_layer(dut, config, ConvLayer(**fields), seed,
+                                 bool(spec.get("residual")))
         results.append({"name": spec["name"], "cycles": cycles,
                         "seconds": time.perf_counter() - start})
     if "out" in settings:  # bench/bench_accel_top.py reads the simulated cycles

@@ -1,9 +1,10 @@
 """cocotb test of ws_epilogue: every output every cycle against accel.epilogue_reference.
 
 Random accumulators (with the extremes), biases, per-column multipliers and shifts as
-the quantizer makes them, random pooling merges, input gaps and back-pressure; the
-two-stage pipeline is modelled here (a row accepted in cycle t leaves in t + 2, a
-waiting result freezes both stages).
+the quantizer makes them, random residual adds (the residual row presented the cycle
+after its row, as the scratchpad delivers it), random pooling merges, input gaps and
+back-pressure; the two-stage pipeline is modelled here (a row accepted in cycle t leaves
+in t + 2, a waiting result freezes both stages).
 """
 
 from __future__ import annotations
@@ -14,7 +15,12 @@ import cocotb
 import numpy as np
 from cycle_bench import next_cycle, pack, params, read, settle, start_clock, unpack
 
-from glensidec.hardware.accel import EPILOGUE_LATENCY, EpilogueConfig, epilogue_reference
+from glensidec.hardware.accel import (
+    EPILOGUE_LATENCY,
+    EpilogueConfig,
+    ResidualConfig,
+    epilogue_reference,
+)
 
 ACC_W = 32
 
@@ -29,11 +35,39 @@ def random_config(rng: np.random.Generator, out_width: int) -> EpilogueConfig:
                           zero_point=zero_point, low=low, high=high)
 
 
-def apply_config(dut: Any, config: EpilogueConfig, out_width: int) -> None:
+def random_residual(rng: np.random.Generator, out_width: int) -> ResidualConfig | None:
+    """None (no residual) or a residual add: multipliers up to 2^14 as the quantizer's,
+    sometimes extreme ones (the i32 sums wrap)."""
+    if rng.random() < 0.4:
+        return None
+    low_limit, high_limit = -(1 << (out_width - 1)), (1 << (out_width - 1)) - 1
+    low, high = sorted(int(v) for v in rng.integers(low_limit, high_limit + 1, 2))
+    bound = 2**31 if rng.random() < 0.2 else 2**14
+    return ResidualConfig(
+        self_multiplier=int(rng.integers(-bound, bound)),
+        multiplier=int(rng.integers(-bound, bound)),
+        offset=int(rng.integers(-(2**22), 2**22)),
+        requantize_multiplier=int(rng.integers(-(2**31) + 1, 2**31)),
+        pre=int(rng.integers(0, 4)), post=int(rng.integers(0, 63)),
+        zero_point=int(rng.integers(low_limit, high_limit + 1)), low=low, high=high)
+
+
+def apply_config(dut: Any, config: EpilogueConfig, residual: ResidualConfig | None,
+                 out_width: int) -> None:
     mask = (1 << out_width) - 1
     dut.cfg_pre.value, dut.cfg_post.value = config.pre, config.post
     dut.cfg_zero_point.value = config.zero_point & mask
     dut.cfg_low.value, dut.cfg_high.value = config.low & mask, config.high & mask
+    dut.cfg_residual.value = int(residual is not None)
+    res = residual or ResidualConfig()
+    word = (1 << 32) - 1
+    dut.cfg_res_self.value = res.self_multiplier & word
+    dut.cfg_res_mult.value = res.multiplier & word
+    dut.cfg_res_offset.value = res.offset & word
+    dut.cfg_res_multiplier.value = res.requantize_multiplier & word
+    dut.cfg_res_pre.value, dut.cfg_res_post.value = res.pre, res.post
+    dut.cfg_res_zero_point.value = res.zero_point & mask
+    dut.cfg_res_low.value, dut.cfg_res_high.value = res.low & mask, res.high & mask
 
 
 @cocotb.test()
@@ -42,8 +76,11 @@ async def random_rows(dut: Any) -> None:
     cols, out_width = params()["COLS"], params()["OUT_W"]
     rng = np.random.default_rng(cols * 100 + out_width)
     pipeline: list[tuple[bool, np.ndarray]] = [(False, np.zeros(cols, np.int64))] * 2
-    config = random_config(rng, out_width)
-    apply_config(dut, config, out_width)
+    config, residual = random_config(rng, out_width), random_residual(rng, out_width)
+    apply_config(dut, config, residual, out_width)
+    low_limit, high_limit = -(1 << (out_width - 1)), 1 << (out_width - 1)
+    residual_row = np.zeros(cols, np.int64)  # the residual of the row in stage 1
+    residuals = 0
     dut.rst.value = 1
     await start_clock(dut)
     await next_cycle(dut)
@@ -52,8 +89,8 @@ async def random_rows(dut: Any) -> None:
     for cycle in range(2000):
         draining = cycle % 400 < EPILOGUE_LATENCY  # a new store starts after the drain
         if cycle % 400 == EPILOGUE_LATENCY:  # configuration changes only between stores
-            config = random_config(rng, out_width)
-            apply_config(dut, config, out_width)
+            config, residual = random_config(rng, out_width), random_residual(rng, out_width)
+            apply_config(dut, config, residual, out_width)
         acc = rng.integers(-(2**31), 2**31, cols)
         acc = np.where(rng.random(cols) < 0.1, rng.choice([-(2**31), 2**31 - 1], cols), acc)
         bias = rng.integers(-(2**20), 2**20, cols)
@@ -65,6 +102,8 @@ async def random_rows(dut: Any) -> None:
         dut.out_ready.value = int(ready)
         dut.in_data.value, dut.in_bias.value = pack(acc, ACC_W), pack(bias, ACC_W)
         dut.in_mult.value, dut.in_prev.value = pack(mult, 32), pack(prev, out_width)
+        dut.res_data.value = pack(residual_row, out_width)
+        incoming = rng.integers(low_limit, high_limit, cols)  # this row's residual
         await settle()
         out_valid, expected = pipeline[1]
         enable = not (out_valid and not ready)
@@ -76,8 +115,11 @@ async def random_rows(dut: Any) -> None:
             delivered += int(ready)
         await next_cycle(dut)
         if enable:
-            row = epilogue_reference(acc, bias, mult, config, out_width)
+            row = epilogue_reference(acc[None, :], bias[None, :], mult, config, out_width,
+                                     residual, incoming[None, :])[0]
+            residual_row = incoming
+            residuals += int(valid and residual is not None)
             if pool:
                 row = np.maximum(row, prev)
             pipeline = [(valid, row), pipeline[0]]
-    assert delivered > 800
+    assert delivered > 800 and residuals > 300, (delivered, residuals)

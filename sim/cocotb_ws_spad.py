@@ -1,4 +1,4 @@
-"""cocotb test of ws_spad: masked writes, two read ports, bank conflicts, every cycle."""
+"""cocotb test of ws_spad: masked writes, three read ports, bank conflicts, every cycle."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ async def random_cycles(dut: Any) -> None:
     """Random writes and reads for 2000 cycles against a dictionary of rows.
 
     Reads return the row as it was before the same cycle's write (1R1W SRAM); port 1 is
-    refused when port 0 reads the same bank in the same cycle.
+    refused when port 0 or port 2 reads the same bank in the same cycle (ports 0 and 2
+    never read one bank at once).
     """
     row_bytes, banks, bank_rows = params()["ROW_BYTES"], params()["BANKS"], params()["BANK_ROWS"]
     depth = banks * bank_rows
@@ -24,23 +25,29 @@ async def random_cycles(dut: Any) -> None:
     pending: list[tuple[str, np.ndarray]] = []
     conflicts = checked = 0
     for cycle in range(2000):
-        wr_en, rd0_en, rd1_en = (bool(rng.random() < p) for p in (0.7, 0.6, 0.6))
-        wr_addr, rd0_addr, rd1_addr = (int(a) for a in rng.integers(0, depth, 3))
-        if rng.random() < 0.3:  # provoke conflicts: the same bank on both read ports
-            rd1_addr = rd0_addr // bank_rows * bank_rows + int(rng.integers(0, bank_rows))
+        wr_en, rd0_en, rd1_en, rd2_en = (bool(rng.random() < p) for p in (0.7, 0.6, 0.6, 0.4))
+        wr_addr, rd0_addr, rd1_addr, rd2_addr = (int(a) for a in rng.integers(0, depth, 4))
+        if rng.random() < 0.3:  # provoke conflicts: the same bank on two read ports
+            source = rd0_addr if rng.random() < 0.5 else rd2_addr
+            rd1_addr = source // bank_rows * bank_rows + int(rng.integers(0, bank_rows))
         # only rows written before are read (an SRAM starts with unknown contents)
         rd0_en = rd0_en and rd0_addr in memory
         rd1_en = rd1_en and rd1_addr in memory
+        rd2_en = rd2_en and rd2_addr in memory and not (
+            rd0_en and rd0_addr // bank_rows == rd2_addr // bank_rows)
         data = rng.integers(0, 256, row_bytes)
         # a row's first write is whole, later ones masked: every byte read back is known
         mask = rng.random(row_bytes) < 0.7 if wr_addr in memory else np.ones(row_bytes, bool)
         for name, value in (("wr_en", wr_en), ("wr_addr", wr_addr), ("rd0_en", rd0_en),
-                            ("rd0_addr", rd0_addr), ("rd1_en", rd1_en), ("rd1_addr", rd1_addr)):
+                            ("rd0_addr", rd0_addr), ("rd1_en", rd1_en), ("rd1_addr", rd1_addr),
+                            ("rd2_en", rd2_en), ("rd2_addr", rd2_addr)):
             getattr(dut, name).value = int(value)
         dut.wr_data.value = pack(data, 8)
         dut.wr_mask.value = pack(mask.astype(int), 1)
         await settle()
-        conflict = rd0_en and rd1_en and rd0_addr // bank_rows == rd1_addr // bank_rows
+        conflict = rd1_en and any(
+            enabled and address // bank_rows == rd1_addr // bank_rows
+            for enabled, address in ((rd0_en, rd0_addr), (rd2_en, rd2_addr)))
         assert read(dut.rd1_grant) == int(rd1_en and not conflict), f"cycle {cycle}: grant"
         conflicts += int(conflict)
         for port, expected in pending:  # reads issued in the previous cycle
@@ -52,6 +59,8 @@ async def random_cycles(dut: Any) -> None:
             pending.append(("rd0", memory[rd0_addr].copy()))
         if rd1_en and not conflict:
             pending.append(("rd1", memory[rd1_addr].copy()))
+        if rd2_en:
+            pending.append(("rd2", memory[rd2_addr].copy()))
         if wr_en:
             row = memory.get(wr_addr, np.zeros(row_bytes, np.int64)).copy()
             row[mask] = data[mask]

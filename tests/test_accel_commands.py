@@ -15,6 +15,7 @@ from glensidec.hardware.accel import (
     ConvLayer,
     EpilogueConfig,
     MemoryConfig,
+    ResidualConfig,
     dma_load_slots,
 )
 from glensidec.hardware.commands import (
@@ -69,6 +70,52 @@ def test_layer_program_computes_the_layer(layer: ConvLayer) -> None:
     expected = conv_reference(layer, feature, weights, quant)
     assert np.array_equal(got, expected)
     assert len({value for value in expected.reshape(-1)}) > 3  # not a saturated constant
+
+
+def random_residual(seed: int) -> ResidualConfig:
+    """A residual add like the quantizer's add_dynamic: multipliers below 2^14."""
+    rng = np.random.default_rng(seed)
+    return ResidualConfig(self_multiplier=int(rng.integers(2**12, 2**14)),
+                          multiplier=int(rng.integers(2**12, 2**14)),
+                          offset=int(rng.integers(-(2**21), 2**21)),
+                          requantize_multiplier=int(rng.integers(2**29, 2**31 - 1)),
+                          post=int(rng.integers(42, 45)), zero_point=int(rng.integers(-128, 0)),
+                          low=-100, high=120)
+
+
+@pytest.mark.parametrize("layer", LAYERS, ids=lambda layer: layer.name)
+def test_a_residual_add_in_the_epilogue_computes_the_quantized_add(layer: ConvLayer) -> None:
+    """The layer's int8 result y and a residual r leave as clip(requantize(y·a + r·b + c)):
+    checked against the requantize arithmetic directly, not the epilogue's reference."""
+    from glensidec.lang.dtypes import requantize, wrap_signed
+
+    feature, weights, quant = random_layer_data(layer, 4)
+    added = random_residual(5)
+    with_residual = LayerQuant(quant.epilogue, quant.bias, quant.multiplier,
+                               quant.input_zero_point, added)
+    program = conv_program(SMALL, layer, with_residual)
+    M, K, N = layer.gemm
+    residual = np.random.default_rng(6).integers(-128, 128, (M, N))
+    memory = np.zeros(program.memory_bytes, dtype=np.uint8)
+    image = program.input_image(feature, quant.input_zero_point)
+    memory[:image.size] = image
+    memory[program.weight_base:program.weight_base + K * N] = weights.reshape(-1) & 0xFF
+    memory[program.residual_base:program.residual_base + M * N] = residual.reshape(-1) & 0xFF
+    after = run_functional(SMALL, program.commands, memory).astype(np.int64)
+    got = after[program.output_base:program.output_base + M * N]
+    got = np.where(got >= 128, got - 256, got).reshape(M, N)
+    y = conv_reference(layer, feature, weights, quant)
+    summed = wrap_signed(y * added.self_multiplier + residual * added.multiplier + added.offset,
+                         32)
+    expected = np.clip(requantize(summed, added.requantize_multiplier, added.pre, added.post,
+                                  added.zero_point), added.low, added.high)
+    assert np.array_equal(got, expected)
+    assert len(set(expected.reshape(-1).tolist())) > 3
+    # the residual rows go through the scratchpad: one load per store, tokens between them
+    stores = [command for command in program.commands if isinstance(command, Store)]
+    waiting = [command for command in program.commands
+               if isinstance(command, Load) and command.wait_store]
+    assert all(store.signal for store in stores) and len(waiting) == max(0, len(stores) - 2)
 
 
 def test_program_uses_several_chunks_and_blocks() -> None:

@@ -15,7 +15,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from test_accel_commands import LAYERS, SMALL, random_layer_data
+from test_accel_commands import LAYERS, SMALL, random_layer_data, random_residual
 
 from glensidec.hardware.accel import ConvLayer, DmaCommand, EpilogueConfig, MemoryConfig
 from glensidec.hardware.accel_native import (
@@ -64,12 +64,16 @@ def _compare(config: AccelConfig, commands: list[Command]) -> AccelTiming:
     return got
 
 
+@pytest.mark.parametrize("residual", [False, True], ids=["plain", "residual"])
 @pytest.mark.parametrize("config_name", sorted(CONFIGS))
 @pytest.mark.parametrize("layer", LAYERS, ids=lambda layer: layer.name)
-def test_layer_programs_take_the_python_models_cycles(layer: ConvLayer,
-                                                      config_name: str) -> None:
+def test_layer_programs_take_the_python_models_cycles(layer: ConvLayer, config_name: str,
+                                                      residual: bool) -> None:
     config = CONFIGS[config_name]
-    program = conv_program(config, layer, random_layer_data(layer, 0)[2])
+    quant = random_layer_data(layer, 0)[2]
+    if residual:  # residual rows through the scratchpad, store → load tokens
+        quant = dataclasses.replace(quant, residual=random_residual(1))
+    program = conv_program(config, layer, quant)
     timing = _compare(config, program.commands)
     assert timing.cycles > 0 and timing.load_busy_cycles > 0 and timing.store_busy_cycles > 0
 
@@ -106,13 +110,16 @@ def test_the_limit_is_an_error_in_both_models() -> None:
         native_cycles(_native(), SMALL, program.commands, limit=50)
 
 
+@pytest.mark.parametrize("residual", [False, True], ids=["plain", "residual"])
 @pytest.mark.parametrize("layer", LAYERS, ids=lambda layer: layer.name)
-def test_a_packed_table_unpacks_to_the_same_commands(layer: ConvLayer) -> None:
+def test_a_packed_table_unpacks_to_the_same_commands(layer: ConvLayer, residual: bool) -> None:
     """The generated C keeps commands as table rows; the co-simulation turns them back into
     the commands (and RTL words) the compiler made."""
     quant = random_layer_data(layer, 2)[2]
+    if residual:
+        quant = dataclasses.replace(quant, residual=random_residual(3))
     program = conv_program(SMALL, layer, quant)
     table = pack_commands(program.commands).astype(np.int32)
     unpacked = unpack_commands(table, SMALL.cols, quant.epilogue, quant.bias,
-                               quant.multiplier)
+                               quant.multiplier, quant.residual)
     assert unpacked == program.commands

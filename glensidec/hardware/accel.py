@@ -261,23 +261,53 @@ class EpilogueConfig:
     high: int = 127
 
 
+@dataclass(frozen=True)
+class ResidualConfig:
+    """ws_epilogue's residual add (a quantized residual add fused into the layer before it):
+    ``clip(requantize(y·self_multiplier + r·multiplier + offset), low, high)`` of the
+    requantized row y and the int8 residual row r, every sum and product i32 (wrapping)."""
+
+    self_multiplier: int = 1
+    multiplier: int = 1
+    offset: int = 0
+    requantize_multiplier: int = 1
+    pre: int = 0
+    post: int = 0
+    zero_point: int = 0
+    low: int = -128
+    high: int = 127
+
+
 def epilogue_reference(
     acc: npt.NDArray[np.integer],
     bias: npt.NDArray[np.integer],
     multipliers: npt.NDArray[np.integer],
     config: EpilogueConfig,
     out_width: int = 8,
+    residual: ResidualConfig | None = None,
+    residual_rows: npt.NDArray[np.integer] | None = None,
 ) -> npt.NDArray[np.int64]:
     """Bit-exact ws_epilogue (without pooling) on rows of int32 accumulators.
 
     The same arithmetic as `glensidec.lang.interp.requantize` after an i32 bias add:
-    ``clip(clip(round((acc + bias) >> pre) * m >> post) + zp, int8), low, high)``.
+    ``clip(clip(round((acc + bias) >> pre) * m >> post) + zp, int8), low, high)``; with a
+    `residual`, then the residual add of `residual_rows` (same shape, int8).
     """
     biased = wrap_signed(acc.astype(np.int64) + bias.astype(np.int64), 32)  # the i32 add wraps
     saturated = requantize_to_width(biased, multipliers, config.pre, config.post,
                                     config.zero_point, out_width)
     clipped: npt.NDArray[np.int64] = np.clip(saturated, config.low, config.high).astype(np.int64)
-    return clipped
+    if residual is None:
+        return clipped
+    assert residual_rows is not None
+    summed = wrap_signed(clipped * residual.self_multiplier
+                         + residual_rows.astype(np.int64) * residual.multiplier
+                         + residual.offset, 32)
+    requantized = requantize_to_width(summed, residual.requantize_multiplier, residual.pre,
+                                      residual.post, residual.zero_point, out_width)
+    added: npt.NDArray[np.int64] = np.clip(requantized, residual.low,
+                                           residual.high).astype(np.int64)
+    return added
 
 
 # -- layer schedule (the planned top: a model, not yet checked against RTL) ---------------

@@ -24,6 +24,8 @@ typedef struct {
   int64_t w_row, a_row, m_len, add, emit; /* COMPUTE */
   int64_t base, length, count1, stride1, count2, stride2, spad_row, bounds; /* LOAD/STORE */
   int64_t y0, y_step, height, x0, x_step, width, pad_value;
+  int64_t wait_store; /* LOAD: take a store -> load token */
+  int64_t residual;   /* CONFIG: a residual add (STORE rows read residual rows) */
 } gs_command;
 
 /* Results, in the order of commands.AccelTiming's fields. */
@@ -81,7 +83,7 @@ typedef struct {
   int64_t n_commands, next_command;
   /* dispatcher queues (command indices) and the tokens */
   fifo lq, eq, sq, aq;
-  int64_t tok_le, tok_el;
+  int64_t tok_le, tok_el, tok_sl;
   /* load unit: slots (1 ends a row), due cycles of row writes, loads in flight */
   fifo dma_slots, writes, track_signal, track_rows;
   int64_t track_written;
@@ -93,8 +95,8 @@ typedef struct {
   uint8_t *tag_valid, *tag_emit; /* a delay line of lat entries; the oldest at tag_pos */
   int64_t tag_pos, tags_valid;
   /* store unit, epilogue, ws_dma_store */
-  int64_t s_pending, s_left, epi_rows, st_beat;
-  int s1_valid, out_valid;
+  int64_t s_pending, s_left, epi_rows, st_beat, res_addr;
+  int s1_valid, out_valid, s_signal, cfg_residual;
   fifo st_rows;
 } model;
 
@@ -137,7 +139,8 @@ static int expand_rows(model *m, const gs_command *c, int load, gs_timing *timin
   return 0;
 }
 
-/* One cycle; returns 1 when it writes main memory, 0 when not, -1 when out of memory. */
+/* One cycle; returns 1 when it writes main memory, 0 when not, -1 when out of memory,
+ * -3 when the program reads a residual and a weight row from one bank at once. */
 static int step(model *m, int64_t cycle, gs_timing *timing) {
   const gs_command *cmd = m->commands;
   int64_t rows = m->rows;
@@ -161,6 +164,8 @@ static int step(model *m, int64_t cycle, gs_timing *timing) {
                   (m->s_pending < 0 || s_accept);
   int config_pop = head >= 0 && cmd[head].op == OP_CONFIG && m->s_left == 0 &&
                    m->s_pending < 0 && m->epi_rows == 0 && !st_active;
+  int res_read = admit && m->cfg_residual; /* scratchpad port 2 */
+  int sl_give = admit_last && m->s_signal;
   /* -- ws_ctrl handshakes */
   int w_last_beat = m->w_count == rows - 1;
   int64_t bank = m->w_load_bank;
@@ -178,8 +183,9 @@ static int step(model *m, int64_t cycle, gs_timing *timing) {
                 (!cmd[e_head].wait || m->tok_le > 0) && m->aq.count < 4;
   /* -- activation streamer */
   int a_try = m->a_active && (!m->q_valid || a_fire);
-  int conflict = w_issue && ((m->w_base + m->w_beat) >> m->bank_shift) ==
-                                (m->a_addr >> m->bank_shift);
+  int64_t w_bank = (m->w_base + m->w_beat) >> m->bank_shift;
+  int64_t res_bank = m->res_addr >> m->bank_shift, a_bank = m->a_addr >> m->bank_shift;
+  int conflict = (w_issue && w_bank == a_bank) || (res_read && res_bank == a_bank);
   int a_issued = a_try && !conflict;
   int a_issue_last = a_issued && m->a_left == 1;
   int a_start = (!m->a_active || a_issue_last) && m->aq.count > 0;
@@ -190,6 +196,7 @@ static int step(model *m, int64_t cycle, gs_timing *timing) {
   int dma_last = m->dma_slots.count == 1;
   int load_busy = m->dma_slots.count > 0;
   int l_valid = l_head >= 0 && (!cmd[l_head].wait || m->tok_el > 0) &&
+                (!cmd[l_head].wait_store || m->tok_sl > 0) &&
                 m->track_rows.count < m->track_depth;
   int l_accept = l_valid && (m->dma_slots.count == 0 || dma_last);
   int wr_en = m->writes.count && fifo_front(&m->writes) == cycle;
@@ -200,9 +207,13 @@ static int step(model *m, int64_t cycle, gs_timing *timing) {
   fifo *queue = offered >= 0 ? queue_of(m, &cmd[offered]) : NULL;
   int dispatch = offered >= 0 && queue->count < m->queue_depth;
 
+  if (w_issue && res_read && w_bank == res_bank)
+    return -3; /* a residual and a weight row read from one bank: no such program */
+
   /* ==== clock edge */
   m->tok_le += le_give - (w_start && cmd[e_head].wait);
   m->tok_el += el_give - (l_accept && cmd[l_head].wait);
+  m->tok_sl += sl_give - (l_accept && cmd[l_head].wait_store);
   /* load unit */
   if (wr_en)
     fifo_pop(&m->writes); /* its countdown reached 0 */
@@ -307,11 +318,16 @@ static int step(model *m, int64_t cycle, gs_timing *timing) {
     fifo_pop(&m->sq);
     m->s_pending = head;
     m->s_left = cmd[head].count1 * cmd[head].count2;
-  } else if (admit) {
-    m->s_left -= 1;
+    m->s_signal = (int)cmd[head].signal;
+    m->res_addr = cmd[head].spad_row;
+  } else {
+    m->s_left -= admit;
+    m->res_addr += res_read;
   }
-  if (config_pop)
+  if (config_pop) {
     fifo_pop(&m->sq);
+    m->cfg_residual = (int)cmd[head].residual;
+  }
   if (dispatch) {
     if (fifo_push(queue, offered))
       return -1;
@@ -332,7 +348,8 @@ static void release(model *m) {
 }
 
 /* Runs `n` commands offered from cycle 0 until every result is in memory.
- * Returns 0, 1 when `limit` cycles pass first, 2 when memory runs out. */
+ * Returns 0, 1 when `limit` cycles pass first, 2 when memory runs out, 3 on a bank
+ * conflict between the residual and the weight reads (the Python model's ValueError). */
 int gs_accel_cycles(int64_t rows, int64_t cols, int64_t bus_bytes, int64_t latency,
                     int64_t bank_rows, int64_t queue_depth, const gs_command *commands,
                     int64_t n, int64_t limit, gs_timing *timing) {
@@ -365,7 +382,9 @@ int gs_accel_cycles(int64_t rows, int64_t cols, int64_t bus_bytes, int64_t laten
       break;
     }
     wrote = step(&m, cycle, timing);
-    if (wrote < 0)
+    if (wrote == -3)
+      status = 3;
+    else if (wrote < 0)
       status = 2;
     else if (wrote)
       last_write = cycle;

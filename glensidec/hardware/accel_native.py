@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from glensidec.hardware.accel import EpilogueConfig
+    from glensidec.hardware.accel import EpilogueConfig, ResidualConfig
     from glensidec.hardware.commands import AccelConfig, AccelTiming, Command
 
 SOURCE = Path(__file__).with_name("accel_model.c")
@@ -34,9 +34,9 @@ SOURCE = Path(__file__).with_name("accel_model.c")
 #: Columns of one packed command (gs_command in accel_model.c), in order.
 FIELDS = ("op", "wait", "signal", "w_row", "a_row", "m_len", "add", "emit", "base", "length",
           "count1", "stride1", "count2", "stride2", "spad_row", "bounds", "y0", "y_step",
-          "height", "x0", "x_step", "width", "pad_value")
+          "height", "x0", "x_step", "width", "pad_value", "wait_store", "residual")
 _COLUMN = {name: index for index, name in enumerate(FIELDS)}
-_DMA_FIELDS = FIELDS[8:]
+_DMA_FIELDS = FIELDS[8:-2]
 _dma_fields = operator.attrgetter(*_DMA_FIELDS)  # a DmaCommand's fields, in order
 #: gs_timing's fields, in order.
 TIMING_FIELDS = ("cycles", "compute_rows", "load_bytes", "store_bytes", "array_stall_cycles",
@@ -113,13 +113,15 @@ def pack_commands(commands: Sequence[Command]) -> np.ndarray:
     for command in commands:
         if isinstance(command, Compute):
             rows.append([1, command.wait, command.signal, command.w_row, command.a_row,
-                         command.m_len, command.add, command.emit, *padding])
+                         command.m_len, command.add, command.emit, *padding, 0, 0])
         elif isinstance(command, Config):  # its vectors stay in the layer; where they start
-            rows.append([3, 0, 0, 0, 0, 0, 0, 0, command.first_column, *padding[1:]])
+            rows.append([3, 0, 0, 0, 0, 0, 0, 0, command.first_column, *padding[1:], 0,
+                         command.residual is not None])
+        elif isinstance(command, Load):
+            rows.append([0, command.wait, command.signal, 0, 0, 0, 0, 0,
+                         *_dma_fields(command.dma), command.wait_store, 0])
         else:
-            flags = (command.wait, command.signal) if isinstance(command, Load) else (0, 0)
-            rows.append([0 if isinstance(command, Load) else 2, *flags, 0, 0, 0, 0, 0,
-                         *_dma_fields(command.dma)])
+            rows.append([2, 0, command.signal, 0, 0, 0, 0, 0, *_dma_fields(command.dma), 0, 0])
     return np.array(rows, dtype=np.int64).reshape(len(commands), len(FIELDS))
 
 
@@ -138,6 +140,8 @@ def native_cycles(native: ctypes.CDLL, config: AccelConfig,
         config.queue_depth, packed.ctypes.data, len(packed), limit, ctypes.byref(timing))
     if status == 1:
         raise RuntimeError(f"the command sequence did not finish in {limit} cycles")
+    if status == 3:
+        raise ValueError("a residual row and a weight row read from one scratchpad bank")
     if status != 0:
         raise MemoryError("the accelerator's C cycle model ran out of memory")
     return AccelTiming(cycles=timing.cycles, compute_rows=timing.compute_rows,
@@ -148,9 +152,10 @@ def native_cycles(native: ctypes.CDLL, config: AccelConfig,
 
 
 def unpack_commands(table: np.ndarray, cols: int, epilogue: EpilogueConfig,
-                    bias: Sequence[int], multiplier: Sequence[int]) -> list[Command]:
+                    bias: Sequence[int], multiplier: Sequence[int],
+                    residual: ResidualConfig | None = None) -> list[Command]:
     """The commands of a packed table (pack_commands' rows), whole again: a CONFIG row
-    names its first column; its settings and vectors come from the layer."""
+    names its first column; its settings, vectors and residual add come from the layer."""
     from glensidec.hardware.accel import DmaCommand
     from glensidec.hardware.commands import Compute, Config, Load, Store
 
@@ -168,10 +173,12 @@ def unpack_commands(table: np.ndarray, cols: int, epilogue: EpilogueConfig,
             padding = (0,) * (cols - width)
             commands.append(Config(epilogue, tuple(bias[first:first + width]) + padding,
                                    tuple(multiplier[first:first + width]) + padding,
-                                   first_column=first))
+                                   first_column=first,
+                                   residual=residual if field["residual"] else None))
         else:
             values: dict[str, Any] = {name: field[name] for name in _DMA_FIELDS}
             dma = DmaCommand(**{**values, "bounds": bool(values["bounds"])})
-            commands.append(Load(dma, bool(field["wait"]), bool(field["signal"])) if op == 0
-                            else Store(dma))
+            commands.append(Load(dma, bool(field["wait"]), bool(field["signal"]),
+                                 bool(field["wait_store"])) if op == 0
+                            else Store(dma, bool(field["signal"])))
     return commands

@@ -28,10 +28,12 @@ from glensidec.hardware.accel import (
     DmaCommand,
     EpilogueConfig,
     MemoryConfig,
+    ResidualConfig,
     dma_rows,
     row_beats,
 )
 from glensidec.hardware.array import ArrayConfig
+from glensidec.lang.dtypes import wrap_signed
 
 OP_LOAD, OP_COMPUTE, OP_STORE, OP_CONFIG = 0, 1, 2, 3
 
@@ -51,6 +53,7 @@ class Load:
     dma: DmaCommand
     wait: bool = False  # take an exec → load token first (a buffer was freed)
     signal: bool = False  # give a load → exec token once its last row is written
+    wait_store: bool = False  # take a store → load token first (residual rows were read)
 
 
 @dataclass(frozen=True)
@@ -68,14 +71,19 @@ class Compute:
 
 @dataclass(frozen=True)
 class Store:
-    """STORE: the next count1·count2 emitted rows, through the epilogue, to memory."""
+    """STORE: the next count1·count2 emitted rows, through the epilogue, to memory.
+
+    With a residual add configured, the rows' residual rows are read from the
+    scratchpad from dma.spad_row on, one per row."""
 
     dma: DmaCommand
+    signal: bool = False  # give a store → load token once its last row entered the epilogue
 
 
 @dataclass(frozen=True)
 class Config:
-    """CONFIG: epilogue settings plus per-column bias and multiplier (COLS each)."""
+    """CONFIG: epilogue settings plus per-column bias and multiplier (COLS each), and the
+    residual add (None: none)."""
 
     epilogue: EpilogueConfig
     bias: tuple[int, ...]
@@ -83,6 +91,7 @@ class Config:
     #: the layer's output column of the first array column (the generated C's runtime
     #: reads bias and multiplier from the layer's vectors there; not part of the RTL word)
     first_column: int = 0
+    residual: ResidualConfig | None = None
 
 
 Command = Load | Compute | Store | Config
@@ -107,7 +116,7 @@ class AccelConfig:
 
     @property
     def command_width(self) -> int:
-        return max(272, 48 + 64 * self.cols)
+        return max(272, 216 + 64 * self.cols)
 
     def rtl_parameters(self) -> dict[str, int]:
         """Verilog parameters of ws_accel."""
@@ -129,7 +138,8 @@ def encode_command(command: Command, cols: int) -> int:
     if isinstance(command, Load | Store):
         op = OP_LOAD if isinstance(command, Load) else OP_STORE
         word = op | _field(isinstance(command, Load) and command.wait, 3, 1)
-        word |= _field(isinstance(command, Load) and command.signal, 4, 1)
+        word |= _field(command.signal, 4, 1)
+        word |= _field(isinstance(command, Load) and command.wait_store, 5, 1)
         for name, (offset, width) in DMA_FIELDS.items():
             word |= _field(getattr(command.dma, name), offset, width)
         return word
@@ -146,6 +156,16 @@ def encode_command(command: Command, cols: int) -> int:
                                                     strict=True)):
         word |= _field(bias, 48 + 32 * column, 32)
         word |= _field(multiplier, 48 + 32 * (cols + column), 32)
+    residual = command.residual
+    if residual is not None:
+        start = 48 + 64 * cols
+        word |= _field(1, 5, 1)
+        for offset, width, value in (
+                (0, 32, residual.self_multiplier), (32, 32, residual.multiplier),
+                (64, 32, residual.offset), (96, 32, residual.requantize_multiplier),
+                (128, 6, residual.pre), (136, 6, residual.post), (144, 8, residual.zero_point),
+                (152, 8, residual.low), (160, 8, residual.high)):
+            word |= _field(value, start + offset, width)
     return word
 
 
@@ -187,7 +207,7 @@ class AccelModel:
         self.eq: deque[Compute] = deque()
         self.sq: deque[Store | Config] = deque()
         self.aq: deque[Compute] = deque()
-        self.tok_le = self.tok_el = 0
+        self.tok_le = self.tok_el = self.tok_sl = 0
         # load unit: ws_dma_load slots (True ends a row), row write times, loads in flight
         self.dma_slots: deque[bool] = deque()
         self.writes: deque[int] = deque()
@@ -208,6 +228,8 @@ class AccelModel:
         # store unit, epilogue, ws_dma_store
         self.s_pending: DmaCommand | None = None
         self.s_left = self.epi_rows = 0
+        self.s_signal = self.cfg_residual = False
+        self.res_addr = 0
         self.s1_valid = self.out_valid = False
         self.st_rows: deque[int] = deque()  # beats of each row of the active store
         self.st_beat = 0
@@ -261,6 +283,8 @@ class AccelModel:
         head = self.sq[0] if self.sq else None
         store_pop = (isinstance(head, Store) and (self.s_left == 0 or admit_last)
                      and (self.s_pending is None or s_accept))
+        res_read = admit and self.cfg_residual  # scratchpad port 2
+        sl_give = admit_last and self.s_signal
         config_pop = (isinstance(head, Config) and self.s_left == 0 and self.s_pending is None
                       and self.epi_rows == 0 and not st_active)
         # -- ws_ctrl handshakes ----------------------------------------------------------------
@@ -280,7 +304,12 @@ class AccelModel:
                    and (not e_head.wait or self.tok_le > 0) and len(self.aq) < 4)
         # -- activation streamer ---------------------------------------------------------------
         a_try = self.a_active and (not self.q_valid or a_fire)
-        conflict = w_issue and self._bank(self.w_base + self.w_beat) == self._bank(self.a_addr)
+        w_bank = self._bank(self.w_base + self.w_beat)
+        if w_issue and res_read and w_bank == self._bank(self.res_addr):
+            raise ValueError(f"a residual row ({self.res_addr}) and a weight row "
+                             f"({self.w_base + self.w_beat}) read from one scratchpad bank")
+        conflict = (w_issue and w_bank == self._bank(self.a_addr)) or (
+            res_read and self._bank(self.res_addr) == self._bank(self.a_addr))
         a_issued = a_try and not conflict
         a_issue_last = a_issued and self.a_left == 1
         a_start = (not self.a_active or a_issue_last) and bool(self.aq)
@@ -291,6 +320,7 @@ class AccelModel:
         dma_last = len(self.dma_slots) == 1
         self.dma_slots_before = len(self.dma_slots)
         l_valid = (l_head is not None and (not l_head.wait or self.tok_el > 0)
+                   and (not l_head.wait_store or self.tok_sl > 0)
                    and len(self.track) < self.track_depth)
         l_accept = l_valid and (not self.dma_slots or dma_last)
         wr_en = bool(self.writes) and self.writes[0] == 0
@@ -306,6 +336,7 @@ class AccelModel:
         # ==== clock edge ==========================================================================
         self.tok_le += int(le_give) - int(w_start and e_head is not None and e_head.wait)
         self.tok_el += int(el_give) - int(l_accept and l_head is not None and l_head.wait)
+        self.tok_sl += int(sl_give) - int(l_accept and l_head is not None and l_head.wait_store)
         # load unit
         self.writes = deque(when - 1 for when in self.writes if when > 0)
         if self.dma_slots and self.dma_slots.popleft():  # a slot that ends a row
@@ -384,10 +415,13 @@ class AccelModel:
         if store_pop and isinstance(head, Store):
             self.sq.popleft()
             self.s_pending, self.s_left = head.dma, head.dma.rows
-        elif admit:
-            self.s_left -= 1
-        if config_pop:
+            self.s_signal, self.res_addr = head.signal, head.dma.spad_row
+        else:
+            self.s_left -= int(admit)
+            self.res_addr += int(res_read)
+        if config_pop and isinstance(head, Config):
             self.sq.popleft()
+            self.cfg_residual = head.residual is not None
         if dispatch and offered is not None:
             queue.append(self.commands.popleft())  # type: ignore[arg-type]
         timing.load_busy_cycles += int(bool(self.dma_slots_before))
@@ -440,6 +474,7 @@ class LayerQuant:
     bias: tuple[int, ...]  # N int32
     multiplier: tuple[int, ...]  # N int32
     input_zero_point: int = 0  # the im2col padding value
+    residual: ResidualConfig | None = None  # a residual add of an (M, N) int8 tensor
 
 
 @dataclass(frozen=True)
@@ -455,6 +490,7 @@ class LayerProgram:
     folds: int  # K folds (taps × channel chunks of ROWS)
     piece_folds: int  # K folds on chip at once (a K piece)
     input_padding: int = 0  # the feature map is stored padded by this (packed taps)
+    residual_base: int = -1  # (M, N) int8: the residual (NHWC), -1 without one
 
     def input_image(self, feature: npt.NDArray[np.integer],
                     zero_point: int) -> npt.NDArray[np.uint8]:
@@ -507,15 +543,18 @@ class LayerTiling:
         return -(-self.folds // self.piece_folds)
 
 
-def layer_tiling(config: AccelConfig, layer: ConvLayer) -> LayerTiling:
+def layer_tiling(config: AccelConfig, layer: ConvLayer, residual: bool = False
+                 ) -> LayerTiling:
     """Tiles that fit and keep the array busy: K pieces in a weight buffer, M chunks in the
-    accumulator and an activation buffer (each buffer a quarter of the scratchpad); among
-    the pieces that fit, the one with the fewest estimated cycles (then rows loaded).
+    accumulator and an activation buffer (each buffer a quarter of the scratchpad; with a
+    `residual` add, an activation buffer also holds the chunk's residual rows); among the
+    pieces that fit, the one with the fewest estimated cycles (then rows loaded).
 
     Raises CapacityError naming the sizes when not even one K fold of one output row fits.
     """
     out_h, out_w = layer.out_size
     folds = len(conv_folds(layer, config.rows))
+    extra = int(residual)  # residual rows per output pixel in an activation buffer
     quarter = config.memory.scratchpad_rows // 4
     row_bytes = config.memory.row_bytes
     buffer = (f"a {quarter * row_bytes}-byte buffer (a quarter of the "
@@ -525,25 +564,25 @@ def layer_tiling(config: AccelConfig, layer: ConvLayer) -> LayerTiling:
         raise CapacityError(
             f"layer {layer.name}: the weights of one K fold ({config.rows} rows of {row_bytes} B"
             f" = {config.rows * row_bytes} B) do not fit {buffer}")
-    if out_w > config.acc_depth or out_w > quarter:
+    if out_w > config.acc_depth or out_w * (1 + extra) > quarter:
         raise CapacityError(
             f"layer {layer.name}: one output row of {out_w} pixels needs {out_w} accumulator "
             f"rows ({out_w * config.cols * 4} B; the accumulator has {config.acc_depth} rows, "
-            f"{config.acc_depth * config.cols * 4} B) and {out_w * row_bytes} B of im2col rows "
-            f"per K fold ({buffer})")
-    largest = min(piece, quarter // out_w)
+            f"{config.acc_depth * config.cols * 4} B) and {out_w * (1 + extra) * row_bytes} B "
+            f"of im2col {'and residual ' if extra else ''}rows per K fold ({buffer})")
+    largest = min(piece, quarter // out_w - extra)
     # Candidates: halvings of the reduction, and the pieces that let an M chunk of r
     # output rows fit (small-M layers: the whole M in one chunk saves reloading weights).
     pieces = {largest} | {-(-folds // parts) for parts in range(1, 9)}
-    pieces |= {quarter // (out_w * rows) for rows in range(1, out_h + 1)}
+    pieces |= {quarter // (out_w * rows) - extra for rows in range(1, out_h + 1)}
     tilings = [LayerTiling(folds, piece, min(config.acc_depth // out_w,
-                                             quarter // (out_w * piece), out_h))
+                                             quarter // (out_w * (piece + extra)), out_h))
                for piece in sorted(pieces) if 1 <= piece <= largest]
-    return min(tilings, key=lambda tiling: _tiling_estimate(config, layer, tiling))
+    return min(tilings, key=lambda tiling: _tiling_estimate(config, layer, tiling, extra))
 
 
-def _tiling_estimate(config: AccelConfig, layer: ConvLayer, tiling: LayerTiling
-                     ) -> tuple[int, int]:
+def _tiling_estimate(config: AccelConfig, layer: ConvLayer, tiling: LayerTiling,
+                     residual: int = 0) -> tuple[int, int]:
     """(cycles, rows loaded) of conv_program's steps, roughly: each step takes the longer
     of its compute (`piece × max(m, ROWS)`) and its loads (one bus beat per row, more when
     rows are wider than the bus). Only for choosing tiles; `accel_cycles` is exact."""
@@ -566,6 +605,7 @@ def _tiling_estimate(config: AccelConfig, layer: ConvLayer, tiling: LayerTiling
                 act_rows = 0
                 if len(piece_sizes) > 1 or block == 0:
                     act_rows = m * (piece if len(piece_sizes) > 1 else tiling.folds)
+                act_rows += residual * m  # every step of a chunk: its residual rows
                 slots = piece * R * beats + act_rows * act_beats
                 cycles += max(piece * max(m, R), slots)
                 loaded += piece * R + act_rows
@@ -584,20 +624,28 @@ def conv_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant) -> La
     `Compute` waits for that and its last releases its buffers; after a chunk's last
     piece a `Config` (when the N block changes) and a `Store` send its rows out. So step
     s + 1 loads while step s computes and earlier rows are stored.
+
+    With a residual add (`quant.residual`), the last piece of each (chunk, block) also
+    loads that block of the residual (an (M, N) int8 tensor at residual_base) into the
+    activation buffer's rows after the im2col rows, alternating between the two buffers;
+    the Store reads them and signals, and the load that reuses a residual region waits
+    for the Store two before it (a store → load token).
     """
     R, C = config.rows, config.cols
     M, K, N = layer.gemm
     out_h, out_w = layer.out_size
     folds = conv_folds(layer, R)
-    tiling = layer_tiling(config, layer)
+    residual = quant.residual is not None
+    tiling = layer_tiling(config, layer, residual)
     quarter = config.memory.scratchpad_rows // 4
     input_base = 0
     pad = layer.padding if packs_taps(layer, R) else 0
     weight_base = _align((layer.height + 2 * pad) * (layer.width + 2 * pad) * layer.channels)
     output_base = weight_base + _align(K * N)
-    memory_bytes = output_base + _align(M * N) + 2 * config.memory.bus_bytes
+    residual_base = output_base + _align(M * N) if residual else -1
+    memory_bytes = output_base + _align(M * N) * (1 + residual) + 2 * config.memory.bus_bytes
     steps: list[_Step] = []
-    block_configured, a_loads, w_loads = -1, 0, 0
+    block_configured, a_loads, w_loads, stores = -1, 0, 0, 0
     a_buffer = 0
     for oy0 in range(0, out_h, tiling.chunk_rows):
         rows_here = min(tiling.chunk_rows, out_h - oy0)
@@ -621,9 +669,16 @@ def conv_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant) -> La
                     loads.append(_weight_rows(R, k_first, length, weight_base + n0, N, width,
                                               w_buffer + index * R))
                 last_piece = piece == tiling.pieces - 1
+                residual_row = stores % 2 * quarter + tiling.piece_folds * tiling.chunk_rows * out_w
+                if residual and last_piece:
+                    loads.append(DmaCommand(base=residual_base + m0 * N + n0, length=width,
+                                            count1=m_len, stride1=N, spad_row=residual_row))
                 steps.append(_Step(
                     [Load(dma, wait=len(steps) >= 2 and index == 0,
-                          signal=index == len(loads) - 1) for index, dma in enumerate(loads)],
+                          signal=index == len(loads) - 1,
+                          wait_store=residual and last_piece and stores >= 2
+                          and index == len(loads) - 1)
+                     for index, dma in enumerate(loads)],
                     [Compute(w_row=w_buffer + index * R, a_row=a_buffer + index * m_len,
                              m_len=m_len, add=piece > 0 or index > 0,
                              emit=last_piece and index == len(piece_folds) - 1,
@@ -634,13 +689,17 @@ def conv_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant) -> La
                 padded = [0] * (C - width)
                 tail.append(Config(
                     quant.epilogue, tuple(quant.bias[n0:n0 + width]) + tuple(padded),
-                    tuple(quant.multiplier[n0:n0 + width]) + tuple(padded), first_column=n0))
+                    tuple(quant.multiplier[n0:n0 + width]) + tuple(padded), first_column=n0,
+                    residual=quant.residual))
                 block_configured = block
             tail.append(Store(DmaCommand(base=output_base + m0 * N + n0, length=width,
-                                         count1=m_len, stride1=N)))
+                                         count1=m_len, stride1=N,
+                                         spad_row=residual_row if residual else 0),
+                              signal=residual))
+            stores += 1
     return LayerProgram(_software_pipeline(steps), input_base, weight_base, output_base,
                         memory_bytes, tiling.chunk_rows * out_w, len(folds),
-                        tiling.piece_folds, pad)
+                        tiling.piece_folds, pad, residual_base)
 
 
 @dataclass
@@ -707,14 +766,16 @@ def _im2col_rows(layer: ConvLayer, fold: tuple[int, int, int, int], oy0: int, ou
 
 
 def conv_reference(layer: ConvLayer, feature: npt.NDArray[np.integer],
-                   weights: npt.NDArray[np.integer], quant: LayerQuant) -> npt.NDArray[np.int64]:
+                   weights: npt.NDArray[np.integer], quant: LayerQuant,
+                   residual: npt.NDArray[np.integer] | None = None) -> npt.NDArray[np.int64]:
     """The layer in numpy and the interpreter's requantize: (M, N) int8 results.
 
     `feature` is (H, W, C) int8, `weights` (kernel, kernel, C, N) int8; padding reads
     the input zero point; the accumulation is int32 (wrapping), then bias (i32 add),
-    per-channel requantize and the clip.
+    per-channel requantize and the clip; with quant.residual, the residual add of
+    `residual` ((M, N) int8) as the epilogue does it.
     """
-    from glensidec.lang.dtypes import requantize
+    from glensidec.hardware.accel import epilogue_reference
 
     padding, stride, kernel = layer.padding, layer.stride, layer.kernel
     out_h, out_w = layer.out_size
@@ -727,14 +788,11 @@ def conv_reference(layer: ConvLayer, feature: npt.NDArray[np.integer],
             window = padded[ky:ky + stride * (out_h - 1) + 1:stride,
                             kx:kx + stride * (out_w - 1) + 1:stride]
             acc += window @ weights[ky, kx].astype(np.int64)
-    wrap = 2**32
-    biased = (acc.reshape(-1, layer.out_channels) + np.asarray(quant.bias, np.int64)
-              + 2**31) % wrap - 2**31
-    epilogue = quant.epilogue
-    out = requantize(biased.astype(np.int32), np.asarray(quant.multiplier, np.int64),
-                     epilogue.pre, epilogue.post, epilogue.zero_point)
-    clipped: npt.NDArray[np.int64] = np.clip(out.astype(np.int64), epilogue.low, epilogue.high)
-    return clipped
+    biased = wrap_signed(acc.reshape(-1, layer.out_channels) + np.asarray(quant.bias, np.int64),
+                         32)
+    return epilogue_reference(biased, np.zeros(layer.out_channels, np.int64),
+                              np.asarray(quant.multiplier, np.int64), quant.epilogue,
+                              residual=quant.residual, residual_rows=residual)
 
 
 def _signed_bytes(row: npt.NDArray[np.uint8]) -> npt.NDArray[np.int64]:
@@ -778,10 +836,14 @@ def run_functional(config: AccelConfig, commands: Sequence[Command],
             config_now = command
         else:
             rows_out = []
-            for _ in range(command.dma.rows):
+            for index in range(command.dma.rows):
+                residual_row = _signed_bytes(spad.get(command.dma.spad_row + index,
+                                                      zero_row)[:C])
                 out = epilogue_reference(emitted.popleft()[None, :],
                                          np.asarray(config_now.bias)[None, :],
-                                         np.asarray(config_now.multiplier), config_now.epilogue)
+                                         np.asarray(config_now.multiplier), config_now.epilogue,
+                                         residual=config_now.residual,
+                                         residual_rows=residual_row[None, :])
                 row = np.zeros(row_bytes, dtype=np.uint8)
                 row[:C] = out[0] & 0xFF
                 rows_out.append(row)
