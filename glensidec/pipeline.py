@@ -25,9 +25,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from glensidec import progress
-from glensidec.backend.accel_layers import fuse_accel_layers
+from glensidec.backend.accel_residual import fuse_for_accelerator
 from glensidec.backend.emit import emit_directory, predicted_cycles
-from glensidec.backend.fuse_elementwise import fuse_elementwise
 from glensidec.backend.lower import LoweredProgram, LowerOptions, lower_program
 from glensidec.backend.plan import MemoryPlan, plan_memory
 from glensidec.hardware.array import ArrayConfig
@@ -232,7 +231,7 @@ def compile_to_directory(program: Program, types: TypeTable, outdir: str | Path,
     options = replace(options or LowerOptions(), array_dtype="f32" if config.is_float else "i8")
     lowered = lower_program(program, types, options)
     if accel is not None:  # the accelerator's layers, and the host's loops around them
-        lowered = fuse_elementwise(fuse_accel_layers(lowered, weights, accel))
+        lowered = fuse_for_accelerator(lowered, weights, accel)
     plan = plan_memory(lowered)
     emit_directory(program, lowered, plan, Path(outdir), config, weights, force, more_arrays,
                    accel)

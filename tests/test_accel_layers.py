@@ -124,6 +124,54 @@ def _conv(root: Path, zero_point: int = -37, off_by_one: bool = False) -> Path:
     return path
 
 
+def _scalar(value: int, shape: str) -> str:
+    """An i32 literal broadcast over a tensor of `shape` (the quantizer's scalar operands)."""
+    axes = len(shape.split())
+    inner = f"(access-literal (literal {value} i32))"
+    for _ in range(axes):
+        inner = f"(access-insert-axis {inner} 0)"
+    return f"(access-broadcast {inner} (access-shape (shape {shape}) (shape)))"
+
+
+def _residual_add(y: str, r: str, shape: str) -> str:
+    """The quantizer's add_dynamic of two int8 tensors, then relu: i32 scaling of each
+    side, a zero-point offset, one requantize (what the epilogue's residual stage does)."""
+    scaled = [f"(compute elementwise-mul (access-pair (compute (cast i32) {side}) "
+              f"{_scalar(multiplier, shape)}))" for side, multiplier in ((y, 9000), (r, 12000))]
+    summed = f"(compute elementwise-add (access-pair {scaled[0]} {scaled[1]}))"
+    offset = f"(compute elementwise-add (access-pair {summed} {_scalar(100000, shape)}))"
+    return f"(compute relu (compute (requantize 1518500250 0 45 -20) {offset}))"
+
+
+def _residual(root: Path, case: str) -> Path:
+    """A layer followed by a quantized residual add: the dense layer plus an input
+    (`dense_residual`), the quantized convolution plus an input (`conv_residual`, r is
+    copied into the layer's rows) or plus another such convolution's result
+    (`conv_residual_of_a_layer`, r is that layer's rows before their transpose)."""
+    if case == "dense_residual":
+        _dense(root, PER_CHANNEL)
+        layer = DENSE.format(bias=PER_CHANNEL[0], bias_access=PER_CHANNEL[1])
+        head, body = layer.split("(compute (clip", 1)
+        text = (head + "(input r i8 (shape 5 20))\n(let y (compute (clip" + body + ")\n"
+                + _residual_add("y", "(access-tensor r)", "5 20"))
+    else:
+        _conv(root)
+        head, body = CONV.split("(compute relu", 1)
+        if case == "conv_residual":
+            text = (head + "(input r i8 (shape 1 8 6 6))\n(let y (compute relu" + body + ")\n"
+                    + _residual_add("y", "(access-tensor r)", "1 8 6 6"))
+        else:  # r: the same convolution of another input, requantized with another shift
+            other = body.replace("(requantize-per-channel 1 27 -3)",
+                                 "(requantize-per-channel 1 26 5)")
+            other = other.replace("(access-tensor x)", "(access-tensor x2)")
+            text = (head + "(input x2 i8 (shape 1 4 6 6))\n(let y (compute relu" + body
+                    + ")\n(let r (compute relu" + other + ")\n"
+                    + _residual_add("y", "r", "1 8 6 6"))
+    path = root / f"{case}.gs"
+    path.write_text(text)
+    return path
+
+
 def _compile(source: Path, outdir: Path, array: str, *extra: str
              ) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "glensidec", "compile", str(source),
@@ -158,17 +206,30 @@ CASES = {
     "dense_bias_per_element": (None, {"x": (5, 24)}, "8x8", 0),
     "conv_zero_point": (None, {"x": (1, 4, 6, 6)}, "8x8", 1),
     "conv_bias_off_by_one": (None, {"x": (1, 4, 6, 6)}, "8x8", 0),
+    # a residual add after the layer moves into its epilogue (layers, residual adds)
+    "dense_residual": (None, {"x": (5, 24), "r": (5, 20)}, "8x8", 1),
+    "conv_residual": (None, {"x": (1, 4, 6, 6), "r": (1, 8, 6, 6)}, "8x8", 1),
+    "conv_residual_of_a_layer": (None, {"x": (1, 4, 6, 6), "x2": (1, 4, 6, 6)}, "8x8", 2),
 }
+
+
+def _source(case: str, root: Path) -> Path:
+    """The program of a CASES entry (written into `root` unless it is an example)."""
+    source = CASES[case][0]
+    if "residual" in case:
+        return _residual(root, case)
+    if case.startswith("conv_"):
+        return _conv(root, off_by_one=case == "conv_bias_off_by_one")
+    if source is None:
+        return _dense(root, PER_ELEMENT if "per_element" in case else PER_CHANNEL)
+    return source
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_accelerator_layers_compute_what_the_interpreter_does(case: str, tmp_path: Path) -> None:
     source, shapes, array, fused = CASES[case]
-    if case.startswith("conv_"):
-        source = _conv(tmp_path, off_by_one=case == "conv_bias_off_by_one")
-    elif source is None:
-        source = _dense(tmp_path, PER_ELEMENT if "per_element" in case else PER_CHANNEL)
+    source = _source(case, tmp_path)
     rng = np.random.default_rng(3)
     inputs = {name: rng.integers(-128, 128, shape).astype(np.int8)
               for name, shape in shapes.items()}
@@ -193,6 +254,15 @@ def test_accelerator_layers_compute_what_the_interpreter_does(case: str, tmp_pat
     if case == "conv_zero_point":  # the padding the layer reads is the zero point now
         assert "with -37, the zero point an accelerator layer pads with" in \
             (outdir / "model.c").read_text()
+    if "residual" in case:  # the add is the last layer's epilogue: no host loop is left
+        residual = layers[-1].residual
+        assert residual is not None and layers[-1].residual_add is not None
+        assert not any(type(instruction).__name__ in ("Fused", "Fold")
+                       for instruction in lowered.instructions)
+        copied = case == "conv_residual"  # the input r copied into the layer's rows
+        assert (residual.buffer.endswith("_residual")) == copied
+        if case == "conv_residual_of_a_layer":  # the other layer's rows, before the copy
+            assert residual.buffer == layers[0].dst.buffer
     diff = subprocess.run([sys.executable, "-m", "glensidec", "diff", str(outdir),
                            *(f"{name}={outdir / name}.npy" for name in inputs)],
                           capture_output=True, text=True, timeout=600)
@@ -283,15 +353,14 @@ def test_the_runtime_is_clean_under_sanitizers(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.rtl
-@pytest.mark.parametrize("case", ["resnet_block", "dense"])
+@pytest.mark.parametrize("case", ["resnet_block", "dense", "conv_residual_of_a_layer"])
 def test_make_sim_runs_the_layers_on_ws_accel(case: str, tmp_path: Path,
                                                sim_cache: Path) -> None:
     """`make sim` co-simulates the accelerator layers on ws_accel (resnet_block's array
-    call on the array's RTL in a run of its own): bits and cycles as predicted, and the
-    result the interpreter's."""
-    source, shapes, array, fused = CASES[case]
-    if source is None:
-        source = _dense(tmp_path, PER_CHANNEL)
+    call on the array's RTL in a run of its own; a residual add in a layer's epilogue):
+    bits and cycles as predicted, and the result the interpreter's."""
+    _, shapes, array, fused = CASES[case]
+    source = _source(case, tmp_path)
     outdir = tmp_path / "out"
     assert _compile(source, outdir, array).returncode == 0
     rng = np.random.default_rng(11)

@@ -68,6 +68,8 @@ from glensidec.hardware.accel_native import native_cycles, native_model, pack_co
 from glensidec.hardware.array import ArrayConfig, ideal_cycles
 from glensidec.hardware.commands import (
     AccelConfig,
+    AccelTiming,
+    LayerProgram,
     LayerQuant,
     accel_cycles,
     conv_program,
@@ -122,7 +124,7 @@ def _block(view: View, lowered: LoweredProgram, m: int, n: int
     return None
 
 
-def _evaluate(lowered: LoweredProgram, name: str, weights: dict[str, Array],
+def evaluate_buffer(lowered: LoweredProgram, name: str, weights: dict[str, Array],
               before: int) -> Array | None:
     """The elements of buffer `name` (flat) when they are known at compile time: a
     constant, or an activation only fills and copies of such make before instruction
@@ -140,7 +142,7 @@ def _evaluate(lowered: LoweredProgram, name: str, weights: dict[str, Array],
             low = integer_range(buffer.dtype)[0] if writer.minimum else writer.value
             store_view(writer.dst, flat, np.full(writer.dst.shape, low))
         elif isinstance(writer, Copy):
-            source = _evaluate(lowered, writer.src.buffer, weights, index)
+            source = evaluate_buffer(lowered, writer.src.buffer, weights, index)
             if source is None:
                 return None
             store_view(writer.dst, flat, view_array(writer.src, source))
@@ -152,7 +154,7 @@ def _evaluate(lowered: LoweredProgram, name: str, weights: dict[str, Array],
 def _known(lowered: LoweredProgram, view: View, weights: dict[str, Array], before: int,
            shape: tuple[int, int]) -> Array | None:
     """A compile-time operand's values as int64 of `shape` (None: known only at run time)."""
-    flat = _evaluate(lowered, view.buffer, weights, before)
+    flat = evaluate_buffer(lowered, view.buffer, weights, before)
     if flat is None:
         return None
     values: Array = view_array(view, flat).astype(np.int64).reshape(shape)
@@ -253,7 +255,7 @@ def _per_column(values: Array) -> list[int] | None:
 
 
 @dataclass
-class _Builder:
+class LayerBuilder:
     """New buffers and names while the pass rewrites one program."""
 
     lowered: LoweredProgram
@@ -291,11 +293,11 @@ def fuse_accel_layers(lowered: LoweredProgram, weights: dict[str, Array],
             if chain is not None and _rewrite(result, index, chain, weights, accel):
                 continue  # the same index now holds the layer's first new instruction
         index += 1
-    _drop_dead_code(result)
+    drop_dead_code(result)
     return result
 
 
-def _drop_dead_code(lowered: LoweredProgram) -> None:
+def drop_dead_code(lowered: LoweredProgram) -> None:
     """Remove what the layers made unneeded: instructions writing activations no one reads
     (the run-time padding of weights now packed at compile time), and unused buffers."""
     while True:
@@ -362,7 +364,7 @@ def _rewrite(lowered: LoweredProgram, index: int, chain: _Chain, weights: dict[s
             fill = lowered.instructions[position]
             assert isinstance(fill, Fill)
             lowered.instructions[position] = replace(fill, value=zero_point)
-    builder = _Builder(lowered)
+    builder = LayerBuilder(lowered)
     name = chain.dst.buffer
     before: list[Instruction] = []
     after: list[Instruction] = []
@@ -422,16 +424,7 @@ def _rewrite(lowered: LoweredProgram, index: int, chain: _Chain, weights: dict[s
         layer = ConvLayer(name, height=m, width=1, channels=gemm.k, out_channels=n)
     epilogue = EpilogueConfig(chain.pre, chain.post, chain.zero_point, chain.low, chain.high)
     quant = LayerQuant(epilogue, tuple(bias_vector), tuple(multiplier_vector))
-    try:
-        program = conv_program(accel, layer, quant)
-    except CapacityError as error:
-        raise GlensideError(f"--accel: {error}") from None
-    table = pack_commands(program.commands)
-    native = native_model()
-    timing = (native_cycles(native, accel, table, 10**12) if native is not None
-              else accel_cycles(accel, program.commands))
-    if table.size and (table.min() < -2**31 or table.max() >= 2**31):
-        raise GlensideError(f"--accel: layer {name} needs addresses beyond 32 bits")
+    program, table, timing = program_layer(accel, layer, quant)
     fused = AccelLayer(
         lowered.instructions[chain.indices[-1]].note, dst, name=name,
         a=a_view, b=b_view,
@@ -451,6 +444,23 @@ def _rewrite(lowered: LoweredProgram, index: int, chain: _Chain, weights: dict[s
     kept[index:index] = [*before, fused, *after]  # where the array call was
     lowered.instructions = kept
     return True
+
+
+def program_layer(accel: AccelConfig, layer: ConvLayer, quant: LayerQuant
+                  ) -> tuple[LayerProgram, Array, AccelTiming]:
+    """The layer's commands (conv_program), as the packed table the C reads, and their
+    cycles on ws_accel; GlensideError when the layer does not fit the accelerator."""
+    try:
+        program = conv_program(accel, layer, quant)
+    except CapacityError as error:
+        raise GlensideError(f"--accel: {error}") from None
+    table = pack_commands(program.commands)
+    native = native_model()
+    timing = (native_cycles(native, accel, table, 10**12) if native is not None
+              else accel_cycles(accel, program.commands))
+    if table.size and (table.min() < -2**31 or table.max() >= 2**31):
+        raise GlensideError(f"--accel: layer {layer.name} needs addresses beyond 32 bits")
+    return program, table, timing
 
 
 def _padding(lowered: LoweredProgram, name: str, before: int,

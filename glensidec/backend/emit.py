@@ -52,6 +52,7 @@ from glensidec.backend.plan import MemoryPlan
 from glensidec.backend.report import render_files as report_files
 from glensidec.backend.report import report_data
 from glensidec.backend.views import Axis, View, canonical, refine
+from glensidec.hardware.accel import ResidualConfig
 from glensidec.hardware.accel_native import FIELDS
 from glensidec.hardware.array import ArrayConfig, array_for, gemm_cycles
 from glensidec.hardware.commands import AccelConfig
@@ -324,16 +325,22 @@ class _Renderer:
 
     def _accellayer(self, layer: AccelLayer) -> tuple[str, list[str]]:
         commands = self.lowered.buffer_of(layer.commands).shape[0]
+        added = layer.residual_add or ResidualConfig()
         fields = (f'"{layer.name}", {layer.m}, {layer.k}, {layer.n}, {layer.input_base}, '
                   f"{layer.weight_base}, {layer.output_base}, {layer.pre}, {layer.post}, "
                   f"{layer.zero_point}, {layer.low}, {layer.high}, {commands}, {layer.cycles}LL, "
-                  f"{layer.input_elements}")
+                  f"{layer.input_elements}, {layer.residual_base}, {added.self_multiplier}, "
+                  f"{added.multiplier}, {added.offset}, {added.requantize_multiplier}, "
+                  f"{added.pre}, {added.post}, {added.zero_point}, {added.low}, {added.high}")
+        residual = "NULL" if layer.residual is None else pointer(layer.residual)
         call = (f"gs_accel_run(&layer, {pointer(layer.commands)}, {pointer(layer.a)}, "
                 f"{pointer(layer.b)}, {pointer(layer.bias)}, {pointer(layer.multiplier)}, "
-                f"{pointer(layer.dst)})")
-        what = (f"{layer.name} = clip(requantize({layer.a.buffer} . {layer.b.buffer} + "
-                f"bias)) on the accelerator (M={layer.m} K={layer.k} N={layer.n}, "
-                f"{commands} commands, {layer.cycles} cycles)")
+                f"{residual}, {pointer(layer.dst)})")
+        product = f"clip(requantize({layer.a.buffer} . {layer.b.buffer} + bias))"
+        if layer.residual is not None:
+            product = f"clip(requantize({product} * a + {layer.residual.buffer} * b + c))"
+        what = (f"{layer.name} = {product} on the accelerator (M={layer.m} K={layer.k} "
+                f"N={layer.n}, {commands} commands, {layer.cycles} cycles)")
         return what, ["  {", f"    static const gs_accel_layer layer = {{{fields}}};",
                       f"    if ({call} != 0)", "      return 1;", "  }"]
 

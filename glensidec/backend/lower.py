@@ -48,6 +48,7 @@ from glensidec.backend.views import (
     view_array,
     windows,
 )
+from glensidec.hardware.accel import ResidualConfig
 from glensidec.lang.constructs import ComputeKind, Group
 from glensidec.lang.dtypes import DTYPES, Array
 from glensidec.lang.expand import expand_program, needs_expansion
@@ -249,7 +250,9 @@ class AccelLayer(Instruction):
     requantizes by the multiplier (N i32) and clips as the rows leave for memory.
 
     Made by glensidec.backend.accel_layers from an array call and the bias add,
-    requantize and clip that follow it; all operands are row-major and contiguous.
+    requantize and clip that follow it; all operands are row-major and contiguous. With
+    `residual` (M×N i8), the epilogue then adds it as the quantized residual add
+    `residual_add` describes: dst = clip(requantize(y·a + residual·b + c)).
     """
 
     name: str  # the program's buffer the layer computes (its `let`)
@@ -278,6 +281,9 @@ class AccelLayer(Instruction):
     image: tuple[int, ...] = ()
     kernel: int = 1
     stride: int = 1
+    residual: View | None = None
+    residual_add: ResidualConfig | None = None
+    residual_base: int = -1
 
     @property
     def input_elements(self) -> int:
@@ -285,7 +291,8 @@ class AccelLayer(Instruction):
         return math.prod(self.image) if self.image else self.m * self.k
 
     def reads(self) -> tuple[View, ...]:
-        return (self.a, self.b, self.bias, self.multiplier, self.commands)
+        operands = (self.a, self.b, self.bias, self.multiplier, self.commands)
+        return operands if self.residual is None else (*operands, self.residual)
 
 
 @dataclass

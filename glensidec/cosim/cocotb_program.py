@@ -24,7 +24,7 @@ from glensidec.cosim.accel_driver import run_commands, start_clock
 from glensidec.cosim.rtl_driver import GemmDriver, GemmRun
 from glensidec.cosim.runner import Manifest, testbench_depths
 from glensidec.cosim.settings import testbench_settings
-from glensidec.hardware.accel import EpilogueConfig, epilogue_reference
+from glensidec.hardware.accel import EpilogueConfig, ResidualConfig, epilogue_reference
 from glensidec.hardware.accel_native import FIELDS, unpack_commands
 from glensidec.hardware.array import gemm_cycles, reference_gemm, reference_gemm_f32
 from glensidec.hardware.commands import encode_command
@@ -116,6 +116,11 @@ async def run_compiled_program(dut: Any) -> None:
     assert all(call["data_ok"] and call["cycles_ok"] for call in calls), calls
 
 
+#: gs_accel_layer's residual fields, in ResidualConfig's order.
+RESIDUAL_FIELDS = ("res_self", "res_mult", "res_offset", "res_multiplier", "res_pre",
+                   "res_post", "res_zero_point", "res_low", "res_high")
+
+
 class AccelLayerStruct(ctypes.Structure):
     """gs_accel_layer of accel_runtime.h."""
 
@@ -124,15 +129,24 @@ class AccelLayerStruct(ctypes.Structure):
                 ("weight_base", ctypes.c_long), ("output_base", ctypes.c_long),
                 ("pre", ctypes.c_int), ("post", ctypes.c_int), ("zero_point", ctypes.c_int),
                 ("low", ctypes.c_int), ("high", ctypes.c_int), ("commands", ctypes.c_long),
-                ("predicted_cycles", ctypes.c_longlong), ("input_bytes", ctypes.c_long)]
+                ("predicted_cycles", ctypes.c_longlong), ("input_bytes", ctypes.c_long),
+                ("residual_base", ctypes.c_long),
+                *((name, ctypes.c_int) for name in RESIDUAL_FIELDS)]
+
+    def residual_add(self) -> ResidualConfig | None:
+        """The layer's residual add, or None."""
+        if self.residual_base < 0:
+            return None
+        return ResidualConfig(*(int(getattr(self, name)) for name in RESIDUAL_FIELDS))
 
 
 # int (*)(const gs_accel_layer *, const int32_t *commands, const int8_t *A, const int8_t *B,
-#         const int32_t *bias, const int32_t *multiplier, int8_t *C): gs_accel_backend_fn
+#         const int32_t *bias, const int32_t *multiplier, const int8_t *R, int8_t *C):
+# gs_accel_backend_fn
 ACCEL_BACKEND_ARGS = (ctypes.POINTER(AccelLayerStruct), ctypes.POINTER(ctypes.c_int32),
                       ctypes.POINTER(ctypes.c_int8), ctypes.POINTER(ctypes.c_int8),
                       ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_int32),
-                      ctypes.POINTER(ctypes.c_int8))
+                      ctypes.POINTER(ctypes.c_int8), ctypes.POINTER(ctypes.c_int8))
 ACCEL_BACKEND = ctypes.CFUNCTYPE(ctypes.c_int, *ACCEL_BACKEND_ARGS)
 
 
@@ -173,9 +187,9 @@ async def run_compiled_program_on_accel(dut: Any) -> None:
     recorded: list[_LayerRun] = []
 
     def backend(layer_ptr: Any, commands_ptr: Any, a_ptr: Any, b_ptr: Any, bias_ptr: Any,
-                multiplier_ptr: Any, c_ptr: Any) -> int:
+                multiplier_ptr: Any, r_ptr: Any, c_ptr: Any) -> int:
         status = int(library.gs_accel_model(layer_ptr, commands_ptr, a_ptr, b_ptr, bias_ptr,
-                                            multiplier_ptr, c_ptr))
+                                            multiplier_ptr, r_ptr, c_ptr))
         layer = layer_ptr.contents
         m, k, n = int(layer.m), int(layer.k), int(layer.n)
         table = np.ctypeslib.as_array(commands_ptr, shape=(layer.commands, len(FIELDS)))
@@ -186,17 +200,24 @@ async def run_compiled_program_on_accel(dut: Any) -> None:
         multiplier = np.ctypeslib.as_array(multiplier_ptr, shape=(n,)).astype(np.int64)
         epilogue = EpilogueConfig(layer.pre, layer.post, layer.zero_point, layer.low,
                                   layer.high)
+        added = layer.residual_add()
         commands = unpack_commands(table, accel.cols, epilogue, bias.tolist(),
-                                   multiplier.tolist())
+                                   multiplier.tolist(), added)
         output = range(layer.output_base, layer.output_base + m * n)
-        memory = np.zeros(output.stop + 2 * memory_config.bus_bytes, dtype=np.uint8)
+        end = max(output.stop, layer.residual_base + m * n)
+        memory = np.zeros(end + 2 * memory_config.bus_bytes, dtype=np.uint8)
         memory[layer.input_base:layer.input_base + a.size] = a & 0xFF
         memory[layer.weight_base:layer.weight_base + k * n] = (b & 0xFF).reshape(-1)
+        residual = None
+        if added is not None:
+            residual = _matrix(r_ptr, m, n).astype(np.int64)
+            memory[layer.residual_base:layer.residual_base + m * n] = \
+                (residual & 0xFF).reshape(-1)
         # numpy's product for a matrix; for an im2col layer the C model (which glensidec
         # diff checks against numpy's convolution) is the reference
         expected = _matrix(c_ptr, m, n).copy() if image else epilogue_reference(
             reference_gemm(a.reshape(m, k), b, None, 32, 8), bias[None, :], multiplier,
-            epilogue)
+            epilogue, residual=added, residual_rows=residual)
         recorded.append(_LayerRun(
             layer.name.decode(), m, k, n, int(layer.predicted_cycles),
             [encode_command(command, accel.cols) for command in commands], memory, output,

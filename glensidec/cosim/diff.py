@@ -34,10 +34,9 @@ from pathlib import Path
 
 import numpy as np
 
-from glensidec.backend.accel_layers import fuse_accel_layers
+from glensidec.backend.accel_residual import fuse_for_accelerator
 from glensidec.backend.emit import PROGRAM_FILE as PROGRAM
 from glensidec.backend.emit import TRACE_LIBRARY
-from glensidec.backend.fuse_elementwise import fuse_elementwise
 from glensidec.backend.lower import (
     CONSTANT,
     INPUT,
@@ -153,8 +152,10 @@ def _execute(instruction: Instruction, read: Callable[[View], Array],
         products = matmul(activations, read(instruction.b), "i8")
         epilogue = EpilogueConfig(instruction.pre, instruction.post, instruction.zero_point,
                                   instruction.low, instruction.high)
+        residual = None if instruction.residual is None else read(instruction.residual)
         return epilogue_reference(products, read(instruction.bias)[None, :],
-                                  read(instruction.multiplier), epilogue)
+                                  read(instruction.multiplier), epilogue,
+                                  residual=instruction.residual_add, residual_rows=residual)
     if isinstance(instruction, Fused):
         leaves = [read(leaf) for leaf in instruction.leaves]
         kinds = [dtype(leaf) for leaf in instruction.leaves]
@@ -329,8 +330,7 @@ def load_compiled(outdir: Path) -> tuple[Program, LoweredProgram]:
     lowered = lower_program(program, check_program(program), options)
     accel = manifest.accel_config()
     if accel is not None:  # compiled with --accel: the same layers on the accelerator
-        lowered = fuse_elementwise(fuse_accel_layers(lowered, data.load_weights(program),
-                                                     accel))
+        lowered = fuse_for_accelerator(lowered, data.load_weights(program), accel)
     return program, lowered
 
 

@@ -1,0 +1,349 @@
+"""Residual adds in the accelerator's epilogue: the host loop after a layer, folded into it.
+
+A quantized residual add (the quantizer's `add_dynamic`, TFLite's way) reads two int8
+tensors, the layer's result y and the skip connection r, and computes
+
+    clip(requantize(y·a + r·b + c))        (i32 products and sums, scalars a, b, c)
+
+After `fuse_accel_layers` and `fuse_elementwise` it is one `Fused` loop reading y (or
+the NCHW copy the layer's result is transposed into) and r. This pass (`compile --accel`)
+recognises such a loop by evaluating its steps symbolically — every value a linear form
+a·y + b·r + c of the two run-time leaves, then one requantize with a scalar multiplier,
+then clips — and gives the loop's work to the layer: ws_epilogue's residual stage
+(`hardware.accel.ResidualConfig`) does exactly that arithmetic on each row as it leaves,
+reading r's rows through the scratchpad (`commands.conv_program` with a residual). The
+layer then writes the loop's destination; r is read in the layer's (M, N) layout: the
+other layer's result before its transpose when r is one, else a host copy made for it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from glensidec.backend.accel_layers import (
+    LayerBuilder,
+    drop_dead_code,
+    evaluate_buffer,
+    fuse_accel_layers,
+    program_layer,
+)
+from glensidec.backend.fuse_elementwise import fuse_elementwise
+from glensidec.backend.lower import (
+    CONSTANT,
+    AccelLayer,
+    Copy,
+    Fused,
+    LoweredProgram,
+    constant_array,
+)
+from glensidec.backend.views import View, contiguous
+from glensidec.errors import GlensideError
+from glensidec.hardware.accel import ConvLayer, EpilogueConfig, ResidualConfig
+from glensidec.hardware.commands import AccelConfig, LayerQuant
+from glensidec.lang.dtypes import Array, wrap_signed
+
+
+@dataclass(frozen=True)
+class _Linear:
+    """coefficients[leaf]·leaf + constant, modulo 2^32 (an i32 value of the loop)."""
+
+    coefficients: tuple[tuple[int, int], ...]  # (run-time leaf, coefficient)
+    constant: int
+
+    def plus(self, other: _Linear, sign: int = 1) -> _Linear:
+        merged = dict(self.coefficients)
+        for leaf, coefficient in other.coefficients:
+            merged[leaf] = merged.get(leaf, 0) + sign * coefficient
+        return _Linear(tuple((leaf, int(wrap_signed(value, 32))) for leaf, value
+                             in sorted(merged.items())),
+                       int(wrap_signed(self.constant + sign * other.constant, 32)))
+
+    def times(self, factor: int) -> _Linear:
+        return _Linear(tuple((leaf, int(wrap_signed(value * factor, 32)))
+                             for leaf, value in self.coefficients),
+                       int(wrap_signed(self.constant * factor, 32)))
+
+
+@dataclass(frozen=True)
+class _Requantized:
+    """clip(requantize(linear)) to int8."""
+
+    linear: _Linear
+    multiplier: int
+    pre: int
+    post: int
+    zero_point: int
+    low: int = -128
+    high: int = 127
+
+
+_Value = int | _Linear | _Requantized  # an int: a scalar constant
+
+
+def _scalar(lowered: LoweredProgram, view: View, weights: dict[str, Array],
+            before: int) -> int | None:
+    """The one value every element of a compile-time leaf holds, else None."""
+    flat = evaluate_buffer(lowered, view.buffer, weights, before)
+    if flat is None or flat.size == 0 or not np.all(flat == flat[0]):
+        return None
+    return int(flat[0])
+
+
+def residual_form(fused: Fused, values: list[_Value]) -> _Requantized | None:
+    """The loop's result as clip(requantize(a·y + b·r + c)) of its run-time leaves, or
+    None when a step is anything else (`values`: a scalar or a leaf's _Linear each)."""
+    results: list[_Value] = []
+
+    def operand(index: int) -> _Value:
+        return values[index] if index >= 0 else results[-index - 1]
+
+    for step in fused.steps:
+        name = step.op if isinstance(step.op, str) else step.op.name
+        args = [operand(index) for index in step.operands]
+        result: _Value | None = None
+        if name == "cast" and step.dtype == "i32" and not isinstance(args[0], _Requantized):
+            result = args[0]
+        elif name in ("elementwise-add", "elementwise-sub", "elementwise-mul") and \
+                step.dtype == "i32" and len(args) == 2:
+            result = _fold(name, args[0], args[1])
+        elif name == "requantize" and step.dtype == "i8" and isinstance(args[0], _Linear):
+            assert not isinstance(step.op, str)
+            multiplier, pre, post, zero_point = (int(value) for value in step.op.params)
+            result = _Requantized(args[0], multiplier, pre, post, zero_point)
+        elif name == "requantize-per-channel" and isinstance(args[0], _Linear) and \
+                isinstance(args[1], int):
+            pre, post, zero_point = step.params
+            result = _Requantized(args[0], args[1], pre, post, zero_point)
+        elif name in ("relu", "clip") and isinstance(args[0], _Requantized):
+            assert not isinstance(step.op, str)
+            low, high = (0, 127) if name == "relu" else (
+                math.ceil(float(step.op.params[0])), math.floor(float(step.op.params[1])))
+            low, high = max(args[0].low, low), min(args[0].high, high)
+            result = replace(args[0], low=low, high=high) if low <= high else None
+        if result is None:
+            return None
+        results.append(result)
+    final = results[-1] if results else None
+    return final if isinstance(final, _Requantized) else None
+
+
+def _fold(name: str, left: _Value, right: _Value) -> _Value | None:
+    if isinstance(left, _Requantized) or isinstance(right, _Requantized):
+        return None
+    if isinstance(left, int) and isinstance(right, int):
+        return None  # constants only: the loop would not be a residual add
+    if name == "elementwise-mul":
+        if isinstance(left, int) and isinstance(right, _Linear):
+            return right.times(left)
+        if isinstance(right, int) and isinstance(left, _Linear):
+            return left.times(right)
+        return None  # a product of two run-time values
+    sign = 1 if name == "elementwise-add" else -1
+    as_linear = [value if isinstance(value, _Linear) else _Linear((), value)
+                 for value in (left, right)]
+    return as_linear[0].plus(as_linear[1], sign)
+
+
+@dataclass(frozen=True)
+class _Found:
+    """A residual add the layer at `layer_index` can take."""
+
+    fused_index: int
+    layer_index: int
+    copy_index: int | None  # the copy transposing the layer's result into y, if any
+    residual: View  # r as the layer's (M, N) rows (a new buffer when `copy_residual`)
+    copy_residual: Copy | None  # the host copy that makes it, if needed
+    form: _Requantized
+    y_leaf: int
+    r_leaf: int
+
+
+def fuse_for_accelerator(lowered: LoweredProgram, weights: dict[str, Array],
+                         accel: AccelConfig) -> LoweredProgram:
+    """`compile --accel`'s passes: accelerator layers, the host's elementwise loops fused,
+    and the residual adds moved into the layers' epilogues."""
+    layers = fuse_accel_layers(lowered, weights, accel)
+    return fuse_accel_residuals(fuse_elementwise(layers), weights, accel)
+
+
+def fuse_accel_residuals(lowered: LoweredProgram, weights: dict[str, Array],
+                         accel: AccelConfig) -> LoweredProgram:
+    """`lowered` with every residual add after an accelerator layer done by its epilogue
+    (a new program)."""
+    result = LoweredProgram(dict(lowered.buffers), list(lowered.instructions), lowered.output,
+                            lowered.output_shape)
+    index = 0
+    while index < len(result.instructions):
+        instruction = result.instructions[index]
+        found = _find(result, index, weights) if isinstance(instruction, Fused) else None
+        if found is not None and _rewrite(result, found, weights, accel):
+            index = found.layer_index  # the loop is gone; look again after the layer
+        index += 1
+    drop_dead_code(result)
+    return result
+
+
+def _producer(lowered: LoweredProgram, view: View) -> tuple[int, int | None] | None:
+    """(layer index, transposing copy index or None) when `view`'s buffer is an accelerator
+    layer's result, directly or through the one copy that transposes it."""
+    writers = lowered.writers().get(view.buffer, [])
+    if len(writers) != 1:
+        return None
+    writer = lowered.instructions[writers[0]]
+    if isinstance(writer, AccelLayer):
+        return writers[0], None
+    if not isinstance(writer, Copy):
+        return None
+    sources = lowered.writers().get(writer.src.buffer, [])
+    if len(sources) == 1 and isinstance(lowered.instructions[sources[0]], AccelLayer) and \
+            lowered.readers().get(writer.src.buffer) == [writers[0]]:
+        return sources[0], writers[0]
+    return None
+
+
+def _find(lowered: LoweredProgram, index: int, weights: dict[str, Array]) -> _Found | None:
+    fused = lowered.instructions[index]
+    assert isinstance(fused, Fused)
+    values: list[_Value] = []
+    runtime: list[int] = []
+    for leaf, view in enumerate(fused.leaves):
+        scalar = _scalar(lowered, view, weights, index)
+        if scalar is not None:
+            values.append(scalar)
+        else:
+            values.append(_Linear(((leaf, 1),), 0))
+            runtime.append(leaf)
+    if len(runtime) != 2 or any(lowered.buffer_of(fused.leaves[leaf]).dtype != "i8"
+                                for leaf in runtime):
+        return None
+    form = residual_form(fused, values)
+    if form is None or {leaf for leaf, _ in form.linear.coefficients} != set(runtime):
+        return None
+    destination = lowered.buffer_of(fused.dst)
+    if destination.dtype != "i8" or not lowered.is_whole(fused.dst) or \
+            lowered.writers().get(fused.dst.buffer) != [index]:
+        return None
+    # y: the later layer's result (the other one is then ready when this layer runs)
+    candidates = []
+    for y_leaf in runtime:
+        produced = _producer(lowered, fused.leaves[y_leaf])
+        if produced is not None:
+            candidates.append((produced[0], y_leaf, produced[1]))
+    for layer_index, y_leaf, copy_index in sorted(candidates, reverse=True):
+        r_leaf = runtime[0] if runtime[1] == y_leaf else runtime[1]
+        found = _residual_rows(lowered, index, layer_index, copy_index, y_leaf, r_leaf)
+        if found is not None:
+            residual, copy = found
+            return _Found(index, layer_index, copy_index, residual, copy, form, y_leaf, r_leaf)
+    return None
+
+
+def _residual_rows(lowered: LoweredProgram, index: int, layer_index: int,
+                   copy_index: int | None, y_leaf: int, r_leaf: int
+                   ) -> tuple[View, Copy | None] | None:
+    """r in the layer's (M, N) row layout, and the host copy that makes it (None: r or
+    another layer's result already is), when the loop can move into the layer."""
+    fused = lowered.instructions[index]
+    layer = lowered.instructions[layer_index]
+    assert isinstance(fused, Fused) and isinstance(layer, AccelLayer)
+    y_view, r_view = fused.leaves[y_leaf], fused.leaves[r_leaf]
+    y_buffer, r_buffer = lowered.buffer_of(y_view), lowered.buffer_of(r_view)
+    same_walk = y_view.dims == r_view.dims and y_view.offset == r_view.offset
+    if not (same_walk and lowered.is_whole(y_view) and lowered.is_whole(r_view)
+            and y_buffer.elements == r_buffer.elements == layer.m * layer.n
+            and lowered.readers().get(y_view.buffer) == [index]
+            and y_view.shape == fused.dst.shape):
+        return None
+    # r must be complete when the layer runs (written before it, never after)
+    if any(writer >= layer_index for writer in lowered.writers().get(r_view.buffer, [])):
+        return None
+    if copy_index is None:  # y is the layer's (M, N) result: r has the same layout
+        return contiguous(r_view.buffer, (layer.m, layer.n)), None
+    transposing = lowered.instructions[copy_index]
+    assert isinstance(transposing, Copy)
+    produced = _producer(lowered, r_view)
+    if produced is not None and produced[1] is not None:
+        other = lowered.instructions[produced[1]]
+        assert isinstance(other, Copy)
+        if _renamed(other.dst, transposing.dst) and _renamed(other.src, transposing.src) and \
+                lowered.buffer_of(other.src).elements == layer.m * layer.n:
+            return contiguous(other.src.buffer, (layer.m, layer.n)), None
+    builder = LayerBuilder(lowered)
+    rows = builder.activation(f"{layer.name}_residual", (layer.m, layer.n))
+    copy = Copy(f"{fused.note}: the residual in the accelerator layer's rows",
+                replace(transposing.src, buffer=rows.buffer),
+                replace(transposing.dst, buffer=r_view.buffer))
+    return rows, copy
+
+
+def _renamed(view: View, other: View) -> bool:
+    """The same walk over another buffer."""
+    return view.dims == other.dims and view.offset == other.offset
+
+
+def _rewrite(lowered: LoweredProgram, found: _Found, weights: dict[str, Array],
+             accel: AccelConfig) -> bool:
+    """Move the loop into the layer; False (nothing changed) when the layer's tiles with
+    the residual rows do not fit the scratchpad."""
+    layer = lowered.instructions[found.layer_index]
+    fused = lowered.instructions[found.fused_index]
+    assert isinstance(layer, AccelLayer) and isinstance(fused, Fused)
+    form = found.form
+    coefficients = dict(form.linear.coefficients)
+    added = ResidualConfig(
+        self_multiplier=coefficients[found.y_leaf], multiplier=coefficients[found.r_leaf],
+        offset=form.linear.constant, requantize_multiplier=form.multiplier, pre=form.pre,
+        post=form.post, zero_point=form.zero_point, low=form.low, high=form.high)
+    builder = LayerBuilder(lowered)
+    name = fused.dst.buffer
+    quant = LayerQuant(EpilogueConfig(layer.pre, layer.post, layer.zero_point, layer.low,
+                                      layer.high),
+                       _vector(lowered, layer.bias, weights),
+                       _vector(lowered, layer.multiplier, weights), residual=added)
+    try:
+        program, table, timing = program_layer(accel, replace(_geometry(layer), name=name),
+                                               quant)
+    except GlensideError:
+        return False
+    instructions = lowered.instructions
+    if found.copy_index is None:
+        dst = fused.dst
+    else:  # the layer writes new rows; the copy transposes them into the loop's result
+        dst = builder.activation(f"{name}_transposed", (layer.m, layer.n))
+        transposing = instructions[found.copy_index]
+        assert isinstance(transposing, Copy)
+        instructions[found.copy_index] = replace(
+            transposing, dst=replace(transposing.dst, buffer=name),
+            src=replace(transposing.src, buffer=dst.buffer))
+    instructions[found.layer_index] = replace(
+        layer, note=fused.note, dst=dst, name=name,
+        commands=builder.constant(f"{name}_commands", "i32", table),
+        input_base=program.input_base, weight_base=program.weight_base,
+        output_base=program.output_base, cycles=timing.cycles,
+        load_bytes=timing.load_bytes, store_bytes=timing.store_bytes,
+        compute_rows=timing.compute_rows, residual=found.residual, residual_add=added,
+        residual_base=program.residual_base)
+    del instructions[found.fused_index]
+    if found.copy_residual is not None:
+        instructions.insert(found.layer_index, found.copy_residual)
+    return True
+
+
+def _vector(lowered: LoweredProgram, view: View, weights: dict[str, Array]
+            ) -> tuple[int, ...]:
+    buffer = lowered.buffer_of(view)
+    assert buffer.kind == CONSTANT
+    return tuple(int(value) for value in constant_array(buffer, weights).reshape(-1))
+
+
+def _geometry(layer: AccelLayer) -> ConvLayer:
+    """The convolution (or M-pixel 1×1 convolution) the layer's commands compute."""
+    if layer.image:
+        height, width, channels = layer.image
+        return ConvLayer(layer.name, height, width, channels, layer.n, layer.kernel,
+                         layer.stride)
+    return ConvLayer(layer.name, height=layer.m, width=1, channels=layer.k,
+                     out_channels=layer.n)
