@@ -34,7 +34,7 @@
 //               [232+:16] x_step, [248+:16] width, [264+:8] pad_value
 //               (STORE: spad_row is the first residual row)
 //   COMPUTE:    [8+:16] w_row, [24+:16] a_row, [40+:16] m_len (>= 1), [56] add, [57] emit
-//   CONFIG:     [5] residual, [8+:6] pre, [16+:6] post, [24+:8] zero_point, [32+:8] low,
+//   CONFIG:     [5] residual, [6] residual early, [8+:6] pre, [16+:6] post, [24+:8] zero_point, [32+:8] low,
 //               [40+:8] high, [48+:32*COLS] bias, [48+32*COLS+:32*COLS] multiplier, then
 //               from R = 48+64*COLS: [R+:32] res_self, [R+32+:32] res_mult,
 //               [R+64+:32] res_offset, [R+96+:32] res_multiplier, [R+128+:6] res_pre,
@@ -301,12 +301,17 @@ module ws_accel #(
     reg [7:0]         cfg_zero_point, cfg_low, cfg_high;
     reg [7:0]         cfg_res_zero_point, cfg_res_low, cfg_res_high;
     reg [COLS*32-1:0] cfg_bias, cfg_mult;
-    reg               cfg_residual;
+    reg               cfg_residual, cfg_res_early;
     reg [31:0]        cfg_res_self, cfg_res_mult, cfg_res_offset, cfg_res_multiplier;
     assign res_read = admit && cfg_residual;
     always @(posedge clk) begin
-        if (rst) cfg_residual <= 1'b0;
-        else if (config_pop) cfg_residual <= sq_head[5];
+        if (rst) begin
+            cfg_residual  <= 1'b0;
+            cfg_res_early <= 1'b0;
+        end else if (config_pop) begin
+            cfg_residual  <= sq_head[5];
+            cfg_res_early <= sq_head[6];
+        end
     end
     always @(posedge clk) begin
         if (rst) begin
@@ -352,7 +357,7 @@ module ws_accel #(
         .clk(clk), .rst(rst),
         .cfg_pre(cfg_pre), .cfg_post(cfg_post), .cfg_zero_point(cfg_zero_point),
         .cfg_low(cfg_low), .cfg_high(cfg_high),
-        .cfg_residual(cfg_residual), .cfg_res_self(cfg_res_self), .cfg_res_mult(cfg_res_mult),
+        .cfg_residual(cfg_residual), .cfg_res_early(cfg_res_early), .cfg_res_self(cfg_res_self), .cfg_res_mult(cfg_res_mult),
         .cfg_res_offset(cfg_res_offset), .cfg_res_multiplier(cfg_res_multiplier),
         .cfg_res_pre(cfg_res_pre), .cfg_res_post(cfg_res_post),
         .cfg_res_zero_point(cfg_res_zero_point), .cfg_res_low(cfg_res_low),

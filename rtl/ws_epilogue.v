@@ -12,6 +12,8 @@
 //   y'  = clamp(requantize(z, res_multiplier, res_pre, res_post) + res_zero_point,
 //               -128, 127, then res_low, res_high)   (the same arithmetic as above)
 //   out = pool ? max(y', prev) : y'                   (max-pool: merge with a stored row)
+//   or, early (cfg_res_early), a residual added to the accumulator before requantizing:
+//   x   = acc + bias + r * res_mult + res_offset      (i32), then y as above is the result
 //
 // r is the int8 residual row of the accepted row: it is presented (res_data) in the
 // cycle after the row was accepted and held while the stages are frozen, as a scratchpad
@@ -35,6 +37,7 @@ module ws_epilogue #(
     input  wire [OUT_W-1:0]       cfg_low,         // signed clip bounds (ReLU: low = zero point)
     input  wire [OUT_W-1:0]       cfg_high,
     input  wire                   cfg_residual,    // add the residual row (stage 2)
+    input  wire                   cfg_res_early,   // ... to the accumulator, before requantizing
     input  wire [31:0]            cfg_res_self,    // signed multipliers of y and r
     input  wire [31:0]            cfg_res_mult,
     input  wire [31:0]            cfg_res_offset,  // signed, the zero-point corrections
@@ -66,12 +69,12 @@ module ws_epilogue #(
     wire en = !(out_valid && !out_ready);
     assign in_ready = en;
 
-    // stage 1: bias add and pre-shift
+    // stage 1: bias add
     reg                   s1_valid, s1_pool;
     reg [COLS*ACC_W-1:0]  s1_value;
     reg [COLS*32-1:0]     s1_mult;
     reg [COLS*OUT_W-1:0]  s1_prev;
-    wire [COLS*ACC_W-1:0] shifted;
+    wire [COLS*ACC_W-1:0] biased;
     wire [COLS*OUT_W-1:0] result;
 
     // Saturation bounds of the output type, sign-extended to the product width.
@@ -89,10 +92,16 @@ module ws_epilogue #(
     genvar c;
     generate
         for (c = 0; c < COLS; c = c + 1) begin : g_col
-            wire signed [ACC_W-1:0]  biased = in_data[c*ACC_W +: ACC_W] + in_bias[c*ACC_W +: ACC_W];
-            assign shifted[c*ACC_W +: ACC_W] = biased >>> cfg_pre;
+            assign biased[c*ACC_W +: ACC_W] = in_data[c*ACC_W +: ACC_W] + in_bias[c*ACC_W +: ACC_W];
 
-            wire signed [PROD_W-1:0] value = {{32{s1_value[c*ACC_W+ACC_W-1]}}, s1_value[c*ACC_W +: ACC_W]};
+            // stage 2: an early residual joins the biased sum, then the pre-shift
+            wire signed [31:0] r_early = {{(32-OUT_W){res_data[c*OUT_W+OUT_W-1]}},
+                                          res_data[c*OUT_W +: OUT_W]};
+            wire signed [ACC_W-1:0] summed = s1_value[c*ACC_W +: ACC_W]
+                                             + ((cfg_residual && cfg_res_early)
+                                                ? r_early * cfg_res_mult + cfg_res_offset : 32'd0);
+            wire signed [ACC_W-1:0] shifted = summed >>> cfg_pre;
+            wire signed [PROD_W-1:0] value = {{32{shifted[ACC_W-1]}}, shifted};
             wire signed [PROD_W-1:0] mult = {{ACC_W{s1_mult[c*32+31]}}, s1_mult[c*32 +: 32]};
             wire signed [PROD_W-1:0] product = value * mult;
             wire signed [PROD_W-1:0] rounded = (product + round_bit) >>> cfg_post;
@@ -121,7 +130,8 @@ module ws_epilogue #(
             wire signed [OUT_W-1:0]  res_clipped = (res_saturated < res_low) ? res_low
                                                  : (res_saturated > res_high) ? res_high
                                                  : res_saturated;
-            wire signed [OUT_W-1:0]  value_out = cfg_residual ? res_clipped : clipped;
+            wire signed [OUT_W-1:0]  value_out = (cfg_residual && !cfg_res_early) ? res_clipped
+                                                                                : clipped;
             wire signed [OUT_W-1:0]  prev = s1_prev[c*OUT_W +: OUT_W];
             assign result[c*OUT_W +: OUT_W] = (s1_pool && prev > value_out) ? prev : value_out;
         end
@@ -136,7 +146,7 @@ module ws_epilogue #(
             out_valid <= s1_valid;
         end
         if (en) begin
-            s1_value <= shifted;
+            s1_value <= biased;
             s1_mult  <= in_mult;
             s1_prev  <= in_prev;
             s1_pool  <= in_pool;

@@ -5,10 +5,11 @@ read answered exactly LATENCY cycles later, posted strobed writes) and offers th
 commands of `commands.conv_program` back to back from cycle 0. At the end the output
 region must equal `commands.conv_reference` (numpy convolution + the interpreter's
 requantize) byte for byte, and the cycle of the last memory write + 1 must equal
-`commands.accel_cycles` (the control model). A layer with `"residual": true` also adds a
-random int8 residual tensor in the epilogue (the quantized residual add), read through
-the scratchpad. The layers come from the `layers` setting (glensidec.cosim.settings);
-with an `out` setting, the simulated cycles and wall times are written to that file (JSON).
+`commands.accel_cycles` (the control model). A layer with `"residual": "after"` also
+adds a random int8 residual tensor in the epilogue (the quantized residual add), read
+through the scratchpad; `"early"` adds it to the accumulator before the requantize.
+The layers come from the `layers` setting (glensidec.cosim.settings); with an `out`
+setting, the simulated cycles and wall times are written to that file (JSON).
 """
 
 from __future__ import annotations
@@ -43,9 +44,10 @@ def accel_config() -> AccelConfig:
     return AccelConfig(p["ROWS"], p["COLS"], p["ACC_DEPTH"], memory, p["QUEUE_DEPTH"])
 
 
-def random_quant(rng: np.random.Generator, channels: int, residual: bool) -> LayerQuant:
+def random_quant(rng: np.random.Generator, channels: int, residual: str) -> LayerQuant:
     """Requantization like the quantizer's: small biases, multipliers near 2^30, a shift;
-    a residual add like add_dynamic's: multipliers below 2^14, a zero-point offset."""
+    a residual add like add_dynamic's (multipliers below 2^14, a zero-point offset), or
+    with `residual` "early" a skip connection added to the accumulator."""
     zero_point = int(rng.integers(-20, 20))
     relu = bool(rng.random() < 0.5)
     epilogue = EpilogueConfig(pre=int(rng.integers(0, 2)), post=int(rng.integers(36, 42)),
@@ -55,14 +57,14 @@ def random_quant(rng: np.random.Generator, channels: int, residual: bool) -> Lay
         offset=int(rng.integers(-(2**21), 2**21)),
         requantize_multiplier=int(rng.integers(2**29, 2**31 - 1)), pre=0,
         post=int(rng.integers(42, 46)), zero_point=int(rng.integers(-128, 0)), low=-128,
-        high=127) if residual else None
+        high=127, early=residual == "early") if residual else None
     return LayerQuant(epilogue, tuple(int(v) for v in rng.integers(-3000, 3000, channels)),
                       tuple(int(v) for v in rng.integers(2**29, 2**31 - 1, channels)),
                       input_zero_point=int(rng.integers(-128, 128)), residual=added)
 
 
 async def run_layer(dut: Any, config: AccelConfig, layer: ConvLayer, seed: int,
-                    residual: bool = False) -> int:
+                    residual: str = "") -> int:
     """Run one layer on the DUT; returns the simulated cycles (checked inside)."""
     rng = np.random.default_rng(seed)
     feature = rng.integers(-128, 128, (layer.height, layer.width, layer.channels))
@@ -105,7 +107,7 @@ async def layers(dut: Any) -> None:
         start = time.perf_counter()
         fields = {key: value for key, value in spec.items() if key != "residual"}
         cycles = await run_layer(dut, config, ConvLayer(**fields), seed,
-                                 bool(spec.get("residual")))
+                                 str(spec.get("residual", "")))
         results.append({"name": spec["name"], "cycles": cycles,
                         "seconds": time.perf_counter() - start})
     if "out" in settings:  # bench/bench_accel_top.py reads the simulated cycles

@@ -49,7 +49,8 @@ def random_residual(rng: np.random.Generator, out_width: int) -> ResidualConfig 
         offset=int(rng.integers(-(2**22), 2**22)),
         requantize_multiplier=int(rng.integers(-(2**31) + 1, 2**31)),
         pre=int(rng.integers(0, 4)), post=int(rng.integers(0, 63)),
-        zero_point=int(rng.integers(low_limit, high_limit + 1)), low=low, high=high)
+        zero_point=int(rng.integers(low_limit, high_limit + 1)), low=low, high=high,
+        early=bool(rng.random() < 0.4))
 
 
 def apply_config(dut: Any, config: EpilogueConfig, residual: ResidualConfig | None,
@@ -59,6 +60,7 @@ def apply_config(dut: Any, config: EpilogueConfig, residual: ResidualConfig | No
     dut.cfg_zero_point.value = config.zero_point & mask
     dut.cfg_low.value, dut.cfg_high.value = config.low & mask, config.high & mask
     dut.cfg_residual.value = int(residual is not None)
+    dut.cfg_res_early.value = int(residual is not None and residual.early)
     res = residual or ResidualConfig()
     word = (1 << 32) - 1
     dut.cfg_res_self.value = res.self_multiplier & word

@@ -16,7 +16,7 @@ CASES = [(4, 4, 4, 32, 4, 2, 16), (4, 8, 8, 128, 4, 3, 32), (8, 4, 8, 128, 16, 5
 
 #: ConvLayer fields: 3×3 padded (partial channel fold, two N blocks), strided 1×1, a GEMM,
 #: a 2-channel 5×5 whose kernel taps are packed into scratchpad rows, and the 3×3 and
-#: the GEMM again with a residual add in the epilogue.
+#: the GEMM again with a residual add in the epilogue (after and before the requantize).
 LAYERS = [
     {"name": "conv3x3", "height": 5, "width": 5, "channels": 6, "out_channels": 6,
      "kernel": 3, "stride": 1, "padding": 1},
@@ -26,9 +26,9 @@ LAYERS = [
     {"name": "packed5x5s2", "height": 9, "width": 8, "channels": 2, "out_channels": 3,
      "kernel": 5, "stride": 2, "padding": 2},
     {"name": "conv3x3_residual", "height": 5, "width": 5, "channels": 6, "out_channels": 6,
-     "kernel": 3, "stride": 1, "padding": 1, "residual": True},
+     "kernel": 3, "stride": 1, "padding": 1, "residual": "after"},
     {"name": "gemm_residual", "height": 9, "width": 1, "channels": 12, "out_channels": 5,
-     "residual": True},
+     "residual": "early"},
 ]
 
 

@@ -83,14 +83,36 @@ def random_residual(seed: int) -> ResidualConfig:
                           low=-100, high=120)
 
 
+def _accumulators(layer: ConvLayer, feature: np.ndarray, weights: np.ndarray,
+                  zero_point: int) -> np.ndarray:
+    """The layer's (M, N) int32 sums, a direct convolution (padding reads zero_point)."""
+    pad, stride, kernel = layer.padding, layer.stride, layer.kernel
+    out_h, out_w = layer.out_size
+    padded = np.full((layer.height + 2 * pad, layer.width + 2 * pad, layer.channels),
+                     zero_point, dtype=np.int64)
+    padded[pad:pad + layer.height, pad:pad + layer.width] = feature
+    sums = np.zeros((out_h, out_w, layer.out_channels), dtype=np.int64)
+    for y in range(out_h):
+        for x in range(out_w):
+            window = padded[y * stride:y * stride + kernel, x * stride:x * stride + kernel]
+            sums[y, x] = np.einsum("abc,abcn->n", window, weights.astype(np.int64))
+    return sums.reshape(-1, layer.out_channels)
+
+
+@pytest.mark.parametrize("early", [False, True], ids=["after", "early"])
 @pytest.mark.parametrize("layer", LAYERS, ids=lambda layer: layer.name)
-def test_a_residual_add_in_the_epilogue_computes_the_quantized_add(layer: ConvLayer) -> None:
-    """The layer's int8 result y and a residual r leave as clip(requantize(y·a + r·b + c)):
+def test_a_residual_add_in_the_epilogue_computes_the_quantized_add(layer: ConvLayer,
+                                                                   early: bool) -> None:
+    """The layer's int8 result y and a residual r leave as clip(requantize(y·a + r·b + c)),
+    or (early) r·b + c joins the accumulator and bias before the layer's requantize:
     checked against the requantize arithmetic directly, not the epilogue's reference."""
     from glensidec.lang.dtypes import requantize, wrap_signed
 
     feature, weights, quant = random_layer_data(layer, 4)
     added = random_residual(5)
+    if early:
+        added = ResidualConfig(multiplier=int(added.multiplier % 64) - 32,
+                               offset=added.offset % 5000, early=True)
     with_residual = LayerQuant(quant.epilogue, quant.bias, quant.multiplier,
                                quant.input_zero_point, added)
     program = conv_program(SMALL, layer, with_residual)
@@ -104,11 +126,20 @@ def test_a_residual_add_in_the_epilogue_computes_the_quantized_add(layer: ConvLa
     after = run_functional(SMALL, program.commands, memory).astype(np.int64)
     got = after[program.output_base:program.output_base + M * N]
     got = np.where(got >= 128, got - 256, got).reshape(M, N)
-    y = conv_reference(layer, feature, weights, quant)
-    summed = wrap_signed(y * added.self_multiplier + residual * added.multiplier + added.offset,
-                         32)
-    expected = np.clip(requantize(summed, added.requantize_multiplier, added.pre, added.post,
-                                  added.zero_point), added.low, added.high)
+    epilogue = quant.epilogue
+    if early:
+        summed = wrap_signed(_accumulators(layer, feature, weights, quant.input_zero_point)
+                             + np.asarray(quant.bias) + residual * added.multiplier
+                             + added.offset, 32)
+        expected = np.clip(requantize(summed, np.asarray(quant.multiplier), epilogue.pre,
+                                      epilogue.post, epilogue.zero_point),
+                           epilogue.low, epilogue.high)
+    else:
+        y = conv_reference(layer, feature, weights, quant)
+        summed = wrap_signed(y * added.self_multiplier + residual * added.multiplier
+                             + added.offset, 32)
+        expected = np.clip(requantize(summed, added.requantize_multiplier, added.pre,
+                                      added.post, added.zero_point), added.low, added.high)
     assert np.array_equal(got, expected)
     assert len(set(expected.reshape(-1).tolist())) > 3
     # the residual rows go through the scratchpad: one load per store, tokens between them

@@ -200,7 +200,8 @@ def _expected(source: Path, inputs: dict[str, np.ndarray]) -> np.ndarray:
 
 CASES = {
     # (source, inputs, array, layers that fuse)
-    "resnet_block": (EXAMPLES / "resnet_block.gs", {"x": (1, 16, 16, 16)}, "16x16", 1),
+    # both convolutions; conv2 adds the skip connection x·32 in its epilogue (early)
+    "resnet_block": (EXAMPLES / "resnet_block.gs", {"x": (1, 16, 16, 16)}, "16x16", 2),
     "small_cnn": (EXAMPLES / "small_cnn.gs", {"image": (1, 1, 16, 16)}, "8x8", 1),
     "dense": (None, {"x": (5, 24)}, "8x8", 1),
     "dense_bias_per_element": (None, {"x": (5, 24)}, "8x8", 0),
@@ -254,7 +255,8 @@ def test_accelerator_layers_compute_what_the_interpreter_does(case: str, tmp_pat
     if case == "conv_zero_point":  # the padding the layer reads is the zero point now
         assert "with -37, the zero point an accelerator layer pads with" in \
             (outdir / "model.c").read_text()
-    if "residual" in case:  # the add is the last layer's epilogue: no host loop is left
+    if "residual" in case or case == "resnet_block":  # the add is in the last layer's
+        # epilogue: no host loop is left
         residual = layers[-1].residual
         assert residual is not None and layers[-1].residual_add is not None
         assert not any(type(instruction).__name__ in ("Fused", "Fold")
@@ -278,8 +280,10 @@ def test_layer_cycles_are_the_python_models_for_the_same_commands(tmp_path: Path
     outdir = tmp_path / "out"
     assert _compile(EXAMPLES / "resnet_block.gs", outdir, "16x16").returncode == 0
     _, lowered = load_compiled(outdir)
-    (layer,) = lowered.accel_layers()
+    layer, second = lowered.accel_layers()
     assert (layer.image, layer.kernel, layer.stride) == ((18, 18, 16), 3, 1)
+    assert second.residual_add is not None and second.residual_add.early and \
+        second.residual_add.multiplier == 32  # conv2 + bias + x·32, then the requantize
     accel = accel_config_for(ArrayConfig(16, 16))
     bias = constant_array(lowered.buffer_of(layer.bias), {})
     multiplier = constant_array(lowered.buffer_of(layer.multiplier), {})

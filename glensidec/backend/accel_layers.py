@@ -3,7 +3,8 @@
 `glensidec compile --accel` lowers as usual, then this pass looks at every int8 array call
 (`ArrayGemm`) and the instructions that consume its result one after the other:
 
-    gemm (i32)  [→ elementwise-add of a constant bias]  → requantize (i8)
+    gemm (i32)  [→ elementwise-add of a constant bias]  [→ elementwise-add of a skip
+                connection: an int8 tensor cast to i32, times a scalar]  → requantize (i8)
                 [→ relu / clip …]
 
 When each intermediate buffer has that single reader, the bias and the requantize
@@ -63,7 +64,7 @@ from glensidec.backend.views import (
     view_array,
 )
 from glensidec.errors import GlensideError
-from glensidec.hardware.accel import CapacityError, ConvLayer, EpilogueConfig
+from glensidec.hardware.accel import CapacityError, ConvLayer, EpilogueConfig, ResidualConfig
 from glensidec.hardware.accel_native import native_cycles, native_model, pack_commands
 from glensidec.hardware.array import ArrayConfig, ideal_cycles
 from glensidec.hardware.commands import (
@@ -94,6 +95,8 @@ class _Chain:
     zero_point: int
     low: int = -128
     high: int = 127
+    skip: View | None = None  # an int8 tensor, whole, in the chain's element order …
+    skip_multiplier: int = 1  # … added times this before the requantize
 
 
 def _whole(view: View, lowered: LoweredProgram, elements: int) -> bool:
@@ -199,12 +202,22 @@ def _follow(lowered: LoweredProgram, gemm_index: int, weights: dict[str, Array],
 
     current, indices = gemm.dst, [gemm_index]
     bias: Array | None = None
+    skip: tuple[View, int] | None = None
     found = next_of(current)
-    if found is not None and isinstance(found[1], Fold) and found[1].op == "elementwise-add":
+    while found is not None and isinstance(found[1], Fold) and \
+            found[1].op == "elementwise-add":  # the bias, and a skip connection
         operand = other(found[1].members, current)
-        bias = None if operand is None else known(operand)
-        if bias is None or block is None or \
+        if operand is None or block is None or \
                 not _whole(found[1].dst, lowered, block[0] * block[1]):
+            return None
+        value = known(operand)
+        if value is not None and bias is None:
+            bias = value
+        elif value is None and skip is None:
+            skip = _skip_connection(lowered, operand, weights, gemm_index, block[0] * block[1])
+            if skip is None:
+                return None
+        else:
             return None
         indices.append(found[0])
         current = found[1].dst
@@ -231,6 +244,8 @@ def _follow(lowered: LoweredProgram, gemm_index: int, weights: dict[str, Array],
         return None
     chain = _Chain(indices + [index], rows, cols, transposed, step.dst, bias, multiplier, pre,
                    post, zero_point)
+    if skip is not None:
+        chain.skip, chain.skip_multiplier = skip
     while (found := next_of(chain.dst)) is not None:  # relu and clips: the epilogue's range
         index, step = found
         if not (isinstance(step, Map) and step.op.name in ("relu", "clip")
@@ -245,6 +260,37 @@ def _follow(lowered: LoweredProgram, gemm_index: int, weights: dict[str, Array],
         chain.indices.append(index)
         chain.dst, chain.low, chain.high = step.dst, low, high
     return chain
+
+
+def _skip_connection(lowered: LoweredProgram, view: View, weights: dict[str, Array],
+                     before: int, elements: int) -> tuple[View, int] | None:
+    """(r, m) when `view` reads, whole, `cast(r) · m` — r an int8 tensor complete before
+    instruction `before` (the array call), read whole, m a scalar known at compile time —
+    or `cast(r)` (m = 1); else None."""
+    def single_writer(target: View) -> Instruction | None:
+        writers = lowered.writers().get(target.buffer, [])
+        if len(writers) != 1 or not _whole(target, lowered, elements):
+            return None
+        return lowered.instructions[writers[0]]
+
+    multiplier = 1
+    writer = single_writer(view)
+    if isinstance(writer, Fold) and writer.op == "elementwise-mul" and len(writer.members) == 2:
+        for scaled, scale in (writer.members, writer.members[::-1]):
+            flat = evaluate_buffer(lowered, scale.buffer, weights, before)
+            if flat is not None and flat.size and np.all(flat == flat[0]):
+                multiplier, writer = int(flat[0]), single_writer(scaled)
+                break
+        else:
+            return None
+    if not (isinstance(writer, Map) and writer.op.name == "cast"
+            and lowered.buffer_of(writer.dst).dtype == "i32"):
+        return None
+    source = writer.src
+    if lowered.buffer_of(source).dtype != "i8" or not _whole(source, lowered, elements) or \
+            any(index >= before for index in lowered.writers().get(source.buffer, [])):
+        return None
+    return source, int(wrap_signed(multiplier, 32))
 
 
 def _per_column(values: Array) -> list[int] | None:
@@ -372,7 +418,7 @@ def _rewrite(lowered: LoweredProgram, index: int, chain: _Chain, weights: dict[s
     geometry = _im2col_geometry(lowered, gemm) if flipped and cols == gemm.n else None
     if geometry is not None:
         try:  # whole output rows must fit; else the host's im2col matrix, tiled freely
-            layer_tiling(accel, replace(geometry[0], out_channels=rows))
+            layer_tiling(accel, replace(geometry[0], out_channels=rows), chain.skip is not None)
         except CapacityError:
             geometry = None
     layer = ConvLayer(name, height=0, width=1, channels=gemm.k, out_channels=0)
@@ -423,7 +469,17 @@ def _rewrite(lowered: LoweredProgram, index: int, chain: _Chain, weights: dict[s
     if geometry is None:  # a matrix: M pixels of K channels, a 1×1 convolution
         layer = ConvLayer(name, height=m, width=1, channels=gemm.k, out_channels=n)
     epilogue = EpilogueConfig(chain.pre, chain.post, chain.zero_point, chain.low, chain.high)
-    quant = LayerQuant(epilogue, tuple(bias_vector), tuple(multiplier_vector))
+    residual, added = None, None
+    if chain.skip is not None:  # the skip connection joins the bias in the epilogue
+        added = ResidualConfig(multiplier=chain.skip_multiplier, early=True)
+        residual = contiguous(chain.skip.buffer, (m, n), chain.skip.offset)
+        if reoriented:  # its rows in the layer's orientation: a host copy
+            residual = builder.activation(f"{name}_skip", (m, n))
+            before.append(Copy(f"{gemm.note}: the skip connection in the layer's rows",
+                               transpose(residual, (1, 0)),
+                               contiguous(chain.skip.buffer, (n, m), chain.skip.offset)))
+    quant = LayerQuant(epilogue, tuple(bias_vector), tuple(multiplier_vector),
+                       residual=added)
     program, table, timing = program_layer(accel, layer, quant)
     fused = AccelLayer(
         lowered.instructions[chain.indices[-1]].note, dst, name=name,
@@ -438,7 +494,8 @@ def _rewrite(lowered: LoweredProgram, index: int, chain: _Chain, weights: dict[s
         cycles=timing.cycles, load_bytes=timing.load_bytes, store_bytes=timing.store_bytes,
         compute_rows=timing.compute_rows,
         image=(layer.height, layer.width, layer.channels) if geometry is not None else (),
-        kernel=layer.kernel, stride=layer.stride)
+        kernel=layer.kernel, stride=layer.stride, residual=residual, residual_add=added,
+        residual_base=program.residual_base)
     kept = [instruction for position, instruction in enumerate(lowered.instructions)
             if position not in replaced]
     kept[index:index] = [*before, fused, *after]  # where the array call was

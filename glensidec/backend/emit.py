@@ -331,7 +331,8 @@ class _Renderer:
                   f"{layer.zero_point}, {layer.low}, {layer.high}, {commands}, {layer.cycles}LL, "
                   f"{layer.input_elements}, {layer.residual_base}, {added.self_multiplier}, "
                   f"{added.multiplier}, {added.offset}, {added.requantize_multiplier}, "
-                  f"{added.pre}, {added.post}, {added.zero_point}, {added.low}, {added.high}")
+                  f"{added.pre}, {added.post}, {added.zero_point}, {added.low}, {added.high}, "
+                  f"{int(added.early)}")
         residual = "NULL" if layer.residual is None else pointer(layer.residual)
         call = (f"gs_accel_run(&layer, {pointer(layer.commands)}, {pointer(layer.a)}, "
                 f"{pointer(layer.b)}, {pointer(layer.bias)}, {pointer(layer.multiplier)}, "

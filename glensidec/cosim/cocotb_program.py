@@ -118,7 +118,7 @@ async def run_compiled_program(dut: Any) -> None:
 
 #: gs_accel_layer's residual fields, in ResidualConfig's order.
 RESIDUAL_FIELDS = ("res_self", "res_mult", "res_offset", "res_multiplier", "res_pre",
-                   "res_post", "res_zero_point", "res_low", "res_high")
+                   "res_post", "res_zero_point", "res_low", "res_high", "res_early")
 
 
 class AccelLayerStruct(ctypes.Structure):
@@ -137,7 +137,10 @@ class AccelLayerStruct(ctypes.Structure):
         """The layer's residual add, or None."""
         if self.residual_base < 0:
             return None
-        return ResidualConfig(*(int(getattr(self, name)) for name in RESIDUAL_FIELDS))
+        (self_multiplier, multiplier, offset, requantize_multiplier, pre, post, zero_point,
+         low, high, early) = (int(getattr(self, name)) for name in RESIDUAL_FIELDS)
+        return ResidualConfig(self_multiplier, multiplier, offset, requantize_multiplier, pre,
+                              post, zero_point, low, high, bool(early))
 
 
 # int (*)(const gs_accel_layer *, const int32_t *commands, const int8_t *A, const int8_t *B,

@@ -265,7 +265,11 @@ class EpilogueConfig:
 class ResidualConfig:
     """ws_epilogue's residual add (a quantized residual add fused into the layer before it):
     ``clip(requantize(y·self_multiplier + r·multiplier + offset), low, high)`` of the
-    requantized row y and the int8 residual row r, every sum and product i32 (wrapping)."""
+    requantized row y and the int8 residual row r, every sum and product i32 (wrapping).
+
+    `early`: r·multiplier + offset is added to the accumulator with the bias instead,
+    before the layer's own requantize (the other fields are then unused): a skip
+    connection added in i32 before requantizing."""
 
     self_multiplier: int = 1
     multiplier: int = 1
@@ -276,6 +280,7 @@ class ResidualConfig:
     zero_point: int = 0
     low: int = -128
     high: int = 127
+    early: bool = False
 
 
 def epilogue_reference(
@@ -294,10 +299,14 @@ def epilogue_reference(
     `residual`, then the residual add of `residual_rows` (same shape, int8).
     """
     biased = wrap_signed(acc.astype(np.int64) + bias.astype(np.int64), 32)  # the i32 add wraps
+    if residual is not None and residual.early:
+        assert residual_rows is not None
+        biased = wrap_signed(biased + residual_rows.astype(np.int64) * residual.multiplier
+                             + residual.offset, 32)
     saturated = requantize_to_width(biased, multipliers, config.pre, config.post,
                                     config.zero_point, out_width)
     clipped: npt.NDArray[np.int64] = np.clip(saturated, config.low, config.high).astype(np.int64)
-    if residual is None:
+    if residual is None or residual.early:
         return clipped
     assert residual_rows is not None
     summed = wrap_signed(clipped * residual.self_multiplier

@@ -159,7 +159,7 @@ def encode_command(command: Command, cols: int) -> int:
     residual = command.residual
     if residual is not None:
         start = 48 + 64 * cols
-        word |= _field(1, 5, 1)
+        word |= _field(1, 5, 1) | _field(residual.early, 6, 1)
         for offset, width, value in (
                 (0, 32, residual.self_multiplier), (32, 32, residual.multiplier),
                 (64, 32, residual.offset), (96, 32, residual.requantize_multiplier),
@@ -601,11 +601,12 @@ def _tiling_estimate(config: AccelConfig, layer: ConvLayer, tiling: LayerTiling,
     for oy0 in range(0, out_h, tiling.chunk_rows):
         m = min(tiling.chunk_rows, out_h - oy0) * out_w
         for block in range(blocks):
-            for piece in piece_sizes:
+            for position, piece in enumerate(piece_sizes):
                 act_rows = 0
                 if len(piece_sizes) > 1 or block == 0:
                     act_rows = m * (piece if len(piece_sizes) > 1 else tiling.folds)
-                act_rows += residual * m  # every step of a chunk: its residual rows
+                if position == len(piece_sizes) - 1:  # the last piece loads the residual
+                    act_rows += residual * m
                 slots = piece * R * beats + act_rows * act_beats
                 cycles += max(piece * max(m, R), slots)
                 loaded += piece * R + act_rows
