@@ -15,16 +15,22 @@
 // and store. A command with `wait` (bit 3, bit 5) first takes a token, one with `signal`
 // (bit 4) gives one when it is done:
 //   LOAD     wait: a buffer was freed (exec -> load); bit 5: a residual buffer was read
-//            (store -> load);  signal: after its last row is written
+//            (store -> load);  signal: after its last row is written; bit 6: the same
+//            for the store unit (load -> store: rows a pooling STORE reads are there)
 //   COMPUTE  wait: its operands are loaded (load -> exec, taken when its weights start);
 //            signal: after its last activation row entered the array (its buffers are free)
-//   STORE    signal: after its last row entered the epilogue (its residual rows are read)
+//   STORE    wait: rows to pool are loaded (load -> store, taken when it starts);
+//            signal: after its last row entered the epilogue (its scratchpad rows are read)
 // Results need no token: the store unit admits emitted rows into the epilogue only for
 // a STORE command, so the array simply waits (back-pressure) for one. A CONFIG waits
 // until every earlier stored row has left for memory. With a residual add configured,
 // each row a STORE admits reads its residual row from the scratchpad (port 2), from the
 // STORE's spad_row on; residual rows are loaded by an earlier LOAD of the same step, so
 // the load -> exec -> store order already guarantees they are there.
+// A pooling STORE (bit 6) takes its rows from the scratchpad instead of the array: row i
+// is the bytewise signed max of `window` rows spad_row + i + t*window_stride (t < window),
+// read one per cycle on port 2 and sent through the epilogue (configured as the identity)
+// to memory: a max-pool over rows the DMA gathered with its im2col addressing.
 //
 // Command word (glensidec.hardware.commands.encode_command writes the same layout):
 //   [1:0] op, [3] wait, [4] signal
@@ -32,7 +38,8 @@
 //               [96+:16] count2, [112+:32] stride2, [144+:16] spad_row, [160] bounds,
 //               [168+:16] y0, [184+:16] y_step, [200+:16] height, [216+:16] x0,
 //               [232+:16] x_step, [248+:16] width, [264+:8] pad_value
-//               (STORE: spad_row is the first residual row)
+//               (STORE: spad_row is the first residual or pooled row; a pooling STORE
+//               reads window from [168+:16] and window_stride from [184+:16])
 //   COMPUTE:    [8+:16] w_row, [24+:16] a_row, [40+:16] m_len (>= 1), [56] add, [57] emit
 //   CONFIG:     [5] residual, [6] residual early, [8+:6] pre, [16+:6] post, [24+:8] zero_point, [32+:8] low,
 //               [40+:8] high, [48+:32*COLS] bias, [48+32*COLS+:32*COLS] multiplier, then
@@ -93,16 +100,19 @@ module ws_accel #(
     // ---- token counters -----------------------------------------------------------------
     reg  [TOK_W-1:0] tok_le, tok_el;   // load -> exec (operands ready), exec -> load (free)
     reg  [TOK_W-1:0] tok_sl;           // store -> load (residual rows read)
-    wire le_give, le_take, el_give, el_take, sl_give, sl_take;
+    reg  [TOK_W-1:0] tok_ls;           // load -> store (rows to pool loaded)
+    wire le_give, le_take, el_give, el_take, sl_give, sl_take, ls_give, ls_take;
     always @(posedge clk) begin
         if (rst) begin
             tok_le <= {TOK_W{1'b0}};
             tok_el <= {TOK_W{1'b0}};
             tok_sl <= {TOK_W{1'b0}};
+            tok_ls <= {TOK_W{1'b0}};
         end else begin
             tok_le <= tok_le + {{(TOK_W-1){1'b0}}, le_give} - {{(TOK_W-1){1'b0}}, le_take};
             tok_el <= tok_el + {{(TOK_W-1){1'b0}}, el_give} - {{(TOK_W-1){1'b0}}, el_take};
             tok_sl <= tok_sl + {{(TOK_W-1){1'b0}}, sl_give} - {{(TOK_W-1){1'b0}}, sl_take};
+            tok_ls <= tok_ls + {{(TOK_W-1){1'b0}}, ls_give} - {{(TOK_W-1){1'b0}}, ls_take};
         end
     end
 
@@ -140,14 +150,15 @@ module ws_accel #(
         .mem_req_valid(mem_rd_valid), .mem_req_addr(mem_rd_addr), .mem_resp_data(mem_rd_data),
         .wr_en(spad_wr_en), .wr_addr(spad_wr_addr), .wr_data(spad_wr_data), .busy(l_busy));
 
-    // Loads in flight: {signal, rows}; a load is done when its last row is written.
-    wire [32:0] track_head;
+    // Loads in flight: {signal to store, signal, rows}; done when the last row is written.
+    wire [33:0] track_head;
     reg  [31:0] track_written;
     wire [31:0] load_rows = lq_head[48 +: 16] * lq_head[96 +: 16];
     wire        track_done = spad_wr_en && track_written + 32'd1 == track_head[31:0];
     assign le_give = track_done && track_head[32];
-    ws_fifo #(.WIDTH(33), .DEPTH(TRACK)) load_track (
-        .clk(clk), .rst(rst), .push(l_accept), .din({lq_head[4], load_rows}),
+    assign ls_give = track_done && track_head[33];
+    ws_fifo #(.WIDTH(34), .DEPTH(TRACK)) load_track (
+        .clk(clk), .rst(rst), .push(l_accept), .din({lq_head[6], lq_head[4], load_rows}),
         .pop(track_done), .head(track_head), .empty(track_empty), .full(track_full));
     always @(posedge clk) begin
         if (rst || track_done) track_written <= 32'd0;
@@ -253,7 +264,8 @@ module ws_accel #(
         .wr_mask({ROW_BYTES{1'b1}}),
         .rd0_en(w_issue), .rd0_addr(w_base + {{(SPAD_W-RW){1'b0}}, w_beat}), .rd0_data(rd0_data),
         .rd1_en(a_try), .rd1_addr(a_addr), .rd1_grant(rd1_grant), .rd1_data(rd1_data),
-        .rd2_en(res_read), .rd2_addr(res_addr), .rd2_data(rd2_data));
+        .rd2_en(res_read || pool_issue), .rd2_addr(pool_issue ? p_addr : res_addr),
+        .rd2_data(rd2_data));
 
     wire             r_valid, r_ready;
     wire [COLS*32-1:0] r_data;
@@ -280,17 +292,78 @@ module ws_accel #(
     reg              s_signal;              // the admitting STORE gives a store -> load token
     reg  [31:0]      s_left;                // its rows not yet admitted to the epilogue
     reg  [1:0]       epi_rows;              // rows inside the epilogue's two stages
-    wire admit        = r_valid && epi_in_ready && s_left != 32'd0;
+    // pooling: the admitting STORE's reads (p_*) and the row read last cycle (q2_*)
+    reg              s_pool, q2_valid, q2_first, q2_last;
+    reg  [15:0]      p_window, p_t;
+    reg  [SPAD_W-1:0] p_wstride;
+    reg  [SPAD_W-1:0] p_pix, p_addr;
+    reg  [31:0]      p_reads;               // reads of the pooling STORE not yet issued
+    reg  [COLS*8-1:0] p_max;                // the max of the pooled row's earlier rows
+    wire q2_consume   = q2_valid && (!q2_last || epi_in_ready);
+    wire pool_issue   = s_pool && p_reads != 32'd0 && (!q2_valid || q2_consume);
+    wire pool_admit   = q2_valid && q2_last && epi_in_ready;
+    wire acc_admit    = r_valid && epi_in_ready && s_left != 32'd0 && !s_pool;
+    wire admit        = acc_admit || pool_admit;
     wire admit_last   = admit && s_left == 32'd1;
     wire s_accept     = s_pending && s_cmd_ready;
     wire head_config  = sq_head[1:0] == OP_CONFIG;
     wire store_pop    = !sq_empty && !head_config && (s_left == 32'd0 || admit_last)
-                        && (!s_pending || s_accept);
+                        && (!s_pending || s_accept) && (!sq_head[3] || tok_ls != {TOK_W{1'b0}});
     wire config_pop   = !sq_empty && head_config && s_left == 32'd0 && !s_pending
                         && epi_rows == 2'd0 && !st_busy;
     wire epi_out_fire = epi_out_valid && st_in_ready;
-    assign r_ready = epi_in_ready && s_left != 32'd0;
+    assign r_ready = epi_in_ready && s_left != 32'd0 && !s_pool;
     assign sl_give = admit_last && s_signal;
+    assign ls_take = store_pop && sq_head[3];
+
+    // the pooled row: the bytewise signed max of p_max and the row read last cycle
+    wire [COLS*8-1:0]  pooled;
+    wire [COLS*32-1:0] pooled_wide;         // as the epilogue's int32 inputs
+    genvar pc;
+    generate
+        for (pc = 0; pc < COLS; pc = pc + 1) begin : g_pool
+            wire signed [7:0] read_byte = rd2_data[pc*8 +: 8];
+            wire signed [7:0] max_byte  = p_max[pc*8 +: 8];
+            assign pooled[pc*8 +: 8] = (q2_first || read_byte > max_byte) ? read_byte : max_byte;
+            assign pooled_wide[pc*32 +: 32] = {{24{pooled[pc*8+7]}}, pooled[pc*8 +: 8]};
+        end
+    endgenerate
+    always @(posedge clk) begin
+        if (rst) begin
+            s_pool   <= 1'b0;
+            p_reads  <= 32'd0;
+            q2_valid <= 1'b0;
+        end else begin
+            if (store_pop) begin
+                s_pool    <= sq_head[6];
+                p_window  <= sq_head[168 +: 16];
+                p_wstride <= sq_head[184 +: SPAD_W];
+                p_pix     <= sq_head[144 +: SPAD_W];
+                p_addr    <= sq_head[144 +: SPAD_W];
+                p_t       <= 16'd0;
+                p_reads   <= sq_head[6] ? sq_head[48 +: 16] * sq_head[96 +: 16] * sq_head[168 +: 16]
+                                        : 32'd0;
+            end else if (pool_issue) begin
+                p_reads <= p_reads - 32'd1;
+                if (p_t == p_window - 16'd1) begin
+                    p_t    <= 16'd0;
+                    p_pix  <= p_pix + 1'b1;
+                    p_addr <= p_pix + 1'b1;
+                end else begin
+                    p_t    <= p_t + 16'd1;
+                    p_addr <= p_addr + p_wstride;
+                end
+            end
+            if (pool_issue) begin
+                q2_valid <= 1'b1;
+                q2_first <= p_t == 16'd0;
+                q2_last  <= p_t == p_window - 16'd1;
+            end else if (q2_consume) begin
+                q2_valid <= 1'b0;
+            end
+            if (q2_consume) p_max <= pooled;
+        end
+    end
 
     ws_fifo #(.WIDTH(CMD_W), .DEPTH(QUEUE_DEPTH)) store_queue (
         .clk(clk), .rst(rst), .push(cmd_fire && to_store), .din(cmd_data),
@@ -303,7 +376,7 @@ module ws_accel #(
     reg [COLS*32-1:0] cfg_bias, cfg_mult;
     reg               cfg_residual, cfg_res_early;
     reg [31:0]        cfg_res_self, cfg_res_mult, cfg_res_offset, cfg_res_multiplier;
-    assign res_read = admit && cfg_residual;
+    assign res_read = acc_admit && cfg_residual;
     always @(posedge clk) begin
         if (rst) begin
             cfg_residual  <= 1'b0;
@@ -362,7 +435,8 @@ module ws_accel #(
         .cfg_res_pre(cfg_res_pre), .cfg_res_post(cfg_res_post),
         .cfg_res_zero_point(cfg_res_zero_point), .cfg_res_low(cfg_res_low),
         .cfg_res_high(cfg_res_high), .res_data(rd2_data[COLS*8-1:0]),
-        .in_valid(r_valid && s_left != 32'd0), .in_ready(epi_in_ready), .in_data(r_data),
+        .in_valid(s_pool ? q2_valid && q2_last : r_valid && s_left != 32'd0),
+        .in_ready(epi_in_ready), .in_data(s_pool ? pooled_wide : r_data),
         .in_bias(cfg_bias), .in_mult(cfg_mult), .in_pool(1'b0), .in_prev({COLS*8{1'b0}}),
         .out_valid(epi_out_valid), .out_ready(st_in_ready), .out_data(epi_out_data));
 
@@ -387,9 +461,10 @@ module ws_accel #(
     reg [31:0] emit_rows;   // emitting rows inside the array, not yet admitted
     always @(posedge clk) begin
         if (rst) emit_rows <= 32'd0;
-        else emit_rows <= emit_rows + {31'd0, a_consume && q_emit} - {31'd0, admit};
+        else emit_rows <= emit_rows + {31'd0, a_consume && q_emit} - {31'd0, acc_admit};
     end
     assign idle = lq_empty && track_empty && !l_busy && eq_empty && !w_active && !w_q
                   && aq_empty && !a_active && !q_valid && emit_rows == 32'd0
-                  && sq_empty && !s_pending && s_left == 32'd0 && epi_rows == 2'd0 && !st_busy;
+                  && sq_empty && !s_pending && s_left == 32'd0 && epi_rows == 2'd0 && !st_busy
+                  && !q2_valid && p_reads == 32'd0;
 endmodule

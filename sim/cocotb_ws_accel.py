@@ -8,6 +8,8 @@ requantize) byte for byte, and the cycle of the last memory write + 1 must equal
 `commands.accel_cycles` (the control model). A layer with `"residual": "after"` also
 adds a random int8 residual tensor in the epilogue (the quantized residual add), read
 through the scratchpad; `"early"` adds it to the accumulator before the requantize.
+A layer with `"pool": true` is a max-pool (`commands.pool_program`: the DMA gathers the
+windows' taps, pooling stores take their max), checked against `pool_reference`.
 The layers come from the `layers` setting (glensidec.cosim.settings); with an `out`
 setting, the simulated cycles and wall times are written to that file (JSON).
 """
@@ -33,6 +35,8 @@ from glensidec.hardware.commands import (
     conv_program,
     conv_reference,
     encode_command,
+    pool_program,
+    pool_reference,
 )
 
 
@@ -61,6 +65,29 @@ def random_quant(rng: np.random.Generator, channels: int, residual: str) -> Laye
     return LayerQuant(epilogue, tuple(int(v) for v in rng.integers(-3000, 3000, channels)),
                       tuple(int(v) for v in rng.integers(2**29, 2**31 - 1, channels)),
                       input_zero_point=int(rng.integers(-128, 128)), residual=added)
+
+
+async def run_pool(dut: Any, config: AccelConfig, layer: ConvLayer, seed: int) -> int:
+    """Run one max-pool on the DUT; returns the simulated cycles (checked inside)."""
+    rng = np.random.default_rng(seed)
+    feature = rng.integers(-128, 128, (layer.height, layer.width, layer.channels))
+    program = pool_program(config, layer)
+    M, C = layer.out_size[0] * layer.out_size[1], layer.channels
+    memory = rng.integers(0, 256, program.memory_bytes).astype(np.uint8)  # garbage output
+    memory[:feature.size] = feature.reshape(-1) & 0xFF
+    words = [encode_command(command, config.cols) for command in program.commands]
+    cycles = await run_commands(dut, words, memory,
+                                range(program.output_base, program.output_base + M * C),
+                                config.memory.bus_bytes, config.memory.latency)
+    got = memory[program.output_base:program.output_base + M * C].astype(np.int64)
+    got = np.where(got >= 128, got - 256, got).reshape(M, C)
+    mismatches = int(np.count_nonzero(got != pool_reference(layer, feature)))
+    assert mismatches == 0, f"{layer}: {mismatches} of {M * C} outputs differ"
+    predicted = accel_cycles(config, program.commands).cycles
+    assert cycles == predicted, f"{layer}: simulated {cycles} cycles, predicted {predicted}"
+    dut._log.info(f"{layer.name}: max-pool to {M}x{C}, {len(program.commands)} commands, "
+                  f"{predicted} cycles (predicted = simulated)")
+    return predicted
 
 
 async def run_layer(dut: Any, config: AccelConfig, layer: ConvLayer, seed: int,
@@ -105,9 +132,12 @@ async def layers(dut: Any) -> None:
     settings = testbench_settings()
     for seed, spec in enumerate(settings["layers"]):
         start = time.perf_counter()
-        fields = {key: value for key, value in spec.items() if key != "residual"}
-        cycles = await run_layer(dut, config, ConvLayer(**fields), seed,
-                                 str(spec.get("residual", "")))
+        fields = {key: value for key, value in spec.items() if key not in ("residual", "pool")}
+        if spec.get("pool"):
+            cycles = await run_pool(dut, config, ConvLayer(**fields), seed)
+        else:
+            cycles = await run_layer(dut, config, ConvLayer(**fields), seed,
+                                     str(spec.get("residual", "")))
         results.append({"name": spec["name"], "cycles": cycles,
                         "seconds": time.perf_counter() - start})
     if "out" in settings:  # bench/bench_accel_top.py reads the simulated cycles

@@ -16,7 +16,8 @@ CASES = [(4, 4, 4, 32, 4, 2, 16), (4, 8, 8, 128, 4, 3, 32), (8, 4, 8, 128, 16, 5
 
 #: ConvLayer fields: 3×3 padded (partial channel fold, two N blocks), strided 1×1, a GEMM,
 #: a 2-channel 5×5 whose kernel taps are packed into scratchpad rows, and the 3×3 and
-#: the GEMM again with a residual add in the epilogue (after and before the requantize).
+#: the GEMM again with a residual add in the epilogue (after and before the requantize),
+#: and a 3×3 stride-2 max-pool (ResNet's) through pooling stores.
 LAYERS = [
     {"name": "conv3x3", "height": 5, "width": 5, "channels": 6, "out_channels": 6,
      "kernel": 3, "stride": 1, "padding": 1},
@@ -29,6 +30,8 @@ LAYERS = [
      "kernel": 3, "stride": 1, "padding": 1, "residual": "after"},
     {"name": "gemm_residual", "height": 9, "width": 1, "channels": 12, "out_channels": 5,
      "residual": "early"},
+    {"name": "maxpool3x3s2", "height": 7, "width": 6, "channels": 6, "out_channels": 6,
+     "kernel": 3, "stride": 2, "padding": 1, "pool": True},
 ]
 
 

@@ -27,6 +27,7 @@ from glensidec.hardware.commands import (
     accel_cycles,
     conv_program,
     conv_reference,
+    pool_program,
     run_functional,
 )
 
@@ -241,3 +242,41 @@ def test_few_channels_pack_several_taps_into_a_row() -> None:
     layer = ConvLayer("packed", 9, 8, 2, 3, kernel=5, stride=2, padding=2)
     program = conv_program(SMALL, layer, random_layer_data(layer, 0)[2])
     assert program.folds == 5 * 3 and program.input_padding == 2
+
+
+POOLS = [ConvLayer("maxpool3x3s2", 9, 8, 6, 6, kernel=3, stride=2, padding=1),
+         ConvLayer("maxpool2x2", 6, 6, 11, 11, kernel=2, stride=2)]
+
+
+@pytest.mark.parametrize("layer", POOLS, ids=lambda layer: layer.name)
+def test_a_pool_program_computes_the_max_pool(layer: ConvLayer) -> None:
+    """The DMA gathers each window's taps, pooling stores take their max: numpy's
+    max-pool (padding never wins), the loads and stores ordered by tokens."""
+    config = AccelConfig(4, 4, 16, MemoryConfig(row_bytes=4, scratchpad_bytes=4096, banks=4,
+                                                 bus_bytes=4, latency=2))
+    feature = np.random.default_rng(8).integers(-128, 128, (layer.height, layer.width,
+                                                            layer.channels))
+    program = pool_program(config, layer)
+    M, C = layer.out_size[0] * layer.out_size[1], layer.channels
+    memory = np.zeros(program.memory_bytes, dtype=np.uint8)
+    memory[:feature.size] = feature.reshape(-1) & 0xFF
+    after = run_functional(config, program.commands, memory).astype(np.int64)
+    got = after[program.output_base:program.output_base + M * C]
+    got = np.where(got >= 128, got - 256, got).reshape(M, C)
+    windows = [feature[max(0, y * layer.stride - layer.padding):
+                       y * layer.stride - layer.padding + layer.kernel,
+                       max(0, x * layer.stride - layer.padding):
+                       x * layer.stride - layer.padding + layer.kernel].max(axis=(0, 1))
+               for y in range(layer.out_size[0]) for x in range(layer.out_size[1])]
+    assert np.array_equal(got, np.array(windows))
+    stores = [command for command in program.commands if isinstance(command, Store)]
+    assert all(store.window == layer.kernel ** 2 and store.wait and store.signal
+               for store in stores) and len(stores) == -(-C // 4) * -(-M // program.m_chunk)
+    assert accel_cycles(config, program.commands).cycles > M * -(-C // 4) * layer.kernel ** 2
+
+
+def test_a_pool_whose_window_rows_do_not_fit_names_the_sizes() -> None:
+    with pytest.raises(CapacityError, match="needs 36 gathered rows of 4 B for its 9 taps"):
+        pool_program(AccelConfig(4, 4, 16, MemoryConfig(row_bytes=4, scratchpad_bytes=512,
+                                                        banks=4, bus_bytes=4, latency=2)),
+                     ConvLayer("wide", 7, 8, 4, 4, kernel=3, stride=2, padding=1))

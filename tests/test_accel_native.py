@@ -15,9 +15,15 @@ import dataclasses
 
 import numpy as np
 import pytest
-from test_accel_commands import LAYERS, SMALL, random_layer_data, random_residual
+from test_accel_commands import LAYERS, POOLS, SMALL, random_layer_data, random_residual
 
-from glensidec.hardware.accel import ConvLayer, DmaCommand, EpilogueConfig, MemoryConfig
+from glensidec.hardware.accel import (
+    CapacityError,
+    ConvLayer,
+    DmaCommand,
+    EpilogueConfig,
+    MemoryConfig,
+)
 from glensidec.hardware.accel_native import (
     native_cycles,
     native_model,
@@ -37,6 +43,7 @@ from glensidec.hardware.commands import (
     Store,
     accel_config_for,
     conv_program,
+    pool_program,
 )
 
 CONFIGS = {
@@ -122,4 +129,20 @@ def test_a_packed_table_unpacks_to_the_same_commands(layer: ConvLayer, residual:
     table = pack_commands(program.commands).astype(np.int32)
     unpacked = unpack_commands(table, SMALL.cols, quant.epilogue, quant.bias,
                                quant.multiplier, quant.residual)
+    assert unpacked == program.commands
+
+
+@pytest.mark.parametrize("config_name", sorted(CONFIGS))
+@pytest.mark.parametrize("layer", POOLS, ids=lambda layer: layer.name)
+def test_pool_programs_take_the_python_models_cycles(layer: ConvLayer, config_name: str
+                                                     ) -> None:
+    """Pooling stores read the scratchpad window by window; load → store tokens."""
+    config = CONFIGS[config_name]
+    try:
+        program = pool_program(config, layer)
+    except CapacityError:
+        pytest.skip("the windows do not fit this scratchpad")
+    _compare(config, program.commands)
+    unpacked = unpack_commands(pack_commands(program.commands).astype(np.int32), config.cols,
+                               EpilogueConfig(), (0,) * layer.channels, (1,) * layer.channels)
     assert unpacked == program.commands

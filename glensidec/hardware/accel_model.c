@@ -26,6 +26,8 @@ typedef struct {
   int64_t y0, y_step, height, x0, x_step, width, pad_value;
   int64_t wait_store; /* LOAD: take a store -> load token */
   int64_t residual;   /* CONFIG: a residual add (STORE rows read residual rows) */
+  int64_t signal_store; /* LOAD: give a load -> store token (a STORE's y0 and y_step
+                           columns hold its pooling window and window stride) */
 } gs_command;
 
 /* Results, in the order of commands.AccelTiming's fields. */
@@ -83,9 +85,9 @@ typedef struct {
   int64_t n_commands, next_command;
   /* dispatcher queues (command indices) and the tokens */
   fifo lq, eq, sq, aq;
-  int64_t tok_le, tok_el, tok_sl;
+  int64_t tok_le, tok_el, tok_sl, tok_ls;
   /* load unit: slots (1 ends a row), due cycles of row writes, loads in flight */
-  fifo dma_slots, writes, track_signal, track_rows;
+  fifo dma_slots, writes, track_signal, track_rows, track_signal_store;
   int64_t track_written;
   /* execute unit */
   int w_active, w_q, a_active, q_valid, q_last, q_emit, q_signal;
@@ -97,6 +99,9 @@ typedef struct {
   /* store unit, epilogue, ws_dma_store */
   int64_t s_pending, s_left, epi_rows, st_beat, res_addr;
   int s1_valid, out_valid, s_signal, cfg_residual;
+  /* a pooling store's reads (p_*) and the row read last cycle (q2_*) */
+  int s_pool, q2_valid, q2_first, q2_last;
+  int64_t p_window, p_wstride, p_t, p_pix, p_addr, p_reads;
   fifo st_rows;
 } model;
 
@@ -104,7 +109,8 @@ static int idle(const model *m) {
   return !(m->next_command < m->n_commands || m->lq.count || m->eq.count || m->sq.count ||
            m->aq.count || m->dma_slots.count || m->writes.count || m->track_rows.count ||
            m->w_active || m->w_q || m->a_active || m->q_valid || m->tags_valid ||
-           m->s_pending >= 0 || m->s_left || m->epi_rows || m->st_rows.count);
+           m->s_pending >= 0 || m->s_left || m->epi_rows || m->st_rows.count || m->q2_valid ||
+           m->p_reads);
 }
 
 static fifo *queue_of(model *m, const gs_command *command) {
@@ -154,17 +160,23 @@ static int step(model *m, int64_t cycle, gs_timing *timing) {
   int epi_en = !(m->out_valid && !st_in_ready);
   int epi_out_fire = m->out_valid && st_in_ready;
   int r_valid = m->tag_valid[m->tag_pos] && m->tag_emit[m->tag_pos];
-  int admit = r_valid && epi_en && m->s_left > 0;
+  int q2_consume = m->q2_valid && (!m->q2_last || epi_en);
+  int pool_issue = m->s_pool && m->p_reads > 0 && (!m->q2_valid || q2_consume);
+  int pool_admit = m->q2_valid && m->q2_last && epi_en;
+  int acc_admit = r_valid && epi_en && m->s_left > 0 && !m->s_pool;
+  int admit = acc_admit || pool_admit;
   int admit_last = admit && m->s_left == 1;
-  int r_ready = epi_en && m->s_left > 0;
+  int r_ready = epi_en && m->s_left > 0 && !m->s_pool;
   int en = !(r_valid && !r_ready);
   int s_accept = m->s_pending >= 0 && st_cmd_ready;
   int64_t head = m->sq.count ? fifo_front(&m->sq) : -1;
   int store_pop = head >= 0 && cmd[head].op == OP_STORE && (m->s_left == 0 || admit_last) &&
-                  (m->s_pending < 0 || s_accept);
+                  (m->s_pending < 0 || s_accept) && (!cmd[head].wait || m->tok_ls > 0);
   int config_pop = head >= 0 && cmd[head].op == OP_CONFIG && m->s_left == 0 &&
                    m->s_pending < 0 && m->epi_rows == 0 && !st_active;
-  int res_read = admit && m->cfg_residual; /* scratchpad port 2 */
+  int res_read = acc_admit && m->cfg_residual; /* scratchpad port 2 */
+  int rd2 = res_read || pool_issue;
+  int64_t rd2_addr = pool_issue ? m->p_addr : m->res_addr;
   int sl_give = admit_last && m->s_signal;
   /* -- ws_ctrl handshakes */
   int w_last_beat = m->w_count == rows - 1;
@@ -184,8 +196,8 @@ static int step(model *m, int64_t cycle, gs_timing *timing) {
   /* -- activation streamer */
   int a_try = m->a_active && (!m->q_valid || a_fire);
   int64_t w_bank = (m->w_base + m->w_beat) >> m->bank_shift;
-  int64_t res_bank = m->res_addr >> m->bank_shift, a_bank = m->a_addr >> m->bank_shift;
-  int conflict = (w_issue && w_bank == a_bank) || (res_read && res_bank == a_bank);
+  int64_t rd2_bank = rd2_addr >> m->bank_shift, a_bank = m->a_addr >> m->bank_shift;
+  int conflict = (w_issue && w_bank == a_bank) || (rd2 && rd2_bank == a_bank);
   int a_issued = a_try && !conflict;
   int a_issue_last = a_issued && m->a_left == 1;
   int a_start = (!m->a_active || a_issue_last) && m->aq.count > 0;
@@ -202,18 +214,20 @@ static int step(model *m, int64_t cycle, gs_timing *timing) {
   int wr_en = m->writes.count && fifo_front(&m->writes) == cycle;
   int track_done = wr_en && m->track_written + 1 == fifo_front(&m->track_rows);
   int le_give = track_done && fifo_front(&m->track_signal);
+  int ls_give = track_done && fifo_front(&m->track_signal_store);
   /* -- dispatcher */
   int64_t offered = m->next_command < m->n_commands ? m->next_command : -1;
   fifo *queue = offered >= 0 ? queue_of(m, &cmd[offered]) : NULL;
   int dispatch = offered >= 0 && queue->count < m->queue_depth;
 
-  if (w_issue && res_read && w_bank == res_bank)
-    return -3; /* a residual and a weight row read from one bank: no such program */
+  if (w_issue && rd2 && w_bank == rd2_bank)
+    return -3; /* a residual or pooled row and a weight row read from one bank */
 
   /* ==== clock edge */
   m->tok_le += le_give - (w_start && cmd[e_head].wait);
   m->tok_el += el_give - (l_accept && cmd[l_head].wait);
   m->tok_sl += sl_give - (l_accept && cmd[l_head].wait_store);
+  m->tok_ls += ls_give - (store_pop && cmd[head].wait);
   /* load unit */
   if (wr_en)
     fifo_pop(&m->writes); /* its countdown reached 0 */
@@ -223,6 +237,7 @@ static int step(model *m, int64_t cycle, gs_timing *timing) {
   if (track_done) {
     fifo_pop(&m->track_rows);
     fifo_pop(&m->track_signal);
+    fifo_pop(&m->track_signal_store);
     m->track_written = 0;
   } else if (wr_en) {
     m->track_written += 1;
@@ -230,6 +245,7 @@ static int step(model *m, int64_t cycle, gs_timing *timing) {
   if (l_accept) {
     const gs_command *load = &cmd[fifo_pop(&m->lq)];
     if (fifo_push(&m->track_signal, load->signal) ||
+        fifo_push(&m->track_signal_store, load->signal_store) ||
         fifo_push(&m->track_rows, load->count1 * load->count2) ||
         expand_rows(m, load, 1, timing))
       return -1;
@@ -314,15 +330,39 @@ static int step(model *m, int64_t cycle, gs_timing *timing) {
     m->st_beat = 0;
     m->s_pending = -1;
   }
+  if (pool_issue) {
+    m->q2_valid = 1;
+    m->q2_first = m->p_t == 0;
+    m->q2_last = m->p_t == m->p_window - 1;
+  } else if (q2_consume) {
+    m->q2_valid = 0;
+  }
   if (store_pop) {
     fifo_pop(&m->sq);
     m->s_pending = head;
     m->s_left = cmd[head].count1 * cmd[head].count2;
     m->s_signal = (int)cmd[head].signal;
     m->res_addr = cmd[head].spad_row;
+    m->s_pool = cmd[head].y0 > 0; /* a pooling store: y0 = window, y_step = stride */
+    m->p_window = cmd[head].y0;
+    m->p_wstride = cmd[head].y_step;
+    m->p_pix = m->p_addr = cmd[head].spad_row;
+    m->p_t = 0;
+    m->p_reads = m->s_pool ? m->s_left * m->p_window : 0;
   } else {
     m->s_left -= admit;
     m->res_addr += res_read;
+    if (pool_issue) {
+      m->p_reads -= 1;
+      if (m->p_t == m->p_window - 1) {
+        m->p_t = 0;
+        m->p_pix += 1;
+        m->p_addr = m->p_pix;
+      } else {
+        m->p_t += 1;
+        m->p_addr += m->p_wstride;
+      }
+    }
   }
   if (config_pop) {
     fifo_pop(&m->sq);
@@ -340,7 +380,7 @@ static int step(model *m, int64_t cycle, gs_timing *timing) {
 
 static void release(model *m) {
   fifo *fifos[] = {&m->lq, &m->eq, &m->sq, &m->aq, &m->dma_slots, &m->writes,
-                   &m->track_signal, &m->track_rows, &m->st_rows};
+                   &m->track_signal, &m->track_rows, &m->track_signal_store, &m->st_rows};
   for (size_t i = 0; i < sizeof fifos / sizeof fifos[0]; ++i)
     free(fifos[i]->items);
   free(m->tag_valid);

@@ -34,9 +34,10 @@ SOURCE = Path(__file__).with_name("accel_model.c")
 #: Columns of one packed command (gs_command in accel_model.c), in order.
 FIELDS = ("op", "wait", "signal", "w_row", "a_row", "m_len", "add", "emit", "base", "length",
           "count1", "stride1", "count2", "stride2", "spad_row", "bounds", "y0", "y_step",
-          "height", "x0", "x_step", "width", "pad_value", "wait_store", "residual")
-_COLUMN = {name: index for index, name in enumerate(FIELDS)}
-_DMA_FIELDS = FIELDS[8:-2]
+          "height", "x0", "x_step", "width", "pad_value", "wait_store", "residual",
+          "signal_store")
+_DMA_FIELDS = FIELDS[8:-3]
+_WINDOW, _WINDOW_STRIDE = _DMA_FIELDS.index("y0"), _DMA_FIELDS.index("y_step")
 _dma_fields = operator.attrgetter(*_DMA_FIELDS)  # a DmaCommand's fields, in order
 #: gs_timing's fields, in order.
 TIMING_FIELDS = ("cycles", "compute_rows", "load_bytes", "store_bytes", "array_stall_cycles",
@@ -113,15 +114,18 @@ def pack_commands(commands: Sequence[Command]) -> np.ndarray:
     for command in commands:
         if isinstance(command, Compute):
             rows.append([1, command.wait, command.signal, command.w_row, command.a_row,
-                         command.m_len, command.add, command.emit, *padding, 0, 0])
+                         command.m_len, command.add, command.emit, *padding, 0, 0, 0])
         elif isinstance(command, Config):  # its vectors stay in the layer; where they start
             rows.append([3, 0, 0, 0, 0, 0, 0, 0, command.first_column, *padding[1:], 0,
-                         command.residual is not None])
+                         command.residual is not None, 0])
         elif isinstance(command, Load):
             rows.append([0, command.wait, command.signal, 0, 0, 0, 0, 0,
-                         *_dma_fields(command.dma), command.wait_store, 0])
-        else:
-            rows.append([2, 0, command.signal, 0, 0, 0, 0, 0, *_dma_fields(command.dma), 0, 0])
+                         *_dma_fields(command.dma), command.wait_store, 0,
+                         command.signal_store])
+        else:  # a store: its pooling window where a load has y0 and y_step (no bounds)
+            dma = list(_dma_fields(command.dma))
+            dma[_WINDOW], dma[_WINDOW_STRIDE] = command.window, command.window_stride
+            rows.append([2, command.wait, command.signal, 0, 0, 0, 0, 0, *dma, 0, 0, 0])
     return np.array(rows, dtype=np.int64).reshape(len(commands), len(FIELDS))
 
 
@@ -177,8 +181,13 @@ def unpack_commands(table: np.ndarray, cols: int, epilogue: EpilogueConfig,
                                    residual=residual if field["residual"] else None))
         else:
             values: dict[str, Any] = {name: field[name] for name in _DMA_FIELDS}
-            dma = DmaCommand(**{**values, "bounds": bool(values["bounds"])})
-            commands.append(Load(dma, bool(field["wait"]), bool(field["signal"]),
-                                 bool(field["wait_store"])) if op == 0
-                            else Store(dma, bool(field["signal"])))
+            if op == 0:
+                dma = DmaCommand(**{**values, "bounds": bool(values["bounds"])})
+                commands.append(Load(dma, bool(field["wait"]), bool(field["signal"]),
+                                     bool(field["wait_store"]), bool(field["signal_store"])))
+            else:
+                dma = DmaCommand(**{**values, "bounds": bool(values["bounds"]), "y0": 0,
+                                    "y_step": 0})
+                commands.append(Store(dma, bool(field["signal"]), bool(field["wait"]),
+                                      field["y0"], field["y_step"]))
     return commands

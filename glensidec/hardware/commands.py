@@ -54,6 +54,7 @@ class Load:
     wait: bool = False  # take an exec → load token first (a buffer was freed)
     signal: bool = False  # give a load → exec token once its last row is written
     wait_store: bool = False  # take a store → load token first (residual rows were read)
+    signal_store: bool = False  # give a load → store token once its last row is written
 
 
 @dataclass(frozen=True)
@@ -74,10 +75,16 @@ class Store:
     """STORE: the next count1·count2 emitted rows, through the epilogue, to memory.
 
     With a residual add configured, the rows' residual rows are read from the
-    scratchpad from dma.spad_row on, one per row."""
+    scratchpad from dma.spad_row on, one per row. A pooling store (`window` > 0) takes
+    its rows from the scratchpad instead of the array: row i is the bytewise signed max
+    of rows dma.spad_row + i + t·window_stride, t < window (sent through the epilogue,
+    which a Config made the identity)."""
 
     dma: DmaCommand
     signal: bool = False  # give a store → load token once its last row entered the epilogue
+    wait: bool = False  # take a load → store token first (the rows to pool are loaded)
+    window: int = 0
+    window_stride: int = 0
 
 
 @dataclass(frozen=True)
@@ -137,11 +144,15 @@ def encode_command(command: Command, cols: int) -> int:
     """The CMD_W-bit command word of rtl/ws_accel.v."""
     if isinstance(command, Load | Store):
         op = OP_LOAD if isinstance(command, Load) else OP_STORE
-        word = op | _field(isinstance(command, Load) and command.wait, 3, 1)
-        word |= _field(command.signal, 4, 1)
-        word |= _field(isinstance(command, Load) and command.wait_store, 5, 1)
+        word = op | _field(command.wait, 3, 1) | _field(command.signal, 4, 1)
         for name, (offset, width) in DMA_FIELDS.items():
             word |= _field(getattr(command.dma, name), offset, width)
+        if isinstance(command, Load):
+            return word | _field(command.wait_store, 5, 1) | _field(command.signal_store, 6, 1)
+        if command.window:  # a pooling store: its window where a load has y0 and y_step
+            word &= ~(((1 << 32) - 1) << DMA_FIELDS["y0"][0])
+            word |= _field(1, 6, 1) | _field(command.window, DMA_FIELDS["y0"][0], 16)
+            word |= _field(command.window_stride, DMA_FIELDS["y_step"][0], 16)
         return word
     if isinstance(command, Compute):
         return (OP_COMPUTE | _field(command.wait, 3, 1) | _field(command.signal, 4, 1)
@@ -207,11 +218,11 @@ class AccelModel:
         self.eq: deque[Compute] = deque()
         self.sq: deque[Store | Config] = deque()
         self.aq: deque[Compute] = deque()
-        self.tok_le = self.tok_el = self.tok_sl = 0
+        self.tok_le = self.tok_el = self.tok_sl = self.tok_ls = 0
         # load unit: ws_dma_load slots (True ends a row), row write times, loads in flight
         self.dma_slots: deque[bool] = deque()
         self.writes: deque[int] = deque()
-        self.track: deque[tuple[bool, int]] = deque()
+        self.track: deque[tuple[bool, int, bool]] = deque()  # signal, rows, signal_store
         self.track_written = 0
         # execute unit
         self.w_active = self.w_q = False
@@ -230,6 +241,10 @@ class AccelModel:
         self.s_left = self.epi_rows = 0
         self.s_signal = self.cfg_residual = False
         self.res_addr = 0
+        # a pooling store's reads (p_*) and the row read last cycle (q2_*)
+        self.s_pool = self.q2_valid = self.q2_first = self.q2_last = False
+        self.p_window = self.p_wstride = self.p_t = self.p_pix = self.p_addr = 0
+        self.p_reads = 0
         self.s1_valid = self.out_valid = False
         self.st_rows: deque[int] = deque()  # beats of each row of the active store
         self.st_beat = 0
@@ -257,7 +272,8 @@ class AccelModel:
         return not (self.commands or self.lq or self.eq or self.sq or self.aq or self.dma_slots
                     or self.writes or self.track or self.w_active or self.w_q or self.a_active
                     or self.q_valid or any(valid for valid, _ in self.tags) or self.s_pending
-                    or self.s_left or self.epi_rows or self.st_rows)
+                    or self.s_left or self.epi_rows or self.st_rows or self.q2_valid
+                    or self.p_reads)
 
     def _bank(self, row: int) -> int:
         return row >> self.bank_shift
@@ -275,15 +291,22 @@ class AccelModel:
         epi_out_fire = self.out_valid and st_in_ready
         tag_valid, tag_emit = self.tags[-1]
         r_valid = tag_valid and tag_emit
-        admit = r_valid and epi_en and self.s_left > 0
+        q2_consume = self.q2_valid and (not self.q2_last or epi_en)
+        pool_issue = self.s_pool and self.p_reads > 0 and (not self.q2_valid or q2_consume)
+        pool_admit = self.q2_valid and self.q2_last and epi_en
+        acc_admit = r_valid and epi_en and self.s_left > 0 and not self.s_pool
+        admit = acc_admit or pool_admit
         admit_last = admit and self.s_left == 1
-        r_ready = epi_en and self.s_left > 0
+        r_ready = epi_en and self.s_left > 0 and not self.s_pool
         en = not (r_valid and not r_ready)
         s_accept = self.s_pending is not None and st_cmd_ready
         head = self.sq[0] if self.sq else None
         store_pop = (isinstance(head, Store) and (self.s_left == 0 or admit_last)
-                     and (self.s_pending is None or s_accept))
-        res_read = admit and self.cfg_residual  # scratchpad port 2
+                     and (self.s_pending is None or s_accept)
+                     and (not head.wait or self.tok_ls > 0))
+        res_read = acc_admit and self.cfg_residual  # scratchpad port 2
+        rd2 = res_read or pool_issue
+        rd2_addr = self.p_addr if pool_issue else self.res_addr
         sl_give = admit_last and self.s_signal
         config_pop = (isinstance(head, Config) and self.s_left == 0 and self.s_pending is None
                       and self.epi_rows == 0 and not st_active)
@@ -305,11 +328,11 @@ class AccelModel:
         # -- activation streamer ---------------------------------------------------------------
         a_try = self.a_active and (not self.q_valid or a_fire)
         w_bank = self._bank(self.w_base + self.w_beat)
-        if w_issue and res_read and w_bank == self._bank(self.res_addr):
-            raise ValueError(f"a residual row ({self.res_addr}) and a weight row "
+        if w_issue and rd2 and w_bank == self._bank(rd2_addr):
+            raise ValueError(f"a residual or pooled row ({rd2_addr}) and a weight row "
                              f"({self.w_base + self.w_beat}) read from one scratchpad bank")
         conflict = (w_issue and w_bank == self._bank(self.a_addr)) or (
-            res_read and self._bank(self.res_addr) == self._bank(self.a_addr))
+            rd2 and self._bank(rd2_addr) == self._bank(self.a_addr))
         a_issued = a_try and not conflict
         a_issue_last = a_issued and self.a_left == 1
         a_start = (not self.a_active or a_issue_last) and bool(self.aq)
@@ -326,6 +349,7 @@ class AccelModel:
         wr_en = bool(self.writes) and self.writes[0] == 0
         track_done = wr_en and self.track_written + 1 == self.track[0][1]
         le_give = track_done and self.track[0][0]
+        ls_give = track_done and self.track[0][2]
         # -- dispatcher ------------------------------------------------------------------------
         offered = self.commands[0] if self.commands else None
         queue: deque[Load] | deque[Compute] | deque[Store | Config] = (
@@ -337,6 +361,7 @@ class AccelModel:
         self.tok_le += int(le_give) - int(w_start and e_head is not None and e_head.wait)
         self.tok_el += int(el_give) - int(l_accept and l_head is not None and l_head.wait)
         self.tok_sl += int(sl_give) - int(l_accept and l_head is not None and l_head.wait_store)
+        self.tok_ls += int(ls_give) - int(store_pop and isinstance(head, Store) and head.wait)
         # load unit
         self.writes = deque(when - 1 for when in self.writes if when > 0)
         if self.dma_slots and self.dma_slots.popleft():  # a slot that ends a row
@@ -348,7 +373,7 @@ class AccelModel:
             self.track_written += 1
         if l_accept and l_head is not None:
             self.lq.popleft()
-            self.track.append((l_head.signal, l_head.dma.rows))
+            self.track.append((l_head.signal, l_head.dma.rows, l_head.signal_store))
             for row in dma_rows(l_head.dma):
                 beats = 1 if row.padding else row_beats(row.addr, l_head.dma.length,
                                                         memory.bus_bytes)
@@ -412,13 +437,30 @@ class AccelModel:
                                  for row in dma_rows(store))
             self.st_beat = 0
             self.s_pending = None
+        if pool_issue:
+            self.q2_valid, self.q2_first = True, self.p_t == 0
+            self.q2_last = self.p_t == self.p_window - 1
+        elif q2_consume:
+            self.q2_valid = False
         if store_pop and isinstance(head, Store):
             self.sq.popleft()
             self.s_pending, self.s_left = head.dma, head.dma.rows
             self.s_signal, self.res_addr = head.signal, head.dma.spad_row
+            self.s_pool, self.p_window, self.p_wstride = bool(head.window), head.window, \
+                head.window_stride
+            self.p_pix = self.p_addr = head.dma.spad_row
+            self.p_t, self.p_reads = 0, head.dma.rows * head.window
         else:
             self.s_left -= int(admit)
             self.res_addr += int(res_read)
+            if pool_issue:
+                self.p_reads -= 1
+                if self.p_t == self.p_window - 1:
+                    self.p_t, self.p_pix = 0, self.p_pix + 1
+                    self.p_addr = self.p_pix
+                else:
+                    self.p_t += 1
+                    self.p_addr += self.p_wstride
         if config_pop and isinstance(head, Config):
             self.sq.popleft()
             self.cfg_residual = head.residual is not None
@@ -703,6 +745,79 @@ def conv_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant) -> La
                         tiling.piece_folds, pad, residual_base)
 
 
+def pool_program(config: AccelConfig, layer: ConvLayer) -> LayerProgram:
+    """Max-pooling of an NHWC int8 map as commands (`layer`: kernel, stride and padding
+    of the windows; channels = out_channels; padding reads −128, so it never wins).
+
+    Per M chunk of output rows and block of COLS channels, the DMA gathers the window's
+    kernel² taps into an activation buffer (im2col addressing, one tap per load, tap t's
+    rows at t·m_len) and a pooling `Store` takes, per output pixel, the max of its taps
+    through the identity epilogue. Steps alternate between the two activation buffers:
+    the first load of a step waits for the store two steps back (store → load token), the
+    last gives the store a load → store token. Loads of the next step overlap the
+    current step's pooling.
+    """
+    out_h, out_w = layer.out_size
+    channels, taps = layer.channels, layer.kernel * layer.kernel
+    quarter = config.memory.scratchpad_rows // 4
+    chunk_rows = min(out_h, quarter // (out_w * taps))
+    if chunk_rows < 1:
+        raise CapacityError(
+            f"layer {layer.name}: one output row of {out_w} pixels needs {out_w * taps} "
+            f"gathered rows of {config.memory.row_bytes} B for its {taps} taps; an activation "
+            f"buffer (a quarter of the {config.memory.scratchpad_bytes}-byte scratchpad) "
+            f"holds {quarter}")
+    M = out_h * out_w
+    input_base = 0
+    output_base = _align(layer.height * layer.width * channels)
+    memory_bytes = output_base + _align(M * channels) + 2 * config.memory.bus_bytes
+    used = min(config.cols, channels)  # as the layer's vectors (0 bias, 1 multiplier) give it
+    identity = Config(EpilogueConfig(), (0,) * config.cols,
+                      (1,) * used + (0,) * (config.cols - used))
+    steps: list[tuple[list[Load], Store]] = []
+    for oy0 in range(0, out_h, chunk_rows):
+        rows_here = min(chunk_rows, out_h - oy0)
+        m0, m_len = oy0 * out_w, rows_here * out_w
+        for n0 in range(0, channels, config.cols):
+            width = min(config.cols, channels - n0)
+            buffer = len(steps) % 2 * quarter
+            taps_of = [(ky, kx, n0, width) for ky in range(layer.kernel)
+                       for kx in range(layer.kernel)]
+            loads = [Load(_im2col_rows(layer, fold, oy0, rows_here, buffer + index * m_len,
+                                       input_base, -128),
+                          wait_store=len(steps) >= 2 and index == 0,
+                          signal_store=index == len(taps_of) - 1)
+                     for index, fold in enumerate(taps_of)]
+            store = Store(DmaCommand(base=output_base + m0 * channels + n0, length=width,
+                                     count1=m_len, stride1=channels, spad_row=buffer),
+                          signal=True, wait=True, window=taps, window_stride=m_len)
+            steps.append((loads, store))
+    commands: list[Command] = [identity]
+    for index, (loads, _) in enumerate(steps):
+        commands += loads
+        if index > 0:
+            commands.append(steps[index - 1][1])
+    if steps:
+        commands.append(steps[-1][1])
+    return LayerProgram(commands, input_base, output_base, output_base, memory_bytes,
+                        chunk_rows * out_w, taps, taps)
+
+
+def pool_reference(layer: ConvLayer, feature: npt.NDArray[np.integer]) -> npt.NDArray[np.int64]:
+    """Max-pooling in numpy: (M, C) int8 of an (H, W, C) map, padding never winning."""
+    pad, stride, kernel = layer.padding, layer.stride, layer.kernel
+    out_h, out_w = layer.out_size
+    padded = np.full((layer.height + 2 * pad, layer.width + 2 * pad, layer.channels), -128,
+                     dtype=np.int64)
+    padded[pad:pad + layer.height, pad:pad + layer.width] = feature
+    pooled = np.full((out_h, out_w, layer.channels), -128, dtype=np.int64)
+    for ky in range(kernel):
+        for kx in range(kernel):
+            pooled = np.maximum(pooled, padded[ky:ky + stride * (out_h - 1) + 1:stride,
+                                               kx:kx + stride * (out_w - 1) + 1:stride])
+    return pooled.reshape(-1, layer.channels)
+
+
 @dataclass
 class _Step:
     loads: list[Load]
@@ -840,6 +955,11 @@ def run_functional(config: AccelConfig, commands: Sequence[Command],
             for index in range(command.dma.rows):
                 residual_row = _signed_bytes(spad.get(command.dma.spad_row + index,
                                                       zero_row)[:C])
+                if command.window:  # a pooling store: the max of its scratchpad rows
+                    pooled = np.max([_signed_bytes(spad.get(
+                        command.dma.spad_row + index + tap * command.window_stride,
+                        zero_row)[:C]) for tap in range(command.window)], axis=0)
+                    emitted.appendleft(pooled)
                 out = epilogue_reference(emitted.popleft()[None, :],
                                          np.asarray(config_now.bias)[None, :],
                                          np.asarray(config_now.multiplier), config_now.epilogue,
