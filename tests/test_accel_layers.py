@@ -172,6 +172,19 @@ def _residual(root: Path, case: str) -> Path:
     return path
 
 
+def _pooled(root: Path) -> Path:
+    """The quantized convolution, then ResNet's stem max-pool (3×3, stride 2, padding with
+    the minimum) as the importer writes it; the pool runs on the accelerator too."""
+    _conv(root)
+    head, body = CONV.split("(compute relu", 1)
+    text = (head + "(let y (compute relu" + body + ")\n(compute reduce-max (access-windows "
+            "(access (access-pad (access-pad y min-padding 2 1 1) min-padding 3 1 1) 2) "
+            "(shape 3 3) (shape 2 2)))\n")
+    path = root / "conv_maxpool.gs"
+    path.write_text(text)
+    return path
+
+
 def _compile(source: Path, outdir: Path, array: str, *extra: str
              ) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "glensidec", "compile", str(source),
@@ -202,7 +215,8 @@ CASES = {
     # (source, inputs, array, layers that fuse)
     # both convolutions; conv2 adds the skip connection x·32 in its epilogue (early)
     "resnet_block": (EXAMPLES / "resnet_block.gs", {"x": (1, 16, 16, 16)}, "16x16", 2),
-    "small_cnn": (EXAMPLES / "small_cnn.gs", {"image": (1, 1, 16, 16)}, "8x8", 1),
+    # its convolution, and the 2×2 max-pool of its result as a pooling layer
+    "small_cnn": (EXAMPLES / "small_cnn.gs", {"image": (1, 1, 16, 16)}, "8x8", 2),
     "dense": (None, {"x": (5, 24)}, "8x8", 1),
     "dense_bias_per_element": (None, {"x": (5, 24)}, "8x8", 0),
     "conv_zero_point": (None, {"x": (1, 4, 6, 6)}, "8x8", 1),
@@ -211,12 +225,16 @@ CASES = {
     "dense_residual": (None, {"x": (5, 24), "r": (5, 20)}, "8x8", 1),
     "conv_residual": (None, {"x": (1, 4, 6, 6), "r": (1, 8, 6, 6)}, "8x8", 1),
     "conv_residual_of_a_layer": (None, {"x": (1, 4, 6, 6), "x2": (1, 4, 6, 6)}, "8x8", 2),
+    # a max-pool of a layer's result: a pooling layer (gathers, pooling stores)
+    "conv_maxpool": (None, {"x": (1, 4, 6, 6)}, "8x8", 2),
 }
 
 
 def _source(case: str, root: Path) -> Path:
     """The program of a CASES entry (written into `root` unless it is an example)."""
     source = CASES[case][0]
+    if case == "conv_maxpool":
+        return _pooled(root)
     if "residual" in case:
         return _residual(root, case)
     if case.startswith("conv_"):
@@ -255,6 +273,12 @@ def test_accelerator_layers_compute_what_the_interpreter_does(case: str, tmp_pat
     if case == "conv_zero_point":  # the padding the layer reads is the zero point now
         assert "with -37, the zero point an accelerator layer pads with" in \
             (outdir / "model.c").read_text()
+    if case == "conv_maxpool":  # no host reduce is left; the pool reads the layer's rows
+        pool = layers[-1]
+        assert pool.pool and (pool.kernel, pool.stride, pool.padding) == (3, 2, 1)
+        assert pool.a.buffer == layers[0].dst.buffer and pool.image == (6, 6, 8)
+        assert not any(type(instruction).__name__ == "Reduce"
+                       for instruction in lowered.instructions)
     if "residual" in case or case == "resnet_block":  # the add is in the last layer's
         # epilogue: no host loop is left
         residual = layers[-1].residual
@@ -357,7 +381,8 @@ def test_the_runtime_is_clean_under_sanitizers(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.rtl
-@pytest.mark.parametrize("case", ["resnet_block", "dense", "conv_residual_of_a_layer"])
+@pytest.mark.parametrize("case", ["resnet_block", "dense", "conv_residual_of_a_layer",
+                                  "conv_maxpool"])
 def test_make_sim_runs_the_layers_on_ws_accel(case: str, tmp_path: Path,
                                                sim_cache: Path) -> None:
     """`make sim` co-simulates the accelerator layers on ws_accel (resnet_block's array

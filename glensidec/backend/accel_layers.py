@@ -75,6 +75,7 @@ from glensidec.hardware.commands import (
     accel_cycles,
     conv_program,
     layer_tiling,
+    pool_program,
 )
 from glensidec.lang.dtypes import Array, integer_range, wrap_signed
 
@@ -503,12 +504,13 @@ def _rewrite(lowered: LoweredProgram, index: int, chain: _Chain, weights: dict[s
     return True
 
 
-def program_layer(accel: AccelConfig, layer: ConvLayer, quant: LayerQuant
+def program_layer(accel: AccelConfig, layer: ConvLayer, quant: LayerQuant, pool: bool = False
                   ) -> tuple[LayerProgram, Array, AccelTiming]:
-    """The layer's commands (conv_program), as the packed table the C reads, and their
-    cycles on ws_accel; GlensideError when the layer does not fit the accelerator."""
+    """The layer's commands (conv_program, or pool_program for a max-pool), as the packed
+    table the C reads, and their cycles on ws_accel; GlensideError when the layer does not
+    fit the accelerator."""
     try:
-        program = conv_program(accel, layer, quant)
+        program = pool_program(accel, layer) if pool else conv_program(accel, layer, quant)
     except CapacityError as error:
         raise GlensideError(f"--accel: {error}") from None
     table = pack_commands(program.commands)
@@ -642,6 +644,11 @@ def accel_layer_lines(lowered: LoweredProgram, config: ArrayConfig) -> Iterator[
     yield (f"accelerator layers: {len(layers)} (cycles = ws_accel's, DMA and epilogue "
            "included; array = cycles a row entered the array; wait = the rest)")
     for layer in layers:
+        if layer.pool:  # no product: no T_min, no array rows
+            yield (f"  {layer.name}: max-pool {layer.kernel}x{layer.kernel} stride "
+                   f"{layer.stride} to M={layer.m} N={layer.n}: {layer.cycles} cycles, "
+                   f"{layer.load_bytes} B loaded, {layer.store_bytes} B stored")
+            continue
         ideal = ideal_cycles(config, layer.m, layer.k, layer.n)
         utilization = layer.m * layer.k * layer.n / (config.rows * config.cols * layer.cycles)
         yield (f"  {layer.name}: M={layer.m} K={layer.k} N={layer.n}: {layer.cycles} "

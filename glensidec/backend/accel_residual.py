@@ -30,6 +30,7 @@ from glensidec.backend.accel_layers import (
     fuse_accel_layers,
     program_layer,
 )
+from glensidec.backend.accel_pool import fuse_accel_pools
 from glensidec.backend.fuse_elementwise import fuse_elementwise
 from glensidec.backend.lower import (
     CONSTANT,
@@ -163,9 +164,10 @@ class _Found:
 
 def fuse_for_accelerator(lowered: LoweredProgram, weights: dict[str, Array],
                          accel: AccelConfig) -> LoweredProgram:
-    """`compile --accel`'s passes: accelerator layers, the host's elementwise loops fused,
-    and the residual adds moved into the layers' epilogues."""
-    layers = fuse_accel_layers(lowered, weights, accel)
+    """`compile --accel`'s passes: accelerator layers, max-pools of their results, the
+    host's elementwise loops fused, and the residual adds moved into the layers'
+    epilogues."""
+    layers = fuse_accel_pools(fuse_accel_layers(lowered, weights, accel), accel)
     return fuse_accel_residuals(fuse_elementwise(layers), weights, accel)
 
 

@@ -334,10 +334,14 @@ class _Renderer:
                   f"{added.pre}, {added.post}, {added.zero_point}, {added.low}, {added.high}, "
                   f"{int(added.early)}")
         residual = "NULL" if layer.residual is None else pointer(layer.residual)
+        weights = "NULL" if layer.pool else pointer(layer.b)
         call = (f"gs_accel_run(&layer, {pointer(layer.commands)}, {pointer(layer.a)}, "
-                f"{pointer(layer.b)}, {pointer(layer.bias)}, {pointer(layer.multiplier)}, "
+                f"{weights}, {pointer(layer.bias)}, {pointer(layer.multiplier)}, "
                 f"{residual}, {pointer(layer.dst)})")
         product = f"clip(requantize({layer.a.buffer} . {layer.b.buffer} + bias))"
+        if layer.pool:
+            product = (f"max-pool {layer.kernel}x{layer.kernel} stride {layer.stride} of "
+                       f"{layer.a.buffer}")
         if layer.residual is not None:
             product = f"clip(requantize({product} * a + {layer.residual.buffer} * b + c))"
         what = (f"{layer.name} = {product} on the accelerator (M={layer.m} K={layer.k} "

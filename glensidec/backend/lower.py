@@ -284,6 +284,11 @@ class AccelLayer(Instruction):
     residual: View | None = None
     residual_add: ResidualConfig | None = None
     residual_base: int = -1
+    # A max-pool (commands.pool_program) of the NHWC map `a` (`image`) over kernel ×
+    # kernel windows at `stride`, `padding` never winning: no weights (`b` is unused, k is
+    # 0), the epilogue the identity; dst holds the (M, C) pooled rows.
+    pool: bool = False
+    padding: int = 0
 
     @property
     def input_elements(self) -> int:

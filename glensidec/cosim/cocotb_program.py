@@ -198,7 +198,7 @@ async def run_compiled_program_on_accel(dut: Any) -> None:
         table = np.ctypeslib.as_array(commands_ptr, shape=(layer.commands, len(FIELDS)))
         image = int(layer.input_bytes) != m * k  # an NHWC map the DMA reads as im2col
         a = np.ctypeslib.as_array(a_ptr, shape=(int(layer.input_bytes),)).astype(np.int64)
-        b = _matrix(b_ptr, k, n).astype(np.int64)
+        b = _matrix(b_ptr, k, n).astype(np.int64) if k else np.zeros((0, n), np.int64)
         bias = np.ctypeslib.as_array(bias_ptr, shape=(n,)).astype(np.int64)
         multiplier = np.ctypeslib.as_array(multiplier_ptr, shape=(n,)).astype(np.int64)
         epilogue = EpilogueConfig(layer.pre, layer.post, layer.zero_point, layer.low,

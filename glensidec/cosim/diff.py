@@ -61,8 +61,9 @@ from glensidec.backend.lower import (
 from glensidec.backend.views import View, store_view
 from glensidec.cosim.runner import Manifest, cosimulate, program_error
 from glensidec.errors import GlensideError
-from glensidec.hardware.accel import EpilogueConfig, epilogue_reference
+from glensidec.hardware.accel import ConvLayer, EpilogueConfig, epilogue_reference
 from glensidec.hardware.array import reference_gemm_f32
+from glensidec.hardware.commands import pool_reference
 from glensidec.lang import data
 from glensidec.lang.dtypes import DTYPES, Array, requantize
 from glensidec.lang.interp import (
@@ -144,6 +145,12 @@ def _execute(instruction: Instruction, read: Callable[[View], Array],
             rows = instruction.rows or main_rows
             return reference_gemm_f32(read(instruction.a), read(instruction.b), None, rows)
         return matmul(read(instruction.a), read(instruction.b), dtype(instruction.a))
+    if isinstance(instruction, AccelLayer) and instruction.pool:
+        height, width, channels = instruction.image
+        return pool_reference(ConvLayer("", height, width, channels, channels,
+                                        instruction.kernel, instruction.stride,
+                                        instruction.padding),
+                              read(instruction.a).reshape(instruction.image))
     if isinstance(instruction, AccelLayer):
         activations = read(instruction.a)
         if instruction.image:  # the im2col rows the DMA reads, (ky, kx, channel) order

@@ -1,0 +1,185 @@
+"""Max-pools on the accelerator: a reduce-max over windows of a layer's result.
+
+ResNet's stem max-pools its first convolution's result: the lowered program transposes
+the layer's (M, N) rows into NCHW, pads the map with the int8 minimum (fills and copies)
+and reduces 3×3 windows at stride 2 (`Reduce` "reduce-max" over a windowed view). This
+pass (`compile --accel`) recognises that shape — by evaluating, element by element, what
+the padded map holds in terms of the layer's rows (a row index, or padding) — and runs
+the pool on ws_accel instead (`commands.pool_program`): the DMA gathers each window's
+taps from the layer's NHWC rows with its im2col addressing, padding reading −128, and
+pooling stores take their max. The pool becomes an `AccelLayer` with `pool` set (no
+weights; its epilogue the identity) writing (M, C) rows, and a copy transposes them into
+the reduce's NCHW destination, as for any layer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from glensidec.backend.accel_layers import LayerBuilder, drop_dead_code, program_layer
+from glensidec.backend.lower import (
+    ACTIVATION,
+    AccelLayer,
+    Copy,
+    Fill,
+    LoweredProgram,
+    Reduce,
+)
+from glensidec.backend.views import contiguous, regroup, store_view, transpose, view_array
+from glensidec.errors import GlensideError
+from glensidec.hardware.accel import ConvLayer, EpilogueConfig
+from glensidec.hardware.commands import AccelConfig, LayerQuant
+
+#: The value a padding element holds in `_origin`'s evaluation (rows hold their index).
+PADDING = -1
+
+
+@dataclass(frozen=True)
+class _Pool:
+    """A max-pool over an accelerator layer's result."""
+
+    reduce_index: int
+    layer_index: int
+    geometry: ConvLayer  # height, width, channels of the map; kernel, stride, padding
+
+
+def fuse_accel_pools(lowered: LoweredProgram, accel: AccelConfig) -> LoweredProgram:
+    """`lowered` with every max-pool over an accelerator layer's result on the
+    accelerator (a new program)."""
+    result = LoweredProgram(dict(lowered.buffers), list(lowered.instructions), lowered.output,
+                            lowered.output_shape)
+    for index, instruction in enumerate(result.instructions):
+        if isinstance(instruction, Reduce) and instruction.op == "reduce-max":
+            pool = _find(result, index)
+            if pool is not None:
+                _rewrite(result, pool, accel)
+    drop_dead_code(result)
+    return result
+
+
+def _origin(lowered: LoweredProgram, name: str, before: int, depth: int = 0
+            ) -> tuple[int, np.ndarray] | None:
+    """(layer index, flat contents of buffer `name`): each element the index of the
+    accelerator layer's result element it holds, or PADDING where a minimum fill wrote it
+    — when only such fills and copies, back to one layer, write it before `before`."""
+    writers = lowered.writers().get(name, [])
+    buffer = lowered.buffers[name]
+    if not writers or max(writers) >= before or depth > 8:
+        return None
+    if len(writers) == 1 and isinstance(lowered.instructions[writers[0]], AccelLayer):
+        return writers[0], np.arange(buffer.elements)
+    if buffer.kind != ACTIVATION:
+        return None
+    flat = np.full(buffer.elements, PADDING - 1, dtype=np.int64)  # unwritten: not padding
+    layer: int | None = None
+    for index in writers:
+        writer = lowered.instructions[index]
+        if isinstance(writer, Fill) and writer.minimum:
+            store_view(writer.dst, flat, np.full(writer.dst.shape, PADDING))
+        elif isinstance(writer, Copy):
+            found = _origin(lowered, writer.src.buffer, index, depth + 1)
+            if found is None or (layer is not None and found[0] != layer):
+                return None
+            layer = found[0]
+            store_view(writer.dst, flat, view_array(writer.src, found[1]))
+        else:
+            return None
+    return None if layer is None else (layer, flat)
+
+
+def _find(lowered: LoweredProgram, index: int) -> _Pool | None:
+    reduce = lowered.instructions[index]
+    assert isinstance(reduce, Reduce)
+    source = lowered.buffer_of(reduce.src)
+    if reduce.reduce_rank != 2 or source.dtype != "i8" or not lowered.is_whole(reduce.dst):
+        return None
+    found = _origin(lowered, reduce.src.buffer, index)
+    if found is None:
+        return None
+    layer_index, padded = found
+    layer = lowered.instructions[layer_index]
+    assert isinstance(layer, AccelLayer)
+    shape = source.shape[1:] if len(source.shape) == 4 and source.shape[0] == 1 \
+        else source.shape
+    out_shape = reduce.dst.shape[1:] if len(reduce.dst.shape) == 4 else reduce.dst.shape
+    if len(shape) != 3 or len(out_shape) != 3 or reduce.src.shape[-2] != reduce.src.shape[-1]:
+        return None
+    channels, padded_h, padded_w = shape
+    kernel = reduce.src.shape[-1]
+    if channels != layer.n:
+        return None
+    for padding in range(kernel):
+        height, width = padded_h - 2 * padding, padded_w - 2 * padding
+        if height * width != layer.m:
+            continue
+        # the padded map the reduce should see: the layer's rows (index y·W + x, channel c
+        # at row·N + c) in NCHW, padded with the minimum
+        rows = np.arange(layer.m * layer.n).reshape(height, width, channels)
+        expected = np.pad(rows.transpose(2, 0, 1), ((0, 0), (padding, padding),
+                                                    (padding, padding)),
+                          constant_values=PADDING)
+        if not np.array_equal(padded, expected.reshape(-1)):
+            continue
+        for stride in range(1, kernel + 1):
+            geometry = ConvLayer("", height, width, channels, channels, kernel, stride, padding)
+            if geometry.out_size != tuple(out_shape[1:]):
+                continue
+            windows = view_array(reduce.src, expected.reshape(-1)).reshape(-1)
+            if np.array_equal(windows, _windows(expected, kernel, stride)):
+                return _Pool(index, layer_index, geometry)
+    return None
+
+
+def _windows(padded: np.ndarray, kernel: int, stride: int) -> np.ndarray:
+    """The (C, OH, OW, k, k) windows of a padded (C, H, W) map, flat, as the reduce reads
+    them (its batch axis, if any, has size 1)."""
+    _, height, width = padded.shape
+    out_h, out_w = (height - kernel) // stride + 1, (width - kernel) // stride + 1
+    y = (np.arange(out_h) * stride)[:, None, None, None] + np.arange(kernel)[None, None, :, None]
+    x = (np.arange(out_w) * stride)[None, :, None, None] + np.arange(kernel)[None, None, None, :]
+    gathered: np.ndarray = padded[:, y, x]
+    return gathered.reshape(-1)
+
+
+def _rewrite(lowered: LoweredProgram, pool: _Pool, accel: AccelConfig) -> None:
+    reduce = lowered.instructions[pool.reduce_index]
+    layer = lowered.instructions[pool.layer_index]
+    assert isinstance(reduce, Reduce) and isinstance(layer, AccelLayer)
+    geometry = pool.geometry
+    name = reduce.dst.buffer
+    m = geometry.out_size[0] * geometry.out_size[1]
+    n = geometry.channels
+    builder = LayerBuilder(lowered)
+    try:
+        program, table, timing = program_layer(
+            accel, ConvLayer(name, geometry.height, geometry.width, n, n, geometry.kernel,
+                             geometry.stride, geometry.padding), _identity(n), pool=True)
+    except GlensideError:
+        return  # the windows do not fit the scratchpad: the host pools
+    rows = builder.activation(f"{name}_rows", (m, n))
+    final = regroup(reduce.dst, (n, m))
+    if final is None:
+        return
+    bias = builder.constant(f"{name}_bias", "i32", np.zeros(n, np.int64))
+    pooled = AccelLayer(
+        reduce.note, rows, name=name, a=contiguous(layer.dst.buffer, (geometry.height *
+                                                                     geometry.width, n)),
+        b=bias, bias=bias,
+        multiplier=builder.constant(f"{name}_multiplier", "i32", np.ones(n, np.int64)),
+        commands=builder.constant(f"{name}_commands", "i32", table), m=m, k=0, n=n,
+        pre=0, post=0, zero_point=0, low=-128, high=127, input_base=program.input_base,
+        weight_base=program.weight_base, output_base=program.output_base,
+        cycles=timing.cycles, load_bytes=timing.load_bytes, store_bytes=timing.store_bytes,
+        compute_rows=timing.compute_rows,
+        image=(geometry.height, geometry.width, n), kernel=geometry.kernel,
+        stride=geometry.stride, pool=True, padding=geometry.padding)
+    copy = Copy(f"{reduce.note}: the accelerator's pooled rows, transposed", final,
+                transpose(rows, (1, 0)))
+    lowered.instructions[pool.reduce_index:pool.reduce_index + 1] = [pooled, copy]
+
+
+def _identity(channels: int) -> LayerQuant:
+    """The epilogue a pool's rows pass through unchanged: bias 0, multiplier 1, no shift."""
+    return LayerQuant(EpilogueConfig(), (0,) * channels, (1,) * channels)
