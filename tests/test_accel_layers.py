@@ -308,6 +308,9 @@ def test_layer_cycles_are_the_python_models_for_the_same_commands(tmp_path: Path
     assert (layer.image, layer.kernel, layer.stride) == ((18, 18, 16), 3, 1)
     assert second.residual_add is not None and second.residual_add.early and \
         second.residual_add.multiplier == 32  # conv2 + bias + x·32, then the requantize
+    # conv2 reads conv1's rows (16×16 pixels × 16 channels) itself, the DMA padding them
+    assert (second.a.buffer, second.image, second.padding, second.pad_value) == (
+        layer.dst.buffer, (16, 16, 16), 1, 0)
     accel = accel_config_for(ArrayConfig(16, 16))
     bias = constant_array(lowered.buffer_of(layer.bias), {})
     multiplier = constant_array(lowered.buffer_of(layer.multiplier), {})

@@ -65,7 +65,7 @@ from glensidec.backend.views import (
 )
 from glensidec.errors import GlensideError
 from glensidec.hardware.accel import CapacityError, ConvLayer, EpilogueConfig, ResidualConfig
-from glensidec.hardware.accel_native import native_cycles, native_model, pack_commands
+from glensidec.hardware.accel_native import FIELDS, native_cycles, native_model, pack_commands
 from glensidec.hardware.array import ArrayConfig, ideal_cycles
 from glensidec.hardware.commands import (
     AccelConfig,
@@ -76,6 +76,7 @@ from glensidec.hardware.commands import (
     conv_program,
     layer_tiling,
     pool_program,
+    pool_tiling,
 )
 from glensidec.lang.dtypes import Array, integer_range, wrap_signed
 
@@ -321,6 +322,11 @@ class LayerBuilder:
                                             ConstantSource(data=data))
         return contiguous(name, values.shape)
 
+    def commands_placeholder(self, layer: str) -> View:
+        """An empty command table for a layer `program_accel_layers` programs later."""
+        return self.constant(f"{layer}_commands_unprogrammed", "i32",
+                             np.zeros((0, len(FIELDS)), np.int64))
+
     def activation(self, base: str, shape: tuple[int, ...]) -> View:
         name = self.name(base)
         self.lowered.buffers[name] = Buffer(name, "i8", shape, ACTIVATION)
@@ -416,20 +422,27 @@ def _rewrite(lowered: LoweredProgram, index: int, chain: _Chain, weights: dict[s
     before: list[Instruction] = []
     after: list[Instruction] = []
     replaced = set(chain.indices)
-    geometry = _im2col_geometry(lowered, gemm) if flipped and cols == gemm.n else None
+    geometry = None
+    if flipped and cols == gemm.n:  # B is the im2col matrix, A the weights
+        geometry = _im2col_geometry(lowered, gemm)
+    elif not flipped and rows == gemm.m:  # A is the im2col matrix, B the weights
+        geometry = _im2col_geometry(lowered, gemm, "a")
     if geometry is not None:
         try:  # whole output rows must fit; else the host's im2col matrix, tiled freely
-            layer_tiling(accel, replace(geometry[0], out_channels=rows), chain.skip is not None)
+            layer_tiling(accel, replace(geometry[0], out_channels=rows if flipped else cols),
+                         chain.skip is not None)
         except CapacityError:
             geometry = None
     layer = ConvLayer(name, height=0, width=1, channels=gemm.k, out_channels=0)
     if geometry is not None:  # the DMA reads the im2col rows from an NHWC copy of the map
-        assert a_values is not None
         layer, source = geometry
-        m, n = cols, rows
+        m, n = (cols, rows) if flipped else (rows, cols)
         layer = replace(layer, name=name, out_channels=n)
         kernel, channels = layer.kernel, layer.channels
-        weights_kcn = a_values[:rows].T.reshape(channels, kernel, kernel, n)
+        known = a_values if flipped else b_values
+        assert known is not None
+        known_weights = known[:rows].T if flipped else known
+        weights_kcn = known_weights[:, :n].reshape(channels, kernel, kernel, n)
         b_view = builder.constant(f"{name}_weights", "i8",  # K ordered (ky, kx, channel)
                                   weights_kcn.transpose(1, 2, 0, 3).reshape(-1, n))
         image = builder.activation(f"{name}_nhwc", (layer.height, layer.width, channels))
@@ -481,27 +494,88 @@ def _rewrite(lowered: LoweredProgram, index: int, chain: _Chain, weights: dict[s
                                contiguous(chain.skip.buffer, (n, m), chain.skip.offset)))
     quant = LayerQuant(epilogue, tuple(bias_vector), tuple(multiplier_vector),
                        residual=added)
-    program, table, timing = program_layer(accel, layer, quant)
+    check_fits(accel, layer, quant)
     fused = AccelLayer(
         lowered.instructions[chain.indices[-1]].note, dst, name=name,
         a=a_view, b=b_view,
         bias=builder.constant(f"{name}_bias", "i32", np.array(bias_vector, np.int64)),
         multiplier=builder.constant(f"{name}_multiplier", "i32",
                                     np.array(multiplier_vector, np.int64)),
-        commands=builder.constant(f"{name}_commands", "i32", table),
+        commands=builder.commands_placeholder(name),
         m=m, k=gemm.k, n=n, pre=chain.pre, post=chain.post, zero_point=chain.zero_point,
-        low=chain.low, high=chain.high, input_base=program.input_base,
-        weight_base=program.weight_base, output_base=program.output_base,
-        cycles=timing.cycles, load_bytes=timing.load_bytes, store_bytes=timing.store_bytes,
-        compute_rows=timing.compute_rows,
+        low=chain.low, high=chain.high,
         image=(layer.height, layer.width, layer.channels) if geometry is not None else (),
-        kernel=layer.kernel, stride=layer.stride, residual=residual, residual_add=added,
-        residual_base=program.residual_base)
+        kernel=layer.kernel, stride=layer.stride, residual=residual, residual_add=added)
     kept = [instruction for position, instruction in enumerate(lowered.instructions)
             if position not in replaced]
     kept[index:index] = [*before, fused, *after]  # where the array call was
     lowered.instructions = kept
     return True
+
+
+def constant_vector(lowered: LoweredProgram, view: View, weights: dict[str, Array]
+                    ) -> tuple[int, ...]:
+    """A constant buffer's values (a layer's bias or multiplier vector)."""
+    buffer = lowered.buffer_of(view)
+    assert buffer.kind == CONSTANT
+    return tuple(int(value) for value in constant_array(buffer, weights).reshape(-1))
+
+
+def check_fits(accel: AccelConfig, layer: ConvLayer, quant: LayerQuant,
+               pool: bool = False) -> None:
+    """GlensideError naming the sizes when the layer's tiles do not fit the memories."""
+    try:
+        if pool:
+            pool_tiling(accel, layer)
+        else:
+            layer_tiling(accel, layer, quant.residual is not None)
+    except CapacityError as error:
+        raise GlensideError(f"--accel: {error}") from None
+
+
+def layer_geometry(layer: AccelLayer) -> ConvLayer:
+    """The convolution (an M-pixel 1×1 convolution for a matrix, or a max-pool) the
+    layer's commands compute."""
+    if layer.image:
+        height, width, channels = layer.image
+        return ConvLayer(layer.name, height, width, channels, layer.n, layer.kernel,
+                         layer.stride, layer.padding)
+    return ConvLayer(layer.name, height=layer.m, width=1, channels=layer.k,
+                     out_channels=layer.n)
+
+
+def layer_quant(lowered: LoweredProgram, layer: AccelLayer, weights: dict[str, Array]
+                ) -> LayerQuant:
+    """The layer's epilogue, vectors, padding value and residual add, as conv_program
+    takes them."""
+    return LayerQuant(
+        EpilogueConfig(layer.pre, layer.post, layer.zero_point, layer.low, layer.high),
+        constant_vector(lowered, layer.bias, weights),
+        constant_vector(lowered, layer.multiplier, weights),
+        input_zero_point=layer.pad_value, residual=layer.residual_add)
+
+
+def program_accel_layers(lowered: LoweredProgram, weights: dict[str, Array],
+                         accel: AccelConfig) -> LoweredProgram:
+    """Every accelerator layer's commands (weights.bin's table, `<name>_commands`) and the
+    figures they give: the last pass, once the layers' shapes are final (a new program)."""
+    result = LoweredProgram(dict(lowered.buffers), list(lowered.instructions), lowered.output,
+                            lowered.output_shape)
+    builder = LayerBuilder(result)
+    for index, layer in enumerate(result.instructions):
+        if not isinstance(layer, AccelLayer):
+            continue
+        program, table, timing = program_layer(accel, layer_geometry(layer),
+                                               layer_quant(result, layer, weights),
+                                               pool=layer.pool)
+        del result.buffers[layer.commands.buffer]  # the placeholder
+        result.instructions[index] = replace(
+            layer, commands=builder.constant(f"{layer.name}_commands", "i32", table),
+            input_base=program.input_base, weight_base=program.weight_base,
+            output_base=program.output_base, residual_base=program.residual_base,
+            cycles=timing.cycles, load_bytes=timing.load_bytes,
+            store_bytes=timing.store_bytes, compute_rows=timing.compute_rows)
+    return result
 
 
 def program_layer(accel: AccelConfig, layer: ConvLayer, quant: LayerQuant, pool: bool = False
@@ -589,13 +663,14 @@ def _pad_with_zero_point(lowered: LoweredProgram, activations: View, index: int,
     return None if vector is None else (vector, zero_point, fills)
 
 
-def _im2col_geometry(lowered: LoweredProgram, gemm: ArrayGemm
+def _im2col_geometry(lowered: LoweredProgram, gemm: ArrayGemm, operand: str = "b"
                      ) -> tuple[ConvLayer, View] | None:
     """When the call's B operand is the im2col matrix of a square convolution — one copy
     of the windows (channel, ky, kx) × (oy, ox) of a padded (1, C, H, W) map, read only
     by the call, K = C·k·k exactly — the layer (no padding left: the map is padded) and a
-    (C, H, W) view of the map; else None."""
-    packer = _only_writer(lowered, gemm.b)
+    (C, H, W) view of the map; else None. With `operand` "a", the same for an A operand
+    holding the windows' transpose, (oy, ox) × (channel, ky, kx)."""
+    packer = _only_writer(lowered, gemm.b if operand == "b" else gemm.a)
     copy = None if packer is None else lowered.instructions[packer]
     if not isinstance(copy, Copy):
         return None
@@ -603,9 +678,11 @@ def _im2col_geometry(lowered: LoweredProgram, gemm: ArrayGemm
     buffer = lowered.buffer_of(source)
     shape = buffer.shape[1:] if len(buffer.shape) == 4 and buffer.shape[0] == 1 \
         else buffer.shape
+    pixels = gemm.n if operand == "b" else gemm.m
     if len(shape) != 3 or source.offset != 0 or len(source.dims) != 2 or \
-            copy.dst.shape != (gemm.k, gemm.n):
+            copy.dst.shape != ((gemm.k, pixels) if operand == "b" else (pixels, gemm.k)):
         return None
+    k_dims, p_dims = source.dims if operand == "b" else source.dims[::-1]
     channels, height, width = shape
     kernel = math.isqrt(gemm.k // channels)
     if channels * kernel * kernel != gemm.k:
@@ -615,8 +692,8 @@ def _im2col_geometry(lowered: LoweredProgram, gemm: ArrayGemm
     for stride in range(1, kernel + 2):
         out_h, out_w = (height - kernel) // stride + 1, (width - kernel) // stride + 1
         expected_p = canonical([Axis(out_h, stride * width), Axis(out_w, stride)])
-        if out_h * out_w == gemm.n and canonical(source.dims[0]) == expected_k and \
-                canonical(source.dims[1]) == expected_p:
+        if out_h * out_w == pixels and canonical(k_dims) == expected_k and \
+                canonical(p_dims) == expected_p:
             layer = ConvLayer("", height, width, channels, 0, kernel, stride)
             return layer, contiguous(source.buffer, (channels, height, width))
     return None

@@ -18,7 +18,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from glensidec.backend.accel_layers import LayerBuilder, drop_dead_code, program_layer
+from glensidec.backend.accel_layers import (
+    LayerBuilder,
+    check_fits,
+    drop_dead_code,
+)
 from glensidec.backend.lower import (
     ACTIVATION,
     AccelLayer,
@@ -31,8 +35,9 @@ from glensidec.backend.views import contiguous, regroup, store_view, transpose, 
 from glensidec.errors import GlensideError
 from glensidec.hardware.accel import ConvLayer, EpilogueConfig
 from glensidec.hardware.commands import AccelConfig, LayerQuant
+from glensidec.lang.dtypes import integer_range
 
-#: The value a padding element holds in `_origin`'s evaluation (rows hold their index).
+#: A padding element in `trace_layer_rows`'s evaluation (rows hold their index).
 PADDING = -1
 
 
@@ -59,34 +64,49 @@ def fuse_accel_pools(lowered: LoweredProgram, accel: AccelConfig) -> LoweredProg
     return result
 
 
-def _origin(lowered: LoweredProgram, name: str, before: int, depth: int = 0
-            ) -> tuple[int, np.ndarray] | None:
-    """(layer index, flat contents of buffer `name`): each element the index of the
-    accelerator layer's result element it holds, or PADDING where a minimum fill wrote it
-    — when only such fills and copies, back to one layer, write it before `before`."""
+def trace_layer_rows(lowered: LoweredProgram, name: str, before: int, depth: int = 0
+                     ) -> tuple[int, np.ndarray, np.ndarray] | None:
+    """(layer index, origin, fill) for buffer `name` as it is before instruction `before`,
+    when only fills and copies, back to one accelerator layer's result, write it: per
+    element (flat) `origin` is the index of the layer's result element it holds, or
+    PADDING where a fill wrote it, and `fill` the value written there (the int8 minimum
+    for a minimum fill); else None."""
     writers = lowered.writers().get(name, [])
     buffer = lowered.buffers[name]
     if not writers or max(writers) >= before or depth > 8:
         return None
     if len(writers) == 1 and isinstance(lowered.instructions[writers[0]], AccelLayer):
-        return writers[0], np.arange(buffer.elements)
+        return writers[0], np.arange(buffer.elements), np.zeros(buffer.elements, np.int64)
     if buffer.kind != ACTIVATION:
         return None
-    flat = np.full(buffer.elements, PADDING - 1, dtype=np.int64)  # unwritten: not padding
+    origin = np.full(buffer.elements, PADDING - 1, dtype=np.int64)  # unwritten: not padding
+    fill = np.zeros(buffer.elements, dtype=np.int64)
     layer: int | None = None
     for index in writers:
         writer = lowered.instructions[index]
-        if isinstance(writer, Fill) and writer.minimum:
-            store_view(writer.dst, flat, np.full(writer.dst.shape, PADDING))
+        if isinstance(writer, Fill):
+            value = integer_range(buffer.dtype)[0] if writer.minimum else writer.value
+            store_view(writer.dst, origin, np.full(writer.dst.shape, PADDING))
+            store_view(writer.dst, fill, np.full(writer.dst.shape, value))
         elif isinstance(writer, Copy):
-            found = _origin(lowered, writer.src.buffer, index, depth + 1)
+            found = trace_layer_rows(lowered, writer.src.buffer, index, depth + 1)
             if found is None or (layer is not None and found[0] != layer):
                 return None
             layer = found[0]
-            store_view(writer.dst, flat, view_array(writer.src, found[1]))
+            store_view(writer.dst, origin, view_array(writer.src, found[1]))
+            store_view(writer.dst, fill, view_array(writer.src, found[2]))
         else:
             return None
-    return None if layer is None else (layer, flat)
+    return None if layer is None else (layer, origin, fill)
+
+
+def padded_rows(height: int, width: int, channels: int, padding: int) -> np.ndarray:
+    """What a (C, H + 2p, W + 2p) map holds when it is a layer's (H·W, C) rows in NCHW,
+    padded by p: the rows' element indices, PADDING on the border (flat)."""
+    rows = np.arange(height * width * channels).reshape(height, width, channels)
+    padded = np.pad(rows.transpose(2, 0, 1), ((0, 0), (padding, padding), (padding, padding)),
+                    constant_values=PADDING)
+    return padded.reshape(-1)
 
 
 def _find(lowered: LoweredProgram, index: int) -> _Pool | None:
@@ -95,10 +115,12 @@ def _find(lowered: LoweredProgram, index: int) -> _Pool | None:
     source = lowered.buffer_of(reduce.src)
     if reduce.reduce_rank != 2 or source.dtype != "i8" or not lowered.is_whole(reduce.dst):
         return None
-    found = _origin(lowered, reduce.src.buffer, index)
+    found = trace_layer_rows(lowered, reduce.src.buffer, index)
     if found is None:
         return None
-    layer_index, padded = found
+    layer_index, padded, fill = found
+    if np.any(fill[padded == PADDING] != -128):
+        return None  # padding that could win the max
     layer = lowered.instructions[layer_index]
     assert isinstance(layer, AccelLayer)
     shape = source.shape[1:] if len(source.shape) == 4 and source.shape[0] == 1 \
@@ -116,12 +138,10 @@ def _find(lowered: LoweredProgram, index: int) -> _Pool | None:
             continue
         # the padded map the reduce should see: the layer's rows (index y·W + x, channel c
         # at row·N + c) in NCHW, padded with the minimum
-        rows = np.arange(layer.m * layer.n).reshape(height, width, channels)
-        expected = np.pad(rows.transpose(2, 0, 1), ((0, 0), (padding, padding),
-                                                    (padding, padding)),
-                          constant_values=PADDING)
-        if not np.array_equal(padded, expected.reshape(-1)):
+        expected = padded_rows(height, width, channels, padding)
+        if not np.array_equal(padded, expected):
             continue
+        expected = expected.reshape(channels, padded_h, padded_w)
         for stride in range(1, kernel + 1):
             geometry = ConvLayer("", height, width, channels, channels, kernel, stride, padding)
             if geometry.out_size != tuple(out_shape[1:]):
@@ -153,9 +173,7 @@ def _rewrite(lowered: LoweredProgram, pool: _Pool, accel: AccelConfig) -> None:
     n = geometry.channels
     builder = LayerBuilder(lowered)
     try:
-        program, table, timing = program_layer(
-            accel, ConvLayer(name, geometry.height, geometry.width, n, n, geometry.kernel,
-                             geometry.stride, geometry.padding), _identity(n), pool=True)
+        check_fits(accel, geometry, _identity(n), pool=True)
     except GlensideError:
         return  # the windows do not fit the scratchpad: the host pools
     rows = builder.activation(f"{name}_rows", (m, n))
@@ -168,11 +186,8 @@ def _rewrite(lowered: LoweredProgram, pool: _Pool, accel: AccelConfig) -> None:
                                                                      geometry.width, n)),
         b=bias, bias=bias,
         multiplier=builder.constant(f"{name}_multiplier", "i32", np.ones(n, np.int64)),
-        commands=builder.constant(f"{name}_commands", "i32", table), m=m, k=0, n=n,
-        pre=0, post=0, zero_point=0, low=-128, high=127, input_base=program.input_base,
-        weight_base=program.weight_base, output_base=program.output_base,
-        cycles=timing.cycles, load_bytes=timing.load_bytes, store_bytes=timing.store_bytes,
-        compute_rows=timing.compute_rows,
+        commands=builder.commands_placeholder(name), m=m, k=0, n=n,
+        pre=0, post=0, zero_point=0, low=-128, high=127,
         image=(geometry.height, geometry.width, n), kernel=geometry.kernel,
         stride=geometry.stride, pool=True, padding=geometry.padding)
     copy = Copy(f"{reduce.note}: the accelerator's pooled rows, transposed", final,

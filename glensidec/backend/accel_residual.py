@@ -25,25 +25,27 @@ import numpy as np
 
 from glensidec.backend.accel_layers import (
     LayerBuilder,
+    check_fits,
     drop_dead_code,
     evaluate_buffer,
     fuse_accel_layers,
-    program_layer,
+    layer_geometry,
+    layer_quant,
+    program_accel_layers,
 )
+from glensidec.backend.accel_layout import read_layer_rows
 from glensidec.backend.accel_pool import fuse_accel_pools
 from glensidec.backend.fuse_elementwise import fuse_elementwise
 from glensidec.backend.lower import (
-    CONSTANT,
     AccelLayer,
     Copy,
     Fused,
     LoweredProgram,
-    constant_array,
 )
 from glensidec.backend.views import View, contiguous
 from glensidec.errors import GlensideError
-from glensidec.hardware.accel import ConvLayer, EpilogueConfig, ResidualConfig
-from glensidec.hardware.commands import AccelConfig, LayerQuant
+from glensidec.hardware.accel import ResidualConfig
+from glensidec.hardware.commands import AccelConfig
 from glensidec.lang.dtypes import Array, wrap_signed
 
 
@@ -165,10 +167,11 @@ class _Found:
 def fuse_for_accelerator(lowered: LoweredProgram, weights: dict[str, Array],
                          accel: AccelConfig) -> LoweredProgram:
     """`compile --accel`'s passes: accelerator layers, max-pools of their results, the
-    host's elementwise loops fused, and the residual adds moved into the layers'
-    epilogues."""
+    host's elementwise loops fused, the residual adds moved into the layers' epilogues,
+    and layers reading earlier layers' rows instead of the host's copies of them."""
     layers = fuse_accel_pools(fuse_accel_layers(lowered, weights, accel), accel)
-    return fuse_accel_residuals(fuse_elementwise(layers), weights, accel)
+    layers = fuse_accel_residuals(fuse_elementwise(layers), weights, accel)
+    return program_accel_layers(read_layer_rows(layers, weights, accel), weights, accel)
 
 
 def fuse_accel_residuals(lowered: LoweredProgram, weights: dict[str, Array],
@@ -301,13 +304,9 @@ def _rewrite(lowered: LoweredProgram, found: _Found, weights: dict[str, Array],
         post=form.post, zero_point=form.zero_point, low=form.low, high=form.high)
     builder = LayerBuilder(lowered)
     name = fused.dst.buffer
-    quant = LayerQuant(EpilogueConfig(layer.pre, layer.post, layer.zero_point, layer.low,
-                                      layer.high),
-                       _vector(lowered, layer.bias, weights),
-                       _vector(lowered, layer.multiplier, weights), residual=added)
     try:
-        program, table, timing = program_layer(accel, replace(_geometry(layer), name=name),
-                                               quant)
+        check_fits(accel, layer_geometry(layer),
+                   replace(layer_quant(lowered, layer, weights), residual=added))
     except GlensideError:
         return False
     instructions = lowered.instructions
@@ -321,31 +320,10 @@ def _rewrite(lowered: LoweredProgram, found: _Found, weights: dict[str, Array],
             transposing, dst=replace(transposing.dst, buffer=name),
             src=replace(transposing.src, buffer=dst.buffer))
     instructions[found.layer_index] = replace(
-        layer, note=fused.note, dst=dst, name=name,
-        commands=builder.constant(f"{name}_commands", "i32", table),
-        input_base=program.input_base, weight_base=program.weight_base,
-        output_base=program.output_base, cycles=timing.cycles,
-        load_bytes=timing.load_bytes, store_bytes=timing.store_bytes,
-        compute_rows=timing.compute_rows, residual=found.residual, residual_add=added,
-        residual_base=program.residual_base)
+        layer, note=fused.note, dst=dst, name=name, residual=found.residual,
+        residual_add=added)
     del instructions[found.fused_index]
     if found.copy_residual is not None:
         instructions.insert(found.layer_index, found.copy_residual)
     return True
 
-
-def _vector(lowered: LoweredProgram, view: View, weights: dict[str, Array]
-            ) -> tuple[int, ...]:
-    buffer = lowered.buffer_of(view)
-    assert buffer.kind == CONSTANT
-    return tuple(int(value) for value in constant_array(buffer, weights).reshape(-1))
-
-
-def _geometry(layer: AccelLayer) -> ConvLayer:
-    """The convolution (or M-pixel 1×1 convolution) the layer's commands compute."""
-    if layer.image:
-        height, width, channels = layer.image
-        return ConvLayer(layer.name, height, width, channels, layer.n, layer.kernel,
-                         layer.stride)
-    return ConvLayer(layer.name, height=layer.m, width=1, channels=layer.k,
-                     out_channels=layer.n)

@@ -269,13 +269,14 @@ class AccelLayer(Instruction):
     zero_point: int
     low: int
     high: int
-    input_base: int  # where a, b and dst sit in the commands' address space
-    weight_base: int
-    output_base: int
-    cycles: int  # predicted: commands.accel_cycles, the RTL's count
-    load_bytes: int
-    store_bytes: int
-    compute_rows: int  # cycles the array took a row
+    # From the commands (accel_layers.program_accel_layers sets them, last):
+    input_base: int = 0  # where a, b and dst sit in the commands' address space
+    weight_base: int = 0
+    output_base: int = 0
+    cycles: int = 0  # predicted: commands.accel_cycles, the RTL's count
+    load_bytes: int = 0
+    store_bytes: int = 0
+    compute_rows: int = 0  # cycles the array took a row
     # A convolution the DMA reads as im2col rows straight from `a`, an NHWC feature map
     # (height, width, channels), already padded; () when `a` is the M×K matrix itself.
     image: tuple[int, ...] = ()
@@ -285,10 +286,13 @@ class AccelLayer(Instruction):
     residual_add: ResidualConfig | None = None
     residual_base: int = -1
     # A max-pool (commands.pool_program) of the NHWC map `a` (`image`) over kernel ×
-    # kernel windows at `stride`, `padding` never winning: no weights (`b` is unused, k is
-    # 0), the epilogue the identity; dst holds the (M, C) pooled rows.
+    # kernel windows at `stride`: no weights (`b` is unused, k is 0), the epilogue the
+    # identity; dst holds the (M, C) pooled rows.
     pool: bool = False
+    # A convolution's (or pool's) padding of `image` by the DMA: rows outside the map
+    # read `pad_value` (a pool's padding never wins the max).
     padding: int = 0
+    pad_value: int = 0
 
     @property
     def input_elements(self) -> int:

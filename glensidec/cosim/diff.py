@@ -154,8 +154,11 @@ def _execute(instruction: Instruction, read: Callable[[View], Array],
     if isinstance(instruction, AccelLayer):
         activations = read(instruction.a)
         if instruction.image:  # the im2col rows the DMA reads, (ky, kx, channel) order
-            activations = im2col_rows(activations.reshape(instruction.image),
-                                      instruction.kernel, instruction.stride)
+            pad = instruction.padding
+            image = np.pad(activations.reshape(instruction.image), ((pad, pad), (pad, pad),
+                                                                    (0, 0)),
+                           constant_values=instruction.pad_value)
+            activations = im2col_rows(image, instruction.kernel, instruction.stride)
         products = matmul(activations, read(instruction.b), "i8")
         epilogue = EpilogueConfig(instruction.pre, instruction.post, instruction.zero_point,
                                   instruction.low, instruction.high)

@@ -760,13 +760,7 @@ def pool_program(config: AccelConfig, layer: ConvLayer) -> LayerProgram:
     out_h, out_w = layer.out_size
     channels, taps = layer.channels, layer.kernel * layer.kernel
     quarter = config.memory.scratchpad_rows // 4
-    chunk_rows = min(out_h, quarter // (out_w * taps))
-    if chunk_rows < 1:
-        raise CapacityError(
-            f"layer {layer.name}: one output row of {out_w} pixels needs {out_w * taps} "
-            f"gathered rows of {config.memory.row_bytes} B for its {taps} taps; an activation "
-            f"buffer (a quarter of the {config.memory.scratchpad_bytes}-byte scratchpad) "
-            f"holds {quarter}")
+    chunk_rows = pool_tiling(config, layer)
     M = out_h * out_w
     input_base = 0
     output_base = _align(layer.height * layer.width * channels)
@@ -801,6 +795,22 @@ def pool_program(config: AccelConfig, layer: ConvLayer) -> LayerProgram:
         commands.append(steps[-1][1])
     return LayerProgram(commands, input_base, output_base, output_base, memory_bytes,
                         chunk_rows * out_w, taps, taps)
+
+
+def pool_tiling(config: AccelConfig, layer: ConvLayer) -> int:
+    """Output rows per chunk of a max-pool (its windows' taps fill an activation buffer);
+    CapacityError naming the sizes when not even one output row fits."""
+    out_h, out_w = layer.out_size
+    taps = layer.kernel * layer.kernel
+    quarter = config.memory.scratchpad_rows // 4
+    chunk_rows = min(out_h, quarter // (out_w * taps))
+    if chunk_rows < 1:
+        raise CapacityError(
+            f"layer {layer.name}: one output row of {out_w} pixels needs {out_w * taps} "
+            f"gathered rows of {config.memory.row_bytes} B for its {taps} taps; an activation "
+            f"buffer (a quarter of the {config.memory.scratchpad_bytes}-byte scratchpad) "
+            f"holds {quarter}")
+    return chunk_rows
 
 
 def pool_reference(layer: ConvLayer, feature: npt.NDArray[np.integer]) -> npt.NDArray[np.int64]:
