@@ -30,6 +30,7 @@ from glensidec.cosim.settings import testbench_settings
 from glensidec.hardware.accel import ConvLayer, EpilogueConfig, MemoryConfig, ResidualConfig
 from glensidec.hardware.commands import (
     AccelConfig,
+    LayerProgram,
     LayerQuant,
     accel_cycles,
     conv_program,
@@ -75,18 +76,27 @@ async def run_pool(dut: Any, config: AccelConfig, layer: ConvLayer, seed: int) -
     M, C = layer.out_size[0] * layer.out_size[1], layer.channels
     memory = rng.integers(0, 256, program.memory_bytes).astype(np.uint8)  # garbage output
     memory[:feature.size] = feature.reshape(-1) & 0xFF
+    return await run_and_check(dut, config, program, memory, pool_reference(layer, feature),
+                               f"{layer.name}: max-pool to {M}x{C}")
+
+
+async def run_and_check(dut: Any, config: AccelConfig, program: LayerProgram,
+                        memory: np.ndarray, expected: np.ndarray, what: str) -> int:
+    """Run a layer's commands on the DUT against `memory`; its (M, N) output region must
+    equal `expected` and its cycles the prediction. Returns the cycles."""
+    M, N = expected.shape
     words = [encode_command(command, config.cols) for command in program.commands]
     cycles = await run_commands(dut, words, memory,
-                                range(program.output_base, program.output_base + M * C),
+                                range(program.output_base, program.output_base + M * N),
                                 config.memory.bus_bytes, config.memory.latency)
-    got = memory[program.output_base:program.output_base + M * C].astype(np.int64)
-    got = np.where(got >= 128, got - 256, got).reshape(M, C)
-    mismatches = int(np.count_nonzero(got != pool_reference(layer, feature)))
-    assert mismatches == 0, f"{layer}: {mismatches} of {M * C} outputs differ"
+    got = memory[program.output_base:program.output_base + M * N].astype(np.int64)
+    got = np.where(got >= 128, got - 256, got).reshape(M, N)
+    mismatches = int(np.count_nonzero(got != expected))
+    assert mismatches == 0, f"{what}: {mismatches} of {M * N} outputs differ"
     predicted = accel_cycles(config, program.commands).cycles
-    assert cycles == predicted, f"{layer}: simulated {cycles} cycles, predicted {predicted}"
-    dut._log.info(f"{layer.name}: max-pool to {M}x{C}, {len(program.commands)} commands, "
-                  f"{predicted} cycles (predicted = simulated)")
+    assert cycles == predicted, f"{what}: simulated {cycles} cycles, predicted {predicted}"
+    dut._log.info(f"{what}, {len(program.commands)} commands, {predicted} cycles "
+                  "(predicted = simulated)")
     return predicted
 
 
@@ -107,20 +117,9 @@ async def run_layer(dut: Any, config: AccelConfig, layer: ConvLayer, seed: int,
     added = rng.integers(-128, 128, (M, N)) if residual else None
     if added is not None:
         memory[program.residual_base:program.residual_base + M * N] = added.reshape(-1) & 0xFF
-    words = [encode_command(command, config.cols) for command in program.commands]
-    cycles = await run_commands(dut, words, memory,
-                                range(program.output_base, program.output_base + M * N),
-                                config.memory.bus_bytes, config.memory.latency)
-    expected = conv_reference(layer, feature, weights, quant, added)
-    got = memory[program.output_base:program.output_base + M * N].astype(np.int64)
-    got = np.where(got >= 128, got - 256, got).reshape(M, N)
-    mismatches = int(np.count_nonzero(got != expected))
-    assert mismatches == 0, f"{layer}: {mismatches} of {M * N} outputs differ"
-    predicted = accel_cycles(config, program.commands).cycles
-    assert cycles == predicted, f"{layer}: simulated {cycles} cycles, predicted {predicted}"
-    dut._log.info(f"{layer.name}: {M}x{K}x{N}, {len(program.commands)} commands, "
-                  f"{predicted} cycles (predicted = simulated)")
-    return predicted
+    return await run_and_check(dut, config, program, memory,
+                               conv_reference(layer, feature, weights, quant, added),
+                               f"{layer.name}: {M}x{K}x{N}")
 
 
 @cocotb.test()
