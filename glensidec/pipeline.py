@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from glensidec import progress
-from glensidec.backend.accel_residual import fuse_for_accelerator
+from glensidec.backend.accel_passes import fuse_for_accelerator
 from glensidec.backend.emit import emit_directory, predicted_cycles
 from glensidec.backend.lower import LoweredProgram, LowerOptions, lower_program
 from glensidec.backend.plan import MemoryPlan, plan_memory

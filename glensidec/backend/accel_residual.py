@@ -28,14 +28,9 @@ from glensidec.backend.accel_layers import (
     check_fits,
     drop_dead_code,
     evaluate_buffer,
-    fuse_accel_layers,
     layer_geometry,
     layer_quant,
-    program_accel_layers,
 )
-from glensidec.backend.accel_layout import read_layer_rows
-from glensidec.backend.accel_pool import fuse_accel_pools
-from glensidec.backend.fuse_elementwise import fuse_elementwise
 from glensidec.backend.lower import (
     AccelLayer,
     Copy,
@@ -162,16 +157,6 @@ class _Found:
     form: _Requantized
     y_leaf: int
     r_leaf: int
-
-
-def fuse_for_accelerator(lowered: LoweredProgram, weights: dict[str, Array],
-                         accel: AccelConfig) -> LoweredProgram:
-    """`compile --accel`'s passes: accelerator layers, max-pools of their results, the
-    host's elementwise loops fused, the residual adds moved into the layers' epilogues,
-    and layers reading earlier layers' rows instead of the host's copies of them."""
-    layers = fuse_accel_pools(fuse_accel_layers(lowered, weights, accel), accel)
-    layers = fuse_accel_residuals(fuse_elementwise(layers), weights, accel)
-    return program_accel_layers(read_layer_rows(layers, weights, accel), weights, accel)
 
 
 def fuse_accel_residuals(lowered: LoweredProgram, weights: dict[str, Array],

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from glensidec.backend.accel_residual import fuse_for_accelerator
+from glensidec.backend.accel_passes import fuse_for_accelerator
 from glensidec.backend.emit import PROGRAM_FILE as PROGRAM
 from glensidec.backend.emit import TRACE_LIBRARY
 from glensidec.backend.lower import (

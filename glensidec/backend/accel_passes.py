@@ -1,0 +1,32 @@
+"""`compile --accel`: the passes that put a lowered program on the whole accelerator.
+
+In order (each a module of its own, each taking and giving a `LoweredProgram`):
+
+1. `accel_layers`: an int8 array call with its bias add, skip connection, requantize and
+   clips becomes an `AccelLayer` (the DMA's im2col where an operand is a convolution's
+   im2col matrix).
+2. `accel_pool`: a max-pool of a layer's result becomes a pooling `AccelLayer`.
+3. `fuse_elementwise`: the host's remaining elementwise chains become one loop each.
+4. `accel_residual`: a quantized residual add after a layer moves into its epilogue.
+5. `accel_layout`: a layer whose input is an earlier layer's rows (padded) reads them.
+6. `accel_layers.program_accel_layers`: every layer's commands and cycles, once, last.
+"""
+
+from __future__ import annotations
+
+from glensidec.backend.accel_layers import fuse_accel_layers, program_accel_layers
+from glensidec.backend.accel_layout import read_layer_rows
+from glensidec.backend.accel_pool import fuse_accel_pools
+from glensidec.backend.accel_residual import fuse_accel_residuals
+from glensidec.backend.fuse_elementwise import fuse_elementwise
+from glensidec.backend.lower import LoweredProgram
+from glensidec.hardware.commands import AccelConfig
+from glensidec.lang.dtypes import Array
+
+
+def fuse_for_accelerator(lowered: LoweredProgram, weights: dict[str, Array],
+                         accel: AccelConfig) -> LoweredProgram:
+    """`lowered` run on the accelerator where it can be (a new program)."""
+    layers = fuse_accel_pools(fuse_accel_layers(lowered, weights, accel), accel)
+    layers = fuse_accel_residuals(fuse_elementwise(layers), weights, accel)
+    return program_accel_layers(read_layer_rows(layers, weights, accel), weights, accel)
