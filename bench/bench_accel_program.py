@@ -161,7 +161,7 @@ def report(rows: list[Row]) -> str:
             f"| {row.name} | {row.bus} | {row.layers} | {row.array_calls} | "
             f"{row.accelerator + row.array:,} | {row.host:,} | {row.total:,} | "
             f"{row.t_min:,} | {(row.accelerator + row.array) / row.t_min:.2f} | "
-            f"{row.total / row.t_min:.2f} | {row.host / row.total:.0%} | "
+            f"{row.total / row.t_min:.2f} | {row.host / row.total:.1%} | "
             f"{row.load_mb:.1f} | {row.store_mb:.1f} | {row.moved / 1e6:.2f} | "
             f"{row.compile_cpu:.1f} s |")
     return "\n".join(lines) + "\n"
