@@ -17,13 +17,7 @@ import numpy as np
 import pytest
 from test_accel_commands import LAYERS, POOLS, SMALL, random_layer_data, random_residual
 
-from glensidec.hardware.accel import (
-    CapacityError,
-    ConvLayer,
-    DmaCommand,
-    EpilogueConfig,
-    MemoryConfig,
-)
+from glensidec.hardware.accel import ConvLayer, DmaCommand, EpilogueConfig, MemoryConfig
 from glensidec.hardware.accel_native import (
     native_cycles,
     native_model,
@@ -138,10 +132,7 @@ def test_pool_programs_take_the_python_models_cycles(layer: ConvLayer, config_na
                                                      ) -> None:
     """Pooling stores read the scratchpad window by window; load → store tokens."""
     config = CONFIGS[config_name]
-    try:
-        program = pool_program(config, layer)
-    except CapacityError:
-        pytest.skip("the windows do not fit this scratchpad")
+    program = pool_program(config, layer)  # every configuration holds these windows
     _compare(config, program.commands)
     unpacked = unpack_commands(pack_commands(program.commands).astype(np.int32), config.cols,
                                EpilogueConfig(), (0,) * layer.channels, (1,) * layer.channels)
