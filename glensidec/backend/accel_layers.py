@@ -79,6 +79,7 @@ from glensidec.hardware.commands import (
     pool_tiling,
 )
 from glensidec.lang.dtypes import Array, integer_range, wrap_signed
+from glensidec.lang.terms import ComputeOp
 
 
 @dataclass
@@ -254,8 +255,7 @@ def _follow(lowered: LoweredProgram, gemm_index: int, weights: dict[str, Array],
                 and _whole(step.src, lowered, rows * cols)
                 and _whole(step.dst, lowered, rows * cols)):
             break
-        low, high = (0, 127) if step.op.name == "relu" else (
-            math.ceil(float(step.op.params[0])), math.floor(float(step.op.params[1])))
+        low, high = clip_range(step.op)
         low, high = max(chain.low, low), min(chain.high, high)
         if low > high:
             break
@@ -279,9 +279,9 @@ def _skip_connection(lowered: LoweredProgram, view: View, weights: dict[str, Arr
     writer = single_writer(view)
     if isinstance(writer, Fold) and writer.op == "elementwise-mul" and len(writer.members) == 2:
         for scaled, scale in (writer.members, writer.members[::-1]):
-            flat = evaluate_buffer(lowered, scale.buffer, weights, before)
-            if flat is not None and flat.size and np.all(flat == flat[0]):
-                multiplier, writer = int(flat[0]), single_writer(scaled)
+            value = scalar_value(lowered, scale, weights, before)
+            if value is not None:
+                multiplier, writer = value, single_writer(scaled)
                 break
         else:
             return None
@@ -293,6 +293,23 @@ def _skip_connection(lowered: LoweredProgram, view: View, weights: dict[str, Arr
             any(index >= before for index in lowered.writers().get(source.buffer, [])):
         return None
     return source, int(wrap_signed(multiplier, 32))
+
+
+def clip_range(op: ComputeOp) -> tuple[int, int]:
+    """The int8 range a relu or a clip keeps (its float bounds rounded inward)."""
+    if op.name == "relu":
+        return 0, 127
+    return math.ceil(float(op.params[0])), math.floor(float(op.params[1]))
+
+
+def scalar_value(lowered: LoweredProgram, view: View, weights: dict[str, Array],
+                 before: int) -> int | None:
+    """The one value every element of a buffer known at compile time holds (before
+    instruction `before`), else None."""
+    flat = evaluate_buffer(lowered, view.buffer, weights, before)
+    if flat is None or flat.size == 0 or not np.all(flat == flat[0]):
+        return None
+    return int(flat[0])
 
 
 def _per_column(values: Array) -> list[int] | None:

@@ -18,18 +18,16 @@ other layer's result before its transpose when r is one, else a host copy made f
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
-
-import numpy as np
 
 from glensidec.backend.accel_layers import (
     LayerBuilder,
     check_fits,
+    clip_range,
     drop_dead_code,
-    evaluate_buffer,
     layer_geometry,
     layer_quant,
+    scalar_value,
 )
 from glensidec.backend.lower import (
     AccelLayer,
@@ -81,15 +79,6 @@ class _Requantized:
 _Value = int | _Linear | _Requantized  # an int: a scalar constant
 
 
-def _scalar(lowered: LoweredProgram, view: View, weights: dict[str, Array],
-            before: int) -> int | None:
-    """The one value every element of a compile-time leaf holds, else None."""
-    flat = evaluate_buffer(lowered, view.buffer, weights, before)
-    if flat is None or flat.size == 0 or not np.all(flat == flat[0]):
-        return None
-    return int(flat[0])
-
-
 def residual_form(fused: Fused, values: list[_Value]) -> _Requantized | None:
     """The loop's result as clip(requantize(a·y + b·r + c)) of its run-time leaves, or
     None when a step is anything else (`values`: a scalar or a leaf's _Linear each)."""
@@ -117,8 +106,7 @@ def residual_form(fused: Fused, values: list[_Value]) -> _Requantized | None:
             result = _Requantized(args[0], args[1], pre, post, zero_point)
         elif name in ("relu", "clip") and isinstance(args[0], _Requantized):
             assert not isinstance(step.op, str)
-            low, high = (0, 127) if name == "relu" else (
-                math.ceil(float(step.op.params[0])), math.floor(float(step.op.params[1])))
+            low, high = clip_range(step.op)
             low, high = max(args[0].low, low), min(args[0].high, high)
             result = replace(args[0], low=low, high=high) if low <= high else None
         if result is None:
@@ -200,7 +188,7 @@ def _find(lowered: LoweredProgram, index: int, weights: dict[str, Array]) -> _Fo
     values: list[_Value] = []
     runtime: list[int] = []
     for leaf, view in enumerate(fused.leaves):
-        scalar = _scalar(lowered, view, weights, index)
+        scalar = scalar_value(lowered, view, weights, index)
         if scalar is not None:
             values.append(scalar)
         else:
