@@ -196,9 +196,13 @@ def compile_command(program: Path, shapes: Path | None, array_size: str, emit: s
     typed = pipeline.load(program, shapes)  # parse, typecheck
     parsed = typed.program
     require_access_result(parsed, typed.types, "compile")
+    if not accel and emit == "c":
+        pipeline.require_no_epilogue(parsed)
     compiled = pipeline.compile_program(parsed, config, Limits(iterations, max_enodes, timeout),
                                         types=typed.types,
                                         more_arrays=configs[1:])  # rewrite, extract
+    if accel:  # the epilogue's rewrites, which only the whole accelerator offers
+        compiled = pipeline.fuse_epilogues(compiled, config)
     if stats:
         for line in compiled.report_lines(config):
             click.echo(line, err=True)
@@ -218,6 +222,10 @@ def compile_command(program: Path, shapes: Path | None, array_size: str, emit: s
                  if accel else "")
         click.echo(f"wrote {output}: {len(result.lowered.instructions)} instructions, "
                    f"predicted array cycles {result.predicted_cycles}{fused}")
+        if result.host_epilogues:
+            click.echo(f"warning: {result.host_epilogues} host instructions of accel-epilogue "
+                       "terms stay on the host (no array call's accumulator, or a bias or "
+                       "multiplier not per column): --stats predicted them as free", err=True)
         if stats and accel:
             from glensidec.backend.accel_layers import accel_layer_lines
 

@@ -27,15 +27,17 @@ from pathlib import Path
 from glensidec import progress
 from glensidec.backend.accel_passes import fuse_for_accelerator
 from glensidec.backend.emit import emit_directory, predicted_cycles
-from glensidec.backend.lower import LoweredProgram, LowerOptions, lower_program
+from glensidec.backend.lower import AccelLayer, LoweredProgram, LowerOptions, lower_program
 from glensidec.backend.plan import MemoryPlan, plan_memory
+from glensidec.errors import GlensideError
 from glensidec.hardware.array import ArrayConfig
 from glensidec.hardware.commands import AccelConfig
 from glensidec.lang import data
+from glensidec.lang.constructs import Group
 from glensidec.lang.dtypes import Array
-from glensidec.lang.expand import expand_program, needs_expansion
+from glensidec.lang.expand import expand_epilogue, expand_program, needs_expansion
 from glensidec.lang.syntax import read_program
-from glensidec.lang.terms import Program, Term, postorder
+from glensidec.lang.terms import Arg, Program, Term, postorder
 from glensidec.lang.typecheck import TypeTable, check_program, infer
 from glensidec.opt.extract import (
     Compiled,
@@ -54,6 +56,7 @@ from glensidec.opt.regions import (
     compiled_term,
     is_product,
     product_region,
+    rebuild,
     splice,
 )
 from glensidec.opt.rewrite import RULESETS, ArrayTarget, EGraph, Limits, Stats
@@ -168,6 +171,48 @@ def compile_by_region(program: Program, types: TypeTable, products: list[Term],
                     predict(root, new_types, config.acc_width), graph, new_types, types, seconds)
 
 
+def fuse_epilogues(compiled: Compiled, config: ArrayConfig) -> Compiled:
+    """The `epilogue` ruleset over the whole extracted program: every bias add, requantize
+    and clip after an array call becomes an `accel-epilogue` (compile --accel).
+
+    It runs after extraction, not in the product regions: a region is a product and the
+    views below it, and the epilogue is above. The e-graph holds just the extracted
+    program, so saturation is quick; extraction then prefers the fused forms, which cost
+    no host cycles (the epilogue works as the rows stream out of the array).
+    """
+    start = time.perf_counter()
+    program, types = compiled.program, compiled.types
+    target = array_target(config)
+    graph = new_graph(program, types, [], target, ("epilogue",))
+    root_name = graph.add(program.root, types)
+    graph.run_ruleset("reach", saturate=True)
+    stats = graph.saturate(Limits())
+    root, _, new_types = extract_checked(graph, root_name, program.tensors, target)
+    # The user's names follow structure: expanding the epilogues gives back the program's
+    # own terms (`class_names` would re-add the whole network to ask egglog). Each rebuilt
+    # term is swapped for the program's own object, so comparing the next one up is shallow.
+    own = {term: term for term in postorder(program.root)}
+
+    def original(term: Term, args: tuple[Arg, ...]) -> Term:
+        rebuilt = Term(term.op, args)
+        rebuilt = expand_epilogue(rebuilt) if term.op in Group.EPILOGUE else rebuilt
+        return own.get(rebuilt, rebuilt)
+
+    original_of: dict[Term, Term] = {}
+    rebuild(root, original, rebuilt=original_of)
+    names = unique_names({term: program.names[original] for term, original in
+                          original_of.items() if original in program.names}, root)
+    seconds = dict(compiled.seconds)
+    seconds["epilogue"] = time.perf_counter() - start
+    # (the extraction cost stays the regions': this e-graph's tree cost counts every
+    # shared subterm once per use, which for a residual network means little)
+    return replace(compiled, program=replace(program, root=root, names=names),
+                   types=new_types, prediction=predict(root, new_types, config.acc_width),
+                   seconds=seconds,
+                   stats=replace(compiled.stats,
+                                 matches={**compiled.stats.matches, **stats.matches}))
+
+
 @dataclass(frozen=True)
 class _Extracted:
     """One canonical region's extraction: the term, its cost, the run's stats, and which
@@ -202,6 +247,15 @@ def _compile_region(graph: EGraph, region: Canonical, named: list[Term], limits:
 # -- lower, plan, emit ------------------------------------------------------------------
 
 
+def require_no_epilogue(program: Program) -> None:
+    """An `accel-epilogue` needs the whole accelerator: the bare array has no epilogue (and
+    the cycle model counts the epilogue's work as free)."""
+    for term in postorder(program.root):
+        if term.op in Group.EPILOGUE:
+            raise GlensideError(f"{term.op} runs in the accelerator's epilogue: compile with "
+                                "--accel", term.span, program.path)
+
+
 @dataclass(frozen=True)
 class CompileResult:
     outdir: Path
@@ -209,6 +263,9 @@ class CompileResult:
     plan: MemoryPlan
     predicted_cycles: int  # Σ hardware.gemm_cycles over the array calls of one run
     accel_cycles: int = 0  # Σ the accelerator layers' cycles (compile --accel)
+    # host instructions an accel-epilogue lowered to that no accelerator layer took in
+    # (its accumulator is no array call's, or its bias or multipliers vary down a column)
+    host_epilogues: int = 0
 
 
 def compile_to_directory(program: Program, types: TypeTable, outdir: str | Path,
@@ -226,6 +283,8 @@ def compile_to_directory(program: Program, types: TypeTable, outdir: str | Path,
     `accel`: run array calls with their bias, requantize and clip as accelerator layers
     (glensidec.backend.accel_layers) on this accelerator around `config`.
     """
+    if accel is None:
+        require_no_epilogue(program)
     weights = data.load_weights(program) if weights is None else weights
     # The binary32 array multiplies f32 operands; the int8 one i8.
     options = replace(options or LowerOptions(), array_dtype="f32" if config.is_float else "i8")
@@ -237,4 +296,7 @@ def compile_to_directory(program: Program, types: TypeTable, outdir: str | Path,
                    accel)
     return CompileResult(Path(outdir), lowered, plan,
                          predicted_cycles(lowered, config, more_arrays),
-                         sum(layer.cycles for layer in lowered.accel_layers()))
+                         sum(layer.cycles for layer in lowered.accel_layers()),
+                         sum(1 for instruction in lowered.instructions
+                             if instruction.note.startswith("(accel-epilogue")
+                             and not isinstance(instruction, AccelLayer)))

@@ -644,6 +644,30 @@ class _Lowerer:
         self.emit(Copy(f"{self.note}: pack operand {role.upper()} row-major", dst, view))
         return dst
 
+    def accel_epilogue(self, term: Term) -> Value:
+        """The epilogue's three steps as the host loops a compute chain lowers to: the
+        accelerator pass (glensidec.backend.accel_layers) moves them into the epilogue of
+        the array call that wrote the accumulator."""
+        requantize_op, clip_op = term.args[0], term.args[1]
+        assert isinstance(requantize_op, ComputeOp) and isinstance(clip_op, ComputeOp)
+        accumulator, bias, multipliers = (self.view(arg) for arg in term.args[2:5])
+        shape = self.access_type(term).full
+        biased = self.new_buffer("biased", "i32", shape)
+        self.emit(Fold(self.note, biased, "elementwise-add",
+                       tuple(self.operands(biased, [accumulator, bias], 0))))
+        identity = clip_op.name == "clip" and tuple(clip_op.params) == (-128, 127)
+        requantized = (self.result_buffer(term, "requantized") if identity
+                       else self.new_buffer("requantized", "i8", shape))
+        pre, post, zero_point = (int(p) for p in requantize_op.params)
+        self.emit(RequantizePerChannel(
+            self.note, requantized, tuple(self.operands(requantized, [biased, multipliers], 0)),
+            pre, post, zero_point))
+        if identity:
+            return requantized
+        dst = self.result_buffer(term, clip_op.name)
+        self.emit(Map(self.note, dst, clip_op, *self.operands(dst, [requantized], 0)))
+        return dst
+
     def systolic_array(self, term: Term) -> Value:
         activations = self.view(term.args[2])
         weights = self.view(term.args[3])
@@ -857,6 +881,7 @@ def _access_literal(lowerer: _Lowerer, term: Term) -> Value:
 
 LOWERINGS["compute"] = _Lowerer.compute
 LOWERINGS.update((name, _Lowerer.systolic_array) for name in Group.HARDWARE)
+LOWERINGS["accel-epilogue"] = _Lowerer.accel_epilogue
 
 
 def _rename_view(view: View, old: str, new: str) -> View:

@@ -108,6 +108,12 @@ _TABLE = [
        "one invocation of a rows×cols weight-stationary array", hardware=True),
     _c("systolic-array-with-blocking", "rows:nat cols:nat activations:access weights:access",
        ACCESS, "the same product, blocked onto a rows×cols array", hardware=True),
+    # The accelerator's output epilogue on an accumulator the array computed: + bias,
+    # requantize per column, clip, as the rows leave for memory (compile --accel).
+    _c("accel-epilogue",
+       "requantize:compute-type clip:compute-type accumulator:access bias:access "
+       "multipliers:access", ACCESS,
+       "clip(requantize-per-channel(accumulator + bias, multipliers)) in the epilogue"),
     # The original's conv2d modes of the array: a conv2d (no padding) as one blocked
     # product over the im2col matrix, expanded into systolic-array-with-blocking.
     *(_c(f"systolic-array-conv2d-{mode}{layout}-with-blocking",
@@ -217,6 +223,8 @@ class Group:
     COMPUTE = frozenset({"compute"})
     # Run on the systolic array.
     HARDWARE = frozenset(name for name, c in CONSTRUCTS.items() if c.hardware)
+    # Run in the accelerator's output epilogue, on the rows an array call computed.
+    EPILOGUE = frozenset({"accel-epilogue"})
     # Not accesses: literals and shape-valued helpers, evaluated while type checking (and
     # construct-tuple, a tuple of accesses).
     STATIC = frozenset(name for name, c in CONSTRUCTS.items() if c.result != ACCESS)
@@ -225,7 +233,7 @@ class Group:
     EXPANDED = frozenset(name for name, c in CONSTRUCTS.items()
                          if c.expanded and c.result == ACCESS)
 
-    ACCESS = LEAF | VIEW | COPY | TUPLE | COMPUTE | HARDWARE | EXPANDED
+    ACCESS = LEAF | VIEW | COPY | TUPLE | COMPUTE | HARDWARE | EPILOGUE | EXPANDED
 
 
 class ComputeKind:

@@ -91,3 +91,38 @@ def _conv2d(term: Term, args: tuple[Arg, ...], types: TypeTable) -> Term:
                       _op("access-cartesian-product", columns, rows_of_filters))
     # The product is ((N,H',W',O),()); NCHW output moves O to axis 1.
     return _op("access-transpose", product, _op("list", 0, 3, 1, 2)) if nchw else product
+
+
+def expand_epilogue(term: Term) -> Term:
+    """The compute chain an `accel-epilogue` stands for, as the quantizer writes it (the
+    inverse of the `epilogue` rules, glensidec.opt.rewrite.epilogue_rules): a broadcast
+    i32 literal multiplier gives back a per-tensor `(requantize m pre post zp)`, and the
+    identity clip `(clip -128 127)` no clip at all."""
+    requantize, clip, accumulator, bias, multipliers = term.args
+    assert isinstance(requantize, ComputeOp) and isinstance(clip, ComputeOp)
+    biased = _op("compute", ComputeOp("elementwise-add"),
+                 _op("access-pair", accumulator, bias))
+    scalar = _broadcast_literal(multipliers)
+    if scalar is not None:
+        per_tensor = ComputeOp("requantize", (scalar, *requantize.params))
+        requantized = _op("compute", per_tensor, biased)
+    else:
+        requantized = _op("compute", requantize, _op("access-pair", biased, multipliers))
+    if clip == ComputeOp("clip", (-128, 127)):
+        return requantized
+    return _op("compute", clip, requantized)
+
+
+def _broadcast_literal(multipliers: Arg) -> int | None:
+    """m of `(access-broadcast (access-reshape (access-literal (literal m i32)) …) …)`."""
+    if not (isinstance(multipliers, Term) and multipliers.op == "access-broadcast"):
+        return None
+    reshaped = multipliers.args[0]
+    if not (isinstance(reshaped, Term) and reshaped.op == "access-reshape"):
+        return None
+    literal = reshaped.args[0]
+    if not (isinstance(literal, Term) and literal.op == "access-literal"):
+        return None
+    value = literal.args[0]
+    assert isinstance(value, Term) and isinstance(value.args[0], int)
+    return value.args[0]

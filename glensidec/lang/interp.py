@@ -425,6 +425,18 @@ def _requantize_per_channel(op: ComputeOp, data: Array, access: AccessType,
 # -- hardware -------------------------------------------------------------------------
 
 
+@impl("accel-epilogue")
+def _accel_epilogue(call: Call) -> Array:
+    requantize_op, clip_op = call.values[0], call.values[1]
+    assert isinstance(requantize_op, ComputeOp) and isinstance(clip_op, ComputeOp)
+    accumulator, bias, multipliers = call.values[2:5]
+    biased = wrap(_wide(accumulator, "i32") + _wide(bias, "i32"), "i32")  # i32 wraps, as C
+    pre, post, zero_point = (int(p) for p in requantize_op.params)
+    requantized = requantize(biased, multipliers, pre, post, zero_point)
+    return COMPUTE_IMPLS[clip_op.name](clip_op, requantized, call.result, call.result)
+
+
+
 @impl("systolic-array")
 def _systolic_array(call: Call) -> Array:
     activations, weights = call.values[2], call.values[3]

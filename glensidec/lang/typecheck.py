@@ -495,6 +495,32 @@ def _requantize_per_channel(op: ComputeOp, access: AccessType) -> AccessType:
 # -- hardware -------------------------------------------------------------------------
 
 
+@rule("accel-epilogue")
+def _accel_epilogue(ctx: Context, args: list[ArgValue]) -> TypeValue:
+    requantize, clip = args[0], args[1]
+    assert isinstance(requantize, ComputeOp) and isinstance(clip, ComputeOp)
+    accumulator = _access(args[2])
+    if requantize.name != "requantize-per-channel":
+        raise Mistake(f"the requantize must be (requantize-per-channel pre post zero-point), "
+                      f"got {requantize.name}", 0)
+    if clip.name not in ("relu", "clip"):
+        raise Mistake(f"the clip must be relu or (clip low high), got {clip.name}", 1)
+    for index, what in ((2, "accumulator"), (3, "bias"), (4, "multipliers")):
+        operand = _access(args[index])
+        if operand.dtype != "i32":
+            raise Mistake(f"{what} must be i32, got {operand} {operand.dtype}", index)
+        if (operand.shape, operand.item) != (accumulator.shape, accumulator.item):
+            raise Mistake(f"{what} {operand} must have the accumulator's access shape "
+                          f"{accumulator}", index)
+    paired = AccessType(accumulator.shape, (2, *accumulator.item), "i32")
+    requantized = COMPUTE_RULES[requantize.name](requantize, paired)
+    try:
+        return COMPUTE_RULES[clip.name](clip, requantized)
+    except Mistake as mistake:  # the clip's own argument 0 is accel-epilogue's 1
+        raise Mistake(mistake.message, 1) from None
+
+
+
 def _systolic_operands(args: list[ArgValue]) -> tuple[int, int, AccessType, AccessType]:
     rows, cols = _int(args[0]), _int(args[1])
     activations, weights = _access(args[2]), _access(args[3])

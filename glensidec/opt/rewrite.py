@@ -31,7 +31,7 @@ from glensidec.errors import GlensideError
 from glensidec.lang import constructs as K
 from glensidec.lang.dtypes import NAMES as DTYPE_NAMES
 from glensidec.lang.dtypes import accumulator
-from glensidec.lang.terms import Arg, ComputeOp, Symbol, Term, postorder
+from glensidec.lang.terms import Arg, ComputeOp, Symbol, Term, compute_name, postorder
 from glensidec.lang.typecheck import AccessType, TypeTable, access_type
 from glensidec.opt.egglog_core import bindings
 
@@ -309,6 +309,12 @@ def _simple_type_rules() -> list[str]:
         _rule("type-pair", "types",
               f"(= e (access-pair a b)) {_operand('a')}",
               _typed("e", "sa", "(vec-append (vec-of 2) ia)", "da")),
+        _rule("type-accel-epilogue", "types",
+              f"(= e (accel-epilogue q c a b m)) {_operand('a')}",
+              _typed("e", "sa", "ia", quote("i8"))),
+        _rule("type-access-literal", "types",
+              '(= e (access-literal (literal v d))) (!= d "")',
+              _typed("e", "(vec-empty)", "(vec-empty)", "d")),
     ]
     return rules + _flatten_type_rules() + _reduction_type_rules() + _resize_type_rules()
 
@@ -648,6 +654,53 @@ def _block_diagonal_rule(target: ArrayTarget, rank: int, item_rank: int, axis: i
     return _rule(f"block-diagonal-{rank}-{item_rank}-{axis}", "depthwise", query, actions)
 
 
+IDENTITY_CLIP = "(clip -128 127)"  # an epilogue's clip when nothing clips (all of i8)
+
+
+def epilogue_rules(profile: Profile) -> list[str]:
+    """Requantizes (with their bias add) and clips after an array call, into its epilogue.
+
+    Run after extraction, over the whole extracted program (`pipeline.fuse_epilogues`),
+    and only for the whole accelerator (`compile --accel`): the bare array has no epilogue.
+    The accumulator must be on the array (`on-array`, from the `reach` ruleset): a view of
+    an array construct's rows. Compute types are strings in the e-graph, so the rules are
+    generated per requantize and clip the program has (`Profile.requantizes`, `.clips`);
+    a per-tensor requantize's multiplier becomes a broadcast i32 literal.
+    """
+    rules = []
+    fused = f"(accel-epilogue {{q}} {quote(IDENTITY_CLIP)} x b {{m}})"
+    per_channel_texts = {text for text, _ in profile.requantizes
+                         if text.startswith("(requantize-per-channel ")}
+    for text in sorted(per_channel_texts):  # the multipliers are the pair's second member
+        for first, second in (("x", "b"), ("b", "x")):
+            rules.append(_rule(
+                f"epilogue-{text}-{first}", "epilogue",
+                f'(= e (compute {quote(text)} (access-pair (compute "elementwise-add" '
+                f"(access-pair {first} {second})) m))) (on-array x)",
+                f"(union e {fused.format(q=quote(text), m='m')})"))
+    for text, rank in sorted(profile.requantizes):
+        if text in per_channel_texts:
+            continue
+        multiplier, pre, post, zero_point = parse_compute_op(text).params
+        per_channel = quote(f"(requantize-per-channel {pre} {post} {zero_point})")
+        ones = (f"(access-reshape (access-literal (literal {quote(str(multiplier))} "
+                f'"i32")) (access-shape (shape {_vec_of(["1"] * rank)}) (shape (vec-empty))))')
+        broadcast = f"(access-broadcast {ones} (access-shape (shape s) (shape (vec-empty))))"
+        for first, second in (("x", "b"), ("b", "x")):
+            rules.append(_rule(
+                f"epilogue-{text}-{rank}-{first}", "epilogue",
+                f'(= e (compute {quote(text)} (compute "elementwise-add" '
+                f"(access-pair {first} {second})))) (on-array x) (= s (ashape x)) "
+                f"(= (vec-length s) {rank}) (= (vec-length (aitem x)) 0)",
+                f"(union e {fused.format(q=per_channel, m=broadcast)})"))
+    for text in sorted(profile.clips):
+        rules.append(_rule(
+            f"epilogue-clip-{text}", "epilogue",
+            f"(= e (compute {quote(text)} (accel-epilogue q {quote(IDENTITY_CLIP)} x b m)))",
+            f"(union e (accel-epilogue q {quote(text)} x b m))"))
+    return rules
+
+
 RULESETS = ("cleanup", "depthwise", "im2col", "mapping")
 
 
@@ -658,6 +711,7 @@ def all_rules(target: ArrayTarget, profile: Profile) -> dict[str, list[str]]:
         "depthwise": depthwise_rules(target, profile),
         "im2col": im2col_rules(),
         "mapping": mapping_rules(target, profile),
+        "epilogue": epilogue_rules(profile),
     }
 
 
@@ -677,6 +731,10 @@ class Profile:
     # (access rank, item rank, axis) of access-pair operands, for the block-diagonal rules
     pairs: frozenset[tuple[int, int, int]] = frozenset()
     pair_extent: int = 0  # the longest access axis of an access-pair operand (its channels)
+    # (compute type text, access rank) of each requantize of an i32 value, and the text of
+    # each relu/clip of an i8 one: what the epilogue rules may fuse
+    requantizes: frozenset[tuple[str, int]] = frozenset()
+    clips: frozenset[str] = frozenset()
 
     @staticmethod
     def of(root: Term, types: TypeTable) -> Profile:
@@ -690,7 +748,19 @@ class Profile:
         products = set()
         pair_rank = pair_extent = 0
         pairs: set[tuple[int, int, int]] = set()
+        requantizes: set[tuple[str, int]] = set()
+        clips: set[str] = set()
         for term in terms:
+            name = compute_name(term)
+            if name in ("requantize", "requantize-per-channel") \
+                    and of_type(term.args[1]).dtype == "i32":
+                op = term.args[0]
+                assert isinstance(op, ComputeOp)
+                requantizes.add((compute_op_text(op), len(of_type(term).shape)))
+            elif name in ("relu", "clip") and of_type(term).dtype == "i8":
+                op = term.args[0]
+                assert isinstance(op, ComputeOp)
+                clips.add(compute_op_text(op))
             if term.op == "access-transpose":
                 inner = of_type(term.args[0])
                 transposes.add((len(inner.shape), len(inner.item)))
@@ -711,7 +781,8 @@ class Profile:
                         products |= {(na, nb), (nb, na)}
         transposes |= {(na + nb, 0) for na, nb in products}
         return Profile(max(ranks, default=0) + 1, frozenset(transposes), frozenset(accesses),
-                       frozenset(products), pair_rank, frozenset(pairs), pair_extent)
+                       frozenset(products), pair_rank, frozenset(pairs), pair_extent,
+                       frozenset(requantizes), frozenset(clips))
 
 
 # -- schedule ---------------------------------------------------------------------------

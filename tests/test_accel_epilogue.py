@@ -1,0 +1,233 @@
+"""accel-epilogue: its type rule, its meaning, the `epilogue` rules that write it, and the
+three executions of a program that uses it (interpreter, C on the accelerator model, RTL)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from glensidec import pipeline
+from glensidec.errors import GlensideError
+from glensidec.hardware.array import ArrayConfig
+from glensidec.lang.interp import run_program
+from glensidec.lang import data
+from glensidec.lang.syntax import parse_program, read_program
+from glensidec.lang.terms import Program, Term, compute_name, postorder
+from glensidec.lang.typecheck import check_program
+from glensidec.opt.extract import validate
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+# A dense int8 layer as the quantizer writes one (inputs only, so random data fills them):
+# a per-channel requantize of the product plus a per-channel bias, then `{clip}`.
+DENSE = """
+(input x i8 (shape 5 24))
+(input w i8 (shape 20 24))
+(input b i32 (shape 20))
+(input mult i32 (shape 20))
+{open}
+ (compute (requantize-per-channel 1 24 3)
+  (access-pair
+   (compute elementwise-add
+    (access-pair
+     {product}
+     (access-broadcast (access-insert-axis (access-tensor b) 0) (access-shape (shape 5 20) (shape)))))
+   (access-broadcast (access-insert-axis (access-tensor mult) 0)
+                     (access-shape (shape 5 20) (shape)))))
+{close}
+"""
+PRODUCT = ("(compute dot-product (access-cartesian-product (access (access-tensor x) 1) "
+           "(access (access-tensor w) 1)))")
+
+
+def _dense(clip: str | None, product: str = PRODUCT) -> Program:
+    text = DENSE.format(open=f"(compute {clip}" if clip else "", close=")" if clip else "",
+                        product=product)
+    return parse_program(text, "dense.gs")
+
+
+def _fused(program: Program, array: str = "8x8") -> Program:
+    rows, cols = (int(v) for v in array.split("x"))
+    config = ArrayConfig(rows, cols)
+    compiled = pipeline.compile_program(program, config, types=check_program(program))
+    return pipeline.fuse_epilogues(compiled, config).program
+
+
+def _epilogues(program: Program) -> list[Term]:
+    return [term for term in postorder(program.root) if term.op == "accel-epilogue"]
+
+
+def _clip_text(term: Term) -> str:
+    op = term.args[1]
+    return str(op.name if not op.params else  # type: ignore[union-attr]
+               f"({op.name} {' '.join(map(str, op.params))})")  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("clip, expected", [(None, "(clip -128 127)"), ("relu", "relu"),
+                                            ("(clip -50 100)", "(clip -50 100)")])
+def test_the_rules_fuse_bias_requantize_and_clip_after_an_array_call(
+        clip: str | None, expected: str) -> None:
+    program = _dense(clip)
+    fused = _fused(program)
+    (epilogue,) = _epilogues(fused)
+    assert _clip_text(epilogue) == expected
+    assert not any(compute_name(term) in ("requantize-per-channel", "elementwise-add", "clip",
+                                          "relu") for term in postorder(fused.root))
+    validate(program, fused, seeds=(0, 1))  # what --verify runs
+
+
+def test_an_accumulator_no_array_computed_is_not_fused() -> None:
+    # the same chain over an input accumulator: the epilogue only exists after the array
+    program = parse_program("(input acc i32 (shape 5 20))\n" + DENSE.format(
+        open="(compute relu", close=")", product="(access-tensor acc)"), "acc.gs")
+    fused = _fused(program)
+    assert _epilogues(fused) == []
+    assert any(compute_name(term) == "requantize-per-channel" for term in postorder(fused.root))
+
+
+@pytest.mark.parametrize("example, fused_clips", [
+    # per-tensor requantize (a broadcast literal multiplier), then relu
+    ("small_cnn.gs", ["relu"]),
+    # conv1 fuses; conv2 adds the skip connection between its bias and its requantize, so
+    # no rule fuses it (the backend's residual pass takes it)
+    ("resnet_block.gs", ["relu"]),
+])
+def test_the_rules_fuse_the_examples_per_tensor_requantizes(example: str,
+                                                           fused_clips: list[str]) -> None:
+    typed = pipeline.load(EXAMPLES / example)
+    fused = _fused(typed.program, "16x16")
+    assert [_clip_text(term) for term in _epilogues(fused)] == fused_clips
+    validate(typed.program, fused)
+
+
+def _expanded(requantize: str, clip: str) -> str:
+    return (f"(compute {clip} (compute {requantize} (access-pair (compute elementwise-add "
+            "(access-pair (access-tensor acc) (access-tensor bias))) (access-tensor m))))")
+
+
+@pytest.mark.parametrize("clip", ["relu", "(clip -5 9)", "(clip -128 127)"])
+def test_it_means_the_compute_chain_it_replaces(clip: str) -> None:
+    declarations = "".join(f"(input {name} i32 (shape 3 4 5))\n" for name in ("acc", "bias", "m"))
+    requantize = "(requantize-per-channel 2 40 -7)"
+    fused = parse_program(declarations + f"(accel-epilogue {requantize} {clip} (access-tensor "
+                          "acc) (access-tensor bias) (access-tensor m))", "fused.gs")
+    chain = parse_program(declarations + _expanded(requantize, clip), "chain.gs")
+    rng = np.random.default_rng(5)
+    inputs = {"acc": rng.integers(-2**31, 2**31, (3, 4, 5)).astype(np.int32),  # wraps
+              "bias": rng.integers(-2**31, 2**31, (3, 4, 5)).astype(np.int32),
+              "m": rng.integers(2**17, 2**19, (3, 4, 5)).astype(np.int32)}
+    got, expected = run_program(fused, inputs), run_program(chain, inputs)
+    assert got.dtype == expected.dtype == np.int8 and np.array_equal(got, expected)
+    assert len(np.unique(got)) > 4
+
+
+BAD = [
+    ("(accel-epilogue (requantize 1 0 4 0) relu a b m)", "4:17",
+     "the requantize must be (requantize-per-channel pre post zero-point), got requantize"),
+    ("(accel-epilogue (requantize-per-channel 0 4 0) sqrt a b m)", "4:48",
+     "the clip must be relu or (clip low high), got sqrt"),
+    ("(accel-epilogue (requantize-per-channel 0 4 0) (clip -300 0) a b m)", "4:48",
+     "clip bounds [-300, 0] must be i8 integers"),
+    ("(accel-epilogue (requantize-per-channel 0 4 0) relu a s m)", "4:71",
+     "bias ((2),()) must have the accumulator's access shape ((2,3),())"),
+    ("(accel-epilogue (requantize-per-channel 0 4 0) relu a b n)", "4:89",
+     "multipliers must be i32, got ((2,3),()) i8"),
+]
+
+
+@pytest.mark.parametrize("root, where, message", BAD)
+def test_a_bad_epilogue_is_a_located_error(root: str, where: str, message: str) -> None:
+    text = ("(input a i32 (shape 2 3)) (input b i32 (shape 2 3)) (input m i32 (shape 2 3))\n"
+            "(input s i32 (shape 2))\n(input n i8 (shape 2 3))\n"
+            + root.replace(" a ", " (access-tensor a) ").replace(" b ", " (access-tensor b) ")
+            .replace(" s ", " (access-tensor s) ").replace(" m)", " (access-tensor m))")
+            .replace(" n)", " (access-tensor n))"))
+    with pytest.raises(GlensideError) as raised:
+        check_program(parse_program(text, "bad.gs"))
+    assert str(raised.value) == f"bad.gs:{where}: error: accel-epilogue: {message}"
+
+
+def _cli(*arguments: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "glensidec", *arguments],
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_compile_accel_shows_and_verifies_the_fused_program() -> None:
+    example = str(EXAMPLES / "small_cnn.gs")
+    rewritten = _cli("compile", example, "--array", "8x8", "--accel", "--verify")
+    assert rewritten.returncode == 0, rewritten.stderr
+    assert "verified: the rewritten program computes the same result" in rewritten.stderr
+    assert "(accel-epilogue (requantize-per-channel 0 4 0) relu" in rewritten.stdout
+    bare = _cli("compile", example, "--array", "8x8")  # no epilogue on the bare array
+    assert bare.returncode == 0 and "accel-epilogue" not in bare.stdout
+
+
+def _hand_written(root: Path) -> Path:
+    """The dense layer written with accel-epilogue over a product the rewriter maps; its
+    weights, bias and multipliers are constants (the accelerator preloads them)."""
+    rng = np.random.default_rng(7)
+    np.savez(root / "dense.npz", w=rng.integers(-128, 128, (20, 24)).astype(np.int8),
+             b=rng.integers(-4000, 4000, 20).astype(np.int32),
+             mult=rng.integers(2**14, 2**16, 20).astype(np.int32))
+    text = DENSE.format(open="", close="", product=PRODUCT)
+    body = text.split("(compute (requantize-per-channel 1 24 3)")[0]
+    for name in ("w", "b", "mult"):
+        body = body.replace(f"(input {name} ", f"(weight {name} ")
+        body = body.replace(f"(weight {name} i8 (shape 20 24))",
+                            f'(weight {name} i8 (shape 20 24) "dense.npz")')
+        body = body.replace(f"(weight {name} i32 (shape 20))",
+                            f'(weight {name} i32 (shape 20) "dense.npz")')
+    bias = ("(access-broadcast (access-insert-axis (access-tensor b) 0) "
+            "(access-shape (shape 5 20) (shape)))")
+    mult = bias.replace("tensor b", "tensor mult")
+    path = root / "hand.gs"
+    path.write_text(body + f"(accel-epilogue (requantize-per-channel 1 24 3) (clip -50 100)\n"
+                    f" {PRODUCT}\n {bias}\n {mult})\n")
+    return path
+
+
+def test_without_accel_a_hand_written_epilogue_is_an_error(tmp_path: Path) -> None:
+    source = _hand_written(tmp_path)
+    ran = _cli("compile", str(source), "--array", "8x8", "-o", str(tmp_path / "out"))
+    assert ran.returncode == 1
+    assert ran.stderr.strip() == (f"{source}:7:2: error: accel-epilogue runs in the "
+                                  "accelerator's epilogue: compile with --accel")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.rtl
+def test_a_hand_written_epilogue_runs_on_the_accelerator_three_ways(
+        tmp_path: Path, sim_cache: Path) -> None:
+    """Interpreter, generated C (the accelerator's C model) and make sim (ws_accel) agree
+    bit for bit, and the layer takes its predicted cycles on the RTL."""
+    source = _hand_written(tmp_path)
+    outdir = tmp_path / "out"
+    ran = _cli("compile", str(source), "--array", "8x8", "--accel", "-o", str(outdir))
+    assert ran.returncode == 0 and "warning" not in ran.stderr, ran.stderr
+    assert ", 1 accelerator layers:" in ran.stdout
+    x = np.random.default_rng(2).integers(-128, 128, (5, 24)).astype(np.int8)
+    np.save(tmp_path / "x.npy", x)
+    arguments = [f"x={tmp_path / 'x.npy'}"]
+    program = read_program(source)
+    expected = run_program(program, data.all_tensors(program, {"x": x}))
+    assert len(np.unique(expected)) > 4
+    subprocess.run(["make", "-s", "-C", str(outdir), "OPT=-O1"], check=True,
+                   capture_output=True, timeout=600)
+    subprocess.run([str(outdir / "model"), *arguments, "-o", str(tmp_path / "c.npy")],
+                   check=True, capture_output=True, timeout=600)
+    assert np.array_equal(np.load(tmp_path / "c.npy"), expected)
+    sim = subprocess.run(["make", "-s", "-C", str(outdir), "sim", f"INPUTS={' '.join(arguments)}",
+                          f"OUTPUT={tmp_path / 'sim.npy'}"], capture_output=True, text=True,
+                         timeout=1200, env={**os.environ, "GLENSIDEC_SIM_CACHE": str(sim_cache)})
+    assert sim.returncode == 0, sim.stdout[-3000:] + sim.stderr[-3000:]
+    assert np.array_equal(np.load(tmp_path / "sim.npy"), expected)
+    report = json.loads((outdir / "cosim_report.json").read_text())
+    (layer,) = [call for call in report["calls"] if "accel" in call]
+    assert layer["data_ok"] and layer["simulated_cycles"] == layer["predicted_cycles"]
