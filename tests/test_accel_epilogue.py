@@ -15,8 +15,8 @@ import pytest
 from glensidec import pipeline
 from glensidec.errors import GlensideError
 from glensidec.hardware.array import ArrayConfig
-from glensidec.lang.interp import run_program
 from glensidec.lang import data
+from glensidec.lang.interp import run_program
 from glensidec.lang.syntax import parse_program, read_program
 from glensidec.lang.terms import Program, Term, compute_name, postorder
 from glensidec.lang.typecheck import check_program
@@ -37,7 +37,8 @@ DENSE = """
    (compute elementwise-add
     (access-pair
      {product}
-     (access-broadcast (access-insert-axis (access-tensor b) 0) (access-shape (shape 5 20) (shape)))))
+     (access-broadcast (access-insert-axis (access-tensor b) 0)
+                       (access-shape (shape 5 20) (shape)))))
    (access-broadcast (access-insert-axis (access-tensor mult) 0)
                      (access-shape (shape 5 20) (shape)))))
 {close}
