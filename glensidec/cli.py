@@ -224,8 +224,9 @@ def compile_command(program: Path, shapes: Path | None, array_size: str, emit: s
                    f"predicted array cycles {result.predicted_cycles}{fused}")
         if result.host_epilogues:
             click.echo(f"warning: {result.host_epilogues} host instructions of accel-epilogue "
-                       "terms stay on the host (no array call's accumulator, or a bias or "
-                       "multiplier not per column): --stats predicted them as free", err=True)
+                       "or accel-max-pool terms stay on the host (the accelerator cannot take "
+                       "them: e.g. weights that are not constant, a bias or multiplier not per "
+                       "column): --stats predicted them as free", err=True)
         if stats and accel:
             from glensidec.backend.accel_layers import accel_layer_lines
 

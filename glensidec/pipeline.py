@@ -35,7 +35,7 @@ from glensidec.hardware.commands import AccelConfig
 from glensidec.lang import data
 from glensidec.lang.constructs import Group
 from glensidec.lang.dtypes import Array
-from glensidec.lang.expand import expand_epilogue, expand_program, needs_expansion
+from glensidec.lang.expand import expand_accelerated, expand_program, needs_expansion
 from glensidec.lang.syntax import read_program
 from glensidec.lang.terms import Arg, Program, Term, postorder
 from glensidec.lang.typecheck import TypeTable, check_program, infer
@@ -173,7 +173,8 @@ def compile_by_region(program: Program, types: TypeTable, products: list[Term],
 
 def fuse_epilogues(compiled: Compiled, config: ArrayConfig) -> Compiled:
     """The `epilogue` ruleset over the whole extracted program: every bias add, requantize
-    and clip after an array call becomes an `accel-epilogue` (compile --accel).
+    and clip after an array call becomes an `accel-epilogue`, and a max-pool of its result
+    an `accel-max-pool` (compile --accel).
 
     It runs after extraction, not in the product regions: a region is a product and the
     views below it, and the epilogue is above. The e-graph holds just the extracted
@@ -195,7 +196,7 @@ def fuse_epilogues(compiled: Compiled, config: ArrayConfig) -> Compiled:
 
     def original(term: Term, args: tuple[Arg, ...]) -> Term:
         rebuilt = Term(term.op, args)
-        rebuilt = expand_epilogue(rebuilt) if term.op in Group.EPILOGUE else rebuilt
+        rebuilt = expand_accelerated(rebuilt) if term.op in Group.ACCELERATOR else rebuilt
         return own.get(rebuilt, rebuilt)
 
     original_of: dict[Term, Term] = {}
@@ -248,11 +249,11 @@ def _compile_region(graph: EGraph, region: Canonical, named: list[Term], limits:
 
 
 def require_no_epilogue(program: Program) -> None:
-    """An `accel-epilogue` needs the whole accelerator: the bare array has no epilogue (and
-    the cycle model counts the epilogue's work as free)."""
+    """`accel-epilogue` and `accel-max-pool` need the whole accelerator: the bare array has
+    no epilogue and no pooling stores (and extraction counts their work as free)."""
     for term in postorder(program.root):
-        if term.op in Group.EPILOGUE:
-            raise GlensideError(f"{term.op} runs in the accelerator's epilogue: compile with "
+        if term.op in Group.ACCELERATOR:
+            raise GlensideError(f"{term.op} runs on the whole accelerator: compile with "
                                 "--accel", term.span, program.path)
 
 
@@ -263,8 +264,8 @@ class CompileResult:
     plan: MemoryPlan
     predicted_cycles: int  # Σ hardware.gemm_cycles over the array calls of one run
     accel_cycles: int = 0  # Σ the accelerator layers' cycles (compile --accel)
-    # host instructions an accel-epilogue lowered to that no accelerator layer took in
-    # (its accumulator is no array call's, or its bias or multipliers vary down a column)
+    # host instructions an accel-epilogue or accel-max-pool lowered to that no accelerator
+    # layer took in (e.g. a bias that varies down a column, weights that are not constant)
     host_epilogues: int = 0
 
 
@@ -298,5 +299,6 @@ def compile_to_directory(program: Program, types: TypeTable, outdir: str | Path,
                          predicted_cycles(lowered, config, more_arrays),
                          sum(layer.cycles for layer in lowered.accel_layers()),
                          sum(1 for instruction in lowered.instructions
-                             if instruction.note.startswith("(accel-epilogue")
+                             if instruction.note.startswith(("(accel-epilogue",
+                                                             "(accel-max-pool"))
                              and not isinstance(instruction, AccelLayer)))

@@ -1,5 +1,6 @@
-"""accel-epilogue: its type rule, its meaning, the `epilogue` rules that write it, and the
-three executions of a program that uses it (interpreter, C on the accelerator model, RTL)."""
+"""accel-epilogue and accel-max-pool: their type rules, their meaning, the `epilogue` rules
+that write them, and the three executions of a program that uses one (interpreter, C on
+the accelerator model, RTL)."""
 
 from __future__ import annotations
 
@@ -197,8 +198,8 @@ def test_without_accel_a_hand_written_epilogue_is_an_error(tmp_path: Path) -> No
     source = _hand_written(tmp_path)
     ran = _cli("compile", str(source), "--array", "8x8", "-o", str(tmp_path / "out"))
     assert ran.returncode == 1
-    assert ran.stderr.strip() == (f"{source}:7:2: error: accel-epilogue runs in the "
-                                  "accelerator's epilogue: compile with --accel")
+    assert ran.stderr.strip() == (f"{source}:7:2: error: accel-epilogue runs on the whole "
+                                  "accelerator: compile with --accel")
     assert not (tmp_path / "out").exists()
 
 
@@ -232,3 +233,99 @@ def test_a_hand_written_epilogue_runs_on_the_accelerator_three_ways(
     report = json.loads((outdir / "cosim_report.json").read_text())
     (layer,) = [call for call in report["calls"] if "accel" in call]
     assert layer["data_ok"] and layer["simulated_cycles"] == layer["predicted_cycles"]
+
+
+# A quantized 3×3 convolution (inputs only) and a 3×3, stride 2 max-pool of its result
+# padded by 1 with the minimum, as ResNet's stem writes one.
+POOLED = """
+(input x i8 (shape 1 4 6 6))
+(input w i8 (shape 8 4 3 3))
+(input b i32 (shape 8))
+(input m i32 (shape 8))
+(let layer
+ (compute (requantize-per-channel 0 8 -3)
+  (access-pair
+   (compute elementwise-add
+    (access-pair
+     (access-transpose
+      (compute dot-product
+       (access-cartesian-product
+        (access (access-tensor w) 1)
+        (access (access-squeeze (access-windows
+          (access (access-pad (access-pad (access-tensor x) zero-padding 2 1 1)
+                              zero-padding 3 1 1) 1)
+          (shape 4 3 3) (shape 1 1 1)) 1) 3)))
+      (list 1 0 2 3))
+     (access-broadcast (access-reshape (access-tensor b) (access-shape (shape 1 8 1 1) (shape)))
+                       (access-shape (shape 1 8 6 6) (shape)))))
+   (access-broadcast (access-reshape (access-tensor m) (access-shape (shape 1 8 1 1) (shape)))
+                     (access-shape (shape 1 8 6 6) (shape))))))
+(compute reduce-max
+ (access-windows (access {pooled} 2) (shape 3 3) (shape 2 2)))
+"""
+PADDED = "(access-pad (access-pad layer min-padding 2 1 1) min-padding 3 1 1)"
+
+
+def test_the_rules_fuse_a_max_pool_of_an_epilogue() -> None:
+    program = parse_program(POOLED.format(pooled=PADDED), "pooled.gs")
+    fused = _fused(program)
+    pools = [term for term in postorder(fused.root) if term.op == "accel-max-pool"]
+    assert [pool.args[:3] for pool in pools] == [(3, 2, 1)]
+    assert pools[0].args[3] == _epilogues(fused)[0]
+    assert not any(compute_name(term) == "reduce-max" for term in postorder(fused.root))
+    validate(program, fused, seeds=(0, 1))
+
+
+def test_the_rules_fuse_small_cnns_unpadded_max_pool() -> None:
+    typed = pipeline.load(EXAMPLES / "small_cnn.gs")
+    fused = _fused(typed.program, "16x16")
+    pools = [term for term in postorder(fused.root) if term.op == "accel-max-pool"]
+    assert [pool.args[:3] for pool in pools] == [(2, 2, 0)]
+    assert fused.names[pools[0]] == "pooled"  # the user's name follows the fused term
+
+
+def test_a_max_pool_of_no_layer_or_padded_unevenly_is_not_fused() -> None:
+    uneven = "(access-pad (access-pad layer min-padding 2 1 1) min-padding 3 0 1)"
+    for pooled in ("(access-pad (access-pad (access-tensor x) min-padding 2 1 1) "
+                   "min-padding 3 1 1)", uneven):
+        program = parse_program(POOLED.format(pooled=pooled), "pooled.gs")
+        fused = _fused(program)
+        assert not any(term.op == "accel-max-pool" for term in postorder(fused.root))
+
+
+@pytest.mark.parametrize("kernel, stride, padding", [(3, 2, 1), (2, 2, 0), (3, 1, 2)])
+def test_accel_max_pool_means_the_max_pool_it_replaces(kernel: int, stride: int,
+                                                       padding: int) -> None:
+    declaration = "(input y i8 (shape 2 3 7 6))\n"
+    pooled = "(access-tensor y)"
+    if padding:
+        pooled = (f"(access-pad (access-pad {pooled} min-padding 2 {padding} {padding}) "
+                  f"min-padding 3 {padding} {padding})")
+    chain = parse_program(declaration + f"(compute reduce-max (access-windows (access {pooled} "
+                          f"2) (shape {kernel} {kernel}) (shape {stride} {stride})))", "c.gs")
+    fused = parse_program(declaration + f"(accel-max-pool {kernel} {stride} {padding} "
+                          "(access-tensor y))", "f.gs")
+    y = np.random.default_rng(4).integers(-128, 128, (2, 3, 7, 6)).astype(np.int8)
+    got, expected = run_program(fused, {"y": y}), run_program(chain, {"y": y})
+    assert got.dtype == expected.dtype == np.int8 and np.array_equal(got, expected)
+    assert check_program(fused)[fused.root] == check_program(chain)[chain.root]
+
+
+POOL_BAD = [
+    ("(accel-max-pool 0 1 0 (access-tensor y))", "2:17",
+     "kernel 0 and stride 1 must be positive and padding 0 smaller than the kernel"),
+    ("(accel-max-pool 2 2 2 (access-tensor y))", "2:17",
+     "kernel 2 and stride 2 must be positive and padding 2 smaller than the kernel"),
+    ("(accel-max-pool 9 1 0 (access-tensor y))", "2:17",
+     "a 9x9 window does not fit the padded 7x6"),
+    ("(accel-max-pool 2 2 0 (access (access-tensor y) 2))", "2:23",
+     "pools an i8 access with two or more access axes and no item axes ((…,H,W),()), "
+     "got ((2,3),(7,6)) i8"),
+]
+
+
+@pytest.mark.parametrize("root, where, message", POOL_BAD)
+def test_a_bad_max_pool_is_a_located_error(root: str, where: str, message: str) -> None:
+    with pytest.raises(GlensideError) as raised:
+        check_program(parse_program("(input y i8 (shape 2 3 7 6))\n" + root, "bad.gs"))
+    assert str(raised.value) == f"bad.gs:{where}: error: accel-max-pool: {message}"

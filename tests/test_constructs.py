@@ -54,7 +54,7 @@ def test_every_compute_type_has_a_type_rule_and_an_interpreter_rule() -> None:
 
 def test_every_construct_is_in_exactly_one_group() -> None:
     groups = [Group.LEAF, Group.VIEW, Group.COPY, Group.TUPLE, Group.COMPUTE, Group.HARDWARE,
-              Group.EPILOGUE, Group.STATIC, Group.EXPANDED]
+              Group.ACCELERATOR, Group.STATIC, Group.EXPANDED]
     assert sum(len(group) for group in groups) == len(K.CONSTRUCTS)
     assert set().union(*groups) == set(K.CONSTRUCTS)
     assert Group.ACCESS == ACCESS_CONSTRUCTS

@@ -828,8 +828,14 @@ def _access_pad(lowerer: _Lowerer, term: Term) -> Value:
     kind, axis, before, after = term.args[1:]
     assert isinstance(axis, int) and isinstance(before, int) and isinstance(after, int)
     dst = lowerer.result_buffer(term, "padded")
-    size = dst.shape[axis]
     minimum = isinstance(kind, Symbol) and kind.name == "min-padding"
+    return _pad(lowerer, source, dst, axis, before, after, minimum)
+
+
+def _pad(lowerer: _Lowerer, source: View, dst: View, axis: int, before: int, after: int,
+         minimum: bool) -> View:
+    """`dst` = `source` with `before`/`after` elements of padding on `axis` (fills, a copy)."""
+    size = dst.shape[axis]
     for low, high in ((0, before), (size - after, size)):
         if high > low:
             border = slice_view(dst, axis, low, high)
@@ -882,6 +888,26 @@ def _access_literal(lowerer: _Lowerer, term: Term) -> Value:
 LOWERINGS["compute"] = _Lowerer.compute
 LOWERINGS.update((name, _Lowerer.systolic_array) for name in Group.HARDWARE)
 LOWERINGS["accel-epilogue"] = _Lowerer.accel_epilogue
+
+
+@_lowers("accel-max-pool")
+def _accel_max_pool(lowerer: _Lowerer, term: Term) -> Value:
+    """As the max-pool it stands for lowers (min-padding of the two axes, a windows view,
+    a reduce-max): the accelerator pass `accel_pool` makes that a pooling layer."""
+    kernel, stride, padding = term.args[:3]
+    assert isinstance(kernel, int) and isinstance(stride, int) and isinstance(padding, int)
+    source = lowerer.view(term.args[3])
+    rank = len(source.shape)
+    for axis in (rank - 2, rank - 1) if padding else ():
+        shape = tuple(size + 2 * padding if index == axis else size
+                      for index, size in enumerate(source.shape))
+        dst = lowerer.new_buffer("padded", "i8", shape)
+        source = _pad(lowerer, source, dst, axis, padding, padding, minimum=True)
+    windowed = _view_or_copy(lowerer, source, "windowed",
+                             lambda view: windows(view, rank - 2, (kernel, kernel),
+                                                  (stride, stride)))
+    assert isinstance(windowed, View)
+    return lowerer.reduce(term, "reduce-max", windowed, 2)
 
 
 def _rename_view(view: View, old: str, new: str) -> View:

@@ -449,7 +449,7 @@ TRANSLATORS: dict[str, Translator] = {
 # every term over constants only.
 FROM_CONSTANTS = K.Group.LEAF
 # A float program has no array calls yet: the quantized program gets them when compiled.
-NOT_QUANTIZED = K.Group.HARDWARE | K.Group.EPILOGUE
+NOT_QUANTIZED = K.Group.HARDWARE | K.Group.ACCELERATOR
 
 
 def output_tail(root: Term) -> set[Term]:

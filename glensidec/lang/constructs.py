@@ -114,6 +114,10 @@ _TABLE = [
        "requantize:compute-type clip:compute-type accumulator:access bias:access "
        "multipliers:access", ACCESS,
        "clip(requantize-per-channel(accumulator + bias, multipliers)) in the epilogue"),
+    # The accelerator's pooling stores: a max-pool over the last two axes of a layer's
+    # result, read back from the scratchpad (compile --accel).
+    _c("accel-max-pool", "kernel:nat stride:nat padding:nat access:access", ACCESS,
+       "kernel×kernel max-pool, stride and min-padding, of an accelerator layer's result"),
     # The original's conv2d modes of the array: a conv2d (no padding) as one blocked
     # product over the im2col matrix, expanded into systolic-array-with-blocking.
     *(_c(f"systolic-array-conv2d-{mode}{layout}-with-blocking",
@@ -223,8 +227,9 @@ class Group:
     COMPUTE = frozenset({"compute"})
     # Run on the systolic array.
     HARDWARE = frozenset(name for name, c in CONSTRUCTS.items() if c.hardware)
-    # Run in the accelerator's output epilogue, on the rows an array call computed.
-    EPILOGUE = frozenset({"accel-epilogue"})
+    # Run in the accelerator's output path, on the rows an array call computed: its
+    # epilogue, and its pooling stores.
+    ACCELERATOR = frozenset({"accel-epilogue", "accel-max-pool"})
     # Not accesses: literals and shape-valued helpers, evaluated while type checking (and
     # construct-tuple, a tuple of accesses).
     STATIC = frozenset(name for name, c in CONSTRUCTS.items() if c.result != ACCESS)
@@ -233,7 +238,7 @@ class Group:
     EXPANDED = frozenset(name for name, c in CONSTRUCTS.items()
                          if c.expanded and c.result == ACCESS)
 
-    ACCESS = LEAF | VIEW | COPY | TUPLE | COMPUTE | HARDWARE | EPILOGUE | EXPANDED
+    ACCESS = LEAF | VIEW | COPY | TUPLE | COMPUTE | HARDWARE | ACCELERATOR | EXPANDED
 
 
 class ComputeKind:

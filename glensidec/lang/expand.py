@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from glensidec.lang import constructs as K
-from glensidec.lang.terms import Arg, ComputeOp, Program, Term, postorder
+from glensidec.lang.terms import Arg, ComputeOp, Program, Symbol, Term, postorder
 from glensidec.lang.typecheck import TypeTable, access_type, check_program
 
 
@@ -93,6 +93,11 @@ def _conv2d(term: Term, args: tuple[Arg, ...], types: TypeTable) -> Term:
     return _op("access-transpose", product, _op("list", 0, 3, 1, 2)) if nchw else product
 
 
+def expand_accelerated(term: Term) -> Term:
+    """What an accelerator construct (`Group.ACCELERATOR`) stands for in host constructs."""
+    return expand_epilogue(term) if term.op == "accel-epilogue" else expand_max_pool(term)
+
+
 def expand_epilogue(term: Term) -> Term:
     """The compute chain an `accel-epilogue` stands for, as the quantizer writes it (the
     inverse of the `epilogue` rules, glensidec.opt.rewrite.epilogue_rules): a broadcast
@@ -126,3 +131,16 @@ def _broadcast_literal(multipliers: Arg) -> int | None:
     value = literal.args[0]
     assert isinstance(value, Term) and isinstance(value.args[0], int)
     return value.args[0]
+
+
+def expand_max_pool(term: Term) -> Term:
+    """The max-pool an `accel-max-pool` of an NCHW access stands for, as the quantizer
+    writes it (the inverse of the `epilogue` rules' max-pool rules)."""
+    kernel, stride, padding, pooled = term.args
+    assert isinstance(kernel, int) and isinstance(stride, int) and isinstance(padding, int)
+    if padding:
+        for axis in (2, 3):
+            pooled = _op("access-pad", pooled, Symbol("min-padding"), axis, padding, padding)
+    windows = _op("access-windows", _op("access", pooled, 2), _shape("shape", kernel, kernel),
+                  _shape("shape", stride, stride))
+    return _op("compute", ComputeOp("reduce-max"), windows)

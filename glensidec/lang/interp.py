@@ -425,6 +425,15 @@ def _requantize_per_channel(op: ComputeOp, data: Array, access: AccessType,
 # -- hardware -------------------------------------------------------------------------
 
 
+@impl("accel-max-pool")
+def _accel_max_pool(call: Call) -> Array:
+    kernel, stride, padding, data = call.values
+    widths = [(0, 0)] * (data.ndim - 2) + [(padding, padding)] * 2
+    padded = np.pad(data, widths, constant_values=minimum_value(call.access_type(3).dtype))
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (kernel, kernel), axis=(-2, -1))
+    return np.asarray(windows[..., ::stride, ::stride, :, :].max(axis=(-2, -1)))
+
+
 @impl("accel-epilogue")
 def _accel_epilogue(call: Call) -> Array:
     requantize_op, clip_op = call.values[0], call.values[1]

@@ -495,6 +495,24 @@ def _requantize_per_channel(op: ComputeOp, access: AccessType) -> AccessType:
 # -- hardware -------------------------------------------------------------------------
 
 
+@rule("accel-max-pool")
+def _accel_max_pool(ctx: Context, args: list[ArgValue]) -> TypeValue:
+    kernel, stride, padding = (_int(arg) for arg in args[:3])
+    pooled = _access(args[3])
+    if len(pooled.shape) < 2 or pooled.item or pooled.dtype != "i8":
+        raise Mistake(f"pools an i8 access with two or more access axes and no item axes "
+                      f"((…,H,W),()), got {pooled} {pooled.dtype}", 3)
+    if kernel < 1 or stride < 1 or padding >= kernel:
+        raise Mistake(f"kernel {kernel} and stride {stride} must be positive and padding "
+                      f"{padding} smaller than the kernel", 0)
+    height, width = (size + 2 * padding for size in pooled.shape[-2:])
+    if min(height, width) < kernel:
+        raise Mistake(f"a {kernel}x{kernel} window does not fit the padded {height}x{width}",
+                      0)
+    out = tuple((size - kernel) // stride + 1 for size in (height, width))
+    return AccessType((*pooled.shape[:-2], *out), (), "i8")
+
+
 @rule("accel-epilogue")
 def _accel_epilogue(ctx: Context, args: list[ArgValue]) -> TypeValue:
     requantize, clip = args[0], args[1]

@@ -312,6 +312,11 @@ def _simple_type_rules() -> list[str]:
         _rule("type-accel-epilogue", "types",
               f"(= e (accel-epilogue q c a b m)) {_operand('a')}",
               _typed("e", "sa", "ia", quote("i8"))),
+        _rule("type-accel-max-pool", "types",
+              f"(= e (accel-max-pool k t p a)) {_operand('a')} (= (vec-length sa) 4)",
+              _typed("e", _vec_of(["(vec-get sa 0)", "(vec-get sa 1)",
+                                   *(f"(+ (/ (- (+ (vec-get sa {axis}) (* 2 p)) k) t) 1)"
+                                     for axis in (2, 3))]), "(vec-empty)", "da")),
         _rule("type-access-literal", "types",
               '(= e (access-literal (literal v d))) (!= d "")',
               _typed("e", "(vec-empty)", "(vec-empty)", "d")),
@@ -698,6 +703,20 @@ def epilogue_rules(profile: Profile) -> list[str]:
             f"epilogue-clip-{text}", "epilogue",
             f"(= e (compute {quote(text)} (accel-epilogue q {quote(IDENTITY_CLIP)} x b m)))",
             f"(union e (accel-epilogue q {quote(text)} x b m))"))
+    # A square max-pool of an epilogue's NCHW result (padded alike on both sides of H and
+    # W with the minimum, or not at all): the accelerator's pooling stores.
+    square = ("(= (vec-length w) 2) (= k (vec-get w 0)) (= k (vec-get w 1)) "
+              "(= (vec-length t) 2) (= s (vec-get t 0)) (= s (vec-get t 1)) "
+              "(= x (accel-epilogue q c a b m)) (= (vec-length (ashape x)) 4)")
+    minimum = quote("min-padding")
+    for name, padded, padding in (
+            ("padded", f"(access-pad (access-pad x {minimum} 2 p p) {minimum} 3 p p)", "p"),
+            ("unpadded", "x", "0")):
+        rules.append(_rule(
+            f"epilogue-max-pool-{name}", "epilogue",
+            f'(= e (compute "reduce-max" (access-windows (access {padded} 2) (shape w) '
+            f"(shape t)))) {square}",
+            f"(union e (accel-max-pool k s {padding} x))"))
     return rules
 
 
