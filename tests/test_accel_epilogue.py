@@ -93,6 +93,20 @@ def test_an_accumulator_no_array_computed_is_not_fused() -> None:
     assert any(compute_name(term) == "requantize-per-channel" for term in postorder(fused.root))
 
 
+def test_an_accumulator_of_several_array_calls_is_not_fused() -> None:
+    # two products joined (as a depthwise convolution's channel groups are): no one array
+    # call's rows leave through the epilogue, so the rules leave the chain to the host
+    halves = [f"(compute dot-product (access-cartesian-product (access (access-tensor x) 1) "
+              f"(access (access-slice (access-tensor w) 0 {low} {high}) 1)))"
+              for low, high in ((0, 8), (8, 20))]
+    program = parse_program(DENSE.format(
+        open="(compute relu", close=")",
+        product=f"(access-concatenate {halves[0]} {halves[1]} 1)"), "joined.gs")
+    fused = _fused(program)
+    assert _epilogues(fused) == []
+    assert sum(1 for term in postorder(fused.root) if term.op.startswith("systolic-array")) == 2
+
+
 @pytest.mark.parametrize("example, fused_clips", [
     # per-tensor requantize (a broadcast literal multiplier), then relu
     ("small_cnn.gs", ["relu"]),

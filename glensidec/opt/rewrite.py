@@ -69,6 +69,7 @@ def schema() -> str:
 (function aitem ({TERM}) {VEC} :merge old)
 (function dtype ({TERM}) String :merge old)
 (function vprod ({VEC}) i64 :merge old)
+(relation array-rows ({TERM}))
 """
 
 
@@ -663,16 +664,24 @@ IDENTITY_CLIP = "(clip -128 127)"  # an epilogue's clip when nothing clips (all 
 
 
 def epilogue_rules(profile: Profile) -> list[str]:
-    """Requantizes (with their bias add) and clips after an array call, into its epilogue.
+    """Requantizes (with their bias add) and clips after an array call, into its epilogue;
+    a square max-pool of such an epilogue's result, into the accelerator's pooling stores.
 
     Run after extraction, over the whole extracted program (`pipeline.fuse_epilogues`),
     and only for the whole accelerator (`compile --accel`): the bare array has no epilogue.
-    The accumulator must be on the array (`on-array`, from the `reach` ruleset): a view of
-    an array construct's rows. Compute types are strings in the e-graph, so the rules are
-    generated per requantize and clip the program has (`Profile.requantizes`, `.clips`);
-    a per-tensor requantize's multiplier becomes a broadcast i32 literal.
+    The accumulator must be `array-rows`: a view (transpose, reshape, access, slice) of
+    ONE array construct's result, the rows the epilogue sees leave the array (not a
+    concatenation of several calls, as depthwise products are). Compute types are strings
+    in the e-graph, so the rules are generated per requantize and clip the program has
+    (`Profile.requantizes`, `.clips`); a per-tensor requantize's multiplier becomes a
+    broadcast i32 literal.
     """
-    rules = []
+    rules = [_rule(f"array-rows-{array}", "epilogue", f"(= e ({array} r c a b))",
+                   "(array-rows e)") for array in sorted(K.Group.HARDWARE)]
+    views = {"transpose": "(access-transpose x p)", "reshape": "(access-reshape x p)",
+             "access": "(access x p)", "slice": "(access-slice x p l h)"}
+    rules += [_rule(f"array-rows-{name}", "epilogue", f"(= e {view}) (array-rows x)",
+                    "(array-rows e)") for name, view in views.items()]
     fused = f"(accel-epilogue {{q}} {quote(IDENTITY_CLIP)} x b {{m}})"
     per_channel_texts = {text for text, _ in profile.requantizes
                          if text.startswith("(requantize-per-channel ")}
@@ -681,7 +690,7 @@ def epilogue_rules(profile: Profile) -> list[str]:
             rules.append(_rule(
                 f"epilogue-{text}-{first}", "epilogue",
                 f'(= e (compute {quote(text)} (access-pair (compute "elementwise-add" '
-                f"(access-pair {first} {second})) m))) (on-array x)",
+                f"(access-pair {first} {second})) m))) (array-rows x)",
                 f"(union e {fused.format(q=quote(text), m='m')})"))
     for text, rank in sorted(profile.requantizes):
         if text in per_channel_texts:
@@ -695,7 +704,7 @@ def epilogue_rules(profile: Profile) -> list[str]:
             rules.append(_rule(
                 f"epilogue-{text}-{rank}-{first}", "epilogue",
                 f'(= e (compute {quote(text)} (compute "elementwise-add" '
-                f"(access-pair {first} {second})))) (on-array x) (= s (ashape x)) "
+                f"(access-pair {first} {second})))) (array-rows x) (= s (ashape x)) "
                 f"(= (vec-length s) {rank}) (= (vec-length (aitem x)) 0)",
                 f"(union e {fused.format(q=per_channel, m=broadcast)})"))
     for text in sorted(profile.clips):
