@@ -7,6 +7,7 @@ The Python API (for notebooks) mirrors the commands; every function raises
     glensidec.check(program)                       # the result's type, e.g. ((1,10),()) i32
     out = glensidec.run(program, {"image": x})     # numpy array (reference interpreter)
     c = glensidec.compile(program, "16x16", "out") # Compilation: cycles, report, OUTDIR
+    a = glensidec.compile("q/m.gs", "16x16", "o", accel=True)  # the whole accelerator
     c.report_data.rows                             # per instruction: op, MACs, cycles, …
     d = glensidec.diff("out", {"image": "x.npy"})  # interpreter vs C (rtl=True: vs RTL)
     p = glensidec.import_onnx("m.onnx", "imported")
@@ -91,37 +92,53 @@ class Compilation:
     outdir: Path | None  # the C program, when an OUTDIR was given
     instructions: int | None  # lowered instructions in OUTDIR's program
     report_data: ReportData | None = None  # OUTDIR/report.json's rows, one per instruction
+    # accel=True with an OUTDIR: Σ the accelerator layers' cycles (ws_accel's, exact)
+    accel_cycles: int | None = None
 
 
 def compile(program: Program | str | Path, array: str = "16x16",
             outdir: str | Path | None = None, *, force: bool = False, iterations: int = 30,
-            max_enodes: int = 50_000, timeout: float = 10.0) -> Compilation:
+            max_enodes: int = 50_000, timeout: float = 10.0, accel: bool = False,
+            scratchpad: str = "256KiB", accumulator: str | None = None,
+            dram_bandwidth: int = 16) -> Compilation:
     """Map the program onto an RxC array (`array`, e.g. "16x16"); with `outdir`, write the C
-    program there (new, empty or an earlier compile's; `force` as `--force`)."""
+    program there (new, empty or an earlier compile's; `force` as `--force`). `accel` and
+    the memory sizes are `--accel`, `--scratchpad`, `--accumulator`, `--dram-bandwidth`:
+    the int8 program's array calls run as layers of the whole accelerator."""
     from glensidec import pipeline
+    from glensidec.errors import GlensideError
     from glensidec.lang.typecheck import check_program
     from glensidec.opt.extract import parse_array_size
     from glensidec.opt.rewrite import Limits
     from glensidec.outputs import check_output_directory
 
     config = parse_array_size(array)
+    if accel and config.is_float:
+        raise GlensideError("accel drives the int8 accelerator: not with an f32 array")
+    accelerator = (pipeline.accelerator_for(config, scratchpad, accumulator, dram_bandwidth)
+                   if accel else None)
     if outdir is not None:
         check_output_directory(outdir, force=force)
     typed = (pipeline.load(program) if isinstance(program, (str, Path))
              else pipeline.Typed(program, check_program(program)))
+    if outdir is not None and not accel:
+        pipeline.require_no_epilogue(typed.program)
     compiled = pipeline.compile_program(typed.program, config,
                                         Limits(iterations, max_enodes, timeout), types=typed.types)
-    written, instructions, layers = None, None, None
+    if accel:
+        compiled = pipeline.fuse_epilogues(compiled, config)
+    written, instructions, layers, accel_cycles = None, None, None, None
     if outdir is not None:
         from glensidec.backend.report import report_data
 
         result = pipeline.compile_to_directory(compiled.program, compiled.types, outdir, config,
-                                               force=force)
+                                               force=force, accel=accelerator)
         written, instructions = result.outdir, len(result.lowered.instructions)
         layers = report_data(Path(compiled.program.path).name, result.lowered, config)
+        accel_cycles = result.accel_cycles if accel else None
     return Compilation(compiled.program, compiled.prediction.total,
                        compiled.prediction.array_cycles, list(compiled.report_lines(config)),
-                       written, instructions, layers)
+                       written, instructions, layers, accel_cycles)
 
 
 def diff(outdir: str | Path, inputs: dict[str, str | Path], *, rtl: bool = False

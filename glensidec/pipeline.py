@@ -20,6 +20,7 @@ it extracts, which lowering takes.
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -246,6 +247,49 @@ def _compile_region(graph: EGraph, region: Canonical, named: list[Term], limits:
 
 
 # -- lower, plan, emit ------------------------------------------------------------------
+
+
+def parse_bytes(text: str, option: str) -> int:
+    """`256KiB`, `256K`, `1MiB`, `4096` → bytes (K = KiB = 1024, M = MiB = 1024²)."""
+    match = re.fullmatch(r"\s*(\d+)\s*(k|kib|m|mib|b)?\s*", text, re.IGNORECASE)
+    if match is None:
+        raise GlensideError(f"{option} takes a size in bytes such as 256KiB or 65536, "
+                            f"got '{text}'")
+    unit = (match.group(2) or "b").lower()[0]
+    return int(match.group(1)) * {"b": 1, "k": 1024, "m": 1024**2}[unit]
+
+
+def accelerator_for(config: ArrayConfig, scratchpad: str = "256KiB",
+                    accumulator: str | None = None, dram_bandwidth: int = 16) -> AccelConfig:
+    """The accelerator around the array, from --scratchpad, --accumulator, --dram-bandwidth
+    (the defaults: 256 KiB, 1024 accumulator rows, 16 B/cycle).
+
+    Sizes the RTL cannot have, or memories too small for even one tile, are input errors
+    that name the sizes.
+    """
+    from glensidec.hardware.accel import CapacityError
+    from glensidec.hardware.commands import accel_config_for, gemm_tiling
+
+    acc_depth = config.acc_depth
+    if accumulator is not None:
+        size, row = parse_bytes(accumulator, "--accumulator"), config.cols * 4
+        if size % row or size // row < 2:
+            raise GlensideError(f"--accumulator {accumulator}: the accumulator holds rows of "
+                                f"{config.cols} int32 ({row} B) and at least 2 of them; "
+                                f"{size} B is not a whole number of rows ≥ 2")
+        acc_depth = size // row
+    try:
+        accel = accel_config_for(config, parse_bytes(scratchpad, "--scratchpad"),
+                                 dram_bandwidth, acc_depth=acc_depth)
+        gemm_tiling(accel, 1, config.rows, config.cols, "tile")
+    except CapacityError as error:  # "layer tile: …": every array call has such a tile
+        raise GlensideError(f"--scratchpad {scratchpad}: {str(error).split(': ', 1)[1]}") \
+            from None
+    except ValueError as error:
+        option = (f"--dram-bandwidth {dram_bandwidth}" if "bandwidth" in str(error)
+                  else f"--scratchpad {scratchpad}")
+        raise GlensideError(f"{option}: {error}") from None
+    return accel
 
 
 def require_no_epilogue(program: Program) -> None:

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from conftest import EXAMPLES
 
-from glensidec.cli import _accelerator
 from glensidec.errors import GlensideError
 from glensidec.hardware.array import ArrayConfig
+from glensidec.pipeline import accelerator_for
 
 BLOCK = EXAMPLES / "resnet_block.gs"
 
@@ -48,13 +48,13 @@ def test_sizes_the_rtl_cannot_have_are_errors(options: dict[str, str | int],
     settings: dict[str, str | int | None] = {"scratchpad": "256KiB", "accumulator": None,
                                              "dram_bandwidth": 16, **options}
     with pytest.raises(GlensideError) as error:
-        _accelerator(ArrayConfig(16, 16), settings["scratchpad"], settings["accumulator"],
+        accelerator_for(ArrayConfig(16, 16), settings["scratchpad"], settings["accumulator"],
                      settings["dram_bandwidth"])
     assert message in error.value.message
 
 
-def test_the_sizes_set_the_accelerator() -> None:
-    accel = _accelerator(ArrayConfig(8, 8), "1MiB", "16K", 4)
+def test_the_sizes_set_theaccelerator_for() -> None:
+    accel = accelerator_for(ArrayConfig(8, 8), "1MiB", "16K", 4)
     assert accel.acc_depth == 512  # 16 KiB of 8 int32 rows
     assert (accel.memory.scratchpad_bytes, accel.memory.row_bytes,
             accel.memory.bus_bytes) == (2**20, 8, 4)

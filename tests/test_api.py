@@ -45,3 +45,23 @@ def test_api_mirrors_the_commands(tmp_path: Path, capsys: pytest.CaptureFixture[
                    tmp_path / "cliq" / "tiny.gs", cwd=tmp_path) == 0
     assert ((tmp_path / "q" / "tiny.gs").read_text()
             == (tmp_path / "cliq" / "tiny.gs").read_text())
+
+
+@pytest.mark.slow
+def test_compile_accel_writes_what_the_command_writes(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    example = Path(__file__).resolve().parent.parent / "examples" / "resnet_block.gs"
+    compiled = glensidec.compile(example, "16x16", tmp_path / "api", accel=True,
+                                 scratchpad="64KiB", dram_bandwidth=8)
+    assert run_cli("compile", example, "--array", "16x16", "--accel", "--scratchpad", "64KiB",
+                   "--dram-bandwidth", "8", "-o", tmp_path / "cli", cwd=tmp_path) == 0
+    files = sorted(path.name for path in (tmp_path / "cli").iterdir())
+    assert files == sorted(path.name for path in (tmp_path / "api").iterdir())
+    for name in files:
+        assert (tmp_path / "api" / name).read_bytes() == (tmp_path / "cli" / name).read_bytes()
+    assert "accel_runtime.c" in files
+    assert compiled.accel_cycles is not None and compiled.accel_cycles > 0
+    assert f"2 accelerator layers: {compiled.accel_cycles} cycles" in capsys.readouterr().out
+    assert "(accel-epilogue" in (tmp_path / "api" / "program.gs").read_text()
+    with pytest.raises(GlensideError, match="--scratchpad 128: "):
+        glensidec.compile(example, "16x16", accel=True, scratchpad="128")
