@@ -445,7 +445,6 @@ def _accel_epilogue(call: Call) -> Array:
     return COMPUTE_IMPLS[clip_op.name](clip_op, requantized, call.result, call.result)
 
 
-
 @impl("systolic-array")
 def _systolic_array(call: Call) -> Array:
     activations, weights = call.values[2], call.values[3]

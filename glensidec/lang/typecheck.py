@@ -538,7 +538,6 @@ def _accel_epilogue(ctx: Context, args: list[ArgValue]) -> TypeValue:
         raise Mistake(mistake.message, 1) from None
 
 
-
 def _systolic_operands(args: list[ArgValue]) -> tuple[int, int, AccessType, AccessType]:
     rows, cols = _int(args[0]), _int(args[1])
     activations, weights = _access(args[2]), _access(args[3])
