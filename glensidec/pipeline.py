@@ -343,6 +343,9 @@ def compile_to_directory(program: Program, types: TypeTable, outdir: str | Path,
                          predicted_cycles(lowered, config, more_arrays),
                          sum(layer.cycles for layer in lowered.accel_layers()),
                          sum(1 for instruction in lowered.instructions
-                             if instruction.note.startswith(("(accel-epilogue",
-                                                             "(accel-max-pool"))
+                             if instruction.note.startswith(ACCELERATOR_NOTES)
                              and not isinstance(instruction, AccelLayer)))
+
+
+# How the notes of an accelerator construct's instructions begin (`lower.describe`).
+ACCELERATOR_NOTES = tuple(f"({name} " for name in sorted(Group.ACCELERATOR))

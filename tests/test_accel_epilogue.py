@@ -343,3 +343,16 @@ def test_a_bad_max_pool_is_a_located_error(root: str, where: str, message: str) 
     with pytest.raises(GlensideError) as raised:
         check_program(parse_program("(input y i8 (shape 2 3 7 6))\n" + root, "bad.gs"))
     assert str(raised.value) == f"bad.gs:{where}: error: accel-max-pool: {message}"
+
+
+def test_an_accelerator_construct_the_accelerator_cannot_take_is_warned_about(
+        tmp_path: Path) -> None:
+    # a max-pool of an input, not of an accelerator layer's rows: it runs on the host, and
+    # compile says so (its prediction counted it as free)
+    source = tmp_path / "pool.gs"
+    source.write_text("(input y i8 (shape 1 3 7 6))\n(accel-max-pool 3 2 1 (access-tensor y))\n")
+    ran = _cli("compile", str(source), "--array", "4x4", "--accel", "-o", str(tmp_path / "out"))
+    assert ran.returncode == 0, ran.stderr
+    assert ", 0 accelerator layers:" in ran.stdout
+    assert ran.stderr.startswith("warning: 7 host instructions of accel-epilogue or "
+                                 "accel-max-pool terms stay on the host")
