@@ -166,18 +166,22 @@ def fuse_accel_residuals(lowered: LoweredProgram, weights: dict[str, Array],
 
 def _producer(lowered: LoweredProgram, view: View) -> tuple[int, int | None] | None:
     """(layer index, transposing copy index or None) when `view`'s buffer is an accelerator
-    layer's result, directly or through the one copy that transposes it."""
+    layer's result, directly or through the one copy that transposes it. A pooling layer
+    is not one: its pooled rows leave through the identity epilogue, and the residual
+    stage reads port 2 of the scratchpad, which the pooling store's window reads hold."""
     writers = lowered.writers().get(view.buffer, [])
     if len(writers) != 1:
         return None
     writer = lowered.instructions[writers[0]]
     if isinstance(writer, AccelLayer):
-        return writers[0], None
+        return None if writer.pool else (writers[0], None)
     if not isinstance(writer, Copy):
         return None
     sources = lowered.writers().get(writer.src.buffer, [])
-    if len(sources) == 1 and isinstance(lowered.instructions[sources[0]], AccelLayer) and \
-            lowered.readers().get(writer.src.buffer) == [writers[0]]:
+    if len(sources) != 1 or lowered.readers().get(writer.src.buffer) != [writers[0]]:
+        return None
+    source = lowered.instructions[sources[0]]
+    if isinstance(source, AccelLayer) and not source.pool:
         return sources[0], writers[0]
     return None
 

@@ -145,27 +145,8 @@ def _execute(instruction: Instruction, read: Callable[[View], Array],
             rows = instruction.rows or main_rows
             return reference_gemm_f32(read(instruction.a), read(instruction.b), None, rows)
         return matmul(read(instruction.a), read(instruction.b), dtype(instruction.a))
-    if isinstance(instruction, AccelLayer) and instruction.pool:
-        height, width, channels = instruction.image
-        return pool_reference(ConvLayer("", height, width, channels, channels,
-                                        instruction.kernel, instruction.stride,
-                                        instruction.padding),
-                              read(instruction.a).reshape(instruction.image))
     if isinstance(instruction, AccelLayer):
-        activations = read(instruction.a)
-        if instruction.image:  # the im2col rows the DMA reads, (ky, kx, channel) order
-            pad = instruction.padding
-            image = np.pad(activations.reshape(instruction.image), ((pad, pad), (pad, pad),
-                                                                    (0, 0)),
-                           constant_values=instruction.pad_value)
-            activations = im2col_rows(image, instruction.kernel, instruction.stride)
-        products = matmul(activations, read(instruction.b), "i8")
-        epilogue = EpilogueConfig(instruction.pre, instruction.post, instruction.zero_point,
-                                  instruction.low, instruction.high)
-        residual = None if instruction.residual is None else read(instruction.residual)
-        return epilogue_reference(products, read(instruction.bias)[None, :],
-                                  read(instruction.multiplier), epilogue,
-                                  residual=instruction.residual_add, residual_rows=residual)
+        return _accel_layer(instruction, read)
     if isinstance(instruction, Fused):
         leaves = [read(leaf) for leaf in instruction.leaves]
         kinds = [dtype(leaf) for leaf in instruction.leaves]
@@ -201,6 +182,29 @@ def _execute(instruction: Instruction, read: Callable[[View], Array],
     assert isinstance(instruction, Softmax), instruction
     return _compute("softmax", ComputeOp("softmax"), [read(instruction.src)], dst,
                     dtype(instruction.src), dtype(dst))
+
+
+def _accel_layer(layer: AccelLayer, read: Callable[[View], Array]) -> Array:
+    """What the layer declares it computes: its products (or, pooling, the max of each
+    window), then every stage of its epilogue, the residual add included. A pass that
+    gives a layer work its commands do not do thus shows as a divergence at the layer."""
+    if layer.pool:
+        height, width, channels = layer.image
+        products = pool_reference(ConvLayer("", height, width, channels, channels,
+                                            layer.kernel, layer.stride, layer.padding),
+                                  read(layer.a).reshape(layer.image))
+    else:
+        activations = read(layer.a)
+        if layer.image:  # the im2col rows the DMA reads, (ky, kx, channel) order
+            pad = layer.padding
+            image = np.pad(activations.reshape(layer.image), ((pad, pad), (pad, pad), (0, 0)),
+                           constant_values=layer.pad_value)
+            activations = im2col_rows(image, layer.kernel, layer.stride)
+        products = matmul(activations, read(layer.b), "i8")
+    epilogue = EpilogueConfig(layer.pre, layer.post, layer.zero_point, layer.low, layer.high)
+    residual = None if layer.residual is None else read(layer.residual)
+    return epilogue_reference(products, read(layer.bias)[None, :], read(layer.multiplier),
+                              epilogue, residual=layer.residual_add, residual_rows=residual)
 
 
 def im2col_rows(image: Array, kernel: int, stride: int) -> Array:
@@ -246,6 +250,20 @@ def lowered_result(lowered: LoweredProgram, weights: dict[str, Array],
                    inputs: dict[str, Array], main_rows: int) -> list[Array]:
     """Every instruction's written values, in order (the interpreter's trace)."""
     return [values for _, values in interpret(lowered, weights, inputs, main_rows)]
+
+
+def lowered_output(lowered: LoweredProgram, reference: list[Array]) -> Array | None:
+    """The program's result (flat) from the interpreter's trace of `lowered`, or None when
+    no instruction writes it (the result is an input or a constant as it is)."""
+    writers = [i for i, instruction in enumerate(lowered.instructions)
+               if instruction.writes().buffer == lowered.output]
+    if not writers:
+        return None
+    output = lowered.buffers[lowered.output]
+    flat = np.zeros(output.elements, DTYPES[output.dtype].numpy)
+    for index in writers:
+        store_view(lowered.instructions[index].writes(), flat, reference[index])
+    return flat
 
 
 # -- comparing ---------------------------------------------------------------------------
@@ -442,16 +460,11 @@ def _lowering_error(program: Program, lowered: LoweredProgram, weights: dict[str
     expected = evaluate_result(program, data.all_tensors(program, inputs),
                                check_program(program))
     assert isinstance(expected, np.ndarray)
-    writers = [i for i, instruction in enumerate(lowered.instructions)
-               if instruction.writes().buffer == lowered.output]
-    if not writers:  # the result is an input or a constant as it is
+    actual = lowered_output(lowered, reference)
+    if actual is None:  # the result is an input or a constant as it is
         return None
-    output = lowered.buffers[lowered.output]
-    flat = np.zeros(output.elements, DTYPES[output.dtype].numpy)
-    for index in writers:
-        store_view(lowered.instructions[index].writes(), flat, reference[index])
-    actual = flat.reshape(expected.shape)
-    wrong = _differences(expected, actual, output.dtype)
+    actual = actual.reshape(expected.shape)
+    wrong = _differences(expected, actual, lowered.buffers[lowered.output].dtype)
     if not wrong.any():
         return None
     element = tuple(int(i) for i in np.argwhere(wrong)[0])

@@ -1,0 +1,148 @@
+"""`compile --accel` leaves nothing on the host that the accelerator can do, and what it
+moves onto the accelerator means what the host's loops meant.
+
+The quick tests lower a program with the accelerator passes and run the lowered program in
+numpy (`glensidec.cosim.diff`'s interpreter, which executes each accelerator layer as
+what it declares: products or pooled windows, then every epilogue stage); its result must
+be the interpreter's on the source. The slow ones build the C program and run it too.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from glensidec import pipeline
+from glensidec.backend.accel_passes import fuse_for_accelerator
+from glensidec.backend.lower import AccelLayer, LoweredProgram, LowerOptions, lower_program
+from glensidec.cosim.diff import lowered_output, lowered_result
+from glensidec.hardware.accel import ResidualConfig
+from glensidec.hardware.array import ArrayConfig
+from glensidec.lang import data
+from glensidec.lang.interp import evaluate_result
+from glensidec.lang.syntax import read_program
+from glensidec.lang.typecheck import check_program
+
+# Issue 27's program: a 1×1 convolution of 2 channels, requantized, max-pooled 2×2, then a
+# quantized add of another input r and a requantize.
+POOL_THEN_ADD = """
+(input a i8 (shape 1 1 {size} {size}))
+(input r i8 (shape 1 2 {half} {half}))
+(weight w i8 (shape 2 1 1 1) "w.npz")
+(let conv
+ (access-transpose
+  (compute dot-product
+   (access-cartesian-product
+    (access (access-tensor w) 1)
+    (access (access-squeeze (access-windows (access (access-tensor a) 1)
+                                            (shape 1 1 1) (shape 1 1 1)) 1) 3)))
+  (list 1 0 2 3)))
+(let q (compute (requantize 1 0 2 0) conv))
+(let p (compute reduce-max (access-windows (access q 2) (shape 2 2) (shape 2 2))))
+(compute (requantize 3 0 1 5)
+ (compute elementwise-add (access-pair (compute (cast i32) p)
+                                       (compute (cast i32) (access-tensor r)))))
+"""
+
+
+def _pool_then_add(root: Path, size: int) -> Path:
+    np.savez(root / "w.npz", w=np.array([3, -2], np.int8).reshape(2, 1, 1, 1))
+    path = root / f"pool_then_add_{size}.gs"
+    path.write_text(POOL_THEN_ADD.format(size=size, half=size // 2))
+    return path
+
+
+def _accelerated(source: Path, array: str) -> LoweredProgram:
+    """The program as `compile --accel` lowers it (rewritten, epilogues fused, lowered,
+    the accelerator passes run)."""
+    program = read_program(source)
+    rows, cols = (int(v) for v in array.split("x"))
+    config = ArrayConfig(rows, cols)
+    compiled = pipeline.fuse_epilogues(
+        pipeline.compile_program(program, config, types=check_program(program)), config)
+    lowered = lower_program(compiled.program, compiled.types, LowerOptions(array_dtype="i8"))
+    return fuse_for_accelerator(lowered, data.load_weights(program),
+                                pipeline.accelerator_for(config))
+
+
+def _random_inputs(source: Path, seed: int) -> dict[str, np.ndarray]:
+    return data.random_inputs(read_program(source), seed)
+
+
+def _interpreted(source: Path, inputs: dict[str, np.ndarray]) -> np.ndarray:
+    program = read_program(source)
+    result = evaluate_result(program, data.all_tensors(program, inputs), check_program(program))
+    assert isinstance(result, np.ndarray)
+    return result
+
+
+def _lowered_result(source: Path, lowered: LoweredProgram,
+                    inputs: dict[str, np.ndarray], rows: int) -> np.ndarray:
+    weights = data.load_weights(read_program(source))
+    values = lowered_output(lowered, lowered_result(lowered, weights, inputs, rows))
+    assert values is not None
+    return values
+
+
+@pytest.mark.parametrize("size", [2, 4, 6])
+def test_a_residual_add_after_an_accelerator_max_pool_is_not_dropped(
+        size: int, tmp_path: Path) -> None:
+    """Issue 27: the residual pass gave the add to the pooling layer, whose pooled rows
+    skip the residual stage, so the program returned the max-pool itself."""
+    source = _pool_then_add(tmp_path, size)
+    lowered = _accelerated(source, "4x4")
+    pools = [layer for layer in lowered.accel_layers() if layer.pool]
+    assert len(pools) == 1 and pools[0].residual_add is None  # the pool is still on ws_accel
+    for seed in range(3):
+        inputs = _random_inputs(source, seed)
+        expected = _interpreted(source, inputs)
+        got = _lowered_result(source, lowered, inputs, 4)
+        assert np.array_equal(got.reshape(expected.shape), expected)
+
+
+def test_diff_runs_a_pooling_layer_through_its_whole_epilogue(tmp_path: Path) -> None:
+    """`glensidec diff`'s interpreter executes a layer as what it declares, so a pass that
+    gives a pooling layer a residual its commands do not apply diverges at that layer
+    instead of every instruction agreeing."""
+    source = _pool_then_add(tmp_path, 4)
+    lowered = _accelerated(source, "4x4")
+    index, pool = next((i, layer) for i, layer in enumerate(lowered.instructions)
+                       if isinstance(layer, AccelLayer) and layer.pool)
+    inputs = _random_inputs(source, 0)
+    weights = data.load_weights(read_program(source))
+    plain = lowered_result(lowered, weights, inputs, 4)[index]
+    doubled = ResidualConfig(self_multiplier=2, multiplier=0, offset=0,
+                             requantize_multiplier=1, pre=0, post=0, zero_point=0)
+    lowered.instructions[index] = replace(pool, residual=pool.dst, residual_add=doubled)  # r·0
+    changed = lowered_result(lowered, weights, inputs, 4)[index]
+    assert np.array_equal(changed, np.clip(plain.astype(np.int64) * 2, -128, 127))
+
+
+@pytest.mark.slow
+def test_a_residual_add_after_an_accelerator_max_pool_runs_as_c(tmp_path: Path) -> None:
+    """The same program through `glensidec compile --accel`, `make` and the C program, and
+    `glensidec diff` agreeing on every instruction and on the result."""
+    source = _pool_then_add(tmp_path, 4)
+    outdir = tmp_path / "out"
+    compiled = subprocess.run([sys.executable, "-m", "glensidec", "compile", str(source),
+                               "--array", "4x4", "--accel", "-o", str(outdir)],
+                              capture_output=True, text=True, timeout=600)
+    assert compiled.returncode == 0, compiled.stderr
+    subprocess.run(["make", "-s", "-C", str(outdir), "OPT=-O1"], check=True,
+                   capture_output=True, timeout=600)
+    inputs = _random_inputs(source, 1)
+    arguments = []
+    for name, value in inputs.items():
+        np.save(tmp_path / f"{name}.npy", value)
+        arguments.append(f"{name}={tmp_path / name}.npy")
+    subprocess.run([str(outdir / "model"), *arguments, "-o", str(tmp_path / "out.npy")],
+                   check=True, capture_output=True, timeout=600)
+    assert np.array_equal(np.load(tmp_path / "out.npy"), _interpreted(source, inputs))
+    diff = subprocess.run([sys.executable, "-m", "glensidec", "diff", str(outdir), *arguments],
+                          capture_output=True, text=True, timeout=600)
+    assert diff.returncode == 0 and "agree: interpreter, C program" in diff.stdout, diff.stdout
