@@ -35,12 +35,14 @@
 // Command word (glensidec.hardware.commands.encode_command writes the same layout):
 //   [1:0] op, [3] wait, [4] signal
 //   LOAD/STORE: [8+:32] base, [40+:8] length, [48+:16] count1, [64+:32] stride1,
-//               [96+:16] count2, [112+:32] stride2, [144+:16] spad_row, [160] bounds,
-//               [168+:16] y0, [184+:16] y_step, [200+:16] height, [216+:16] x0,
-//               [232+:16] x_step, [248+:16] width, [264+:8] pad_value
+//               [96+:16] count2, [112+:32] stride2, [144+:24] spad_row, [168] bounds,
+//               [176+:16] y0, [192+:16] y_step, [208+:16] height, [224+:16] x0,
+//               [240+:16] x_step, [256+:16] width, [272+:8] pad_value
 //               (STORE: spad_row is the first residual or pooled row; a pooling STORE
-//               reads window from [168+:16] and window_stride from [184+:16])
-//   COMPUTE:    [8+:16] w_row, [24+:16] a_row, [40+:16] m_len (>= 1), [56] add, [57] emit
+//               reads window from [176+:16] and window_stride from [192+:24])
+//   COMPUTE:    [8+:24] w_row, [32+:24] a_row, [56+:16] m_len (>= 1), [72] add, [73] emit
+//   The row fields are 24 bits: a scratchpad holds at most 2^24 rows (SPAD_W <= 24;
+//   glensidec.hardware.commands.AccelConfig refuses more).
 //   CONFIG:     [5] residual, [6] residual early, [8+:6] pre, [16+:6] post, [24+:8] zero_point, [32+:8] low,
 //               [40+:8] high, [48+:32*COLS] bias, [48+32*COLS+:32*COLS] multiplier, then
 //               from R = 48+64*COLS: [R+:32] res_self, [R+32+:32] res_mult,
@@ -64,7 +66,7 @@ module ws_accel #(
     parameter integer BUS_BYTES   = 4,
     parameter integer LATENCY     = 2,
     parameter integer QUEUE_DEPTH = 8,     // entries of each command queue (power of two)
-    parameter integer CMD_W       = (216 + 64 * COLS > 272) ? 216 + 64 * COLS : 272
+    parameter integer CMD_W       = (216 + 64 * COLS > 280) ? 216 + 64 * COLS : 280
 ) (
     input  wire                   clk,
     input  wire                   rst,            // synchronous, active high
@@ -84,8 +86,8 @@ module ws_accel #(
     localparam integer LEN_W   = $clog2(ROW_BYTES + 1);
     localparam integer RW      = $clog2(ROWS);          // ROWS >= 2
     localparam integer TRACK   = 1 << $clog2(LATENCY + 3);  // loads in flight, never full
-    localparam integer EXEC_W  = 64;
-    localparam integer AQ_W    = 35;                     // {signal, emit, add, m_len, a_row}
+    localparam integer EXEC_W  = 80;
+    localparam integer AQ_W    = 43;                     // {signal, emit, add, m_len, a_row}
     localparam integer TOK_W   = 16;
     localparam [1:0] OP_LOAD = 2'd0, OP_COMPUTE = 2'd1, OP_CONFIG = 2'd3;
 
@@ -142,11 +144,11 @@ module ws_accel #(
         .cmd_base(lq_head[8 +: 32]), .cmd_length(lq_head[40 +: LEN_W]),
         .cmd_count1(lq_head[48 +: 16]), .cmd_stride1(lq_head[64 +: 32]),
         .cmd_count2(lq_head[96 +: 16]), .cmd_stride2(lq_head[112 +: 32]),
-        .cmd_spad_row(lq_head[144 +: SPAD_W]), .cmd_bounds(lq_head[160]),
-        .cmd_y0(lq_head[168 +: 16]), .cmd_y_step(lq_head[184 +: 16]),
-        .cmd_height(lq_head[200 +: 16]), .cmd_x0(lq_head[216 +: 16]),
-        .cmd_x_step(lq_head[232 +: 16]), .cmd_width(lq_head[248 +: 16]),
-        .cmd_pad_value(lq_head[264 +: 8]),
+        .cmd_spad_row(lq_head[144 +: SPAD_W]), .cmd_bounds(lq_head[168]),
+        .cmd_y0(lq_head[176 +: 16]), .cmd_y_step(lq_head[192 +: 16]),
+        .cmd_height(lq_head[208 +: 16]), .cmd_x0(lq_head[224 +: 16]),
+        .cmd_x_step(lq_head[240 +: 16]), .cmd_width(lq_head[256 +: 16]),
+        .cmd_pad_value(lq_head[272 +: 8]),
         .mem_req_valid(mem_rd_valid), .mem_req_addr(mem_rd_addr), .mem_resp_data(mem_rd_data),
         .wr_en(spad_wr_en), .wr_addr(spad_wr_addr), .wr_data(spad_wr_data), .busy(l_busy));
 
@@ -213,7 +215,7 @@ module ws_accel #(
     wire            a_start;
     ws_fifo #(.WIDTH(AQ_W), .DEPTH(4)) act_queue (
         .clk(clk), .rst(rst), .push(w_start),
-        .din({eq_head[4], eq_head[57], eq_head[56], eq_head[40 +: 16], eq_head[24 +: 16]}),
+        .din({eq_head[4], eq_head[73], eq_head[72], eq_head[56 +: 16], eq_head[32 +: 24]}),
         .pop(a_start), .head(aq_head), .empty(aq_empty), .full(aq_full));
 
     reg               a_active, a_add, a_emit, a_signal;
@@ -234,8 +236,8 @@ module ws_accel #(
             q_valid  <= 1'b0;
         end else begin
             if (a_start) begin
-                {a_signal, a_emit, a_add} <= aq_head[34:32];
-                a_left   <= aq_head[16 +: 16];
+                {a_signal, a_emit, a_add} <= aq_head[42:40];
+                a_left   <= aq_head[24 +: 16];
                 a_addr   <= aq_head[0 +: SPAD_W];
                 a_active <= 1'b1;
             end else if (a_issue_last) begin
@@ -336,12 +338,12 @@ module ws_accel #(
         end else begin
             if (store_pop) begin
                 s_pool    <= sq_head[6];
-                p_window  <= sq_head[168 +: 16];
-                p_wstride <= sq_head[184 +: SPAD_W];
+                p_window  <= sq_head[176 +: 16];
+                p_wstride <= sq_head[192 +: SPAD_W];
                 p_pix     <= sq_head[144 +: SPAD_W];
                 p_addr    <= sq_head[144 +: SPAD_W];
                 p_t       <= 16'd0;
-                p_reads   <= sq_head[6] ? sq_head[48 +: 16] * sq_head[96 +: 16] * sq_head[168 +: 16]
+                p_reads   <= sq_head[6] ? sq_head[48 +: 16] * sq_head[96 +: 16] * sq_head[176 +: 16]
                                         : 32'd0;
             end else if (pool_issue) begin
                 p_reads <= p_reads - 32'd1;

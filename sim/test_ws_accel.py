@@ -12,13 +12,18 @@ from cycle_bench import params_env
 from sim_harness import build_module, run_cocotb
 
 #: (rows, cols, row bytes, bank rows, bus bytes, latency, accumulator rows)
-CASES = [(4, 4, 4, 32, 4, 2, 16), (4, 8, 8, 128, 4, 3, 32), (8, 4, 8, 128, 16, 5, 32)]
+#: The first is `compile --array 2x2 --accel`'s default: 256 KiB of 2-byte rows is 2^17
+#: scratchpad rows, more than 16-bit row fields address (issue 27: data and cycles differed).
+CASES = [(2, 2, 2, 32768, 16, 8, 16), (4, 4, 4, 32, 4, 2, 16), (4, 8, 8, 128, 4, 3, 32),
+         (8, 4, 8, 128, 16, 5, 32)]
 
-#: ConvLayer fields: 3×3 padded (partial channel fold, two N blocks), strided 1×1, a GEMM,
-#: a 2-channel 5×5 whose kernel taps are packed into scratchpad rows, and the 3×3 and
-#: the GEMM again with a residual add in the epilogue (after and before the requantize),
-#: and a 3×3 stride-2 max-pool (ResNet's) through pooling stores.
+#: ConvLayer fields: the 4×2×2 GEMM of issue 27, 3×3 padded (partial channel fold, two N
+#: blocks), strided 1×1, a GEMM, a 2-channel 5×5 whose kernel taps are packed into
+#: scratchpad rows, and the 3×3 and the GEMM again with a residual add in the epilogue
+#: (after and before the requantize), and a 3×3 stride-2 max-pool (ResNet's) through
+#: pooling stores.
 LAYERS = [
+    {"name": "gemm4x2x2", "height": 4, "width": 1, "channels": 2, "out_channels": 2},
     {"name": "conv3x3", "height": 5, "width": 5, "channels": 6, "out_channels": 6,
      "kernel": 3, "stride": 1, "padding": 1},
     {"name": "conv1x1s2", "height": 6, "width": 6, "channels": 8, "out_channels": 11,

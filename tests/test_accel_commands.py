@@ -13,12 +13,14 @@ import pytest
 from glensidec.hardware.accel import (
     CapacityError,
     ConvLayer,
+    DmaCommand,
     EpilogueConfig,
     MemoryConfig,
     ResidualConfig,
     dma_load_slots,
 )
 from glensidec.hardware.commands import (
+    SPAD_ROW_BITS,
     AccelConfig,
     Compute,
     LayerQuant,
@@ -27,6 +29,7 @@ from glensidec.hardware.commands import (
     accel_cycles,
     conv_program,
     conv_reference,
+    encode_command,
     pool_program,
     run_functional,
 )
@@ -280,3 +283,29 @@ def test_a_pool_whose_window_rows_do_not_fit_names_the_sizes() -> None:
         pool_program(AccelConfig(4, 4, 16, MemoryConfig(row_bytes=4, scratchpad_bytes=512,
                                                         banks=4, bus_bytes=4, latency=2)),
                      ConvLayer("wide", 7, 8, 4, 4, kernel=3, stride=2, padding=1))
+
+
+def test_command_words_address_scratchpad_rows_past_16_bits() -> None:
+    """A 2×2 accelerator's default scratchpad has 2^17 rows (issue 27: 16-bit row fields
+    made the RTL read and write the wrong rows): every row field keeps a row ≥ 2^16, and
+    a pooling store's window_stride does too, without touching its neighbours."""
+    row = (1 << 16) + 5
+
+    def bits(word: int, offset: int, width: int) -> int:
+        return (word >> offset) & ((1 << width) - 1)
+
+    compute = encode_command(Compute(w_row=row, a_row=row + 1, m_len=3, add=True), cols=2)
+    assert (bits(compute, 8, SPAD_ROW_BITS), bits(compute, 32, SPAD_ROW_BITS)) == (row, row + 1)
+    assert (bits(compute, 56, 16), bits(compute, 72, 1), bits(compute, 73, 1)) == (3, 1, 0)
+    dma = DmaCommand(base=64, length=2, count1=4, spad_row=row, height=9)
+    load = encode_command(Load(dma), cols=2)
+    assert bits(load, 144, SPAD_ROW_BITS) == row and bits(load, 208, 16) == 9
+    pool = encode_command(Store(dma, window=9, window_stride=row), cols=2)
+    assert (bits(pool, 176, 16), bits(pool, 192, SPAD_ROW_BITS)) == (9, row)
+
+
+def test_a_scratchpad_of_more_rows_than_commands_address_is_refused() -> None:
+    memory = MemoryConfig(row_bytes=2, scratchpad_bytes=2 << (SPAD_ROW_BITS + 1), banks=4,
+                          bus_bytes=16, latency=8)
+    with pytest.raises(ValueError, match="more than the 2\\^24 rows a command can address"):
+        AccelConfig(2, 2, 16, memory)

@@ -227,13 +227,16 @@ CASES = {
     "conv_residual_of_a_layer": (None, {"x": (1, 4, 6, 6), "x2": (1, 4, 6, 6)}, "8x8", 2),
     # a max-pool of a layer's result: a pooling layer (gathers, pooling stores)
     "conv_maxpool": (None, {"x": (1, 4, 6, 6)}, "8x8", 2),
+    # the same on 2×2, whose default scratchpad (256 KiB of 2-byte rows) has 2^17 rows:
+    # more than 16-bit command fields address (issue 27: the RTL read the wrong rows)
+    "conv_maxpool_2x2": (None, {"x": (1, 4, 6, 6)}, "2x2", 2),
 }
 
 
 def _source(case: str, root: Path) -> Path:
     """The program of a CASES entry (written into `root` unless it is an example)."""
     source = CASES[case][0]
-    if case == "conv_maxpool":
+    if case.startswith("conv_maxpool"):
         return _pooled(root)
     if "residual" in case:
         return _residual(root, case)
@@ -273,7 +276,7 @@ def test_accelerator_layers_compute_what_the_interpreter_does(case: str, tmp_pat
     if case == "conv_zero_point":  # the padding the layer reads is the zero point now
         assert "with -37, the zero point an accelerator layer pads with" in \
             (outdir / "model.c").read_text()
-    if case == "conv_maxpool":  # no host reduce is left; the pool reads the layer's rows
+    if case.startswith("conv_maxpool"):  # no host reduce is left; the pool reads the layer's rows
         pool = layers[-1]
         assert pool.pool and (pool.kernel, pool.stride, pool.padding) == (3, 2, 1)
         assert pool.a.buffer == layers[0].dst.buffer and pool.image == (6, 6, 8)
@@ -385,7 +388,7 @@ def test_the_runtime_is_clean_under_sanitizers(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.rtl
 @pytest.mark.parametrize("case", ["resnet_block", "dense", "conv_residual_of_a_layer",
-                                  "conv_maxpool"])
+                                  "conv_maxpool", "conv_maxpool_2x2"])
 def test_make_sim_runs_the_layers_on_ws_accel(case: str, tmp_path: Path,
                                                sim_cache: Path) -> None:
     """`make sim` co-simulates the accelerator layers on ws_accel (resnet_block's array

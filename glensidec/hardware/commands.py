@@ -37,12 +37,16 @@ from glensidec.lang.dtypes import wrap_signed
 
 OP_LOAD, OP_COMPUTE, OP_STORE, OP_CONFIG = 0, 1, 2, 3
 
+#: Width of the scratchpad row fields (spad_row, w_row, a_row) of a command word: a
+#: scratchpad of more rows cannot be addressed (AccelConfig refuses it).
+SPAD_ROW_BITS = 24
+
 #: Bit positions of the DMA fields in a LOAD/STORE command word: (offset, width).
 DMA_FIELDS = {
     "base": (8, 32), "length": (40, 8), "count1": (48, 16), "stride1": (64, 32),
-    "count2": (96, 16), "stride2": (112, 32), "spad_row": (144, 16), "bounds": (160, 1),
-    "y0": (168, 16), "y_step": (184, 16), "height": (200, 16), "x0": (216, 16),
-    "x_step": (232, 16), "width": (248, 16), "pad_value": (264, 8),
+    "count2": (96, 16), "stride2": (112, 32), "spad_row": (144, SPAD_ROW_BITS),
+    "bounds": (168, 1), "y0": (176, 16), "y_step": (192, 16), "height": (208, 16),
+    "x0": (224, 16), "x_step": (240, 16), "width": (256, 16), "pad_value": (272, 8),
 }
 
 
@@ -120,10 +124,16 @@ class AccelConfig:
                 f"a {self.rows}×{self.cols} array needs 2 ≤ rows and scratchpad rows of at "
                 f"least max(rows, cols) bytes, got {self.memory.row_bytes}"
             )
+        if self.memory.scratchpad_rows > 1 << SPAD_ROW_BITS:
+            raise ValueError(
+                f"a scratchpad of {self.memory.scratchpad_rows} rows is more than the "
+                f"2^{SPAD_ROW_BITS} rows a command can address (at most "
+                f"{self.memory.row_bytes << SPAD_ROW_BITS} B of {self.memory.row_bytes}-byte rows)"
+            )
 
     @property
     def command_width(self) -> int:
-        return max(272, 216 + 64 * self.cols)
+        return max(280, 216 + 64 * self.cols)
 
     def rtl_parameters(self) -> dict[str, int]:
         """Verilog parameters of ws_accel."""
@@ -149,16 +159,18 @@ def encode_command(command: Command, cols: int) -> int:
             word |= _field(getattr(command.dma, name), offset, width)
         if isinstance(command, Load):
             return word | _field(command.wait_store, 5, 1) | _field(command.signal_store, 6, 1)
-        if command.window:  # a pooling store: its window where a load has y0 and y_step
-            word &= ~(((1 << 32) - 1) << DMA_FIELDS["y0"][0])
+        if command.window:  # a pooling store: its window where a load has y0, y_step (and
+            # height: the stride is a scratchpad row count, as wide as the row fields)
+            word &= ~(((1 << (16 + SPAD_ROW_BITS)) - 1) << DMA_FIELDS["y0"][0])
             word |= _field(1, 6, 1) | _field(command.window, DMA_FIELDS["y0"][0], 16)
-            word |= _field(command.window_stride, DMA_FIELDS["y_step"][0], 16)
+            word |= _field(command.window_stride, DMA_FIELDS["y_step"][0], SPAD_ROW_BITS)
         return word
     if isinstance(command, Compute):
         return (OP_COMPUTE | _field(command.wait, 3, 1) | _field(command.signal, 4, 1)
-                | _field(command.w_row, 8, 16) | _field(command.a_row, 24, 16)
-                | _field(command.m_len, 40, 16) | _field(command.add, 56, 1)
-                | _field(command.emit, 57, 1))
+                | _field(command.w_row, 8, SPAD_ROW_BITS)
+                | _field(command.a_row, 32, SPAD_ROW_BITS)
+                | _field(command.m_len, 56, 16) | _field(command.add, 72, 1)
+                | _field(command.emit, 73, 1))
     epilogue = command.epilogue
     word = (OP_CONFIG | _field(epilogue.pre, 8, 6) | _field(epilogue.post, 16, 6)
             | _field(epilogue.zero_point, 24, 8) | _field(epilogue.low, 32, 8)
