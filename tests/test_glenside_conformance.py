@@ -1063,3 +1063,113 @@ def test_conv2d_mode_and_tuple_cosimulate_bit_exactly(tmp_path: Path, sim_cache:
     np.testing.assert_array_equal(run.sim, expected)
     assert run.report["calls"]
     assert_calls_match_the_model(run.report)
+
+
+# -- the original's end-to-end MLP tests, through the command line ---------------------------
+
+# tests/asplos-demo.rs runs data/asplos-demo/mlp.glenside with mlp-shapes.json; tests/
+# codegen-mlp.rs the same network on three written arrays. Both name the runtime tensor
+# `input`, and both check the result against the values of their C harness
+# (data/asplos-demo/mlp-test-harness.c): |out - expected| < 1e-5.
+ASPLOS_MLP = """\
+(compute dot-product
+ (access-cartesian-product
+  (access
+   (compute dot-product
+    (access-cartesian-product
+     (access
+      (compute dot-product
+       (access-cartesian-product
+        (access (access-tensor input) 0)
+        (access-transpose (access (access-tensor weight0) 1) (list 1 0))
+       )
+      )
+      0
+     )
+     (access-transpose (access (access-tensor weight1) 1) (list 1 0))
+    )
+   )
+   0
+  )
+  (access-transpose (access (access-tensor weight2) 1) (list 1 0))
+ )
+)
+"""
+CODEGEN_MLP = """\
+(systolic-array 6 2
+ (access
+  (systolic-array 4 6
+   (access
+    (systolic-array 2 4
+     (access (access-tensor input) 0)
+     (access (access-tensor weight0) 0)
+    )
+    0
+   )
+   (access (access-tensor weight1) 0)
+  )
+  0
+ )
+ (access (access-tensor weight2) 0)
+)
+"""
+MLP_SHAPES = '{"input" : [2], "weight0" : [2, 4], "weight1" : [4, 6], "weight2" : [6, 2]}\n'
+MLP_DATA = {
+    "input": floats([0.07359921, 0.77422889]),
+    "weight0": floats([[0.8101289, 0.6391721, 0.38471687, 0.43476797],
+                       [0.19664564, 0.67206388, 0.23291401, 0.59172156]]),
+    "weight1": floats([
+        [0.98278998, 0.61484222, 0.67881745, 0.93680619, 0.86837485, 0.42437781],
+        [0.45952102, 0.15076425, 0.52289059, 0.45032712, 0.80552555, 0.3883881],
+        [0.08942791, 0.76285151, 0.6280041, 0.31396817, 0.80541261, 0.86247733],
+        [0.28771746, 0.1725068, 0.18405514, 0.33522804, 0.59388266, 0.53529322]]),
+    "weight2": floats([[0.5403619, 0.34246081], [0.96203926, 0.50463116],
+                       [0.21667461, 0.7079291], [0.04013655, 0.3549699],
+                       [0.4628509, 0.52579893], [0.28693871, 0.41747579]]),
+}
+MLP_EXPECTED = np.array([1.67773846, 2.05100039])
+MLP_TESTS = [("asplos_demo_mlp", ASPLOS_MLP, "4x4:f32"),
+             ("codegen_mlp", CODEGEN_MLP, "2x4,4x6,6x2:f32")]
+
+
+def _mlp_files(text: str, tmp_path: Path) -> tuple[Path, Path, list[str]]:
+    """The program, its shapes file and `NAME=FILE.npy` arguments for the harness's data."""
+    (tmp_path / "mlp.glenside").write_text(text)
+    (tmp_path / "mlp-shapes.json").write_text(MLP_SHAPES)
+    arguments = []
+    for name, array in MLP_DATA.items():
+        np.save(tmp_path / f"{name}.npy", array)
+        arguments.append(f"{name}={tmp_path / f'{name}.npy'}")
+    return tmp_path / "mlp.glenside", tmp_path / "mlp-shapes.json", arguments
+
+
+@pytest.mark.parametrize(("name", "text", "arrays"), MLP_TESTS, ids=[t[0] for t in MLP_TESTS])
+def test_mlp_with_a_tensor_named_input_checks_and_runs(name: str, text: str, arrays: str,
+                                                       tmp_path: Path) -> None:
+    """`input` is an ordinary name: the original's MLP programs check and run as written."""
+    from test_outputs import run_cli
+
+    source, shapes, arguments = _mlp_files(text, tmp_path)
+    assert run_cli("check", source, "--shapes", shapes, cwd=tmp_path) == 0
+    options = [part for argument in arguments for part in ("--input", argument)]
+    assert run_cli("run", source, "--shapes", shapes, *options, "-o", "out.npy",
+                   cwd=tmp_path) == 0
+    assert np.all(np.abs(np.load(tmp_path / "out.npy") - MLP_EXPECTED) < 1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "text", "arrays"), MLP_TESTS, ids=[t[0] for t in MLP_TESTS])
+def test_mlp_with_a_tensor_named_input_compiles_and_runs_as_c(name: str, text: str,
+                                                               arrays: str,
+                                                               tmp_path: Path) -> None:
+    """… and `glensidec compile`, `make` and `OUTDIR/model input=…` give the harness's values."""
+    from test_outputs import run_cli
+
+    source, shapes, arguments = _mlp_files(text, tmp_path)
+    assert run_cli("compile", source, "--shapes", shapes, "--array", arrays, "-o", "out",
+                   cwd=tmp_path) == 0
+    subprocess.run(["make", "-s", "-C", str(tmp_path / "out"), "OPT=-O1"], check=True,
+                   capture_output=True)
+    subprocess.run([str(tmp_path / "out" / "model"), *arguments, "-o", str(tmp_path / "c.npy")],
+                   check=True, capture_output=True)
+    assert np.all(np.abs(np.load(tmp_path / "c.npy") - MLP_EXPECTED) < 1e-5)

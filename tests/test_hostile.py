@@ -137,13 +137,23 @@ def test_data_file_messages(tmp_path: Path, capsys: Captured) -> None:
 # -- F: names from a --shapes file --------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ['b")(', "1x", "-x", "compute", "a b", ""])
+@pytest.mark.parametrize("name", ['b")(', "1x", "-x", "a b", ""])
 def test_shapes_file_names_must_be_names(name: str, tmp_path: Path, capsys: Captured) -> None:
     program = write(tmp_path, "(access-tensor a)\n", "p.glenside")
     shapes = write(tmp_path, json.dumps({"a": [2], name: [3]}), "s.json")
     assert run_cli("check", program, "--shapes", shapes, cwd=tmp_path) == 1
     err = one_line_error(capsys)
     assert err.startswith(f"{shapes}: error: tensor name {json.dumps(name)} is not a name"), err
+
+
+@pytest.mark.parametrize("name", ["input", "weight", "let", "compute", "relu", "shape"])
+def test_shapes_file_names_may_be_language_words(name: str, tmp_path: Path,
+                                                 capsys: Captured) -> None:
+    """No word is reserved (Glenside's own asplos-demo MLP names a tensor `input`)."""
+    program = write(tmp_path, f"(compute relu (access-tensor {name}))\n", "p.glenside")
+    shapes = write(tmp_path, json.dumps({name: [3]}), "s.json")
+    assert run_cli("check", program, "--shapes", shapes, cwd=tmp_path) == 0
+    assert capsys.readouterr().out == "((3),()) f32\n"
 
 
 # -- H: non-finite values in quantization --------------------------------------------------------

@@ -118,10 +118,11 @@ def test_awkward_onnx_names_import(tmp_path: Path) -> None:
     g = OnnxGraph()
     x = g.input("input:0", [1, 4])
     y = g.node("Relu", [x], name="/block/relu/Relu_output_0")
-    y = g.node("Relu", [y], name="relu")  # a reserved word in the language
+    y = g.node("Relu", [y], name="relu")  # a compute type's name: a name like any other
+    y = g.node("Relu", [y], name="input")  # and a declaration keyword
     program = imported(g.model(y, [1, 4]), tmp_path)
     assert [d.name for d in program.inputs()] == ["input_0"]
-    assert set(program.names.values()) == {"block.relu.Relu", "relu_2"}
+    assert set(program.names.values()) == {"block.relu.Relu", "relu", "input"}
 
 
 # -- bad models --------------------------------------------------------------------------------
@@ -278,9 +279,9 @@ def test_cli_import_error_is_a_glenside_error(tmp_path: Path) -> None:
     assert os.listdir(tmp_path) == []
 
 
-def test_onnx_input_names_work_with_run(tmp_path: Path) -> None:
-    """PyTorch calls the input `input`, a reserved word: the program says `input_2`, and
-    `glensidec run --input input=…` still works; the import prints the mapping."""
+def test_onnx_input_named_input_keeps_its_name(tmp_path: Path) -> None:
+    """PyTorch calls the input `input`: no word is reserved, so the program declares
+    `input` too, with no alias line, and `glensidec run --input input=…` works."""
     from glensidec.cli import cli as main
 
     g = OnnxGraph()
@@ -289,19 +290,43 @@ def test_onnx_input_names_work_with_run(tmp_path: Path) -> None:
     runner = CliRunner()
     result = runner.invoke(import_command, [str(model_path), "-o", str(tmp_path / "out")])
     assert result.exit_code == 0, result.output
-    assert "input 'input' → input_2 (renamed" in result.output
+    assert "input 'input' → input\n" in result.output
     program = tmp_path / "out" / "m.gs"
-    assert [d.name for d in read_program(program).inputs()] == ["input_2"]
+    assert [d.name for d in read_program(program).inputs()] == ["input"]
+    assert "onnx-input" not in program.read_text()
     x = np.array([[-1.0, 2.0, -3.0, 4.0]], np.float32)
     np.save(tmp_path / "x.npy", x)
-    for name in ("input", "input_2"):
-        out = tmp_path / f"{name}.npy"
+    out = tmp_path / "y.npy"
+    result = runner.invoke(main, ["run", str(program), "--input", f"input={tmp_path / 'x.npy'}",
+                                  "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    np.testing.assert_array_equal(np.load(out), np.maximum(x, 0))
+
+
+def test_renamed_onnx_input_names_work_with_run(tmp_path: Path) -> None:
+    """An ONNX name the language cannot spell (`input:0`) becomes `input_0`, and
+    `glensidec run --input input:0=…` still works; the import prints the mapping."""
+    from glensidec.cli import cli as main
+
+    g = OnnxGraph()
+    g.input("input:0", [1, 4])
+    model_path = save(g.model(g.node("Relu", ["input:0"]), [1, 4]), tmp_path / "m.onnx")
+    runner = CliRunner()
+    result = runner.invoke(import_command, [str(model_path), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    assert "input 'input:0' → input_0 (renamed" in result.output
+    program = tmp_path / "out" / "m.gs"
+    assert [d.name for d in read_program(program).inputs()] == ["input_0"]
+    x = np.array([[-1.0, 2.0, -3.0, 4.0]], np.float32)
+    np.save(tmp_path / "x.npy", x)
+    for name in ("input:0", "input_0"):
+        out = tmp_path / f"{name.replace(':', '_')}.npy"
         result = runner.invoke(main, ["run", str(program), "--input", f"{name}=" +
                                       str(tmp_path / "x.npy"), "-o", str(out)])
         assert result.exit_code == 0, result.output
         np.testing.assert_array_equal(np.load(out), np.maximum(x, 0))
     result = runner.invoke(main, ["run", str(program), "--input", f"inpt={tmp_path / 'x.npy'}"])
-    assert "('input' is input_2)" in str(result.exception)
-    both = [f"input={tmp_path / 'x.npy'}", f"input_2={tmp_path / 'x.npy'}"]
+    assert "('input:0' is input_0)" in str(result.exception)
+    both = [f"input:0={tmp_path / 'x.npy'}", f"input_0={tmp_path / 'x.npy'}"]
     result = runner.invoke(main, ["run", str(program), "--input", both[0], "--input", both[1]])
     assert "given twice" in str(result.exception)

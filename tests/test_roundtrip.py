@@ -45,3 +45,32 @@ def test_printed_program_computes_the_same(path: Path) -> None:
     first = run_program(program, all_tensors(program, inputs))
     second = run_program(again, all_tensors(again, inputs))
     np.testing.assert_array_equal(first, second)
+
+
+# Every word of the language in a name's place: declaration keywords, constructs, compute
+# types, pad types, dtypes. None is reserved; each is recognised only in its position.
+WORDS_AS_NAMES = """\
+(input input f32 (shape 2 3))
+(input weight f32 (shape 3))
+(let let (compute relu (access-tensor input)))
+(let relu (access-broadcast (access-insert-axis (access-tensor weight) 0)
+                            (access-shape (shape 2 3) (shape))))
+(let access (compute elementwise-add (access-pair let relu)))
+(let zero-padding (access-pad access zero-padding 1 0 1))
+(let i8 (compute reduce-max (access zero-padding 1)))
+i8
+"""
+
+
+def test_declaration_keywords_and_construct_names_are_ordinary_names() -> None:
+    program = parse_program(WORDS_AS_NAMES, "words.gs")
+    assert [d.name for d in program.inputs()] == ["input", "weight"]
+    types = check_program(program)
+    x = np.arange(-3, 3, dtype=np.float32).reshape(2, 3)
+    w = np.array([1, -1, 0.5], np.float32)
+    result = run_program(program, {"input": x, "weight": w}, types)
+    expected = np.pad(np.maximum(x, 0) + w, ((0, 0), (1, 0))).max(axis=1)
+    np.testing.assert_array_equal(result, expected)
+    printed = format_program(program)
+    again = parse_program(printed, "words.gs")
+    assert again.root == program.root and format_program(again) == printed

@@ -26,7 +26,6 @@ import numpy as np
 
 from glensidec.errors import GlensideError
 from glensidec.frontends import builders as B
-from glensidec.lang.constructs import COMPUTE_TYPES, CONSTRUCTS
 from glensidec.lang.data import alias_line
 from glensidec.lang.dtypes import F32_MAX, INTEGER_NAMES, integer_range
 from glensidec.lang.syntax import format_program
@@ -36,9 +35,6 @@ from glensidec.outputs import check_output_directory, write_directory
 
 Array = np.ndarray[Any, Any]
 Value = Term | Array  # a computed access, or a constant known at import time
-
-RESERVED = set(CONSTRUCTS) | set(COMPUTE_TYPES) | {"input", "weight", "let"}
-
 
 # -- names ------------------------------------------------------------------------------
 
@@ -57,9 +53,10 @@ def sanitize(name: str) -> str:
 
 @dataclass
 class Names:
-    """Unique program names, given out in a deterministic order."""
+    """Unique program names, given out in a deterministic order. No word is reserved in the
+    language, so a name the model has (PyTorch's `input`, a node called `relu`) is kept."""
 
-    taken: set[str] = field(default_factory=lambda: set(RESERVED))
+    taken: set[str] = field(default_factory=set)
 
     def fresh(self, wanted: str) -> str:
         base = sanitize(wanted)

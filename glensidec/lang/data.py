@@ -128,7 +128,7 @@ def parse_input_options(options: tuple[str, ...] | list[str]) -> dict[str, Path]
 
 
 # `glensidec import` records each ONNX input whose name it had to change, so the name the
-# user's model has keeps working: `; onnx-input "input" input_2` (the ONNX name JSON-quoted).
+# user's model has keeps working: `; onnx-input "input:0" input_0` (the ONNX name JSON-quoted).
 ALIAS_LINE = re.compile(r'^; onnx-input ("(?:[^"\\]|\\.)*") (\S+)$', re.MULTILINE)
 
 

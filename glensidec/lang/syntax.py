@@ -316,9 +316,9 @@ class _Builder:
             raise GlensideError(f"{form}: expected a name, got "
                                 f"{item.describe() if isinstance(item, Atom) else 'a list'}",
                                 item.span)
+        # No word is reserved: construct, compute-type and declaration words are recognised
+        # only in their positions, so `input`, `weight`, `let` or `relu` is a name like any.
         name = str(item.value)
-        if name in CONSTRUCTS or name in COMPUTE_TYPES or name in ("input", "weight", "let"):
-            raise GlensideError(f"'{name}' is a reserved word and cannot be a name", item.span)
         earlier = self.binding_spans.get(name) or (
             self.tensors[name].span if name in self.tensors else None)
         if name in self.bindings or name in self.tensors:
@@ -466,7 +466,8 @@ def _result(builder: _Builder, form: SExpr) -> Term:
     if isinstance(form, Atom) and form.kind == "symbol" and str(form.value) in builder.tensors:
         return Term("access-tensor", (Symbol(str(form.value)),), form.span, (form.span,))
     if isinstance(form, Atom) and (form.kind in ("int", "float") or str(form.value) in
-                                   (*K.PAD_TYPES, *COMPUTE_TYPES)):
+                                   (*K.PAD_TYPES, *COMPUTE_TYPES)) \
+            and str(form.value) not in builder.bindings:
         raise GlensideError(f"{form.describe()} alone is an argument, not a program result",
                             form.span)
     return builder.term(form)
@@ -511,7 +512,7 @@ def load_shapes(path: str | Path) -> dict[str, TensorDecl]:
         if not _is_plain_name(name):
             raise GlensideError(f"tensor name {json.dumps(name)} is not a name the language "
                                 "can spell (letters, digits, _ - . ; not starting with a digit "
-                                "or - ; not a reserved word)", None, str(path))
+                                "or -)", None, str(path))
         shape, dtype = entry, "f32"
         if isinstance(entry, dict):
             shape, dtype = entry.get("shape"), entry.get("dtype", "f32")
@@ -532,8 +533,7 @@ NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_\-.]*")  # the grammar's SYMBOL
 
 
 def _is_plain_name(name: str) -> bool:
-    return (NAME_PATTERN.fullmatch(name) is not None and name not in CONSTRUCTS
-            and name not in COMPUTE_TYPES and name not in ("input", "weight", "let"))
+    return NAME_PATTERN.fullmatch(name) is not None
 
 
 # ---------------------------------------------------------------------------------------
