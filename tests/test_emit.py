@@ -935,7 +935,7 @@ def test_generated_code_names_buffers_after_what_they_hold(built: dict[str, Buil
     model = (built["resnet_block"].outdir / "model.c").read_text()
     for name in ("conv1", "conv1_biased", "hidden", "conv2_biased", "skip", "block_sum",
                  "relu", "requantize"):
-        assert f" *const {name} = " in model, name
+        assert f" *const t_{name} = " in model, name  # every buffer t_ + its name
     assert "on the systolic array (M=16 K=144 N=256)" in model
 
 

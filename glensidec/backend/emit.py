@@ -78,6 +78,21 @@ def predicted_cycles(lowered: LoweredProgram, config: ArrayConfig,
                for call in lowered.array_calls())
 
 
+# -- names ----------------------------------------------------------------------------
+
+# Every buffer in the C code is `t_` + its name. No identifier the code generator, the
+# templates, the runtimes or the headers they include declares starts with `t_` (loop
+# indices are i0…, k0…, p0…; locals x, t0…, acc, g; functions and macros gs_*, GS_*,
+# model_*, MODEL_*), so a user's name can meet none of them: `main`, `int`, `p1`, `printf`
+# and `gs_b` are buffers t_main, t_int, t_p1, t_printf and t_gs_b.
+BUFFER_PREFIX = "t_"
+
+
+def c_name(buffer: str) -> str:
+    """The C identifier of the buffer named `buffer` (its name is already C characters)."""
+    return BUFFER_PREFIX + buffer
+
+
 # -- loop nests -----------------------------------------------------------------------
 
 Loop = tuple[str, int]  # (index variable, trip count)
@@ -167,7 +182,7 @@ class _Renderer:
         return self.lowered.buffer_of(view).dtype
 
     def at(self, view: View, index: str) -> str:
-        return f"{view.buffer}[{index}]"
+        return f"{c_name(view.buffer)}[{index}]"
 
     def load(self, name: str, view: View, index: str) -> str:
         return f"const {DTYPES[self.dtype(view)].c_type} {name} = {self.at(view, index)};"
@@ -178,7 +193,7 @@ class _Renderer:
         header = f"  /* [{position}] {what}: {instruction.note} */"
         dst = instruction.writes().buffer
         buffer = self.lowered.buffers[dst]
-        trace = (f"  GS_TRACE_BUFFER({position}, {dst}, {buffer.nbytes}, "
+        trace = (f"  GS_TRACE_BUFFER({position}, \"{dst}\", {c_name(dst)}, {buffer.nbytes}, "
                  f"\"{DTYPES[buffer.dtype].npy_descr}\", \"{_shape_text(buffer.shape)}\");")
         return "\n".join([header, *lines, trace])
 
@@ -364,7 +379,8 @@ class _Renderer:
 
 def pointer(view: View) -> str:
     """A contiguous operand as a C pointer expression."""
-    return view.buffer if not view.offset else f"{view.buffer} + {view.offset}"
+    name = c_name(view.buffer)
+    return name if not view.offset else f"{name} + {view.offset}"
 
 
 def _shape_text(shape: tuple[int, ...]) -> str:
@@ -495,8 +511,7 @@ class HostGemm:
         if column_axes and row_axes and row_axes[0].stride < column_axes[0].size:
             return None, 0
         leading = row_axes[0].stride if row_axes else max(1, math.prod(a[0] for a in columns))
-        pointer = view.buffer if not view.offset else f"{view.buffer} + {view.offset}"
-        return pointer, leading
+        return pointer(view), leading
 
 
 def host_gemm(dot: Dot) -> HostGemm | None:
@@ -532,7 +547,7 @@ def host_gemm(dot: Dot) -> HostGemm | None:
 def _pack(axes: list[GemmAxis], packed: str, view: View, which: int) -> list[str]:
     """Copy `view` into the row-major buffer `packed` in the order of `axes` (im2col)."""
     loops, view_terms, packed_terms = _gemm_loops(axes, which)
-    source = f"{view.buffer}[{_index(view.offset, view_terms)}]"
+    source = f"{c_name(view.buffer)}[{_index(view.offset, view_terms)}]"
     body = [f"{packed}[{_index(0, packed_terms)}] = {source};"]
     return _wrap(loops, body, 0)
 
@@ -540,7 +555,8 @@ def _pack(axes: list[GemmAxis], packed: str, view: View, which: int) -> list[str
 def _unpack(axes: list[GemmAxis], dst: View) -> list[str]:
     """Copy the row-major result gs_c (in the order of `axes`) into `dst`."""
     loops, dst_terms, packed_terms = _gemm_loops(axes, 1)
-    body = [f"{dst.buffer}[{_index(dst.offset, dst_terms)}] = gs_c[{_index(0, packed_terms)}];"]
+    body = [f"{c_name(dst.buffer)}[{_index(dst.offset, dst_terms)}] = "
+            f"gs_c[{_index(0, packed_terms)}];"]
     return _wrap(loops, body, 0)
 
 
@@ -681,7 +697,7 @@ def _declarations(lowered: LoweredProgram, plan: MemoryPlan) -> list[dict[str, o
                 continue
             const = "const " if kind in (CONSTANT, INPUT) else ""
             ctype = DTYPES[buffer.dtype].c_type
-            line = (f"{const}{ctype} *const {buffer.name} = ({const}{ctype} *)({region} + "
+            line = (f"{const}{ctype} *const {c_name(buffer.name)} = ({const}{ctype} *)({region} + "
                     f"{offsets[buffer.name]});")
             shape = "x".join(map(str, buffer.shape)) or "scalar"
             note = f" /* {buffer.dtype} {shape}"

@@ -382,23 +382,11 @@ class Product:
 
 Value = View | Pair | Product
 
-# C keywords and the generated code's own identifiers (loop indices are i0…, k0…).
-_C_RESERVED = frozenset([
-    "auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else",
-    "enum", "extern", "float", "for", "goto", "if", "inline", "int", "long", "register",
-    "restrict", "return", "short", "signed", "sizeof", "static", "struct", "switch", "typedef",
-    "union", "unsigned", "void", "volatile", "while", "constants", "mutable_io", "activations",
-    "main", "model_run", "acc", "top", "total", "exps", "NULL", "isnan", "sqrtf", "exp",
-    "expf", "tanhf", "erff",
-])
-
-
 def c_identifier(text: str) -> str:
-    name = re.sub(r"[^A-Za-z0-9_]", "_", text)
-    if (not name or name[0].isdigit() or name in _C_RESERVED or name.startswith(("gs_", "model_"))
-            or re.fullmatch(r"[ikx][0-9]*", name)):
-        name = "t_" + name
-    return name
+    """A buffer's name from a `let`, tensor or construct name: the characters C allows in an
+    identifier. The C code spells each buffer with a prefix of its own (`emit.c_name`), so
+    no name a user can write meets a C keyword or a generated or library identifier."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", text)
 
 
 def describe(term: Term, names: dict[Term, str]) -> str:

@@ -80,7 +80,8 @@ def product_region(product: Term, types: TypeTable, tensors: dict[str, TensorDec
     for boundary in boundaries(product):
         value = access_type(types, boundary)
         name = f"region-operand-{len(region.boundaries)}"
-        assert name not in tensors, name
+        while name in region.tensors:  # a user may call a tensor that too
+            name += "_"
         region.tensors[name] = TensorDecl(name, value.full, value.dtype, "input")
         region.boundaries[name] = boundary
         leaf = Term("access-tensor", (Symbol(name),))
