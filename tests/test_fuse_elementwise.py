@@ -46,3 +46,18 @@ def test_fused_programs_compute_the_same_values(name: str) -> None:
     assert any(isinstance(instruction, Fused) and len(instruction.steps) > 1
                for instruction in fused.instructions)
     assert fused.output == lowered.output and fused.output in fused.buffers
+
+
+def test_fusion_keeps_an_input_that_only_shape_of_reads() -> None:
+    """Found by the fuzzer: `compile --accel` dropped an input read only through
+    `(shape-of x)`, so `model x=… y=…` said "unknown input: x" (without --accel it ran)."""
+    from glensidec.backend.lower import INPUT
+    from glensidec.lang.syntax import parse_program
+
+    program = parse_program(
+        "(input x i8 (shape 2 3))\n(input y i8 (shape 2 3))\n"
+        "(compute relu (access-reshape (access-tensor y) (access-shape (shape-of x) (shape))))\n",
+        "<test>")
+    fused = fuse_elementwise(lower_program(program, check_program(program)))
+    inputs = {buffer.tensor for buffer in fused.buffers.values() if buffer.kind == INPUT}
+    assert inputs == {"x", "y"}

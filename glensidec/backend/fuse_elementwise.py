@@ -21,6 +21,7 @@ predicted host cycles drop with the passes saved.
 from __future__ import annotations
 
 from glensidec.backend.lower import (
+    INPUT,
     OUTPUT,
     Fold,
     Fused,
@@ -91,7 +92,7 @@ def fuse_elementwise(lowered: LoweredProgram) -> LoweredProgram:
     used = {view.buffer for instruction in result.instructions
             for view in (instruction.dst, *instruction.reads())}
     result.buffers = {name: buffer for name, buffer in lowered.buffers.items()
-                      if name in used or buffer.kind == OUTPUT or name == lowered.output}
+                      if name in used or buffer.kind in (INPUT, OUTPUT) or name == lowered.output}
     return result
 
 
