@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 from conftest import EXAMPLES, make_program
@@ -430,3 +431,27 @@ def test_the_egraph_dot_is_the_same_bytes_on_every_run(tmp_path: Path) -> None:
     assert canonical_dot("\n".join(raw)).splitlines() == [
         'digraph {', '  a=1', '  "x"', '  "y"', '  subgraph "s" {', '    "p"', '    "q"', '  }',
         '  b=2', '  "w"', '}']
+
+
+def test_a_region_keeps_the_tensors_its_shape_of_names() -> None:
+    """Found by the fuzzer: with several products, a view above a product that reads a
+    tensor's shape through `(shape-of s)` crashed region-wise compilation (KeyError: the
+    region's canonical form renamed only `access-tensor`)."""
+    program = parse_program(
+        "(input a i8 (shape 2 3))\n(input b i8 (shape 4 3))\n(input s i8 (shape 1 4))\n"
+        "(let p (compute dot-product (access-cartesian-product (access (access-tensor a) 1)"
+        " (access (access-tensor b) 1))))\n"
+        "(let q (access-reshape p (access-shape (shape 2) (slice-shape (shape-of s) 1))))\n"
+        "(compute dot-product (access-cartesian-product q q))\n", "<test>")
+    compiled = compile_program(program, hardware.ArrayConfig(2, 2))
+    extract.validate(program, compiled.program)
+    assert compiled.prediction.array_cycles > 0
+
+
+def test_difference_sees_a_finite_error_beside_an_infinity() -> None:
+    """Found by the fuzzer: an infinity in the expected result set the tolerance to
+    infinity, so every finite value 'agreed'."""
+    expected = np.array([np.inf, 1.0, 2.0], np.float32)
+    assert extract.difference(expected, np.array([np.inf, 1.0, 5.0], np.float32))
+    assert extract.difference(expected, np.array([-np.inf, 1.0, 2.0], np.float32))
+    assert extract.difference(expected, expected.copy()) is None

@@ -535,7 +535,10 @@ def difference(expected: Array, actual: Array) -> str | None:
     if np.issubdtype(expected.dtype, np.integer):
         wrong = int(np.count_nonzero(expected != actual))
         return f"{wrong} of {expected.size} values differ" if wrong else None
-    scale = max(1.0, float(np.max(np.abs(expected)))) if expected.size else 1.0
+    # Infinities (a sum over min-padding, exp of a large value) must match exactly and must
+    # not set the tolerance: an infinite scale would let every finite value pass.
+    finite = np.isfinite(expected)
+    scale = max(1.0, float(np.max(np.abs(expected[finite])))) if finite.any() else 1.0
     close = np.isclose(actual, expected, rtol=1e-5, atol=1e-5 * scale, equal_nan=True)
     wrong = int(np.count_nonzero(~close))
     return f"{wrong} of {expected.size} values differ beyond 1e-5" if wrong else None

@@ -160,10 +160,14 @@ class Canonical:
         return root, restored
 
 
+# The constructs that name a tensor (its first argument).
+_NAMING = ("access-tensor", "shape-of")
+
+
 def _renamed_tensor(term: Term, names: dict[str, Symbol]) -> Term | None:
-    if term.op == "access-tensor" and isinstance(term.args[0], Symbol) and \
+    if term.op in _NAMING and isinstance(term.args[0], Symbol) and \
             term.args[0].name in names:
-        return Term("access-tensor", (names[term.args[0].name],))
+        return Term(term.op, (names[term.args[0].name],))
     return None
 
 
@@ -171,7 +175,7 @@ def canonical_region(region: Region) -> Canonical:
     order: dict[str, Symbol] = {}
 
     def rename(term: Term, args: tuple[Arg, ...]) -> Term | None:
-        if term.op == "access-tensor" and isinstance(term.args[0], Symbol):
+        if term.op in _NAMING and isinstance(term.args[0], Symbol):
             own = term.args[0].name
             order.setdefault(own, Symbol(f"region-tensor-{len(order)}"))
         return _renamed_tensor(term, order)
