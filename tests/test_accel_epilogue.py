@@ -356,3 +356,17 @@ def test_an_accelerator_construct_the_accelerator_cannot_take_is_warned_about(
     assert ", 0 accelerator layers:" in ran.stdout
     assert ran.stderr.startswith("warning: 7 host instructions of accel-epilogue or "
                                  "accel-max-pool terms stay on the host")
+
+
+def test_an_epilogue_over_a_cast_of_min_padded_floats_compiles(tmp_path: Path) -> None:
+    """Found by the fuzzer: `compile --accel` asked for the integer range of an f32 buffer
+    (a min-padding fill, while looking for constant biases) and crashed with an assertion."""
+    program = parse_program(
+        "(input f f32 (shape 2 3))\n(input t i32 (shape 2 4))\n"
+        "(accel-epilogue (requantize-per-channel 0 4 0) relu\n"
+        " (compute (cast i32) (access-pad (access-tensor f) min-padding 1 0 1))\n"
+        " (access-tensor t) (access-tensor t))\n", str(tmp_path / "p.gs"))
+    config = ArrayConfig(2, 2)
+    result = pipeline.compile_to_directory(program, check_program(program), tmp_path / "out",
+                                           config, accel=pipeline.accelerator_for(config))
+    assert result.host_epilogues > 0 and (tmp_path / "out" / "model.c").is_file()

@@ -78,7 +78,7 @@ from glensidec.hardware.commands import (
     pool_program,
     pool_tiling,
 )
-from glensidec.lang.dtypes import Array, integer_range, wrap_signed
+from glensidec.lang.dtypes import DTYPES, Array, integer_range, wrap_signed
 from glensidec.lang.terms import ComputeOp
 
 
@@ -139,7 +139,9 @@ def evaluate_buffer(lowered: LoweredProgram, name: str, weights: dict[str, Array
     if buffer.kind == CONSTANT:
         return constant_array(buffer, weights).reshape(-1)
     writers = lowered.writers().get(name, [])
-    if buffer.kind != ACTIVATION or not writers or max(writers) >= before:
+    # Only integers are evaluated (into int64): the layers take no float data.
+    if buffer.kind != ACTIVATION or not writers or max(writers) >= before or \
+            not DTYPES[buffer.dtype].integer:
         return None
     flat = np.zeros(buffer.elements, dtype=np.int64)
     for index in writers:
