@@ -18,6 +18,7 @@ deterministic: compiling the same program twice gives byte-identical files.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import sys
@@ -779,10 +780,7 @@ def render_files(program: Program, lowered: LoweredProgram, plan: MemoryPlan,
         "declarations": _declarations(lowered, plan), "blocks": blocks,
         "accel": runtime, "fields": FIELDS,
     }
-    environment = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(resource_dir("templates"))),
-        trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
-        undefined=jinja2.StrictUndefined, autoescape=False)
+    environment = _c_templates()
     names = TEMPLATES + (ACCEL_TEMPLATES if runtime is not None else ())
     files = {name: environment.get_template(name + ".j2").render(context).encode()
              for name in names}
@@ -791,6 +789,16 @@ def render_files(program: Program, lowered: LoweredProgram, plan: MemoryPlan,
     files.update(report_files(report_data(Path(program.path).name, lowered, config,
                                           more_arrays)))
     return files
+
+
+@functools.cache
+def _c_templates() -> jinja2.Environment:
+    """One environment per process: it keeps the compiled templates (compiling them took
+    a quarter of a second, as long as the rest of emitting a small program)."""
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(resource_dir("templates"))),
+        trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined, autoescape=False)
 
 
 def manifest_array(config: ArrayConfig) -> dict[str, int | str]:

@@ -14,6 +14,7 @@ cycles and wall time (`render_html(data, simulation)`).
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import math
 from dataclasses import asdict, dataclass, field
@@ -277,7 +278,9 @@ def _shapes(shapes: list[list[int]]) -> str:
     return ", ".join("×".join(map(str, shape)) or "scalar" for shape in shapes)
 
 
-def render_html(data: ReportData, simulation: Simulation | None = None) -> str:
+@functools.cache
+def _html_templates() -> jinja2.Environment:
+    """One environment per process: it keeps the compiled template."""
     environment = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(resource_dir("templates"))),
         trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
@@ -285,6 +288,11 @@ def render_html(data: ReportData, simulation: Simulation | None = None) -> str:
     environment.filters["shapes"] = _shapes
     environment.filters["percent"] = lambda value: "" if value is None else f"{100 * value:.1f}%"
     environment.filters["thousands"] = lambda value: f"{value:,}"
+    return environment
+
+
+def render_html(data: ReportData, simulation: Simulation | None = None) -> str:
+    environment = _html_templates()
     calls = [row for row in data.rows if row.where in ("array", "accelerator")]
     sim_rows = []
     if simulation is not None:
