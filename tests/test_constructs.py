@@ -3,7 +3,8 @@
 Adding an access construct or a compute type means: a row in glensidec/lang/constructs.py,
 its name in one group (`Group`, `ComputeKind`), and then exactly the rules these tests ask
 for — types, interpreter, lowering, C rendering (through a checked example in
-docs/language.md), quantization, and an e-graph type rule if a rewrite can create it.
+docs/language.md), quantization, an e-graph type rule if a rewrite can create it, and a
+generator for the differential fuzzer (glensidec/lang/generate.py).
 docs/architecture.md walks through one such addition.
 """
 
@@ -20,6 +21,7 @@ from glensidec.backend.plan import plan_memory
 from glensidec.frontends import quantize
 from glensidec.hardware.array import ArrayConfig
 from glensidec.lang import constructs as K
+from glensidec.lang import generate
 from glensidec.lang.constructs import ComputeKind, Group
 from glensidec.lang.expand import expand_program, needs_expansion
 from glensidec.lang.interp import COMPUTE_IMPLS, IMPLS
@@ -111,6 +113,14 @@ def test_every_access_construct_and_compute_type_has_a_quantization_rule() -> No
     # Expanded constructs reach the quantizer expanded (quantize_command).
     assert handled == ACCESS_CONSTRUCTS - Group.EXPANDED
     assert set(quantize.COMPUTE_TRANSLATORS) == set(K.COMPUTE_TYPES)
+
+
+def test_every_access_construct_and_compute_type_has_a_generator() -> None:
+    """The fuzzer's generator builds every construct from its own entry; the shape helpers,
+    literals and tuples come as the arguments that need them (tests/test_fuzz.py checks that
+    generated programs hold every construct of the table)."""
+    assert set(generate.GENERATORS) == ACCESS_CONSTRUCTS
+    assert set(generate.COMPUTE_GENERATORS) == set(K.COMPUTE_TYPES)
 
 
 def _heads(text: str) -> set[str]:
