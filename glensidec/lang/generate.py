@@ -56,6 +56,7 @@ HOSTILE_NAMES = (
     "NULL", "errno", "stdin", "stdout", "FILE", "size_t", "int8_t", "int32_t", "float_t",
     "gs_requantize", "gs_array_gemm", "gs_wrap_i8", "model_run", "weights", "arena", "gs_b",
     "input", "weight", "let", "quantized", "a.b", "x-1", "_", "__x", "relu_0", "v1.0",
+    "relu", "compute", "access", "shape", "dot-product", "t_x", "t_t_x",
 )
 PLAIN_NAMES = tuple(f"t{index}" for index in range(64))
 # The arrays the programs are written for: small, so the products block with padding.
@@ -71,9 +72,7 @@ class GeneratorBug(Exception):
 class Options:
     max_steps: int = 10  # constructs applied after the first tensors
     max_elements: int = 768  # per term: keeps the interpreter, C and RTL runs short
-    # tensor and let names from HOSTILE_NAMES (else t0, t1, …); off until generated C keeps
-    # users' names apart from its own (issue 27, name hygiene)
-    hostile_names: bool = False
+    hostile_names: bool = True  # tensor and let names from HOSTILE_NAMES (else t0, t1, …)
 
 
 @dataclass(frozen=True)
