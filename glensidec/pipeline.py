@@ -228,18 +228,18 @@ class _Extracted:
 
 def _compile_region(graph: EGraph, region: Canonical, named: list[Term], limits: Limits,
                     target: ArrayTarget, seconds: dict[str, float]) -> _Extracted:
-    """Saturate and extract one region between egglog's `push` and `pop` (the rules stay
-    compiled); adds its stage times to `seconds`. `named`: the region terms with `let`
-    names, whose e-classes name the extracted term's subterms (`class_names`)."""
-    graph.run("(push)")
+    """Saturate and extract one region in a fresh e-graph with `graph`'s rules
+    (`EGraph.fresh` says why not egglog's push and pop); adds its stage times to
+    `seconds`. `named`: the region terms with `let` names, whose e-classes name the
+    extracted term's subterms (`class_names`)."""
     began = time.perf_counter()
+    graph = graph.fresh()
     root_name = graph.add(region.root, infer(region.root, region.tensors))
     encoded = time.perf_counter()
     stats = graph.saturate(limits)
     saturated = time.perf_counter()
     term, cost, _ = extract_checked(graph, root_name, region.tensors, target)
     named_by = class_names(graph, {t: i for i, t in enumerate(named)}, term)
-    graph.run("(pop)")
     seconds["encode"] += encoded - began
     seconds["saturate"] += saturated - encoded
     seconds["extract"] += time.perf_counter() - saturated

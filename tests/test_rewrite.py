@@ -312,3 +312,34 @@ def test_egglog_core_is_loaded_without_its_python_front_end() -> None:
             "print(core.EGraph().parse_program('(ruleset r)'))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def _broadcast_matmul() -> Program:
+    """(3,1,3,4) × (1,2,4,2) broadcast to six (3,4)·(4,2) products, as the importer
+    writes a batched MatMul: each batch is a slice of the broadcast operands."""
+    def operand(name: str, full: str, flat: str, index: int, matrix: str) -> str:
+        return (f"(access-reshape (access-slice (access-reshape (access-broadcast "
+                f"(access-tensor {name}) (access-shape (shape {full}) (shape))) "
+                f"(access-shape (shape {flat}) (shape))) 0 {index} {index + 1}) "
+                f"(access-shape (shape {matrix}) (shape)))")
+    products = [
+        "(access-reshape (compute dot-product (access-cartesian-product "
+        f"(access {operand('a', '3 2 3 4', '6 3 4', i, '3 4')} 1) "
+        f"(access (access-transpose {operand('b', '3 2 4 2', '6 4 2', i, '4 2')} (list 1 0)) 1)))"
+        " (access-shape (shape 1 3 2) (shape)))" for i in range(6)]
+    joined = products[0]
+    for product in products[1:]:
+        joined = f"(access-concatenate {joined} {product} 0)"
+    return parse_program("(input a i8 (shape 3 1 3 4))\n(input b i8 (shape 1 2 4 2))\n"
+                         + joined, "bcast.gs")
+
+
+def test_regions_that_differ_in_a_slice_index_each_extract_their_own_terms() -> None:
+    """Issue 27 (test_matmul_bcast): under egglog's push/pop the second of two such
+    regions read its `(shape 4 2)` back as `(shape)` and compile failed; every region now
+    gets a fresh e-graph."""
+    program = _broadcast_matmul()
+    compiled = compile_program(program, ArrayConfig(4, 4))
+    assert compiled.stats.regions == 6
+    assert _ops(compiled.program).count("systolic-array") == 6
+    validate(program, compiled.program, seeds=(0, 1))

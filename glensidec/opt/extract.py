@@ -319,7 +319,7 @@ class Compiled:
     seconds: dict[str, float] = field(default_factory=dict)
 
     def egraph(self) -> EGraph:
-        """The e-graph to show (--emit egraph). A region-by-region compile popped every
+        """The e-graph to show (--emit egraph). A region-by-region compile kept no
         region's e-graph; the extracted program is added to the base graph here, when asked
         for (for a whole network that costs seconds no other output needs)."""
         if self.stats.regions > 1:
@@ -364,8 +364,8 @@ def new_graph(program: Program, types: TypeTable, products: list[Term], target: 
                     for t in (access_type(types, b) for b in boundaries(product)) if t.item}
     profile = replace(profile, accesses=profile.accesses | placeholders)
     graph = EGraph(rulesets, target, profile, COST_DECLARATIONS)
-    graph.run("(ruleset costs)\n" + "\n".join(cost_rules()))
-    graph.run("(ruleset reach)\n" + "\n".join(reach_rules()))
+    graph.define("(ruleset costs)\n" + "\n".join(cost_rules()))
+    graph.define("(ruleset reach)\n" + "\n".join(reach_rules()))
     return graph
 
 
