@@ -894,7 +894,8 @@ def test_compiling_twice_gives_identical_bytes(tmp_path: Path) -> None:
     assert names == sorted(p.name for p in second.iterdir())
     assert names == sorted(["Makefile", "array_runtime.c", "array_runtime.h", "cosim.json",
                             "host_gemm.c", "host_gemm.h", "main.c", "model.c", "model.h",
-                            "program.gs", "report.html", "report.json", "weights.bin", MANIFEST])
+                            "program.gs", "program.npz", "report.html", "report.json",
+                            "weights.bin", MANIFEST])
     for name in names:
         assert (first / name).read_bytes() == (second / name).read_bytes(), name
 

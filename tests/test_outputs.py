@@ -386,3 +386,50 @@ def test_never_deletes_or_changes_a_file_it_did_not_create(
     after = snapshot(root)
     for name, content in theirs.items():
         assert after.get(name) == content, (name, args)
+
+
+# -- output that does not depend on where it is written ------------------------------------------
+
+
+def test_outdir_bytes_do_not_depend_on_its_path_or_the_working_directory(
+        tmp_path: Path) -> None:
+    """`examples/small_cnn.gs` compiled into directories at different depths, from different
+    working directories and by relative and absolute paths: the same bytes in every file,
+    glensidec-manifest.json and program.gs included (issue 27: program.gs pointed its
+    weights back at the program by a path relative to OUTDIR)."""
+    (tmp_path / "work" / "deeper").mkdir(parents=True)
+    program = EXAMPLES / "small_cnn.gs"
+    relative = os.path.relpath(program, tmp_path / "work" / "deeper")
+    runs = [(tmp_path, program, "a"),
+            (tmp_path / "work", program, "x/y/z"),
+            (tmp_path / "work" / "deeper", relative, str(tmp_path / "b"))]
+    outputs = []
+    for cwd, source, outdir in runs:
+        assert run_cli("compile", source, "--array", "16x16", "-o", outdir, cwd=cwd) == 0
+        outputs.append(snapshot(cwd / outdir))
+    assert outputs[0] == outputs[1] == outputs[2]
+    assert {"program.gs", "program.npz", MANIFEST} <= set(outputs[0])
+    assert str(tmp_path) not in str(outputs[0])  # no path of ours in any file
+
+
+@pytest.mark.slow
+def test_a_moved_outdir_still_diffs(tmp_path: Path) -> None:
+    """OUTDIR holds everything `glensidec diff` reads: moved away from a program that is
+    gone, it still runs the interpreter on the compiled program and its own weights."""
+    (tmp_path / "src").mkdir()
+    for name in ("small_cnn.gs", "small_cnn.npz"):
+        (tmp_path / "src" / name).write_bytes((EXAMPLES / name).read_bytes())
+    assert run_cli("compile", tmp_path / "src" / "small_cnn.gs", "--array", "8x8", "-o",
+                   tmp_path / "out", cwd=tmp_path) == 0
+    for path in (tmp_path / "src").iterdir():
+        path.unlink()
+    (tmp_path / "elsewhere" / "deeper").mkdir(parents=True)
+    moved = tmp_path / "elsewhere" / "deeper" / "moved"
+    (tmp_path / "out").rename(moved)
+    image = np.random.default_rng(4).integers(-128, 128, (1, 1, 16, 16)).astype(np.int8)
+    np.save(tmp_path / "image.npy", image)
+    done = subprocess.run([sys.executable, "-m", "glensidec", "diff", str(moved),
+                           f"image={tmp_path / 'image.npy'}"], capture_output=True, text=True,
+                          timeout=600, cwd=tmp_path / "elsewhere")
+    assert done.returncode == 0, done.stderr
+    assert "instructions agree: interpreter, C program" in done.stdout

@@ -8,7 +8,7 @@ templates in `templates/`:
     main.c, Makefile           `make` builds ./model; ./model NAME=FILE.npy … -o OUT.npy
     weights.bin                the constants region
     report.html, report.json   per-instruction cycles, MACs and utilization, with plots
-    program.gs                 the program compiled (what `glensidec diff` runs)
+    program.gs, program.npz    the program compiled and its weights (what `glensidec diff` runs)
 
 The directory appears atomically (glensidec.outputs): everything is written into a temporary
 sibling that is renamed at the end, so a failure never leaves a half-written OUTDIR, and
@@ -23,7 +23,7 @@ import json
 import math
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import jinja2
@@ -58,6 +58,7 @@ from glensidec.hardware.accel_native import FIELDS
 from glensidec.hardware.array import ArrayConfig, array_for, gemm_cycles
 from glensidec.hardware.commands import AccelConfig
 from glensidec.lang.constructs import ComputeKind
+from glensidec.lang.data import npz_bytes
 from glensidec.lang.dtypes import DTYPES, Array, integer_range, lookup_table
 from glensidec.lang.syntax import format_program
 from glensidec.lang.terms import ComputeOp, Program
@@ -65,6 +66,7 @@ from glensidec.outputs import write_directory
 from glensidec.resources import resource_dir
 
 PROGRAM_FILE = "program.gs"
+PROGRAM_WEIGHTS = "program.npz"  # the weights program.gs declares
 TEMPLATES = ("model.c", "model.h", "array_runtime.c", "array_runtime.h", "host_gemm.c",
              "host_gemm.h", "main.c", "Makefile")
 ACCEL_TEMPLATES = ("accel_runtime.c", "accel_runtime.h")  # when the program has accel layers
@@ -872,8 +874,22 @@ def emit_directory(program: Program, lowered: LoweredProgram, plan: MemoryPlan, 
     docstring); `force`: replace glensidec's own files in an OUTDIR that also holds others;
     `more_arrays`: the program's further arrays, when it uses several."""
     files = render_files(program, lowered, plan, config, weights, more_arrays, accel)
-    # The program compiled, weights re-pointed from OUTDIR: `glensidec diff` lowers it again
-    # and runs it on those weights (the reference for OUTDIR's own weights.bin).
-    if all(decl.source is not None for decl in program.weights()):
-        files[PROGRAM_FILE] = format_program(program.moved_to(outdir / PROGRAM_FILE)).encode()
+    files.update(program_files(program, weights))
     write_directory_atomically(outdir, files, force)
+
+
+def program_files(program: Program, weights: dict[str, Array]) -> dict[str, bytes]:
+    """program.gs, the program compiled, and program.npz, a copy of its weights, which
+    program.gs names: `glensidec diff` lowers the program again and runs it on them (the
+    reference for weights.bin). Copied rather than pointed to, so that OUTDIR's bytes do not
+    depend on where OUTDIR, the program or the working directory are, and a moved OUTDIR
+    still diffs."""
+    declared = program.weights()
+    if not all(decl.name in weights for decl in declared):
+        return {}
+    tensors = {name: replace(decl, source=PROGRAM_WEIGHTS, key=None)
+               if decl.role == "weight" else decl for name, decl in program.tensors.items()}
+    files = {PROGRAM_FILE: format_program(replace(program, tensors=tensors)).encode()}
+    if declared:
+        files[PROGRAM_WEIGHTS] = npz_bytes({decl.name: weights[decl.name] for decl in declared})
+    return files

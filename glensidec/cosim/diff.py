@@ -4,8 +4,8 @@ Glow dumps every instruction to diff two runs; here three executions of one comp
 are compared instruction by instruction of its lowered program (backend/lower.py):
 
 * the **interpreter**: the lowered program run in numpy, each instruction with the reference
-  interpreter's semantics (glensidec.lang.interp), on the program's own weights (the files
-  OUTDIR/program.gs names, not OUTDIR/weights.bin);
+  interpreter's semantics (glensidec.lang.interp), on the program's own weights (the copy
+  OUTDIR/program.gs names, OUTDIR/program.npz, not OUTDIR/weights.bin);
 * the **C program**: `OUTDIR/model_trace --trace DIR` writes every instruction's destination
   buffer as DIR/NNNN.npy;
 * with `--rtl`, the **co-simulation**: the same traced C program with its array calls on the

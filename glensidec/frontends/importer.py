@@ -13,20 +13,18 @@ translate exactly is a GlensideError naming the node, its op and what is missing
 
 from __future__ import annotations
 
-import io
 import math
 import re
-import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
 from glensidec.errors import GlensideError
 from glensidec.frontends import builders as B
-from glensidec.lang.data import alias_line
+from glensidec.lang.data import alias_line, npz_bytes
 from glensidec.lang.dtypes import F32_MAX, INTEGER_NAMES, integer_range
 from glensidec.lang.syntax import format_program
 from glensidec.lang.terms import Program, Symbol, TensorDecl, Term
@@ -1410,23 +1408,6 @@ def _constant_value(node: Node) -> Array:
 
 
 # -- writing -------------------------------------------------------------------------------
-
-
-def write_npz(path: Path | BinaryIO, arrays: dict[str, Array]) -> None:
-    """An .npz with fixed timestamps, so the same arrays give the same bytes."""
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
-        for name in sorted(arrays):
-            info = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
-            with archive.open(info, "w", force_zip64=True) as handle:
-                np.lib.format.write_array(handle, np.ascontiguousarray(arrays[name]),
-                                          allow_pickle=False)
-
-
-def npz_bytes(arrays: dict[str, Array]) -> bytes:
-    """`write_npz`'s bytes, for writing through glensidec.outputs."""
-    buffer = io.BytesIO()
-    write_npz(buffer, arrays)
-    return buffer.getvalue()
 
 
 def import_onnx(model_path: str | Path, outdir: str | Path, force: bool = False) -> Path:

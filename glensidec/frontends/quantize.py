@@ -64,7 +64,7 @@ from glensidec.frontends.quant_values import (
     no_raw_zeros,
 )
 from glensidec.lang import constructs as K
-from glensidec.lang.data import load_weights
+from glensidec.lang.data import load_weights, npz_bytes
 from glensidec.lang.dtypes import DTYPES
 from glensidec.lang.expand import expand_program
 from glensidec.lang.interp import apply_term, evaluate_all
@@ -524,8 +524,6 @@ def save_quantized(quantized: QuantizedProgram, path: str | Path, force: bool = 
     """Write PATH (.gs), its weights (.npz beside it) and PATH.json (parameters); each file
     appears whole or not at all, and an existing one is replaced only if an earlier run
     wrote it (PATH.json records their hashes) or with `force`."""
-    from glensidec.frontends.importer import npz_bytes
-
     path = Path(path)
     program = quantized.program
     weights_file = path.with_name(f"{path.stem}.npz")

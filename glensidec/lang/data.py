@@ -11,7 +11,7 @@ import json
 import re
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -193,6 +193,23 @@ def random_tensor(decl: TensorDecl, generator: np.random.Generator) -> Array:
 def random_inputs(program: Program, seed: int) -> dict[str, Array]:
     generator = np.random.default_rng(seed)
     return {decl.name: random_tensor(decl, generator) for decl in program.inputs()}
+
+
+def write_npz(path: Path | BinaryIO, arrays: dict[str, Array]) -> None:
+    """An .npz with fixed timestamps, so the same arrays give the same bytes."""
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
+        for name in sorted(arrays):
+            info = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
+            with archive.open(info, "w", force_zip64=True) as handle:
+                np.lib.format.write_array(handle, np.ascontiguousarray(arrays[name]),
+                                          allow_pickle=False)
+
+
+def npz_bytes(arrays: dict[str, Array]) -> bytes:
+    """`write_npz`'s bytes, for writing through glensidec.outputs."""
+    buffer = io.BytesIO()
+    write_npz(buffer, arrays)
+    return buffer.getvalue()
 
 
 def save_npy(path: Path, array: Array) -> None:
