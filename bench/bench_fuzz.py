@@ -87,7 +87,7 @@ def read_log(log: Path) -> dict[int, dict[str, Any]]:
 
 
 def report(records: dict[int, dict[str, Any]], count: int, jobs: int, wall: float | None,
-           hostile: bool) -> tuple[str, bool]:
+           hostile: bool, rtl_every: int) -> tuple[str, bool]:
     done = [records[i] for i in sorted(records) if i < count]
     statuses = Counter(r["status"] for r in done)
     programs_using: Counter[str] = Counter()
@@ -114,7 +114,7 @@ def report(records: dict[int, dict[str, Any]], count: int, jobs: int, wall: floa
         f"`generate({SEED}, i)`, i < {count:,} (glensidec/lang/generate.py; "
         f"names: {'hostile' if hostile else 'plain'}), each run by glensidec/cosim/fuzz.py: "
         "the reference interpreter, the generated C program (-O0) and, for every "
-        f"{RTL_EVERY}th program written for a {' or '.join(f'{r}x{c}' for r, c in RTL_ARRAYS)} "
+        f"{rtl_every}th program written for a {' or '.join(f'{r}x{c}' for r, c in RTL_ARRAYS)} "
         "array, the RTL co-simulation (`make sim`). Integers compared bit for bit, f32 to "
         "1e-5 of the largest |value| (docs/rewriting.md). See docs/architecture.md, "
         "\"The fuzzer\".",
@@ -130,8 +130,8 @@ def report(records: dict[int, dict[str, Any]], count: int, jobs: int, wall: floa
         f"| compiled for the f32 array (`RxC:f32`) | {float_array:,} | |",
         f"| co-simulated on the RTL | {len(rtl):,} ({sum(r['status'] == AGREE for r in rtl)} "
         "agree) | a sample |",
-        f"| CPU-seconds per program (wall, incl. shrinking) | {seconds / max(len(done), 1):.2f} "
-        f"| |",
+        f"| seconds per program (each job's wall time, shrinking included) | "
+        f"{seconds / max(len(done), 1):.2f} | |",
     ]
     if wall is not None:
         lines.append(f"| wall time of this run | {wall / 60:.0f} min | |")
@@ -172,7 +172,10 @@ def main() -> int:
     start, wall = time.perf_counter(), None
     if not args.report:
         todo = [i for i in range(args.count) if i not in read_log(args.log)]
-        processes = [multiprocessing.Process(
+        # Spawned, not forked: a forked child inherits the parent's egglog (Rust) thread
+        # pool state and hung at its first compile.
+        context = multiprocessing.get_context("spawn")
+        processes = [context.Process(
             target=worker, args=(job, args.jobs, todo, args.log, args.work, options,
                                  args.rtl_every, args.shrink_budget))
             for job in range(args.jobs)]
@@ -181,7 +184,8 @@ def main() -> int:
         for process in processes:
             process.join()
         wall = time.perf_counter() - start
-    text, ok = report(read_log(args.log), args.count, args.jobs, wall, options.hostile_names)
+    text, ok = report(read_log(args.log), args.count, args.jobs, wall, options.hostile_names,
+                      args.rtl_every)
     args.output.write_text(text)
     print(text)
     return 0 if ok else 1
