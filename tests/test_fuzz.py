@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from glensidec.cosim.fuzz import (
@@ -23,7 +24,9 @@ from glensidec.cosim.fuzz import (
     run,
     shrink,
     shrink_run,
+    write_case,
 )
+from glensidec.lang import data
 from glensidec.lang.constructs import COMPUTE_TYPES, CONSTRUCTS, Group
 from glensidec.lang.generate import (
     HOSTILE_NAMES,
@@ -33,7 +36,7 @@ from glensidec.lang.generate import (
     legal_names,
 )
 from glensidec.lang.interp import run_program
-from glensidec.lang.syntax import parse_program
+from glensidec.lang.syntax import parse_program, read_program
 from glensidec.lang.terms import is_matmul, postorder
 from glensidec.lang.typecheck import check_program
 
@@ -95,6 +98,22 @@ def test_shrinking_keeps_the_failure_and_leaves_little_else() -> None:
     assert len(postorder(small.program.root)) < len(postorder(generated.program.root)) or \
         len(postorder(generated.program.root)) <= 3
     check_program(small.program)
+
+
+def test_a_written_case_runs_from_its_own_folder(tmp_path: Path) -> None:
+    """`write_case` gives a folder a user can run: program.gs reads its weights from
+    weights.npz beside it, and the .npy files its header names are the inputs."""
+    generated = next(g for g in (generate(CI_SEED, i) for i in range(50))
+                     if g.weights and g.inputs)
+    path = write_case(generated, tmp_path / "case", choose_mode(generated))
+    program = read_program(path)
+    header = [line for line in path.read_text().splitlines() if line.startswith(";")]
+    assert any("glensidec compile program.gs --array" in line for line in header)
+    inputs = {name: np.load(path.parent / file) for name, file in
+              (word.split("=") for word in header[1].split()[5::2])}
+    result = run_program(program, data.all_tensors(program, inputs))
+    expected = run_program(generated.program, {**generated.weights, **generated.inputs})
+    assert result.dtype == expected.dtype and np.array_equal(result, expected, equal_nan=True)
 
 
 def _outcomes(workdir: Path, indices: range) -> list[tuple[int, Outcome, str]]:
