@@ -230,7 +230,23 @@ CASES = {
     # the same on 2×2, whose default scratchpad (256 KiB of 2-byte rows) has 2^17 rows:
     # more than 16-bit command fields address (issue 27: the RTL read the wrong rows)
     "conv_maxpool_2x2": (None, {"x": (1, 4, 6, 6)}, "2x2", 2),
+    # a residual block's result max-pooled 2×2/2 without padding: the add in the second
+    # layer's epilogue, the pool reading that layer's rows
+    "residual_maxpool": (None, {"x": (1, 4, 6, 6), "x2": (1, 4, 6, 6)}, "8x8", 3),
 }
+
+
+def _residual_pooled(root: Path) -> Path:
+    """`conv_residual_of_a_layer`, then an unpadded 2×2 stride-2 max-pool of the residual
+    add's result (an ONNX block's conv-relu-conv-add-relu-MaxPool): the add moves into
+    the second layer's epilogue, and the pool reads that layer's rows."""
+    text = _residual(root, "conv_residual_of_a_layer").read_text().rstrip()
+    last = text.rindex("(compute relu (compute (requantize 1518500250")
+    text = (text[:last] + "(let added " + text[last:] + ")\n(compute reduce-max "
+            "(access-windows (access added 2) (shape 2 2) (shape 2 2)))\n")
+    path = root / "residual_maxpool.gs"
+    path.write_text(text)
+    return path
 
 
 def _source(case: str, root: Path) -> Path:
@@ -238,6 +254,8 @@ def _source(case: str, root: Path) -> Path:
     source = CASES[case][0]
     if case.startswith("conv_maxpool"):
         return _pooled(root)
+    if case == "residual_maxpool":
+        return _residual_pooled(root)
     if "residual" in case:
         return _residual(root, case)
     if case.startswith("conv_"):
@@ -276,14 +294,19 @@ def test_accelerator_layers_compute_what_the_interpreter_does(case: str, tmp_pat
     if case == "conv_zero_point":  # the padding the layer reads is the zero point now
         assert "with -37, the zero point an accelerator layer pads with" in \
             (outdir / "model.c").read_text()
+    if case == "residual_maxpool":  # the pool reads the rows of the layer with the add
+        assert layers[-1].pool and layers[-1].a.buffer == layers[-2].dst.buffer
+        assert layers[-2].residual_add is not None
+        assert not any(type(instruction).__name__ in ("Reduce", "Fused")
+                       for instruction in lowered.instructions)
     if case.startswith("conv_maxpool"):  # no host reduce is left; the pool reads the layer's rows
         pool = layers[-1]
         assert pool.pool and (pool.kernel, pool.stride, pool.padding) == (3, 2, 1)
         assert pool.a.buffer == layers[0].dst.buffer and pool.image == (6, 6, 8)
         assert not any(type(instruction).__name__ == "Reduce"
                        for instruction in lowered.instructions)
-    if "residual" in case or case == "resnet_block":  # the add is in the last layer's
-        # epilogue: no host loop is left
+    if case.endswith("residual") or case in ("resnet_block", "conv_residual_of_a_layer"):
+        # the add is in the last layer's epilogue: no host loop is left
         residual = layers[-1].residual
         assert residual is not None and layers[-1].residual_add is not None
         assert not any(type(instruction).__name__ in ("Fused", "Fold")
@@ -387,7 +410,7 @@ def test_the_runtime_is_clean_under_sanitizers(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.rtl
 @pytest.mark.parametrize("case", ["resnet_block", "dense", "conv_residual_of_a_layer",
-                                  "conv_maxpool", "conv_maxpool_2x2"])
+                                  "conv_maxpool", "conv_maxpool_2x2", "residual_maxpool"])
 def test_make_sim_runs_the_layers_on_ws_accel(case: str, tmp_path: Path,
                                                sim_cache: Path) -> None:
     """`make sim` co-simulates the accelerator layers on ws_accel (resnet_block's array

@@ -146,3 +146,57 @@ def test_a_residual_add_after_an_accelerator_max_pool_runs_as_c(tmp_path: Path) 
     diff = subprocess.run([sys.executable, "-m", "glensidec", "diff", str(outdir), *arguments],
                           capture_output=True, text=True, timeout=600)
     assert diff.returncode == 0 and "agree: interpreter, C program" in diff.stdout, diff.stdout
+
+
+# A 1×1 convolution of 4 channels to 8 (an accelerator layer), then a max-pool of its
+# result as the importer writes one: padded with the int8 minimum when `padding` > 0.
+CONV_THEN_POOL = """
+(input a i8 (shape 1 4 {size} {size}))
+(weight w i8 (shape 8 4 1 1) "w.npz")
+(let conv
+ (access-transpose
+  (compute dot-product
+   (access-cartesian-product
+    (access (access-tensor w) 1)
+    (access (access-squeeze (access-windows (access (access-tensor a) 1)
+                                            (shape 4 1 1) (shape 1 1 1)) 1) 3)))
+  (list 1 0 2 3)))
+(let q (compute relu (compute (requantize 1 0 6 -3) conv)))
+(compute reduce-max (access-windows (access {padded} 2) (shape {kernel} {kernel})
+                                    (shape {stride} {stride})))
+"""
+
+
+def _conv_then_pool(root: Path, size: int, kernel: int, stride: int, padding: int) -> Path:
+    np.savez(root / "w.npz", w=np.random.default_rng(4).integers(-128, 128, (8, 4, 1, 1))
+             .astype(np.int8))
+    padded = "q" if not padding else \
+        f"(access-pad (access-pad q min-padding 2 {padding} {padding}) min-padding 3 " \
+        f"{padding} {padding})"
+    path = root / "conv_then_pool.gs"
+    path.write_text(CONV_THEN_POOL.format(size=size, kernel=kernel, stride=stride,
+                                          padded=padded))
+    return path
+
+
+#: (map size, kernel, stride, padding): unpadded 2×2/2 (odd and even maps), ResNet's
+#: 3×3/2 padded 1, stride 1 with and without padding, a stride beyond the kernel, 5×5
+#: padded 2, a 1×1 subsampling, a window as large as the map.
+POOLS = [(8, 2, 2, 0), (7, 2, 2, 0), (9, 3, 2, 1), (6, 3, 1, 1), (6, 2, 1, 0), (9, 2, 3, 0),
+         (9, 5, 2, 2), (6, 1, 2, 0), (5, 5, 1, 0)]
+
+
+@pytest.mark.parametrize("size,kernel,stride,padding", POOLS)
+def test_every_max_pool_of_a_layer_runs_on_the_accelerator(
+        size: int, kernel: int, stride: int, padding: int, tmp_path: Path) -> None:
+    source = _conv_then_pool(tmp_path, size, kernel, stride, padding)
+    lowered = _accelerated(source, "4x4")
+    pools = [layer for layer in lowered.accel_layers() if layer.pool]
+    assert len(pools) == 1 and pools[0].kernel == kernel and pools[0].padding == padding
+    assert not any(type(instruction).__name__ == "Reduce"
+                   for instruction in lowered.instructions)
+    for seed in range(2):
+        inputs = _random_inputs(source, seed)
+        expected = _interpreted(source, inputs)
+        got = _lowered_result(source, lowered, inputs, 4)
+        assert np.array_equal(got.reshape(expected.shape), expected)

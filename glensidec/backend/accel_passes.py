@@ -5,9 +5,10 @@ In order (each a module of its own, each taking and giving a `LoweredProgram`):
 1. `accel_layers`: an int8 array call with its bias add, skip connection, requantize and
    clips becomes an `AccelLayer` (the DMA's im2col where an operand is a convolution's
    im2col matrix).
-2. `accel_pool`: a max-pool of a layer's result becomes a pooling `AccelLayer`.
-3. `fuse_elementwise`: the host's remaining elementwise chains become one loop each.
-4. `accel_residual`: a quantized residual add after a layer moves into its epilogue.
+2. `fuse_elementwise`: the host's remaining elementwise chains become one loop each.
+3. `accel_residual`: a quantized residual add after a layer moves into its epilogue.
+4. `accel_pool`: a max-pool of a layer's result becomes a pooling `AccelLayer` (after the
+   residual adds, so a pool of a residual block's result reads the layer that took the add).
 5. `accel_layout`: a layer whose input is an earlier layer's rows (padded) reads them.
 6. `accel_layers.program_accel_layers`: every layer's commands and cycles, once, last.
 """
@@ -27,6 +28,7 @@ from glensidec.lang.dtypes import Array
 def fuse_for_accelerator(lowered: LoweredProgram, weights: dict[str, Array],
                          accel: AccelConfig) -> LoweredProgram:
     """`lowered` run on the accelerator where it can be (a new program)."""
-    layers = fuse_accel_pools(fuse_accel_layers(lowered, weights, accel), accel)
+    layers = fuse_accel_layers(lowered, weights, accel)
     layers = fuse_accel_residuals(fuse_elementwise(layers), weights, accel)
+    layers = fuse_accel_pools(layers, accel)
     return program_accel_layers(read_layer_rows(layers, weights, accel), weights, accel)

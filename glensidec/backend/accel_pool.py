@@ -142,7 +142,7 @@ def _find(lowered: LoweredProgram, index: int) -> _Pool | None:
         if not np.array_equal(padded, expected):
             continue
         expected = expected.reshape(channels, padded_h, padded_w)
-        for stride in range(1, kernel + 1):
+        for stride in range(1, max(kernel, padded_h, padded_w) + 1):  # any the map allows
             geometry = ConvLayer("", height, width, channels, channels, kernel, stride, padding)
             if geometry.out_size != tuple(out_shape[1:]):
                 continue
