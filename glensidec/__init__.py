@@ -109,7 +109,7 @@ def compile(program: Program | str | Path, array: str = "16x16",
     from glensidec.errors import GlensideError
     from glensidec.lang.typecheck import check_program
     from glensidec.opt.extract import parse_array_size
-    from glensidec.opt.rewrite import Limits
+    from glensidec.opt.rewrite import RULESETS, Limits
     from glensidec.outputs import check_output_directory
 
     config = parse_array_size(array)
@@ -124,7 +124,8 @@ def compile(program: Program | str | Path, array: str = "16x16",
     if outdir is not None and not accel:
         pipeline.require_no_epilogue(typed.program)
     compiled = pipeline.compile_program(typed.program, config,
-                                        Limits(iterations, max_enodes, timeout), types=typed.types)
+                                        Limits(iterations, max_enodes, timeout), types=typed.types,
+                                        rulesets=pipeline.ACCEL_RULESETS if accel else RULESETS)
     if accel:
         compiled = pipeline.fuse_epilogues(compiled, config)
     written, instructions, layers, accel_cycles = None, None, None, None

@@ -177,7 +177,7 @@ def compile_command(program: Path, shapes: Path | None, array_size: str, emit: s
         parse_arrays,
         validate,
     )
-    from glensidec.opt.rewrite import Limits
+    from glensidec.opt.rewrite import RULESETS, Limits
 
     emit = emit or ("c" if output is not None else "rewritten")
     if emit == "c" and output is None:
@@ -198,8 +198,9 @@ def compile_command(program: Path, shapes: Path | None, array_size: str, emit: s
     if not accel and emit == "c":
         pipeline.require_no_epilogue(parsed)
     compiled = pipeline.compile_program(parsed, config, Limits(iterations, max_enodes, timeout),
-                                        types=typed.types,
-                                        more_arrays=configs[1:])  # rewrite, extract
+                                        types=typed.types, more_arrays=configs[1:],
+                                        rulesets=pipeline.ACCEL_RULESETS if accel
+                                        else RULESETS)  # rewrite, extract
     if accel:  # the epilogue's rewrites, which only the whole accelerator offers
         compiled = pipeline.fuse_epilogues(compiled, config)
     if stats:

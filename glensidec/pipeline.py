@@ -172,6 +172,13 @@ def compile_by_region(program: Program, types: TypeTable, products: list[Term],
                     predict(root, new_types, config.acc_width), graph, new_types, types, seconds)
 
 
+#: The rulesets of `compile --accel`: not the `depthwise` rewrites, whose block-diagonal
+#: array calls read host-built im2col matrices and leave the epilogue after their
+#: concatenation on the host; the backend makes a depthwise convolution one grouped
+#: accelerator layer instead (backend/accel_depthwise.py).
+ACCEL_RULESETS = tuple(name for name in RULESETS if name != "depthwise")
+
+
 def fuse_epilogues(compiled: Compiled, config: ArrayConfig) -> Compiled:
     """The `epilogue` ruleset over the whole extracted program: every bias add, requantize
     and clip after an array call becomes an `accel-epilogue`, and a max-pool of its result

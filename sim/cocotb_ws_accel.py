@@ -36,8 +36,10 @@ from glensidec.hardware.commands import (
     conv_program,
     conv_reference,
     encode_command,
+    group_mask,
     pool_program,
     pool_reference,
+    weight_matrix,
 )
 
 
@@ -106,14 +108,15 @@ async def run_layer(dut: Any, config: AccelConfig, layer: ConvLayer, seed: int,
     rng = np.random.default_rng(seed)
     feature = rng.integers(-128, 128, (layer.height, layer.width, layer.channels))
     weights = rng.integers(-128, 128, (layer.kernel, layer.kernel, layer.channels,
-                                       layer.out_channels))
+                                       layer.out_channels)) * group_mask(layer)
     quant = random_quant(rng, layer.out_channels, residual)
     program = conv_program(config, layer, quant)
     M, K, N = layer.gemm
     memory = rng.integers(0, 256, program.memory_bytes).astype(np.uint8)  # garbage output
     image = program.input_image(feature, quant.input_zero_point)
     memory[program.input_base:program.input_base + image.size] = image
-    memory[program.weight_base:program.weight_base + K * N] = weights.reshape(-1) & 0xFF
+    stored = weight_matrix(layer, config.cols, weights).reshape(-1)  # grouped: packed
+    memory[program.weight_base:program.weight_base + stored.size] = stored & 0xFF
     added = rng.integers(-128, 128, (M, N)) if residual else None
     if added is not None:
         memory[program.residual_base:program.residual_base + M * N] = added.reshape(-1) & 0xFF

@@ -20,8 +20,9 @@ CASES = [(2, 2, 2, 32768, 16, 8, 16), (4, 4, 4, 32, 4, 2, 16), (4, 8, 8, 128, 4,
 #: ConvLayer fields: the 4×2×2 GEMM of issue 27, 3×3 padded (partial channel fold, two N
 #: blocks), strided 1×1, a GEMM, a 2-channel 5×5 whose kernel taps are packed into
 #: scratchpad rows, and the 3×3 and the GEMM again with a residual add in the epilogue
-#: (after and before the requantize), and a 3×3 stride-2 max-pool (ResNet's) through
-#: pooling stores.
+#: (after and before the requantize), and max-pools through pooling stores: 3×3 stride 2
+#: padded (ResNet's), 2×2 stride 2 unpadded on an odd map; a depthwise 3×3 (each N block
+#: reads only its own channels).
 LAYERS = [
     {"name": "gemm4x2x2", "height": 4, "width": 1, "channels": 2, "out_channels": 2},
     {"name": "conv3x3", "height": 5, "width": 5, "channels": 6, "out_channels": 6,
@@ -37,6 +38,10 @@ LAYERS = [
      "residual": "early"},
     {"name": "maxpool3x3s2", "height": 7, "width": 6, "channels": 6, "out_channels": 6,
      "kernel": 3, "stride": 2, "padding": 1, "pool": True},
+    {"name": "maxpool2x2s2", "height": 5, "width": 6, "channels": 5, "out_channels": 5,
+     "kernel": 2, "stride": 2, "padding": 0, "pool": True},
+    {"name": "depthwise3x3", "height": 5, "width": 5, "channels": 10, "out_channels": 10,
+     "kernel": 3, "stride": 1, "padding": 1, "groups": 10},
 ]
 
 

@@ -30,8 +30,10 @@ from glensidec.hardware.commands import (
     conv_program,
     conv_reference,
     encode_command,
+    group_mask,
     pool_program,
     run_functional,
+    weight_matrix,
 )
 
 SMALL = AccelConfig(4, 4, 16, MemoryConfig(row_bytes=4, scratchpad_bytes=4 * 4 * 128, banks=4,
@@ -42,6 +44,10 @@ LAYERS = [
     ConvLayer("conv1x1s2", 6, 6, 8, 11, kernel=1, stride=2),
     ConvLayer("gemm", 9, 1, 12, 5),
     ConvLayer("rgb5x5s2", 9, 8, 1, 3, kernel=5, stride=2, padding=2),  # taps packed in rows
+    # depthwise (each N block of 4 channels reads its own 4), and 2 groups of 5 → 3
+    # channels (N blocks straddle the groups: a block reads the channels of both)
+    ConvLayer("depthwise3x3", 6, 5, 10, 10, kernel=3, stride=1, padding=1, groups=10),
+    ConvLayer("grouped3x3s2", 7, 6, 10, 6, kernel=3, stride=2, padding=1, groups=2),
 ]
 
 
@@ -49,7 +55,7 @@ def random_layer_data(layer: ConvLayer, seed: int) -> tuple[np.ndarray, np.ndarr
     rng = np.random.default_rng(seed)
     feature = rng.integers(-128, 128, (layer.height, layer.width, layer.channels))
     weights = rng.integers(-128, 128, (layer.kernel, layer.kernel, layer.channels,
-                                       layer.out_channels))
+                                       layer.out_channels)) * group_mask(layer)
     zero_point = int(rng.integers(-20, 20))
     quant = LayerQuant(EpilogueConfig(pre=1, post=int(rng.integers(36, 40)),
                                       zero_point=zero_point, low=zero_point),
@@ -63,11 +69,12 @@ def random_layer_data(layer: ConvLayer, seed: int) -> tuple[np.ndarray, np.ndarr
 def test_layer_program_computes_the_layer(layer: ConvLayer) -> None:
     feature, weights, quant = random_layer_data(layer, 1)
     program = conv_program(SMALL, layer, quant)
-    M, K, N = layer.gemm
+    M, _, N = layer.gemm
     memory = np.zeros(program.memory_bytes, dtype=np.uint8)
     image = program.input_image(feature, quant.input_zero_point)
     memory[:image.size] = image
-    memory[program.weight_base:program.weight_base + K * N] = weights.reshape(-1) & 0xFF
+    stored = weight_matrix(layer, SMALL.cols, weights).reshape(-1)
+    memory[program.weight_base:program.weight_base + stored.size] = stored & 0xFF
     after = run_functional(SMALL, program.commands, memory).astype(np.int64)
     got = after[program.output_base:program.output_base + M * N]
     got = np.where(got >= 128, got - 256, got).reshape(M, N)
@@ -120,12 +127,13 @@ def test_a_residual_add_in_the_epilogue_computes_the_quantized_add(layer: ConvLa
     with_residual = LayerQuant(quant.epilogue, quant.bias, quant.multiplier,
                                quant.input_zero_point, added)
     program = conv_program(SMALL, layer, with_residual)
-    M, K, N = layer.gemm
+    M, _, N = layer.gemm
     residual = np.random.default_rng(6).integers(-128, 128, (M, N))
     memory = np.zeros(program.memory_bytes, dtype=np.uint8)
     image = program.input_image(feature, quant.input_zero_point)
     memory[:image.size] = image
-    memory[program.weight_base:program.weight_base + K * N] = weights.reshape(-1) & 0xFF
+    stored = weight_matrix(layer, SMALL.cols, weights).reshape(-1)
+    memory[program.weight_base:program.weight_base + stored.size] = stored & 0xFF
     memory[program.residual_base:program.residual_base + M * N] = residual.reshape(-1) & 0xFF
     after = run_functional(SMALL, program.commands, memory).astype(np.int64)
     got = after[program.output_base:program.output_base + M * N]
@@ -182,11 +190,12 @@ def test_small_scratchpads_cut_k_into_pieces(layer: ConvLayer) -> None:
     feature, weights, quant = random_layer_data(layer, 3)
     program = conv_program(config, layer, quant)
     assert program.piece_folds < program.folds
-    M, K, N = layer.gemm
+    M, _, N = layer.gemm
     memory = np.zeros(program.memory_bytes, dtype=np.uint8)
     image = program.input_image(feature, quant.input_zero_point)
     memory[:image.size] = image
-    memory[program.weight_base:program.weight_base + K * N] = weights.reshape(-1) & 0xFF
+    stored = weight_matrix(layer, config.cols, weights).reshape(-1)
+    memory[program.weight_base:program.weight_base + stored.size] = stored & 0xFF
     after = run_functional(config, program.commands, memory).astype(np.int64)
     got = after[program.output_base:program.output_base + M * N]
     got = np.where(got >= 128, got - 256, got).reshape(M, N)
@@ -248,7 +257,11 @@ def test_few_channels_pack_several_taps_into_a_row() -> None:
 
 
 POOLS = [ConvLayer("maxpool3x3s2", 9, 8, 6, 6, kernel=3, stride=2, padding=1),
-         ConvLayer("maxpool2x2", 6, 6, 11, 11, kernel=2, stride=2)]
+         ConvLayer("maxpool2x2", 6, 6, 11, 11, kernel=2, stride=2),
+         ConvLayer("maxpool2x2_odd", 7, 5, 6, 6, kernel=2, stride=2),
+         ConvLayer("maxpool3x3s1", 5, 6, 5, 5, kernel=3, stride=1, padding=1),
+         ConvLayer("maxpool2x2s3", 8, 8, 4, 4, kernel=2, stride=3),
+         ConvLayer("maxpool5x5s2", 9, 3, 3, 3, kernel=5, stride=2, padding=2)]
 
 
 @pytest.mark.parametrize("layer", POOLS, ids=lambda layer: layer.name)

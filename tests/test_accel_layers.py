@@ -124,6 +124,59 @@ def _conv(root: Path, zero_point: int = -37, off_by_one: bool = False) -> Path:
     return path
 
 
+# A quantized depthwise 3×3 convolution as the importer and `glensidec quantize` write one
+# (MobileNet's): the windows of the zero-padded map times the filters broadcast over the
+# pixels, a bias per output element carrying −zp·Σ W over the taps inside the image.
+DEPTHWISE = """
+(input x i8 (shape 1 {c} 7 6))
+(weight w i8 (shape {c} 1 3 3) "depthwise.npz")
+(weight b i32 (shape {c} {oh} {ow}) "depthwise.npz")
+(weight mult i32 (shape {c}) "depthwise.npz")
+(compute relu
+ (compute (requantize-per-channel 1 27 -3)
+  (access-pair
+   (compute elementwise-add
+    (access-pair
+     (compute dot-product
+      (access-pair
+       (access-windows
+        (access (access-pad (access-pad (access-tensor x) zero-padding 2 1 1)
+                            zero-padding 3 1 1) 2)
+        (shape 3 3) (shape {s} {s}))
+       (access-broadcast
+        (access-reshape (access-tensor w) (access-shape (shape 1 {c} 1 1) (shape 3 3)))
+        (access-shape (shape 1 {c} {oh} {ow}) (shape 3 3)))))
+     (access-reshape (access-tensor b) (access-shape (shape 1 {c} {oh} {ow}) (shape)))))
+   (access-broadcast
+    (access-reshape (access-tensor mult) (access-shape (shape 1 {c} 1 1) (shape)))
+    (access-shape (shape 1 {c} {oh} {ow}) (shape))))))
+"""
+
+
+def depthwise(root: Path, channels: int = 20, stride: int = 1, zero_point: int = -37,
+              off_by_one: bool = False) -> Path:
+    """DEPTHWISE on a 7×6 map padded by 1 (`off_by_one`: one border bias no zero point
+    explains, so the layer must stay on the host)."""
+    rng = np.random.default_rng(12)
+    filters = rng.integers(-128, 128, (channels, 1, 3, 3))
+    out_h, out_w = (7 - 1) // stride + 1, (6 - 1) // stride + 1
+    inside = np.zeros((channels, out_h, out_w), np.int64)  # Σ W over the taps inside
+    for y in range(out_h):
+        for x in range(out_w):
+            for ky in range(3):
+                for kx in range(3):
+                    if 0 <= y * stride + ky - 1 < 7 and 0 <= x * stride + kx - 1 < 6:
+                        inside[:, y, x] += filters[:, 0, ky, kx]
+    bias = rng.integers(-5000, 5000, (channels, 1, 1)) - zero_point * inside
+    if off_by_one:
+        bias[3, 0, 2] += 1
+    np.savez(root / "depthwise.npz", w=filters.astype(np.int8), b=bias.astype(np.int32),
+             mult=rng.integers(2**14, 2**16, channels).astype(np.int32))
+    path = root / "depthwise.gs"
+    path.write_text(DEPTHWISE.format(c=channels, s=stride, oh=out_h, ow=out_w))
+    return path
+
+
 def _scalar(value: int, shape: str) -> str:
     """An i32 literal broadcast over a tensor of `shape` (the quantizer's scalar operands)."""
     axes = len(shape.split())
@@ -233,6 +286,8 @@ CASES = {
     # a residual block's result max-pooled 2×2/2 without padding: the add in the second
     # layer's epilogue, the pool reading that layer's rows
     "residual_maxpool": (None, {"x": (1, 4, 6, 6), "x2": (1, 4, 6, 6)}, "8x8", 3),
+    # a depthwise convolution: one grouped layer (each N block its own channels' folds)
+    "depthwise": (None, {"x": (1, 20, 7, 6)}, "8x8", 1),
 }
 
 
@@ -256,6 +311,8 @@ def _source(case: str, root: Path) -> Path:
         return _pooled(root)
     if case == "residual_maxpool":
         return _residual_pooled(root)
+    if case == "depthwise":
+        return depthwise(root)
     if "residual" in case:
         return _residual(root, case)
     if case.startswith("conv_"):
@@ -294,6 +351,9 @@ def test_accelerator_layers_compute_what_the_interpreter_does(case: str, tmp_pat
     if case == "conv_zero_point":  # the padding the layer reads is the zero point now
         assert "with -37, the zero point an accelerator layer pads with" in \
             (outdir / "model.c").read_text()
+    if case == "depthwise":  # no host dot-product is left
+        assert layers[0].groups == 20 and not any(
+            type(instruction).__name__ == "Dot" for instruction in lowered.instructions)
     if case == "residual_maxpool":  # the pool reads the rows of the layer with the add
         assert layers[-1].pool and layers[-1].a.buffer == layers[-2].dst.buffer
         assert layers[-2].residual_add is not None
@@ -410,7 +470,8 @@ def test_the_runtime_is_clean_under_sanitizers(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.rtl
 @pytest.mark.parametrize("case", ["resnet_block", "dense", "conv_residual_of_a_layer",
-                                  "conv_maxpool", "conv_maxpool_2x2", "residual_maxpool"])
+                                  "conv_maxpool", "conv_maxpool_2x2", "residual_maxpool",
+                                  "depthwise"])
 def test_make_sim_runs_the_layers_on_ws_accel(case: str, tmp_path: Path,
                                                sim_cache: Path) -> None:
     """`make sim` co-simulates the accelerator layers on ws_accel (resnet_block's array

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_accel_layers import depthwise
 
 from glensidec import pipeline
 from glensidec.backend.accel_passes import fuse_for_accelerator
@@ -64,7 +65,8 @@ def _accelerated(source: Path, array: str) -> LoweredProgram:
     rows, cols = (int(v) for v in array.split("x"))
     config = ArrayConfig(rows, cols)
     compiled = pipeline.fuse_epilogues(
-        pipeline.compile_program(program, config, types=check_program(program)), config)
+        pipeline.compile_program(program, config, types=check_program(program),
+                                 rulesets=pipeline.ACCEL_RULESETS), config)
     lowered = lower_program(compiled.program, compiled.types, LowerOptions(array_dtype="i8"))
     return fuse_for_accelerator(lowered, data.load_weights(program),
                                 pipeline.accelerator_for(config))
@@ -200,3 +202,37 @@ def test_every_max_pool_of_a_layer_runs_on_the_accelerator(
         expected = _interpreted(source, inputs)
         got = _lowered_result(source, lowered, inputs, 4)
         assert np.array_equal(got.reshape(expected.shape), expected)
+
+
+@pytest.mark.parametrize("channels,stride", [(20, 1), (20, 2), (6, 1)])
+def test_a_depthwise_convolution_is_one_grouped_accelerator_layer(
+        channels: int, stride: int, tmp_path: Path) -> None:
+    """MobileNet's depthwise layers: the host dot-product over windows and its epilogue
+    (per-element bias of the zero-point corrections, per-channel requantize, relu) become
+    one grouped layer reading the map's NHWC rows; its result is the interpreter's."""
+    source = depthwise(tmp_path, channels, stride)
+    lowered = _accelerated(source, "4x4")
+    (layer,) = lowered.accel_layers()
+    assert (layer.groups, layer.kernel, layer.stride, layer.n) == (channels, 3, stride,
+                                                                    channels)
+    fills = [instruction for instruction in lowered.instructions
+             if type(instruction).__name__ == "Fill"]
+    assert fills and all(fill.value == -37 for fill in fills)  # padding: the zero point
+    assert not any(type(instruction).__name__ in ("Dot", "Fold", "Fused",
+                                                  "RequantizePerChannel", "Map")
+                   for instruction in lowered.instructions)
+    for seed in range(2):
+        inputs = _random_inputs(source, seed)
+        expected = _interpreted(source, inputs)
+        got = _lowered_result(source, lowered, inputs, 4)
+        assert np.array_equal(got.reshape(expected.shape), expected)
+
+
+def test_a_depthwise_bias_no_zero_point_explains_stays_on_the_host(tmp_path: Path) -> None:
+    source = depthwise(tmp_path, off_by_one=True)
+    lowered = _accelerated(source, "4x4")
+    assert not lowered.accel_layers()
+    inputs = _random_inputs(source, 0)
+    expected = _interpreted(source, inputs)
+    got = _lowered_result(source, lowered, inputs, 4)
+    assert np.array_equal(got.reshape(expected.shape), expected)

@@ -174,6 +174,14 @@ def _follow(lowered: LoweredProgram, gemm_index: int, weights: dict[str, Array],
     """The chain after the array call at `gemm_index`, or None when it does not fuse."""
     gemm = lowered.instructions[gemm_index]
     assert isinstance(gemm, ArrayGemm)
+    return follow_chain(lowered, gemm_index, gemm.dst, (gemm.m, gemm.n), weights, readers)
+
+
+def follow_chain(lowered: LoweredProgram, gemm_index: int, result: View,
+                 shape: tuple[int, int], weights: dict[str, Array],
+                 readers: dict[str, list[int]]) -> _Chain | None:
+    """The epilogue chain after the instruction at `gemm_index`, whose i32 `result` is an
+    M×N (`shape`) buffer, or None when it does not fuse."""
     instructions = lowered.instructions
     block: tuple[int, int, bool] | None = None
 
@@ -189,7 +197,7 @@ def _follow(lowered: LoweredProgram, gemm_index: int, weights: dict[str, Array],
         if view.buffer != current.buffer:
             return False
         if block is None:  # the call's result: maybe a leading block of it
-            block = _block(view, lowered, gemm.m, gemm.n)
+            block = _block(view, lowered, *shape)
             return block is not None
         return _whole(view, lowered, block[0] * block[1])
 
@@ -205,7 +213,7 @@ def _follow(lowered: LoweredProgram, gemm_index: int, weights: dict[str, Array],
         assert block is not None
         return _known(lowered, view, weights, gemm_index, block[:2])
 
-    current, indices = gemm.dst, [gemm_index]
+    current, indices = result, [gemm_index]
     bias: Array | None = None
     skip: tuple[View, int] | None = None
     found = next_of(current)
@@ -314,7 +322,7 @@ def scalar_value(lowered: LoweredProgram, view: View, weights: dict[str, Array],
     return int(flat[0])
 
 
-def _per_column(values: Array) -> list[int] | None:
+def per_column(values: Array) -> list[int] | None:
     """The values of a layer-shaped array that is the same down each column, or None."""
     if not np.all(values == values[:1]):
         return None
@@ -415,8 +423,8 @@ def _rewrite(lowered: LoweredProgram, index: int, chain: _Chain, weights: dict[s
     reoriented = flipped != chain.transposed  # … and the chain reads the other one
     bias = np.zeros((chain.rows, chain.cols), np.int64) if chain.bias is None else chain.bias
     layer_bias = bias.T if reoriented else bias
-    bias_vector = _per_column(layer_bias)
-    multiplier_vector = _per_column(chain.multiplier.T if reoriented else chain.multiplier)
+    bias_vector = per_column(layer_bias)
+    multiplier_vector = per_column(chain.multiplier.T if reoriented else chain.multiplier)
     if multiplier_vector is None:
         return False
     padding_fills: list[int] = []
@@ -558,7 +566,7 @@ def layer_geometry(layer: AccelLayer) -> ConvLayer:
     if layer.image:
         height, width, channels = layer.image
         return ConvLayer(layer.name, height, width, channels, layer.n, layer.kernel,
-                         layer.stride, layer.padding)
+                         layer.stride, layer.padding, layer.groups)
     return ConvLayer(layer.name, height=layer.m, width=1, channels=layer.k,
                      out_channels=layer.n)
 
@@ -615,8 +623,8 @@ def program_layer(accel: AccelConfig, layer: ConvLayer, quant: LayerQuant, pool:
     return program, table, timing
 
 
-def _padding(lowered: LoweredProgram, name: str, before: int,
-             fills: list[int]) -> Array | None:
+def zero_padding_mask(lowered: LoweredProgram, name: str, before: int,
+                      fills: list[int]) -> Array | None:
     """1 where buffer `name` (flat) holds zero padding (a `Fill` wrote it, or a copy of
     such), 0 where it holds run-time data; the fills go to `fills`. None when the padding
     could not be changed without changing what another instruction reads (a buffer on the
@@ -638,7 +646,7 @@ def _padding(lowered: LoweredProgram, name: str, before: int,
             fills.append(index)
         else:
             assert isinstance(writer, Copy)
-            source = _padding(lowered, writer.src.buffer, index, fills)
+            source = zero_padding_mask(lowered, writer.src.buffer, index, fills)
             if source is None:
                 return None
             store_view(writer.dst, mask, view_array(writer.src, source))
@@ -653,7 +661,7 @@ def _pad_with_zero_point(lowered: LoweredProgram, activations: View, index: int,
     correction −zp·Σ W over the taps inside the image). Padding with zp instead (the
     fills that write it) makes the bias b, per column. Returns (b, zp, those fills)."""
     fills: list[int] = []
-    flat = _padding(lowered, activations.buffer, index, fills)
+    flat = zero_padding_mask(lowered, activations.buffer, index, fills)
     if flat is None or not fills:
         return None
     rows, cols = block
@@ -664,6 +672,14 @@ def _pad_with_zero_point(lowered: LoweredProgram, activations: View, index: int,
     # Σ pad · W, in float64: exact (|sums| ≤ K · 128 < 2^53) and far faster than int64
     padded_weight = np.rint(pad.astype(np.float64) @ layer_weights.astype(np.float64)
                             ).astype(np.int64)
+    found = zero_point_bias(layer_bias, padded_weight, lowered.buffer_of(activations).dtype)
+    return None if found is None else (found[0], found[1], fills)
+
+
+def zero_point_bias(layer_bias: Array, padded_weight: Array, dtype: str
+                    ) -> tuple[list[int], int] | None:
+    """(b, zp) when the layer's bias B (rows × columns) is b[c] + zp · P[p, c], P = Σ of
+    the weights over the zero padding each output reads, for one zp in `dtype`'s range."""
     varying = np.flatnonzero(np.any(padded_weight != padded_weight[:1], axis=0))
     if varying.size == 0:
         return None
@@ -674,12 +690,12 @@ def _pad_with_zero_point(lowered: LoweredProgram, activations: View, index: int,
     if difference % step:
         return None
     zero_point = difference // step
-    low, high = integer_range(lowered.buffer_of(activations).dtype)
+    low, high = integer_range(dtype)
     if not low <= zero_point <= high:
         return None
     corrected = wrap_signed(layer_bias - zero_point * padded_weight, 32)
-    vector = _per_column(corrected)
-    return None if vector is None else (vector, zero_point, fills)
+    vector = per_column(corrected)
+    return None if vector is None else (vector, zero_point)
 
 
 def _im2col_geometry(lowered: LoweredProgram, gemm: ArrayGemm, operand: str = "b"

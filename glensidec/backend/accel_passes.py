@@ -4,7 +4,8 @@ In order (each a module of its own, each taking and giving a `LoweredProgram`):
 
 1. `accel_layers`: an int8 array call with its bias add, skip connection, requantize and
    clips becomes an `AccelLayer` (the DMA's im2col where an operand is a convolution's
-   im2col matrix).
+   im2col matrix); `accel_depthwise`: a depthwise convolution (a host dot-product over
+   windows) with its epilogue becomes a grouped `AccelLayer`.
 2. `fuse_elementwise`: the host's remaining elementwise chains become one loop each.
 3. `accel_residual`: a quantized residual add after a layer moves into its epilogue.
 4. `accel_pool`: a max-pool of a layer's result becomes a pooling `AccelLayer` (after the
@@ -15,6 +16,7 @@ In order (each a module of its own, each taking and giving a `LoweredProgram`):
 
 from __future__ import annotations
 
+from glensidec.backend.accel_depthwise import fuse_accel_depthwise
 from glensidec.backend.accel_layers import fuse_accel_layers, program_accel_layers
 from glensidec.backend.accel_layout import read_layer_rows
 from glensidec.backend.accel_pool import fuse_accel_pools
@@ -28,7 +30,7 @@ from glensidec.lang.dtypes import Array
 def fuse_for_accelerator(lowered: LoweredProgram, weights: dict[str, Array],
                          accel: AccelConfig) -> LoweredProgram:
     """`lowered` run on the accelerator where it can be (a new program)."""
-    layers = fuse_accel_layers(lowered, weights, accel)
+    layers = fuse_accel_depthwise(fuse_accel_layers(lowered, weights, accel), weights, accel)
     layers = fuse_accel_residuals(fuse_elementwise(layers), weights, accel)
     layers = fuse_accel_pools(layers, accel)
     return program_accel_layers(read_layer_rows(layers, weights, accel), weights, accel)

@@ -147,12 +147,12 @@ def _find(lowered: LoweredProgram, index: int) -> _Pool | None:
             if geometry.out_size != tuple(out_shape[1:]):
                 continue
             windows = view_array(reduce.src, expected.reshape(-1)).reshape(-1)
-            if np.array_equal(windows, _windows(expected, kernel, stride)):
+            if np.array_equal(windows, map_windows(expected, kernel, stride)):
                 return _Pool(index, layer_index, geometry)
     return None
 
 
-def _windows(padded: np.ndarray, kernel: int, stride: int) -> np.ndarray:
+def map_windows(padded: np.ndarray, kernel: int, stride: int) -> np.ndarray:
     """The (C, OH, OW, k, k) windows of a padded (C, H, W) map, flat, as the reduce reads
     them (its batch axis, if any, has size 1)."""
     _, height, width = padded.shape

@@ -293,6 +293,11 @@ class AccelLayer(Instruction):
     # read `pad_value` (a pool's padding never wins the max).
     padding: int = 0
     pad_value: int = 0
+    # A grouped convolution of `image` (depthwise: groups = n): `b` is
+    # commands.weight_matrix's packing for N blocks of `group_cols` columns (each block's
+    # rows hold only the channels its groups read).
+    groups: int = 1
+    group_cols: int = 0
 
     @property
     def input_elements(self) -> int:

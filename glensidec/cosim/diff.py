@@ -63,7 +63,7 @@ from glensidec.cosim.runner import Manifest, cosimulate, program_error
 from glensidec.errors import GlensideError
 from glensidec.hardware.accel import ConvLayer, EpilogueConfig, epilogue_reference
 from glensidec.hardware.array import reference_gemm_f32
-from glensidec.hardware.commands import pool_reference
+from glensidec.hardware.commands import pool_reference, unpack_weight_matrix
 from glensidec.lang import data
 from glensidec.lang.dtypes import DTYPES, Array, requantize
 from glensidec.lang.interp import (
@@ -200,7 +200,14 @@ def _accel_layer(layer: AccelLayer, read: Callable[[View], Array]) -> Array:
             image = np.pad(activations.reshape(layer.image), ((pad, pad), (pad, pad), (0, 0)),
                            constant_values=layer.pad_value)
             activations = im2col_rows(image, layer.kernel, layer.stride)
-        products = matmul(activations, read(layer.b), "i8")
+        weights = read(layer.b)
+        if layer.groups > 1:  # packed per N block: the dense (K, N) matrix it stands for
+            height, width, channels = layer.image
+            geometry = ConvLayer("", height, width, channels, layer.n, layer.kernel,
+                                 layer.stride, layer.padding, layer.groups)
+            weights = unpack_weight_matrix(geometry, layer.group_cols, weights).reshape(
+                -1, layer.n)
+        products = matmul(activations, weights, "i8")
     epilogue = EpilogueConfig(layer.pre, layer.post, layer.zero_point, layer.low, layer.high)
     residual = None if layer.residual is None else read(layer.residual)
     return epilogue_reference(products, read(layer.bias)[None, :], read(layer.multiplier),

@@ -338,6 +338,9 @@ class ConvLayer:
     kernel: int = 1
     stride: int = 1
     padding: int = 0
+    # A grouped convolution: output channel n reads only the channels of its group,
+    # n // (out_channels / groups); depthwise when groups = channels = out_channels.
+    groups: int = 1
 
     @property
     def out_size(self) -> tuple[int, int]:

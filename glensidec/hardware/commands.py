@@ -565,12 +565,94 @@ def packs_taps(layer: ConvLayer, rows: int) -> bool:
     which the DMA's per-row bounds cannot express, so such a layer's input is stored
     padded (by the host, with the zero point) and loaded without bounds.
     """
-    return layer.kernel > 1 and 2 * layer.channels <= rows
+    return layer.kernel > 1 and 2 * layer.channels <= rows and layer.groups == 1
 
 
-def conv_folds(layer: ConvLayer, rows: int) -> list[tuple[int, int, int, int]]:
+@dataclass(frozen=True)
+class GroupBlock:
+    """The input channels one N block of a grouped convolution reads: the channels of the
+    groups its output columns n0 … n0 + width belong to."""
+
+    n0: int
+    width: int
+    channel0: int
+    span: int
+
+
+def group_blocks(layer: ConvLayer, cols: int) -> list[GroupBlock]:
+    """Per N block of `cols` output channels, the input channels it reads (every channel
+    for an ungrouped layer)."""
+    blocks = []
+    for n0 in range(0, layer.out_channels, cols):
+        width = min(cols, layer.out_channels - n0)
+        if layer.groups == 1:
+            blocks.append(GroupBlock(n0, width, 0, layer.channels))
+            continue
+        out_per, in_per = layer.out_channels // layer.groups, layer.channels // layer.groups
+        first, last = n0 // out_per, (n0 + width - 1) // out_per
+        blocks.append(GroupBlock(n0, width, first * in_per, (last - first + 1) * in_per))
+    return blocks
+
+
+def weight_rows(layer: ConvLayer, cols: int) -> int:
+    """K of the (K, N) weight matrix in memory: taps × channels, or for a grouped layer
+    taps × the most channels an N block reads (each block's rows from its first channel
+    on, zero past its span: `weight_matrix`)."""
+    span = max(block.span for block in group_blocks(layer, cols))
+    return layer.kernel * layer.kernel * span
+
+
+def weight_matrix(layer: ConvLayer, cols: int, weights: npt.NDArray[np.integer]
+                  ) -> npt.NDArray[np.int64]:
+    """The (K, N) weight matrix conv_program reads, from (kernel, kernel, C, N) weights
+    (a grouped layer's zero outside each output channel's group): K ordered (ky, kx,
+    channel); for a grouped layer the channels are those of the column's N block, counted
+    from its first (`group_blocks`), so only the blocks' own channels are stored."""
+    taps = layer.kernel * layer.kernel
+    dense = np.asarray(weights, np.int64).reshape(taps, layer.channels, layer.out_channels)
+    if layer.groups == 1:
+        return dense.reshape(taps * layer.channels, layer.out_channels)
+    span = weight_rows(layer, cols) // taps
+    packed = np.zeros((taps, span, layer.out_channels), np.int64)
+    for block in group_blocks(layer, cols):
+        columns = slice(block.n0, block.n0 + block.width)
+        packed[:, :block.span, columns] = \
+            dense[:, block.channel0:block.channel0 + block.span, columns]
+    return packed.reshape(taps * span, layer.out_channels)
+
+
+def unpack_weight_matrix(layer: ConvLayer, cols: int, packed: npt.NDArray[np.integer]
+                         ) -> npt.NDArray[np.int64]:
+    """The (kernel, kernel, C, N) weights `weight_matrix` packed (zero outside groups)."""
+    taps = layer.kernel * layer.kernel
+    rows = np.asarray(packed, np.int64).reshape(taps, -1, layer.out_channels)
+    dense = np.zeros((taps, layer.channels, layer.out_channels), np.int64)
+    for block in group_blocks(layer, cols):
+        columns = slice(block.n0, block.n0 + block.width)
+        dense[:, block.channel0:block.channel0 + block.span, columns] = \
+            rows[:, :block.span, columns]
+    return dense.reshape(layer.kernel, layer.kernel, layer.channels, layer.out_channels)
+
+
+def group_mask(layer: ConvLayer) -> npt.NDArray[np.int64]:
+    """(C, N): 1 where output channel n reads input channel c (its group), else 0."""
+    in_per, out_per = layer.channels // layer.groups, layer.out_channels // layer.groups
+    groups_in = np.arange(layer.channels) // in_per
+    groups_out = np.arange(layer.out_channels) // out_per
+    mask: npt.NDArray[np.int64] = (groups_in[:, None] == groups_out[None, :]).astype(np.int64)
+    return mask
+
+
+def conv_folds(layer: ConvLayer, rows: int, block: GroupBlock | None = None
+               ) -> list[tuple[int, int, int, int]]:
     """K folds in order: (ky, kx, first channel, bytes): the channels of a tap cut into
-    ROWS, or (packs_taps) as many whole taps along x as fit a row."""
+    ROWS, or (packs_taps) as many whole taps along x as fit a row. For a grouped layer,
+    the folds of one N block (`block`: its channels only)."""
+    if layer.groups > 1:
+        assert block is not None, "a grouped layer's folds are per N block"
+        return [(ky, kx, block.channel0 + c0, min(rows, block.span - c0))
+                for ky in range(layer.kernel) for kx in range(layer.kernel)
+                for c0 in range(0, block.span, rows)]
     if packs_taps(layer, rows):
         group = rows // layer.channels
         return [(ky, kx, 0, min(group, layer.kernel - kx) * layer.channels)
@@ -578,6 +660,14 @@ def conv_folds(layer: ConvLayer, rows: int) -> list[tuple[int, int, int, int]]:
     return [(ky, kx, channel0, min(rows, layer.channels - channel0))
             for ky in range(layer.kernel) for kx in range(layer.kernel)
             for channel0 in range(0, layer.channels, rows)]
+
+
+def layer_folds(layer: ConvLayer, config: AccelConfig) -> int:
+    """K folds per N block (a grouped layer's blocks: the most any block has)."""
+    if layer.groups == 1:
+        return len(conv_folds(layer, config.rows))
+    return max(len(conv_folds(layer, config.rows, block))
+               for block in group_blocks(layer, config.cols))
 
 
 def _align(value: int, to: int = 64) -> int:
@@ -607,7 +697,7 @@ def layer_tiling(config: AccelConfig, layer: ConvLayer, residual: bool = False
     Raises CapacityError naming the sizes when not even one K fold of one output row fits.
     """
     out_h, out_w = layer.out_size
-    folds = len(conv_folds(layer, config.rows))
+    folds = layer_folds(layer, config)
     extra = int(residual)  # residual rows per output pixel in an activation buffer
     quarter = config.memory.scratchpad_rows // 4
     row_bytes = config.memory.row_bytes
@@ -646,8 +736,12 @@ def _tiling_estimate(config: AccelConfig, layer: ConvLayer, tiling: LayerTiling,
     beats = max(1, config.memory.row_bytes // bus)
     # Activation rows start wherever their pixel does: unless the channels keep them
     # aligned, a row of L bytes spans 1 + (L − 1)/bus beats on average.
-    length = max(fold[3] for fold in conv_folds(layer, R))
-    aligned = layer.channels % bus == 0 and not packs_taps(layer, R)
+    blocks_of = group_blocks(layer, config.cols)
+    length = max(fold[3] for block in blocks_of[:1]
+                 for fold in conv_folds(layer, R, block))
+    aligned = layer.channels % bus == 0 and not packs_taps(layer, R) and \
+        all(block.channel0 % bus == 0 for block in blocks_of)
+    grouped = layer.groups > 1  # each N block reads its own channels
     act_beats = -(-length // bus) if aligned else 1 + (length - 1) / bus
     piece_sizes = [min(tiling.piece_folds, tiling.folds - start)
                    for start in range(0, tiling.folds, tiling.piece_folds)]
@@ -657,7 +751,7 @@ def _tiling_estimate(config: AccelConfig, layer: ConvLayer, tiling: LayerTiling,
         for block in range(blocks):
             for position, piece in enumerate(piece_sizes):
                 act_rows = 0
-                if len(piece_sizes) > 1 or block == 0:
+                if len(piece_sizes) > 1 or block == 0 or grouped:
                     act_rows = m * (piece if len(piece_sizes) > 1 else tiling.folds)
                 if position == len(piece_sizes) - 1:  # the last piece loads the residual
                     act_rows += residual * m
@@ -687,9 +781,11 @@ def conv_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant) -> La
     for the Store two before it (a store → load token).
     """
     R, C = config.rows, config.cols
-    M, K, N = layer.gemm
+    M, _, N = layer.gemm
+    K = weight_rows(layer, C)
     out_h, out_w = layer.out_size
-    folds = conv_folds(layer, R)
+    blocks = group_blocks(layer, C)
+    grouped = layer.groups > 1  # each N block reads its own channels: loaded per block
     residual = quant.residual is not None
     tiling = layer_tiling(config, layer, residual)
     quarter = config.memory.scratchpad_rows // 4
@@ -705,12 +801,14 @@ def conv_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant) -> La
     for oy0 in range(0, out_h, tiling.chunk_rows):
         rows_here = min(tiling.chunk_rows, out_h - oy0)
         m0, m_len = oy0 * out_w, rows_here * out_w
-        for block, n0 in enumerate(range(0, N, C)):
-            width = min(C, N - n0)
-            for piece in range(tiling.pieces):
+        for block, group_block in enumerate(blocks):
+            n0, width = group_block.n0, group_block.width
+            folds = conv_folds(layer, R, group_block if grouped else None)
+            pieces = -(-len(folds) // tiling.piece_folds)
+            for piece in range(pieces):
                 piece_folds = folds[piece * tiling.piece_folds:(piece + 1) * tiling.piece_folds]
                 loads: list[DmaCommand] = []
-                if tiling.pieces > 1 or block == 0:
+                if tiling.pieces > 1 or block == 0 or grouped:
                     a_buffer = a_loads % 2 * quarter
                     a_loads += 1
                     loads += [_im2col_rows(layer, fold, oy0, rows_here,
@@ -720,10 +818,11 @@ def conv_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant) -> La
                 w_buffer = (2 + w_loads % 2) * quarter
                 w_loads += 1
                 for index, (ky, kx, channel0, length) in enumerate(piece_folds):
-                    k_first = (ky * layer.kernel + kx) * layer.channels + channel0
+                    k_first = (ky * layer.kernel + kx) * (K // layer.kernel ** 2) + \
+                        channel0 - group_block.channel0
                     loads.append(_weight_rows(R, k_first, length, weight_base + n0, N, width,
                                               w_buffer + index * R))
-                last_piece = piece == tiling.pieces - 1
+                last_piece = piece == pieces - 1
                 residual_row = stores % 2 * quarter + tiling.piece_folds * tiling.chunk_rows * out_w
                 if residual and last_piece:
                     loads.append(DmaCommand(base=residual_base + m0 * N + n0, length=width,
@@ -753,7 +852,7 @@ def conv_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant) -> La
                               signal=residual))
             stores += 1
     return LayerProgram(_software_pipeline(steps), input_base, weight_base, output_base,
-                        memory_bytes, tiling.chunk_rows * out_w, len(folds),
+                        memory_bytes, tiling.chunk_rows * out_w, tiling.folds,
                         tiling.piece_folds, pad, residual_base)
 
 

@@ -1,0 +1,184 @@
+"""Depthwise convolutions on the accelerator: one grouped layer instead of host work.
+
+A depthwise convolution (MobileNet's; the importer writes one for `group` = channels)
+lowers to a `Dot` over an access-pair: the k×k windows of a padded (1, C, H, W) map and
+the filters broadcast over the pixels, reduced over the two window axes. The bare array
+runs it through the `depthwise` rewrites as block-diagonal array calls on host-built
+im2col matrices, concatenated, with the bias, requantize and clip after the concatenation
+on the host (MobileNet-v1: 63 % host). `compile --accel` leaves those rewrites out
+(`pipeline.ACCEL_RULESETS`) and this pass takes the `Dot` instead: it evaluates both
+operands element by element (the windows' indices into the map, the filters' values),
+follows the epilogue chain after it (`follow_chain`: bias, requantize, clips), and makes
+the whole one grouped `AccelLayer` (groups = C). `commands.conv_program` then runs each N
+block of COLS channels over just its own COLS input channels: per block k² folds of
+diagonal weights (block-diagonal packing, the exact model's cheaper choice: one group per
+array call would use one of COLS columns), the DMA reading the im2col rows from an NHWC
+copy of the map, which `accel_layout` turns into a read of the previous layer's rows.
+
+A bias per output element that zero padding explains (the quantizer's corrections) becomes
+per channel by padding with the input's zero point, as for any layer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from glensidec.backend.accel_layers import (
+    LayerBuilder,
+    check_fits,
+    drop_dead_code,
+    evaluate_buffer,
+    follow_chain,
+    per_column,
+    zero_padding_mask,
+    zero_point_bias,
+)
+from glensidec.backend.accel_pool import map_windows
+from glensidec.backend.lower import AccelLayer, Copy, Dot, Fill, LoweredProgram
+from glensidec.backend.views import View, contiguous, regroup, transpose, view_array
+from glensidec.errors import GlensideError
+from glensidec.hardware.accel import ConvLayer, EpilogueConfig
+from glensidec.hardware.commands import AccelConfig, LayerQuant, weight_matrix
+from glensidec.lang.dtypes import Array
+
+
+@dataclass(frozen=True)
+class _Depthwise:
+    """A depthwise convolution the `Dot` at `index` computes."""
+
+    index: int
+    windows: View  # the member reading the map's windows
+    filters: Array  # (C, k, k) int64
+    geometry: ConvLayer  # of the padded map (padding 0), groups = C
+
+
+def fuse_accel_depthwise(lowered: LoweredProgram, weights: dict[str, Array],
+                         accel: AccelConfig) -> LoweredProgram:
+    """`lowered` with every depthwise convolution and its epilogue as a grouped
+    accelerator layer (a new program)."""
+    result = LoweredProgram(dict(lowered.buffers), list(lowered.instructions), lowered.output,
+                            lowered.output_shape)
+    index = 0
+    while index < len(result.instructions):
+        found = _depthwise(result, index, weights)
+        if found is not None and _rewrite(result, found, weights, accel):
+            continue  # the same index now holds the layer's input copy
+        index += 1
+    drop_dead_code(result)
+    return result
+
+
+def _depthwise(lowered: LoweredProgram, index: int, weights: dict[str, Array]
+               ) -> _Depthwise | None:
+    dot = lowered.instructions[index]
+    if not (isinstance(dot, Dot) and dot.reduce_rank == 2 and len(dot.members) == 2):
+        return None
+    shape = dot.dst.shape
+    if lowered.buffer_of(dot.dst).dtype != "i32" or not lowered.is_whole(dot.dst) or \
+            len(shape) != 4 or shape[0] != 1:
+        return None
+    _, channels, out_h, out_w = shape
+    for windows, filters in (dot.members, dot.members[::-1]):
+        source = lowered.buffer_of(windows)
+        values = evaluate_buffer(lowered, filters.buffer, weights, index)
+        kernel = windows.shape[-1]
+        if values is None or source.dtype != "i8" or \
+                windows.shape != (*shape, kernel, kernel) or len(source.shape) < 2:
+            continue
+        height, width = source.shape[-2:]
+        if source.elements != channels * height * width:
+            continue
+        taps = view_array(filters, values).reshape(channels, out_h * out_w, kernel * kernel)
+        if np.any(taps != taps[:, :1]):
+            continue  # a filter that changes across the pixels
+        order = view_array(windows, np.arange(source.elements)).reshape(-1)
+        whole = np.arange(source.elements).reshape(channels, height, width)
+        for stride in range(1, kernel + 1):
+            geometry = ConvLayer("", height, width, channels, channels, kernel, stride,
+                                 groups=channels)
+            if geometry.out_size == (out_h, out_w) and \
+                    np.array_equal(order, map_windows(whole, kernel, stride)):
+                return _Depthwise(index, windows, taps[:, 0].reshape(channels, kernel, kernel),
+                                  geometry)
+    return None
+
+
+def _rewrite(lowered: LoweredProgram, found: _Depthwise, weights: dict[str, Array],
+             accel: AccelConfig) -> bool:
+    """Replace the Dot and its epilogue chain by the layer and its copies; False (nothing
+    changed) when the chain does not fuse or the layer does not fit."""
+    geometry = found.geometry
+    channels, kernel = geometry.channels, geometry.kernel
+    pixels = geometry.out_size[0] * geometry.out_size[1]
+    dot = lowered.instructions[found.index]
+    chain = follow_chain(lowered, found.index, dot.dst, (channels, pixels), weights,
+                         lowered.readers())
+    if chain is None or chain.transposed or chain.skip is not None or \
+            (chain.rows, chain.cols) != (channels, pixels):
+        return False
+    layer_bias = (np.zeros((channels, pixels), np.int64) if chain.bias is None
+                  else chain.bias).T  # the layer's rows: pixels × channels
+    bias_vector = per_column(layer_bias)
+    multiplier_vector = per_column(chain.multiplier.T)
+    if multiplier_vector is None:
+        return False
+    fills: list[int] = []
+    zero_point = 0
+    if bias_vector is None:  # the quantizer's corrections for zero padding
+        mask = zero_padding_mask(lowered, found.windows.buffer, found.index, fills)
+        if mask is None or not fills:
+            return False
+        padding = view_array(found.windows, mask).reshape(channels, pixels, kernel * kernel)
+        padded_weight = np.einsum("cpt,ct->pc", padding,
+                                  found.filters.reshape(channels, kernel * kernel))
+        solved = zero_point_bias(layer_bias, padded_weight,
+                                 lowered.buffer_of(found.windows).dtype)
+        if solved is None:
+            return False
+        bias_vector, zero_point = solved
+    name = chain.dst.buffer
+    geometry = replace(geometry, name=name)
+    epilogue = EpilogueConfig(chain.pre, chain.post, chain.zero_point, chain.low, chain.high)
+    try:
+        check_fits(accel, geometry, LayerQuant(epilogue, tuple(bias_vector),
+                                               tuple(multiplier_vector)))
+    except GlensideError:
+        return False  # the host keeps it
+    for position in fills:  # now the padding is the zero point
+        fill = lowered.instructions[position]
+        assert isinstance(fill, Fill)
+        lowered.instructions[position] = replace(fill, value=zero_point)
+    dense = np.zeros((kernel, kernel, channels, channels), np.int64)
+    dense[:, :, np.arange(channels), np.arange(channels)] = found.filters.transpose(1, 2, 0)
+    packed = weight_matrix(geometry, accel.cols, dense)
+    builder = LayerBuilder(lowered)
+    height, width = geometry.height, geometry.width
+    image = builder.activation(f"{name}_nhwc", (height, width, channels))
+    rows = builder.activation(f"{name}_transposed", (pixels, channels))
+    final = regroup(chain.dst, (channels, pixels))
+    assert final is not None
+    last = lowered.instructions[chain.indices[-1]]
+    layer = AccelLayer(
+        last.note, rows, name=name, a=image,
+        b=builder.constant(f"{name}_weights", "i8", packed),
+        bias=builder.constant(f"{name}_bias", "i32", np.array(bias_vector, np.int64)),
+        multiplier=builder.constant(f"{name}_multiplier", "i32",
+                                    np.array(multiplier_vector, np.int64)),
+        commands=builder.commands_placeholder(name), m=pixels, k=packed.shape[0], n=channels,
+        pre=chain.pre, post=chain.post, zero_point=chain.zero_point, low=chain.low,
+        high=chain.high, image=(height, width, channels), kernel=kernel,
+        stride=geometry.stride, groups=channels, group_cols=accel.cols)
+    source = contiguous(found.windows.buffer, (channels, height, width))
+    replaced = set(chain.indices)
+    kept = [instruction for position, instruction in enumerate(lowered.instructions)
+            if position not in replaced]
+    kept[found.index:found.index] = [
+        Copy(f"{dot.note}: the feature map in NHWC for the DMA's im2col", image,
+             transpose(source, (1, 2, 0))),
+        layer,
+        Copy(f"{dot.note}: the accelerator's result, transposed", final,
+             transpose(rows, (1, 0)))]
+    lowered.instructions = kept
+    return True
