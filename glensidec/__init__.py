@@ -72,7 +72,7 @@ def run(program: Program | str | Path, inputs: dict[str, Any] | None = None,
     if seed is not None:
         given = data.random_inputs(parsed, seed)
     else:
-        given = dict(inputs or {})
+        given = data.by_program_name(parsed, dict(inputs or {}))  # ONNX names too
         for decl in parsed.inputs():
             if decl.name not in given:
                 raise GlensideError(f"missing input {decl.name}")

@@ -3,7 +3,9 @@
 PyTorch names a model's input `input`. The importer keeps it (no word of the language is
 reserved), so every command that takes per-input data takes that name: `run --input`,
 `quantize --calibrate` (the .npz keyed by the ONNX name), `OUTDIR/model NAME=…`, `make sim
-INPUTS=…`, `diff` and the Python API.
+INPUTS=…`, `diff` and the Python API. A name the language cannot spell (`input:0`) is
+declared as `input_0`, and each of those takes the ONNX name as well: the program's
+`; onnx-input` lines go on into the quantized program, OUTDIR/program.gs and the C harness.
 """
 
 from __future__ import annotations
@@ -21,9 +23,9 @@ import glensidec
 GLENSIDEC = [sys.executable, "-m", "glensidec"]
 
 
-def _model_with_input_named_input(tmp_path: Path) -> tuple[object, Path]:
+def _model_with_an_input_named(name: str, tmp_path: Path) -> tuple[object, Path]:
     g = OnnxGraph(5)
-    x = g.input("input", [1, 2, 6, 6])
+    x = g.input(name, [1, 2, 6, 6])
     y = g.node("Relu", [g.conv(x, 2, 4, 3, pad=1)])
     model = g.model(y, [1, 4, 6, 6])
     return model, save(model, tmp_path / "net.onnx")
@@ -31,46 +33,71 @@ def _model_with_input_named_input(tmp_path: Path) -> tuple[object, Path]:
 
 @pytest.mark.slow
 @pytest.mark.rtl
-def test_onnx_input_named_input_works_in_every_command(tmp_path: Path, sim_cache: Path) -> None:
-    model, model_path = _model_with_input_named_input(tmp_path)
+@pytest.mark.parametrize(("onnx_name", "declared"), [("input", "input"),
+                                                     ("input:0", "input_0")])
+def test_onnx_input_names_work_in_every_command(onnx_name: str, declared: str, tmp_path: Path,
+                                                sim_cache: Path) -> None:
+    model, model_path = _model_with_an_input_named(onnx_name, tmp_path)
     done = run_checked([*GLENSIDEC, "import", str(model_path), "-o", str(tmp_path / "imported")])
-    assert "input 'input' → input\n" in done.stdout
+    assert f"input '{onnx_name}' → {declared}" in done.stdout
     program = tmp_path / "imported" / "net.gs"
+    assert [d.name for d in glensidec.load(program).inputs()] == [declared]
     rng = np.random.default_rng(0)
     x = rng.standard_normal((1, 2, 6, 6)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
+    given = f"{onnx_name}={tmp_path / 'x.npy'}"
 
     # run: the float program, as onnxruntime computes it
-    run_checked([*GLENSIDEC, "run", str(program), "--input", f"input={tmp_path / 'x.npy'}",
+    run_checked([*GLENSIDEC, "run", str(program), "--input", given,
                  "-o", str(tmp_path / "float.npy")])
     np.testing.assert_allclose(np.load(tmp_path / "float.npy"),
-                               run_onnxruntime(model, {"input": x}), rtol=1e-5, atol=1e-6)
+                               run_onnxruntime(model, {onnx_name: x}), rtol=1e-5, atol=1e-6)
 
     # quantize: calibration data keyed by the ONNX name
-    np.savez(tmp_path / "calib.npz",
-             input=rng.standard_normal((8, 1, 2, 6, 6)).astype(np.float32))
+    calibration = rng.standard_normal((8, 1, 2, 6, 6)).astype(np.float32)
+    np.savez(tmp_path / "calib.npz", **{onnx_name: calibration})
     quantized = tmp_path / "q" / "net.gs"
     run_checked([*GLENSIDEC, "quantize", str(program), "--calibrate", str(tmp_path / "calib.npz"),
                  "-o", str(quantized)])
-    run_checked([*GLENSIDEC, "run", str(quantized), "--input", f"input={tmp_path / 'x.npy'}",
+    run_checked([*GLENSIDEC, "run", str(quantized), "--input", given,
                  "-o", str(tmp_path / "int8.npy")])
     expected = np.load(tmp_path / "int8.npy")
     assert expected.dtype == np.int8
 
-    # OUTDIR/model input=… and make sim INPUTS="input=…", the float input quantized in C
-    run = compile_and_cosimulate(quantized, "4x4", {"input": x}, tmp_path / "work", sim_cache)
+    # OUTDIR/model NAME=… and make sim INPUTS="NAME=…", the float input quantized in C
+    run = compile_and_cosimulate(quantized, "4x4", {onnx_name: x}, tmp_path / "work", sim_cache)
     np.testing.assert_array_equal(run.c, expected)
     np.testing.assert_array_equal(run.sim, expected)
 
     # diff, from the command line and from Python
     outdir = tmp_path / "work" / "out"
-    done = run_checked([*GLENSIDEC, "diff", str(outdir), f"input={tmp_path / 'x.npy'}"])
+    done = run_checked([*GLENSIDEC, "diff", str(outdir), given])
     assert "instructions agree" in done.stdout
-    assert glensidec.diff(outdir, {"input": tmp_path / "x.npy"}).agree
+    assert glensidec.diff(outdir, {onnx_name: tmp_path / "x.npy"}).agree
 
     # the Python API: quantize by the ONNX name, run by it
-    glensidec.quantize(program, {"input": np.load(tmp_path / "calib.npz")["input"]},
-                       tmp_path / "api" / "net.gs")
-    np.testing.assert_array_equal(glensidec.run(tmp_path / "api" / "net.gs", {"input": x}),
-                                  expected)
-    np.testing.assert_array_equal(glensidec.run(quantized, {"input": x}), expected)
+    glensidec.quantize(program, {onnx_name: calibration}, tmp_path / "api" / "net.gs")
+    for path in (tmp_path / "api" / "net.gs", quantized):
+        np.testing.assert_array_equal(glensidec.run(path, {onnx_name: x}), expected)
+
+
+def test_renamed_onnx_input_names_reach_the_quantized_program_and_outdir(
+        tmp_path: Path) -> None:
+    """(quick) A renamed input's ONNX name: the calibration .npz may be keyed by it, and the
+    quantized program, OUTDIR/program.gs and the C harness's table all carry it."""
+    from test_outputs import run_cli
+
+    _, model_path = _model_with_an_input_named('in"put?:0', tmp_path)
+    assert run_cli("import", model_path, "-o", "imported", cwd=tmp_path) == 0
+    rng = np.random.default_rng(1)
+    np.savez(tmp_path / "calib.npz",
+             **{'in"put?:0': rng.standard_normal((4, 1, 2, 6, 6)).astype(np.float32)})
+    assert run_cli("quantize", "imported/net.gs", "--calibrate", "calib.npz", "-o", "q/net.gs",
+                   cwd=tmp_path) == 0
+    line = '; onnx-input "in\\"put?:0" in_put__0\n'
+    assert line in (tmp_path / "q" / "net.gs").read_text()
+    assert run_cli("compile", "q/net.gs", "--array", "4x4", "-o", "out", cwd=tmp_path) == 0
+    assert (tmp_path / "out" / "program.gs").read_text().startswith(line)
+    # the C string escapes the quote and the question mark (a trigraph could start there)
+    assert '{"in_put__0", 0, 0, 4, { 1, 2, 6, 6 }, "<i1", 1, "in\\042put\\077:0"},' in (
+        tmp_path / "out" / "model.c").read_text()

@@ -58,7 +58,7 @@ from glensidec.hardware.accel_native import FIELDS
 from glensidec.hardware.array import ArrayConfig, array_for, gemm_cycles
 from glensidec.hardware.commands import AccelConfig
 from glensidec.lang.constructs import ComputeKind
-from glensidec.lang.data import npz_bytes
+from glensidec.lang.data import aliases_text, input_aliases, npz_bytes
 from glensidec.lang.dtypes import DTYPES, Array, integer_range, lookup_table
 from glensidec.lang.syntax import format_program
 from glensidec.lang.terms import ComputeOp, Program
@@ -89,6 +89,14 @@ def predicted_cycles(lowered: LoweredProgram, config: ArrayConfig,
 # model_*, MODEL_*), so a user's name can meet none of them: `main`, `int`, `p1`, `printf`
 # and `gs_b` are buffers t_main, t_int, t_p1, t_printf and t_gs_b.
 BUFFER_PREFIX = "t_"
+
+
+def c_string(text: str) -> str:
+    """`text` as a C string literal: printable ASCII as is, every other byte (and the quote,
+    backslash and question mark, which could start a trigraph) as an octal escape."""
+    plain = set(range(0x20, 0x7F)) - {ord('"'), ord("\\"), ord("?")}
+    return '"' + "".join(chr(b) if b in plain else f"\\{b:03o}"
+                         for b in text.encode("utf-8")) + '"'
 
 
 def c_name(buffer: str) -> str:
@@ -764,6 +772,11 @@ def render_files(program: Program, lowered: LoweredProgram, plan: MemoryPlan,
     blocks = [renderer.render(index, instruction)
               for index, instruction in enumerate(lowered.instructions)]
     placeholders = _placeholders(lowered, plan)
+    renamed = {name: original for original, name in input_aliases(program).items()
+               if original not in program.tensors}  # (load_inputs' rule: a name wins)
+    for row in placeholders:  # OUTDIR/model takes an input's ONNX name too
+        original = renamed.get(str(row["tensor"])) if row["role"] == "input" else None
+        row["onnx_name"] = "NULL" if original is None else c_string(original)
     context = {
         "source": Path(program.path).name, **asdict(config),
         "python": sys.executable,
@@ -889,7 +902,8 @@ def program_files(program: Program, weights: dict[str, Array]) -> dict[str, byte
         return {}
     tensors = {name: replace(decl, source=PROGRAM_WEIGHTS, key=None)
                if decl.role == "weight" else decl for name, decl in program.tensors.items()}
-    files = {PROGRAM_FILE: format_program(replace(program, tensors=tensors)).encode()}
+    text = aliases_text(program) + format_program(replace(program, tensors=tensors))
+    files = {PROGRAM_FILE: text.encode()}
     if declared:
         files[PROGRAM_WEIGHTS] = npz_bytes({decl.name: weights[decl.name] for decl in declared})
     return files

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from glensidec.errors import GlensideError
-from glensidec.lang.data import load_weights, read_npy
+from glensidec.lang.data import input_aliases, load_weights, read_npy
 from glensidec.lang.interp import evaluate_all
 from glensidec.lang.syntax import format_program
 from glensidec.lang.terms import Program, Term, postorder
@@ -65,6 +65,19 @@ class Profile:
                            "tensors": tensors}, indent=1, sort_keys=True) + "\n"
 
 
+def _calibration_array(path: Path, name: str, original: str | None) -> Array:
+    """The array for input `name` in a calibration file, else under its ONNX name."""
+    try:
+        return read_npy(path, name)
+    except GlensideError as missing:
+        if original is None:
+            raise
+        try:
+            return read_npy(path, original)
+        except GlensideError:
+            raise missing from None
+
+
 def calibration_batches(program: Program, calibration: dict[str, Array] | str | Path
                         ) -> list[dict[str, Array]]:
     """Calibration data as one input dict per sample of the program's declared shapes.
@@ -72,9 +85,14 @@ def calibration_batches(program: Program, calibration: dict[str, Array] | str | 
     Each array is either (samples, *shape) or, when the batch axis comes first, its
     concatenation along axis 0 (samples·N, …).
     """
+    # an input renamed at import is also found under its ONNX name (`; onnx-input` lines)
+    originals = {name: original for original, name in input_aliases(program).items()}
     if not isinstance(calibration, dict):
         path = Path(calibration)
-        calibration = {decl.name: read_npy(path, decl.name) for decl in program.inputs()}
+        calibration = {decl.name: _calibration_array(path, decl.name, originals.get(decl.name))
+                       for decl in program.inputs()}
+    calibration = {**{name: calibration[original] for name, original in originals.items()
+                      if original in calibration}, **calibration}
     counts = set()
     split: dict[str, list[Array]] = {}
     for decl in program.inputs():

@@ -64,7 +64,7 @@ from glensidec.frontends.quant_values import (
     no_raw_zeros,
 )
 from glensidec.lang import constructs as K
-from glensidec.lang.data import load_weights, npz_bytes
+from glensidec.lang.data import aliases_text, load_weights, npz_bytes
 from glensidec.lang.dtypes import DTYPES
 from glensidec.lang.expand import expand_program
 from glensidec.lang.interp import apply_term, evaluate_all
@@ -128,6 +128,7 @@ class QuantizedProgram:
     profile: Profile
     options: dict[str, bool]
     weight_scales: dict[str, Array] = field(default_factory=dict)  # i8 weight → its scales
+    aliases: str = ""  # the float program's `; onnx-input` lines: its inputs' ONNX names
 
     def quantize_inputs(self, inputs: dict[str, Array]) -> dict[str, Array]:
         return {name: self.inputs[name].quantize(array) for name, array in inputs.items()}
@@ -161,7 +162,7 @@ class QuantizedProgram:
             lines.append("; output: f32 (dequantized on the host before softmax)")
         lines.append("; (declared below with (quantized …) and (quantized-output …): run, the "
                      "C model and make sim take float32 inputs; --dequantize gives float32)")
-        return "\n".join(lines) + "\n"
+        return "\n".join(lines) + "\n" + self.aliases
 
 
 # -- the quantizer -------------------------------------------------------------------------------
@@ -517,7 +518,8 @@ def quantize(program: Program, calibration: dict[str, Array] | str | Path | Prof
     return QuantizedProgram(quantized, {n: quantizer.weights[n] for n in weights_used},
                             quantizer.inputs, output, layers, prof,
                             {"per_channel": per_channel, "symmetric": symmetric_activations},
-                            {n: a for n, a in quantizer.weight_scales.items() if n in used})
+                            {n: a for n, a in quantizer.weight_scales.items() if n in used},
+                            aliases_text(program))
 
 
 def save_quantized(quantized: QuantizedProgram, path: str | Path, force: bool = False) -> Path:

@@ -145,16 +145,21 @@ def input_aliases(program: Program) -> dict[str, str]:
     return {json.loads(quoted): name for quoted, name in ALIAS_LINE.findall(text)}
 
 
-def load_inputs(program: Program, given: dict[str, Path]) -> dict[str, Array]:
-    """Runtime inputs from .npy files: every declared input, nothing else.
+def aliases_text(program: Program) -> str:
+    """The program's `; onnx-input` lines, for a program written from it (quantize's,
+    OUTDIR/program.gs): the ONNX names keep working there too."""
+    return "".join(alias_line(original, name) + "\n"
+                   for original, name in input_aliases(program).items())
 
-    An input may be named as the program declares it or by its original ONNX name.
-    """
+
+def by_program_name(program: Program, given: dict[str, Any]) -> dict[str, Any]:
+    """Per-input data keyed by the program's input names; a key may also be an input's
+    original ONNX name (its `; onnx-input` line). Unknown names are errors."""
     declared = {decl.name: decl for decl in program.inputs()}
     aliases = {original: name for original, name in input_aliases(program).items()
                if name in declared and original not in declared}
-    renamed: dict[str, Path] = {}
-    for name, path in given.items():
+    renamed: dict[str, Any] = {}
+    for name, value in given.items():
         if name not in declared and name not in aliases:
             known = ", ".join(declared) or "none"
             known += "".join(f" ('{a}' is {n})" for a, n in aliases.items())
@@ -162,8 +167,17 @@ def load_inputs(program: Program, given: dict[str, Path]) -> dict[str, Array]:
         target = aliases.get(name, name)
         if target in renamed:
             raise GlensideError(f"input '{target}' is given twice")
-        renamed[target] = path
-    given = renamed
+        renamed[target] = value
+    return renamed
+
+
+def load_inputs(program: Program, given: dict[str, Path]) -> dict[str, Array]:
+    """Runtime inputs from .npy files: every declared input, nothing else.
+
+    An input may be named as the program declares it or by its original ONNX name.
+    """
+    declared = {decl.name: decl for decl in program.inputs()}
+    given = by_program_name(program, given)
     missing = [name for name in declared if name not in given]
     if missing:
         raise GlensideError(f"missing input {', '.join(missing)}: give --input NAME=FILE.npy "
