@@ -141,3 +141,19 @@ def test_hostile_names_compile_build_and_agree_with_the_interpreter(
                    check=True, capture_output=True)
     expected = run_program(program, all_tensors(program, inputs))
     assert_matches(np.load(tmp_path / "c.npy"), expected)
+
+
+@pytest.mark.slow
+def test_a_program_file_name_with_a_newline_builds(tmp_path: Path) -> None:
+    """The program's file name goes into comments of model.c, model.h and the Makefile: a
+    newline in it ended the Makefile's comment line ("missing separator")."""
+    import sys
+
+    path = tmp_path / "we\nird\\ $(x) #.gs"
+    path.write_text((EXAMPLES / "matmul.gs").read_text())
+    outdir = tmp_path / "out"
+    run_checked([sys.executable, "-m", "glensidec", "compile", str(path), "--array", "4x4",
+                 "-o", str(outdir)])
+    run_checked(["make", "-s", "-C", str(outdir), "OPT=-O0"])
+    assert (outdir / "Makefile").read_text().startswith(
+        "# Makefile - builds the compiled model we?ird\\ $(x) #.gs. Generated")

@@ -91,6 +91,12 @@ def predicted_cycles(lowered: LoweredProgram, config: ArrayConfig,
 BUFFER_PREFIX = "t_"
 
 
+def printable(text: str) -> str:
+    """`text` for a comment line of the C files and the Makefile: a file name may hold a
+    newline, which would end the comment (and break the Makefile)."""
+    return "".join(char if char.isprintable() else "?" for char in text)
+
+
 def c_string(text: str) -> str:
     """`text` as a C string literal: printable ASCII as is, every other byte (and the quote,
     backslash and question mark, which could start a trigraph) as an octal escape."""
@@ -778,7 +784,7 @@ def render_files(program: Program, lowered: LoweredProgram, plan: MemoryPlan,
         original = renamed.get(str(row["tensor"])) if row["role"] == "input" else None
         row["onnx_name"] = "NULL" if original is None else c_string(original)
     context = {
-        "source": Path(program.path).name, **asdict(config),
+        "source": printable(Path(program.path).name), **asdict(config),
         "python": sys.executable,
         "f32": config.is_float,
         "arrays": [asdict(array) for array in arrays],
