@@ -112,7 +112,10 @@ class Outcome:
 # import is refused for that reason alone, the case runs again with those inputs made
 # initializers (same values, same expected outputs); the tally counts these separately.
 PARAMETER_REFUSALS = (r"input \d+ \('([^']+)'\) must be a constant",
-                      r"input '([^']+)' is (?:INT64|INT32|BOOL): only float inputs")
+                      r"input '([^']+)' is (?:INT64|INT32|BOOL): only float inputs",
+                      # an int64 parameter is an i32 input now (token ids are int64)
+                      r"input '([^']+)' is i(?:8|16|32): only float inputs",
+                      r"input '([^']+)' has dim \d+ = 0: an empty tensor")
 
 
 def parameter_input(case: Case, message: str) -> str | None:

@@ -13,9 +13,10 @@ import numpy as np
 
 from glensidec.errors import GlensideError
 from glensidec.lang.data import input_aliases, load_weights, read_npy
+from glensidec.lang.dtypes import integer_range
 from glensidec.lang.interp import evaluate_all
 from glensidec.lang.syntax import format_program
-from glensidec.lang.terms import Program, Term, postorder
+from glensidec.lang.terms import Program, TensorDecl, Term, postorder
 from glensidec.lang.typecheck import (
     check_program,
 )
@@ -99,8 +100,12 @@ def calibration_batches(program: Program, calibration: dict[str, Array] | str | 
         if decl.name not in calibration:
             raise GlensideError(f"calibration data has no array for input '{decl.name}' "
                                 f"(it has: {', '.join(sorted(calibration)) or 'none'})")
-        array = np.asarray(calibration[decl.name], dtype=np.float32)
-        require_finite(array, f"calibration array '{decl.name}'")
+        array = np.asarray(calibration[decl.name])
+        if decl.dtype == "f32" or array.dtype.kind not in "iu":
+            array = array.astype(np.float32)
+            require_finite(array, f"calibration array '{decl.name}'")
+        if decl.dtype != "f32":  # integer ids, as the program declares them
+            array = integer_samples(decl, array)
         if array.shape[1:] == decl.shape:
             samples = list(array)
         elif decl.shape and array.ndim == len(decl.shape) and array.shape[1:] == decl.shape[
@@ -115,6 +120,17 @@ def calibration_batches(program: Program, calibration: dict[str, Array] | str | 
         raise GlensideError(f"calibration arrays disagree on (or have no) samples: {counts}")
     count = counts.pop()
     return [{name: samples[i] for name, samples in split.items()} for i in range(count)]
+
+
+def integer_samples(decl: TensorDecl, array: Array) -> Array:
+    """Calibration values of an integer input (token ids) in its dtype; they must be
+    integers within its range."""
+    low, high = integer_range(decl.dtype)
+    if array.size and (not np.all(array == np.round(array)) or array.min() < low
+                       or array.max() > high):
+        raise GlensideError(f"calibration array '{decl.name}' must hold integers of "
+                            f"{decl.dtype} (input '{decl.name}' is {decl.dtype})")
+    return array.astype(np.dtype(decl.dtype.replace("i", "int")))
 
 
 def require_finite(array: Array, what: str) -> None:

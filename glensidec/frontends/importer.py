@@ -1138,8 +1138,11 @@ def tile(imp: Importer, node: Node) -> Value:
 
 @translates("Gather")
 def gather(imp: Importer, node: Node) -> Value:
-    """Gather with constant indices: the selected slices, concatenated and reshaped."""
+    """Gather with constant indices: the selected slices, concatenated and reshaped; or
+    rows of a constant table selected by computed ids (an embedding)."""
     check_attributes(node, {"axis"})
+    if isinstance(imp.value(node, 1), Term) and not isinstance(imp.value(node, 0), Term):
+        return embedding(imp, node)
     x = imp.dynamic(node, 0)
     dims = imp.full_shape(x)
     axis = int(node.attributes.get("axis", 0)) % len(dims)
@@ -1156,6 +1159,51 @@ def gather(imp: Importer, node: Node) -> Value:
         result = part if result is None else B.op("access-concatenate", result, part, axis)
     assert result is not None
     return B.reshape(result, (*dims[:axis], *indices.shape, *dims[axis + 1:]), ())
+
+
+def embedding(imp: Importer, node: Node) -> Value:
+    """Rows of a constant table (V, …) picked by computed integer ids: a one-hot product.
+
+    onehot[…, v] = 1 − clip(ids − v, 0, 1) − clip(v − ids, 0, 1) (exact in integers), cast
+    to f32, times the table as a (V, D) matrix: the product is an ordinary matrix product
+    (the array's, once quantized), and the ids stay integers in every program. It costs
+    T·V integer compares on the host and a T×V×D product, which is fine for the reduced
+    vocabularies of tests and small models; an id outside [0, V) picks no row (zeros).
+    """
+    table = imp.constant(node, 0)
+    ids = imp.dynamic(node, 1)
+    axis = int(node.attributes.get("axis", 0))
+    if axis % max(table.ndim, 1) != 0 or table.ndim < 1:
+        raise GlensideError(f"{node.where()}: computed indices select rows (axis 0) of a "
+                            f"constant table; axis {axis} of {table.shape} is not supported")
+    kind = imp.dtype(ids)
+    if kind not in INTEGER_NAMES:
+        raise GlensideError(f"{node.where()}: indices '{node.inputs[1]}' are {kind}, not integers")
+    dims = imp.full_shape(ids)
+    rows = int(table.shape[0])
+    spread = (*dims, rows)
+    base = node.outputs[0]
+
+    def across(term: Term, shape: tuple[int, ...]) -> Term:
+        return B.broadcast(B.reshape(term, shape, ()), spread, ())
+
+    def clipped(term: Term) -> Term:
+        return B.compute("clip", term, 0, 1)
+
+    ids_spread = across(ids, (*dims, 1))
+    row_numbers = across(imp.weight(f"{base}_rows", np.arange(rows), kind),
+                         (*([1] * len(dims)), rows))
+    one = across(imp.weight(f"{base}_one", np.ones(1), kind), (1,) * len(spread))
+    difference = B.compute("elementwise-sub", B.op("access-pair", ids_spread, row_numbers))
+    above = clipped(difference)
+    below = clipped(B.compute("negative", difference))
+    missed = B.compute("elementwise-add", B.op("access-pair", above, below))
+    onehot = B.compute("elementwise-sub", B.op("access-pair", one, missed))
+    matrix = table.reshape(rows, -1).astype(np.float32)
+    columns = imp.weight(f"{base}_table", np.ascontiguousarray(matrix.T))
+    product = B.matmul(B.access(B.compute("cast", onehot, "f32"), len(dims)),
+                       B.access(columns, 1))
+    return B.reshape(product, (*dims, *table.shape[1:]), ())
 
 
 # ReduceMin(x) is −ReduceMax(−x): exact in floats, so no construct of its own is needed.
@@ -1230,7 +1278,8 @@ def onnx_input_names(model: Any) -> dict[str, str]:
 
 
 # ONNX element types a program's input can have (TensorProto.FLOAT, INT8, INT16, INT32).
-INPUT_DTYPES = {1: "f32", 3: "i8", 5: "i16", 6: "i32"}
+# INT64 inputs (token ids) are declared i32: every value a program is given must fit it.
+INPUT_DTYPES = {1: "f32", 3: "i8", 5: "i16", 6: "i32", 7: "i32"}
 
 # Ops that take integer tensors: what ONNX computes on them, the language computes the same
 # way (two's complement wrapping, division truncated toward zero, integer clip bounds).
@@ -1249,7 +1298,7 @@ def _input_decl(imp: Importer, value_info: Any, name: str) -> TensorDecl:
     if dtype is None:
         kind = onnx.TensorProto.DataType.Name(tensor_type.elem_type)
         raise GlensideError(f"input '{value_info.name}' is {kind}: only float inputs and "
-                            f"signed 8-, 16- and 32-bit integers")
+                            f"signed 8-, 16-, 32- and 64-bit integers")
     if not tensor_type.HasField("shape"):
         raise GlensideError(f"input '{value_info.name}' has no shape; static shapes needed")
     dims = []

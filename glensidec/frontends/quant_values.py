@@ -70,13 +70,18 @@ class Host:
 
 
 @dataclass
+class Int:
+    term: Term  # an integer tensor (token ids and what is computed from them), kept as is
+
+
+@dataclass
 class Pair:
     op: str
     left: Value
     right: Value
 
 
-Value = Q8 | Acc | Const | Host | Pair
+Value = Q8 | Acc | Const | Host | Int | Pair
 
 
 class Unsupported(Exception):

@@ -26,6 +26,7 @@ compute kind is a function in `quant_compute` (the `COMPUTE_TRANSLATORS` table).
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -58,13 +59,14 @@ from glensidec.frontends.quant_values import (
     Array,
     Const,
     Host,
+    Int,
     Pair,
     Unsupported,
     Value,
     no_raw_zeros,
 )
 from glensidec.lang import constructs as K
-from glensidec.lang.data import aliases_text, load_weights, npz_bytes
+from glensidec.lang.data import aliases_text, input_array, load_weights, npz_bytes
 from glensidec.lang.dtypes import DTYPES
 from glensidec.lang.expand import expand_program
 from glensidec.lang.interp import apply_term, evaluate_all
@@ -131,7 +133,11 @@ class QuantizedProgram:
     aliases: str = ""  # the float program's `; onnx-input` lines: its inputs' ONNX names
 
     def quantize_inputs(self, inputs: dict[str, Array]) -> dict[str, Array]:
-        return {name: self.inputs[name].quantize(array) for name, array in inputs.items()}
+        """Float inputs quantized; integer inputs (token ids) as the program declares them."""
+        tensors = self.program.tensors
+        return {name: self.inputs[name].quantize(array) if name in self.inputs else
+                input_array(tensors[name], np.asarray(array), f"input '{name}'")
+                for name, array in inputs.items()}
 
     def dequantize_output(self, output: Array) -> Array:
         return self.output.dequantize(output) if self.output is not None else output
@@ -286,6 +292,8 @@ class Quantizer:
         if all(isinstance(c, Const) for c in children):
             values = {c.term: c.array for c in children if isinstance(c, Const)}
             return Const(apply_term(term, self.float_types, values, self.float_weights), term)
+        if any(isinstance(c, Int) for c in children):
+            return self.on_integers(term, children)
         translate = TRANSLATORS.get(term.op)
         if translate is None:
             raise Unsupported(f"{term.op} is not supported")
@@ -295,6 +303,9 @@ class Quantizer:
         decl = self.program.tensors[str(term.args[0])]
         if decl.role == "weight":
             return Const(self.float_weights[decl.name], term)
+        if decl.dtype != "f32":  # integer ids stay integers
+            self.tensors[decl.name] = decl
+            return Int(term)
         params = self.params_of(term)
         # The program itself says how a float input is quantized (`run` and the C accept
         # float32 for it).
@@ -304,6 +315,38 @@ class Quantizer:
         q = Q8(term, params, term)
         self.record(term, q)
         return q
+
+    def on_integers(self, term: Term, children: list[Value]) -> Value:
+        """A term over integer tensors (ids) computes what it computed in the float program;
+        its constants become integer weights. Cast to f32, an integer tensor whose
+        calibrated values fit i8 is exactly the i8 tensor of scale 1 and zero point 0 (the
+        embedding's one-hot rows, docs/import.md)."""
+        op = term.args[0] if term.op == "compute" else None
+        if isinstance(op, ComputeOp) and op.name == "cast" and op.params == ("f32",):
+            low, high = self.profile.ranges.get(self.keys[term], (math.inf, -math.inf))
+            if not -128 <= low <= high <= 127:
+                raise Unsupported(f"an integer tensor cast to f32 takes values {low}..{high} "
+                                  "on the calibration data; only -128..127 (exact in i8)")
+            (operand,) = children
+            assert isinstance(operand, Int)
+            cast = B.compute("cast", operand.term, "i8")
+            return Q8(cast, QParams(1.0, 0), cast)
+        rebuilt = []
+        for child in term.children():
+            if K.CONSTRUCTS[child.op].result != K.ACCESS:
+                continue
+            value = self.values.get(child)
+            if isinstance(value, Const):
+                kind = self.ftype(child)
+                if kind.dtype == "f32":
+                    raise Unsupported(f"{term.op} of integers and floats")
+                wanted = self.program.names.get(child, "integers")
+                rebuilt.append(self.spread(value.array, kind, kind.dtype, wanted))
+            elif isinstance(value, Int):
+                rebuilt.append(value.term)
+            else:
+                raise Unsupported(f"{term.op} of integers and {type(value).__name__}")
+        return Int(self.rebuild(term, *rebuilt))
 
     # -- data movement ------------------------------------------------------------------
     def rebuild(self, term: Term, *children: Term) -> Term:
@@ -487,7 +530,8 @@ def quantize(program: Program, calibration: dict[str, Array] | str | Path | Prof
     """
     check_program(program)
     for decl in program.tensors.values():
-        if decl.dtype != "f32":
+        # i16/i32 tensors are token ids and their row numbers; i8 means already quantized
+        if decl.dtype not in ("f32", "i16", "i32"):
             raise GlensideError(f"quantize takes a float program; {decl.role} '{decl.name}' "
                                 f"is {decl.dtype}")
     weights = load_weights(program)

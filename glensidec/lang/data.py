@@ -16,7 +16,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from glensidec.errors import GlensideError
-from glensidec.lang.dtypes import DTYPES, Array, integer_range
+from glensidec.lang.dtypes import DTYPES, INTEGER_NAMES, Array, integer_range
 from glensidec.lang.quantization import check_float_input
 from glensidec.lang.terms import Program, TensorDecl
 from glensidec.outputs import write_file
@@ -46,6 +46,14 @@ def input_array(decl: TensorDecl, array: Array, origin: str) -> Array:
             and tuple(array.shape) == decl.shape):
         check_float_input(decl.name, array, origin)
         return decl.quantization.quantize(array)
+    if (decl.dtype in INTEGER_NAMES and array.dtype.kind in "iu" and array.size
+            and tuple(array.shape) == decl.shape):
+        # integers of another width (INT64 token ids for an i32 input): taken if they fit
+        low, high = integer_range(decl.dtype)
+        if not (low <= int(array.min()) and int(array.max()) <= high):
+            raise GlensideError(f"{decl.role} '{decl.name}': {origin} holds {array.dtype} "
+                                f"values outside {decl.dtype} ({array.min()}..{array.max()})")
+        return array.astype(DTYPES[decl.dtype].numpy)
     return check_array(decl, array, origin)
 
 
