@@ -74,3 +74,8 @@ def test_declaration_keywords_and_construct_names_are_ordinary_names() -> None:
     printed = format_program(program)
     again = parse_program(printed, "words.gs")
     assert again.root == program.root and format_program(again) == printed
+    # a compute type or pad type bound by a `let` is a result like any name
+    for word in ("relu", "zero-padding"):
+        bound = parse_program(f"(input x f32 (shape 2))\n(let {word} (compute relu "
+                              f"(access-tensor x)))\n{word}\n", "bound.gs")
+        assert bound.root.op == "compute" and bound.names[bound.root] == word

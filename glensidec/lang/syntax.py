@@ -465,9 +465,9 @@ def _result(builder: _Builder, form: SExpr) -> Term:
     the tensor, as in the original (its `Value::Tensor`): `(access-tensor NAME)`."""
     if isinstance(form, Atom) and form.kind == "symbol" and str(form.value) in builder.tensors:
         return Term("access-tensor", (Symbol(str(form.value)),), form.span, (form.span,))
-    if isinstance(form, Atom) and (form.kind in ("int", "float") or str(form.value) in
-                                   (*K.PAD_TYPES, *COMPUTE_TYPES)) \
-            and str(form.value) not in builder.bindings:
+    argument_only = (*K.PAD_TYPES, *COMPUTE_TYPES)  # unless a `let` took the word as a name
+    if isinstance(form, Atom) and (form.kind in ("int", "float") or (
+            str(form.value) in argument_only and str(form.value) not in builder.bindings)):
         raise GlensideError(f"{form.describe()} alone is an argument, not a program result",
                             form.span)
     return builder.term(form)
