@@ -203,7 +203,9 @@ def compile_command(program: Path, shapes: Path | None, array_size: str, emit: s
                                         else RULESETS)  # rewrite, extract
     if accel:  # the epilogue's rewrites, which only the whole accelerator offers
         compiled = pipeline.fuse_epilogues(compiled, config)
+    target = pipeline.compile_target(parsed, typed.types, configs, accel)  # where, and why
     if stats:
+        click.echo(f"note: {target.line}", err=True)
         for line in compiled.report_lines(config):
             click.echo(line, err=True)
         for line in _accelerator_lines(accelerator, compiled.prediction.invocations):
@@ -222,6 +224,8 @@ def compile_command(program: Path, shapes: Path | None, array_size: str, emit: s
                  if accel else "")
         click.echo(f"wrote {output}: {len(result.lowered.instructions)} instructions, "
                    f"predicted array cycles {result.predicted_cycles}{fused}")
+        if not (target.takes_all or stats):  # products on the host: say why
+            click.echo(f"note: {target.line}", err=True)
         if result.host_epilogues:
             click.echo(f"warning: {result.host_epilogues} host instructions of accel-epilogue "
                        "or accel-max-pool terms stay on the host (the accelerator cannot take "

@@ -39,7 +39,7 @@ from glensidec.lang.dtypes import Array
 from glensidec.lang.expand import expand_accelerated, expand_program, needs_expansion
 from glensidec.lang.syntax import read_program
 from glensidec.lang.terms import Arg, Program, Term, postorder
-from glensidec.lang.typecheck import TypeTable, check_program, infer
+from glensidec.lang.typecheck import AccessType, TupleType, TypeTable, check_program, infer
 from glensidec.opt.extract import (
     Compiled,
     array_target,
@@ -271,8 +271,9 @@ def accelerator_for(config: ArrayConfig, scratchpad: str = "256KiB",
     """The accelerator around the array, from --scratchpad, --accumulator, --dram-bandwidth
     (the defaults: 256 KiB, 1024 accumulator rows, 16 B/cycle).
 
-    Sizes the RTL cannot have, or memories too small for even one tile, are input errors
-    that name the sizes.
+    Every size is checked here, once, against what the RTL can have (the command fields'
+    widths: glensidec.hardware.commands.accel_config_for) and what one tile needs, so the
+    C sized from it builds: bad sizes are input errors that name them.
     """
     from glensidec.hardware.accel import CapacityError
     from glensidec.hardware.commands import accel_config_for, gemm_tiling
@@ -294,9 +295,71 @@ def accelerator_for(config: ArrayConfig, scratchpad: str = "256KiB",
             from None
     except ValueError as error:
         option = (f"--dram-bandwidth {dram_bandwidth}" if "bandwidth" in str(error)
-                  else f"--scratchpad {scratchpad}")
+                  else f"--accumulator {accumulator or f'{acc_depth} rows (the default)'}"
+                  if "accumulator" in str(error) else f"--scratchpad {scratchpad}")
         raise GlensideError(f"{option}: {error}") from None
     return accel
+
+
+@dataclass(frozen=True)
+class Target:
+    """Which machine a program's matrix products run on, and why (`compile_target`)."""
+
+    line: str  # one line, e.g. "f32 program: compiled for the bare 16x16 binary32 array"
+    takes_all: bool  # every product runs on the target (none falls to the host by dtype)
+
+
+def compile_target(program: Program, types: TypeTable, configs: tuple[ArrayConfig, ...],
+                   accel: bool) -> Target:
+    """The one line `compile` says about where `program` runs: the whole accelerator (int8
+    products with their epilogues), the bare int8 array, or the bare binary32 array take
+    only products of their operand dtype; the rest run on the host, and the line says why
+    and which option would take them."""
+    from glensidec.opt.extract import input_dtype
+
+    dtypes = sorted(_product_dtypes(program, types))
+    config = configs[0]
+    taken = input_dtype(config)
+    size = ",".join(f"{c.rows}x{c.cols}" for c in configs)
+    machine = ("the whole accelerator" if accel else
+               f"the bare {size} {'binary32' if config.is_float else 'int8'} "
+               f"array{'s' if len(configs) > 1 else ''}")
+    if not dtypes:
+        return Target("program without matrix products: it runs on the host", True)
+    label = f"{' and '.join(dtypes)} program"
+    host = [dtype for dtype in dtypes if dtype != taken]
+    other = (f"--array {config.rows}x{config.cols}:f32{' without --accel' if accel else ''} "
+             "for the binary32 array" if "f32" in host
+             else f"--array {config.rows}x{config.cols} for the int8 array" if "i8" in host
+             else "")
+    verb = "multiply" if len(configs) > 1 and not accel else "multiplies"
+    why = f"{machine} {verb} {taken} operands only" + (f" ({other})" if other else "")
+    if taken not in dtypes:
+        return Target(f"{label}: its products run on the host: {why}", False)
+    line = f"{label}: compiled for {machine}"
+    if host:
+        return Target(f"{line}; its {'/'.join(host)} products run on the host: {why}", False)
+    return Target(line, True)
+
+
+def _product_dtypes(program: Program, types: TypeTable) -> set[str]:
+    """The operand dtypes of the program's matrix products (dot-products, and array
+    constructs written as such)."""
+    dtypes: set[str] = set()
+    for term in postorder(program.root):
+        if is_product(term):
+            operands = term.args[1]
+        elif term.op in Group.HARDWARE:
+            operands = term.args[2]
+        else:
+            continue
+        assert isinstance(operands, Term)
+        value = types[operands]
+        if isinstance(value, TupleType):  # a dot-product of tuple members
+            dtypes.update(member.dtype for member in value.members)
+        elif isinstance(value, AccessType):
+            dtypes.add(value.dtype)
+    return dtypes
 
 
 def require_no_epilogue(program: Program) -> None:

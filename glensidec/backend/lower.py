@@ -590,7 +590,8 @@ class _Lowerer:
         value = self.value(arg)
         if isinstance(value, Product) and arg.op == "access-cartesian-product":
             dtype = self.dtype(value.left)
-            if dtype == "i8" and self.options.offload_i8_gemm:
+            # (only onto the int8 array: the binary32 one multiplies f32 operands)
+            if dtype == "i8" == self.options.array_dtype and self.options.offload_i8_gemm:
                 return self.product_on_array(term, value)
             pair = value.as_pair()
             item_rank = len(pair.left.dims) - pair.axis

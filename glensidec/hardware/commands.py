@@ -1102,6 +1102,18 @@ DEFAULT_DRAM_BANDWIDTH = 16
 DEFAULT_DRAM_LATENCY = 8
 
 
+#: COMPUTE's m_len field: the most rows one tile accumulates, so the most accumulator rows
+#: a tiling uses (more would only cost memory: the generated C's static arrays).
+M_LEN_BITS = 16
+MAX_ACC_DEPTH = (1 << M_LEN_BITS) - 1
+#: ws_dma_load's read data port is BUS_BYTES·8 bits: a 32-bit Verilog integer.
+MAX_BUS_BYTES = 1 << 27
+#: The generated C (accel_runtime.c) holds the scratchpad, and the accumulator twice (it
+#: and the queue of emitted rows), as static arrays: x86-64's default code model links at
+#: most 2 GiB of static data, so each gets at most a quarter of it.
+MAX_C_STATIC_BYTES = 1 << 29
+
+
 def accel_config_for(array: ArrayConfig, scratchpad_bytes: int = DEFAULT_SCRATCHPAD_BYTES,
                      bus_bytes: int = DEFAULT_DRAM_BANDWIDTH,
                      latency: int = DEFAULT_DRAM_LATENCY,
@@ -1109,7 +1121,9 @@ def accel_config_for(array: ArrayConfig, scratchpad_bytes: int = DEFAULT_SCRATCH
     """ws_accel around `array`: scratchpad rows of the next power of two ≥ max(rows, cols)
     bytes in four banks; `acc_depth` accumulator rows of COLS int32 (the array's by default).
 
-    Raises ValueError with a message for sizes the RTL cannot have.
+    Raises ValueError with a message for sizes the RTL cannot have, or the generated C
+    cannot link (the limits: SPAD_ROW_BITS in AccelConfig, MAX_ACC_DEPTH, MAX_BUS_BYTES,
+    MAX_C_STATIC_BYTES); every size compile takes passes here (pipeline.accelerator_for).
     """
     row_bytes = 1 << (max(array.rows, array.cols) - 1).bit_length()
     banks = 4
@@ -1120,12 +1134,29 @@ def accel_config_for(array: ArrayConfig, scratchpad_bytes: int = DEFAULT_SCRATCH
     if bank_rows & (bank_rows - 1):
         raise ValueError(f"{scratchpad_bytes} B makes banks of {bank_rows} rows; the bank "
                          f"rows must be a power of two (e.g. {banks * row_bytes * 1024} B)")
+    most = min(row_bytes << SPAD_ROW_BITS, MAX_C_STATIC_BYTES)
+    if scratchpad_bytes > most:
+        raise ValueError(f"the scratchpad is at most {most} B ({row_bytes}-byte rows a command "
+                         f"addresses with {SPAD_ROW_BITS} bits, in a static array of the "
+                         f"generated C of at most {MAX_C_STATIC_BYTES} B), got "
+                         f"{scratchpad_bytes} B")
+    depth = acc_depth or array.acc_depth
+    if not 2 <= depth <= MAX_ACC_DEPTH:
+        raise ValueError(f"the accumulator holds 2 to {MAX_ACC_DEPTH} rows (a COMPUTE's m_len "
+                         f"is {M_LEN_BITS} bits: no tile uses more), got {depth}")
+    if 2 * depth * array.cols * 4 > MAX_C_STATIC_BYTES:
+        raise ValueError(f"the accumulator is at most {MAX_C_STATIC_BYTES // 2} B (twice a "
+                         f"static array of the generated C, which must link), got "
+                         f"{depth * array.cols * 4} B")
     if bus_bytes < 1 or bus_bytes & (bus_bytes - 1):
         raise ValueError(f"the DRAM bandwidth must be a power of two bytes per cycle, "
                          f"got {bus_bytes}")
+    if bus_bytes > MAX_BUS_BYTES:
+        raise ValueError(f"the DRAM bandwidth is at most {MAX_BUS_BYTES} bytes per cycle (the "
+                         f"read port is 8·B bits wide, a Verilog integer), got {bus_bytes}")
     memory = MemoryConfig(row_bytes=row_bytes, scratchpad_bytes=scratchpad_bytes, banks=banks,
                           bus_bytes=bus_bytes, latency=latency)
-    return AccelConfig(array.rows, array.cols, acc_depth or array.acc_depth, memory)
+    return AccelConfig(array.rows, array.cols, depth, memory)
 
 
 def gemm_tiling(config: AccelConfig, m: int, k: int, n: int, name: str) -> LayerTiling:
