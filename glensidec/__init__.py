@@ -1,11 +1,13 @@
 """glensidec: a compiler for Glenside tensor programs onto a weight-stationary systolic array.
 
 The Python API (for notebooks) mirrors the commands; every function raises
-`glensidec.errors.GlensideError` for bad input, as the commands print it:
+`glensidec.errors.GlensideError` for bad input, as the commands print it, and a TypeError
+naming the argument for one of the wrong kind (checked here, at the boundary):
 
     program = glensidec.load("model.gs")           # parse (and type-check)
     glensidec.check(program)                       # the result's type, e.g. ((1,10),()) i32
-    out = glensidec.run(program, {"image": x})     # numpy array (reference interpreter)
+    out = glensidec.run(program, {"image": x})     # numpy array (reference interpreter);
+                                                   # x: an array or a .npy path
     c = glensidec.compile(program, "16x16", "out") # Compilation: cycles, report, OUTDIR
     a = glensidec.compile("q/m.gs", "16x16", "o", accel=True)  # the whole accelerator
     c.report_data.rows                             # per instruction: op, MACs, cycles, …
@@ -18,6 +20,10 @@ Stages are imported when first used, so `import glensidec` stays cheap.
 
 from __future__ import annotations
 
+import math
+import numbers
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,8 +40,94 @@ if TYPE_CHECKING:
 __all__ = ["Compilation", "check", "compile", "diff", "import_onnx", "load", "quantize", "run"]
 
 
-def _program(program: Program | str | Path) -> Program:
-    return program if not isinstance(program, (str, Path)) else load(program)
+# -- the boundary: arguments of the wrong kind are a TypeError naming the argument here,
+# and bad values a GlensideError, never an exception from deep inside a stage.
+
+
+def _kind(value: object) -> str:
+    return type(value).__name__
+
+
+def _path(value: object, argument: str) -> Path:
+    """A path argument: a str or an os.PathLike (pathlib.Path)."""
+    if isinstance(value, (str, os.PathLike)):
+        path = os.fspath(value)
+        if isinstance(path, str):
+            return Path(path)
+    raise TypeError(f"{argument}: expected a path (str or pathlib.Path), got {_kind(value)}")
+
+
+def _program(program: object) -> Program:
+    """A loaded Program as is; a path is loaded (parsed and type-checked)."""
+    from glensidec.lang.terms import Program
+
+    if isinstance(program, Program):
+        return program
+    if isinstance(program, (str, os.PathLike)):
+        return load(_path(program, "program"))
+    raise TypeError(f"program: expected a Program (glensidec.load) or the path of a .gs file "
+                    f"(str or pathlib.Path), got {_kind(program)}")
+
+
+def _integer(value: object, argument: str, low: int, high: int = 2**63 - 1) -> int:
+    """An int argument (not a bool) from `low` to `high`."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{argument}: expected an int, got {_kind(value)}")
+    number = int(value)
+    if not low <= number <= high:
+        from glensidec.errors import GlensideError
+
+        raise GlensideError(f"{argument} must be from {low} to {high}, got {number}")
+    return number
+
+
+def _size(value: object, argument: str) -> str:
+    """A memory size: bytes as an int, or a string such as "256KiB"."""
+    return value if isinstance(value, str) else str(_integer(value, argument, 1))
+
+
+def _array_size(array: object) -> str:
+    """`array`: "RxC[:TYPE][,RxC…]" as `--array` takes it, or a (rows, cols) pair."""
+    if isinstance(array, str):
+        return array
+    if (isinstance(array, tuple) and len(array) == 2
+            and all(isinstance(n, int) and not isinstance(n, bool) for n in array)):
+        return f"{array[0]}x{array[1]}"
+    raise TypeError(f"array: expected a size such as \"16x16\" or \"16x16:f32\", or a "
+                    f"(rows, cols) pair of ints, got {_kind(array)} {array!r}")
+
+
+def _inputs(program: Program, inputs: object, argument: str) -> dict[str, Path | Any]:
+    """Runtime inputs by name: a mapping of name → numpy array or .npy path, or a list or
+    tuple of them in the order the program declares its inputs."""
+    import numpy as np
+
+    if isinstance(inputs, Mapping):
+        named = dict(inputs)
+    elif isinstance(inputs, (list, tuple)):
+        names = [decl.name for decl in program.inputs()]
+        if len(inputs) != len(names):
+            from glensidec.errors import GlensideError
+
+            raise GlensideError(f"{argument}: {len(inputs)} given for the program's "
+                                f"{len(names)} inputs ({', '.join(names) or 'none'}), in "
+                                "that order")
+        named = dict(zip(names, inputs, strict=True))
+    else:
+        raise TypeError(f"{argument}: expected a dict of input name → numpy array or .npy "
+                        f"path (or a list in the program's input order), got {_kind(inputs)}")
+    given: dict[str, Path | Any] = {}
+    for name, value in named.items():
+        if not isinstance(name, str):
+            raise TypeError(f"{argument}: input names are str, got {_kind(name)} {name!r}")
+        if isinstance(value, (str, os.PathLike)):
+            given[name] = _path(value, f"{argument}[{name!r}]")
+        elif isinstance(value, np.ndarray) or np.isscalar(value):
+            given[name] = np.asarray(value)
+        else:
+            raise TypeError(f"{argument}[{name!r}]: expected a numpy array or the path of a "
+                            f".npy file, got {_kind(value)}")
+    return given
 
 
 def load(path: str | Path, shapes: str | Path | None = None) -> Program:
@@ -43,7 +135,8 @@ def load(path: str | Path, shapes: str | Path | None = None) -> Program:
     from glensidec.lang.syntax import read_program
     from glensidec.lang.typecheck import check_program
 
-    program = read_program(path, shapes)
+    program = read_program(_path(path, "path"),
+                           None if shapes is None else _path(shapes, "shapes"))
     check_program(program)
     return program
 
@@ -56,27 +149,31 @@ def check(program: Program | str | Path) -> AccessType:
     return root_type(parsed, check_program(parsed))
 
 
-def run(program: Program | str | Path, inputs: dict[str, Any] | None = None,
+def run(program: Program | str | Path,
+        inputs: Mapping[str, Any] | list[Any] | tuple[Any, ...] | None = None,
         seed: int | None = None, *, dequantize: bool = False) -> Any:
-    """Run with the reference interpreter on `inputs` (name → numpy array), or on seeded
-    random inputs when `seed` is given; returns the result as a numpy array. An input
-    declared `(quantized …)` may be given as float32 (quantized as declared); `dequantize`
-    returns a `(quantized-output …)` program's result as float32."""
+    """Run with the reference interpreter on `inputs`, or on seeded random inputs when
+    `seed` (0 ≤ seed < 2**63) is given; returns the result as a numpy array.
+
+    `inputs`: a dict of input name → numpy array or the path of a .npy file (as `run
+    --input NAME=FILE.npy`), or a list of them in the order the program declares its
+    inputs. An input declared `(quantized …)` may be given as float32 (quantized as
+    declared); `dequantize` returns a `(quantized-output …)` program's result as float32."""
     from glensidec.errors import GlensideError
     from glensidec.lang import data
     from glensidec.lang.interp import run_program
     from glensidec.lang.typecheck import check_program
 
     parsed = _program(program)
+    if seed is not None and inputs is not None:
+        raise GlensideError("give inputs or seed, not both")
     types = check_program(parsed)
     if seed is not None:
-        given = data.random_inputs(parsed, seed)
+        given = data.random_inputs(parsed, _integer(seed, "seed", 0))
     else:
-        given = data.by_program_name(parsed, dict(inputs or {}))  # ONNX names too
-        for decl in parsed.inputs():
-            if decl.name not in given:
-                raise GlensideError(f"missing input {decl.name}")
-            given[decl.name] = data.input_array(decl, given[decl.name], "the given array")
+        given = data.load_inputs(parsed, _inputs(parsed, {} if inputs is None else inputs,
+                                                  "inputs"),  # ONNX names too
+                                 "inputs={name: array or .npy path} or seed=N")
     result = run_program(parsed, data.all_tensors(parsed, given), types)
     return data.dequantize_result(parsed, result) if dequantize else result
 
@@ -94,17 +191,20 @@ class Compilation:
     report_data: ReportData | None = None  # OUTDIR/report.json's rows, one per instruction
     # accel=True with an OUTDIR: Σ the accelerator layers' cycles (ws_accel's, exact)
     accel_cycles: int | None = None
+    # where the products run and why, as `compile` says it (pipeline.compile_target)
+    target: str = ""
 
 
-def compile(program: Program | str | Path, array: str = "16x16",
+def compile(program: Program | str | Path, array: str | tuple[int, int] = "16x16",
             outdir: str | Path | None = None, *, force: bool = False, iterations: int = 30,
             max_enodes: int = 50_000, timeout: float = 10.0, accel: bool = False,
-            scratchpad: str = "256KiB", accumulator: str | None = None,
+            scratchpad: str | int = "256KiB", accumulator: str | int | None = None,
             dram_bandwidth: int = 16) -> Compilation:
-    """Map the program onto an RxC array (`array`, e.g. "16x16"); with `outdir`, write the C
-    program there (new, empty or an earlier compile's; `force` as `--force`). `accel` and
-    the memory sizes are `--accel`, `--scratchpad`, `--accumulator`, `--dram-bandwidth`:
-    the int8 program's array calls run as layers of the whole accelerator."""
+    """Map the program onto an RxC array (`array`, e.g. "16x16", "16x16:f32" or (16, 16));
+    with `outdir`, write the C program there (new, empty or an earlier compile's; `force`
+    as `--force`). `accel` and the memory sizes are `--accel`, `--scratchpad`,
+    `--accumulator`, `--dram-bandwidth` (sizes as "256KiB" or an int of bytes): the int8
+    program's array calls run as layers of the whole accelerator."""
     from glensidec import pipeline
     from glensidec.errors import GlensideError
     from glensidec.lang.typecheck import check_program
@@ -112,52 +212,95 @@ def compile(program: Program | str | Path, array: str = "16x16",
     from glensidec.opt.rewrite import RULESETS, Limits
     from glensidec.outputs import check_output_directory
 
-    config = parse_array_size(array)
+    config = parse_array_size(_array_size(array))
     if accel and config.is_float:
         raise GlensideError("accel drives the int8 accelerator: not with an f32 array")
-    accelerator = (pipeline.accelerator_for(config, scratchpad, accumulator, dram_bandwidth)
-                   if accel else None)
+    accelerator = pipeline.accelerator_for(config, _size(scratchpad, "scratchpad"),
+                                           None if accumulator is None
+                                           else _size(accumulator, "accumulator"),
+                                           _integer(dram_bandwidth, "dram_bandwidth", 1))
+    limits = Limits(_integer(iterations, "iterations", 0, 2**31 - 1),
+                    _integer(max_enodes, "max_enodes", 1, 2**62), _seconds(timeout))
     if outdir is not None:
-        check_output_directory(outdir, force=force)
-    typed = (pipeline.load(program) if isinstance(program, (str, Path))
-             else pipeline.Typed(program, check_program(program)))
+        check_output_directory(_path(outdir, "outdir"), force=force)
+    parsed = _program(program)
+    typed = pipeline.Typed(parsed, check_program(parsed))
     if outdir is not None and not accel:
         pipeline.require_no_epilogue(typed.program)
-    compiled = pipeline.compile_program(typed.program, config,
-                                        Limits(iterations, max_enodes, timeout), types=typed.types,
+    compiled = pipeline.compile_program(typed.program, config, limits, types=typed.types,
                                         rulesets=pipeline.ACCEL_RULESETS if accel else RULESETS)
     if accel:
         compiled = pipeline.fuse_epilogues(compiled, config)
+    target = pipeline.compile_target(typed.program, typed.types, (config,), accel)
     written, instructions, layers, accel_cycles = None, None, None, None
     if outdir is not None:
         from glensidec.backend.report import report_data
 
         result = pipeline.compile_to_directory(compiled.program, compiled.types, outdir, config,
-                                               force=force, accel=accelerator)
+                                               force=force, accel=accelerator if accel else None)
         written, instructions = result.outdir, len(result.lowered.instructions)
         layers = report_data(Path(compiled.program.path).name, result.lowered, config)
         accel_cycles = result.accel_cycles if accel else None
     return Compilation(compiled.program, compiled.prediction.total,
                        compiled.prediction.array_cycles, list(compiled.report_lines(config)),
-                       written, instructions, layers, accel_cycles)
+                       written, instructions, layers, accel_cycles, target.line)
 
 
-def diff(outdir: str | Path, inputs: dict[str, str | Path], *, rtl: bool = False
-         ) -> DiffResult:
-    """Run a compiled OUTDIR's program on `inputs` (name -> .npy file) as `glensidec diff`
-    does: `.agree`, `.divergence` (the first differing instruction, element and values) and
-    `.lines()` (what the command prints)."""
+def _seconds(timeout: object) -> float:
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"timeout: expected seconds as a number, got {_kind(timeout)}")
+    if not (math.isfinite(timeout) and timeout >= 0):
+        from glensidec.errors import GlensideError
+
+        raise GlensideError(f"timeout must be a finite number of seconds ≥ 0, got {timeout}")
+    return float(timeout)
+
+
+def diff(outdir: str | Path,
+         inputs: Mapping[str, Any] | list[str] | tuple[str, ...] | str, *,
+         rtl: bool = False) -> DiffResult:
+    """Run a compiled OUTDIR's program on `inputs` as `glensidec diff` does: `.agree`,
+    `.divergence` (the first differing instruction, element and values) and `.lines()`
+    (what the command prints).
+
+    `inputs`: a dict of input name → .npy path or numpy array, or the command's own
+    "NAME=FILE.npy" words (one string, or a list of them)."""
+    import tempfile
+
+    import numpy as np
+
     from glensidec.cosim.diff import diff as diff_executions
 
-    return diff_executions(Path(outdir), tuple(f"{name}={path}" for name, path in inputs.items()),
-                           rtl)
+    directory = _path(outdir, "outdir")
+    if isinstance(inputs, str):
+        return diff_executions(directory, (inputs,), rtl)
+    if isinstance(inputs, (list, tuple)):
+        if not all(isinstance(word, str) for word in inputs):
+            raise TypeError("inputs: a list of \"NAME=FILE.npy\" strings, or a dict of "
+                            "input name → .npy path or numpy array")
+        return diff_executions(directory, tuple(inputs), rtl)
+    if not isinstance(inputs, Mapping):
+        raise TypeError(f"inputs: expected a dict of input name → .npy path or numpy array "
+                        f"(or \"NAME=FILE.npy\" strings), got {_kind(inputs)}")
+    with tempfile.TemporaryDirectory(prefix="glensidec-diff-inputs-") as scratch:
+        words = []
+        for index, (name, value) in enumerate(inputs.items()):
+            if not isinstance(name, str):
+                raise TypeError(f"inputs: input names are str, got {_kind(name)} {name!r}")
+            if isinstance(value, np.ndarray):  # the C program reads .npy files
+                path = Path(scratch) / f"{index}.npy"
+                np.save(path, value)
+            else:
+                path = _path(value, f"inputs[{name!r}]")
+            words.append(f"{name}={path}")
+        return diff_executions(directory, tuple(words), rtl)
 
 
 def import_onnx(model: str | Path, outdir: str | Path, *, force: bool = False) -> Program:
     """Import an ONNX model into `outdir` (as `glensidec import`); the program, loaded."""
     from glensidec.frontends.importer import import_onnx as write_import
 
-    return load(write_import(model, outdir, force))
+    return load(write_import(_path(model, "model"), _path(outdir, "outdir"), force))
 
 
 def quantize(program: Program | str | Path, calibration: str | Path | dict[str, Any],
@@ -166,10 +309,14 @@ def quantize(program: Program | str | Path, calibration: str | Path | dict[str, 
     """int8 post-training quantization (as `glensidec quantize`); with `output`, also write
     the .gs, its .npz and its .json there. The result holds the program, its weights and
     the scales and zero points."""
+    from glensidec.frontends.calibration import Profile
     from glensidec.frontends.quantize import quantize as quantize_program
     from glensidec.frontends.quantize import save_quantized
 
-    quantized = quantize_program(_program(program), calibration, per_channel, symmetric)
+    data = (dict(calibration) if isinstance(calibration, Mapping)
+            else calibration if isinstance(calibration, Profile)
+            else _path(calibration, "calibration"))
+    quantized = quantize_program(_program(program), data, per_channel, symmetric)
     if output is not None:
-        save_quantized(quantized, output, force)
+        save_quantized(quantized, _path(output, "output"), force)
     return quantized

@@ -3,6 +3,7 @@ commands it mirrors."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -65,3 +66,94 @@ def test_compile_accel_writes_what_the_command_writes(tmp_path: Path,
     assert "(accel-epilogue" in (tmp_path / "api" / "program.gs").read_text()
     with pytest.raises(GlensideError, match="--scratchpad 128: "):
         glensidec.compile(example, "16x16", accel=True, scratchpad="128")
+
+
+# -- the boundary (issue 27): arguments of the wrong kind or value are a TypeError naming the
+# argument or a GlensideError, never an AttributeError or ValueError from deep inside
+
+SMALL_CNN = Path(__file__).resolve().parent.parent / "examples" / "small_cnn.gs"
+MATMUL = SMALL_CNN.with_name("matmul.gs")
+BLOCK = SMALL_CNN.with_name("resnet_block.gs")
+
+
+@pytest.mark.parametrize(("call", "error", "message"), [
+    (lambda: glensidec.check(b"(input a f32 (shape 2))\n(access-tensor a)\n"), TypeError,
+     "program: expected a Program (glensidec.load) or the path of a .gs file (str or "
+     "pathlib.Path), got bytes"),
+    (lambda: glensidec.load(3), TypeError, "path: expected a path"),
+    (lambda: glensidec.run(MATMUL, seed=-1), GlensideError,
+     "seed must be from 0 to 9223372036854775807, got -1"),
+    (lambda: glensidec.run(MATMUL, seed="1"), TypeError, "seed: expected an int, got str"),
+    (lambda: glensidec.run(MATMUL, {"a": 1}, seed=1), GlensideError,
+     "give inputs or seed, not both"),
+    (lambda: glensidec.run(SMALL_CNN, "image.npy"), TypeError,
+     "inputs: expected a dict of input name → numpy array or .npy path"),
+    (lambda: glensidec.run(SMALL_CNN, [np.zeros(3), np.zeros(3)]), GlensideError,
+     "inputs: 2 given for the program's 1 inputs (image), in that order"),
+    (lambda: glensidec.run(SMALL_CNN, {"image": object()}), TypeError,
+     "inputs['image']: expected a numpy array or the path of a .npy file, got object"),
+    (lambda: glensidec.run(SMALL_CNN, {"img": np.zeros(3)}), GlensideError,
+     "'img' is not an input of"),
+    (lambda: glensidec.run(SMALL_CNN, {}), GlensideError,
+     "missing input image: give inputs={name: array or .npy path} or seed=N"),
+    (lambda: glensidec.compile(MATMUL, 16), TypeError,
+     "array: expected a size such as \"16x16\" or \"16x16:f32\", or a (rows, cols) pair"),
+    (lambda: glensidec.compile(MATMUL, "16x16", scratchpad=1.5), TypeError,
+     "scratchpad: expected an int, got float"),
+    (lambda: glensidec.compile(MATMUL, "16x16", scratchpad=100), GlensideError,
+     "--scratchpad 100: the scratchpad holds 4 banks of 16-byte rows"),
+    (lambda: glensidec.compile(MATMUL, "16x16", dram_bandwidth="16"), TypeError,
+     "dram_bandwidth: expected an int, got str"),
+    (lambda: glensidec.compile(MATMUL, "16x16", iterations=-1), GlensideError,
+     "iterations must be from 0"),
+    (lambda: glensidec.compile(MATMUL, "16x16", timeout=float("nan")), GlensideError,
+     "timeout must be a finite number of seconds"),
+    (lambda: glensidec.compile(MATMUL, "16x16", outdir=7), TypeError,
+     "outdir: expected a path (str or pathlib.Path), got int"),
+    (lambda: glensidec.diff(7, {}), TypeError, "outdir: expected a path"),
+    (lambda: glensidec.diff("out", 7), TypeError,
+     "inputs: expected a dict of input name → .npy path or numpy array"),
+    (lambda: glensidec.quantize(MATMUL, 7), TypeError, "calibration: expected a path"),
+])
+def test_the_api_names_the_argument_that_is_wrong(call: Callable[[], object],
+                                                  error: type[Exception], message: str) -> None:
+    with pytest.raises(error) as raised:
+        call()
+    assert message in str(raised.value)
+
+
+def test_run_takes_npy_paths_and_inputs_in_declared_order(tmp_path: Path) -> None:
+    image = np.random.default_rng(0).integers(-128, 128, (1, 1, 16, 16)).astype(np.int8)
+    np.save(tmp_path / "img.npy", image)
+    expected = glensidec.run(SMALL_CNN, {"image": image})
+    np.testing.assert_array_equal(glensidec.run(SMALL_CNN, {"image": tmp_path / "img.npy"}),
+                                  expected)
+    np.testing.assert_array_equal(glensidec.run(SMALL_CNN, {"image": str(tmp_path / "img.npy")}),
+                                  expected)
+    np.testing.assert_array_equal(glensidec.run(SMALL_CNN, [image]), expected)
+    np.testing.assert_array_equal(glensidec.run(SMALL_CNN, seed=np.int64(3)),
+                                  glensidec.run(SMALL_CNN, seed=3))
+    with pytest.raises(GlensideError, match=r"missing\.npy"):
+        glensidec.run(SMALL_CNN, {"image": tmp_path / "missing.npy"})
+
+
+def test_compile_takes_a_size_pair_and_sizes_in_bytes() -> None:
+    assert glensidec.compile(BLOCK, (16, 16)).array_cycles == glensidec.compile(
+        BLOCK, "16x16").array_cycles > 0
+    compiled = glensidec.compile(BLOCK, "16x16", accel=True, scratchpad=65536)
+    assert compiled.target == "i8 program: compiled for the whole accelerator"
+
+
+@pytest.mark.slow
+def test_diff_takes_name_equals_file_words_and_arrays(tmp_path: Path) -> None:
+    outdir = tmp_path / "out"
+    glensidec.compile(MATMUL, "4x4", outdir, iterations=2)
+    a = np.random.default_rng(0).standard_normal((32, 64)).astype(np.float32)
+    b = np.random.default_rng(1).standard_normal((64, 16)).astype(np.float32)
+    np.save(tmp_path / "a.npy", a)
+    np.save(tmp_path / "b.npy", b)
+    words = [f"a={tmp_path / 'a.npy'}", f"b={tmp_path / 'b.npy'}"]
+    assert glensidec.diff(outdir, words).agree
+    assert glensidec.diff(outdir, {"a": a, "b": tmp_path / "b.npy"}).agree
+    with pytest.raises(GlensideError, match="'x' is not an input of"):
+        glensidec.diff(outdir, "x=x.npy")

@@ -122,13 +122,20 @@ def load_weights(program: Program) -> dict[str, Array]:
     return weights
 
 
-def parse_input_options(options: tuple[str, ...] | list[str]) -> dict[str, Path]:
-    """`NAME=FILE.npy` options as a dict; each name at most once."""
+#: How `run` takes its inputs, as its errors say (`glensidec diff` takes bare NAME=FILE.npy).
+RUN_INPUTS = "--input NAME=FILE.npy or --random-inputs SEED"
+DIFF_INPUTS = "NAME=FILE.npy after OUTDIR, one for each input"
+
+
+def parse_input_options(options: tuple[str, ...] | list[str],
+                        option: str = "--input") -> dict[str, Path]:
+    """`NAME=FILE.npy` options as a dict; each name at most once (`option`: what the user
+    wrote them as, for the error)."""
     given: dict[str, Path] = {}
     for text in options:
         name, equals, path = text.partition("=")
         if not equals or not name or not path:
-            raise GlensideError(f"--input takes NAME=FILE.npy, got '{text}'")
+            raise GlensideError(f"{option} takes NAME=FILE.npy, got '{text}'")
         if name in given:
             raise GlensideError(f"input '{name}' is given twice")
         given[name] = Path(path)
@@ -179,19 +186,22 @@ def by_program_name(program: Program, given: dict[str, Any]) -> dict[str, Any]:
     return renamed
 
 
-def load_inputs(program: Program, given: dict[str, Path]) -> dict[str, Array]:
-    """Runtime inputs from .npy files: every declared input, nothing else.
+def load_inputs(program: Program, given: dict[str, Path] | dict[str, Path | Array],
+                how: str = RUN_INPUTS) -> dict[str, Array]:
+    """Runtime inputs from .npy files (or arrays, from the Python API): every declared
+    input, nothing else (`how`: how the command takes them, for the error about a missing
+    one).
 
     An input may be named as the program declares it or by its original ONNX name.
     """
     declared = {decl.name: decl for decl in program.inputs()}
-    given = by_program_name(program, given)
-    missing = [name for name in declared if name not in given]
+    named = by_program_name(program, dict(given))
+    missing = [name for name in declared if name not in named]
     if missing:
-        raise GlensideError(f"missing input {', '.join(missing)}: give --input NAME=FILE.npy "
-                            f"or --random-inputs SEED")
-    return {name: input_array(declared[name], read_npy(path), str(path))
-            for name, path in given.items()}
+        raise GlensideError(f"missing input {', '.join(missing)}: give {how}")
+    return {name: input_array(declared[name], read_npy(value), str(value))
+            if isinstance(value, Path) else input_array(declared[name], value, "the given array")
+            for name, value in named.items()}
 
 
 def dequantize_result(program: Program, result: Array) -> Array:
