@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import zlib
 from dataclasses import replace
 from pathlib import Path
 
@@ -49,6 +50,18 @@ def compiled(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     program = read_program(EXAMPLES / "small_cnn.gs")
     np.save(root / "image.npy", data.random_inputs(program, 3)["image"])
     return outdir, f"image={root / 'image.npy'}"
+
+
+def test_a_missing_input_names_what_diff_takes(compiled_f32: tuple[Path, tuple[str, ...]]
+                                               ) -> None:
+    """Once "give --input NAME=FILE.npy or --random-inputs SEED": options diff lacks."""
+    outdir, inputs = compiled_f32
+    done = _glensidec("diff", str(outdir), inputs[0])
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.startswith("error: missing input ")
+    assert done.stderr.strip().endswith(": give NAME=FILE.npy after OUTDIR, one for each input")
+    done = _glensidec("diff", str(outdir), "a.npy")
+    assert done.stderr.strip() == "error: an input takes NAME=FILE.npy, got 'a.npy'"
 
 
 def test_diff_without_a_compiled_directory_says_so(tmp_path: Path) -> None:
@@ -96,9 +109,15 @@ def test_a_corrupted_weight_byte_is_found_where_it_is_first_read(
     shutil.copytree(outdir, corrupted)
     _, lowered = load_compiled(corrupted)
     offset = plan_memory(lowered).constants[weight]
-    blob = bytearray((corrupted / "weights.bin").read_bytes())
+    original = (corrupted / "weights.bin").read_bytes()
+    blob = bytearray(original)
     blob[offset] ^= 0x40
     (corrupted / "weights.bin").write_bytes(bytes(blob))
+    # the C program refuses a weights.bin that fails its checksum (see the next test); a
+    # corruption the checksum was updated for stands for any byte the C reads wrongly
+    header = corrupted / "model.h"
+    header.write_text(header.read_text().replace(f"0x{zlib.crc32(original):08x}u",
+                                                 f"0x{zlib.crc32(blob):08x}u"))
     first_reader = next(index for index, instruction in enumerate(lowered.instructions)
                         if any(view.buffer == weight for view in instruction.reads()))
     done = _glensidec("diff", str(corrupted), image)
@@ -108,6 +127,19 @@ def test_a_corrupted_weight_byte_is_found_where_it_is_first_read(
     assert lines[0].startswith(f"first divergence: instruction [{first_reader}] ")
     assert lines[0].endswith(f" into {buffer}")
     assert lines[1].startswith("  from: ") and "interpreter" in lines[2]
+
+
+@pytest.mark.slow
+def test_a_corrupt_weights_file_is_named(compiled: tuple[Path, str], tmp_path: Path) -> None:
+    outdir, image = compiled
+    corrupted = tmp_path / "out"
+    shutil.copytree(outdir, corrupted)
+    blob = bytearray((corrupted / "weights.bin").read_bytes())
+    blob[len(blob) // 2] ^= 0x40
+    (corrupted / "weights.bin").write_bytes(bytes(blob))
+    done = _glensidec("diff", str(corrupted), image)
+    assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+    assert f"{corrupted / 'weights.bin'}: corrupt weights file (CRC-32" in done.stderr
 
 
 @pytest.mark.slow

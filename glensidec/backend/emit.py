@@ -22,6 +22,7 @@ import functools
 import json
 import math
 import sys
+import zlib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -783,12 +784,15 @@ def render_files(program: Program, lowered: LoweredProgram, plan: MemoryPlan,
     for row in placeholders:  # OUTDIR/model takes an input's ONNX name too
         original = renamed.get(str(row["tensor"])) if row["role"] == "input" else None
         row["onnx_name"] = "NULL" if original is None else c_string(original)
+    constants = weights_blob(lowered, plan, weights)
     context = {
         "source": printable(Path(program.path).name), **asdict(config),
         "python": sys.executable,
         "f32": config.is_float,
         "arrays": [asdict(array) for array in arrays],
         "constants_size": plan.constants_size, "mutable_size": plan.mutable_size,
+        # main.c refuses a weights.bin of another size or checksum (a corrupt file)
+        "constants_crc32": f"0x{zlib.crc32(constants):08x}",
         "activations_size": plan.activations.used, "lower_bound": plan.activations.lower_bound,
         "efficiency": plan.activations.efficiency, "strategy": plan.activations.strategy,
         "naive": plan.naive_activations,
@@ -805,7 +809,7 @@ def render_files(program: Program, lowered: LoweredProgram, plan: MemoryPlan,
     names = TEMPLATES + (ACCEL_TEMPLATES if runtime is not None else ())
     files = {name: environment.get_template(name + ".j2").render(context).encode()
              for name in names}
-    files["weights.bin"] = weights_blob(lowered, plan, weights)
+    files["weights.bin"] = constants
     files["cosim.json"] = cosim_manifest(program, lowered, arrays, accel).encode()
     files.update(report_files(report_data(Path(program.path).name, lowered, config,
                                           more_arrays)))

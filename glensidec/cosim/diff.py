@@ -380,8 +380,8 @@ def _run_c(outdir: Path, inputs: tuple[str, ...], trace: Path) -> None:
     if run.returncode != 0:
         errors = [line.removeprefix("model: ") for line in run.stderr.splitlines()
                   if line.startswith("model: ")]
-        raise GlensideError(f"{outdir}/model_trace failed: "
-                            f"{errors[-1] if errors else run.stderr.strip()}")
+        raise GlensideError(f"{outdir}/model_trace failed: "  # the first says why
+                            f"{errors[0] if errors else run.stderr.strip()}")
 
 
 def rtl_runs(outdir: Path) -> list[str]:
@@ -434,7 +434,8 @@ def diff(outdir: Path, inputs: tuple[str, ...], rtl: bool = False) -> DiffResult
     outdir = outdir.resolve()
     program, lowered = load_compiled(outdir)
     weights = data.load_weights(program)
-    given = data.load_inputs(program, data.parse_input_options(inputs))
+    given = data.load_inputs(program, data.parse_input_options(inputs, "an input"),
+                             data.DIFF_INPUTS)
     main_rows = Manifest.read(outdir).config.rows
     reference = lowered_result(lowered, weights, given, main_rows)
     runs = rtl_runs(outdir) if rtl else []
