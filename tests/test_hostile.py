@@ -254,6 +254,11 @@ def test_program_error_is_found_in_the_simulator_log(tmp_path: Path) -> None:
     log.write_text("     0.00ns INFO     cocotb running\nmodel: input 'a': a.npy has dtype "
                    "'<f4', expected '<i1'\nTraceback (most recent call last):\n")
     assert program_error(log) == "input 'a': a.npy has dtype '<f4', expected '<i1'"
+    log.write_text("model: accelerator layer c: command 3 of its table in weights.bin: an "
+                   "unknown command\nmodel: model_run failed: the array or accelerator backend "
+                   "reported the error above\n")
+    assert program_error(log) == ("accelerator layer c: command 3 of its table in weights.bin: "
+                                  "an unknown command")
     log.write_text("nothing from the program\n")
     assert program_error(log) is None
     assert program_error(tmp_path / "missing.log") is None

@@ -338,14 +338,15 @@ def _follow(calls_log: Path, calls: Any, stop: threading.Event) -> None:
 
 
 def program_error(log: Path) -> str | None:
-    """The compiled program's own error message (`model: …`) in a simulator log, if any."""
+    """The compiled program's own error message (`model: …`) in a simulator log, if any:
+    the first, which says why (a backend error is followed by main's `model_run failed`)."""
     try:
         text = log.read_text(errors="replace")
     except OSError:
         return None
     messages = [line.removeprefix("model: ") for line in text.splitlines()
                 if line.startswith("model: ")]
-    return messages[-1] if messages else None
+    return messages[0] if messages else None
 
 
 def _tail(log: Path, lines: int = 30) -> str:
