@@ -37,6 +37,8 @@ if TYPE_CHECKING:
     from glensidec.opt.extract import Invocation
 
 PROGRAM = click.argument("program", type=click.Path(dir_okay=False, path_type=Path))
+# A seed for numpy's and torch's generators: a non-negative 63-bit number.
+SEED = click.IntRange(min=0, max=2**63 - 1)
 SHAPES = click.option("--shapes", type=click.Path(dir_okay=False, path_type=Path),
                       help="Compatibility mode: a JSON file {\"name\": [dims]} declaring inputs.")
 
@@ -345,15 +347,17 @@ def quantize_command(program: Path, calibration: Path | None, profile_path: Path
               help="S parts of the output channels, each a conv in G groups.")
 @click.option("--init", type=click.Choice(["inherit", "random"]), default="inherit",
               show_default=True, help="New weights from the old ones, or random (He).")
-@click.option("--seed", type=int, default=0, show_default=True, help="For --init random.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="For --init random.")
 @click.option("--array", "array_size", default="16x16", show_default=True, metavar="RxC",
               help="The array the predicted cycles are for.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
               help="The new program (.gs); its weights go beside it (.npz).")
+@click.option("--force", is_flag=True,
+              help="Replace existing output files an earlier run did not write.")
 def transform_command(model: Path, group: tuple[str, ...], bottleneck: tuple[str, ...],
                       bottleneck_block: tuple[str, ...], depthwise: tuple[str, ...],
                       spatial_split: tuple[str, ...], split_out: tuple[str, ...], init: str,
-                      seed: int, array_size: str, output: Path | None) -> None:
+                      seed: int, array_size: str, output: Path | None, force: bool) -> None:
     """Transform MODEL's architecture; with no transformation, list its transformable layers.
 
     Transformations apply in the order bottleneck, group, split-out, bottleneck-block,
@@ -363,7 +367,7 @@ def transform_command(model: Path, group: tuple[str, ...], bottleneck: tuple[str
     nas_commands.transform(model, {"group": group, "bottleneck": bottleneck,
                                    "depthwise": depthwise, "bottleneck-block": bottleneck_block,
                                    "spatial-split": spatial_split, "split-out": split_out},
-                           init, seed, array_size, output)
+                           init, seed, array_size, output, force)
 
 
 @cli.command("nas")
@@ -391,7 +395,7 @@ def transform_command(model: Path, group: tuple[str, ...], bottleneck: tuple[str
 @click.option("--train-epochs", type=click.IntRange(min=1), default=8, show_default=True)
 @click.option("--top", type=click.IntRange(min=1), default=3, show_default=True,
               help="Legal candidates retrained.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option("--strategy", type=click.Choice(["auto", "random"]), default="auto",
               show_default=True, help="auto: exhaustive if the space fits, else evolution.")
 @click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True,

@@ -142,7 +142,8 @@ def test_nas_command_writes_its_outputs(skip_model: Path, tmp_path: Path) -> Non
     assert len(document["candidates"]) == 4
     assert (outdir / "pareto.png").read_bytes()[:4] == b"\x89PNG"
     read_program(outdir / "chosen.gs")
-    assert "compiled in full, its prediction is" in (outdir / "report.md").read_text()
+    report = (outdir / "report.md").read_text()
+    assert "compiled in full with its retrained weights, its prediction is" in report
 
 
 def test_cost_bands_keep_the_best_scored_of_similar_cost() -> None:
@@ -178,3 +179,24 @@ def test_legality_starts_every_network_from_the_same_point(skip_model: Path, tmp
     assert S.legality_score(trained_elsewhere, setup, points)[0] == score
     reseeded = S.Setup(**{**setup.__dict__, "seed": 6})
     assert S.legality_score(graph, reseeded, points)[0] != score
+
+
+def test_the_search_never_chooses_a_network_costlier_than_the_original(
+        skip_model: Path, tmp_path: Path) -> None:
+    """Splitting rows only adds cycles: every finalist costs more than the original, which
+    is within a point of its own accuracy, so it is the choice."""
+    program = read_program(skip_model)
+    train = np.load(data(tmp_path, "train", 24, 1))
+    val = np.load(data(tmp_path, "val", 12, 2))
+    options = S.Options(budget=4, space=("spatial-split",), legality="fisher-init",
+                        threshold=0.0, train_epochs=1, top=2, seed=0)
+
+    def here(function: Any, calls: list[Any]) -> list[Any]:
+        return [function(*call) for call in calls]
+
+    result = S.run_search(format_program(program), load_weights(program),
+                          (train["x"], train["y"]), (val["x"], val["y"]),
+                          parse_array_size("16x16"), options, here)
+    retrained = [r for r in result.records[1:] if "accuracy" in r]
+    assert retrained and all(r["cycles"] > result.original["cycles"] for r in retrained)
+    assert result.chosen is result.original

@@ -3,6 +3,7 @@ term and compiled in full, agree."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -128,3 +129,81 @@ def test_layer_costs_are_memoised_by_shape(tmp_path: Path) -> None:
     convs = [row["name"] for row in T.transformable(graph)]
     assert costs[convs[0]] == costs[convs[1]]  # two 16->16 3x3 convs on 16x16: one cost
     assert costs[convs[0]].array > 0
+
+
+def test_transform_creates_a_missing_output_directory(skip_model: Path, tmp_path: Path) -> None:
+    out = tmp_path / "new" / "deeper" / "t.gs"
+    result = glensidec("transform", skip_model, "--group", "a:2", "-o", out)
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in out.parent.iterdir()) == ["t.gs", "t.npz"]
+
+
+def test_transform_seed_must_be_a_seed(skip_model: Path, tmp_path: Path) -> None:
+    (tmp_path / "o").mkdir()
+    result = glensidec("transform", skip_model, "--init", "random", "--seed", "-1",
+                       "--group", "a:2", "-o", tmp_path / "o" / "t.gs")
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr and "--seed" in result.stderr
+    assert list((tmp_path / "o").iterdir()) == []
+
+
+def test_transform_onto_a_fifo_leaves_nothing_behind(skip_model: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "o"
+    folder.mkdir()
+    os.mkfifo(folder / "pipe.gs")
+    result = glensidec("transform", skip_model, "--group", "a:2", "-o", folder / "pipe.gs")
+    assert result.returncode == 1
+    assert result.stderr.strip() == f"error: cannot write {folder / 'pipe.gs'}: it is not " \
+                                    "a regular file"
+    assert sorted(p.name for p in folder.iterdir()) == ["pipe.gs"]  # no pipe.npz
+
+
+def test_transform_never_replaces_files_it_did_not_write(skip_model: Path,
+                                                         tmp_path: Path) -> None:
+    out = tmp_path / "keep.gs"
+    for name, text in (("keep.gs", "; my notes\n"), ("keep.npz", "my weights")):
+        (tmp_path / name).write_text(text)
+        result = glensidec("transform", skip_model, "--group", "a:2", "-o", out)
+        assert result.returncode == 1
+        assert result.stderr.strip() == (
+            f"error: -o {out}: {tmp_path / name} exists and was not written by glensidec "
+            "transform (or was changed since); pass --force to replace it")
+        assert (tmp_path / name).read_text() == text
+        (tmp_path / name).unlink()
+    # its own earlier output it replaces; once the user edits it, no more
+    for _ in range(2):
+        assert glensidec("transform", skip_model, "--group", "a:2", "-o", out).returncode == 0
+    out.write_text(out.read_text() + "; edited\n")
+    assert glensidec("transform", skip_model, "--group", "a:2", "-o", out).returncode == 1
+    result = glensidec("transform", skip_model, "--group", "a:2", "-o", out, "--force")
+    assert result.returncode == 0, result.stderr
+    assert "; edited" not in out.read_text()
+
+
+def test_every_egraph_is_made_on_the_one_egglog_thread(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """egglog's EGraph may only be dropped on the thread that made it: costs computed on
+    a Dask worker's task threads must not leave e-graphs for its event loop to collect."""
+    import threading
+
+    from glensidec.opt import rewrite
+
+    made_on: set[int] = set()
+    original = rewrite.bindings.EGraph
+
+    def recording(*args: object, **kwargs: object) -> object:
+        made_on.add(threading.get_ident())
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(rewrite.bindings, "EGraph", recording)
+    program = read_program(import_onnx(save(MODELS["mobilenet_block"](), tmp_path / "m.onnx"),
+                                       tmp_path / "m"))
+    graph = lift(program, load_weights(program))
+    config = parse_array_size("16x16")
+    threads = [threading.Thread(target=cost, args=(graph, config))
+               for cost in (network_cost, compiled_cost)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(made_on) == 1 and threading.get_ident() not in made_on

@@ -3,8 +3,13 @@ glensidec.cli)."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import logging
+import math
+import os
+import re
+import signal
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,7 +26,7 @@ from glensidec.lang.terms import Program
 from glensidec.lang.typecheck import check_program
 from glensidec.nas import transforms as T
 from glensidec.nas.graph import Graph, lift, lower
-from glensidec.outputs import write_file
+from glensidec.outputs import check_writable_file, write_file
 
 if TYPE_CHECKING:
     from glensidec.nas.cost import Cost
@@ -119,21 +124,67 @@ def _totals(graph: Graph) -> tuple[int, int]:
 
 
 def write_outputs(program: Program, weights: dict[str, np.ndarray], output: Path,
-                  inputs: set[Path]) -> Path:
-    """OUT.gs and OUT.npz, both or neither; never over the model or its weights."""
+                  inputs: set[Path], force: bool = False) -> Path:
+    """OUT.gs and OUT.npz, both or neither; never over the model or its weights, and over
+    existing files only if an earlier `transform` wrote them unchanged, or with `force`."""
+    npz = check_outputs(output, inputs, force)
+    weights_bytes = _npz_bytes(weights)
+    text = format_program(program)
+    header = HEADER.format(program=_sha256(text.encode()), weights=_sha256(weights_bytes),
+                           npz=npz.name)
+    existed = npz.exists()
+    # The weights first: a program on disk always has its weights beside it.
+    write_file(npz, weights_bytes)
+    try:
+        write_file(output, (header + text).encode())
+    except BaseException:
+        if not existed:  # neither, then
+            npz.unlink(missing_ok=True)
+        raise
+    return npz
+
+
+# The first line of a program `transform` writes: what makes OUT.gs and OUT.npz its own, so
+# that a later run may replace them (the README's "nothing of yours is ever overwritten").
+HEADER = ("; written by glensidec transform: sha256 {program} of the lines below, "
+          "{weights} of {npz}\n")
+_HEADER = re.compile(r"; written by glensidec transform: sha256 ([0-9a-f]{64}) of the lines "
+                     r"below, ([0-9a-f]{64}) of (.+)")
+
+
+def check_outputs(output: Path, inputs: set[Path], force: bool) -> Path:
+    """Refuse OUT.gs / OUT.npz before any work: a bad name, the model's own files, something
+    that is not a regular file (a FIFO, a directory), or files of someone else's. Returns
+    OUT.npz."""
+    if output.suffix != ".gs":
+        raise GlensideError(f"-o {output}: the program's name must end in .gs")
     npz = output.with_suffix(".npz")
     if {output.resolve(), npz.resolve()} & inputs:
         raise GlensideError(f"-o {output} would overwrite the model or its weights; "
                             f"choose another name")
-    if output.suffix != ".gs":
-        raise GlensideError(f"-o {output}: the program's name must end in .gs")
-    folder = output.parent if str(output.parent) else Path(".")
-    if not folder.is_dir():
-        raise GlensideError(f"-o {output}: no such directory: {folder}")
-    # The weights first: a program on disk always has its weights beside it.
-    write_file(npz, _npz_bytes(weights))
-    write_file(output, format_program(program).encode())
-    return npz
+    for path in (output, npz):
+        check_writable_file(path)
+    if force or not (output.exists() or npz.exists()) or _written_by_transform(output, npz):
+        return npz
+    held = output if output.exists() else npz
+    raise GlensideError(f"-o {output}: {held} exists and was not written by glensidec "
+                        "transform (or was changed since); pass --force to replace it")
+
+
+def _written_by_transform(output: Path, npz: Path) -> bool:
+    """OUT.gs begins with our header, and it and OUT.npz (if present) are as we wrote them."""
+    try:
+        first, _, rest = output.read_bytes().partition(b"\n")
+        match = _HEADER.fullmatch(first.decode())
+        if match is None or match.group(3) != npz.name or _sha256(rest) != match.group(1):
+            return False
+        return not npz.exists() or _sha256(npz.read_bytes()) == match.group(2)
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 def _npz_bytes(weights: dict[str, np.ndarray]) -> bytes:
@@ -156,7 +207,7 @@ def _steps(options: dict[str, tuple[str, ...]]) -> list[Step]:
 
 
 def transform(model: Path, steps_by_kind: dict[str, tuple[str, ...]], init: str, seed: int,
-              array_size: str, output: Path | None) -> None:
+              array_size: str, output: Path | None, force: bool = False) -> None:
     """`glensidec transform` (options as glensidec.cli's command takes them): apply the
     steps and write the new program, or with no steps list MODEL's transformable layers."""
     from glensidec.nas.cost import compiled_cost, network_cost
@@ -172,6 +223,8 @@ def transform(model: Path, steps_by_kind: dict[str, tuple[str, ...]], init: str,
         return
     if output is None:
         raise click.UsageError("give -o OUT.gs for the transformed program")
+    inputs = {model.resolve(), *(program.weight_path(d).resolve() for d in program.weights())}
+    check_outputs(output, inputs, force)  # before any work: refuse early
     seeds = T.Init(init == "inherit", seed)
     current = graph
     for step in steps:
@@ -185,9 +238,8 @@ def transform(model: Path, steps_by_kind: dict[str, tuple[str, ...]], init: str,
                f"{array_size} {before_cost.total} -> {after_cost.total} (array "
                f"{before_cost.array} -> {after_cost.array}, host {before_cost.host} -> "
                f"{after_cost.host}); compiled in full: {compiled.total}")
-    inputs = {model.resolve(), *(program.weight_path(d).resolve() for d in program.weights())}
     result = lower(current, output.with_suffix(".npz").name, str(output))
-    npz = write_outputs(result, current.weights, output, inputs)
+    npz = write_outputs(result, current.weights, output, inputs, force)
     click.echo(f"wrote {output} and {npz}")
 
 
@@ -222,29 +274,97 @@ class DaskMapper:
 
 
 def dask_client(scheduler: str | None, workers: int) -> Any:
+    if scheduler:
+        Client, _ = _dask()
+        try:
+            return Client(scheduler, timeout=10)
+        except (OSError, TimeoutError) as error:
+            raise GlensideError(f"--scheduler {scheduler}: cannot connect: {error}") from None
+        except (ValueError, TypeError) as error:  # not an address: "missing port number"
+            raise GlensideError(f"--scheduler {scheduler}: not a scheduler address such as "
+                                f"tcp://HOST:8786 ({error})") from None
+    Client, LocalCluster = _dask()
+    import dask
+
+    _forkserver_ignoring_sigint()
+    # Ctrl-C while the cluster starts is held until it has started, then stops us: a
+    # cluster interrupted half-started leaves workers starting with nobody to close them.
+    held: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+    try:
+        with dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"}):
+            # No dashboard; the scheduler's HTTP server (always started) on a free local
+            # port, not on 8787 with a warning when another cluster has it. A task's error
+            # reaches us as its exception: the workers' own logs are noise (after an
+            # interruption, heartbeats failing as the scheduler goes).
+            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                   dashboard_address=None, silence_logs=logging.CRITICAL,
+                                   scheduler_kwargs={"dashboard_address": "127.0.0.1:0"})
+        client = Client(cluster)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if held:
+        close_client(client)
+        release_semaphores()
+        raise KeyboardInterrupt
+    return client
+
+
+def _forkserver_ignoring_sigint() -> None:
+    """Start multiprocessing's fork server with SIGINT ignored, so that the workers forked
+    from it ignore SIGINT too. Ctrl-C reaches the whole process group: workers that died of
+    it printed their tracebacks, and the scheduler logged "Task exception was never
+    retrieved" about them. Only this process stops, closing the cluster as it unwinds.
+
+    (The fork server restores in each child the handlers it started with; an ignored
+    signal stays ignored across exec, and Python then installs no handler of its own.)"""
+    import multiprocessing.forkserver
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        multiprocessing.forkserver.ensure_running()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _dask() -> tuple[Any, Any]:
     try:
         from dask.distributed import Client, LocalCluster
     except ImportError:
         raise GlensideError("glensidec nas needs the nas extra: pip install 'glensidec[nas]'")\
             from None
-    if scheduler:
-        try:
-            return Client(scheduler, timeout=10)  # type: ignore[no-untyped-call]
-        except (OSError, TimeoutError) as error:
-            raise GlensideError(f"--scheduler {scheduler}: cannot connect: {error}") from None
-    cluster = LocalCluster(  # type: ignore[no-untyped-call]
-        n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
-        silence_logs=logging.ERROR)
-    return Client(cluster)  # type: ignore[no-untyped-call]
+    return Client, LocalCluster
+
+
+def max_local_workers() -> int:
+    """Local workers are processes that each train networks: a few per CPU at most (more
+    only queue for the CPUs, and a huge number would take the machine's memory first)."""
+    return WORKERS_PER_CPU * (os.cpu_count() or 1)
+
+
+WORKERS_PER_CPU = 4
 
 
 def close_client(client: Any) -> None:
-    """Close the client and, if we started it, its local cluster (quietly)."""
+    """Close the client and, if we started it, its local cluster (quietly: after an
+    interruption, requests in flight fail as their workers go, and are not news)."""
+    for name in ("distributed", "asyncio", "tornado"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
     cluster = client.cluster
     client.close()
     if cluster is not None:
-        logging.getLogger("distributed").setLevel(logging.CRITICAL)
         cluster.close()
+    del cluster
+
+
+def release_semaphores() -> None:
+    """After an interruption: unlink the semaphores of the workers' multiprocessing queues
+    now, as a normal exit would (the CLI exits at once on SIGINT; the resource tracker
+    would then warn of "leaked semaphore objects"). Only while exiting, and only once the
+    cluster is closed: a worker still starting would find its queues gone."""
+    from multiprocessing import util
+
+    util._run_finalizers(0)  # type: ignore[attr-defined]  # what its atexit hook runs
 
 
 def _progress(total_hint: int) -> Callable[[int], None] | None:
@@ -269,7 +389,7 @@ def search(model: Path, train_path: Path, val_path: Path, array_size: str, budge
            train_epochs: int, top: int, seed: int, strategy: str, workers: int,
            scheduler: str | None, output: Path) -> None:
     """`glensidec nas` (options as glensidec.cli's command takes them)."""
-    from glensidec.nas.cost import compiled_cost
+    from glensidec.nas.cost import compiled_cost, network_cost
     from glensidec.nas.search import (
         Options,
         candidates_json,
@@ -278,7 +398,7 @@ def search(model: Path, train_path: Path, val_path: Path, array_size: str, budge
         report_md,
         run_search,
     )
-    from glensidec.nas.torch_model import load_data
+    from glensidec.nas.torch_model import check_fits, load_data
     from glensidec.opt.extract import parse_array_size
     from glensidec.outputs import check_output_directory, write_directory
 
@@ -288,28 +408,56 @@ def search(model: Path, train_path: Path, val_path: Path, array_size: str, budge
     if unknown or not kinds:
         raise GlensideError(f"--space: unknown transformation '{(unknown or [''])[0]}' "
                             f"(known: {', '.join(SEARCH_SPACE)})")
+    if not math.isfinite(threshold):
+        raise GlensideError(f"--threshold {threshold}: give a finite number (legal when the "
+                            "score is at least this times the original's)")
+    if scheduler is None and workers > max_local_workers():
+        raise GlensideError(f"--workers {workers}: at most {max_local_workers()} local "
+                            f"worker processes on this machine's {os.cpu_count()} CPUs; "
+                            "for more, start a Dask cluster and give --scheduler")
     names = ("chosen.gs", "chosen.npz", "candidates.json", "report.md", "pareto.png")
     check_output_directory(output, names)
     program = read_program(model)
     check_program(program)
     weights = load_weights(program)
+    # Everything that can be wrong with the model or the data is found here, located in
+    # the user's files, before a Dask worker starts: lifting names the term that is not a
+    # layer, the data checks name the file.
+    graph = lift(program, weights)
     train_data, val_data = load_data(train_path), load_data(val_path)
+    check_fits(train_data, train_path, graph)
+    check_fits(val_data, val_path, graph)
     options = Options(budget, kinds, legality, threshold, train_epochs, top, seed, strategy,
                       cost=cost, band=band)
-    client = dask_client(scheduler, workers)
+    client = None
+    interrupted = True
     try:
+        client = dask_client(scheduler, workers)
         result = run_search(format_program(program), weights, (train_data.x, train_data.y),
                             (val_data.x, val_data.y), config, options, DaskMapper(client),
-                            _progress(budget))
+                            _progress(budget), name=str(model))
+        interrupted = False
+    except GlensideError:
+        interrupted = False
+        raise
     finally:
-        close_client(client)
+        if client is not None:
+            close_client(client)
+            if interrupted:  # KeyboardInterrupt, Terminated: the CLI exits at once
+                release_semaphores()
         if sys.stderr.isatty():
             sys.stderr.write("\n")
     assert result.chosen is not None and result.chosen_graph is not None
+    # Retraining changed the weights the candidate was costed with, and quantization sees
+    # values (a layer's calibrated range decides, e.g., whether its ReLU is a clip): cost
+    # the retrained network again, and compare the estimate with the compile of the same.
+    estimate = network_cost(result.chosen_graph, config)
     compiled = compiled_cost(result.chosen_graph, config).total
-    if compiled != result.chosen["cycles"]:
+    if compiled != estimate.total:
         raise GlensideError(f"internal: the chosen network compiles to {compiled} predicted "
-                            f"cycles but was estimated at {result.chosen['cycles']}")
+                            f"cycles but was estimated at {estimate.total}")
+    result.chosen.update(cycles=estimate.total, array_cycles=estimate.array,
+                         host_cycles=estimate.host)
     files = {**chosen_files(result), "candidates.json": candidates_json(result),
              "report.md": report_md(result, options, array_size, compiled),
              "pareto.png": pareto_png(result)}

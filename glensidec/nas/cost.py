@@ -15,10 +15,14 @@ re-costs only the layers a transformation changed.
 
 from __future__ import annotations
 
+import gc
 import math
 import tempfile
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -33,6 +37,7 @@ from glensidec.opt.regions import is_product, product_region
 from glensidec.pipeline import compile_program
 
 CALIBRATION_SAMPLES = 4
+Returned = TypeVar("Returned")
 
 
 @dataclass(frozen=True)
@@ -77,6 +82,25 @@ def _dtype(types: TypeTable, term: Term) -> str:
 
 _REGIONS: dict[tuple[object, ...], Cost] = {}
 
+# Every e-graph lives and dies on this one thread. egglog's EGraph may be dropped only on
+# the thread that made it ("egglog::egraph::EGraph is unsendable, but is being dropped on
+# another thread"): a Dask worker runs its tasks on one thread and its event loop, which
+# also collects garbage, on another. What a compile returns here is plain data (cycle
+# counts); the e-graph is dropped, and any cycle holding it collected, before the thread
+# hands the result back.
+_EGGLOG = ThreadPoolExecutor(max_workers=1, thread_name_prefix="glensidec-egglog")
+
+
+def on_egglog_thread(function: Callable[..., Returned], *args: object) -> Returned:
+    """`function(*args)` on the e-graph thread; its e-graphs are freed there."""
+    def run() -> Returned:
+        try:
+            return function(*args)
+        finally:
+            gc.collect()
+
+    return _EGGLOG.submit(run).result()
+
 
 def _compiled_region(root: Term, tensors: dict[str, TensorDecl], config: ArrayConfig) -> Cost:
     """The compiler's prediction for one product region, memoised by its structure."""
@@ -87,9 +111,13 @@ def _compiled_region(root: Term, tensors: dict[str, TensorDecl], config: ArrayCo
            tuple((tensors[n].shape, tensors[n].dtype) for n in used), config)
     if key not in _REGIONS:
         region = Program("<region>", {n: tensors[n] for n in used}, root)
-        prediction = compile_program(region, config).prediction
-        _REGIONS[key] = Cost(prediction.array_cycles, prediction.host_cycles)
+        _REGIONS[key] = on_egglog_thread(_predicted, region, config)
     return _REGIONS[key]
+
+
+def _predicted(program: Program, config: ArrayConfig) -> Cost:
+    prediction = compile_program(program, config).prediction
+    return Cost(prediction.array_cycles, prediction.host_cycles)
 
 
 def write_graph(graph: Graph, path: Path) -> Program:
@@ -118,8 +146,7 @@ def network_cost(graph: Graph, config: ArrayConfig) -> Cost:
 def compiled_cost(graph: Graph, config: ArrayConfig) -> Cost:
     """The whole compiler's prediction for the quantized graph (saturation and extraction)."""
     with tempfile.TemporaryDirectory(prefix="glensidec-nas-") as folder:
-        prediction = compile_program(quantized(graph, Path(folder)), config).prediction
-        return Cost(prediction.array_cycles, prediction.host_cycles)
+        return on_egglog_thread(_predicted, quantized(graph, Path(folder)), config)
 
 
 # -- one layer at a time --------------------------------------------------------------------

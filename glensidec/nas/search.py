@@ -9,7 +9,7 @@ original included, from one common starting point (fresh seeded weights, the sam
 so that a threshold relative to the original is fair. Legal candidates are compared within a
 cost band (BlockSwap compares within a parameter band): only the best-scored of a band is
 retrained. Of the retrained, the cheapest within a point of the original's accuracy is kept
-(else the most accurate), compiled in full, and its prediction checked against the estimate.
+(the original included), compiled in full, and its prediction checked against the estimate.
 Needs the `nas` extra.
 """
 
@@ -144,6 +144,7 @@ class Setup:
     val_y: Array
     seed: int
     train_epochs: int
+    name: str = "<program>"  # the model's file: what an error in the program names
 
 
 _GRAPHS: dict[str, Graph] = {}
@@ -153,7 +154,7 @@ def original(setup: Setup) -> Graph:
     """The original graph, lifted once per worker (terms are rebuilt, never unpickled)."""
     key = hashlib.sha256(setup.program_text.encode()).hexdigest()
     if key not in _GRAPHS:
-        program = parse_program(setup.program_text, "original.gs")
+        program = parse_program(setup.program_text, setup.name)
         _GRAPHS[key] = lift(program, setup.weights)
     return _GRAPHS[key]
 
@@ -375,17 +376,18 @@ def _fitness(record: dict[str, Any], cost: str) -> float:
 def run_search(program_text: str, weights: dict[str, Array], train_data: tuple[Array, Array],
                val_data: tuple[Array, Array], config: ArrayConfig, options: Options,
                mapper: Mapper, progress: Callable[[int], None] | None = None,
-               memo: dict[Candidate, dict[str, Any]] | None = None) -> Result:
+               memo: dict[Candidate, dict[str, Any]] | None = None,
+               name: str = "<program>") -> Result:
     """Search; `memo` (records by candidate) lets searches over the same program, setup and
     threshold share their evaluations (the benchmark scores one search by cycles, one by
-    MACs)."""
-    graph = lift(parse_program(program_text, "original.gs"), weights)
+    MACs). `name`: the model's file, which errors in `program_text` name."""
+    graph = lift(parse_program(program_text, name), weights)
     space = search_space(graph, options.space)
     if not space.layers:
         raise GlensideError("nothing to search: no conv or dense layer can be transformed")
     setup = Setup(program_text, weights, space.layers, config, options.legality,
                   train_data[0], train_data[1], val_data[0], val_data[1], options.seed,
-                  options.train_epochs)
+                  options.train_epochs, name)
     keep = tuple(KEEP for _ in space.layers)
     memo = {} if memo is None else memo
     if keep not in memo:
@@ -417,8 +419,8 @@ def run_search(program_text: str, weights: dict[str, Array], train_data: tuple[A
 def choose(result: Result, setup: Setup, order: list[Candidate],
            memo: dict[Candidate, dict[str, Any]], options: Options, mapper: Mapper) -> None:
     """Retrain the original and the `top` cheapest legal candidates that are the best-scored
-    of their cost band; keep the cheapest within one point of the original's accuracy, else
-    the most accurate."""
+    of their cost band; keep the cheapest within one point of the original's accuracy (the
+    original among them: a search never chooses a network costlier than the original)."""
     keep = order[0]
     legal = [c for c in order[1:] if memo[c].get("legal")]
     winners = band_winners([memo[c] for c in legal], options.cost, options.band)
@@ -432,9 +434,9 @@ def choose(result: Result, setup: Setup, order: list[Candidate],
         memo[candidate]["accuracy"] = acc
         weights_of[candidate] = weights
     floor = memo[keep]["accuracy"] - 0.01
-    good = [c for c in finalists if memo[c]["accuracy"] >= floor]
-    best = min(good, key=lambda c: memo[c][options.cost]) if good else max(
-        [keep, *finalists], key=lambda c: memo[c]["accuracy"])
+    # the original is within a point of itself: a finalist is kept only if it is cheaper
+    good = [c for c in [keep, *finalists] if memo[c]["accuracy"] >= floor]
+    best = min(good, key=lambda c: (memo[c][options.cost], c != keep))
     memo[best]["chosen"] = True
     result.chosen = memo[best]
     graph = apply(original(setup), setup.layers, best, T.INHERIT)
@@ -530,7 +532,9 @@ def report_md(result: Result, options: Options, config_text: str, compiled: int)
                      f"{'-' if accuracy is None else f'{100 * accuracy:.1f} %'} |")
     speedup = original["cycles"] / max(chosen["cycles"], 1)
     lines += ["", f"The chosen network needs {speedup:.2f}x fewer predicted cycles; compiled "
-              f"in full, its prediction is {compiled} cycles (estimate {chosen['cycles']}).", ""]
+              f"in full with its retrained weights, its prediction is {compiled} cycles "
+              f"(estimated {chosen['cycles']} with the inherited weights it was searched "
+              "with).", ""]
     return "\n".join(lines).encode()
 
 

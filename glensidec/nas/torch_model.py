@@ -35,6 +35,7 @@ from glensidec.nas.graph import (
     Reshape,
     ScalarOp,
     Slice,
+    shapes,
 )
 
 TORCH_DTYPE = torch.float32
@@ -170,12 +171,56 @@ class Data:
 
 
 def load_data(path: Any) -> Data:
+    """Examples from an .npz with arrays x (N, …) and y (N,) of class numbers, checked: at
+    least one example, as many labels as examples, integer labels, finite x. A bad file is
+    a GlensideError naming it (before any training: the search runs on workers)."""
     try:
         with np.load(path, allow_pickle=False) as archive:
-            return Data(np.asarray(archive["x"], np.float32), np.asarray(archive["y"], np.int64))
-    except (OSError, KeyError, ValueError) as error:
+            x, y = np.asarray(archive["x"]), np.asarray(archive["y"])
+    except (OSError, KeyError, ValueError, EOFError) as error:
         raise GlensideError(f"cannot read data {path}: {error} (it needs arrays x and y)")\
             from None
+    problem = _data_problem(x, y)
+    if problem:
+        raise GlensideError(f"data {path}: {problem}")
+    return Data(x.astype(np.float32), y.astype(np.int64))
+
+
+def _data_problem(x: Array, y: Array) -> str | None:
+    if x.dtype.kind not in "biuf" or y.dtype.kind not in "biuf":
+        return f"x and y must be numbers (x is {x.dtype}, y is {y.dtype})"
+    if x.ndim == 0 or x.shape[0] == 0:
+        return "x holds no examples"
+    if y.ndim != 1:
+        kind = "one-hot labels" if y.ndim == 2 else "labels"
+        return (f"y must be one class number per example, shape ({x.shape[0]},); got "
+                f"{kind} of shape {y.shape}")
+    if len(y) != x.shape[0]:
+        return f"x holds {x.shape[0]} examples but y {len(y)} labels"
+    if y.dtype.kind == "f" and not np.array_equal(y, np.round(y)):
+        return "y must hold whole class numbers; it holds fractions"
+    if not np.isfinite(x).all():
+        index = int(np.argwhere(~np.isfinite(x.reshape(len(x), -1)).any(axis=1))[0, 0])
+        return f"x holds NaN or infinity (example {index} first)"
+    return None
+
+
+def check_fits(data: Data, path: Any, graph: Graph) -> None:
+    """The examples fit the network: one input, examples of its shape (with or without its
+    batch axis of 1), labels among its output's classes."""
+    if len(graph.inputs) != 1:
+        raise GlensideError(f"training needs a network of one input; this one has "
+                            f"{len(graph.inputs)} ({', '.join(graph.inputs)})")
+    name, decl = next(iter(graph.inputs.items()))
+    example = tuple(int(d) for d in data.x.shape[1:])
+    if example not in (tuple(decl.shape[1:]), tuple(decl.shape)):
+        raise GlensideError(f"data {path}: x holds examples of shape {example}; the "
+                            f"network's input {name} takes {tuple(decl.shape[1:])}")
+    classes = shapes(graph)[graph.output][-1]
+    outside = data.y[(data.y < 0) | (data.y >= classes)]
+    if outside.size:
+        raise GlensideError(f"data {path}: y holds label {int(outside[0])}, outside the "
+                            f"network's {classes} classes (0 to {classes - 1})")
 
 
 def batched(graph: Graph, x: torch.Tensor) -> torch.Tensor:
