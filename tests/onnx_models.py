@@ -297,6 +297,27 @@ OPS: dict[str, tuple[Callable[[OnnxGraph, str], str], list[int]]] = {
     "conv_dilations": (lambda g, x: g.node(
         "Conv", [x, g.random("w", (4, 2, 3, 2))], dilations=[2, 3], pads=[2, 1, 1, 2]),
         [1, 2, 9, 10]),
+    "conv_dilations_strides_depthwise": (lambda g, x: g.node(
+        "Conv", [x, g.random("w", (3, 1, 3, 3)), g.random("b", (3,))], group=3,
+        dilations=[2, 2], strides=[2, 1], pads=[2, 2, 1, 2]), [1, 3, 11, 9]),
+    "conv_dilations_groups": (lambda g, x: g.node(
+        "Conv", [x, g.random("w", (4, 2, 3, 3))], group=2, dilations=[3, 2],
+        pads=[3, 2, 3, 2]), [2, 4, 8, 9]),
+    # torchvision's segmentation heads: F.interpolate(scale_factor=2, mode="nearest") and
+    # (size=…, mode="bilinear", align_corners=False / True)
+    "resize_nearest_x2": (lambda g, x: g.node(
+        "Resize", [x, "", g.const("scales", np.array([1, 1, 2, 2], "f4"))], mode="nearest",
+        coordinate_transformation_mode="asymmetric", nearest_mode="floor"), [1, 3, 5, 4]),
+    "resize_nearest_sizes": (lambda g, x: g.node(
+        "Resize", [x, "", "", g.const("sizes", np.array([1, 2, 7, 3], np.int64))],
+        mode="nearest"), [1, 2, 5, 6]),
+    "resize_bilinear_sizes": (lambda g, x: g.node(
+        "Resize", [x, "", "", g.const("sizes", np.array([1, 2, 11, 13], np.int64))],
+        mode="linear", coordinate_transformation_mode="pytorch_half_pixel"), [1, 2, 5, 6]),
+    "resize_bilinear_align_corners": (lambda g, x: g.node(
+        "Resize", [x, g.const("roi", np.zeros(0, "f4")),
+                   g.const("scales", np.array([1, 1, 2, 3], "f4"))], mode="linear",
+        coordinate_transformation_mode="align_corners"), [2, 1, 4, 3]),
     "maxpool_ceil_mode": (lambda g, x: g.node(
         "MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1), [1, 2, 10, 9]),
     "maxpool_dilations_pads": (lambda g, x: g.node(

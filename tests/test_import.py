@@ -6,6 +6,7 @@ generated C program) and compared with onnxruntime at 1e-4 relative.
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 from onnx_models import (
     EXECUTOR_PARAMS,
     EXECUTORS,
@@ -34,6 +35,8 @@ from glensidec.cli import import_command
 from glensidec.errors import GlensideError
 from glensidec.frontends.importer import import_onnx, sanitize
 from glensidec.lang.syntax import read_program
+from glensidec.lang.terms import compute_name, is_matmul, postorder
+from glensidec.lang.typecheck import access_type, check_program
 from glensidec.outputs import MANIFEST
 
 Array = np.ndarray[Any, Any]
@@ -330,3 +333,24 @@ def test_renamed_onnx_input_names_work_with_run(tmp_path: Path) -> None:
     both = [f"input:0={tmp_path / 'x.npy'}", f"input_0={tmp_path / 'x.npy'}"]
     result = runner.invoke(main, ["run", str(program), "--input", both[0], "--input", both[1]])
     assert "given twice" in str(result.exception)
+
+
+@pytest.mark.parametrize("name", ["conv_dilations", "conv_dilations_strides_depthwise",
+                                  "conv_dilations_groups"])
+def test_dilated_convolutions_multiply_only_the_kernel_taps(name: str, tmp_path: Path) -> None:
+    """Dilations are dilated windows (every d-th tap, as MaxPool's), not a kernel spread
+    with zeros (issue 30: fcn_resnet50's zero-stuffed kernels overflowed the im2col
+    limit): the weights keep the kernel's shape and each product reduces over C·k_h·k_w."""
+    build, shape = OPS[name]
+    model = single_op_model(build, shape)
+    program = imported(model, tmp_path)
+    weight = next(d for d in program.tensors.values() if d.role == "weight" and len(d.shape) == 4)
+    kernel = tuple(int(d) for d in numpy_helper.to_array(model.graph.initializer[0]).shape)
+    assert weight.shape == kernel
+    types = check_program(program)
+    products = [term for term in postorder(program.root)
+                if is_matmul(term) or compute_name(term) == "dot-product"]
+    assert products
+    for term in products:
+        reduced = access_type(types, term.args[1]).item
+        assert math.prod(reduced[1:]) == kernel[1] * kernel[2] * kernel[3]

@@ -570,7 +570,8 @@ def test_single_op_quantizes(name: str, symmetric: bool, tmp_path: Path) -> None
             quantize(program, calibration, True, symmetric)
         return
     quantized = quantize(program, calibration, True, symmetric)
-    check_integer_program(quantized, products=name.startswith(("conv", "gemm", "matmul")))
+    check_integer_program(quantized, products=name.startswith(("conv", "gemm", "matmul",
+                                                               "resize_bilinear")))
     for inputs in sample_list(calibration, 4):
         expected = run_program(program, {**load_weights(program), **inputs})
         error = float(np.max(np.abs(run_quantized(quantized, inputs) - expected)))

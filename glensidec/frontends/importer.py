@@ -318,16 +318,22 @@ def conv(imp: Importer, node: Node, folded: ConvWeights | None = None) -> Value:
     weights = params.weights
     if weights.ndim != 4:
         raise GlensideError(f"{node.where()}: only 2-D convolutions are supported")
-    weights = dilated_kernel(node, weights)
     out_channels, group_channels, kh, kw = (int(d) for d in weights.shape)
     groups = int(node.attributes.get("group", 1))
     if group_channels * groups != channels or out_channels % groups:
         raise GlensideError(f"{node.where()}: weights {weights.shape} do not fit {channels} "
                             f"input channels in {groups} groups")
     strides = tuple(ints(node, "strides", [1, 1]))
-    pads = spatial_pads(node, (height, width), (kh, kw), strides)
+    dilations = conv_dilations(node)
+    spans = ((kh - 1) * dilations[0] + 1, (kw - 1) * dilations[1] + 1)
+    pads = spatial_pads(node, (height, width), spans, strides)
     base = node.outputs[0]
-    if groups == 1:
+    if dilations != (1, 1):
+        geometry = DilatedConv(batch, (height, width), (kh, kw), dilations,
+                               (strides[0], strides[1]), pads)
+        product = dilated_conv(x, imp.weight(f"{base}_w", weights), geometry, groups,
+                               group_channels, out_channels // groups)
+    elif groups == 1:
         product = B.conv2d_nchw(x, imp.weight(f"{base}_w", weights), channels, (kh, kw),
                                 (strides[0], strides[1]), pads)
     elif groups == channels == out_channels:
@@ -345,19 +351,82 @@ def conv(imp: Importer, node: Node, folded: ConvWeights | None = None) -> Value:
     return channel_op(product, imp.weight(f"{base}_b", params.bias), dims, "elementwise-add")
 
 
-def dilated_kernel(node: Node, weights: Array) -> Array:
-    """`dilations` as a larger kernel with zeros between the taps: the same sums exactly
-    (each extra tap adds 0·x), at the cost of (d·(k−1)+1)²/k² more products."""
+def conv_dilations(node: Node) -> tuple[int, int]:
     dilations = ints(node, "dilations", [1, 1])
     if len(dilations) != 2 or any(d < 1 for d in dilations):
         raise GlensideError(f"{node.where()}: dilations {dilations} must be 2 positive numbers")
-    if dilations == [1, 1]:
-        return weights
-    out, cin, kh, kw = weights.shape
-    spread = np.zeros((out, cin, (kh - 1) * dilations[0] + 1, (kw - 1) * dilations[1] + 1),
-                      weights.dtype)
-    spread[:, :, ::dilations[0], ::dilations[1]] = weights
-    return spread
+    return dilations[0], dilations[1]
+
+
+@dataclass(frozen=True)
+class DilatedConv:
+    """A dilated convolution's geometry: its input, kernel, dilations, strides, padding."""
+
+    batch: int
+    size: tuple[int, int]  # H, W
+    kernel: tuple[int, int]
+    dilations: tuple[int, int]
+    strides: tuple[int, int]
+    pads: tuple[int, int, int, int]  # top, left, bottom, right
+
+    @property
+    def spans(self) -> tuple[int, int]:  # a dilated window's extent
+        return ((self.kernel[0] - 1) * self.dilations[0] + 1,
+                (self.kernel[1] - 1) * self.dilations[1] + 1)
+
+    @property
+    def out(self) -> tuple[int, int]:
+        top, left, bottom, right = self.pads
+        return (out_size(self.size[0], self.spans[0], self.strides[0], top, bottom),
+                out_size(self.size[1], self.spans[1], self.strides[1], left, right))
+
+
+def dilated_taps(windows: Term, dims: tuple[int, ...], split: int,
+                 geometry: DilatedConv) -> Term:
+    """Windows of the dilated extent, the last two item axes, cut to the kernel's taps
+    (every d-th element: `every_nth`, as MaxPool's dilations), so a dilated convolution
+    multiplies k_h·k_w taps, not (d·(k−1)+1)² mostly zero ones."""
+    first = len(dims) - 2
+    for axis, (size, dilation) in enumerate(zip(geometry.kernel, geometry.dilations,
+                                                strict=True)):
+        if dilation > 1:
+            windows = every_nth(windows, dims, split, first + axis, size, dilation)
+            dims = (*dims[:first + axis], size, *dims[first + axis + 1:])
+    return windows
+
+
+def dilated_conv(x: Term, weights: Term, geometry: DilatedConv, groups: int,
+                 group_channels: int, group_out: int) -> Term:
+    """A convolution with `dilations` as dilated windows (strided taps): the windows of
+    the padded input span d·(k−1)+1 elements and keep every d-th; then the product of
+    conv2d_nchw (one per group on channel slices, as grouped_conv2d_nchw), or for a
+    depthwise convolution the pair of depthwise_conv2d_nchw."""
+    top, left, bottom, right = geometry.pads
+    padded = B.pad(B.pad(x, 2, top, bottom), 3, left, right)
+    out_hw, channels = geometry.out, groups * group_channels
+    if groups == channels == groups * group_out and group_channels == 1:  # depthwise
+        windows = B.op("access-windows", B.access(padded, 2), B.shape(*geometry.spans),
+                       B.shape(*geometry.strides))
+        dims = (geometry.batch, channels, *out_hw, *geometry.spans)
+        taps = dilated_taps(windows, dims, 4, geometry)
+        filters = B.reshape(weights, (1, channels, 1, 1), geometry.kernel)
+        spread = B.broadcast(filters, (geometry.batch, channels, *out_hw), geometry.kernel)
+        return B.compute("dot-product", B.op("access-pair", taps, spread))
+    result: Term | None = None
+    for group in range(groups):
+        part_x = padded if groups == 1 else B.op(
+            "access-slice", padded, 1, group * group_channels, (group + 1) * group_channels)
+        part_w = weights if groups == 1 else B.op(
+            "access-slice", weights, 0, group * group_out, (group + 1) * group_out)
+        windows = B.op("access-windows", B.access(part_x, 1),
+                       B.shape(group_channels, *geometry.spans), B.shape(1, *geometry.strides))
+        squeezed = B.op("access-squeeze", windows, 1)
+        dims = (geometry.batch, *out_hw, group_channels, *geometry.spans)
+        taps = dilated_taps(squeezed, dims, 3, geometry)
+        part = B.transpose(B.matmul(B.access(part_w, 1), B.access(taps, 3)), 1, 0, 2, 3)
+        result = part if result is None else B.op("access-concatenate", result, part, 1)
+    assert result is not None
+    return result
 
 
 def batch_norm_parameters(imp: Importer, node: Node) -> tuple[Array, Array]:
@@ -1204,6 +1273,119 @@ def embedding(imp: Importer, node: Node) -> Value:
     product = B.matmul(B.access(B.compute("cast", onehot, "f32"), len(dims)),
                        B.access(columns, 1))
     return B.reshape(product, (*dims, *table.shape[1:]), ())
+
+
+RESIZE_ATTRIBUTES = {"mode", "coordinate_transformation_mode", "nearest_mode", "cubic_coeff_a",
+                     "exclude_outside", "extrapolation_value", "antialias", "axes",
+                     "keep_aspect_ratio_policy"}
+
+
+@translates("Resize")
+def resize(imp: Importer, node: Node) -> Value:
+    """Resize of a computed tensor with constant scales or sizes, one axis at a time.
+
+    Resizing is separable and linear along each axis, so each resized axis is a constant
+    (out × in) matrix, which ONNX's own reference implementation computes by resizing the
+    identity (every mode, coordinate transformation and rounding as ONNX defines them).
+    A matrix that picks one element per row (nearest) is a selection: repeats of each
+    element when every element repeats s times in order (an `access-broadcast` view, as
+    an integer-factor upsampling is), else one `access-slice` per output index joined by
+    `access-concatenate`. Any other (linear, cubic) is a matrix product along the axis,
+    moved last and back (`access-move-axis`).
+    """
+    check_attributes(node, RESIZE_ATTRIBUTES)
+    x = imp.dynamic(node, 0)
+    dims = imp.full_shape(x)
+    for name, allowed in (("coordinate_transformation_mode", "tf_crop_and_resize"),
+                          ("keep_aspect_ratio_policy", "stretch")):
+        value = node.attributes.get(name, b"")
+        text = value.decode() if isinstance(value, bytes) else str(value)
+        if text and (text == allowed) == (name == "coordinate_transformation_mode"):
+            raise GlensideError(f"{node.where()}: {name} {text} is not supported")
+    scales, sizes = resize_targets(imp, node, dims)
+    for axis in range(len(dims)):
+        matrix = resize_matrix(node, dims[axis], scales[axis], sizes[axis])
+        if matrix.shape == (dims[axis], dims[axis]) and np.array_equal(
+                matrix, np.eye(dims[axis])):
+            continue
+        x = resize_axis(imp, node, x, dims, axis, matrix)
+        dims = (*dims[:axis], matrix.shape[0], *dims[axis + 1:])
+    return x
+
+
+def resize_targets(imp: Importer, node: Node, dims: tuple[int, ...]
+                   ) -> tuple[list[float | None], list[int | None]]:
+    """Per axis, the scale or the size the node gives (`axes` spread to every axis)."""
+    rank = len(dims)
+    axes = [int(a) % rank for a in ints(node, "axes", list(range(rank)))]
+    scales_input = 1 if len(node.inputs) == 2 else 2  # opset 10: (X, scales)
+    given_scales = (imp.constant(node, scales_input).reshape(-1)
+                    if imp.has_input(node, scales_input) else None)
+    given_sizes = imp.constant(node, 3).reshape(-1) if imp.has_input(node, 3) else None
+    if given_sizes is not None and given_sizes.size:
+        if given_sizes.size != len(axes):
+            raise GlensideError(f"{node.where()}: {given_sizes.size} sizes for {len(axes)} axes")
+        sizes: list[int | None] = [None] * rank
+        for axis, size in zip(axes, given_sizes, strict=True):
+            sizes[axis] = int(size)
+        return [None] * rank, [size if size is not None else dims[a]
+                               for a, size in enumerate(sizes)]
+    if given_scales is None or given_scales.size != len(axes):
+        raise GlensideError(f"{node.where()}: needs constant scales or sizes for its "
+                            f"{len(axes)} axes")
+    scales: list[float | None] = [1.0] * rank
+    for axis, scale in zip(axes, given_scales, strict=True):
+        scales[axis] = float(scale)
+    return scales, [None] * rank
+
+
+def resize_matrix(node: Node, length: int, scale: float | None, size: int | None) -> Array:
+    """The (out × in) matrix of the node's resizing of one axis of `length` elements: the
+    reference implementation's resize of the identity, that axis only."""
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+
+    attributes = {k: v for k, v in node.attributes.items() if k not in ("axes",)}
+    inputs = ["x", "", "scales"] if size is None else ["x", "", "", "sizes"]
+    proto = helper.make_node("Resize", inputs, ["y"], **attributes)
+    feeds: dict[str, Array] = {"x": np.eye(length, dtype=np.float64).astype(np.float32)}
+    if size is None:
+        feeds["scales"] = np.array([scale, 1.0], np.float32)
+    else:
+        feeds["sizes"] = np.array([size, length], np.int64)
+    try:
+        (result,) = ReferenceEvaluator(proto).run(None, feeds)
+    except Exception as error:  # the reference raises anything from numpy to its own errors
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise GlensideError(f"{node.where()}: cannot resize: {first}") from None
+    matrix = np.asarray(result, dtype=np.float64)
+    if matrix.shape[0] < 1:
+        raise GlensideError(f"{node.where()}: resizing an axis of {length} gives no elements")
+    return matrix
+
+
+def resize_axis(imp: Importer, node: Node, x: Term, dims: tuple[int, ...], axis: int,
+                matrix: Array) -> Term:
+    """`x` resized along `axis` by `matrix` (out × in)."""
+    out = matrix.shape[0]
+    picks = matrix.argmax(axis=1)
+    if np.array_equal(matrix, np.eye(dims[axis])[picks]):  # a selection: nearest
+        repeat = out // dims[axis]
+        if out == repeat * dims[axis] and np.array_equal(picks, np.arange(out) // repeat):
+            grown = B.broadcast(B.reshape(x, (*dims[:axis + 1], 1, *dims[axis + 1:]), ()),
+                                (*dims[:axis + 1], repeat, *dims[axis + 1:]), ())
+            return B.reshape(grown, (*dims[:axis], out, *dims[axis + 1:]), ())
+        result: Term | None = None
+        for index in picks:
+            part = B.op("access-slice", x, axis, int(index), int(index) + 1)
+            result = part if result is None else B.op("access-concatenate", result, part, axis)
+        assert result is not None
+        return result
+    rank = len(dims)
+    moved = x if axis == rank - 1 else B.op("access-move-axis", x, axis, rank - 1)
+    weights = imp.weight(f"{node.outputs[0]}_axis{axis}", matrix.astype(np.float32))
+    product = B.matmul(B.access(moved, rank - 1), B.access(weights, 1))
+    return product if axis == rank - 1 else B.op("access-move-axis", product, rank - 1, axis)
 
 
 # ReduceMin(x) is −ReduceMax(−x): exact in floats, so no construct of its own is needed.
