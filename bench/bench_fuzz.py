@@ -40,7 +40,7 @@ from glensidec.lang.generate import Options, generate  # noqa: E402
 
 SEED = 2027
 COUNT = 10_000
-RTL_EVERY = 200
+RTL_EVERY = 100
 RTL_ARRAYS = ((2, 2), (4, 4))  # one Verilator build each (and one of the accelerator)
 TARGET_USES = 100
 RESULTS = REPO / "bench" / "results" / "fuzz.md"
@@ -80,9 +80,11 @@ def read_log(log: Path) -> dict[int, dict[str, Any]]:
     records = {}
     if log.exists():
         for line in log.read_text().splitlines():
-            if line.strip():
+            try:
                 record = json.loads(line)
-                records[record["index"]] = record
+            except json.JSONDecodeError:  # a line cut short when a run was stopped
+                continue
+            records[record["index"]] = record
     return records
 
 
