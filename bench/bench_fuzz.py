@@ -173,7 +173,8 @@ def main() -> int:
     args.log.parent.mkdir(parents=True, exist_ok=True)
     start, wall = time.perf_counter(), None
     if not args.report:
-        todo = [i for i in range(args.count) if i not in read_log(args.log)]
+        done = read_log(args.log)
+        todo = [i for i in range(args.count) if i not in done]
         # Spawned, not forked: a forked child inherits the parent's egglog (Rust) thread
         # pool state and hung at its first compile.
         context = multiprocessing.get_context("spawn")
