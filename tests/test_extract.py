@@ -455,3 +455,17 @@ def test_difference_sees_a_finite_error_beside_an_infinity() -> None:
     assert extract.difference(expected, np.array([np.inf, 1.0, 5.0], np.float32))
     assert extract.difference(expected, np.array([-np.inf, 1.0, 2.0], np.float32))
     assert extract.difference(expected, expected.copy()) is None
+
+
+def test_a_product_left_on_the_host_is_judged_by_the_calls_the_rules_made() -> None:
+    """Found by the fuzzer: on a 3x2 array the swapped orientation of this product would
+    take 13 cycles against the host's 14, but no rule maps it (the operand it would hold
+    has two access axes); the one mapping made takes 16, so the host is right, and
+    check_mapped reported "the extractor's costs are wrong" for it."""
+    program = parse_program(
+        "(input w i8 (shape 7 1))\n(input x i8 (shape 1 1 1))\n"
+        "(compute dot-product (access-cartesian-product (access (access-tensor x) 2)"
+        " (access (access-tensor w) 1)))\n", "<test>")
+    compiled = compile_program(program, hardware.ArrayConfig(3, 2))
+    extract.validate(program, compiled.program)
+    assert compiled.prediction.array_cycles == 0

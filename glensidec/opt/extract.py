@@ -479,10 +479,14 @@ def check_mapped(graph: EGraph, root: Term, types: TypeTable, target: ArrayTarge
         return
     graph.run_ruleset("reach", saturate=True)
     classes = graph.classes(root)
+    # Only the array calls the rules made count: an orientation no rule could map (the
+    # held operand has several access axes and the other none to flatten it with) is not
+    # an alternative the extractor passed over.
+    present = array_shapes(graph)
     for product in host_products:
         if not graph.holds("on-array", classes[product]):
             continue
-        array = mapped_cycles(product, types, target)
+        array = mapped_cycles(product, types, target, present)
         host = host_cost(product, types)
         if array < host:
             raise GlensideError(
@@ -491,8 +495,11 @@ def check_mapped(graph: EGraph, root: Term, types: TypeTable, target: ArrayTarge
                 "cycles): the extractor's costs are wrong")
 
 
-def mapped_cycles(product: Term, types: TypeTable, target: ArrayTarget) -> int:
-    """Array cycles of a dot-product over a cartesian product, padded, better orientation."""
+def mapped_cycles(product: Term, types: TypeTable, target: ArrayTarget,
+                  present: set[tuple[int, int, int, int, int]] | None = None) -> int:
+    """Array cycles of a dot-product over a cartesian product, padded, better orientation
+    (only among the (rows, cols, M, K, N) calls in `present`, when given; a very large
+    number when none of them is)."""
     operands = product.args[1]
     assert isinstance(operands, Term)
     left, right = (access_type(types, arg) for arg in operands.args)
@@ -501,9 +508,11 @@ def mapped_cycles(product: Term, types: TypeTable, target: ArrayTarget) -> int:
     def padded(size: int, multiple: int) -> int:
         return -(-size // multiple) * multiple
 
-    return min(min(gemm_cycles(rows, cols, m, padded(k, rows), padded(n, cols)),
-                   gemm_cycles(rows, cols, n, padded(k, rows), padded(m, cols)))
-               for rows, cols in target.sizes())
+    calls = [call for rows, cols in target.sizes()
+             for call in ((rows, cols, m, padded(k, rows), padded(n, cols)),
+                          (rows, cols, n, padded(k, rows), padded(m, cols)))
+             if present is None or call in present]
+    return min((gemm_cycles(*call) for call in calls), default=2**62)
 
 
 # -- translation validation -------------------------------------------------------------
