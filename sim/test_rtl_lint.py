@@ -85,3 +85,11 @@ def test_icarus_compiles_everything(tmp_path: object) -> None:
         text=True,
     )
     assert result.returncode == 0, result.stderr
+
+
+def test_accel_memory_top_lints_clean() -> None:
+    """tb_ws_accel_mem (ws_accel with main memory and the command stream inside the
+    simulation: make sim of --accel programs, the raw harness), as it is built."""
+    timescale = "/".join(rtl_build.TIMESCALE)
+    verilator_lint("tb_ws_accel_mem", {"ROWS": 4, "COLS": 4, "BUS_BYTES": 4, "LATENCY": 2},
+                   "--timing", "--timescale", timescale)

@@ -142,7 +142,7 @@ def prepare_verilator_environment() -> None:
 
 
 @contextmanager
-def _build_makeflags() -> Iterator[None]:
+def build_makeflags() -> Iterator[None]:
     """MAKEFLAGS fixes for the duration of a build only."""
     saved = os.environ.get("MAKEFLAGS")
     os.environ["MAKEFLAGS"] = " ".join(filter(None, [saved, verilator_makeflags()]))
@@ -211,7 +211,7 @@ def build(
     # Builds are shared (GLENSIDEC_SIM_CACHE, parallel test workers): one builder at a time
     # per folder; the next one finds Verilator's outputs up to date and make has nothing to do.
     build_dir.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(build_dir / BUILD_LOCK)), _build_makeflags():
+    with FileLock(str(build_dir / BUILD_LOCK)), build_makeflags():
         runner.build(
             sources=[str(path) for path in sources],
             hdl_toplevel=toplevel,

@@ -18,6 +18,7 @@ import hashlib
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -33,6 +34,16 @@ from glensidec import progress
 from glensidec.backend.report import DATA as REPORT_DATA
 from glensidec.backend.report import HTML as REPORT_HTML
 from glensidec.backend.report import ReportData, Simulation, render_html
+from glensidec.cosim.accel_sim import (
+    LAYERS_FILE,
+    MEM_TOP,
+    SimJob,
+    cpu_count,
+    partition,
+    read_layers,
+    run_jobs,
+    sim_parameters,
+)
 from glensidec.cosim.rtl_build import (
     GEMM_TESTBENCH,
     GemmBenchDepths,
@@ -167,7 +178,7 @@ class CosimResult:
 def cosimulate(outdir: Path, program_args: list[str], *, waves: bool = False,
                simulator: str = "verilator", library: str = LIBRARY,
                arrays: Sequence[int] | None = None,
-               accel: bool | None = None) -> CosimResult:
+               accel: bool | None = None, how: AccelRun | None = None) -> CosimResult:
     """Build the RTL and the C library for `outdir`, run the program, return the report.
 
     `library`: the build of the program to run (the traced one for `glensidec diff --rtl`).
@@ -177,7 +188,7 @@ def cosimulate(outdir: Path, program_args: list[str], *, waves: bool = False,
     order. `arrays`: only the runs with these arrays (indices into the manifest's) on the
     RTL (`glensidec diff --rtl` traces each run on its own). A program compiled with
     --accel has one more run, its accelerator layers on ws_accel (`accel`: whether to
-    make it; by default when `arrays` is not given)."""
+    make it; by default when `arrays` is not given), run as `how` says."""
     outdir = outdir.resolve()
     manifest = Manifest.read(outdir)
     if manifest.float_products and not manifest.array_calls and not manifest.config.is_float:
@@ -200,7 +211,7 @@ def cosimulate(outdir: Path, program_args: list[str], *, waves: bool = False,
             for array in arrays]
     if accel_run:  # the accelerator layers on ws_accel (glensidec diff --rtl: arrays only)
         runs.append(_cosimulate_accel(outdir, manifest, program_args, waves, simulator,
-                                      library))
+                                      library, how or AccelRun()))
     if len(runs) == 1:
         return runs[0]
     # array calls in program order, then the accelerator layers in theirs
@@ -242,33 +253,77 @@ def _cosimulate_array(outdir: Path, manifest: Manifest, array: int, program_args
                         array=array)
 
 
+@dataclass(frozen=True)
+class AccelRun:
+    """How to co-simulate the accelerator layers: `jobs` simulator processes at once (the
+    layers split by predicted cycles), or all of them in one process in program order
+    (`whole`), on this machine or on the Dask cluster at `scheduler`."""
+
+    jobs: int = 0  # 0: one per core
+    whole: bool = False
+    scheduler: str | None = None
+
+
 def _cosimulate_accel(outdir: Path, manifest: Manifest, program_args: list[str],
-                      waves: bool, simulator: str, library: str) -> CosimResult:
-    """One simulator run of the program with its accelerator layers on ws_accel (the array
-    calls, if any, on the C model: their own runs put them on the array's RTL)."""
+                      waves: bool, simulator: str, library: str,
+                      how: AccelRun = AccelRun()) -> CosimResult:
+    """The program's accelerator layers on ws_accel: the program runs on the accelerator's
+    C model, recording every layer (glensidec.cosim.accel_record); then tb_ws_accel_mem
+    runs each layer from the same memory image, memory and commands inside the simulation
+    (glensidec.cosim.accel_sim), and cocotb checks every byte and cycle count."""
     accel = manifest.accel_config()
     assert accel is not None
-    parameters = accel.rtl_parameters()
-    # its own folder, also for its run: the array's testbench may be built in sim_build/
-    run_dir = build_dir = outdir / "sim_build" / "accel"
+    if simulator != "verilator":
+        raise GlensideError("the accelerator layers co-simulate on Verilator only "
+                            "(tb_ws_accel_mem uses SystemVerilog file input)")
+    started = time.perf_counter()
+    run_dir = outdir / "sim_build" / "accel"
+    layer_dir, jobs_dir = run_dir / "layers", run_dir / "jobs"
+    for scratch in (layer_dir, jobs_dir):
+        if scratch.is_dir():
+            shutil.rmtree(scratch)
+    build_log, run_log = outdir / BUILD_LOG, outdir / RUN_LOG
+    print(f"co-simulating {manifest.source}: running the program on the accelerator's C "
+          f"model, recording its {manifest.accel_layers} layers (log: {run_log})", flush=True)
+    with open(run_log, "w") as log:
+        subprocess.run([sys.executable, "-m", "glensidec.cosim.accel_record", str(outdir),
+                        str(outdir / library), str(layer_dir), str(outdir / "model"),
+                        *program_args], stdout=log, stderr=subprocess.STDOUT)
+    if not (layer_dir / LAYERS_FILE).is_file():
+        cause = program_error(run_log)
+        if cause is not None:
+            raise GlensideError(f"the program stopped: {cause} (log: {run_log})")
+        raise GlensideError(f"recording the accelerator layers failed:\n{_tail(run_log)}")
+    status, layers = read_layers(layer_dir)
+    parameters = sim_parameters(accel, layers)
+    build_dir = run_dir / "build"
     cache = os.environ.get("GLENSIDEC_SIM_CACHE")
     if cache:
         key = hashlib.sha256(repr((parameters, simulator, waves)).encode())
-        for source in rtl_sources():
+        for source in rtl_sources(MEM_TOP):
             key.update(source.read_bytes())
-        build_dir = Path(cache) / f"{ACCEL_TOP}_{accel.rows}x{accel.cols}_{key.hexdigest()[:16]}"
-    build_log, run_log = outdir / BUILD_LOG, outdir / RUN_LOG
-    print(f"building the {accel.rows}x{accel.cols} accelerator (ws_accel) with {simulator} "
-          f"(log: {build_log})", flush=True)
+        build_dir = Path(cache) / f"{MEM_TOP}_{accel.rows}x{accel.cols}_{key.hexdigest()[:16]}"
+    print(f"building the {accel.rows}x{accel.cols} accelerator (ws_accel in {MEM_TOP}) with "
+          f"{simulator} (log: {build_log})", flush=True)
     try:
-        runner = build(ACCEL_TOP, rtl_sources(), build_dir, parameters, simulator=simulator,
-                       waves=waves, public_ports=True, log_file=build_log)
+        build(MEM_TOP, rtl_sources(MEM_TOP), build_dir, parameters, simulator=simulator,
+              waves=waves, timing=True, log_file=build_log)
     except (Exception, SystemExit):
         raise GlensideError(f"the simulator build failed:\n{_tail(build_log)}") from None
-    print(f"co-simulating {manifest.source}: {manifest.accel_layers} accelerator layers on "
-          f"ws_accel (log: {run_log})", flush=True)
-    return _run_program(outdir, manifest, runner, ACCEL_TOP, "run_compiled_program_on_accel",
-                        run_dir, manifest.accel_layers, program_args, waves, library)
+    groups = [list(layers)] if how.whole else partition(layers, how.jobs or cpu_count())
+    where = f"the Dask cluster at {how.scheduler}" if how.scheduler else "this machine"
+    print(f"co-simulating {len(layers)} accelerator layers on ws_accel in {len(groups)} "
+          f"simulator process{'es' if len(groups) > 1 else ''} on {where} "
+          f"(logs: {jobs_dir}/*/sim.log)", flush=True)
+    jobs = [SimJob(str(build_dir), str(layer_dir), str(jobs_dir / f"job{number}"),
+                   tuple(group), str(jobs_dir / f"job{number}" / "sim.log"))
+            for number, group in enumerate(groups)]
+    for job in jobs:
+        Path(job.job_dir).mkdir(parents=True, exist_ok=True)
+    calls = run_jobs(jobs, how.scheduler, len(jobs))
+    with open(outdir / REPORT, "w") as report:
+        json.dump({"status": status, "calls": calls}, report, indent=1)
+    return CosimResult(calls, status, time.perf_counter() - started)
 
 
 def _run_program(outdir: Path, manifest: Manifest, runner: Any, toplevel: str, testcase: str,
@@ -364,6 +419,11 @@ def print_report(result: CosimResult) -> None:
         print(f"{index:>4} {call['m']:>6} {call['k']:>6} {call['n']:>6} "
               f"{call['predicted_cycles']:>10} {call['simulated_cycles']:>10}  "
               f"{'ok' if call['data_ok'] else 'MISMATCH'}{on}")
+    for index, call in enumerate(result.calls):  # what went wrong, per call
+        for what in ("error", "first_difference"):
+            if what in call:
+                print(f"call {index}: {what.replace('_', ' ')} {call[what]}")
+                break
     rate = result.simulated_cycles / result.rtl_seconds if result.rtl_seconds else 0.0
     layers = sum(1 for call in result.calls if "accel" in call)
     what = f"{len(result.calls) - layers} array calls" + (
@@ -403,7 +463,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--simulator", default="verilator", choices=["verilator", "icarus"])
     parser.add_argument("--dequantize", default="0",
                         help="1: write a quantized program's result as float32")
+    parser.add_argument("--jobs", default="auto",
+                        help="accelerator layers: simulator processes at once (auto: one "
+                             "per core)")
+    parser.add_argument("--whole", default="0",
+                        help="1: every accelerator layer in one process, in program order")
+    parser.add_argument("--scheduler", default="",
+                        help="accelerator layers: run on this Dask scheduler (ADDRESS)")
     args = parser.parse_args(argv)
+    if args.jobs not in ("", "auto") and not args.jobs.isdigit():
+        parser.error(f"--jobs: a number or auto, not {args.jobs!r}")
+    how = AccelRun(int(args.jobs) if args.jobs.isdigit() else 0, args.whole == "1",
+                   args.scheduler or None)
     # The simulator runs in sim_build/: hand the program absolute paths.
     program_args = []
     for item in args.inputs:
@@ -414,7 +485,7 @@ def main(argv: list[str] | None = None) -> int:
         program_args.append("--dequantize")
     try:
         result = cosimulate(args.outdir, program_args, waves=args.waves == "1",
-                            simulator=args.simulator)
+                            simulator=args.simulator, how=how)
     except GlensideError as error:
         print(error, file=sys.stderr)
         return 1
