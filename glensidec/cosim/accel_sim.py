@@ -135,13 +135,14 @@ def _power_of_two(count: int, least: int) -> int:
 
 
 def sim_parameters(accel: AccelConfig, layers: Sequence[LayerFiles]) -> dict[str, int]:
-    """tb_ws_accel_mem's parameters: ws_accel's, and memories (powers of two, so programs
-    of similar size share a build) big enough for every layer."""
+    """tb_ws_accel_mem's parameters: ws_accel's, and memories big enough for every layer:
+    powers of two, at least a ResNet-18's (4 MiB at 16 B/cycle, 65,536 commands), so most
+    programs for one accelerator share one build (a 16×16 build takes a minute)."""
     return {**accel.rtl_parameters(),
             "MEM_WORDS": _power_of_two(max((layer.memory_words for layer in layers),
-                                           default=1), 1 << 16),
+                                           default=1), 1 << 18),
             "CMD_DEPTH": _power_of_two(max((layer.commands for layer in layers), default=1),
-                                       1 << 10)}
+                                       1 << 16)}
 
 
 def plusargs(layer_dir: Path, job_dir: Path) -> list[str]:
