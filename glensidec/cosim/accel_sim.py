@@ -41,6 +41,7 @@ from glensidec.cosim.rtl_build import (
     rtl_sources,
 )
 from glensidec.cosim.settings import settings_env
+from glensidec.errors import GlensideError
 from glensidec.hardware.commands import AccelConfig
 
 MEM_TOP = "tb_ws_accel_mem"  # rtl/tb/tb_ws_accel_mem.v
@@ -255,24 +256,31 @@ def partition(layers: Sequence[LayerFiles], jobs: int) -> list[list[LayerFiles]]
     return [sorted(group, key=lambda layer: layer.index) for group in groups if group]
 
 
-def run_jobs(jobs: Sequence[SimJob], scheduler: str | None = None,
+def run_jobs(jobs: Sequence[SimJob], client: Any = None,
              workers: int | None = None) -> list[dict[str, Any]]:
-    """Run the jobs concurrently: on the Dask cluster at `scheduler`, else in `workers`
+    """Run the jobs concurrently: on a Dask cluster through `client`, else in `workers`
     local threads (each waits on its own simulator process). Entries in layer order."""
-    if scheduler:
-        from glensidec.nas.commands import close_client, dask_client
-
-        client = dask_client(scheduler, 0)
-        try:
-            futures = [client.submit(run_job, job, pure=False) for job in jobs]
-            done: list[list[dict[str, Any]]] = client.gather(futures)
-        finally:
-            close_client(client)
+    if client is not None:
+        futures = [client.submit(run_job, job, pure=False) for job in jobs]
+        done: list[list[dict[str, Any]]] = client.gather(futures)
     else:
         with ThreadPoolExecutor(max_workers=workers or len(jobs) or 1) as pool:
             done = list(pool.map(run_job, jobs))
     return sorted((entry for entries in done for entry in entries),
                   key=lambda entry: int(entry["call"]))
+
+
+def dask_client(scheduler: str) -> Any:
+    """A client of the existing Dask cluster at `scheduler` (its workers must see this
+    machine's files: the layers and the simulator build are read where they are)."""
+    try:
+        from dask.distributed import Client
+    except ImportError:
+        raise GlensideError("SCHEDULER needs Dask: pip install 'glensidec[nas]'") from None
+    try:
+        return Client(scheduler, timeout=10)  # type: ignore[no-untyped-call]
+    except (OSError, TimeoutError) as error:
+        raise GlensideError(f"SCHEDULER={scheduler}: cannot connect: {error}") from None
 
 
 # ---- the raw harness: the same top, no cocotb -------------------------------------------------

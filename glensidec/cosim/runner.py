@@ -39,6 +39,7 @@ from glensidec.cosim.accel_sim import (
     MEM_TOP,
     SimJob,
     cpu_count,
+    dask_client,
     partition,
     read_layers,
     run_jobs,
@@ -61,7 +62,6 @@ from glensidec.outputs import update_own_file
 LIBRARY = "libmodel_cosim.so"
 MANIFEST = "cosim.json"
 REPORT = "cosim_report.json"
-ACCEL_TOP = "ws_accel"  # the whole accelerator, for programs compiled with --accel
 BUILD_LOG = "cosim_build.log"
 RUN_LOG = "cosim_run.log"
 TEST_MODULE = "glensidec.cosim.cocotb_program"
@@ -206,12 +206,22 @@ def cosimulate(outdir: Path, program_args: list[str], *, waves: bool = False,
     if arrays is None:  # every array that has calls, or the main one when nothing does
         arrays = [array for array in range(len(manifest.configs)) if manifest.calls_on(array)]
         arrays = arrays or ([] if accel_run else [0])
-    runs = [_cosimulate_array(outdir, manifest, array, program_args, waves, simulator,
-                              library)
-            for array in arrays]
-    if accel_run:  # the accelerator layers on ws_accel (glensidec diff --rtl: arrays only)
-        runs.append(_cosimulate_accel(outdir, manifest, program_args, waves, simulator,
-                                      library, how or AccelRun()))
+    how = how or AccelRun()
+    if accel_run and simulator != "verilator":
+        raise GlensideError("the accelerator layers co-simulate on Verilator only "
+                            "(tb_ws_accel_mem reads its layers with SystemVerilog file I/O)")
+    # reach the cluster before anything runs: a wrong address leaves nothing written
+    client = dask_client(how.scheduler) if accel_run and how.scheduler else None
+    try:
+        runs = [_cosimulate_array(outdir, manifest, array, program_args, waves, simulator,
+                                  library)
+                for array in arrays]
+        if accel_run:  # the accelerator layers on ws_accel (glensidec diff --rtl: arrays only)
+            runs.append(_cosimulate_accel(outdir, manifest, program_args, waves, library,
+                                          how, client))
+    finally:
+        if client is not None:
+            client.close()
     if len(runs) == 1:
         return runs[0]
     # array calls in program order, then the accelerator layers in theirs
@@ -265,17 +275,14 @@ class AccelRun:
 
 
 def _cosimulate_accel(outdir: Path, manifest: Manifest, program_args: list[str],
-                      waves: bool, simulator: str, library: str,
-                      how: AccelRun = AccelRun()) -> CosimResult:
+                      waves: bool, library: str, how: AccelRun, client: Any) -> CosimResult:
     """The program's accelerator layers on ws_accel: the program runs on the accelerator's
     C model, recording every layer (glensidec.cosim.accel_record); then tb_ws_accel_mem
     runs each layer from the same memory image, memory and commands inside the simulation
-    (glensidec.cosim.accel_sim), and cocotb checks every byte and cycle count."""
+    (glensidec.cosim.accel_sim), and cocotb checks every byte and cycle count. The runs
+    go to the Dask cluster of `client` when given."""
     accel = manifest.accel_config()
     assert accel is not None
-    if simulator != "verilator":
-        raise GlensideError("the accelerator layers co-simulate on Verilator only "
-                            "(tb_ws_accel_mem uses SystemVerilog file input)")
     started = time.perf_counter()
     run_dir = outdir / "sim_build" / "accel"
     layer_dir, jobs_dir = run_dir / "layers", run_dir / "jobs"
@@ -299,19 +306,19 @@ def _cosimulate_accel(outdir: Path, manifest: Manifest, program_args: list[str],
     build_dir = run_dir / "build"
     cache = os.environ.get("GLENSIDEC_SIM_CACHE")
     if cache:
-        key = hashlib.sha256(repr((parameters, simulator, waves)).encode())
+        key = hashlib.sha256(repr((parameters, "verilator", waves)).encode())
         for source in rtl_sources(MEM_TOP):
             key.update(source.read_bytes())
         build_dir = Path(cache) / f"{MEM_TOP}_{accel.rows}x{accel.cols}_{key.hexdigest()[:16]}"
     print(f"building the {accel.rows}x{accel.cols} accelerator (ws_accel in {MEM_TOP}) with "
-          f"{simulator} (log: {build_log})", flush=True)
+          f"verilator (log: {build_log})", flush=True)
     try:
-        build(MEM_TOP, rtl_sources(MEM_TOP), build_dir, parameters, simulator=simulator,
-              waves=waves, timing=True, log_file=build_log)
+        build(MEM_TOP, rtl_sources(MEM_TOP), build_dir, parameters, waves=waves, timing=True,
+              log_file=build_log)
     except (Exception, SystemExit):
         raise GlensideError(f"the simulator build failed:\n{_tail(build_log)}") from None
     groups = [list(layers)] if how.whole else partition(layers, how.jobs or cpu_count())
-    where = f"the Dask cluster at {how.scheduler}" if how.scheduler else "this machine"
+    where = f"the Dask cluster at {how.scheduler}" if client is not None else "this machine"
     print(f"co-simulating {len(layers)} accelerator layers on ws_accel in {len(groups)} "
           f"simulator process{'es' if len(groups) > 1 else ''} on {where} "
           f"(logs: {jobs_dir}/*/sim.log)", flush=True)
@@ -320,7 +327,7 @@ def _cosimulate_accel(outdir: Path, manifest: Manifest, program_args: list[str],
             for number, group in enumerate(groups)]
     for job in jobs:
         Path(job.job_dir).mkdir(parents=True, exist_ok=True)
-    calls = run_jobs(jobs, how.scheduler, len(jobs))
+    calls = run_jobs(jobs, client, len(jobs))
     with open(outdir / REPORT, "w") as report:
         json.dump({"status": status, "calls": calls}, report, indent=1)
     return CosimResult(calls, status, time.perf_counter() - started)
