@@ -69,12 +69,18 @@ def _recorded(tmp_path: Path) -> tuple[Path, Path, LayerFiles, np.ndarray]:
     expected = np.array([[1, -2, 3], [-4, 5, 127]], dtype=np.int8)
     memory = np.zeros(32, dtype=np.uint8)
     layer = write_layer(layer_dir, 0, "conv", (2, 4, 3), 5, [0x1, 0x2ABC], memory,
-                        range(10, 16), expected, expected, 4)
+                        range(10, 16), expected, expected, 4, 16)
     out = np.zeros(12, dtype=np.uint8)  # words 2..4 hold bytes 8..19
     out[2:8] = expected.reshape(-1).view(np.uint8)
     (job_dir / "layer_0.out.hex").write_bytes(hex_words(out, 4))
     (job_dir / RESULTS_FILE).write_text("0 5 0 0 0\n")
     return layer_dir, job_dir, layer, expected
+
+
+def test_a_command_word_wider_than_the_memory_model_keeps_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="a command word of 17 bits"):
+        write_layer(tmp_path, 0, "conv", (1, 1, 1), 1, [1 << 16], np.zeros(4, np.uint8),
+                    range(0, 1), np.zeros((1, 1)), np.zeros((1, 1)), 4, 16)
 
 
 def test_check_layers_passes_the_right_bytes_and_cycles(tmp_path: Path) -> None:

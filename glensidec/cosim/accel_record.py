@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from glensidec.cosim.accel_sim import LAYERS_FILE, LayerFiles, write_layer
+from glensidec.cosim.accel_sim import LAYERS_FILE, LayerFiles, command_capacity, write_layer
 from glensidec.cosim.runner import Manifest
 from glensidec.hardware.accel import EpilogueConfig, ResidualConfig, epilogue_reference
 from glensidec.hardware.accel_native import FIELDS, unpack_commands
@@ -99,7 +99,8 @@ def _layer_files(accel: AccelConfig, index: int, layer: AccelLayerStruct, comman
     return write_layer(directory, index, layer.name.decode(), (m, k, n),
                        int(layer.predicted_cycles),
                        [encode_command(command, accel.cols) for command in commands],
-                       memory, output, c_model, np.asarray(expected), accel.memory.bus_bytes)
+                       memory, output, c_model, np.asarray(expected), accel.memory.bus_bytes,
+                       command_capacity(accel.cols))
 
 
 def record(outdir: Path, library_path: Path, directory: Path, argv: list[str]) -> int:

@@ -110,8 +110,13 @@ def read_hex_words(path: Path, bus_bytes: int) -> np.ndarray[Any, Any]:
 def write_layer(directory: Path, index: int, name: str, mkn: tuple[int, int, int],
                 predicted_cycles: int, words: Sequence[int], memory: np.ndarray[Any, Any],
                 output: range, c_model: np.ndarray[Any, Any], expected: np.ndarray[Any, Any],
-                bus_bytes: int) -> LayerFiles:
-    """Write layer `index`'s memory image, command words and expected results."""
+                bus_bytes: int, capacity: int) -> LayerFiles:
+    """Write layer `index`'s memory image, command words (at most `capacity` bits each)
+    and expected results."""
+    too_wide = [word for word in words if word.bit_length() > capacity]
+    if too_wide:
+        raise ValueError(f"a command word of {too_wide[0].bit_length()} bits: "
+                         f"tb_ws_accel_mem keeps {capacity} (accel_sim.command_capacity)")
     padded = np.zeros(-(-memory.size // bus_bytes) * bus_bytes, dtype=np.uint8)
     padded[:memory.size] = memory
     (directory / f"layer_{index}.mem.hex").write_bytes(hex_words(padded, bus_bytes))
@@ -135,11 +140,18 @@ def _power_of_two(count: int, least: int) -> int:
     return max(least, 1 << max(count - 1, 0).bit_length())
 
 
+def command_capacity(cols: int) -> int:
+    """The bits tb_ws_accel_mem keeps of a command word (its CMD_MAX): room for the
+    per-column vectors of a CONFIG (bias and multiplier, 64 bits a column) and 512 bits
+    of fields, more than ws_accel's words need, so a new field needs no change here."""
+    return 512 + 64 * cols
+
+
 def sim_parameters(accel: AccelConfig, layers: Sequence[LayerFiles]) -> dict[str, int]:
     """tb_ws_accel_mem's parameters: ws_accel's, and memories big enough for every layer:
     powers of two, at least a ResNet-18's (4 MiB at 16 B/cycle, 65,536 commands), so most
     programs for one accelerator share one build (a 16×16 build takes a minute)."""
-    return {**accel.rtl_parameters(),
+    return {**accel.rtl_parameters(), "CMD_MAX": command_capacity(accel.cols),
             "MEM_WORDS": _power_of_two(max((layer.memory_words for layer in layers),
                                            default=1), 1 << 18),
             "CMD_DEPTH": _power_of_two(max((layer.commands for layer in layers), default=1),

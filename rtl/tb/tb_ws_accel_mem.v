@@ -42,7 +42,10 @@ module tb_ws_accel_mem #(
     parameter integer MEM_WORDS   = 65536, // main memory, BUS_BYTES words
     parameter integer CMD_DEPTH   = 65536, // command words of one layer
     parameter integer CYCLE_LIMIT = 50000000,
-    parameter integer CMD_W       = (216 + 64 * COLS > 272) ? 216 + 64 * COLS : 272
+    // Room for a command word, at least ws_accel's CMD_W: this file does not repeat
+    // ws_accel's layout; the words are cut to its port (glensidec.cosim.accel_sim passes
+    // its own bound and refuses a word that does not fit).
+    parameter integer CMD_MAX     = 512 + 64 * COLS
 ) ();
     localparam integer BUS_W   = BUS_BYTES * 8;
     localparam integer BUS_LOG = $clog2(BUS_BYTES);
@@ -56,7 +59,7 @@ module tb_ws_accel_mem #(
     reg [31:0] layers_done /*verilator public_flat_rd*/ = 32'd0;
 
     reg [BUS_W-1:0] mem  [0:MEM_WORDS-1];
-    reg [CMD_W-1:0] cmds [0:CMD_DEPTH-1];
+    reg [CMD_MAX-1:0] cmds [0:CMD_DEPTH-1];
 
     // ---- the layer being run (set between layers by the sequencer below) -------------------
     reg        rst = 1'b1;            // the sequencer's; the rest is this block's
@@ -72,6 +75,7 @@ module tb_ws_accel_mem #(
     reg  [BUS_W-1:0]     rd_line [0:LATENCY-1];   // answers in flight, oldest last
     wire                 cmd_valid = running && !rst && cmd_index < n_cmds;
 
+    /* verilator lint_off WIDTHTRUNC */  // cmd_data: the word cut to ws_accel's CMD_W
     ws_accel #(.ROWS(ROWS), .COLS(COLS), .ACC_DEPTH(ACC_DEPTH), .ROW_BYTES(ROW_BYTES),
                .BANKS(BANKS), .BANK_ROWS(BANK_ROWS), .BUS_BYTES(BUS_BYTES),
                .LATENCY(LATENCY), .QUEUE_DEPTH(QUEUE_DEPTH)) accel (
@@ -81,6 +85,7 @@ module tb_ws_accel_mem #(
         .mem_rd_data(rd_line[LATENCY-1]),
         .mem_wr_valid(mem_wr_valid), .mem_wr_addr(mem_wr_addr), .mem_wr_data(mem_wr_data),
         .mem_wr_strb(mem_wr_strb), .idle(idle));
+    /* verilator lint_on WIDTHTRUNC */
 
     // an access of a whole bus word inside the layer's memory
     function automatic in_range(input [31:0] address);
