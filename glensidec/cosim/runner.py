@@ -302,6 +302,9 @@ def _cosimulate_accel(outdir: Path, manifest: Manifest, program_args: list[str],
             raise GlensideError(f"the program stopped: {cause} (log: {run_log})")
         raise GlensideError(f"recording the accelerator layers failed:\n{_tail(run_log)}")
     status, layers = read_layers(layer_dir)
+    cause = program_error(run_log) if status != 0 else None
+    if cause is not None:  # the program failed on its own: no layer to simulate for it
+        raise GlensideError(f"the program stopped: {cause} (log: {run_log})")
     parameters = sim_parameters(accel, layers)
     build_dir = run_dir / "build"
     cache = os.environ.get("GLENSIDEC_SIM_CACHE")
