@@ -322,3 +322,33 @@ def test_a_scratchpad_of_more_rows_than_commands_address_is_refused() -> None:
                           bus_bytes=16, latency=8)
     with pytest.raises(ValueError, match="more than the 2\\^24 rows a command can address"):
         AccelConfig(2, 2, 16, memory)
+
+
+@pytest.mark.parametrize("bus", [4, 1])
+@pytest.mark.parametrize("layer", [*LAYERS, *POOLS], ids=lambda layer: layer.name)
+def test_layer_traffic_is_what_the_cycle_model_moves(layer: ConvLayer, bus: int) -> None:
+    """The traffic the reports show, split by tensor, sums to the bytes AccelModel counts
+    for the same commands (padded, packed-tap, grouped, residual and pooling layers, at a
+    bus narrower than a row), and the compulsory bytes are the layer's tensors once."""
+    from glensidec.hardware.commands import layer_traffic
+
+    config = AccelConfig(4, 4, 16, MemoryConfig(row_bytes=4, scratchpad_bytes=4096, banks=4,
+                                                 bus_bytes=bus, latency=2))
+    pool = layer in POOLS
+    for residual in ([False] if pool else [False, True]):
+        _, _, quant = random_layer_data(layer, 2)
+        if residual:
+            quant = LayerQuant(quant.epilogue, quant.bias, quant.multiplier,
+                               quant.input_zero_point, random_residual(3))
+        program = pool_program(config, layer) if pool else conv_program(config, layer, quant)
+        timing = accel_cycles(config, program.commands)
+        traffic = layer_traffic(config, layer, program, residual, pool)
+        assert (traffic.loaded, traffic.stored) == (timing.load_bytes, timing.store_bytes)
+        M, _, N = layer.gemm
+        assert bool(traffic.residual_loaded) == residual
+        assert traffic.residual_loaded >= M * N * residual
+        assert bool(traffic.weights_loaded) != pool
+        weights = 0 if pool else (layer.kernel ** 2 * layer.channels // layer.groups * N)
+        image = layer.height * layer.width * layer.channels
+        assert traffic.compulsory == weights + image + M * N * (1 + residual)
+        assert traffic.weights_loaded >= weights and traffic.stored >= M * N

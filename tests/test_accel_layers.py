@@ -525,3 +525,33 @@ def test_stats_report_the_host_data_movement_the_host_model_leaves_out(tmp_path:
     moved = sum(int(np.prod(row["output"])) for row in rows if row["kind"] in ("copy", "fill"))
     assert moved > 16 * 16 * 16  # the padding and im2col copies of two convolutions
     assert f"host data movement (not in the total): {moved} elements" in compiled.stderr
+
+
+@pytest.mark.slow
+def test_stats_and_report_show_each_layers_dram_traffic_against_the_compulsory_bytes(
+        tmp_path: Path) -> None:
+    """Per layer and in total: bytes loaded (by tensor) and stored, the compulsory bytes
+    and their ratio, in --stats and report.json/html; the loads sum to what the cycle
+    model moved (the op's figure) and the compulsory bytes are the tensors' sizes."""
+    outdir = tmp_path / "out"
+    compiled = _compile(EXAMPLES / "resnet_block.gs", outdir, "16x16")
+    assert compiled.returncode == 0, compiled.stderr
+    rows = [row for row in json.loads((outdir / "report.json").read_text())["rows"]
+            if row["where"] == "accelerator"]
+    assert len(rows) == 2
+    for row in rows:
+        loaded = row["input_load_bytes"] + row["weight_load_bytes"] + row["residual_load_bytes"]
+        assert loaded == row["load_bytes"] and f"{loaded} B loaded" in row["op"]
+        # 16 channels in, 16 out, a 3×3 kernel: weights 2304 B, output 4096 B, the input
+        # map (padded by the host, or read by the DMA unpadded) at least 16×16×16 B
+        assert 2304 + 4096 + 4096 <= row["compulsory_bytes"] <= 2304 + 4096 + 4096 * 3
+        ratio = (loaded + row["store_bytes"]) / row["compulsory_bytes"]
+        assert f"{ratio:.1f}x the compulsory {row['compulsory_bytes']} B" in compiled.stderr
+    total_loaded = sum(row["load_bytes"] for row in rows)
+    total_stored = sum(row["store_bytes"] for row in rows)
+    compulsory = sum(row["compulsory_bytes"] for row in rows)
+    assert (f"DRAM traffic of the layers: {total_loaded} B loaded + {total_stored} B stored = "
+            f"{(total_loaded + total_stored) / compulsory:.2f}x the compulsory {compulsory} B"
+            in compiled.stderr)
+    page = (outdir / "report.html").read_text()
+    assert "DRAM traffic of the accelerator layers" in page and f"{compulsory:,}" in page

@@ -75,6 +75,7 @@ from glensidec.hardware.commands import (
     accel_cycles,
     conv_program,
     layer_tiling,
+    layer_traffic,
     pool_program,
     pool_tiling,
 )
@@ -592,16 +593,20 @@ def program_accel_layers(lowered: LoweredProgram, weights: dict[str, Array],
     for index, layer in enumerate(result.instructions):
         if not isinstance(layer, AccelLayer):
             continue
-        program, table, timing = program_layer(accel, layer_geometry(layer),
+        geometry = layer_geometry(layer)
+        program, table, timing = program_layer(accel, geometry,
                                                layer_quant(result, layer, weights),
                                                pool=layer.pool)
+        traffic = layer_traffic(accel, geometry, program, layer.residual is not None,
+                                layer.pool)
         del result.buffers[layer.commands.buffer]  # the placeholder
         result.instructions[index] = replace(
             layer, commands=builder.constant(f"{layer.name}_commands", "i32", table),
             input_base=program.input_base, weight_base=program.weight_base,
             output_base=program.output_base, residual_base=program.residual_base,
             cycles=timing.cycles, load_bytes=timing.load_bytes,
-            store_bytes=timing.store_bytes, compute_rows=timing.compute_rows)
+            store_bytes=timing.store_bytes, compute_rows=timing.compute_rows,
+            traffic=traffic)
     return result
 
 
@@ -759,14 +764,15 @@ def accel_layer_lines(lowered: LoweredProgram, config: ArrayConfig) -> Iterator[
         if layer.pool:  # no product: no T_min, no array rows
             yield (f"  {layer.name}: max-pool {layer.kernel}x{layer.kernel} stride "
                    f"{layer.stride} to M={layer.m} N={layer.n}: {layer.cycles} cycles, "
-                   f"{layer.load_bytes} B loaded, {layer.store_bytes} B stored")
+                   f"{traffic_text(layer)}")
             continue
         ideal = ideal_cycles(config, layer.m, layer.k, layer.n)
         utilization = layer.m * layer.k * layer.n / (config.rows * config.cols * layer.cycles)
         yield (f"  {layer.name}: M={layer.m} K={layer.k} N={layer.n}: {layer.cycles} "
                f"cycles (T_min {ideal}, array {layer.compute_rows}, wait "
-               f"{layer.cycles - layer.compute_rows}), {layer.load_bytes} B loaded, "
-               f"{layer.store_bytes} B stored, utilization {utilization:.0%}")
+               f"{layer.cycles - layer.compute_rows}), {traffic_text(layer)}, "
+               f"utilization {utilization:.0%}")
+    yield total_traffic_line(layers)
     rows = report_data("", lowered, config).rows
     accelerator = sum(layer.cycles for layer in layers)
     array = sum(row.array_cycles for row in rows if row.kind == "gemm")
@@ -784,3 +790,30 @@ def host_data_movement(lowered: LoweredProgram) -> int:
     work the host model does not price, reported beside it."""
     return sum(math.prod(instruction.dst.shape) for instruction in lowered.instructions
                if isinstance(instruction, Copy | Fill))
+
+
+def traffic_text(layer: AccelLayer) -> str:
+    """A layer's DRAM traffic as --stats prints it: bytes loaded (by tensor) and stored,
+    the compulsory bytes and the ratio."""
+    traffic = layer.traffic
+    if traffic is None:  # not programmed yet
+        return f"{layer.load_bytes} B loaded, {layer.store_bytes} B stored"
+    parts = [f"input {traffic.input_loaded}"]
+    if traffic.weights_loaded or not layer.pool:
+        parts.append(f"weights {traffic.weights_loaded}")
+    if traffic.residual_loaded:
+        parts.append(f"residual {traffic.residual_loaded}")
+    return (f"{traffic.loaded} B loaded ({', '.join(parts)}), {traffic.stored} B stored, "
+            f"{traffic.ratio:.1f}x the compulsory {traffic.compulsory} B")
+
+
+def total_traffic_line(layers: Sequence[AccelLayer]) -> str:
+    """The layers' DRAM traffic together against their compulsory bytes."""
+    traffics = [layer.traffic for layer in layers if layer.traffic is not None]
+    loaded = sum(traffic.loaded for traffic in traffics)
+    stored = sum(traffic.stored for traffic in traffics)
+    compulsory = sum(traffic.compulsory for traffic in traffics)
+    ratio = (loaded + stored) / compulsory if compulsory else 0.0
+    return (f"DRAM traffic of the layers: {loaded} B loaded + {stored} B stored = "
+            f"{ratio:.2f}x the compulsory {compulsory} B (each weight, input, residual and "
+            "output once)")

@@ -49,6 +49,7 @@ from glensidec.backend.views import (
     windows,
 )
 from glensidec.hardware.accel import ResidualConfig
+from glensidec.hardware.commands import LayerTraffic
 from glensidec.lang.constructs import ComputeKind, Group
 from glensidec.lang.dtypes import DTYPES, Array
 from glensidec.lang.expand import expand_program, needs_expansion
@@ -277,6 +278,8 @@ class AccelLayer(Instruction):
     load_bytes: int = 0
     store_bytes: int = 0
     compute_rows: int = 0  # cycles the array took a row
+    # the bytes moved by tensor and the compulsory bytes (commands.layer_traffic)
+    traffic: LayerTraffic | None = None
     # A convolution the DMA reads as im2col rows straight from `a`, an NHWC feature map
     # (height, width, channels), already padded; () when `a` is the M×K matrix itself.
     image: tuple[int, ...] = ()

@@ -65,6 +65,21 @@ class Row:
     ideal_cycles: int  # array calls: MACs / (rows * cols), rounded up
     utilization: float | None  # array calls: MACs / (rows * cols * cycles)
     note: str  # the term it implements
+    # accelerator layers: main-memory bytes the commands move (whole bus beats; loads by
+    # the tensor they read) and the compulsory bytes (commands.layer_traffic)
+    load_bytes: int = 0
+    store_bytes: int = 0
+    input_load_bytes: int = 0
+    weight_load_bytes: int = 0
+    residual_load_bytes: int = 0
+    compulsory_bytes: int = 0
+
+    @property
+    def traffic_ratio(self) -> float | None:
+        """Bytes moved per compulsory byte (accelerator layers)."""
+        if not self.compulsory_bytes:
+            return None
+        return (self.load_bytes + self.store_bytes) / self.compulsory_bytes
 
 
 @dataclass
@@ -75,6 +90,19 @@ class Simulation:
     predicted_cycles: list[int]
     wall_seconds: float
     rtl_seconds: float
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """Main-memory bytes loaded and stored, beside the compulsory bytes."""
+
+    loaded: int
+    stored: int
+    compulsory: int
+
+    @property
+    def ratio(self) -> float | None:
+        return (self.loaded + self.stored) / self.compulsory if self.compulsory else None
 
 
 @dataclass
@@ -94,6 +122,13 @@ class ReportData:
     @property
     def macs(self) -> int:
         return sum(row.macs for row in self.rows)
+
+    @property
+    def traffic(self) -> Traffic:
+        """The accelerator layers' DRAM traffic together."""
+        rows = [row for row in self.rows if row.where == "accelerator"]
+        return Traffic(sum(row.load_bytes for row in rows), sum(row.store_bytes for row in rows),
+                       sum(row.compulsory_bytes for row in rows))
 
     def to_json(self) -> str:
         raw = {"source": self.source, "array": list(self.rows_cols),
@@ -157,6 +192,18 @@ def _host_cycles(instruction: Instruction) -> int:
     return HOST_ELEMENT * sum(math.prod(view.shape) for view in instruction.reads())
 
 
+def _traffic_fields(instruction: Instruction) -> dict[str, int]:
+    """An accelerator layer's traffic as Row fields (none for other instructions)."""
+    if not isinstance(instruction, AccelLayer) or instruction.traffic is None:
+        return {}
+    traffic = instruction.traffic
+    return {"load_bytes": traffic.loaded, "store_bytes": traffic.stored,
+            "input_load_bytes": traffic.input_loaded,
+            "weight_load_bytes": traffic.weights_loaded,
+            "residual_load_bytes": traffic.residual_loaded,
+            "compulsory_bytes": traffic.compulsory}
+
+
 def report_data(source: str, lowered: LoweredProgram, config: ArrayConfig,
                 more_arrays: tuple[ArrayConfig, ...] = ()) -> ReportData:
     """The report's rows; each array call priced on its own array (`config`, the main one,
@@ -184,7 +231,8 @@ def report_data(source: str, lowered: LoweredProgram, config: ArrayConfig,
             _macs(instruction),
             "accelerator" if isinstance(instruction, AccelLayer) else
             "array" if on_array else "host", cycles,
-            _host_cycles(instruction), ideal, utilization, instruction.note))
+            _host_cycles(instruction), ideal, utilization, instruction.note,
+            **_traffic_fields(instruction)))
     return data
 
 
@@ -288,6 +336,7 @@ def _html_templates() -> jinja2.Environment:
     environment.filters["shapes"] = _shapes
     environment.filters["percent"] = lambda value: "" if value is None else f"{100 * value:.1f}%"
     environment.filters["thousands"] = lambda value: f"{value:,}"
+    environment.filters["ratio"] = lambda value: "" if value is None else f"{value:.2f}×"
     return environment
 
 
@@ -306,6 +355,7 @@ def render_html(data: ReportData, simulation: Simulation | None = None) -> str:
         "utilization": (sum(row.macs for row in calls)
                         / (data.rows_cols[0] * data.rows_cols[1] * data.array_cycles)
                         if data.array_cycles else None),
+        "layers": [row for row in data.rows if row.where == "accelerator"],
         "cycles_svg": Markup(cycles_plot(data) or ""),
         "utilization_svg": Markup(utilization_plot(data) or ""),
         "simulation": simulation, "sim_rows": sim_rows, "rate": rate,

@@ -939,6 +939,81 @@ def pool_reference(layer: ConvLayer, feature: npt.NDArray[np.integer]) -> npt.ND
     return pooled.reshape(-1, layer.channels)
 
 
+# -- main-memory traffic of a layer's commands --------------------------------------------
+
+
+@dataclass(frozen=True)
+class LayerTraffic:
+    """Main-memory bytes one layer's commands move (whole bus beats, as AccelModel counts
+    them: padding rows move none), split by what the loads read, beside the layer's
+    compulsory bytes: every weight once, its input (and residual) once, its output once."""
+
+    input_loaded: int  # the feature map (im2col rows) or the M×K matrix
+    weights_loaded: int
+    residual_loaded: int
+    stored: int
+    compulsory: int
+
+    @property
+    def loaded(self) -> int:
+        return self.input_loaded + self.weights_loaded + self.residual_loaded
+
+    @property
+    def moved(self) -> int:
+        return self.loaded + self.stored
+
+    @property
+    def ratio(self) -> float:
+        """Bytes moved per compulsory byte (1.0: each byte crosses the bus once)."""
+        return self.moved / self.compulsory if self.compulsory else 0.0
+
+
+def _bus_bytes_of(dma: DmaCommand, bus_bytes: int) -> int:
+    """`accel.dma_load_bytes` (the bytes AccelModel counts for a load or store), over
+    numpy: a whole network has millions of rows."""
+    i2, i1 = np.meshgrid(np.arange(dma.count2, dtype=np.int64),
+                         np.arange(dma.count1, dtype=np.int64), indexing="ij")
+    addr = dma.base + i2 * dma.stride2 + i1 * dma.stride1
+    beats = (addr + dma.length - 1) // bus_bytes - addr // bus_bytes + 1
+    if dma.bounds:
+        y, x = dma.y0 + i2 * dma.y_step, dma.x0 + i1 * dma.x_step
+        beats = np.where((y >= 0) & (y < dma.height) & (x >= 0) & (x < dma.width), beats, 0)
+    return int(beats.sum()) * bus_bytes
+
+
+def compulsory_bytes(layer: ConvLayer, residual: bool = False, pool: bool = False) -> int:
+    """A layer's compulsory main-memory bytes (int8): its weights once (a grouped layer's
+    k²·C/groups·N, not the zeros its packing adds), its input map once (H·W·C: unpadded;
+    for a matrix layer the M×K matrix), a residual's M×N once, its output M×N once."""
+    out_h, out_w = layer.out_size
+    outputs = out_h * out_w * layer.out_channels
+    weights = 0 if pool else (layer.kernel ** 2 * (layer.channels // layer.groups)
+                              * layer.out_channels)
+    inputs = layer.height * layer.width * layer.channels
+    return weights + inputs + outputs * (1 + int(residual))
+
+
+def layer_traffic(config: AccelConfig, layer: ConvLayer, program: LayerProgram,
+                  residual: bool = False, pool: bool = False) -> LayerTraffic:
+    """What `program`'s commands (conv_program's or pool_program's for `layer`) move over
+    the bus, counted from the commands as AccelModel counts them (its `load_bytes` and
+    `store_bytes` are the sums), each load attributed to the tensor its addresses are in;
+    and the layer's compulsory bytes."""
+    bus = config.memory.bus_bytes
+    loaded = {"input": 0, "weights": 0, "residual": 0}
+    stored = 0
+    for command in program.commands:
+        if isinstance(command, Store):
+            stored += _bus_bytes_of(command.dma, bus)
+        elif isinstance(command, Load):
+            base = command.dma.base
+            tensor = ("residual" if 0 <= program.residual_base <= base else
+                      "weights" if not pool and base >= program.weight_base else "input")
+            loaded[tensor] += _bus_bytes_of(command.dma, bus)
+    return LayerTraffic(loaded["input"], loaded["weights"], loaded["residual"], stored,
+                        compulsory_bytes(layer, residual, pool))
+
+
 @dataclass
 class _Step:
     loads: list[Load]
