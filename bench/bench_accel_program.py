@@ -1,7 +1,8 @@
 """Whole programs on the whole accelerator: `glensidec compile --accel`, end to end.
 
 Writes bench/results/accel_program.md. Each network (random weights, imported from ONNX
-and quantized per channel as bench_host does; and the bundled examples/resnet_block.gs) is
+and quantized per channel as bench_host does: ResNet-18, ResNet-50, MobileNet-v1; and the
+bundled examples/resnet_block.gs) is
 compiled for a 16×16 array with --accel at 16 and 8 B/cycle. From OUTDIR/report.json:
 the accelerator layers' cycles (ws_accel's, exact), any remaining array calls, the host's
 cycles (the report's host model: one cycle per element an elementwise or reducing
@@ -125,7 +126,8 @@ def main() -> int:
         work = Path(scratch)
         programs = {"resnet_block.gs": (REPO / "examples" / "resnet_block.gs", None)}
         for name, model in (("ResNet-18", host_models.resnet18()),
-                            ("ResNet-50", host_models.resnet50())):
+                            ("ResNet-50", host_models.resnet50()),
+                            ("MobileNet-v1", host_models.mobilenet_v1())):
             built = bench_host.front_end(name.lower().replace("-", ""), model, work)
             programs[name] = (built.int8_program, built)
         for name, (program, built) in programs.items():

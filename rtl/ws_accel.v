@@ -30,7 +30,9 @@
 // A pooling STORE (bit 6) takes its rows from the scratchpad instead of the array: row i
 // is the bytewise signed max of `window` rows spad_row + i + t*window_stride (t < window),
 // read one per cycle on port 2 and sent through the epilogue (configured as the identity)
-// to memory: a max-pool over rows the DMA gathered with its im2col addressing.
+// to memory: a max-pool over rows the DMA gathered with its im2col addressing. With bit 7
+// (sum) the row is instead the int32 sum of the window's rows, which the epilogue scales
+// as any accumulator row (bias, requantize, clip): an average pool.
 //
 // Command word (glensidec.hardware.commands.encode_command writes the same layout):
 //   [1:0] op, [3] wait, [4] signal
@@ -300,7 +302,8 @@ module ws_accel #(
     reg  [SPAD_W-1:0] p_wstride;
     reg  [SPAD_W-1:0] p_pix, p_addr;
     reg  [31:0]      p_reads;               // reads of the pooling STORE not yet issued
-    reg  [COLS*8-1:0] p_max;                // the max of the pooled row's earlier rows
+    reg              s_sum;                 // the pooling STORE sums (else takes the max)
+    reg  [COLS*32-1:0] p_kept;              // max or sum of the pooled row's earlier rows
     wire q2_consume   = q2_valid && (!q2_last || epi_in_ready);
     wire pool_issue   = s_pool && p_reads != 32'd0 && (!q2_valid || q2_consume);
     wire pool_admit   = q2_valid && q2_last && epi_in_ready;
@@ -318,16 +321,18 @@ module ws_accel #(
     assign sl_give = admit_last && s_signal;
     assign ls_take = store_pop && sq_head[3];
 
-    // the pooled row: the bytewise signed max of p_max and the row read last cycle
-    wire [COLS*8-1:0]  pooled;
-    wire [COLS*32-1:0] pooled_wide;         // as the epilogue's int32 inputs
+    // the pooled row, as the epilogue's int32 inputs: per column the signed max (or the
+    // sum) of p_kept and the byte of the row read last cycle
+    wire [COLS*32-1:0] pooled_wide;
     genvar pc;
     generate
         for (pc = 0; pc < COLS; pc = pc + 1) begin : g_pool
-            wire signed [7:0] read_byte = rd2_data[pc*8 +: 8];
-            wire signed [7:0] max_byte  = p_max[pc*8 +: 8];
-            assign pooled[pc*8 +: 8] = (q2_first || read_byte > max_byte) ? read_byte : max_byte;
-            assign pooled_wide[pc*32 +: 32] = {{24{pooled[pc*8+7]}}, pooled[pc*8 +: 8]};
+            wire signed [7:0]  read_byte = rd2_data[pc*8 +: 8];
+            wire signed [31:0] read_wide = {{24{read_byte[7]}}, read_byte};
+            wire signed [31:0] kept      = p_kept[pc*32 +: 32];
+            assign pooled_wide[pc*32 +: 32] =
+                q2_first ? read_wide : s_sum ? kept + read_wide
+                : read_wide > kept ? read_wide : kept;
         end
     endgenerate
     always @(posedge clk) begin
@@ -338,6 +343,7 @@ module ws_accel #(
         end else begin
             if (store_pop) begin
                 s_pool    <= sq_head[6];
+                s_sum     <= sq_head[7];
                 p_window  <= sq_head[176 +: 16];
                 p_wstride <= sq_head[192 +: SPAD_W];
                 p_pix     <= sq_head[144 +: SPAD_W];
@@ -363,7 +369,7 @@ module ws_accel #(
             end else if (q2_consume) begin
                 q2_valid <= 1'b0;
             end
-            if (q2_consume) p_max <= pooled;
+            if (q2_consume) p_kept <= pooled_wide;
         end
     end
 

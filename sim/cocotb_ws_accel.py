@@ -27,7 +27,13 @@ from cycle_bench import params
 
 from glensidec.cosim.accel_driver import run_commands, start_clock
 from glensidec.cosim.settings import testbench_settings
-from glensidec.hardware.accel import ConvLayer, EpilogueConfig, MemoryConfig, ResidualConfig
+from glensidec.hardware.accel import (
+    ConvLayer,
+    EpilogueConfig,
+    MemoryConfig,
+    ResidualConfig,
+    epilogue_reference,
+)
 from glensidec.hardware.commands import (
     AccelConfig,
     LayerProgram,
@@ -39,6 +45,7 @@ from glensidec.hardware.commands import (
     group_mask,
     pool_program,
     pool_reference,
+    sum_pool_reference,
     weight_matrix,
 )
 
@@ -70,16 +77,30 @@ def random_quant(rng: np.random.Generator, channels: int, residual: str) -> Laye
                       input_zero_point=int(rng.integers(-128, 128)), residual=added)
 
 
-async def run_pool(dut: Any, config: AccelConfig, layer: ConvLayer, seed: int) -> int:
-    """Run one max-pool on the DUT; returns the simulated cycles (checked inside)."""
+async def run_pool(dut: Any, config: AccelConfig, layer: ConvLayer, seed: int,
+                   summed: bool = False) -> int:
+    """Run one max-pool (or, `summed`, an average pool: window sums through a random
+    epilogue) on the DUT; returns the simulated cycles (checked inside)."""
     rng = np.random.default_rng(seed)
     feature = rng.integers(-128, 128, (layer.height, layer.width, layer.channels))
-    program = pool_program(config, layer)
+    quant = None
+    if summed:  # per-channel vectors: a Config per N block
+        quant = LayerQuant(EpilogueConfig(pre=0, post=int(rng.integers(30, 34)),
+                                          zero_point=int(rng.integers(-20, 20))),
+                           tuple(int(v) for v in rng.integers(-3000, 3000, layer.channels)),
+                           tuple(int(v) for v in rng.integers(2**26, 2**28, layer.channels)))
+    program = pool_program(config, layer, quant)
     M, C = layer.out_size[0] * layer.out_size[1], layer.channels
     memory = rng.integers(0, 256, program.memory_bytes).astype(np.uint8)  # garbage output
     memory[:feature.size] = feature.reshape(-1) & 0xFF
-    return await run_and_check(dut, config, program, memory, pool_reference(layer, feature),
-                               f"{layer.name}: max-pool to {M}x{C}")
+    if quant is None:
+        expected = pool_reference(layer, feature)
+    else:
+        expected = epilogue_reference(sum_pool_reference(layer, feature),
+                                      np.array(quant.bias)[None, :],
+                                      np.array(quant.multiplier), quant.epilogue)
+    return await run_and_check(dut, config, program, memory, expected,
+                               f"{layer.name}: {'sum' if summed else 'max'}-pool to {M}x{C}")
 
 
 async def run_and_check(dut: Any, config: AccelConfig, program: LayerProgram,
@@ -136,7 +157,8 @@ async def layers(dut: Any) -> None:
         start = time.perf_counter()
         fields = {key: value for key, value in spec.items() if key not in ("residual", "pool")}
         if spec.get("pool"):
-            cycles = await run_pool(dut, config, ConvLayer(**fields), seed)
+            cycles = await run_pool(dut, config, ConvLayer(**fields), seed,
+                                    spec["pool"] == "sum")
         else:
             cycles = await run_layer(dut, config, ConvLayer(**fields), seed,
                                      str(spec.get("residual", "")))

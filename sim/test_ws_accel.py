@@ -22,7 +22,8 @@ CASES = [(2, 2, 2, 32768, 16, 8, 16), (4, 4, 4, 32, 4, 2, 16), (4, 8, 8, 128, 4,
 #: scratchpad rows, and the 3×3 and the GEMM again with a residual add in the epilogue
 #: (after and before the requantize), and max-pools through pooling stores: 3×3 stride 2
 #: padded (ResNet's), 2×2 stride 2 unpadded on an odd map; a depthwise 3×3 (each N block
-#: reads only its own channels).
+#: reads only its own channels); average pools as window sums through the epilogue (2×2/2,
+#: and a global one).
 LAYERS = [
     {"name": "gemm4x2x2", "height": 4, "width": 1, "channels": 2, "out_channels": 2},
     {"name": "conv3x3", "height": 5, "width": 5, "channels": 6, "out_channels": 6,
@@ -42,6 +43,10 @@ LAYERS = [
      "kernel": 2, "stride": 2, "padding": 0, "pool": True},
     {"name": "depthwise3x3", "height": 5, "width": 5, "channels": 10, "out_channels": 10,
      "kernel": 3, "stride": 1, "padding": 1, "groups": 10},
+    {"name": "avgpool2x2s2", "height": 5, "width": 4, "channels": 6, "out_channels": 6,
+     "kernel": 2, "stride": 2, "padding": 0, "pool": "sum"},
+    {"name": "globalavgpool", "height": 3, "width": 3, "channels": 5, "out_channels": 5,
+     "kernel": 3, "stride": 1, "padding": 0, "pool": "sum"},
 ]
 
 

@@ -7,6 +7,8 @@ too small is a clear error, and the cycle model shows overlap and bandwidth.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -18,11 +20,13 @@ from glensidec.hardware.accel import (
     MemoryConfig,
     ResidualConfig,
     dma_load_slots,
+    epilogue_reference,
 )
 from glensidec.hardware.commands import (
     SPAD_ROW_BITS,
     AccelConfig,
     Compute,
+    Config,
     LayerQuant,
     Load,
     Store,
@@ -289,6 +293,35 @@ def test_a_pool_program_computes_the_max_pool(layer: ConvLayer) -> None:
     assert all(store.window == layer.kernel ** 2 and store.wait and store.signal
                for store in stores) and len(stores) == -(-C // 4) * -(-M // program.m_chunk)
     assert accel_cycles(config, program.commands).cycles > M * -(-C // 4) * layer.kernel ** 2
+
+
+@pytest.mark.parametrize("layer", [ConvLayer("avgpool2x2", 7, 6, 6, 6, kernel=2, stride=2),
+                                   ConvLayer("globalavgpool", 3, 3, 9, 9, kernel=3)],
+                         ids=lambda layer: layer.name)
+def test_a_sum_pool_program_computes_the_scaled_window_sums(layer: ConvLayer) -> None:
+    """An average pool: pooling stores send each window's int32 sum through the epilogue
+    (per-channel bias and multiplier, a Config per N block)."""
+    config = AccelConfig(4, 4, 16, MemoryConfig(row_bytes=4, scratchpad_bytes=4096, banks=4,
+                                                 bus_bytes=4, latency=2))
+    feature, _, quant = random_layer_data(layer, 5)
+    program = pool_program(config, layer, quant)
+    M, C = layer.out_size[0] * layer.out_size[1], layer.channels
+    memory = np.zeros(program.memory_bytes, dtype=np.uint8)
+    memory[:feature.size] = feature.reshape(-1) & 0xFF
+    after = run_functional(config, program.commands, memory).astype(np.int64)
+    got = after[program.output_base:program.output_base + M * C]
+    got = np.where(got >= 128, got - 256, got).reshape(M, C)
+    windows = np.array([feature[y * layer.stride:y * layer.stride + layer.kernel,
+                                x * layer.stride:x * layer.stride + layer.kernel].sum(axis=(0, 1))
+                        for y in range(layer.out_size[0]) for x in range(layer.out_size[1])])
+    expected = epilogue_reference(windows, np.array(quant.bias)[None, :],
+                                  np.array(quant.multiplier), quant.epilogue)
+    assert np.array_equal(got, expected) and len(np.unique(expected)) > 3
+    stores = [command for command in program.commands if isinstance(command, Store)]
+    assert all(store.sum for store in stores)
+    assert sum(isinstance(command, Config) for command in program.commands) == -(-C // 4)
+    with pytest.raises(CapacityError, match="unpadded"):
+        pool_program(config, dataclasses.replace(layer, padding=1), quant)
 
 
 def test_a_pool_whose_window_rows_do_not_fit_names_the_sizes() -> None:

@@ -137,3 +137,18 @@ def test_pool_programs_take_the_python_models_cycles(layer: ConvLayer, config_na
     unpacked = unpack_commands(pack_commands(program.commands).astype(np.int32), config.cols,
                                EpilogueConfig(), (0,) * layer.channels, (1,) * layer.channels)
     assert unpacked == program.commands
+
+
+@pytest.mark.parametrize("config_name", sorted(CONFIGS))
+def test_sum_pool_programs_take_the_python_models_cycles_and_round_trip(config_name: str
+                                                                         ) -> None:
+    """An average pool: sum stores (their flag in the table's height column) and a Config
+    per N block whose vectors differ."""
+    config = CONFIGS[config_name]
+    layer = ConvLayer("avgpool", 6, 6, 11, 11, kernel=2, stride=2)
+    quant = random_layer_data(layer, 3)[2]
+    program = pool_program(config, layer, quant)
+    _compare(config, program.commands)
+    unpacked = unpack_commands(pack_commands(program.commands).astype(np.int32), config.cols,
+                               quant.epilogue, quant.bias, quant.multiplier)
+    assert unpacked == program.commands

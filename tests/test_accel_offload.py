@@ -9,6 +9,8 @@ be the interpreter's on the source. The slow ones build the C program and run it
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from dataclasses import replace
@@ -19,6 +21,7 @@ import pytest
 from test_accel_layers import depthwise
 
 from glensidec import pipeline
+from glensidec.backend.accel_layers import evaluate_buffer
 from glensidec.backend.accel_passes import fuse_for_accelerator
 from glensidec.backend.lower import AccelLayer, LoweredProgram, LowerOptions, lower_program
 from glensidec.cosim.diff import lowered_output, lowered_result
@@ -236,3 +239,114 @@ def test_a_depthwise_bias_no_zero_point_explains_stays_on_the_host(tmp_path: Pat
     expected = _interpreted(source, inputs)
     got = _lowered_result(source, lowered, inputs, 4)
     assert np.array_equal(got.reshape(expected.shape), expected)
+
+
+# CONV_THEN_POOL's layer, then an average pool as the quantizer writes one: the window sum
+# in i32, plus a scalar (zero-point correction), one requantize.
+CONV_THEN_AVERAGE = """
+(input a i8 (shape 1 4 {size} {size}))
+(weight w i8 (shape 8 4 1 1) "w.npz")
+(let conv
+ (access-transpose
+  (compute dot-product
+   (access-cartesian-product
+    (access (access-tensor w) 1)
+    (access (access-squeeze (access-windows (access (access-tensor a) 1)
+                                            (shape 4 1 1) (shape 1 1 1)) 1) 3)))
+  (list 1 0 2 3)))
+(let q (compute relu (compute (requantize 1 0 6 -3) conv)))
+(let summed {summed})
+(compute (requantize 1431655765 0 {post} -5)
+ (compute elementwise-add
+  (access-pair summed (access-broadcast {literal} (access-shape (shape {shape}) (shape))))))
+"""
+
+
+def _conv_then_average(root: Path, size: int, kernel: int) -> Path:
+    """kernel = size: a global average pool (reduce-sum over the map, (1, C)); else a
+    kernel × kernel pool at stride kernel."""
+    np.savez(root / "w.npz", w=np.random.default_rng(4).integers(-128, 128, (8, 4, 1, 1))
+             .astype(np.int8))
+    if kernel == size:
+        summed, shape, rank = "(compute reduce-sum (access q 2))", "1 8", 2
+    else:
+        out = size // kernel
+        summed = (f"(compute reduce-sum (access-windows (access q 2) (shape {kernel} {kernel})"
+                  f" (shape {kernel} {kernel})))")
+        shape, rank = f"1 8 {out} {out}", 4
+    literal = "(access-literal (literal 300 i32))"
+    for _ in range(rank):
+        literal = f"(access-insert-axis {literal} 0)"
+    path = root / "conv_then_average.gs"
+    path.write_text(CONV_THEN_AVERAGE.format(size=size, summed=summed, shape=shape,
+                                             literal=literal, post=31 + kernel))
+    return path
+
+
+@pytest.mark.parametrize("size,kernel", [(6, 6), (7, 7), (8, 2), (9, 3)])
+def test_an_average_pool_of_a_layer_is_a_sum_pooling_layer(size: int, kernel: int,
+                                                           tmp_path: Path) -> None:
+    """Global and windowed average pools: the window sums, the scalar add and the
+    requantize become one pooling layer (sum stores through the epilogue)."""
+    source = _conv_then_average(tmp_path, size, kernel)
+    lowered = _accelerated(source, "4x4")
+    pools = [layer for layer in lowered.accel_layers() if layer.pool]
+    assert len(pools) == 1 and pools[0].pool_sum and pools[0].kernel == kernel
+    assert not any(type(instruction).__name__ in ("Reduce", "Fused", "Map", "Fold")
+                   for instruction in lowered.instructions)
+    for seed in range(2):
+        inputs = _random_inputs(source, seed)
+        expected = _interpreted(source, inputs)
+        assert len(np.unique(expected)) > 3  # not saturated
+        got = _lowered_result(source, lowered, inputs, 4)
+        assert np.array_equal(got.reshape(expected.shape), expected)
+
+
+@pytest.mark.slow
+@pytest.mark.rtl
+def test_an_average_pool_runs_three_ways_and_on_ws_accel(tmp_path: Path,
+                                                          sim_cache: Path) -> None:
+    """A global average pool of a layer: the C program and `make sim` (every layer on
+    ws_accel's RTL, bits and cycles as predicted) give the interpreter's result, and
+    `glensidec diff` finds every instruction equal."""
+    source = _conv_then_average(tmp_path, 7, 7)
+    outdir = tmp_path / "out"
+    compiled = subprocess.run([sys.executable, "-m", "glensidec", "compile", str(source),
+                               "--array", "4x4", "--accel", "-o", str(outdir)],
+                              capture_output=True, text=True, timeout=600)
+    assert compiled.returncode == 0, compiled.stderr
+    assert ", 2 accelerator layers:" in compiled.stdout
+    inputs = _random_inputs(source, 2)
+    arguments = []
+    for name, value in inputs.items():
+        np.save(tmp_path / f"{name}.npy", value)
+        arguments.append(f"{name}={tmp_path / name}.npy")
+    expected = _interpreted(source, inputs)
+    ran = subprocess.run(["make", "-s", "-C", str(outdir), "sim", f"INPUTS={' '.join(arguments)}",
+                          f"OUTPUT={tmp_path / 'sim.npy'}"], capture_output=True, text=True,
+                         timeout=1200, env={**os.environ, "GLENSIDEC_SIM_CACHE": str(sim_cache)})
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    report = json.loads((outdir / "cosim_report.json").read_text())
+    assert len(report["calls"]) == 2 and all(
+        call["data_ok"] and call["simulated_cycles"] == call["predicted_cycles"]
+        for call in report["calls"])
+    assert np.array_equal(np.load(tmp_path / "sim.npy"), expected)
+    diff = subprocess.run([sys.executable, "-m", "glensidec", "diff", str(outdir), *arguments],
+                          capture_output=True, text=True, timeout=600)
+    assert diff.returncode == 0 and "agree: interpreter, C program" in diff.stdout, diff.stdout
+
+
+@pytest.mark.parametrize("example", ["small_cnn.gs", "resnet_block.gs"])
+def test_no_host_copy_remakes_a_constant_every_inference(example: str) -> None:
+    """Weights the lowering pads and packs at run time are constants after --accel: every
+    fill and copy left writes a buffer that depends on the program's inputs."""
+    source = Path(__file__).resolve().parent.parent / "examples" / example
+    lowered = _accelerated(source, "16x16")
+    weights = data.load_weights(read_program(source))
+    moved = [index for index, instruction in enumerate(lowered.instructions)
+             if type(instruction).__name__ in ("Fill", "Copy")]
+    assert moved
+    for index in moved:
+        name = lowered.instructions[index].writes().buffer
+        readers = lowered.readers().get(name, [len(lowered.instructions)])
+        assert evaluate_buffer(lowered, name, weights, min(readers)) is None, name

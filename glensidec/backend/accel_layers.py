@@ -596,7 +596,7 @@ def program_accel_layers(lowered: LoweredProgram, weights: dict[str, Array],
         geometry = layer_geometry(layer)
         program, table, timing = program_layer(accel, geometry,
                                                layer_quant(result, layer, weights),
-                                               pool=layer.pool)
+                                               pool=layer.pool, pool_sum=layer.pool_sum)
         traffic = layer_traffic(accel, geometry, program, layer.residual is not None,
                                 layer.pool)
         del result.buffers[layer.commands.buffer]  # the placeholder
@@ -610,13 +610,16 @@ def program_accel_layers(lowered: LoweredProgram, weights: dict[str, Array],
     return result
 
 
-def program_layer(accel: AccelConfig, layer: ConvLayer, quant: LayerQuant, pool: bool = False
-                  ) -> tuple[LayerProgram, Array, AccelTiming]:
-    """The layer's commands (conv_program, or pool_program for a max-pool), as the packed
-    table the C reads, and their cycles on ws_accel; GlensideError when the layer does not
-    fit the accelerator."""
+def program_layer(accel: AccelConfig, layer: ConvLayer, quant: LayerQuant, pool: bool = False,
+                  pool_sum: bool = False) -> tuple[LayerProgram, Array, AccelTiming]:
+    """The layer's commands (conv_program, or pool_program for a max-pool or, `pool_sum`,
+    an average pool through `quant`'s epilogue), as the packed table the C reads, and
+    their cycles on ws_accel; GlensideError when the layer does not fit the accelerator."""
     try:
-        program = pool_program(accel, layer) if pool else conv_program(accel, layer, quant)
+        if pool:
+            program = pool_program(accel, layer, quant if pool_sum else None)
+        else:
+            program = conv_program(accel, layer, quant)
     except CapacityError as error:
         raise GlensideError(f"--accel: {error}") from None
     table = pack_commands(program.commands)
@@ -762,7 +765,8 @@ def accel_layer_lines(lowered: LoweredProgram, config: ArrayConfig) -> Iterator[
            "included; array = cycles a row entered the array; wait = the rest)")
     for layer in layers:
         if layer.pool:  # no product: no T_min, no array rows
-            yield (f"  {layer.name}: max-pool {layer.kernel}x{layer.kernel} stride "
+            kind = "average pool (window sums)" if layer.pool_sum else "max-pool"
+            yield (f"  {layer.name}: {kind} {layer.kernel}x{layer.kernel} stride "
                    f"{layer.stride} to M={layer.m} N={layer.n}: {layer.cycles} cycles, "
                    f"{traffic_text(layer)}")
             continue

@@ -8,10 +8,13 @@ In order (each a module of its own, each taking and giving a `LoweredProgram`):
    windows) with its epilogue becomes a grouped `AccelLayer`.
 2. `fuse_elementwise`: the host's remaining elementwise chains become one loop each.
 3. `accel_residual`: a quantized residual add after a layer moves into its epilogue.
-4. `accel_pool`: a max-pool of a layer's result becomes a pooling `AccelLayer` (after the
-   residual adds, so a pool of a residual block's result reads the layer that took the add).
+4. `accel_pool`: a max-pool of a layer's result, or an average pool (a window sum and its
+   requantize), becomes a pooling `AccelLayer` (after the residual adds, so a pool of a
+   residual block's result reads the layer that took the add).
 5. `accel_layout`: a layer whose input is an earlier layer's rows (padded) reads them.
-6. `accel_layers.program_accel_layers`: every layer's commands and cycles, once, last.
+6. `fold_constants`: buffers only fills and copies of constants write (weights padded and
+   packed at run time) become constants.
+7. `accel_layers.program_accel_layers`: every layer's commands and cycles, once, last.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from glensidec.backend.accel_layers import fuse_accel_layers, program_accel_laye
 from glensidec.backend.accel_layout import read_layer_rows
 from glensidec.backend.accel_pool import fuse_accel_pools
 from glensidec.backend.accel_residual import fuse_accel_residuals
+from glensidec.backend.fold_constants import fold_constant_copies
 from glensidec.backend.fuse_elementwise import fuse_elementwise
 from glensidec.backend.lower import LoweredProgram
 from glensidec.hardware.commands import AccelConfig
@@ -32,5 +36,6 @@ def fuse_for_accelerator(lowered: LoweredProgram, weights: dict[str, Array],
     """`lowered` run on the accelerator where it can be (a new program)."""
     layers = fuse_accel_depthwise(fuse_accel_layers(lowered, weights, accel), weights, accel)
     layers = fuse_accel_residuals(fuse_elementwise(layers), weights, accel)
-    layers = fuse_accel_pools(layers, accel)
-    return program_accel_layers(read_layer_rows(layers, weights, accel), weights, accel)
+    layers = fuse_accel_pools(layers, weights, accel)
+    layers = fold_constant_copies(read_layer_rows(layers, weights, accel), weights)
+    return program_accel_layers(layers, weights, accel)

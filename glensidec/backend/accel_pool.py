@@ -22,20 +22,32 @@ from glensidec.backend.accel_layers import (
     LayerBuilder,
     check_fits,
     drop_dead_code,
+    scalar_value,
 )
+from glensidec.backend.accel_residual import FormValue, Linear, residual_form
 from glensidec.backend.lower import (
     ACTIVATION,
     AccelLayer,
     Copy,
     Fill,
+    Fused,
     LoweredProgram,
+    Map,
     Reduce,
+    Step,
 )
-from glensidec.backend.views import contiguous, regroup, store_view, transpose, view_array
+from glensidec.backend.views import (
+    View,
+    contiguous,
+    regroup,
+    store_view,
+    transpose,
+    view_array,
+)
 from glensidec.errors import GlensideError
 from glensidec.hardware.accel import ConvLayer, EpilogueConfig
 from glensidec.hardware.commands import AccelConfig, LayerQuant
-from glensidec.lang.dtypes import integer_range
+from glensidec.lang.dtypes import Array, integer_range
 
 #: A padding element in `trace_layer_rows`'s evaluation (rows hold their index).
 PADDING = -1
@@ -50,9 +62,10 @@ class _Pool:
     geometry: ConvLayer  # height, width, channels of the map; kernel, stride, padding
 
 
-def fuse_accel_pools(lowered: LoweredProgram, accel: AccelConfig) -> LoweredProgram:
-    """`lowered` with every max-pool over an accelerator layer's result on the
-    accelerator (a new program)."""
+def fuse_accel_pools(lowered: LoweredProgram, weights: dict[str, Array],
+                     accel: AccelConfig) -> LoweredProgram:
+    """`lowered` with every max-pool over an accelerator layer's result, and every
+    average pool (a window sum requantized), on the accelerator (a new program)."""
     result = LoweredProgram(dict(lowered.buffers), list(lowered.instructions), lowered.output,
                             lowered.output_shape)
     for index, instruction in enumerate(result.instructions):
@@ -60,6 +73,16 @@ def fuse_accel_pools(lowered: LoweredProgram, accel: AccelConfig) -> LoweredProg
             pool = _find(result, index)
             if pool is not None:
                 _rewrite(result, pool, accel)
+    index = 0
+    while index < len(result.instructions):
+        instruction = result.instructions[index]
+        if isinstance(instruction, Reduce) and instruction.op == "reduce-sum":
+            pool = _find(result, index, summed=True)
+            scaled = None if pool is None else _scaled_sum(result, index, weights)
+            if pool is not None and scaled is not None and \
+                    _rewrite_sum(result, pool, scaled, accel):
+                continue  # the same index now holds the pooling layer
+        index += 1
     drop_dead_code(result)
     return result
 
@@ -109,7 +132,9 @@ def padded_rows(height: int, width: int, channels: int, padding: int) -> np.ndar
     return padded.reshape(-1)
 
 
-def _find(lowered: LoweredProgram, index: int) -> _Pool | None:
+def _find(lowered: LoweredProgram, index: int, summed: bool = False) -> _Pool | None:
+    """The pool the reduce at `index` computes over a layer's rows (`summed`: a
+    reduce-sum, whose windows must be unpadded; a (1, C) result is a global pool)."""
     reduce = lowered.instructions[index]
     assert isinstance(reduce, Reduce)
     source = lowered.buffer_of(reduce.src)
@@ -119,20 +144,22 @@ def _find(lowered: LoweredProgram, index: int) -> _Pool | None:
     if found is None:
         return None
     layer_index, padded, fill = found
-    if np.any(fill[padded == PADDING] != -128):
-        return None  # padding that could win the max
+    if np.any(fill[padded == PADDING] != -128) or (summed and np.any(padded == PADDING)):
+        return None  # padding that could win the max, or that a sum would add
     layer = lowered.instructions[layer_index]
     assert isinstance(layer, AccelLayer)
     shape = source.shape[1:] if len(source.shape) == 4 and source.shape[0] == 1 \
         else source.shape
     out_shape = reduce.dst.shape[1:] if len(reduce.dst.shape) == 4 else reduce.dst.shape
+    if len(reduce.dst.shape) == 2 and reduce.dst.shape[0] == 1:  # a global pool: (1, C)
+        out_shape = (reduce.dst.shape[1], 1, 1)
     if len(shape) != 3 or len(out_shape) != 3 or reduce.src.shape[-2] != reduce.src.shape[-1]:
         return None
     channels, padded_h, padded_w = shape
     kernel = reduce.src.shape[-1]
     if channels != layer.n:
         return None
-    for padding in range(kernel):
+    for padding in range(1 if summed else kernel):
         height, width = padded_h - 2 * padding, padded_w - 2 * padding
         if height * width != layer.m:
             continue
@@ -193,6 +220,95 @@ def _rewrite(lowered: LoweredProgram, pool: _Pool, accel: AccelConfig) -> None:
     copy = Copy(f"{reduce.note}: the accelerator's pooled rows, transposed", final,
                 transpose(rows, (1, 0)))
     lowered.instructions[pool.reduce_index:pool.reduce_index + 1] = [pooled, copy]
+
+
+@dataclass(frozen=True)
+class _ScaledSum:
+    """What the host does with a window sum s: clip(requantize(s + bias)), one loop."""
+
+    loop_index: int
+    bias: int
+    multiplier: int
+    epilogue: EpilogueConfig
+
+
+def _scaled_sum(lowered: LoweredProgram, index: int, weights: dict[str, Array]
+                ) -> _ScaledSum | None:
+    """The requantize of the sum at `index` (the quantizer's average pool: the sum plus a
+    scalar, one requantize with a scalar multiplier, clips), as the loop that alone reads
+    it, element for element, does it; None when the loop does anything else."""
+    reduce = lowered.instructions[index]
+    readers = lowered.readers().get(reduce.dst.buffer, [])
+    if len(readers) != 1 or lowered.writers().get(reduce.dst.buffer) != [index]:
+        return None
+    loop = lowered.instructions[readers[0]]
+    if isinstance(loop, Map):  # a requantize alone (nothing to fuse it with)
+        leaves: tuple[View, ...] = (loop.src,)
+        loop = Fused(loop.note, loop.dst, leaves, (Step(loop.op, (0,), "i8"),))
+    if not isinstance(loop, Fused) or lowered.buffer_of(loop.dst).dtype != "i8" or \
+            not lowered.is_whole(loop.dst) or len(lowered.writers()[loop.dst.buffer]) != 1:
+        return None
+    values: list[FormValue] = []
+    for leaf, view in enumerate(loop.leaves):
+        if view.buffer == reduce.dst.buffer:
+            if view.dims != reduce.dst.dims or view.offset != reduce.dst.offset or \
+                    loop.dst.shape != view.shape:
+                return None  # not element for element
+            values.append(Linear(((leaf, 1),), 0))
+        else:
+            scalar = scalar_value(lowered, view, weights, readers[0])
+            if scalar is None:
+                return None
+            values.append(scalar)
+    form = residual_form(loop, values)
+    if form is None or len(form.linear.coefficients) != 1 or \
+            form.linear.coefficients[0][1] != 1:
+        return None  # the sum scaled before the requantize: not the epilogue's bias add
+    return _ScaledSum(readers[0], form.linear.constant, form.multiplier,
+                      EpilogueConfig(form.pre, form.post, form.zero_point, form.low,
+                                     form.high))
+
+
+def _rewrite_sum(lowered: LoweredProgram, pool: _Pool, scaled: _ScaledSum,
+                 accel: AccelConfig) -> bool:
+    """The reduce and its loop as a sum-pooling layer and the copy of its rows into the
+    loop's destination; False (nothing changed) when its windows do not fit."""
+    reduce = lowered.instructions[pool.reduce_index]
+    layer = lowered.instructions[pool.layer_index]
+    loop = lowered.instructions[scaled.loop_index]
+    assert isinstance(reduce, Reduce) and isinstance(layer, AccelLayer)
+    geometry = pool.geometry
+    m = geometry.out_size[0] * geometry.out_size[1]
+    n = geometry.channels
+    quant = LayerQuant(scaled.epilogue, (scaled.bias,) * n, (scaled.multiplier,) * n)
+    try:
+        check_fits(accel, geometry, quant, pool=True)
+    except GlensideError:
+        return False
+    final = regroup(loop.dst, (n, m))
+    if final is None:
+        return False
+    name = loop.dst.buffer
+    builder = LayerBuilder(lowered)
+    rows = builder.activation(f"{name}_rows", (m, n))
+    bias = builder.constant(f"{name}_bias", "i32", np.full(n, scaled.bias, np.int64))
+    pooled = AccelLayer(
+        loop.note, rows, name=name,
+        a=contiguous(layer.dst.buffer, (geometry.height * geometry.width, n)), b=bias,
+        bias=bias, multiplier=builder.constant(f"{name}_multiplier", "i32",
+                                               np.full(n, scaled.multiplier, np.int64)),
+        commands=builder.commands_placeholder(name), m=m, k=0, n=n,
+        pre=scaled.epilogue.pre, post=scaled.epilogue.post,
+        zero_point=scaled.epilogue.zero_point, low=scaled.epilogue.low,
+        high=scaled.epilogue.high, image=(geometry.height, geometry.width, n),
+        kernel=geometry.kernel, stride=geometry.stride, pool=True, pool_sum=True)
+    copy = Copy(f"{loop.note}: the accelerator's pooled rows, transposed", final,
+                transpose(rows, (1, 0)))
+    kept = [instruction for position, instruction in enumerate(lowered.instructions)
+            if position not in (pool.reduce_index, scaled.loop_index)]
+    kept[pool.reduce_index:pool.reduce_index] = [pooled, copy]
+    lowered.instructions = kept
+    return True
 
 
 def _identity(channels: int) -> LayerQuant:

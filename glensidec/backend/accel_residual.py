@@ -43,22 +43,22 @@ from glensidec.lang.dtypes import Array, wrap_signed
 
 
 @dataclass(frozen=True)
-class _Linear:
+class Linear:
     """coefficients[leaf]·leaf + constant, modulo 2^32 (an i32 value of the loop)."""
 
     coefficients: tuple[tuple[int, int], ...]  # (run-time leaf, coefficient)
     constant: int
 
-    def plus(self, other: _Linear, sign: int = 1) -> _Linear:
+    def plus(self, other: Linear, sign: int = 1) -> Linear:
         merged = dict(self.coefficients)
         for leaf, coefficient in other.coefficients:
             merged[leaf] = merged.get(leaf, 0) + sign * coefficient
-        return _Linear(tuple((leaf, int(wrap_signed(value, 32))) for leaf, value
+        return Linear(tuple((leaf, int(wrap_signed(value, 32))) for leaf, value
                              in sorted(merged.items())),
                        int(wrap_signed(self.constant + sign * other.constant, 32)))
 
-    def times(self, factor: int) -> _Linear:
-        return _Linear(tuple((leaf, int(wrap_signed(value * factor, 32)))
+    def times(self, factor: int) -> Linear:
+        return Linear(tuple((leaf, int(wrap_signed(value * factor, 32)))
                              for leaf, value in self.coefficients),
                        int(wrap_signed(self.constant * factor, 32)))
 
@@ -67,7 +67,7 @@ class _Linear:
 class _Requantized:
     """clip(requantize(linear)) to int8."""
 
-    linear: _Linear
+    linear: Linear
     multiplier: int
     pre: int
     post: int
@@ -76,31 +76,31 @@ class _Requantized:
     high: int = 127
 
 
-_Value = int | _Linear | _Requantized  # an int: a scalar constant
+FormValue = int | Linear | _Requantized  # an int: a scalar constant
 
 
-def residual_form(fused: Fused, values: list[_Value]) -> _Requantized | None:
+def residual_form(fused: Fused, values: list[FormValue]) -> _Requantized | None:
     """The loop's result as clip(requantize(a·y + b·r + c)) of its run-time leaves, or
-    None when a step is anything else (`values`: a scalar or a leaf's _Linear each)."""
-    results: list[_Value] = []
+    None when a step is anything else (`values`: a scalar or a leaf's Linear each)."""
+    results: list[FormValue] = []
 
-    def operand(index: int) -> _Value:
+    def operand(index: int) -> FormValue:
         return values[index] if index >= 0 else results[-index - 1]
 
     for step in fused.steps:
         name = step.op if isinstance(step.op, str) else step.op.name
         args = [operand(index) for index in step.operands]
-        result: _Value | None = None
+        result: FormValue | None = None
         if name == "cast" and step.dtype == "i32" and not isinstance(args[0], _Requantized):
             result = args[0]
         elif name in ("elementwise-add", "elementwise-sub", "elementwise-mul") and \
                 step.dtype == "i32" and len(args) == 2:
             result = _fold(name, args[0], args[1])
-        elif name == "requantize" and step.dtype == "i8" and isinstance(args[0], _Linear):
+        elif name == "requantize" and step.dtype == "i8" and isinstance(args[0], Linear):
             assert not isinstance(step.op, str)
             multiplier, pre, post, zero_point = (int(value) for value in step.op.params)
             result = _Requantized(args[0], multiplier, pre, post, zero_point)
-        elif name == "requantize-per-channel" and isinstance(args[0], _Linear) and \
+        elif name == "requantize-per-channel" and isinstance(args[0], Linear) and \
                 isinstance(args[1], int):
             pre, post, zero_point = step.params
             result = _Requantized(args[0], args[1], pre, post, zero_point)
@@ -116,19 +116,19 @@ def residual_form(fused: Fused, values: list[_Value]) -> _Requantized | None:
     return final if isinstance(final, _Requantized) else None
 
 
-def _fold(name: str, left: _Value, right: _Value) -> _Value | None:
+def _fold(name: str, left: FormValue, right: FormValue) -> FormValue | None:
     if isinstance(left, _Requantized) or isinstance(right, _Requantized):
         return None
     if isinstance(left, int) and isinstance(right, int):
         return None  # constants only: the loop would not be a residual add
     if name == "elementwise-mul":
-        if isinstance(left, int) and isinstance(right, _Linear):
+        if isinstance(left, int) and isinstance(right, Linear):
             return right.times(left)
-        if isinstance(right, int) and isinstance(left, _Linear):
+        if isinstance(right, int) and isinstance(left, Linear):
             return left.times(right)
         return None  # a product of two run-time values
     sign = 1 if name == "elementwise-add" else -1
-    as_linear = [value if isinstance(value, _Linear) else _Linear((), value)
+    as_linear = [value if isinstance(value, Linear) else Linear((), value)
                  for value in (left, right)]
     return as_linear[0].plus(as_linear[1], sign)
 
@@ -189,14 +189,14 @@ def _producer(lowered: LoweredProgram, view: View) -> tuple[int, int | None] | N
 def _find(lowered: LoweredProgram, index: int, weights: dict[str, Array]) -> _Found | None:
     fused = lowered.instructions[index]
     assert isinstance(fused, Fused)
-    values: list[_Value] = []
+    values: list[FormValue] = []
     runtime: list[int] = []
     for leaf, view in enumerate(fused.leaves):
         scalar = scalar_value(lowered, view, weights, index)
         if scalar is not None:
             values.append(scalar)
         else:
-            values.append(_Linear(((leaf, 1),), 0))
+            values.append(Linear(((leaf, 1),), 0))
             runtime.append(leaf)
     if len(runtime) != 2 or any(lowered.buffer_of(fused.leaves[leaf]).dtype != "i8"
                                 for leaf in runtime):

@@ -373,8 +373,10 @@ class _Renderer:
                 f"{residual}, {pointer(layer.dst)})")
         product = f"clip(requantize({layer.a.buffer} . {layer.b.buffer} + bias))"
         if layer.pool:
-            product = (f"max-pool {layer.kernel}x{layer.kernel} stride {layer.stride} of "
-                       f"{layer.a.buffer}")
+            product = (f"{'sum' if layer.pool_sum else 'max'}-pool {layer.kernel}x"
+                       f"{layer.kernel} stride {layer.stride} of {layer.a.buffer}")
+            if layer.pool_sum:
+                product = f"clip(requantize({product} + bias))"
         if layer.residual is not None:
             product = f"clip(requantize({product} * a + {layer.residual.buffer} * b + c))"
         what = (f"{layer.name} = {product} on the accelerator (M={layer.m} K={layer.k} "

@@ -292,6 +292,9 @@ class AccelLayer(Instruction):
     # kernel windows at `stride`: no weights (`b` is unused, k is 0), the epilogue the
     # identity; dst holds the (M, C) pooled rows.
     pool: bool = False
+    # … or the pool's window sums (an average pool) through the layer's epilogue (bias,
+    # multiplier, clip), instead of its max.
+    pool_sum: bool = False
     # A convolution's (or pool's) padding of `image` by the DMA: rows outside the map
     # read `pad_value` (a pool's padding never wins the max).
     padding: int = 0

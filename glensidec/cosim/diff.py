@@ -63,7 +63,11 @@ from glensidec.cosim.runner import Manifest, cosimulate, program_error
 from glensidec.errors import GlensideError
 from glensidec.hardware.accel import ConvLayer, EpilogueConfig, epilogue_reference
 from glensidec.hardware.array import reference_gemm_f32
-from glensidec.hardware.commands import pool_reference, unpack_weight_matrix
+from glensidec.hardware.commands import (
+    pool_reference,
+    sum_pool_reference,
+    unpack_weight_matrix,
+)
 from glensidec.lang import data
 from glensidec.lang.dtypes import DTYPES, Array, requantize
 from glensidec.lang.interp import (
@@ -185,14 +189,15 @@ def _execute(instruction: Instruction, read: Callable[[View], Array],
 
 
 def _accel_layer(layer: AccelLayer, read: Callable[[View], Array]) -> Array:
-    """What the layer declares it computes: its products (or, pooling, the max of each
-    window), then every stage of its epilogue, the residual add included. A pass that
+    """What the layer declares it computes: its products (or, pooling, the max or the
+    sum of each window), then every stage of its epilogue, the residual add included. A pass that
     gives a layer work its commands do not do thus shows as a divergence at the layer."""
     if layer.pool:
         height, width, channels = layer.image
-        products = pool_reference(ConvLayer("", height, width, channels, channels,
-                                            layer.kernel, layer.stride, layer.padding),
-                                  read(layer.a).reshape(layer.image))
+        pooled = sum_pool_reference if layer.pool_sum else pool_reference
+        products = pooled(ConvLayer("", height, width, channels, channels, layer.kernel,
+                                    layer.stride, layer.padding),
+                          read(layer.a).reshape(layer.image))
     else:
         activations = read(layer.a)
         if layer.image:  # the im2col rows the DMA reads, (ky, kx, channel) order

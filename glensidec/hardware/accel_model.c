@@ -26,8 +26,9 @@ typedef struct {
   int64_t y0, y_step, height, x0, x_step, width, pad_value;
   int64_t wait_store; /* LOAD: take a store -> load token */
   int64_t residual;   /* CONFIG: a residual add (STORE rows read residual rows) */
-  int64_t signal_store; /* LOAD: give a load -> store token (a STORE's y0 and y_step
-                           columns hold its pooling window and window stride) */
+  int64_t signal_store; /* LOAD: give a load -> store token (a pooling STORE's y0,
+                           y_step and height columns hold its window, window stride and
+                           1 for a sum pool) */
 } gs_command;
 
 /* Results, in the order of commands.AccelTiming's fields. */

@@ -38,6 +38,7 @@ FIELDS = ("op", "wait", "signal", "w_row", "a_row", "m_len", "add", "emit", "bas
           "signal_store")
 _DMA_FIELDS = FIELDS[8:-3]
 _WINDOW, _WINDOW_STRIDE = _DMA_FIELDS.index("y0"), _DMA_FIELDS.index("y_step")
+_SUM = _DMA_FIELDS.index("height")  # a pooling store's: 1 for a sum pool
 _dma_fields = operator.attrgetter(*_DMA_FIELDS)  # a DmaCommand's fields, in order
 #: gs_timing's fields, in order.
 TIMING_FIELDS = ("cycles", "compute_rows", "load_bytes", "store_bytes", "array_stall_cycles",
@@ -122,9 +123,12 @@ def pack_commands(commands: Sequence[Command]) -> np.ndarray:
             rows.append([0, command.wait, command.signal, 0, 0, 0, 0, 0,
                          *_dma_fields(command.dma), command.wait_store, 0,
                          command.signal_store])
-        else:  # a store: its pooling window where a load has y0 and y_step (no bounds)
+        else:  # a store: its pooling window where a load has y0 and y_step, and a sum
+            # pool's flag where it has height (stores have no bounds)
             dma = list(_dma_fields(command.dma))
-            dma[_WINDOW], dma[_WINDOW_STRIDE] = command.window, command.window_stride
+            if command.window:
+                dma[_WINDOW], dma[_WINDOW_STRIDE] = command.window, command.window_stride
+                dma[_SUM] = int(command.sum)
             rows.append([2, command.wait, command.signal, 0, 0, 0, 0, 0, *dma, 0, 0, 0])
     return np.array(rows, dtype=np.int64).reshape(len(commands), len(FIELDS))
 
@@ -186,8 +190,11 @@ def unpack_commands(table: np.ndarray, cols: int, epilogue: EpilogueConfig,
                 commands.append(Load(dma, bool(field["wait"]), bool(field["signal"]),
                                      bool(field["wait_store"]), bool(field["signal_store"])))
             else:
+                pooling = field["y0"] > 0  # its window, stride and sum flag
                 dma = DmaCommand(**{**values, "bounds": bool(values["bounds"]), "y0": 0,
-                                    "y_step": 0})
+                                    "y_step": 0,
+                                    "height": DmaCommand.height if pooling else values["height"]})
                 commands.append(Store(dma, bool(field["signal"]), bool(field["wait"]),
-                                      field["y0"], field["y_step"]))
+                                      field["y0"], field["y_step"],
+                                      pooling and bool(field["height"])))
     return commands

@@ -82,13 +82,15 @@ class Store:
     scratchpad from dma.spad_row on, one per row. A pooling store (`window` > 0) takes
     its rows from the scratchpad instead of the array: row i is the bytewise signed max
     of rows dma.spad_row + i + t·window_stride, t < window (sent through the epilogue,
-    which a Config made the identity)."""
+    which a Config made the identity), or with `sum` their int32 sum (an average pool:
+    the epilogue adds the bias, requantizes by the multiplier and clips it)."""
 
     dma: DmaCommand
     signal: bool = False  # give a store → load token once its last row entered the epilogue
     wait: bool = False  # take a load → store token first (the rows to pool are loaded)
     window: int = 0
     window_stride: int = 0
+    sum: bool = False
 
 
 @dataclass(frozen=True)
@@ -162,7 +164,8 @@ def encode_command(command: Command, cols: int) -> int:
         if command.window:  # a pooling store: its window where a load has y0, y_step (and
             # height: the stride is a scratchpad row count, as wide as the row fields)
             word &= ~(((1 << (16 + SPAD_ROW_BITS)) - 1) << DMA_FIELDS["y0"][0])
-            word |= _field(1, 6, 1) | _field(command.window, DMA_FIELDS["y0"][0], 16)
+            word |= _field(1, 6, 1) | _field(command.sum, 7, 1)
+            word |= _field(command.window, DMA_FIELDS["y0"][0], 16)
             word |= _field(command.window_stride, DMA_FIELDS["y_step"][0], SPAD_ROW_BITS)
         return word
     if isinstance(command, Compute):
@@ -856,9 +859,15 @@ def conv_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant) -> La
                         tiling.piece_folds, pad, residual_base)
 
 
-def pool_program(config: AccelConfig, layer: ConvLayer) -> LayerProgram:
+def pool_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant | None = None
+                 ) -> LayerProgram:
     """Max-pooling of an NHWC int8 map as commands (`layer`: kernel, stride and padding
     of the windows; channels = out_channels; padding reads −128, so it never wins).
+
+    With `quant`, a sum pool instead (an average pool, the quantizer's scaled sum):
+    pooling stores send each window's int32 sum through the epilogue of `quant` (its
+    bias, multiplier and clip; a Config for each N block whose vectors differ from the
+    last one's). Its windows are unpadded.
 
     Per M chunk of output rows and block of COLS channels, the DMA gathers the window's
     kernel² taps into an activation buffer (im2col addressing, one tap per load, tap t's
@@ -876,10 +885,13 @@ def pool_program(config: AccelConfig, layer: ConvLayer) -> LayerProgram:
     input_base = 0
     output_base = _align(layer.height * layer.width * channels)
     memory_bytes = output_base + _align(M * channels) + 2 * config.memory.bus_bytes
+    if quant is not None and layer.padding:
+        raise CapacityError(f"layer {layer.name}: a sum pool's windows are unpadded")
     used = min(config.cols, channels)  # as the layer's vectors (0 bias, 1 multiplier) give it
     identity = Config(EpilogueConfig(), (0,) * config.cols,
                       (1,) * used + (0,) * (config.cols - used))
-    steps: list[tuple[list[Load], Store]] = []
+    steps: list[tuple[list[Load], list[Command]]] = []
+    configured: tuple[tuple[int, ...], tuple[int, ...]] | None = None
     for oy0 in range(0, out_h, chunk_rows):
         rows_here = min(chunk_rows, out_h - oy0)
         m0, m_len = oy0 * out_w, rows_here * out_w
@@ -895,15 +907,24 @@ def pool_program(config: AccelConfig, layer: ConvLayer) -> LayerProgram:
                      for index, fold in enumerate(taps_of)]
             store = Store(DmaCommand(base=output_base + m0 * channels + n0, length=width,
                                      count1=m_len, stride1=channels, spad_row=buffer),
-                          signal=True, wait=True, window=taps, window_stride=m_len)
-            steps.append((loads, store))
-    commands: list[Command] = [identity]
+                          signal=True, wait=True, window=taps, window_stride=m_len,
+                          sum=quant is not None)
+            tail: list[Command] = [store]
+            if quant is not None:
+                padded = (0,) * (config.cols - width)
+                vectors = (tuple(quant.bias[n0:n0 + width]) + padded,
+                           tuple(quant.multiplier[n0:n0 + width]) + padded)
+                if vectors != configured:
+                    tail.insert(0, Config(quant.epilogue, *vectors, first_column=n0))
+                    configured = vectors
+            steps.append((loads, tail))
+    commands: list[Command] = [] if quant is not None else [identity]
     for index, (loads, _) in enumerate(steps):
         commands += loads
         if index > 0:
-            commands.append(steps[index - 1][1])
+            commands += steps[index - 1][1]
     if steps:
-        commands.append(steps[-1][1])
+        commands += steps[-1][1]
     return LayerProgram(commands, input_base, output_base, output_base, memory_bytes,
                         chunk_rows * out_w, taps, taps)
 
@@ -922,6 +943,21 @@ def pool_tiling(config: AccelConfig, layer: ConvLayer) -> int:
             f"buffer (a quarter of the {config.memory.scratchpad_bytes}-byte scratchpad) "
             f"holds {quarter}")
     return chunk_rows
+
+
+def sum_pool_reference(layer: ConvLayer, feature: npt.NDArray[np.integer]
+                       ) -> npt.NDArray[np.int64]:
+    """The int32 sums of an unpadded pool's windows: (M, C) of an (H, W, C) map (what a
+    sum pool's stores send into the epilogue)."""
+    stride, kernel = layer.stride, layer.kernel
+    out_h, out_w = layer.out_size
+    summed = np.zeros((out_h, out_w, layer.channels), dtype=np.int64)
+    values = np.asarray(feature, np.int64)
+    for ky in range(kernel):
+        for kx in range(kernel):
+            summed += values[ky:ky + stride * (out_h - 1) + 1:stride,
+                             kx:kx + stride * (out_w - 1) + 1:stride]
+    return summed.reshape(-1, layer.channels)
 
 
 def pool_reference(layer: ConvLayer, feature: npt.NDArray[np.integer]) -> npt.NDArray[np.int64]:
@@ -1151,11 +1187,12 @@ def run_functional(config: AccelConfig, commands: Sequence[Command],
             for index in range(command.dma.rows):
                 residual_row = _signed_bytes(spad.get(command.dma.spad_row + index,
                                                       zero_row)[:C])
-                if command.window:  # a pooling store: the max of its scratchpad rows
-                    pooled = np.max([_signed_bytes(spad.get(
+                if command.window:  # a pooling store: the max (or sum) of its rows
+                    taps = [_signed_bytes(spad.get(
                         command.dma.spad_row + index + tap * command.window_stride,
-                        zero_row)[:C]) for tap in range(command.window)], axis=0)
-                    emitted.appendleft(pooled)
+                        zero_row)[:C]) for tap in range(command.window)]
+                    emitted.appendleft(np.sum(taps, axis=0) if command.sum
+                                       else np.max(taps, axis=0))
                 out = epilogue_reference(emitted.popleft()[None, :],
                                          np.asarray(config_now.bias)[None, :],
                                          np.asarray(config_now.multiplier), config_now.epilogue,
