@@ -10,6 +10,7 @@ be the interpreter's on the source. The slow ones build the C program and run it
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -350,3 +351,21 @@ def test_no_host_copy_remakes_a_constant_every_inference(example: str) -> None:
         name = lowered.instructions[index].writes().buffer
         readers = lowered.readers().get(name, [len(lowered.instructions)])
         assert evaluate_buffer(lowered, name, weights, min(readers)) is None, name
+
+
+def test_a_first_convolution_whose_k_the_lowering_padded_reads_the_map_by_dma() -> None:
+    """small_cnn's 1-channel 3×3 convolution: the lowering pads its K (9) to the array
+    (16), so the im2col matrix is a copy of the windows and a fill; the layer reads the
+    padded map's NHWC rows with the DMA's im2col instead of a host-built matrix."""
+    source = Path(__file__).resolve().parent.parent / "examples" / "small_cnn.gs"
+    lowered = _accelerated(source, "16x16")
+    conv = lowered.accel_layers()[0]
+    assert conv.image == (18, 18, 1) and (conv.kernel, conv.k, conv.n) == (3, 9, 8)
+    assert all(math.prod(instruction.writes().shape) < 256 * 9
+               for instruction in lowered.instructions
+               if type(instruction).__name__ in ("Fill", "Copy"))  # no im2col matrix
+    for seed in range(2):
+        inputs = _random_inputs(source, seed)
+        expected = _interpreted(source, inputs)
+        got = _lowered_result(source, lowered, inputs, 16)
+        assert np.array_equal(got.reshape(expected.shape), expected)

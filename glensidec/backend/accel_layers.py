@@ -455,6 +455,12 @@ def _rewrite(lowered: LoweredProgram, index: int, chain: _Chain, weights: dict[s
         geometry = _im2col_geometry(lowered, gemm)
     elif not flipped and rows == gemm.m:  # A is the im2col matrix, B the weights
         geometry = _im2col_geometry(lowered, gemm, "a")
+    if geometry is not None:  # K past the taps (the lowering's padding) must add nothing
+        taps = geometry[0].channels * geometry[0].kernel ** 2
+        k_by_n = b_values if not flipped else \
+            (None if a_values is None else a_values[:rows].T)
+        if k_by_n is None or np.any(k_by_n[taps:, :rows if flipped else cols]):
+            geometry = None
     if geometry is not None:
         try:  # whole output rows must fit; else the host's im2col matrix, tiled freely
             layer_tiling(accel, replace(geometry[0], out_channels=rows if flipped else cols),
@@ -470,7 +476,8 @@ def _rewrite(lowered: LoweredProgram, index: int, chain: _Chain, weights: dict[s
         known = a_values if flipped else b_values
         assert known is not None
         known_weights = known[:rows].T if flipped else known
-        weights_kcn = known_weights[:, :n].reshape(channels, kernel, kernel, n)
+        taps = channels * kernel * kernel  # K past them (the lowering's padding) is zero
+        weights_kcn = known_weights[:taps, :n].reshape(channels, kernel, kernel, n)
         b_view = builder.constant(f"{name}_weights", "i8",  # K ordered (ky, kx, channel)
                                   weights_kcn.transpose(1, 2, 0, 3).reshape(-1, n))
         image = builder.activation(f"{name}_nhwc", (layer.height, layer.width, channels))
@@ -530,7 +537,8 @@ def _rewrite(lowered: LoweredProgram, index: int, chain: _Chain, weights: dict[s
         multiplier=builder.constant(f"{name}_multiplier", "i32",
                                     np.array(multiplier_vector, np.int64)),
         commands=builder.commands_placeholder(name),
-        m=m, k=gemm.k, n=n, pre=chain.pre, post=chain.post, zero_point=chain.zero_point,
+        m=m, k=b_view.shape[0], n=n, pre=chain.pre, post=chain.post,
+        zero_point=chain.zero_point,
         low=chain.low, high=chain.high,
         image=(layer.height, layer.width, layer.channels) if geometry is not None else (),
         kernel=layer.kernel, stride=layer.stride, residual=residual, residual_add=added)
@@ -717,6 +725,9 @@ def _im2col_geometry(lowered: LoweredProgram, gemm: ArrayGemm, operand: str = "b
     copy = None if packer is None else lowered.instructions[packer]
     if not isinstance(copy, Copy):
         return None
+    padded = _k_padded_im2col(lowered, gemm, copy, operand)
+    if padded is not None:
+        return padded
     source = copy.src
     buffer = lowered.buffer_of(source)
     shape = buffer.shape[1:] if len(buffer.shape) == 4 and buffer.shape[0] == 1 \
@@ -740,6 +751,62 @@ def _im2col_geometry(lowered: LoweredProgram, gemm: ArrayGemm, operand: str = "b
             layer = ConvLayer("", height, width, channels, 0, kernel, stride)
             return layer, contiguous(source.buffer, (channels, height, width))
     return None
+
+
+def _k_padded_im2col(lowered: LoweredProgram, gemm: ArrayGemm, packer: Copy, operand: str
+                     ) -> tuple[ConvLayer, View] | None:
+    """The same for an im2col matrix whose K the lowering padded to the array (a first
+    convolution's few channels: K = C·k·k < gemm.k): the packing copy reads a buffer that
+    one copy of the windows and fills write, (pixels, C·k·k) then the fill. Evaluated
+    element by element: what each element of the operand holds, a map element's index or
+    padding. The layer reads the first C·k·k rows of K (the caller checks that the
+    weights' rows past them are zero: the fill, zero or the zero point, adds nothing)."""
+    matrix = lowered.buffer_of(packer.src)
+    writers = lowered.writers().get(packer.src.buffer, [])
+    windows = [lowered.instructions[index] for index in writers]
+    copies = [writer for writer in windows if isinstance(writer, Copy)]
+    if matrix.kind != ACTIVATION or len(copies) != 1 or len(lowered.readers().get(
+            packer.src.buffer, [])) != 1 or not all(
+            isinstance(writer, Fill) and not writer.minimum
+            for writer in windows if writer is not copies[0]):
+        return None
+    source = lowered.buffer_of(copies[0].src)
+    shape = source.shape[1:] if len(source.shape) == 4 and source.shape[0] == 1 \
+        else source.shape
+    if len(shape) != 3:
+        return None
+    channels, height, width = shape
+    origin = np.full(matrix.elements, -1, dtype=np.int64)  # -1: a zero fill
+    store_view(copies[0].dst, origin, view_array(copies[0].src, np.arange(source.elements)))
+    operand_origin = np.full(gemm.k * (gemm.n if operand == "b" else gemm.m), -2, np.int64)
+    store_view(packer.dst, operand_origin, view_array(packer.src, origin))
+    pixels = gemm.n if operand == "b" else gemm.m
+    by_k = operand_origin.reshape(gemm.k, pixels) if operand == "b" else \
+        operand_origin.reshape(pixels, gemm.k).T
+    maps = np.arange(source.elements).reshape(channels, height, width)
+    for kernel in range(2, math.isqrt(gemm.k // channels) + 1):
+        taps = channels * kernel * kernel
+        if taps >= gemm.k or np.any(by_k[taps:] != -1):
+            continue  # the rows past the taps must be the lowering's zero padding
+        for stride in range(1, kernel + 2):
+            out_h, out_w = (height - kernel) // stride + 1, (width - kernel) // stride + 1
+            # (channel, ky, kx) × (oy, ox), as conv2d_nchw's im2col orders them
+            if out_h * out_w == pixels and \
+                    np.array_equal(by_k[:taps], map_windows_kp(maps, kernel, stride)):
+                layer = ConvLayer("", height, width, channels, 0, kernel, stride)
+                return layer, contiguous(copies[0].src.buffer, (channels, height, width))
+    return None
+
+
+def map_windows_kp(maps: Array, kernel: int, stride: int) -> Array:
+    """The im2col matrix of a (C, H, W) array, unpadded: (C·k·k, OH·OW), K ordered
+    (channel, ky, kx)."""
+    channels, height, width = maps.shape
+    out_h, out_w = (height - kernel) // stride + 1, (width - kernel) // stride + 1
+    y = (np.arange(kernel)[:, None, None, None] + stride * np.arange(out_h)[None, None, :, None])
+    x = (np.arange(kernel)[None, :, None, None] + stride * np.arange(out_w)[None, None, None, :])
+    gathered: Array = maps[:, y, x]  # (C, k, k, OH, OW)
+    return gathered.reshape(channels * kernel * kernel, out_h * out_w)
 
 
 def _only_writer(lowered: LoweredProgram, view: View) -> int | None:
