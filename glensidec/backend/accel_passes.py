@@ -6,11 +6,14 @@ In order (each a module of its own, each taking and giving a `LoweredProgram`):
    clips becomes an `AccelLayer` (the DMA's im2col where an operand is a convolution's
    im2col matrix); `accel_depthwise`: a depthwise convolution (a host dot-product over
    windows) with its epilogue becomes a grouped `AccelLayer`.
-2. `fuse_elementwise`: the host's remaining elementwise chains become one loop each.
-3. `accel_residual`: a quantized residual add after a layer moves into its epilogue.
-4. `accel_pool`: a max-pool of a layer's result, or an average pool (a window sum and its
-   requantize), becomes a pooling `AccelLayer` (after the residual adds, so a pool of a
-   residual block's result reads the layer that took the add).
+2. `accel_pool`: a max-pool of a layer's result, or an average pool (a window sum and its
+   requantize), becomes a pooling `AccelLayer` (so a residual add reading the pool reads
+   its rows).
+3. `fuse_elementwise`: the host's remaining elementwise chains become one loop each.
+4. `accel_residual`: a quantized residual add after a layer moves into its epilogue (not
+   a pooling layer's).
+   Then `accel_pool` again: the pools of residual blocks' results, which read the layer
+   that took the add.
 5. `accel_layout`: a layer whose input is an earlier layer's rows (padded) reads them.
 6. `fold_constants`: buffers only fills and copies of constants write (weights padded and
    packed at run time) become constants.
@@ -35,7 +38,8 @@ def fuse_for_accelerator(lowered: LoweredProgram, weights: dict[str, Array],
                          accel: AccelConfig) -> LoweredProgram:
     """`lowered` run on the accelerator where it can be (a new program)."""
     layers = fuse_accel_depthwise(fuse_accel_layers(lowered, weights, accel), weights, accel)
+    layers = fuse_accel_pools(layers, weights, accel)  # (a later residual add reads its rows)
     layers = fuse_accel_residuals(fuse_elementwise(layers), weights, accel)
-    layers = fuse_accel_pools(layers, weights, accel)
+    layers = fuse_accel_pools(layers, weights, accel)  # pools of the layers that took an add
     layers = fold_constant_copies(read_layer_rows(layers, weights, accel), weights)
     return program_accel_layers(layers, weights, accel)

@@ -164,24 +164,25 @@ def fuse_accel_residuals(lowered: LoweredProgram, weights: dict[str, Array],
     return result
 
 
-def _producer(lowered: LoweredProgram, view: View) -> tuple[int, int | None] | None:
+def _producer(lowered: LoweredProgram, view: View, pooling: bool = True
+              ) -> tuple[int, int | None] | None:
     """(layer index, transposing copy index or None) when `view`'s buffer is an accelerator
-    layer's result, directly or through the one copy that transposes it. A pooling layer
-    is not one: its pooled rows leave through the identity epilogue, and the residual
-    stage reads port 2 of the scratchpad, which the pooling store's window reads hold."""
+    layer's result, directly or through the one copy that transposes it; with `pooling`
+    False, not a pooling layer's (as the layer taking an add: ws_accel applies no residual
+    to pooled rows, whose window reads hold the scratchpad port the residual stage reads)."""
     writers = lowered.writers().get(view.buffer, [])
     if len(writers) != 1:
         return None
     writer = lowered.instructions[writers[0]]
     if isinstance(writer, AccelLayer):
-        return None if writer.pool else (writers[0], None)
+        return (writers[0], None) if pooling or not writer.pool else None
     if not isinstance(writer, Copy):
         return None
     sources = lowered.writers().get(writer.src.buffer, [])
     if len(sources) != 1 or lowered.readers().get(writer.src.buffer) != [writers[0]]:
         return None
     source = lowered.instructions[sources[0]]
-    if isinstance(source, AccelLayer) and not source.pool:
+    if isinstance(source, AccelLayer) and (pooling or not source.pool):
         return sources[0], writers[0]
     return None
 
@@ -211,7 +212,7 @@ def _find(lowered: LoweredProgram, index: int, weights: dict[str, Array]) -> _Fo
     # y: the later layer's result (the other one is then ready when this layer runs)
     candidates = []
     for y_leaf in runtime:
-        produced = _producer(lowered, fused.leaves[y_leaf])
+        produced = _producer(lowered, fused.leaves[y_leaf], pooling=False)
         if produced is not None:
             candidates.append((produced[0], y_leaf, produced[1]))
     for layer_index, y_leaf, copy_index in sorted(candidates, reverse=True):
