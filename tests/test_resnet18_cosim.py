@@ -2,7 +2,7 @@
 
 torchvision's ResNet-18 layer for layer (bench/host_models.py, random weights; no
 torchvision needed), imported from ONNX, quantized per channel, compiled with --accel for
-a 16×16 array at 16 B/cycle and co-simulated with `make sim`: all 22 accelerator layers
+a 16×16 array at 16 B/cycle and co-simulated with `make sim`: all 23 accelerator layers
 (8 M cycles) run on ws_accel with main memory and the command stream inside the
 simulation (rtl/tb/tb_ws_accel_mem.v), every output byte checked against the C model and
 numpy and every layer's cycles against the prediction; the program's result (the C
@@ -68,7 +68,7 @@ def test_the_whole_quantized_resnet18_cosimulates_bit_and_cycle_exactly(
     assert report["status"] == 0
     layers = report["calls"]
     manifest = json.loads((outdir / "cosim.json").read_text())
-    assert len(layers) == Manifest.read(outdir).accel_layers == 22
+    assert len(layers) == Manifest.read(outdir).accel_layers == 23
     assert all(layer["data_ok"] and layer["cycles_ok"] for layer in layers), \
         [layer for layer in layers if not (layer["data_ok"] and layer["cycles_ok"])]
     # every layer's cycles as the compiler predicted them (cosim.json: m, k, n, cycles)
