@@ -4,8 +4,8 @@
 // integer arithmetic, glensidec.lang.interp.requantize):
 //
 //   x   = acc + bias                                  (wraps at ACC_W bits, an i32 add)
-//   p   = (x >>> pre) * mult                          (exact, 64-bit signed)
-//   q   = post > 0 ? (p + 2^(post-1)) >>> post : p    (round half up, 64-bit)
+//   p   = (x >>> pre) * mult                          (32×32 signed, exact 64-bit result)
+//   q   = post > 0 ? (p + 2^(post-1)) >>> post : p    (round half up)
 //   y   = clamp(clamp(q + zero_point, -128, 127), low, high)   (saturate, then ReLU/clip)
 //   with a residual (cfg_residual), the quantized residual add of the next layer too:
 //   z   = y * res_self + r * res_mult + res_offset    (wraps at 32 bits, as the i32 adds do)
@@ -61,11 +61,11 @@ module ws_epilogue #(
     input  wire                   out_ready,
     output reg  [COLS*OUT_W-1:0]  out_data
 );
-    // Accumulators, biases and multipliers are i32 as in the quantizer; the product is
-    // formed exactly in 64 bits (like the interpreter's int64), rounding wraps there too.
-    localparam integer ACC_W  = 32;
-    localparam integer PROD_W = 64;
-
+    // Accumulators, biases and multipliers are i32 as in the quantizer. Each requantize
+    // (ws_requantize) is a 32×32 signed multiplication with its exact 64-bit result; the
+    // residual products take an OUT_W-bit operand (y and r are int8) and keep 32 bits
+    // (the i32 arithmetic wraps).
+    localparam integer ACC_W = 32;
     wire en = !(out_valid && !out_ready);
     assign in_ready = en;
 
@@ -77,59 +77,34 @@ module ws_epilogue #(
     wire [COLS*ACC_W-1:0] biased;
     wire [COLS*OUT_W-1:0] result;
 
-    // Saturation bounds of the output type, sign-extended to the product width.
-    wire signed [PROD_W-1:0] type_min = -(64'sd1 <<< (OUT_W - 1));
-    wire signed [PROD_W-1:0] type_max = (64'sd1 <<< (OUT_W - 1)) - 1;
-    wire signed [PROD_W-1:0] zero_point = {{(PROD_W-OUT_W){cfg_zero_point[OUT_W-1]}}, cfg_zero_point};
-    wire signed [PROD_W-1:0] round_bit = (cfg_post == 6'd0) ? {PROD_W{1'b0}}
-                                         : ({{(PROD_W-1){1'b0}}, 1'b1} << (cfg_post - 6'd1));
-    wire signed [PROD_W-1:0] res_zero_point = {{(PROD_W-OUT_W){cfg_res_zero_point[OUT_W-1]}},
-                                               cfg_res_zero_point};
-    wire signed [PROD_W-1:0] res_round_bit = (cfg_res_post == 6'd0) ? {PROD_W{1'b0}}
-                                             : ({{(PROD_W-1){1'b0}}, 1'b1} << (cfg_res_post - 6'd1));
-    wire signed [PROD_W-1:0] res_multiplier = {{32{cfg_res_multiplier[31]}}, cfg_res_multiplier};
-
     genvar c;
     generate
         for (c = 0; c < COLS; c = c + 1) begin : g_col
             assign biased[c*ACC_W +: ACC_W] = in_data[c*ACC_W +: ACC_W] + in_bias[c*ACC_W +: ACC_W];
 
-            // stage 2: an early residual joins the biased sum, then the pre-shift
-            wire signed [31:0] r_early = {{(32-OUT_W){res_data[c*OUT_W+OUT_W-1]}},
-                                          res_data[c*OUT_W +: OUT_W]};
+            // stage 2: r · res_mult (an OUT_W × 32 product, 32 bits kept) serves both
+            // residual forms: early, it joins the biased sum before the requantize
+            wire signed [OUT_W-1:0] r = res_data[c*OUT_W +: OUT_W];
+            wire signed [31:0] r_scaled = r * $signed(cfg_res_mult);
             wire signed [ACC_W-1:0] summed = s1_value[c*ACC_W +: ACC_W]
                                              + ((cfg_residual && cfg_res_early)
-                                                ? r_early * cfg_res_mult + cfg_res_offset : 32'd0);
+                                                ? r_scaled + cfg_res_offset : 32'd0);
             wire signed [ACC_W-1:0] shifted = summed >>> cfg_pre;
-            wire signed [PROD_W-1:0] value = {{32{shifted[ACC_W-1]}}, shifted};
-            wire signed [PROD_W-1:0] mult = {{ACC_W{s1_mult[c*32+31]}}, s1_mult[c*32 +: 32]};
-            wire signed [PROD_W-1:0] product = value * mult;
-            wire signed [PROD_W-1:0] rounded = (product + round_bit) >>> cfg_post;
-            wire signed [PROD_W-1:0] offset = rounded + zero_point;
-            wire signed [OUT_W-1:0]  saturated = (offset < type_min) ? type_min[OUT_W-1:0]
-                                               : (offset > type_max) ? type_max[OUT_W-1:0]
-                                               : offset[OUT_W-1:0];
-            wire signed [OUT_W-1:0]  low = cfg_low, high = cfg_high;
-            wire signed [OUT_W-1:0]  clipped = (saturated < low) ? low
-                                             : (saturated > high) ? high : saturated;
-            // the residual add: 32-bit products and sums (the i32 arithmetic wraps)
-            wire signed [31:0] y_wide = {{(32-OUT_W){clipped[OUT_W-1]}}, clipped};
-            wire signed [31:0] r_wide = {{(32-OUT_W){res_data[c*OUT_W+OUT_W-1]}},
-                                         res_data[c*OUT_W +: OUT_W]};
-            wire signed [31:0] res_sum = y_wide * cfg_res_self + r_wide * cfg_res_mult
-                                         + cfg_res_offset;
+            wire signed [OUT_W-1:0] clipped;
+            ws_requantize #(.OUT_W(OUT_W)) u_requantize (
+                .x(shifted), .mult(s1_mult[c*32 +: 32]), .post(cfg_post),
+                .zero_point(cfg_zero_point), .low(cfg_low), .high(cfg_high), .y(clipped));
+            // ... or after it: y · res_self (OUT_W × 32 too) + r · res_mult + offset, in
+            // 32 bits, and the residual add's own requantize
+            // (every operand signed: one unsigned one would zero-extend the int8 y)
+            wire signed [31:0] res_sum = clipped * $signed(cfg_res_self) + r_scaled
+                                         + $signed(cfg_res_offset);
             wire signed [31:0] res_shifted = res_sum >>> cfg_res_pre;
-            wire signed [PROD_W-1:0] res_product = {{32{res_shifted[31]}}, res_shifted}
-                                                   * res_multiplier;
-            wire signed [PROD_W-1:0] res_rounded = (res_product + res_round_bit) >>> cfg_res_post;
-            wire signed [PROD_W-1:0] res_offset = res_rounded + res_zero_point;
-            wire signed [OUT_W-1:0]  res_saturated = (res_offset < type_min) ? type_min[OUT_W-1:0]
-                                                   : (res_offset > type_max) ? type_max[OUT_W-1:0]
-                                                   : res_offset[OUT_W-1:0];
-            wire signed [OUT_W-1:0]  res_low = cfg_res_low, res_high = cfg_res_high;
-            wire signed [OUT_W-1:0]  res_clipped = (res_saturated < res_low) ? res_low
-                                                 : (res_saturated > res_high) ? res_high
-                                                 : res_saturated;
+            wire signed [OUT_W-1:0] res_clipped;
+            ws_requantize #(.OUT_W(OUT_W)) u_res_requantize (
+                .x(res_shifted), .mult(cfg_res_multiplier), .post(cfg_res_post),
+                .zero_point(cfg_res_zero_point), .low(cfg_res_low), .high(cfg_res_high),
+                .y(res_clipped));
             wire signed [OUT_W-1:0]  value_out = (cfg_residual && !cfg_res_early) ? res_clipped
                                                                                 : clipped;
             wire signed [OUT_W-1:0]  prev = s1_prev[c*OUT_W +: OUT_W];

@@ -34,7 +34,7 @@ from glensidec.resources import resource_dir
 #: Synthesizable modules of the array, in dependency order (leaves first).
 RTL_MODULES = (
     "fp32_mul", "fp32_add", "ws_pe", "ws_skew", "ws_array", "ws_ctrl", "ws_accum", "ws_top",
-    "ws_spad", "ws_epilogue", "ws_dma_agen", "ws_dma_load", "ws_dma_store",
+    "ws_spad", "ws_requantize", "ws_epilogue", "ws_dma_agen", "ws_dma_load", "ws_dma_store",
     "ws_fifo", "ws_accel",
 )
 
