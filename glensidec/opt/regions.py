@@ -138,11 +138,16 @@ class Canonical:
     Regions that differ only in their tensors' names — a network's repeated layers, whose
     weights have names of their own — have equal canonical forms (`key`), so one
     saturation and extraction serves them all (`glensidec.pipeline.compile_by_region`).
+    A slice of a tensor, `(access-slice (access-tensor t) axis lo hi)`, is a tensor of its
+    own here (of the slice's shape): a grouped convolution's groups read the same
+    activations and weights at different offsets, and only that way are its 32 group
+    regions one canonical region instead of 32. Nothing in the region can tell a slice
+    of a tensor from a tensor of that shape (no rule looks at what lies beside a slice).
     """
 
     root: Term
     tensors: dict[str, TensorDecl]  # canonical name → the declaration, renamed
-    renamed: dict[str, str]  # canonical name → the region's own name
+    renamed: dict[str, Term]  # canonical name → the region's own leaf (tensor or slice)
     of_region: dict[Term, Term]  # region term → its canonical form
 
     def key(self, named: list[Term]) -> tuple[object, ...]:
@@ -152,37 +157,62 @@ class Canonical:
         return self.root, decls, tuple(self.of_region[term] for term in named)
 
     def restore(self, term: Term) -> tuple[Term, dict[Term, Term]]:
-        """An extracted canonical term with the region's own tensor names, and the map from
-        each canonical subterm to its restored form."""
+        """An extracted canonical term with the region's own tensors (and slices), and the
+        map from each canonical subterm to its restored form."""
         restored: dict[Term, Term] = {}
-        back = {name: Symbol(own) for name, own in self.renamed.items()}
-        root = rebuild(term, lambda old, args: _renamed_tensor(old, back), rebuilt=restored)
+        root = rebuild(term, lambda old, args: self._restored_leaf(old), rebuilt=restored)
         return root, restored
+
+    def _restored_leaf(self, term: Term) -> Term | None:
+        if term.op not in _NAMING or not isinstance(term.args[0], Symbol) or \
+                term.args[0].name not in self.renamed:
+            return None
+        own = self.renamed[term.args[0].name]
+        if term.op == "access-tensor":
+            return own
+        assert own.op == "access-tensor"  # a slice is never `shape-of`'s (see `leaf`)
+        return Term(term.op, own.args)
 
 
 # The constructs that name a tensor (its first argument).
 _NAMING = ("access-tensor", "shape-of")
 
 
-def _renamed_tensor(term: Term, names: dict[str, Symbol]) -> Term | None:
-    if term.op in _NAMING and isinstance(term.args[0], Symbol) and \
-            term.args[0].name in names:
-        return Term(term.op, (names[term.args[0].name],))
-    return None
+def _slice_of_tensor(term: Term) -> bool:
+    """`(access-slice (access-tensor t) axis lo hi)`: a region leaf of its own."""
+    return term.op == "access-slice" and isinstance(term.args[0], Term) and \
+        term.args[0].op == "access-tensor" and isinstance(term.args[0].args[0], Symbol)
 
 
 def canonical_region(region: Region) -> Canonical:
-    order: dict[str, Symbol] = {}
+    order: dict[Term, Symbol] = {}  # the region's leaf (as `access-tensor`) → canonical name
+    decls: dict[str, TensorDecl] = {}
+
+    def leaf(own: Term, shape: tuple[int, ...], base: str) -> Symbol:
+        if own not in order:
+            name = Symbol(f"region-tensor-{len(order)}")
+            order[own] = name
+            decls[name.name] = replace(region.tensors[base], name=name.name, shape=shape,
+                                       source=None, key=None, span=None, quantization=None)
+        return order[own]
 
     def rename(term: Term, args: tuple[Arg, ...]) -> Term | None:
+        if _slice_of_tensor(term):
+            tensor = term.args[0]
+            assert isinstance(tensor, Term) and isinstance(tensor.args[0], Symbol)
+            base = tensor.args[0].name
+            axis, low, high = term.args[1:]
+            assert isinstance(axis, int) and isinstance(low, int) and isinstance(high, int)
+            shape = list(region.tensors[base].shape)
+            shape[axis] = high - low
+            return Term("access-tensor", (leaf(term, tuple(shape), base),))
         if term.op in _NAMING and isinstance(term.args[0], Symbol):
             own = term.args[0].name
-            order.setdefault(own, Symbol(f"region-tensor-{len(order)}"))
-        return _renamed_tensor(term, order)
+            name = leaf(Term("access-tensor", (term.args[0],)), region.tensors[own].shape, own)
+            return Term(term.op, (name,))
+        return None
 
     of_region: dict[Term, Term] = {}
-    root = rebuild(region.root, rename, rebuilt=of_region)
-    tensors = {new.name: replace(region.tensors[own], name=new.name, source=None, key=None,
-                                 span=None, quantization=None)
-               for own, new in order.items()}
-    return Canonical(root, tensors, {new.name: own for own, new in order.items()}, of_region)
+    # (a slice's own tensor is not visited: it is not a leaf of the region unless used bare)
+    root = rebuild(region.root, rename, stop=_slice_of_tensor, rebuilt=of_region)
+    return Canonical(root, decls, {name.name: own for own, name in order.items()}, of_region)
