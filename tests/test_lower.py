@@ -318,3 +318,22 @@ def _assert_in_bounds(view: View, elements: int) -> None:
 
 
 
+
+
+def test_readers_and_writers_follow_instructions_changed_in_place() -> None:
+    """The accelerator passes rewrite `instructions` in place between questions;
+    `readers` and `writers` are cached (recomputing them per layer was quadratic), so the
+    cache must see a replaced, deleted or inserted instruction."""
+    lowered = lower(read_program(EXAMPLES / "small_cnn.gs"))
+    fresh = LoweredProgram(lowered.buffers, list(lowered.instructions), lowered.output,
+                           lowered.output_shape)
+    assert lowered.writers() == fresh._writers() and lowered.readers() == fresh._readers()
+    first = lowered.instructions[0]
+    copy = next(i for i in lowered.instructions if isinstance(i, Copy))
+    lowered.instructions[0] = Copy("test", first.dst, copy.src)  # now reads copy.src's buffer
+    assert 0 in lowered.readers()[copy.src.buffer]
+    del lowered.instructions[0]
+    assert lowered.writers() == {name: [i - 1 for i in indices if i > 0] for name, indices
+                                 in fresh._writers().items() if indices != [0]}
+    lowered.instructions.insert(0, first)
+    assert lowered.writers() == fresh._writers() and lowered.readers() == fresh._readers()

@@ -25,6 +25,7 @@ view algebra of backend/views.py applied to terms).
 from __future__ import annotations
 
 import math
+import operator
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -331,8 +332,36 @@ class LoweredProgram:
     def accel_layers(self) -> list[AccelLayer]:
         return [i for i in self.instructions if isinstance(i, AccelLayer)]
 
+    # The last `readers`/`writers` answers and the instructions they were computed from:
+    # the accelerator passes ask for them once per layer while rewriting `instructions` in
+    # place, and recomputing them each time made those passes quadratic in the program.
+    _users: dict[str, tuple[tuple[Instruction, ...], dict[str, list[int]]]] = field(
+        default_factory=dict, init=False, repr=False, compare=False)
+
     def readers(self) -> dict[str, list[int]]:
-        """Per buffer, the instructions that read it (each once), in program order."""
+        """Per buffer, the instructions that read it (each once), in program order
+        (callers must not change the answer)."""
+        return self._cached("readers", self._readers)
+
+    def writers(self) -> dict[str, list[int]]:
+        """Per buffer, the instructions that write it, in program order (callers must not
+        change the answer)."""
+        return self._cached("writers", self._writers)
+
+    def _cached(self, which: str, compute: Callable[[], dict[str, list[int]]]
+                ) -> dict[str, list[int]]:
+        # Instructions are compared by identity (a pass that changes one replaces it):
+        # snapshotting and comparing is a C loop, cheap beside walking every
+        # instruction's views in Python.
+        snapshot = tuple(self.instructions)
+        cached = self._users.get(which)
+        if cached is None or len(cached[0]) != len(snapshot) or \
+                not all(map(operator.is_, cached[0], snapshot)):
+            cached = snapshot, compute()
+            self._users[which] = cached
+        return cached[1]
+
+    def _readers(self) -> dict[str, list[int]]:
         readers: dict[str, list[int]] = {}
         for index, instruction in enumerate(self.instructions):
             for view in instruction.reads():
@@ -340,8 +369,7 @@ class LoweredProgram:
                     readers[view.buffer].append(index)
         return readers
 
-    def writers(self) -> dict[str, list[int]]:
-        """Per buffer, the instructions that write it, in program order."""
+    def _writers(self) -> dict[str, list[int]]:
         writers: dict[str, list[int]] = {}
         for index, instruction in enumerate(self.instructions):
             writers.setdefault(instruction.dst.buffer, []).append(index)
