@@ -206,6 +206,10 @@ def compile_command(program: Path, shapes: Path | None, array_size: str, emit: s
     if accel:  # the epilogue's rewrites, which only the whole accelerator offers
         compiled = pipeline.fuse_epilogues(compiled, config)
     target = pipeline.compile_target(parsed, typed.types, configs, accel)  # where, and why
+    if compiled.stats.hit_limit() and not stats:  # a cheaper mapping: say so, never abort
+        click.echo(f"warning: saturation stopped at a limit ({compiled.stats.stop_reason}): "
+                   "the program is the best found so far (--stats for more; raise "
+                   "--iterations, --max-enodes or --timeout for a better one)", err=True)
     if stats:
         click.echo(f"note: {target.line}", err=True)
         for line in compiled.report_lines(config):

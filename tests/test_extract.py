@@ -290,6 +290,21 @@ def test_cli_compile_reports_limits(tmp_path: Path) -> None:
     assert "best found so far" in stderr
 
 
+def test_cli_compile_warns_when_a_limit_cut_saturation_short(tmp_path: Path) -> None:
+    """A region too big for the limits degrades to the best program found so far: a
+    one-line warning says so even without --stats, and the compile succeeds."""
+    source = tmp_path / "conv.gs"
+    source.write_text(workloads.conv2d(3, 12, 4, 3, 1, 1))
+    code, _, stderr = _compile(str(source), "--array", "16x16", "--iterations", "1")
+    assert code == 0
+    assert stderr.splitlines() == [
+        "warning: saturation stopped at a limit (iteration limit (1)): the program is the "
+        "best found so far (--stats for more; raise --iterations, --max-enodes or "
+        "--timeout for a better one)"]
+    code, _, stderr = _compile(str(source), "--array", "16x16")
+    assert code == 0 and "warning" not in stderr
+
+
 def test_cli_compiles_the_original_glenside_im2col_file_in_compatibility_mode(
         tmp_path: Path) -> None:
     """The original's own program text and a shapes file (declaring int8 tensors)."""
