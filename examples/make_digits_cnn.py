@@ -75,12 +75,18 @@ def network(seed: int = 0) -> Graph:
     return empty.with_layers({layer.name: layer for layer in layers}, weights, lets)
 
 
-def main() -> None:
+def split_digits() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """x_train, x_val, y_train, y_val: the digits as (N, 1, 8, 8) in [0, 1] and labels."""
     digits = load_digits()
     x = (digits.images / 16.0).astype(np.float32)[:, None]  # (1797, 1, 8, 8)
     y = digits.target.astype(np.int64)
     x_train, x_val, y_train, y_val = train_test_split(x, y, train_size=1200, random_state=0,
                                                       stratify=y)
+    return x_train, x_val, y_train, y_val
+
+
+def main() -> None:
+    x_train, x_val, y_train, y_val = split_digits()
     graph = train(network(), Data(x_train, y_train), EPOCHS, seed=0)
     print(f"validation accuracy {100 * accuracy(graph, Data(x_val, y_val)):.1f} %")
     program = lower(graph, "digits_cnn.npz")
