@@ -1,4 +1,6 @@
-"""NAS on the digits CNN at 16x16: predicted cycles saved at kept accuracy, how well each
+"""NAS on the digits CNN at 16x16, costed on the whole accelerator (compile --accel's
+prediction: accelerator layers with DMA at 16 B/cycle, array calls, host): predicted cycles
+saved at kept accuracy, how well each
 legality proxy ranks candidates (Kendall tau against retrained accuracy, 2 training seeds),
 and the chosen network quantized to int8 and co-simulated on the RTL.
 
@@ -15,6 +17,8 @@ Everything runs on a two-worker Dask LocalCluster:
    quantize`), its int8 accuracy by the interpreter, and one co-simulation of it on the
    Verilog array: C and RTL results against the interpreter, simulated against predicted
    cycles of every array call.
+4. The same search on a residual digits CNN (examples/residual_digits_cnn.gs: its skip
+   connection couples c1 and c3), the original and the chosen retrained with 2 seeds.
 
     python bench/bench_nas.py   → bench/results/nas.md, nas_pareto.png, nas_candidates.json
                                   (exit 1 if a target is missed)
@@ -60,6 +64,7 @@ EPOCHS = 5  # retraining from inherited weights
 SEEDS = (0, 1)
 OPTIONS = S.Options(budget=BUDGET, space=KINDS, legality="loss-warm", threshold=0.9,
                     train_epochs=EPOCHS, top=3, seed=0)
+TARGET = 3.0  # times fewer predicted cycles (issue 26)
 PROXIES = ("fisher-init", "fisher-warm", "loss-warm", "loss-inherited", "params", "cycles",
            "macs")
 
@@ -173,6 +178,7 @@ def main() -> int:
                  for r in picks.values() for seed in SEEDS]
         accuracies = client.gather([client.submit(retrained_accuracy, *shared, c, seed,
                                                   pure=False) for c, seed in calls])
+        residual_row = residual(DaskMapper(client), client, train_data, val)
         save({"partial": "picks retrained", "picks": picks, "accuracies": accuracies,
               "search records": results["cycles"].records})
         candidates = pool(graph, space)
@@ -196,7 +202,7 @@ def main() -> int:
                                   "legal": sum(1 for x in r.records if x.get("legal")),
                                   "band_best": sum(1 for x in r.records if x.get("band_best"))}
                           for label, r in results.items()},
-             "search records": results["cycles"].records}
+             "search records": results["cycles"].records, "residual": residual_row}
     save(saved)
     return finish(saved, space, time.perf_counter())
 
@@ -312,7 +318,10 @@ def report(saved: dict[str, Any], space: S.Space) -> int:
               if "seconds" in saved else f"STOPPED after its stage '{saved['partial']}' "
               f"(the session's deadline; nas_candidates.json holds that stage's records)")
     lines = [
-        "# NAS on the digits CNN (16x16 array)", "",
+        "# NAS on the digits CNN (16x16 array, the whole accelerator)", "",
+        "Every candidate is costed as `glensidec compile --accel --stats` predicts its int8 "
+        "program: accelerator layers (DMA at 16 B/cycle, epilogue, pooling stores), array "
+        "calls left, host instructions left (glensidec/nas/cost.py).", "",
         f"Made by `python bench/bench_nas.py` {timing} on 2 cores shared with other jobs (load "
         f"average {saved.get('load', os.getloadavg()[0]):.1f} at the end), {WORKERS} Dask "
         f"workers. Space: {space.size} candidates "
@@ -340,12 +349,14 @@ def report(saved: dict[str, Any], space: S.Space) -> int:
     chosen = picks[1]
     speedup = original["cycles"] / chosen["cycles"]
     drop = 100 * (base_accuracy - mean(chosen["accuracies"]))
-    met = speedup >= 2.0 and drop <= 1.0
-    lines += ["", f"Target (>= 2x fewer predicted end-to-end cycles at <= 1 point lower "
+    met = speedup >= TARGET and drop <= 1.0
+    lines += ["", f"Target (>= {TARGET:g}x fewer predicted accelerator cycles at <= 1 point lower "
               f"accuracy), the search scored by cycles: {speedup:.2f}x, accuracy {drop:.1f} "
               f"points {'lower' if drop >= 0 else 'higher'}: "
               f"{'met' if met else 'MISSED'}"
               f"{'' if len(chosen['accuracies']) == 2 else ' (accuracy of seed 0 only)'}.", ""]
+    if saved.get("residual"):
+        lines += residual_lines(saved["residual"])
     if pool_records is not None:
         lines += proxy_lines(pool_records)
     if pool_records is None or int8 is None:
@@ -379,6 +390,51 @@ def proxy_lines(pool_records: list[dict[str, Any]]) -> list[str]:
     return [*lines, ""]
 
 
+def residual(mapper: Any, client: Any, train_data: Data, val: Data) -> dict[str, Any]:
+    """The search by cycles on the residual digits CNN; its original and chosen network
+    retrained from inherited weights with both seeds."""
+    program = read_program(EXAMPLES / "residual_digits_cnn.gs")
+    weights = load_weights(program)
+    graph = lift(program, weights)
+    result = S.run_search(format_program(program), weights, (train_data.x, train_data.y),
+                          (val.x, val.y), parse_array_size(ARRAY), OPTIONS, mapper)
+    space = S.search_space(graph, KINDS)
+    assert result.chosen is not None
+    picks = {"original": result.original, "search by cycles": result.chosen}
+    shared = client.scatter([graph, space.layers, train_data, val], broadcast=True)
+    rows = []
+    for label, record in picks.items():
+        candidate = candidate_of(record["choices"], result.space.layers)
+        accuracies = client.gather([client.submit(retrained_accuracy, *shared, candidate,
+                                                  seed, pure=False) for seed in SEEDS])
+        rows.append({"label": label, "choices": record["choices"], "cycles": record["cycles"],
+                     "macs": record["macs"], "params": record["params"],
+                     "score": record["score"], "accuracies": accuracies})
+    return {"space": result.space.size, "layers": result.space.layers,
+            "evaluated": len(result.records),
+            "legal": sum(1 for r in result.records if r.get("legal")), "rows": rows}
+
+
+def residual_lines(found: dict[str, Any]) -> list[str]:
+    original, chosen = found["rows"]
+    speedup = original["cycles"] / chosen["cycles"]
+    drop = 100 * (mean(original["accuracies"]) - mean(chosen["accuracies"]))
+    lines = ["## The same search on a residual digits CNN", "",
+             f"examples/residual_digits_cnn.gs (c1 -> c2 -> c3 + c1, pool, c4, pool, dense; "
+             f"the skip couples c1 and c3). Space: {found['space']} candidates over "
+             f"{', '.join(found['layers'])}; {found['evaluated']} evaluated, {found['legal']} "
+             "legal.", "",
+             "| pick | choices | predicted cycles | speed-up | MACs | params | accuracy (seeds "
+             "0, 1) |", "|---|---|---:|---:|---:|---:|---:|"]
+    for row in found["rows"]:
+        choices = ", ".join(f"{k} {v}" for k, v in row["choices"].items() if v != "keep")
+        lines.append(f"| {row['label']} | {choices or '-'} | {row['cycles']} | "
+                     f"{original['cycles'] / row['cycles']:.2f}x | {row['macs']} | "
+                     f"{row['params']} | {accuracy_text(row['accuracies'])} |")
+    return [*lines, "", f"Its figure: {speedup:.2f}x fewer predicted cycles, accuracy "
+            f"{abs(drop):.1f} points {'lower' if drop >= 0 else 'higher'}.", ""]
+
+
 def int8_lines(int8: dict[str, Any]) -> list[str]:
     cycles_ok = int8["predicted_array_cycles"] == int8["simulated_cycles"]
     return ["## The chosen network in int8 on the RTL", "",
@@ -392,7 +448,8 @@ def int8_lines(int8: dict[str, Any]) -> list[str]:
               f"| predicted / simulated array cycles | {int8['predicted_array_cycles']} / "
               f"{int8['simulated_cycles']} ({'equal' if cycles_ok else 'DIFFERENT'}) |",
               f"| every call's data and cycles checked | {'yes' if int8['ok'] else 'NO'} |",
-              f"| predicted end-to-end cycles (array + host) | {int8['predicted_total']} |",
+              f"| predicted cycles on the whole accelerator (compile --accel) | "
+              f"{int8['predicted_total']} |",
               f"| co-simulation wall time | {int8['cosim_seconds']} s |", ""]
 
 

@@ -353,7 +353,9 @@ def quantize_command(program: Path, calibration: Path | None, profile_path: Path
               show_default=True, help="New weights from the old ones, or random (He).")
 @click.option("--seed", type=SEED, default=0, show_default=True, help="For --init random.")
 @click.option("--array", "array_size", default="16x16", show_default=True, metavar="RxC",
-              help="The array the predicted cycles are for.")
+              help="The array of the accelerator the predicted cycles are for.")
+@click.option("--dram-bandwidth", type=click.IntRange(min=1), default=16, show_default=True,
+              help="The accelerator's DRAM bytes per cycle (as compile's).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
               help="The new program (.gs); its weights go beside it (.npz).")
 @click.option("--force", is_flag=True,
@@ -361,7 +363,8 @@ def quantize_command(program: Path, calibration: Path | None, profile_path: Path
 def transform_command(model: Path, group: tuple[str, ...], bottleneck: tuple[str, ...],
                       bottleneck_block: tuple[str, ...], depthwise: tuple[str, ...],
                       spatial_split: tuple[str, ...], split_out: tuple[str, ...], init: str,
-                      seed: int, array_size: str, output: Path | None, force: bool) -> None:
+                      seed: int, array_size: str, dram_bandwidth: int, output: Path | None,
+                      force: bool) -> None:
     """Transform MODEL's architecture; with no transformation, list its transformable layers.
 
     Transformations apply in the order bottleneck, group, split-out, bottleneck-block,
@@ -371,7 +374,7 @@ def transform_command(model: Path, group: tuple[str, ...], bottleneck: tuple[str
     nas_commands.transform(model, {"group": group, "bottleneck": bottleneck,
                                    "depthwise": depthwise, "bottleneck-block": bottleneck_block,
                                    "spatial-split": spatial_split, "split-out": split_out},
-                           init, seed, array_size, output, force)
+                           init, seed, array_size, output, force, dram_bandwidth)
 
 
 @cli.command("nas")
@@ -381,7 +384,10 @@ def transform_command(model: Path, group: tuple[str, ...], bottleneck: tuple[str
               help="Training examples: x (N, input shape) f32 and y (N,) int64.")
 @click.option("--val", "val_path", required=True, metavar="VAL.npz",
               type=click.Path(dir_okay=False, path_type=Path), help="Validation examples.")
-@click.option("--array", "array_size", default="16x16", show_default=True, metavar="RxC")
+@click.option("--array", "array_size", default="16x16", show_default=True, metavar="RxC",
+              help="The array of the accelerator candidates are costed on.")
+@click.option("--dram-bandwidth", type=click.IntRange(min=1), default=16, show_default=True,
+              help="The accelerator's DRAM bytes per cycle (as compile's).")
 @click.option("--budget", type=click.IntRange(min=1), default=64, show_default=True,
               help="Candidates to evaluate (the whole space if it fits).")
 @click.option("--space", default=",".join(nas_commands.SEARCH_SPACE), show_default=True,
@@ -407,7 +413,8 @@ def transform_command(model: Path, group: tuple[str, ...], bottleneck: tuple[str
 @click.option("--scheduler", metavar="ADDRESS", help="An existing Dask scheduler.")
 @click.option("-o", "--output", required=True, type=click.Path(path_type=Path),
               help="OUTDIR: chosen.gs/.npz, candidates.json, report.md, pareto.png.")
-def nas_command(model: Path, train_path: Path, val_path: Path, array_size: str, budget: int,
+def nas_command(model: Path, train_path: Path, val_path: Path, array_size: str,
+                dram_bandwidth: int, budget: int,
                 space: str, legality: str, threshold: float, band: float, cost: str,
                 train_epochs: int, top: int,
                 seed: int, strategy: str, workers: int, scheduler: str | None,
@@ -415,7 +422,7 @@ def nas_command(model: Path, train_path: Path, val_path: Path, array_size: str, 
     """Search MODEL's transformations for the fewest predicted cycles at kept accuracy."""
     nas_commands.search(model, train_path, val_path, array_size, budget, space, legality,
                         threshold, band, cost, train_epochs, top, seed, strategy, workers,
-                        scheduler, output)
+                        scheduler, output, dram_bandwidth)
 
 
 # Every stage walks terms recursively somewhere (parsing, printing, lowering); a program

@@ -103,14 +103,15 @@ def _counts(graph: Graph, names: list[str]) -> tuple[int, int]:
 
 
 def report_step(step: Step, before: Graph, after: Graph, config_text: str,
-                echo: Callable[[str], None]) -> None:
+                echo: Callable[[str], None], dram_bandwidth: int = 16) -> None:
     from glensidec.nas.cost import layer_costs
     from glensidec.opt.extract import parse_array_size
 
     config = parse_array_size(config_text)
     old, new = affected(before, after)
     params = _counts(before, old), _counts(after, new)
-    cycles = _sum(layer_costs(before, config), old), _sum(layer_costs(after, config), new)
+    cycles = (_sum(layer_costs(before, config, dram_bandwidth), old),
+              _sum(layer_costs(after, config, dram_bandwidth), new))
     echo(f"{step}: layers {', '.join(old) or '-'} -> {', '.join(new) or '-'}")
     echo(f"  params {params[0][0]} -> {params[1][0]}, MACs {params[0][1]} -> {params[1][1]}, "
          f"predicted cycles of these layers alone {cycles[0].total} -> {cycles[1].total}")
@@ -207,13 +208,16 @@ def _steps(options: dict[str, tuple[str, ...]]) -> list[Step]:
 
 
 def transform(model: Path, steps_by_kind: dict[str, tuple[str, ...]], init: str, seed: int,
-              array_size: str, output: Path | None, force: bool = False) -> None:
+              array_size: str, output: Path | None, force: bool = False,
+              dram_bandwidth: int = 16) -> None:
     """`glensidec transform` (options as glensidec.cli's command takes them): apply the
     steps and write the new program, or with no steps list MODEL's transformable layers."""
-    from glensidec.nas.cost import compiled_cost, network_cost
+    from glensidec.nas.cost import network_cost
     from glensidec.opt.extract import parse_array_size
+    from glensidec.pipeline import accelerator_for
 
     config = parse_array_size(array_size)
+    accelerator_for(config, dram_bandwidth=dram_bandwidth)  # the machine exists: refuse early
     program = read_program(model)
     check_program(program)
     graph = lift(program, load_weights(program))
@@ -229,15 +233,15 @@ def transform(model: Path, steps_by_kind: dict[str, tuple[str, ...]], init: str,
     current = graph
     for step in steps:
         after = step.apply(current, seeds)
-        report_step(step, current, after, array_size, click.echo)
+        report_step(step, current, after, array_size, click.echo, dram_bandwidth)
         current = after
-    before_cost, after_cost = network_cost(graph, config), network_cost(current, config)
-    compiled = compiled_cost(current, config)
+    old, new = (network_cost(g, config, dram_bandwidth) for g in (graph, current))
     (p0, m0), (p1, m1) = _totals(graph), _totals(current)
     click.echo(f"network: params {p0} -> {p1}, MACs {m0} -> {m1}, predicted cycles on "
-               f"{array_size} {before_cost.total} -> {after_cost.total} (array "
-               f"{before_cost.array} -> {after_cost.array}, host {before_cost.host} -> "
-               f"{after_cost.host}); compiled in full: {compiled.total}")
+               f"{array_size} {old.total} -> {new.total} (accelerator layers "
+               f"{old.accelerator} -> {new.accelerator}, array calls {old.array} -> "
+               f"{new.array}, host {old.host} -> {new.host}; compile --accel's "
+               "prediction, as a search scores it)")
     result = lower(current, output.with_suffix(".npz").name, str(output))
     npz = write_outputs(result, current.weights, output, inputs, force)
     click.echo(f"wrote {output} and {npz}")
@@ -387,7 +391,7 @@ def _progress(total_hint: int) -> Callable[[int], None] | None:
 def search(model: Path, train_path: Path, val_path: Path, array_size: str, budget: int,
            space: str, legality: str, threshold: float, band: float, cost: str,
            train_epochs: int, top: int, seed: int, strategy: str, workers: int,
-           scheduler: str | None, output: Path) -> None:
+           scheduler: str | None, output: Path, dram_bandwidth: int = 16) -> None:
     """`glensidec nas` (options as glensidec.cli's command takes them)."""
     from glensidec.nas.cost import compiled_cost, network_cost
     from glensidec.nas.search import (
@@ -401,8 +405,10 @@ def search(model: Path, train_path: Path, val_path: Path, array_size: str, budge
     from glensidec.nas.torch_model import check_fits, load_data
     from glensidec.opt.extract import parse_array_size
     from glensidec.outputs import check_output_directory, write_directory
+    from glensidec.pipeline import accelerator_for
 
     config = parse_array_size(array_size)
+    accelerator_for(config, dram_bandwidth=dram_bandwidth)  # the machine exists: refuse early
     kinds = tuple(k.strip() for k in space.split(",") if k.strip())
     unknown = [k for k in kinds if k not in SEARCH_SPACE]
     if unknown or not kinds:
@@ -428,7 +434,7 @@ def search(model: Path, train_path: Path, val_path: Path, array_size: str, budge
     check_fits(train_data, train_path, graph)
     check_fits(val_data, val_path, graph)
     options = Options(budget, kinds, legality, threshold, train_epochs, top, seed, strategy,
-                      cost=cost, band=band)
+                      cost=cost, band=band, dram_bandwidth=dram_bandwidth)
     client = None
     interrupted = True
     try:
@@ -451,13 +457,11 @@ def search(model: Path, train_path: Path, val_path: Path, array_size: str, budge
     # Retraining changed the weights the candidate was costed with, and quantization sees
     # values (a layer's calibrated range decides, e.g., whether its ReLU is a clip): cost
     # the retrained network again, and compare the estimate with the compile of the same.
-    estimate = network_cost(result.chosen_graph, config)
-    compiled = compiled_cost(result.chosen_graph, config).total
+    estimate = network_cost(result.chosen_graph, config, dram_bandwidth)
+    compiled = compiled_cost(result.chosen_graph, config, dram_bandwidth).total
     if compiled != estimate.total:
         raise GlensideError(f"internal: the chosen network compiles to {compiled} predicted "
                             f"cycles but was estimated at {estimate.total}")
-    result.chosen.update(cycles=estimate.total, array_cycles=estimate.array,
-                         host_cycles=estimate.host)
     files = {**chosen_files(result), "candidates.json": candidates_json(result),
              "report.md": report_md(result, options, array_size, compiled),
              "pareto.png": pareto_png(result)}

@@ -1,16 +1,20 @@
-"""What a candidate network costs on the accelerator: predicted cycles, array plus host.
+"""What a candidate network costs on the machine glensidec builds: predicted cycles of the
+whole accelerator (its layers with DMA at the configured bandwidth, epilogue and pooling
+stores), any bare array calls left, and the host instructions left (the report's host
+model).
 
-A float candidate runs on the array as the int8 program `glensidec quantize` makes of it,
-so the cost is that of its quantized program (calibrated on seeded random inputs: the
-scales change values, never cycles), under the compiler's own cost model
-(glensidec.opt.extract): a dot-product over a cartesian product costs the smaller of its
-mapped array cycles (`mapped_cycles`, better orientation, padded to the array) and its host
-cost; every other compute its host cost. `estimate` applies that model term by term without
-saturating an e-graph; `compiled` runs the whole compiler and reads its prediction (the two
-agree when extraction finds the cheapest mapping of every product, which the tests check).
+A float candidate runs as the int8 program `glensidec quantize` makes of it, so the cost is
+that of its quantized program (calibrated on seeded random inputs: the scales change values,
+never cycles), compiled by the compiler's own stages — rewrite and extract
+(`pipeline.compile_program`), the epilogue rules (`pipeline.fuse_epilogues`), lowering and
+the accelerator passes (`backend.accel_passes.fuse_for_accelerator`) — and priced as
+`compile --accel --stats` prices it. There is no second model: the estimate a search ranks
+candidates by is the compiled prediction (tests/test_nas_transform_cli.py checks it
+against the command line's for every transformation kind).
 
-Layer costs are memoised per (layer, its weight shapes, its input shapes, array): a search
-re-costs only the layers a transformation changed.
+Costs are memoised per network and per layer alone (`layer_costs`: the layer, its weight
+shapes, its input shapes, the machine): a search re-costs only what a transformation
+changed.
 """
 
 from __future__ import annotations
@@ -26,61 +30,37 @@ from typing import TypeVar
 
 import numpy as np
 
-from glensidec.frontends.quantize import quantize
+from glensidec.frontends.quantize import QuantizedProgram, quantize
 from glensidec.hardware.array import ArrayConfig
 from glensidec.lang.syntax import format_program
-from glensidec.lang.terms import Program, Symbol, TensorDecl, Term, postorder
-from glensidec.lang.typecheck import TypeTable, access_type, check_program
+from glensidec.lang.terms import Program, TensorDecl
 from glensidec.nas.graph import Array, ChannelOp, Conv, Dense, Graph, Input, Layer, lower, shapes
-from glensidec.opt.extract import array_target, host_cost, mapped_cycles
-from glensidec.opt.regions import is_product, product_region
-from glensidec.pipeline import compile_program
+from glensidec.opt.rewrite import Limits
 
 CALIBRATION_SAMPLES = 4
+DRAM_BANDWIDTH = 16  # bytes a cycle: compile's default
+# compile's defaults (--iterations, --max-enodes, --timeout): a depthwise region saturated
+# to fewer e-nodes can extract another mapping
+COMPILE_LIMITS = Limits(iterations=30, max_enodes=50_000, timeout=10.0)
 Returned = TypeVar("Returned")
 
 
 @dataclass(frozen=True)
 class Cost:
+    """Predicted cycles of one run: accelerator layers, bare array calls, host."""
+
+    accelerator: int = 0
     array: int = 0
     host: int = 0
 
     @property
     def total(self) -> int:
-        return self.array + self.host
+        return self.accelerator + self.array + self.host
 
     def __add__(self, other: Cost) -> Cost:
-        return Cost(self.array + other.array, self.host + other.host)
+        return Cost(self.accelerator + other.accelerator, self.array + other.array,
+                    self.host + other.host)
 
-
-def estimate(program: Program, config: ArrayConfig) -> Cost:
-    """The compiler's cost model applied to every distinct term of an (int8) program."""
-    types = check_program(program)
-    target = array_target(config)
-    array = host = 0
-    for term in postorder(program.root):
-        on_host = host_cost(term, types)
-        operand = term.args[1] if is_product(term) else None
-        if isinstance(operand, Term) and operand.op != "access-cartesian-product":
-            # a depthwise product: the compiler's rewrites decide how it maps; ask them
-            region = product_region(term, types, program.tensors)
-            cost = _compiled_region(region.root, region.tensors, config)
-            array, host = array + cost.array, host + cost.host
-            continue
-        if isinstance(operand, Term) and _dtype(types, operand) == target.dtype:
-            on_array = mapped_cycles(term, types, target)
-            if on_array < on_host:
-                array += on_array
-                continue
-        host += on_host
-    return Cost(array, host)
-
-
-def _dtype(types: TypeTable, term: Term) -> str:
-    return access_type(types, term).dtype
-
-
-_REGIONS: dict[tuple[object, ...], Cost] = {}
 
 # Every e-graph lives and dies on this one thread. egglog's EGraph may be dropped only on
 # the thread that made it ("egglog::egraph::EGraph is unsendable, but is being dropped on
@@ -102,22 +82,30 @@ def on_egglog_thread(function: Callable[..., Returned], *args: object) -> Return
     return _EGGLOG.submit(run).result()
 
 
-def _compiled_region(root: Term, tensors: dict[str, TensorDecl], config: ArrayConfig) -> Cost:
-    """The compiler's prediction for one product region, memoised by its structure."""
-    used = [t.args[0].name for t in postorder(root)
-            if t.op == "access-tensor" and isinstance(t.args[0], Symbol)]
-    key = (tuple((t.op, tuple(a for a in t.args if not isinstance(a, (Term, Symbol))))
-                 for t in postorder(root)),
-           tuple((tensors[n].shape, tensors[n].dtype) for n in used), config)
-    if key not in _REGIONS:
-        region = Program("<region>", {n: tensors[n] for n in used}, root)
-        _REGIONS[key] = on_egglog_thread(_predicted, region, config)
-    return _REGIONS[key]
+def machine_cost(quantized_program: QuantizedProgram, config: ArrayConfig,
+                 dram_bandwidth: int = DRAM_BANDWIDTH) -> Cost:
+    """`compile --accel`'s predicted total for an int8 program (its e-graphs on the e-graph
+    thread)."""
+    return on_egglog_thread(_machine_cost, quantized_program, config, dram_bandwidth)
 
 
-def _predicted(program: Program, config: ArrayConfig) -> Cost:
-    prediction = compile_program(program, config).prediction
-    return Cost(prediction.array_cycles, prediction.host_cycles)
+def _machine_cost(quantized_program: QuantizedProgram, config: ArrayConfig,
+                  dram_bandwidth: int) -> Cost:
+    from glensidec import pipeline
+    from glensidec.backend.accel_passes import fuse_for_accelerator
+    from glensidec.backend.lower import lower_program
+    from glensidec.backend.report import report_data
+
+    accel = pipeline.accelerator_for(config, dram_bandwidth=dram_bandwidth)
+    compiled = pipeline.compile_program(quantized_program.program, config, COMPILE_LIMITS,
+                                        rulesets=pipeline.ACCEL_RULESETS)
+    compiled = pipeline.fuse_epilogues(compiled, config)
+    lowered = fuse_for_accelerator(lower_program(compiled.program, compiled.types),
+                                   quantized_program.weights, accel)
+    rows = report_data("", lowered, config).rows
+    return Cost(sum(layer.cycles for layer in lowered.accel_layers()),
+                sum(row.array_cycles for row in rows if row.kind == "gemm"),
+                sum(row.host_cycles for row in rows))
 
 
 def write_graph(graph: Graph, path: Path) -> Program:
@@ -128,25 +116,44 @@ def write_graph(graph: Graph, path: Path) -> Program:
     return program
 
 
-def quantized(graph: Graph, folder: Path) -> Program:
+def quantized(graph: Graph, folder: Path) -> QuantizedProgram:
     """The int8 program `glensidec quantize` makes of the graph (random calibration)."""
     program = write_graph(graph, folder / "candidate.gs")
     rng = np.random.default_rng(0)
     calibration: dict[str, Array] = {
         d.name: rng.standard_normal((CALIBRATION_SAMPLES, *d.shape)).astype(np.float32)
         for d in program.inputs()}
-    return quantize(program, calibration).program
+    return quantize(program, calibration)
 
 
-def network_cost(graph: Graph, config: ArrayConfig) -> Cost:
+def network_cost(graph: Graph, config: ArrayConfig,
+                 dram_bandwidth: int = DRAM_BANDWIDTH) -> Cost:
+    """The predicted cycles of the quantized graph on the whole accelerator, memoised."""
+    key = (network_key(graph), config, dram_bandwidth)
+    if key not in _NETWORKS:
+        with tempfile.TemporaryDirectory(prefix="glensidec-nas-") as folder:
+            _NETWORKS[key] = machine_cost(quantized(graph, Path(folder)), config,
+                                          dram_bandwidth)
+    return _NETWORKS[key]
+
+
+def compiled_cost(graph: Graph, config: ArrayConfig,
+                  dram_bandwidth: int = DRAM_BANDWIDTH) -> Cost:
+    """The same compile, never memoised: what `glensidec nas` checks its choice with."""
     with tempfile.TemporaryDirectory(prefix="glensidec-nas-") as folder:
-        return estimate(quantized(graph, Path(folder)), config)
+        return machine_cost(quantized(graph, Path(folder)), config, dram_bandwidth)
 
 
-def compiled_cost(graph: Graph, config: ArrayConfig) -> Cost:
-    """The whole compiler's prediction for the quantized graph (saturation and extraction)."""
-    with tempfile.TemporaryDirectory(prefix="glensidec-nas-") as folder:
-        return on_egglog_thread(_predicted, quantized(graph, Path(folder)), config)
+_NETWORKS: dict[tuple[object, ...], Cost] = {}
+
+
+def network_key(graph: Graph) -> tuple[object, ...]:
+    """What a network's cost depends on: its layers in order and its weights' shapes (the
+    weights' values only through calibration of seeded random inputs)."""
+    shape_of = shapes(graph)
+    return (graph.output, tuple(graph.inputs.items()),
+            tuple((layer.name, layer_key(graph, layer, shape_of), layer.inputs)
+                  for layer in graph.layers.values()))
 
 
 # -- one layer at a time --------------------------------------------------------------------
@@ -173,18 +180,23 @@ def layer_key(graph: Graph, layer: Layer,
     return op, weight_shape, tuple(shape_of[i] for i in layer.inputs)
 
 
-def layer_costs(graph: Graph, config: ArrayConfig) -> dict[str, Cost]:
-    """Every layer's cost alone (its operands quantized, its result requantized)."""
+def layer_costs(graph: Graph, config: ArrayConfig,
+                dram_bandwidth: int = DRAM_BANDWIDTH) -> dict[str, Cost]:
+    """Every layer's cost alone (its operands quantized, its result requantized): what
+    `transform` prints per step. In the network a layer may cost less (a pool after a
+    layer is its pooling stores, a residual add its epilogue's), so these are shown, not
+    summed."""
     shape_of = shapes(graph)
     costs = {}
     for layer in graph.layers.values():
         if isinstance(layer.op, Input):
             costs[layer.name] = Cost()
             continue
-        key = layer_key(graph, layer, shape_of)
-        if (key, config) not in _MEMO:
-            _MEMO[key, config] = network_cost(layer_alone(graph, layer, shape_of), config)
-        costs[layer.name] = _MEMO[key, config]
+        key = layer_key(graph, layer, shape_of), config, dram_bandwidth
+        if key not in _MEMO:
+            _MEMO[key] = network_cost(layer_alone(graph, layer, shape_of), config,
+                                      dram_bandwidth)
+        costs[layer.name] = _MEMO[key]
     return costs
 
 

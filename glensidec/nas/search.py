@@ -145,6 +145,7 @@ class Setup:
     seed: int
     train_epochs: int
     name: str = "<program>"  # the model's file: what an error in the program names
+    dram_bandwidth: int = 16  # the accelerator's DRAM bytes a cycle
 
 
 _GRAPHS: dict[str, Graph] = {}
@@ -245,11 +246,12 @@ def evaluate(setup: Setup, candidate: Candidate) -> dict[str, Any]:
         transformed = apply(graph, setup.layers, candidate, T.INHERIT)
     except GlensideError as error:
         return {**record, "valid": False, "error": error.message}
-    cost = network_cost(transformed, setup.config)
+    cost = network_cost(transformed, setup.config, setup.dram_bandwidth)
     counted = params_and_macs(transformed)
     score, per_point = legality_score(transformed, setup, fisher.block_outputs(graph))
     record.update(valid=True, params=sum(p for p, _ in counted.values()),
-                  macs=sum(m for _, m in counted.values()), array_cycles=cost.array,
+                  macs=sum(m for _, m in counted.values()),
+                  accelerator_cycles=cost.accelerator, array_cycles=cost.array,
                   host_cycles=cost.host, cycles=cost.total, score=score)
     if per_point is not None:
         record["fisher"] = per_point
@@ -283,6 +285,7 @@ class Options:
     sample: int = 4
     cost: str = "cycles"  # what the search minimises: predicted cycles, or MACs (a baseline)
     band: float = 0.025  # legal candidates compete within +-band of each other's cost
+    dram_bandwidth: int = 16  # the accelerator's, for predicted cycles
 
 
 @dataclass
@@ -387,7 +390,7 @@ def run_search(program_text: str, weights: dict[str, Array], train_data: tuple[A
         raise GlensideError("nothing to search: no conv or dense layer can be transformed")
     setup = Setup(program_text, weights, space.layers, config, options.legality,
                   train_data[0], train_data[1], val_data[0], val_data[1], options.seed,
-                  options.train_epochs, name)
+                  options.train_epochs, name, options.dram_bandwidth)
     keep = tuple(KEEP for _ in space.layers)
     memo = {} if memo is None else memo
     if keep not in memo:
@@ -488,7 +491,7 @@ def pareto_png(result: Result) -> bytes:
         if record is not None:
             axis.scatter([record["cycles"]], [record["score"] / base], s=70, marker=marker,
                          c=colour, label=label)
-    axis.set_xlabel("predicted cycles (array + host)")
+    axis.set_xlabel("predicted cycles (accelerator layers + array calls + host)")
     axis.set_ylabel("legality score / original's")
     axis.legend(fontsize=8)
     figure.tight_layout()
@@ -521,13 +524,15 @@ def report_md(result: Result, options: Options, config_text: str, compiled: int)
         f"- evaluated: {len(result.records)}, legal: "
         f"{sum(1 for r in result.records if r.get('legal'))}, best of their cost band: "
         f"{sum(1 for r in result.records if r.get('band_best'))}", "",
-        "| network | choices | params | MACs | predicted cycles | array | host | score | "
-        "accuracy |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+        "| network | choices | params | MACs | predicted cycles | accelerator layers | "
+        "array calls | host | score | accuracy |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for label, record in (("original", original), *baselines(result), ("chosen", chosen)):
         choices = ", ".join(f"{k} {v}" for k, v in record["choices"].items() if v != "keep")
         accuracy = record.get("accuracy")
         lines.append(f"| {label} | {choices or '-'} | {record['params']} | {record['macs']} | "
-                     f"{record['cycles']} | {record['array_cycles']} | "
+                     f"{record['cycles']} | {record['accelerator_cycles']} | "
+                     f"{record['array_cycles']} | "
                      f"{record['host_cycles']} | {record['score']:.4g} | "
                      f"{'-' if accuracy is None else f'{100 * accuracy:.1f} %'} |")
     speedup = original["cycles"] / max(chosen["cycles"], 1)
