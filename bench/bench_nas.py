@@ -453,7 +453,67 @@ def int8_lines(int8: dict[str, Any]) -> list[str]:
               f"| co-simulation wall time | {int8['cosim_seconds']} s |", ""]
 
 
+# -- the uniform candidates alone (`--uniform`: no search, no Dask) ----------------------------
+
+
+def uniform_measure() -> dict[str, list[dict[str, Any]]]:
+    """Each network's original and the uniform candidates the search's first population
+    holds (`search.uniform_candidates`), costed on the whole accelerator; the original and
+    the three cheapest retrained 5 epochs from inherited weights with seeds 0 and 1."""
+    train_data, val = load("digits_train.npz"), load("digits_val.npz")
+    config = parse_array_size(ARRAY)
+    found: dict[str, list[dict[str, Any]]] = {}
+    for name in ("digits_cnn", "residual_digits_cnn"):
+        program = read_program(EXAMPLES / f"{name}.gs")
+        graph = lift(program, load_weights(program))
+        space = S.search_space(graph, KINDS)
+        rows = []
+        for candidate in [tuple(S.KEEP for _ in space.layers), *S.uniform_candidates(space)]:
+            try:
+                transformed = S.apply(graph, space.layers, candidate, T.INHERIT)
+            except GlensideError:
+                continue
+            cost = network_cost(transformed, config)
+            rows.append({"choices": space.describe(candidate), "cycles": cost.total,
+                         "accelerator": cost.accelerator, "array": cost.array,
+                         "host": cost.host, "candidate": [str(c) for c in candidate]})
+        for row in [rows[0], *sorted(rows[1:], key=lambda r: r["cycles"])[:3]]:
+            candidate = tuple(S.Choice.parse(c) for c in row["candidate"])
+            transformed = S.apply(graph, space.layers, candidate, T.INHERIT)
+            row["accuracies"] = [accuracy(train(transformed, train_data, EPOCHS, seed,
+                                                learning_rate=S.RETRAIN_RATE), val)
+                                 for seed in SEEDS]
+        found[name] = rows
+    return found
+
+
+def uniform_report(found: dict[str, list[dict[str, Any]]]) -> list[str]:
+    lines = []
+    for name, rows in found.items():
+        original = rows[0]
+        lines += [f"### {name}", "",
+                  "| candidate | predicted cycles | speed-up | accelerator layers | array calls "
+                  "| host | accuracy (seeds 0, 1) | points lower |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        for row in rows:
+            choices = ", ".join(f"{k} {v}" for k, v in row["choices"].items()) or "original"
+            accuracies = row.get("accuracies")
+            drop = (f"{100 * (mean(original['accuracies']) - mean(accuracies)):.1f}"
+                    if accuracies else "-")
+            lines.append(f"| {choices} | {row['cycles']} | "
+                         f"{original['cycles'] / row['cycles']:.2f}x | {row['accelerator']} | "
+                         f"{row['array']} | {row['host']} | "
+                         f"{accuracy_text(accuracies or [])} | {drop} |")
+        lines.append("")
+    return lines
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--uniform"]:  # python bench/bench_nas.py --uniform [SAVED.json]
+        measured = (json.loads(Path(sys.argv[2]).read_text()) if len(sys.argv) > 2
+                    else uniform_measure())
+        print("\n".join(uniform_report(measured)))
+        sys.exit(0)
     if sys.argv[1:] in (["--report-only"], ["--finish"]):
         saved_space = S.search_space(original_graph(), KINDS)
         records = json.loads((RESULTS / "nas_candidates.json").read_text())
