@@ -183,8 +183,8 @@ def test_legality_starts_every_network_from_the_same_point(skip_model: Path, tmp
 
 def test_the_search_never_chooses_a_network_costlier_than_the_original(
         skip_model: Path, tmp_path: Path) -> None:
-    """Splitting rows only adds cycles: every finalist costs more than the original, which
-    is within a point of its own accuracy, so it is the choice."""
+    """Every candidate made to cost more than the original: the original is within a point
+    of its own accuracy, so it is the choice, whatever the finalists' accuracy."""
     program = read_program(skip_model)
     train = np.load(data(tmp_path, "train", 24, 1))
     val = np.load(data(tmp_path, "val", 12, 2))
@@ -192,7 +192,12 @@ def test_the_search_never_chooses_a_network_costlier_than_the_original(
                         threshold=0.0, train_epochs=1, top=2, seed=0)
 
     def here(function: Any, calls: list[Any]) -> list[Any]:
-        return [function(*call) for call in calls]
+        results = [function(*call) for call in calls]
+        if function is S.evaluate:
+            for record in results:
+                if record["valid"] and set(record["choices"].values()) != {"keep"}:
+                    record["cycles"] += 10**6
+        return results
 
     result = S.run_search(format_program(program), load_weights(program),
                           (train["x"], train["y"]), (val["x"], val["y"]),
