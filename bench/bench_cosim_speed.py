@@ -180,7 +180,11 @@ def report(rows: list[tuple[str, SimRun]], one: SimRun, raw: SimRun) -> str:
         "`make sim`: the whole command (running the C program to record the layers, "
         "building the simulator when no earlier run of the same sizes did, simulation, "
         "checks). The raw harness runs the same top on the same "
-        "recorded layers, in the same run of this script.\n",
+        "recorded layers, in the same run of this script. In the layer-parallel run, "
+        "layer time and CPU add up both simulator processes: compare its `make sim` wall "
+        "with the one-process run's; on a machine whose two cores other work also uses, "
+        "two simulator processes cannot run side by side and the wall times measure the "
+        "load of the moment.\n",
         "| network | run | layers | simulated cycles | bits and cycles exact | layer time "
         "(wall) | simulated cycles/s (wall) | CPU | simulated cycles per CPU-s "
         "| `make sim` wall |",
