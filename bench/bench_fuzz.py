@@ -76,6 +76,21 @@ def worker(job: int, jobs: int, indices: list[int], log: Path, work: Path,
             out.flush()
 
 
+def recheck(log: Path, work: Path, options: Options) -> None:
+    """Run every program that failed again, with the code as it is now (after fixes), and
+    record how it ends as `recheck`."""
+    records = read_log(log)
+    runner = Runner(work / "recheck", sim_cache=work / "sim_cache")
+    for record in records.values():
+        if record["status"] == AGREE or "recheck" in record:
+            continue
+        generated = generate(SEED, record["index"], options)
+        runner.rtl = record["rtl"]
+        record["recheck"] = run(runner, generated).status
+        with log.open("a") as out:
+            out.write(json.dumps(record) + "\n")
+
+
 def read_log(log: Path) -> dict[int, dict[str, Any]]:
     records = {}
     if log.exists():
@@ -104,7 +119,8 @@ def report(records: dict[int, dict[str, Any]], count: int, jobs: int, wall: floa
     names = sorted(CONSTRUCTS) + sorted(COMPUTE_TYPES)
     short = [name for name in names if programs_using[name] < TARGET_USES]
     failures = [r for r in done if r["status"] != AGREE]
-    ok = not failures and not short and len(done) >= count
+    unfixed = [r for r in failures if r.get("recheck") != AGREE]
+    ok = not unfixed and not short and len(done) >= count
     lines = [
         "# Differential fuzzing: interpreter, C and RTL on generated programs",
         "",
@@ -126,6 +142,7 @@ def report(records: dict[int, dict[str, Any]], count: int, jobs: int, wall: floa
         f"| disagreements | {statuses['disagreement']:,} | 0 |",
         f"| crashes | {statuses[CRASH]:,} | 0 |",
         f"| compile errors | {statuses['compile error']:,} | 0 |",
+        f"| failures that still fail after the fixes (`--recheck`) | {len(unfixed):,} | 0 |",
         f"| compiled with `--accel` | {accel:,} | |",
         f"| compiled for the f32 array (`RxC:f32`) | {float_array:,} | |",
         f"| co-simulated on the RTL | {len(rtl):,} ({sum(r['status'] == AGREE for r in rtl)} "
@@ -155,8 +172,9 @@ def report(records: dict[int, dict[str, Any]], count: int, jobs: int, wall: floa
     if not failures:
         lines.append("None.")
     for record in failures:
+        again = record.get("recheck", "not run again")
         lines += [f"### program {record['index']}: {record['status']} at {record['stage']} "
-                  f"(`{' '.join(record['mode'])}`)", "",
+                  f"(`{' '.join(record['mode'])}`); run again after the fixes: {again}", "",
                   "```", record["detail"].strip()[-800:], "```", "",
                   f"Shrunk (`{' '.join(record.get('minimal_mode', record['mode']))}`):", "",
                   "```glenside", record.get("minimal", "").strip(), "```", "",
@@ -175,12 +193,16 @@ def main() -> int:
     parser.add_argument("--plain-names", action="store_true",
                         help="t0, t1, … instead of the hostile names")
     parser.add_argument("--report", action="store_true", help="only rewrite the table")
+    parser.add_argument("--recheck", action="store_true",
+                        help="run the failed programs again (after fixes), then the table")
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args()
     options = Options(hostile_names=not args.plain_names)
     args.log.parent.mkdir(parents=True, exist_ok=True)
     start, wall = time.perf_counter(), None
-    if not args.report:
+    if args.recheck:
+        recheck(args.log, args.work, options)
+    elif not args.report:
         done = read_log(args.log)
         todo = [i for i in range(args.count) if i not in done]
         # Spawned, not forked: a forked child inherits the parent's egglog (Rust) thread
