@@ -1,5 +1,6 @@
 # glensidec: every target sets up what it needs in .venv first.
-#   make demo   the main job: compile the bundled int8 CNN, run it, co-simulate it on the RTL
+#   make demo   the main job: compile the bundled int8 CNN for the accelerator, run it,
+#               co-simulate it on the RTL
 #   make test   the whole test suite: lint, types, unit, integration and RTL tests
 #   make quick  lint, types and the tests not marked `slow` (pytest -m 'not slow')
 #   make sim    the RTL testbenches and whole-program co-simulations (cocotb + Verilator)
@@ -29,15 +30,18 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 	$(BIN)/pip install --quiet --no-deps --editable .
 
-# The main job: compile the bundled int8 CNN for a 16x16 array, run the C program, and
-# co-simulate it with every array call on the Verilog array; all three must agree.
+# The main job: compile the bundled int8 CNN for the accelerator around a 16x16 array,
+# show its layers and where the predicted cycles go, run the C program (its command
+# runtime), and co-simulate it with every accelerator layer on the Verilog accelerator
+# (ws_accel); all three must agree, and every layer take exactly its predicted cycles.
 DEMO := out/small_cnn
 demo: install
 	$(BIN)/glensidec check examples/small_cnn.gs
 	mkdir -p out
 	$(BIN)/python examples/random_image.py out/image.npy
 	$(BIN)/glensidec run examples/small_cnn.gs --input image=out/image.npy -o out/interpreter.npy
-	$(BIN)/glensidec compile examples/small_cnn.gs --array 16x16 --stats --verify -o $(DEMO)
+	$(BIN)/glensidec compile examples/small_cnn.gs --array 16x16 --verify -o $(DEMO)
+	$(BIN)/python examples/show_layers.py $(DEMO)
 	$(MAKE) -s -C $(DEMO)
 	$(DEMO)/model image=out/image.npy -o out/c.npy
 	$(MAKE) -C $(DEMO) sim INPUTS="image=$(CURDIR)/out/image.npy" OUTPUT=$(CURDIR)/out/sim.npy

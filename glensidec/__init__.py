@@ -8,8 +8,8 @@ naming the argument for one of the wrong kind (checked here, at the boundary):
     glensidec.check(program)                       # the result's type, e.g. ((1,10),()) i32
     out = glensidec.run(program, {"image": x})     # numpy array (reference interpreter);
                                                    # x: an array or a .npy path
-    c = glensidec.compile(program, "16x16", "out") # Compilation: cycles, report, OUTDIR
-    a = glensidec.compile("q/m.gs", "16x16", "o", accel=True)  # the whole accelerator
+    c = glensidec.compile(program, "16x16", "out") # for the accelerator: cycles, OUTDIR
+    b = glensidec.compile(program, "16x16", bare_array=True)  # for the bare array
     c.report_data.rows                             # per instruction: op, MACs, cycles, …
     d = glensidec.diff("out", {"image": "x.npy"})  # interpreter vs C (rtl=True: vs RTL)
     p = glensidec.import_onnx("m.onnx", "imported")
@@ -183,67 +183,78 @@ class Compilation:
     """What `compile` made: the rewritten program, its predicted cycles, and OUTDIR."""
 
     program: Program  # the rewritten (extracted) program
-    predicted_cycles: int  # the whole program: array and host work
-    array_cycles: int
+    predicted_cycles: int  # the whole program on its target: accelerator, array and host
+    array_cycles: int  # Σ the bare array calls' cycles (0 when the accelerator runs them)
     report: list[str]  # the lines `glensidec compile --stats` prints
     outdir: Path | None  # the C program, when an OUTDIR was given
     instructions: int | None  # lowered instructions in OUTDIR's program
     report_data: ReportData | None = None  # OUTDIR/report.json's rows, one per instruction
-    # accel=True with an OUTDIR: Σ the accelerator layers' cycles (ws_accel's, exact)
+    # Σ the accelerator layers' cycles (ws_accel's, exact); None for the bare array
     accel_cycles: int | None = None
+    host_cycles: int = 0  # every host instruction under the host model, copies included
     # where the products run and why, as `compile` says it (pipeline.compile_target)
     target: str = ""
 
 
 def compile(program: Program | str | Path, array: str | tuple[int, int] = "16x16",
             outdir: str | Path | None = None, *, force: bool = False, iterations: int = 30,
-            max_enodes: int = 50_000, timeout: float = 10.0, accel: bool = False,
-            scratchpad: str | int = "256KiB", accumulator: str | int | None = None,
-            dram_bandwidth: int = 16) -> Compilation:
-    """Map the program onto an RxC array (`array`, e.g. "16x16", "16x16:f32" or (16, 16));
-    with `outdir`, write the C program there (new, empty or an earlier compile's; `force`
-    as `--force`). `accel` and the memory sizes are `--accel`, `--scratchpad`,
-    `--accumulator`, `--dram-bandwidth` (sizes as "256KiB" or an int of bytes): the int8
-    program's array calls run as layers of the whole accelerator."""
+            max_enodes: int = 50_000, timeout: float = 10.0, bare_array: bool = False,
+            accel: bool | None = None, scratchpad: str | int = "256KiB",
+            accumulator: str | int | None = None, dram_bandwidth: int = 16) -> Compilation:
+    """Compile the program for the whole accelerator around an RxC int8 array (`array`,
+    e.g. "16x16" or (16, 16)), as `glensidec compile` does; with `outdir`, write the C
+    program there (new, empty or an earlier compile's; `force` as `--force`). The memory
+    sizes are `--scratchpad`, `--accumulator`, `--dram-bandwidth` (sizes as "256KiB" or an
+    int of bytes). `bare_array` (or the older `accel=False`) compiles for the bare array
+    instead; an f32 array ("16x16:f32") or several sizes always do. `accel=True` is the
+    default. `Compilation.target` says where the products run and why."""
     from glensidec import pipeline
     from glensidec.errors import GlensideError
+    from glensidec.lang import data
     from glensidec.lang.typecheck import check_program
-    from glensidec.opt.extract import parse_array_size
-    from glensidec.opt.rewrite import RULESETS, Limits
+    from glensidec.opt.extract import arrays_for_c, parse_arrays
+    from glensidec.opt.rewrite import Limits
     from glensidec.outputs import check_output_directory
 
-    config = parse_array_size(_array_size(array))
-    if accel and config.is_float:
-        raise GlensideError("accel drives the int8 accelerator: not with an f32 array")
-    accelerator = pipeline.accelerator_for(config, _size(scratchpad, "scratchpad"),
-                                           None if accumulator is None
-                                           else _size(accumulator, "accumulator"),
-                                           _integer(dram_bandwidth, "dram_bandwidth", 1))
+    configs = parse_arrays(_array_size(array))
+    if accel and (bare_array or configs[0].is_float or len(configs) > 1):
+        raise GlensideError("accel drives the int8 accelerator around one array: not with "
+                            "bare_array, an f32 array or several arrays")
+    target = pipeline.choose_target(
+        configs, bool(bare_array) or accel is False, _size(scratchpad, "scratchpad"),
+        None if accumulator is None else _size(accumulator, "accumulator"),
+        _integer(dram_bandwidth, "dram_bandwidth", 1))
     limits = Limits(_integer(iterations, "iterations", 0, 2**31 - 1),
                     _integer(max_enodes, "max_enodes", 1, 2**62), _seconds(timeout))
     if outdir is not None:
         check_output_directory(_path(outdir, "outdir"), force=force)
     parsed = _program(program)
     typed = pipeline.Typed(parsed, check_program(parsed))
-    if outdir is not None and not accel:
+    if outdir is not None and target.accel is None:
         pipeline.require_no_epilogue(typed.program)
-    compiled = pipeline.compile_program(typed.program, config, limits, types=typed.types,
-                                        rulesets=pipeline.ACCEL_RULESETS if accel else RULESETS)
-    if accel:
-        compiled = pipeline.fuse_epilogues(compiled, config)
-    target = pipeline.compile_target(typed.program, typed.types, (config,), accel)
-    written, instructions, layers, accel_cycles = None, None, None, None
+    compiled = pipeline.compile_for(typed, target, limits)
+    placement = pipeline.compile_target(typed.program, typed.types, target.arrays,
+                                        target.accel is not None)
+    written, instructions, layers = None, None, None
     if outdir is not None:
         from glensidec.backend.report import report_data
 
-        result = pipeline.compile_to_directory(compiled.program, compiled.types, outdir, config,
-                                               force=force, accel=accelerator if accel else None)
+        arrays = arrays_for_c(compiled, target.arrays)
+        result = pipeline.compile_to_directory(compiled.program, compiled.types, outdir,
+                                               arrays[0], force=force, more_arrays=arrays[1:],
+                                               accel=target.accel)
         written, instructions = result.outdir, len(result.lowered.instructions)
-        layers = report_data(Path(compiled.program.path).name, result.lowered, config)
-        accel_cycles = result.accel_cycles if accel else None
-    return Compilation(compiled.program, compiled.prediction.total,
-                       compiled.prediction.array_cycles, list(compiled.report_lines(config)),
-                       written, instructions, layers, accel_cycles, target.line)
+        layers = report_data(Path(compiled.program.path).name, result.lowered, arrays[0],
+                             arrays[1:])
+        cycles = result.cycles
+    else:
+        cycles = pipeline.predicted_machine_cycles(compiled, target,
+                                                   data.load_weights(compiled.program))
+    report = [*compiled.report_lines(target.config), cycles.line()]
+    return Compilation(compiled.program, cycles.total, cycles.array, report, written,
+                       instructions, layers,
+                       cycles.accelerator if target.accel is not None else None, cycles.host,
+                       placement.line)
 
 
 def _seconds(timeout: object) -> float:

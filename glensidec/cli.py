@@ -34,7 +34,7 @@ from glensidec.outputs import (
 
 if TYPE_CHECKING:
     from glensidec.hardware.commands import AccelConfig
-    from glensidec.opt.extract import Invocation
+    from glensidec.opt.extract import Compiled, Invocation
 
 PROGRAM = click.argument("program", type=click.Path(dir_okay=False, path_type=Path))
 # A seed for numpy's and torch's generators: a non-negative 63-bit number.
@@ -158,28 +158,33 @@ def fmt(program: Path, shapes: Path | None, in_place: bool) -> None:
                    "64KiB at 16x16].")
 @click.option("--dram-bandwidth", type=click.IntRange(min=1), default=16, show_default=True,
               metavar="B", help="Main-memory bytes per cycle (a power of two).")
+@click.option("--bare-array", is_flag=True,
+              help="Compile for the bare systolic array, the host doing everything else "
+                   "(original Glenside programs, teaching), instead of the whole accelerator.")
 @click.option("--accel", is_flag=True,
-              help="Run each int8 array call with the bias add, requantize and clip after it "
-                   "on the whole accelerator (DMA, array, epilogue) through its command "
-                   "runtime.")
+              help="The whole accelerator: the default for one int8 array (kept for "
+                   "compatibility; an error with --bare-array, f32 or several arrays).")
 def compile_command(program: Path, shapes: Path | None, array_size: str, emit: str | None,
                     stats: bool, verify: bool, iterations: int, max_enodes: int,
                     timeout: float, output: Path | None, force: bool, scratchpad: str,
-                    accumulator: str | None, dram_bandwidth: int, accel: bool) -> None:
-    """Map PROGRAM onto an RxC systolic array; write the C program to OUTDIR.
+                    accumulator: str | None, dram_bandwidth: int, bare_array: bool,
+                    accel: bool) -> None:
+    """Map PROGRAM onto the accelerator around an RxC systolic array; write the C program
+    to OUTDIR.
+
+    The target is the whole accelerator (DMA, scratchpad, array, epilogue, pooling stores,
+    run by a command runtime) around one int8 array: each array call with its bias,
+    requantize, clip, residual add and max-pool runs as one accelerator layer. The bare
+    array, with the host doing all but the products, is the target with --bare-array, and
+    for what the accelerator does not have: an f32 array (RxC:f32) or several array sizes
+    (a line on stderr says so).
 
     `make -C OUTDIR` builds OUTDIR/model; `make -C OUTDIR sim` co-simulates it on the RTL.
     Without -o, print the rewritten program instead.
     """
     from glensidec import pipeline
-    from glensidec.opt.extract import (
-        arrays_for_c,
-        egraph_dot,
-        egraph_svg,
-        parse_arrays,
-        validate,
-    )
-    from glensidec.opt.rewrite import RULESETS, Limits
+    from glensidec.opt.extract import arrays_for_c, parse_arrays, validate
+    from glensidec.opt.rewrite import Limits
 
     emit = emit or ("c" if output is not None else "rewritten")
     if emit == "c" and output is None:
@@ -189,60 +194,72 @@ def compile_command(program: Path, shapes: Path | None, array_size: str, emit: s
     elif output is not None:
         check_writable_file(output)
     configs = parse_arrays(array_size)
-    config = configs[0]
-    accelerator = pipeline.accelerator_for(config, scratchpad, accumulator, dram_bandwidth)
-    if accel and (config.is_float or len(configs) > 1):
+    if accel and bare_array:
+        raise click.UsageError("--accel and --bare-array name two targets: give one")
+    if accel and (configs[0].is_float or len(configs) > 1):
         raise click.UsageError("--accel drives the int8 accelerator around one array: not "
                                "with an f32 array or several arrays")
+    target = pipeline.choose_target(configs, bare_array, scratchpad, accumulator,
+                                    dram_bandwidth)
+    if target.accel is None and not bare_array:  # not asked for: say so, and why
+        click.echo(target.describe(), err=True)
     typed = pipeline.load(program, shapes)  # parse, typecheck
     parsed = typed.program
     require_access_result(parsed, typed.types, "compile")
-    if not accel and emit == "c":
+    if target.accel is None and emit == "c":
         pipeline.require_no_epilogue(parsed)
-    compiled = pipeline.compile_program(parsed, config, Limits(iterations, max_enodes, timeout),
-                                        types=typed.types, more_arrays=configs[1:],
-                                        rulesets=pipeline.ACCEL_RULESETS if accel
-                                        else RULESETS)  # rewrite, extract
-    if accel:  # the epilogue's rewrites, which only the whole accelerator offers
-        compiled = pipeline.fuse_epilogues(compiled, config)
-    target = pipeline.compile_target(parsed, typed.types, configs, accel)  # where, and why
+    # rewrite, extract (and on the accelerator, its epilogue rules)
+    compiled = pipeline.compile_for(typed, target, Limits(iterations, max_enodes, timeout))
+    placement = pipeline.compile_target(parsed, typed.types, target.arrays,
+                                        target.accel is not None)  # where, and why
     if compiled.stats.hit_limit() and not stats:  # a cheaper mapping: say so, never abort
         click.echo(f"warning: saturation stopped at a limit ({compiled.stats.stop_reason}): "
                    "the program is the best found so far (--stats for more; raise "
                    "--iterations, --max-enodes or --timeout for a better one)", err=True)
     if stats:
-        click.echo(f"note: {target.line}", err=True)
-        for line in compiled.report_lines(config):
+        click.echo(f"note: {placement.line}", err=True)
+        for line in compiled.report_lines(target.config):
             click.echo(line, err=True)
-        for line in _accelerator_lines(accelerator, compiled.prediction.invocations):
-            click.echo(line, err=True)
+        if target.accel is not None:
+            for line in _accelerator_lines(target.accel, compiled.prediction.invocations):
+                click.echo(line, err=True)
     if verify:
         validate(parsed, compiled.program, types=(typed.types, compiled.types))
         click.echo("verified: the rewritten program computes the same result", err=True)
-    if emit == "c":
-        assert output is not None
-        arrays = arrays_for_c(compiled, configs)
-        result = pipeline.compile_to_directory(
-            compiled.program, compiled.types, output, arrays[0], force=force,
-            more_arrays=arrays[1:], accel=accelerator if accel else None)  # lower, plan, emit
-        layers = result.lowered.accel_layers()
-        fused = (f", {len(layers)} accelerator layers: {result.accel_cycles} cycles"
-                 if accel else "")
-        click.echo(f"wrote {output}: {len(result.lowered.instructions)} instructions, "
-                   f"predicted array cycles {result.predicted_cycles}{fused}")
-        if not (target.takes_all or stats):  # products on the host: say why
-            click.echo(f"note: {target.line}", err=True)
-        if result.host_epilogues:
-            click.echo(f"warning: {result.host_epilogues} host instructions of accel-epilogue "
-                       "or accel-max-pool terms stay on the host (the accelerator cannot take "
-                       "them: e.g. weights that are not constant, a bias or multiplier not per "
-                       "column): --stats predicted them as free", err=True)
-        if stats and accel:
-            from glensidec.backend.accel_layers import accel_layer_lines
-
-            for line in accel_layer_lines(result.lowered, arrays[0]):
-                click.echo(line, err=True)
+    if emit != "c":
+        if stats:
+            click.echo(pipeline.predicted_machine_cycles(compiled, target).line(), err=True)
+        _write_rewritten(compiled, emit, output)
         return
+    assert output is not None
+    arrays = arrays_for_c(compiled, configs)
+    result = pipeline.compile_to_directory(
+        compiled.program, compiled.types, output, arrays[0], force=force,
+        more_arrays=arrays[1:], accel=target.accel)  # lower, plan, emit
+    layers = result.lowered.accel_layers()
+    fused = (f", {len(layers)} accelerator layers: {result.accel_cycles} cycles"
+             if target.accel is not None else "")
+    click.echo(f"wrote {output}: {len(result.lowered.instructions)} instructions, "
+               f"predicted array cycles {result.predicted_cycles}{fused}")
+    click.echo(result.cycles.line())
+    if not (placement.takes_all or stats):  # products on the host: say why
+        click.echo(f"note: {placement.line}", err=True)
+    if result.host_epilogues:
+        click.echo(f"warning: {result.host_epilogues} host instructions of accel-epilogue "
+                   "or accel-max-pool terms stay on the host (the accelerator cannot take "
+                   "them: e.g. weights that are not constant, a bias or multiplier not per "
+                   "column)", err=True)
+    if stats and target.accel is not None:
+        from glensidec.backend.accel_layers import accel_layer_lines
+
+        for line in accel_layer_lines(result.lowered, arrays[0]):
+            click.echo(line, err=True)
+
+
+def _write_rewritten(compiled: Compiled, emit: str, output: Path | None) -> None:
+    """--emit rewritten|egraph: the program (or e-graph) to OUTPUT or stdout."""
+    from glensidec.opt.extract import egraph_dot, egraph_svg
+
     if emit == "egraph":
         text = egraph_dot(compiled.egraph())
         text = egraph_svg(text) if output is not None and output.suffix == ".svg" else text
@@ -284,7 +301,7 @@ def _accelerator_lines(accel: AccelConfig, invocations: Sequence[Invocation]) ->
     yield (f"accelerator memories: scratchpad {memory.scratchpad_bytes} B ({memory.banks} banks "
            f"of {memory.bank_rows} {memory.row_bytes}-byte rows), accumulator "
            f"{accel.acc_depth} rows ({accel.acc_depth * accel.cols * 4} B), DRAM "
-           f"{memory.bus_bytes} B/cycle (the generated C uses them with --accel)")
+           f"{memory.bus_bytes} B/cycle")
     for call in invocations:
         tiling = gemm_tiling(accel, call.m, call.k, call.n, call.op)
         yield (f"  {call.op} M={call.m} K={call.k} N={call.n}: K pieces of "

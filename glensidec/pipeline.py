@@ -22,14 +22,22 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from glensidec import progress
 from glensidec.backend.accel_passes import fuse_for_accelerator
 from glensidec.backend.emit import emit_directory, predicted_cycles
-from glensidec.backend.lower import AccelLayer, LoweredProgram, LowerOptions, lower_program
+from glensidec.backend.lower import (
+    AccelLayer,
+    Copy,
+    Fill,
+    LoweredProgram,
+    LowerOptions,
+    lower_program,
+)
 from glensidec.backend.plan import MemoryPlan, plan_memory
+from glensidec.backend.report import MachineCycles, machine_cycles
 from glensidec.errors import GlensideError
 from glensidec.hardware.array import ArrayConfig
 from glensidec.hardware.commands import AccelConfig
@@ -38,7 +46,14 @@ from glensidec.lang.constructs import Group
 from glensidec.lang.dtypes import Array
 from glensidec.lang.expand import expand_accelerated, expand_program, needs_expansion
 from glensidec.lang.syntax import read_program
-from glensidec.lang.terms import Arg, Program, Term, postorder
+from glensidec.lang.terms import (
+    Arg,
+    ComputeOp,
+    Program,
+    Term,
+    compute_name,
+    postorder,
+)
 from glensidec.lang.typecheck import AccessType, TupleType, TypeTable, check_program, infer
 from glensidec.opt.extract import (
     Compiled,
@@ -47,6 +62,7 @@ from glensidec.opt.extract import (
     check_written_arrays,
     class_names,
     extract_checked,
+    graph_for,
     new_graph,
     predict,
     unique_names,
@@ -55,12 +71,14 @@ from glensidec.opt.regions import (
     Canonical,
     canonical_region,
     compiled_term,
+    cut_region,
     is_product,
     product_region,
     rebuild,
     splice,
 )
-from glensidec.opt.rewrite import RULESETS, ArrayTarget, EGraph, Limits, Stats
+from glensidec.opt.regions import boundaries as boundaries_of
+from glensidec.opt.rewrite import RULESETS, ArrayTarget, EGraph, Limits, Profile, Stats
 
 # -- parse, typecheck -------------------------------------------------------------------
 
@@ -180,23 +198,56 @@ ACCEL_RULESETS = tuple(name for name in RULESETS if name != "depthwise")
 
 
 def fuse_epilogues(compiled: Compiled, config: ArrayConfig) -> Compiled:
-    """The `epilogue` ruleset over the whole extracted program: every bias add, requantize
-    and clip after an array call becomes an `accel-epilogue`, and a max-pool of its result
-    an `accel-max-pool` (compile --accel).
+    """The `epilogue` ruleset over the extracted program: every bias add, requantize and
+    clip after an array call becomes an `accel-epilogue`, and a max-pool of its result an
+    `accel-max-pool` (the accelerator target's stage after extraction).
 
     It runs after extraction, not in the product regions: a region is a product and the
-    views below it, and the epilogue is above. The e-graph holds just the extracted
-    program, so saturation is quick; extraction then prefers the fused forms, which cost
+    views below it, and the epilogue is above. It runs one neighbourhood at a time
+    (`epilogue_regions`): each array call's operands and every computed term used twice
+    are placeholders, so an e-graph holds one layer's epilogue, however big the network
+    (over a whole transformer at once, egglog's extracted tree repeats the shared
+    residual stream exponentially). Extraction then prefers the fused forms, which cost
     no host cycles (the epilogue works as the rows stream out of the array).
     """
     start = time.perf_counter()
     program, types = compiled.program, compiled.types
     target = array_target(config)
-    graph = new_graph(program, types, [], target, ("epilogue",))
-    root_name = graph.add(program.root, types)
-    graph.run_ruleset("reach", saturate=True)
-    stats = graph.saturate(Limits())
-    root, _, new_types = extract_checked(graph, root_name, program.tensors, target)
+    regions = []  # (the top term, its region, its canonical form, multipliers by sentinel)
+    for top, below in epilogue_regions(program.root):
+        region = cut_region(top, below, types, program.tensors)
+        canonical = canonical_region(region)
+        sentinel_root, multipliers = _sentinel_multipliers(canonical.root)
+        regions.append((top, region, replace(canonical, root=sentinel_root), multipliers))
+    # One e-graph for all regions, with rules for the requantizes they hold as sentinels
+    # (rules are generated per requantize text; a network has hundreds of multipliers,
+    # and egglog's memory grows faster than the rule count: 64 texts took 1 GB).
+    profile = Profile.of(program.root, types)
+    region_types = [infer(c.root, c.tensors) for _, _, c, _ in regions]
+    region_profiles = [Profile.of(c.root, t) for (_, _, c, _), t in zip(regions, region_types,
+                                                                          strict=True)]
+    profile = replace(profile, requantizes=frozenset().union(
+        *(p.requantizes for p in region_profiles)), accesses=profile.accesses.union(
+        *(p.accesses for p in region_profiles)))
+    graph = graph_for(profile, target, ("epilogue",))
+    fused: dict[Term, Term] = {}  # program term → its fused form (the memo of the splices)
+    done: dict[tuple[object, ...], Term] = {}  # canonical region → its extracted term
+    region_stats: list[Stats] = []
+    for (top, region, canonical, multipliers), own_types in zip(regions, region_types,
+                                                                 strict=True):
+        key = canonical.key([])
+        if key not in done:  # a fresh e-graph each (`EGraph.fresh`: not push and pop)
+            fresh = graph.fresh()
+            root_name = fresh.add(canonical.root, own_types)
+            fresh.run_ruleset("reach", saturate=True)
+            region_stats.append(fresh.saturate(Limits()))
+            done[key] = extract_checked(fresh, root_name, canonical.tensors, target)[0]
+        term, _ = canonical.restore(_restore_multipliers(done[key], multipliers))
+        operands = {name: compiled_term(boundary, fused)
+                    for name, boundary in region.boundaries.items()}
+        fused[top] = splice(region, term, operands, types)
+    root = compiled_term(program.root, fused)
+    new_types = infer(root, program.tensors)
     # The user's names follow structure: expanding the epilogues gives back the program's
     # own terms (`class_names` would re-add the whole network to ask egglog). Each rebuilt
     # term is swapped for the program's own object, so comparing the next one up is shallow.
@@ -213,13 +264,104 @@ def fuse_epilogues(compiled: Compiled, config: ArrayConfig) -> Compiled:
                           original_of.items() if original in program.names}, root)
     seconds = dict(compiled.seconds)
     seconds["epilogue"] = time.perf_counter() - start
-    # (the extraction cost stays the regions': this e-graph's tree cost counts every
-    # shared subterm once per use, which for a residual network means little)
+    stats = Stats.combine(region_stats) if region_stats else Stats("saturated", 0, 0, 0.0)
+    # (the extraction cost stays the regions': the epilogue's fused forms cost no cycles)
     return replace(compiled, program=replace(program, root=root, names=names),
                    types=new_types, prediction=predict(root, new_types, config.acc_width),
                    seconds=seconds,
                    stats=replace(compiled.stats,
                                  matches={**compiled.stats.matches, **stats.matches}))
+
+
+def _sentinel_multipliers(root: Term) -> tuple[Term, dict[int, int]]:
+    """`root` with each per-tensor requantize's multiplier replaced by a sentinel (1, 2, …
+    in order of first use), and the multipliers by sentinel: regions that differ only in
+    their multipliers become equal (one saturation serves them), and the e-graph needs
+    rules for a few requantize texts, not for every multiplier of the network."""
+    multipliers: dict[int, int] = {}
+    sentinels: dict[int | float | str, int] = {}
+
+    def replace_term(term: Term, args: tuple[Arg, ...]) -> Term | None:
+        op = args[0] if term.op == "compute" else None
+        if not (isinstance(op, ComputeOp) and op.name == "requantize"):
+            return None
+        multiplier = op.params[0]
+        assert isinstance(multiplier, int)
+        sentinel = sentinels.setdefault(multiplier, len(sentinels) + 1)
+        multipliers[sentinel] = multiplier
+        return Term("compute", (ComputeOp("requantize", (sentinel, *op.params[1:])), *args[1:]))
+
+    return rebuild(root, replace_term), multipliers
+
+
+def _restore_multipliers(root: Term, multipliers: dict[int, int]) -> Term:
+    """The inverse of `_sentinel_multipliers` on an extracted region: in a requantize's
+    parameters and in an `accel-epilogue`'s broadcast multiplier literal."""
+
+    def literal(term: Term, args: tuple[Arg, ...]) -> Term | None:
+        if term.op == "literal" and isinstance(args[0], int) and args[0] in multipliers:
+            return Term("literal", (multipliers[args[0]], *args[1:]))
+        return None
+
+    def replace_term(term: Term, args: tuple[Arg, ...]) -> Term | None:
+        op = args[0] if term.op == "compute" else None
+        if isinstance(op, ComputeOp) and op.name == "requantize":
+            assert isinstance(op.params[0], int)
+            restored = ComputeOp("requantize", (multipliers[op.params[0]], *op.params[1:]))
+            return Term("compute", (restored, *args[1:]))
+        if term.op == "accel-epilogue" and isinstance(args[4], Term):
+            return Term(term.op, (*args[:4], rebuild(args[4], literal)))
+        return None
+
+    return rebuild(root, replace_term)
+
+
+# What an epilogue region may fuse: a requantize or clip above an array call, a max-pool.
+_EPILOGUE_COMPUTES = frozenset({"requantize", "requantize-per-channel", "clip", "relu",
+                                "reduce-max"})
+
+
+def epilogue_regions(root: Term) -> list[tuple[Term, list[Term]]]:
+    """The neighbourhoods the epilogue rules run in, in post-order: (region root, the terms
+    below it that are placeholders). The program is cut at every array call's operands and
+    at every computed term with several users (each such term roots a region of its own);
+    a region is kept only if it holds an array call and a compute that could fuse into its
+    epilogue."""
+    users: dict[Term, int] = {}
+    array_operands: set[Term] = set()
+    order = list(postorder(root))
+    for term in order:
+        for child in set(term.children()):
+            users[child] = users.get(child, 0) + 1
+        if term.op in Group.HARDWARE:
+            array_operands.update(arg for arg in term.args if isinstance(arg, Term))
+    tops = {term for term in order if term.op == "compute" and users.get(term, 0) > 1}
+    tops |= {boundary for operand in array_operands for boundary in boundaries_of(operand)}
+    tops.add(root)
+    regions = []
+    for top in (term for term in order if term in tops):
+        below, inside = _cut_below(top, tops | array_operands)
+        if any(term.op in Group.HARDWARE for term in inside) and any(
+                compute_name(term) in _EPILOGUE_COMPUTES for term in inside):
+            regions.append((top, below))
+    return regions
+
+
+def _cut_below(top: Term, cuts: set[Term]) -> tuple[list[Term], list[Term]]:
+    """The members of `cuts` first reached below `top` (in order), and the terms between."""
+    below: list[Term] = []
+    inside: list[Term] = []
+    seen = {top}
+    stack = [top]
+    while stack:
+        term = stack.pop()
+        inside.append(term)
+        for child in term.children():
+            if child in seen:
+                continue
+            seen.add(child)
+            (below.append if child in cuts else stack.append)(child)
+    return below, inside
 
 
 @dataclass(frozen=True)
@@ -302,7 +444,7 @@ def accelerator_for(config: ArrayConfig, scratchpad: str = "256KiB",
 
 
 @dataclass(frozen=True)
-class Target:
+class Placement:
     """Which machine a program's matrix products run on, and why (`compile_target`)."""
 
     line: str  # one line, e.g. "f32 program: compiled for the bare 16x16 binary32 array"
@@ -310,7 +452,7 @@ class Target:
 
 
 def compile_target(program: Program, types: TypeTable, configs: tuple[ArrayConfig, ...],
-                   accel: bool) -> Target:
+                   accel: bool) -> Placement:
     """The one line `compile` says about where `program` runs: the whole accelerator (int8
     products with their epilogues), the bare int8 array, or the bare binary32 array take
     only products of their operand dtype; the rest run on the host, and the line says why
@@ -325,21 +467,20 @@ def compile_target(program: Program, types: TypeTable, configs: tuple[ArrayConfi
                f"the bare {size} {'binary32' if config.is_float else 'int8'} "
                f"array{'s' if len(configs) > 1 else ''}")
     if not dtypes:
-        return Target("program without matrix products: it runs on the host", True)
+        return Placement("program without matrix products: it runs on the host", True)
     label = f"{' and '.join(dtypes)} program"
     host = [dtype for dtype in dtypes if dtype != taken]
-    other = (f"--array {config.rows}x{config.cols}:f32{' without --accel' if accel else ''} "
-             "for the binary32 array" if "f32" in host
+    other = (f"--array {config.rows}x{config.cols}:f32 for the binary32 array" if "f32" in host
              else f"--array {config.rows}x{config.cols} for the int8 array" if "i8" in host
              else "")
     verb = "multiply" if len(configs) > 1 and not accel else "multiplies"
     why = f"{machine} {verb} {taken} operands only" + (f" ({other})" if other else "")
     if taken not in dtypes:
-        return Target(f"{label}: its products run on the host: {why}", False)
+        return Placement(f"{label}: its products run on the host: {why}", False)
     line = f"{label}: compiled for {machine}"
     if host:
-        return Target(f"{line}; its {'/'.join(host)} products run on the host: {why}", False)
-    return Target(line, True)
+        return Placement(f"{line}; its {'/'.join(host)} products run on the host: {why}", False)
+    return Placement(line, True)
 
 
 def _product_dtypes(program: Program, types: TypeTable) -> set[str]:
@@ -367,8 +508,88 @@ def require_no_epilogue(program: Program) -> None:
     no epilogue and no pooling stores (and extraction counts their work as free)."""
     for term in postorder(program.root):
         if term.op in Group.ACCELERATOR:
-            raise GlensideError(f"{term.op} runs on the whole accelerator: compile with "
-                                "--accel", term.span, program.path)
+            raise GlensideError(f"{term.op} runs on the whole accelerator: compile without "
+                                "--bare-array", term.span, program.path)
+
+
+# -- the target: one pipeline, configured -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a program compiles for. The default is the whole accelerator (`accel`: DMA,
+    scratchpad, array, epilogue, pooling stores) around one int8 array; the bare array
+    (`accel` None) is the same stages configured without the accelerator's: no epilogue
+    rules after extraction, no accelerator passes after lowering."""
+
+    config: ArrayConfig
+    more_arrays: tuple[ArrayConfig, ...] = ()
+    accel: AccelConfig | None = None
+    why: str = ""  # why the bare array when the accelerator was not declined: "" otherwise
+
+    @property
+    def arrays(self) -> tuple[ArrayConfig, ...]:
+        return (self.config, *self.more_arrays)
+
+    def describe(self) -> str:
+        """One line: which machine and why."""
+        sizes = ",".join(f"{c.rows}x{c.cols}{':f32' if c.is_float else ''}"
+                         for c in self.arrays)
+        if self.accel is not None:
+            return f"target: the whole accelerator around the {sizes} int8 array"
+        return f"target: the bare {sizes} array{'s' if self.more_arrays else ''} ({self.why})"
+
+
+# Why the bare array: the accelerator is int8 around one array.
+BARE_ASKED = "--bare-array"
+BARE_FLOAT = "the accelerator is int8; an f32 array is the bare binary32 array"
+BARE_SEVERAL = "the accelerator has one array; several sizes run as bare arrays"
+
+
+def choose_target(configs: tuple[ArrayConfig, ...], bare_array: bool = False,
+                  scratchpad: str = "256KiB", accumulator: str | None = None,
+                  dram_bandwidth: int = 16) -> Target:
+    """The whole accelerator, unless the bare array is asked for or the arrays are ones the
+    accelerator does not have (f32, several sizes). The memory options are checked either
+    way, so a bad size is an error whatever the target."""
+    config, more = configs[0], configs[1:]
+    accel = accelerator_for(config, scratchpad, accumulator, dram_bandwidth)
+    if bare_array:
+        return Target(config, more, None, BARE_ASKED)
+    if config.is_float:
+        return Target(config, more, None, BARE_FLOAT)
+    if more:
+        return Target(config, more, None, BARE_SEVERAL)
+    return Target(config, (), accel)
+
+
+def compile_for(typed: Typed, target: Target, limits: Limits | None = None) -> Compiled:
+    """Rewrite and extract for the target's arrays, then (the accelerator) fuse epilogues."""
+    compiled = compile_program(typed.program, target.config, limits, types=typed.types,
+                               more_arrays=target.more_arrays,
+                               rulesets=RULESETS if target.accel is None else ACCEL_RULESETS)
+    return fuse_epilogues(compiled, target.config) if target.accel is not None else compiled
+
+
+def lower_for(program: Program, types: TypeTable, config: ArrayConfig,
+              accel: AccelConfig | None, weights: dict[str, Array],
+              options: LowerOptions | None = None) -> LoweredProgram:
+    """Lower `program`, then (the accelerator) run the accelerator passes over it."""
+    # The binary32 array multiplies f32 operands; the int8 one i8.
+    options = replace(options or LowerOptions(), array_dtype="f32" if config.is_float else "i8")
+    lowered = lower_program(program, types, options)
+    if accel is not None:  # the accelerator's layers, and the host's loops around them
+        lowered = fuse_for_accelerator(lowered, weights, accel)
+    return lowered
+
+
+def predicted_machine_cycles(compiled: Compiled, target: Target,
+                             weights: dict[str, Array] | None = None) -> MachineCycles:
+    """The one predicted total of a compiled program on its target (what `--stats`, the
+    report and the NAS use): lowered as for the C program, without writing it."""
+    weights = data.load_weights(compiled.program) if weights is None else weights
+    lowered = lower_for(compiled.program, compiled.types, target.config, target.accel, weights)
+    return machine_cycles(lowered, target.config, target.more_arrays)
 
 
 @dataclass(frozen=True)
@@ -377,10 +598,11 @@ class CompileResult:
     lowered: LoweredProgram
     plan: MemoryPlan
     predicted_cycles: int  # Σ hardware.gemm_cycles over the array calls of one run
-    accel_cycles: int = 0  # Σ the accelerator layers' cycles (compile --accel)
+    accel_cycles: int = 0  # Σ the accelerator layers' cycles
     # host instructions an accel-epilogue or accel-max-pool lowered to that no accelerator
     # layer took in (e.g. a bias that varies down a column, weights that are not constant)
     host_epilogues: int = 0
+    cycles: MachineCycles = field(default_factory=lambda: MachineCycles(0, 0, 0))
 
 
 def compile_to_directory(program: Program, types: TypeTable, outdir: str | Path,
@@ -395,17 +617,14 @@ def compile_to_directory(program: Program, types: TypeTable, outdir: str | Path,
     `force`: replace glensidec's own files in an OUTDIR that also holds others.
     `more_arrays`: the further arrays of a program that uses several sizes (`config` is
     the main one); the C calls each on its own.
-    `accel`: run array calls with their bias, requantize and clip as accelerator layers
-    (glensidec.backend.accel_layers) on this accelerator around `config`.
+    `accel`: the accelerator around `config` (`Target.accel`; the command line's default):
+    array calls with their bias, requantize and clip run as its layers
+    (glensidec.backend.accel_passes). None: the bare array.
     """
     if accel is None:
         require_no_epilogue(program)
     weights = data.load_weights(program) if weights is None else weights
-    # The binary32 array multiplies f32 operands; the int8 one i8.
-    options = replace(options or LowerOptions(), array_dtype="f32" if config.is_float else "i8")
-    lowered = lower_program(program, types, options)
-    if accel is not None:  # the accelerator's layers, and the host's loops around them
-        lowered = fuse_for_accelerator(lowered, weights, accel)
+    lowered = lower_for(program, types, config, accel, weights, options)
     plan = plan_memory(lowered)
     emit_directory(program, lowered, plan, Path(outdir), config, weights, force, more_arrays,
                    accel)
@@ -414,7 +633,9 @@ def compile_to_directory(program: Program, types: TypeTable, outdir: str | Path,
                          sum(layer.cycles for layer in lowered.accel_layers()),
                          sum(1 for instruction in lowered.instructions
                              if instruction.note.startswith(ACCELERATOR_NOTES)
-                             and not isinstance(instruction, AccelLayer)))
+                             # a layout copy of the layer's rows is no epilogue work
+                             and not isinstance(instruction, AccelLayer | Copy | Fill)),
+                         machine_cycles(lowered, config, more_arrays))
 
 
 # How the notes of an accelerator construct's instructions begin (`lower.describe`).

@@ -111,12 +111,14 @@ class Executions:
 
 def compile_and_cosimulate(program_path: Path, array: str, inputs: dict[str, Any],
                            workdir: Path, sim_cache: Path,
-                           shapes: Path | None = None) -> Executions:
-    """`glensidec compile --array ARRAY -o OUTDIR`, `make`, run `OUTDIR/model` on `inputs`
-    and `make sim` with the same inputs: the flow a user follows, in `workdir`."""
+                           shapes: Path | None = None,
+                           options: tuple[str, ...] = ()) -> Executions:
+    """`glensidec compile --array ARRAY -o OUTDIR [OPTIONS]`, `make`, run `OUTDIR/model` on
+    `inputs` and `make sim` with the same inputs: the flow a user follows, in `workdir`
+    (`options`: e.g. `--bare-array` for a test about the bare array)."""
     outdir = workdir / "out"
     command = [sys.executable, "-m", "glensidec", "compile", str(program_path), "--array", array,
-               "-o", str(outdir)]
+               "-o", str(outdir), *options]
     run_checked(command + (["--shapes", str(shapes)] if shapes is not None else []))
     arguments = []
     for name, value in inputs.items():

@@ -1055,7 +1055,8 @@ def test_conv2d_mode_and_tuple_cosimulate_bit_exactly(tmp_path: Path, sim_cache:
         "(tuple-get-item both 1) 3 2 2 1)\n")
     parsed = read_program(source)
     inputs = random_inputs(parsed, seed=21)
-    run = compile_and_cosimulate(source, "8x4", inputs, tmp_path / "work", sim_cache)
+    run = compile_and_cosimulate(source, "8x4", inputs, tmp_path / "work", sim_cache,
+                                 options=("--bare-array",))
     expected = run_program(parsed, all_tensors(parsed, inputs))
     np.testing.assert_array_equal(expected, _conv_reference(inputs["d"], inputs["w"],
                                                             "nchw-oihw", (2, 1)))

@@ -57,7 +57,8 @@ def check_agreement(quantized: QuantizedProgram, sample: dict[str, Array], array
     program_path = save_quantized(quantized, workdir / "model.q.gs")
     program = read_program(program_path)
     inputs = quantized.quantize_inputs(sample)
-    run = compile_and_cosimulate(program_path, array, inputs, workdir, sim_cache)
+    run = compile_and_cosimulate(program_path, array, inputs, workdir, sim_cache,
+                                 options=("--bare-array",))
     expected = run_program(program, {**load_weights(program), **inputs})
     assert expected.dtype == np.int8
     np.testing.assert_array_equal(run.c, expected)

@@ -39,7 +39,8 @@ def test_a_bottlenecked_digits_cnn_is_bit_and_cycle_exact_on_the_rtl(
     quantized = quantize(write_graph(graph, tmp_path / "picked.gs"), {"image": images[1:]})
     path = save_quantized(quantized, tmp_path / "picked.q.gs")
     inputs = quantized.quantize_inputs({"image": images[0]})
-    run = compile_and_cosimulate(path, "16x16", inputs, tmp_path, sim_cache)
+    run = compile_and_cosimulate(path, "16x16", inputs, tmp_path, sim_cache,
+                                 options=("--bare-array",))
     saved = read_program(path)
     expected = run_program(saved, {**load_weights(saved), **inputs})
     np.testing.assert_array_equal(run.c, expected)

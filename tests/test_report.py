@@ -52,9 +52,10 @@ def test_report_html_is_self_contained_and_deterministic(tmp_path: Path) -> None
     page = (tmp_path / "a" / "report.html").read_bytes()
     assert page == (tmp_path / "b" / "report.html").read_bytes()
     text = page.decode()
-    # two plots, each a complete SVG document in a data: URL; nothing fetched from elsewhere
+    # three plots (where the cycles go, cycles per instruction, utilization), each a
+    # complete SVG document in a data: URL; nothing fetched from elsewhere
     images = re.findall(r'src="data:image/svg\+xml;base64,([A-Za-z0-9+/=]+)"', text)
-    assert len(images) == 2
+    assert len(images) == 3
     for image in images:
         assert base64.b64decode(image).decode().rstrip().endswith("</svg>")
     assert not re.search(r'(src|href)="(?!data:)', text)

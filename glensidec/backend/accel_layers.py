@@ -825,7 +825,7 @@ def _only_writer(lowered: LoweredProgram, view: View) -> int | None:
 def accel_layer_lines(lowered: LoweredProgram, config: ArrayConfig) -> Iterator[str]:
     """--stats: per accelerator layer its cycles, how busy the array was, the bytes moved;
     then the program's total with the host's share (the report's host model)."""
-    from glensidec.backend.report import report_data
+    from glensidec.backend.report import machine_cycles
 
     layers = lowered.accel_layers()
     yield (f"accelerator layers: {len(layers)} (cycles = ws_accel's, DMA and epilogue "
@@ -844,21 +844,14 @@ def accel_layer_lines(lowered: LoweredProgram, config: ArrayConfig) -> Iterator[
                f"{layer.cycles - layer.compute_rows}), {traffic_text(layer)}, "
                f"utilization {utilization:.0%}")
     yield total_traffic_line(layers)
-    rows = report_data("", lowered, config).rows
-    accelerator = sum(layer.cycles for layer in layers)
-    array = sum(row.array_cycles for row in rows if row.kind == "gemm")
-    host = sum(row.host_cycles for row in rows)
-    total = max(1, accelerator + array + host)
-    yield (f"predicted total: {accelerator + array + host} cycles (accelerator {accelerator}, "
-           f"array calls {array}, host {host} = {host / total:.1%}; host copies and fills "
-           "are not counted)")
-    yield (f"host data movement (not in the total): {host_data_movement(lowered)} elements "
+    yield machine_cycles(lowered, config).line()
+    yield (f"host data movement (in the host's cycles): {host_data_movement(lowered)} elements "
            "copied or filled (padding, im2col matrices, layout)")
 
 
 def host_data_movement(lowered: LoweredProgram) -> int:
-    """Elements the host's copies and fills write (padding, im2col matrices, transposes):
-    work the host model does not price, reported beside it."""
+    """Elements the host's copies and fills write (padding, im2col matrices, transposes);
+    the host model prices each (glensidec.hardware.host.HOST_MOVE)."""
     return sum(math.prod(instruction.dst.shape) for instruction in lowered.instructions
                if isinstance(instruction, Copy | Fill))
 

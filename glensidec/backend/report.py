@@ -39,8 +39,8 @@ from glensidec.backend.lower import (
 )
 from glensidec.backend.svg_chart import Chart, Series, render_svg
 from glensidec.hardware.array import ArrayConfig, array_for, gemm_cycles, ideal_cycles
+from glensidec.hardware.host import HOST_ELEMENT, HOST_MAC, HOST_MOVE
 from glensidec.lang.terms import ComputeOp
-from glensidec.opt.extract import HOST_ELEMENT, HOST_MAC
 from glensidec.resources import resource_dir
 
 HTML = "report.html"
@@ -80,6 +80,8 @@ class Row:
         if not self.compulsory_bytes:
             return None
         return (self.load_bytes + self.store_bytes) / self.compulsory_bytes
+    # accelerator layers: cycles a row entered the array (the rest is DMA and epilogue wait)
+    busy_cycles: int = 0
 
 
 @dataclass
@@ -129,6 +131,15 @@ class ReportData:
         rows = [row for row in self.rows if row.where == "accelerator"]
         return Traffic(sum(row.load_bytes for row in rows), sum(row.store_bytes for row in rows),
                        sum(row.compulsory_bytes for row in rows))
+
+    @property
+    def layers(self) -> list[Row]:
+        """The accelerator layers, in program order."""
+        return [row for row in self.rows if row.where == "accelerator"]
+
+    @property
+    def cycles(self) -> MachineCycles:
+        return totals(self)
 
     def to_json(self) -> str:
         raw = {"source": self.source, "array": list(self.rows_cols),
@@ -182,11 +193,14 @@ def _macs(instruction: Instruction) -> int:
     return 0
 
 
-def _host_cycles(instruction: Instruction) -> int:
-    """The CPU model extraction uses (glensidec.opt.extract): per element a compute reads,
-    per multiply-accumulate for products; data movement (copy, fill) is not modelled."""
-    if isinstance(instruction, (ArrayGemm, AccelLayer, Copy, Fill)):
+def host_cycles(instruction: Instruction) -> int:
+    """One instruction's host cycles under the host model (glensidec.hardware.host): per
+    element a compute reads, per multiply-accumulate of a product, per element a copy or
+    fill writes; nothing for array calls and accelerator layers (their cycles are exact)."""
+    if isinstance(instruction, (ArrayGemm, AccelLayer)):
         return 0
+    if isinstance(instruction, (Copy, Fill)):
+        return HOST_MOVE * math.prod(instruction.dst.shape)
     if isinstance(instruction, Dot):
         return HOST_MAC * _macs(instruction)
     return HOST_ELEMENT * sum(math.prod(view.shape) for view in instruction.reads())
@@ -204,6 +218,45 @@ def _traffic_fields(instruction: Instruction) -> dict[str, int]:
             "compulsory_bytes": traffic.compulsory}
 
 
+@dataclass(frozen=True)
+class MachineCycles:
+    """A compiled program's predicted cycles for one run: the one total that `--stats`,
+    report.html and the NAS use."""
+
+    accelerator: int  # Σ the accelerator layers' cycles (ws_accel's, exact)
+    array: int  # Σ the bare array calls' cycles (the RTL's, exact)
+    host: int  # Σ every host instruction under the host model, copies and fills included
+
+    @property
+    def total(self) -> int:
+        return self.accelerator + self.array + self.host
+
+    @property
+    def host_share(self) -> float:
+        return self.host / self.total if self.total else 0.0
+
+    def line(self) -> str:
+        """How `--stats` prints it."""
+        return (f"predicted cycles: {self.total} (accelerator {self.accelerator}, array calls "
+                f"{self.array}, host {self.host} = {self.host_share:.1%}; host model: "
+                "glensidec/hardware/host.py, copies and fills included)")
+
+
+def machine_cycles(lowered: LoweredProgram, config: ArrayConfig,
+                   more_arrays: tuple[ArrayConfig, ...] = ()) -> MachineCycles:
+    """The predicted cycles of a lowered program on its machine: accelerator layers, bare
+    array calls (each on its own array) and every host instruction."""
+    return totals(report_data("", lowered, config, more_arrays))
+
+
+def totals(data: ReportData) -> MachineCycles:
+    """The same sums from the report's rows (report.json)."""
+    return MachineCycles(
+        sum(row.array_cycles for row in data.rows if row.where == "accelerator"),
+        sum(row.array_cycles for row in data.rows if row.where == "array"),
+        data.host_cycles)
+
+
 def report_data(source: str, lowered: LoweredProgram, config: ArrayConfig,
                 more_arrays: tuple[ArrayConfig, ...] = ()) -> ReportData:
     """The report's rows; each array call priced on its own array (`config`, the main one,
@@ -218,20 +271,23 @@ def report_data(source: str, lowered: LoweredProgram, config: ArrayConfig,
             m, k, n = instruction.m, instruction.k, instruction.n
             cycles = instruction.cycles
             ideal = ideal_cycles(config, m, k, n)
-            utilization = m * k * n / (config.rows * config.cols * cycles)
+            # a pooling layer multiplies nothing: no utilization
+            utilization = None if instruction.pool else m * k * n / (config.rows * config.cols
+                                                                      * cycles)
         if isinstance(instruction, ArrayGemm):
             m, k, n = instruction.m, instruction.k, instruction.n
             array = array_for(instruction.rows, instruction.cols, (config, *more_arrays))
             cycles = gemm_cycles(array, m, k, n)
             ideal = ideal_cycles(array, m, k, n)
             utilization = m * k * n / (array.rows * array.cols * cycles)
+        layer = instruction if isinstance(instruction, AccelLayer) else None
         data.rows.append(Row(
             index, instruction.writes().buffer, kind, op,
             [list(view.shape) for view in instruction.reads()], list(instruction.writes().shape),
             _macs(instruction),
-            "accelerator" if isinstance(instruction, AccelLayer) else
-            "array" if on_array else "host", cycles,
-            _host_cycles(instruction), ideal, utilization, instruction.note,
+            "accelerator" if layer is not None else "array" if on_array else "host", cycles,
+            host_cycles(instruction), ideal, utilization, instruction.note,
+            busy_cycles=0 if layer is None or layer.pool else layer.compute_rows,
             **_traffic_fields(instruction)))
     return data
 
@@ -308,6 +364,36 @@ def cycles_plot(data: ReportData) -> str | None:
     return _image(chart, "predicted cycles per instruction")
 
 
+# Where the cycles go: one bar per part of the machine, each in a colour of its own.
+PARTS = (("array busy", ARRAY_COLOR), ("DMA and epilogue wait", "#8fb3d9"),
+         ("bare array calls", "#2a9d8f"), ("host compute", HOST_COLOR),
+         ("host copies and fills", "#c8553d"))
+
+
+def cycle_parts(data: ReportData) -> list[tuple[str, int]]:
+    """The predicted total split by where it goes (the parts sum to it)."""
+    layers = data.layers
+    busy = sum(row.busy_cycles for row in layers)
+    moves = sum(row.host_cycles for row in data.rows if row.kind in ("copy", "fill"))
+    values = [busy, sum(row.array_cycles for row in layers) - busy,
+              sum(row.array_cycles for row in data.rows if row.where == "array"),
+              data.host_cycles - moves, moves]
+    return [(label, value) for (label, _), value in zip(PARTS, values, strict=True)]
+
+
+def parts_plot(data: ReportData) -> str | None:
+    parts = cycle_parts(data)
+    if not any(value for _, value in parts):
+        return None
+    series = [Series([float(value) if index == position else 0.0
+                      for position in range(len(parts))], color, label)
+              for index, ((label, value), (_, color)) in enumerate(zip(parts, PARTS,
+                                                                      strict=True))]
+    chart = Chart("Where the predicted cycles go", "predicted cycles", series, width=600.0)
+    chart.bar_labels = [label for label, _ in parts]
+    return _image(chart, "where the predicted cycles go")
+
+
 def utilization_plot(data: ReportData) -> str | None:
     rows = [row for row in data.rows if row.utilization is not None]
     if not rows:
@@ -357,6 +443,8 @@ def render_html(data: ReportData, simulation: Simulation | None = None) -> str:
                         if data.array_cycles else None),
         "layers": [row for row in data.rows if row.where == "accelerator"],
         "cycles_svg": Markup(cycles_plot(data) or ""),
+        "parts_svg": Markup(parts_plot(data) or ""), "parts": cycle_parts(data),
+        "total": data.cycles,
         "utilization_svg": Markup(utilization_plot(data) or ""),
         "simulation": simulation, "sim_rows": sim_rows, "rate": rate,
     }

@@ -5,8 +5,8 @@ built-in extractor, not a Python callback, picks the program:
   * array constructs cost what `glensidec.hardware.array.gemm_cycles` says the RTL takes; the
     (rows, cols, M, K, N) tuples present in the e-graph are computed in Python once each
     and given to egglog as the `gemm-cost` table, which the cost rule reads;
-  * host compute costs by a simple CPU model (`HOST_*` below): per element read, and per
-    multiply-accumulate for dot-products;
+  * host compute costs by the host CPU model (`glensidec.hardware.host`): per element
+    read, and per multiply-accumulate for dot-products;
   * access constructs are views (no cycles): whoever consumes them reads through them,
     the host in its loops and the array's driver when it gathers tiles (it zero-fills
     partial tiles and reads with strides, see `hardware.Tile`), and the consumer's cost
@@ -30,6 +30,7 @@ import numpy as np
 
 from glensidec.errors import GlensideError
 from glensidec.hardware import array as hardware
+from glensidec.hardware.host import HOST_ELEMENT, HOST_MAC
 from glensidec.lang import constructs as K
 from glensidec.lang import data
 from glensidec.lang.dtypes import Array, by_bits
@@ -62,8 +63,6 @@ from glensidec.opt.rewrite import (
 )
 
 CYCLE = 100  # egglog cost units per predicted cycle; each node adds 1 more (a tie-break)
-HOST_ELEMENT = 1  # cycles per element an elementwise or reducing compute reads
-HOST_MAC = 2  # cycles per multiply-accumulate of a dot-product on the host CPU
 ARRAYS = tuple(name for name, c in K.CONSTRUCTS.items() if c.hardware)
 
 def array_target(config: hardware.ArrayConfig,
@@ -231,7 +230,7 @@ class Prediction:
 
 
 def host_cost(term: Term, types: TypeTable) -> int:
-    """The CPU model of the module docstring, for one host construct."""
+    """The host CPU model (glensidec.hardware.host), for one host construct."""
     if term.op == "compute":
         reads = math.prod(access_type(types, term.args[1]).full)
         if compute_name(term) == "dot-product":
@@ -331,8 +330,9 @@ class Compiled:
         if self.stats.hit_limit():
             yield "a limit was hit: the program is the best found so far"
         yield f"extraction cost: {self.extraction_cost}"
-        yield (f"predicted cycles: {self.prediction.total} (array {self.prediction.array_cycles},"
-               f" host {self.prediction.host_cycles})")
+        yield (f"extraction's estimate: {self.prediction.total} cycles (array "
+               f"{self.prediction.array_cycles}, host computes {self.prediction.host_cycles}; "
+               "the predicted total is the lowered program's)")
         labels = array_labels(self.program)
         # `predict` lists the calls in this order: each with the let name of its term
         calls = [labels.get(term) for term in postorder(self.program.root) if term.op in ARRAYS]
@@ -360,9 +360,15 @@ def new_graph(program: Program, types: TypeTable, products: list[Term], target: 
     """An e-graph with the rules for `program` (and for its regions' placeholders)."""
     profile = Profile.of(program.root, types)
     # A region reads a computed operand ((S),(I)) as (access (access-tensor p) len(S)).
-    placeholders = {(len(t.full), len(t.shape)) for product in products
-                    for t in (access_type(types, b) for b in boundaries(product)) if t.item}
-    profile = replace(profile, accesses=profile.accesses | placeholders)
+    stand_ins = [b for product in products for b in boundaries(product)]
+    placeholders = {(len(t.full), len(t.shape)) for t in
+                    (access_type(types, b) for b in stand_ins) if t.item}
+    return graph_for(replace(profile, accesses=profile.accesses | placeholders), target,
+                     rulesets)
+
+
+def graph_for(profile: Profile, target: ArrayTarget, rulesets: tuple[str, ...]) -> EGraph:
+    """An e-graph with the rules `profile` asks for, the costs and the reach rules."""
     graph = EGraph(rulesets, target, profile, COST_DECLARATIONS)
     graph.define("(ruleset costs)\n" + "\n".join(cost_rules()))
     graph.define("(ruleset reach)\n" + "\n".join(reach_rules()))

@@ -75,9 +75,16 @@ class Region:
 
 
 def product_region(product: Term, types: TypeTable, tensors: dict[str, TensorDecl]) -> Region:
-    region = Region(product, dict(tensors), {})
+    return cut_region(product, boundaries(product), types, tensors)
+
+
+def cut_region(root: Term, cuts: list[Term], types: TypeTable,
+               tensors: dict[str, TensorDecl]) -> Region:
+    """`root` with each term of `cuts` below it replaced by a placeholder tensor of its
+    type (`region-operand-i`, in the order of `cuts`)."""
+    region = Region(root, dict(tensors), {})
     stand_ins: dict[Term, Term] = {}
-    for boundary in boundaries(product):
+    for boundary in cuts:
         value = access_type(types, boundary)
         name = f"region-operand-{len(region.boundaries)}"
         while name in region.tensors:  # a user may call a tensor that too
@@ -86,8 +93,8 @@ def product_region(product: Term, types: TypeTable, tensors: dict[str, TensorDec
         region.boundaries[name] = boundary
         leaf = Term("access-tensor", (Symbol(name),))
         stand_ins[boundary] = Term("access", (leaf, len(value.shape))) if value.item else leaf
-    region.root = rebuild(product, lambda term, _: stand_ins.get(term),
-                           stop=lambda term: term in stand_ins, rebuilt=region.of_program)
+    region.root = rebuild(root, lambda term, _: stand_ins.get(term),
+                          stop=lambda term: term in stand_ins, rebuilt=region.of_program)
     return region
 
 
