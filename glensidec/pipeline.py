@@ -50,6 +50,7 @@ from glensidec.lang.terms import (
     Arg,
     ComputeOp,
     Program,
+    Symbol,
     Term,
     compute_name,
     postorder,
@@ -223,26 +224,27 @@ def fuse_epilogues(compiled: Compiled, config: ArrayConfig) -> Compiled:
     # (rules are generated per requantize text; a network has hundreds of multipliers,
     # and egglog's memory grows faster than the rule count: 64 texts took 1 GB).
     profile = Profile.of(program.root, types)
-    region_types = [infer(c.root, c.tensors) for _, _, c, _ in regions]
-    region_profiles = [Profile.of(c.root, t) for (_, _, c, _), t in zip(regions, region_types,
-                                                                          strict=True)]
+    region_profiles = [Profile.of(c.root, infer(c.root, c.tensors)) for _, _, c, _ in regions]
     profile = replace(profile, requantizes=frozenset().union(
         *(p.requantizes for p in region_profiles)), accesses=profile.accesses.union(
         *(p.accesses for p in region_profiles)))
     graph = graph_for(profile, target, ("epilogue",))
-    fused: dict[Term, Term] = {}  # program term → its fused form (the memo of the splices)
+    # Distinct regions, saturated EPILOGUE_BATCH at a time in one fresh e-graph (a fresh
+    # e-graph per region, `EGraph.fresh`, cost more than the rules' work), each region's
+    # tensors prefixed so that the regions of a batch stay apart.
+    distinct: dict[tuple[object, ...], Canonical] = {}
+    for _, _, canonical, _ in regions:
+        distinct.setdefault(canonical.key([]), canonical)
+    keys = list(distinct)
     done: dict[tuple[object, ...], Term] = {}  # canonical region → its extracted term
     region_stats: list[Stats] = []
-    for (top, region, canonical, multipliers), own_types in zip(regions, region_types,
-                                                                 strict=True):
-        key = canonical.key([])
-        if key not in done:  # a fresh e-graph each (`EGraph.fresh`: not push and pop)
-            fresh = graph.fresh()
-            root_name = fresh.add(canonical.root, own_types)
-            fresh.run_ruleset("reach", saturate=True)
-            region_stats.append(fresh.saturate(Limits()))
-            done[key] = extract_checked(fresh, root_name, canonical.tensors, target)[0]
-        term, _ = canonical.restore(_restore_multipliers(done[key], multipliers))
+    for first in range(0, len(keys), EPILOGUE_BATCH):
+        batch = keys[first:first + EPILOGUE_BATCH]
+        region_stats.append(_saturate_batch(graph, [distinct[key] for key in batch], target,
+                                            done, batch))
+    fused: dict[Term, Term] = {}  # program term → its fused form (the memo of the splices)
+    for top, region, canonical, multipliers in regions:
+        term, _ = canonical.restore(_restore_multipliers(done[canonical.key([])], multipliers))
         operands = {name: compiled_term(boundary, fused)
                     for name, boundary in region.boundaries.items()}
         fused[top] = splice(region, term, operands, types)
@@ -271,6 +273,44 @@ def fuse_epilogues(compiled: Compiled, config: ArrayConfig) -> Compiled:
                    seconds=seconds,
                    stats=replace(compiled.stats,
                                  matches={**compiled.stats.matches, **stats.matches}))
+
+
+EPILOGUE_BATCH = 16  # distinct epilogue regions saturated together in one e-graph
+
+
+def _saturate_batch(graph: EGraph, batch: list[Canonical], target: ArrayTarget,
+                    done: dict[tuple[object, ...], Term], keys: list[tuple[object, ...]]
+                    ) -> Stats:
+    """Saturate a batch of canonical regions in one fresh e-graph and extract each (into
+    `done` under its key, in its canonical tensor names)."""
+    fresh = graph.fresh()
+    roots = []
+    for index, canonical in enumerate(batch):
+        prefix = f"b{index}-"
+        names = {name: Symbol(prefix + name) for name in canonical.tensors}
+        root = _rename_tensors(canonical.root, names)
+        tensors = {prefix + name: replace(decl, name=prefix + name)
+                   for name, decl in canonical.tensors.items()}
+        roots.append((fresh.add(root, infer(root, tensors), f"$b{index}_"), tensors, prefix))
+    fresh.run_ruleset("reach", saturate=True)
+    stats = fresh.saturate(Limits(max_enodes=Limits().max_enodes * len(batch)))
+    for key, (root_name, tensors, prefix) in zip(keys, roots, strict=True):
+        term = extract_checked(fresh, root_name, tensors, target)[0]
+        back = {name: Symbol(name[len(prefix):]) for name in tensors}
+        done[key] = _rename_tensors(term, back)
+    return stats
+
+
+def _rename_tensors(root: Term, names: dict[str, Symbol]) -> Term:
+    """`root` with the tensors `names` maps renamed."""
+
+    def renamed(term: Term, args: tuple[Arg, ...]) -> Term | None:
+        if term.op == "access-tensor" and isinstance(term.args[0], Symbol) and \
+                term.args[0].name in names:
+            return Term("access-tensor", (names[term.args[0].name],))
+        return None
+
+    return rebuild(root, renamed)
 
 
 def _sentinel_multipliers(root: Term) -> tuple[Term, dict[int, int]]:

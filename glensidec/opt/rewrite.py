@@ -931,8 +931,10 @@ class EGraph:
         except bindings.EggSmolError as error:  # a bug here, not the user's: say so plainly
             raise GlensideError(f"egglog rejected a generated command: {error.context}") from None
 
-    def add(self, root: Term, types: TypeTable) -> str:
-        encoder = Encoder()
+    def add(self, root: Term, types: TypeTable, prefix: str = "$t") -> str:
+        """Add `root` (its commands' names begin with `prefix`: several terms added to one
+        e-graph need prefixes of their own)."""
+        encoder = Encoder(prefix)
         name = encoder.add(root, types)
         self.run_commands(encoder.commands)
         return name
