@@ -89,7 +89,7 @@ def main() -> int:
                            check=True, capture_output=True)
             program = work / f"f{blocks}" / f"enc{blocks}.gs"
             calibration = work / f"calib{blocks}.npz"
-            np.savez(calibration, input_2=np.random.default_rng(7).standard_normal(
+            np.savez(calibration, input=np.random.default_rng(7).standard_normal(
                 (2, 1, tokens, features)).astype(np.float32))
             quantized = work / f"q{blocks}" / "model.gs"
             subprocess.run([*GLENSIDEC, "quantize", str(program), "--calibrate",

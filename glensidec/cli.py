@@ -252,8 +252,10 @@ def compile_command(program: Path, shapes: Path | None, array_size: str, emit: s
     if stats and target.accel is not None:
         from glensidec.backend.accel_layers import accel_layer_lines
 
-        for line in accel_layer_lines(result.lowered, arrays[0]):
+        for line in accel_layer_lines(result.lowered, arrays[0]):  # with the total
             click.echo(line, err=True)
+    elif stats:
+        click.echo(result.cycles.line(), err=True)
 
 
 def _write_rewritten(compiled: Compiled, emit: str, output: Path | None) -> None:

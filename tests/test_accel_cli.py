@@ -144,7 +144,7 @@ I8_MATMUL = """\
 @pytest.mark.parametrize(("program", "array", "accel", "line"), [
     (EXAMPLES / "matmul.gs", "16x16", True,
      "f32 program: its products run on the host: the whole accelerator multiplies i8 "
-     "operands only (--array 16x16:f32 without --accel for the binary32 array)"),
+     "operands only (--array 16x16:f32 for the binary32 array)"),
     (EXAMPLES / "matmul.gs", "8x8:f32", False,
      "f32 program: compiled for the bare 8x8 binary32 array"),
     (EXAMPLES / "matmul.gs", "16x16,8x8", False,
@@ -173,7 +173,7 @@ def test_compile_accel_of_a_float_program_says_why_no_layer_is_made(tmp_path: Pa
     assert done.returncode == 0, done.stderr
     assert done.stderr == ("note: f32 program: its products run on the host: the whole "
                            "accelerator multiplies i8 operands only (--array 16x16:f32 "
-                           "without --accel for the binary32 array)\n")
+                           "for the binary32 array)\n")
     assert "0 accelerator layers" in done.stdout
 
 

@@ -138,8 +138,8 @@ def test_run_takes_npy_paths_and_inputs_in_declared_order(tmp_path: Path) -> Non
 
 
 def test_compile_takes_a_size_pair_and_sizes_in_bytes() -> None:
-    assert glensidec.compile(BLOCK, (16, 16)).array_cycles == glensidec.compile(
-        BLOCK, "16x16").array_cycles > 0
+    assert glensidec.compile(BLOCK, (16, 16)).predicted_cycles == glensidec.compile(
+        BLOCK, "16x16").predicted_cycles > 0
     compiled = glensidec.compile(BLOCK, "16x16", accel=True, scratchpad=65536)
     assert compiled.target == "i8 program: compiled for the whole accelerator"
 
