@@ -332,6 +332,9 @@ def test_readers_and_writers_follow_instructions_changed_in_place() -> None:
     copy = next(i for i in lowered.instructions if isinstance(i, Copy))
     lowered.instructions[0] = Copy("test", first.dst, copy.src)  # now reads copy.src's buffer
     assert 0 in lowered.readers()[copy.src.buffer]
+    assert lowered.readers() == lowered._readers()  # updated in place of the replaced one
+    lowered.instructions[0] = first
+    assert lowered.writers() == fresh._writers() and lowered.readers() == fresh._readers()
     del lowered.instructions[0]
     assert lowered.writers() == {name: [i - 1 for i in indices if i > 0] for name, indices
                                  in fresh._writers().items() if indices != [0]}

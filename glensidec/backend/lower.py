@@ -341,24 +341,39 @@ class LoweredProgram:
     def readers(self) -> dict[str, list[int]]:
         """Per buffer, the instructions that read it (each once), in program order
         (callers must not change the answer)."""
-        return self._cached("readers", self._readers)
+        return self._cached("readers", self._readers, _read_buffers)
 
     def writers(self) -> dict[str, list[int]]:
         """Per buffer, the instructions that write it, in program order (callers must not
         change the answer)."""
-        return self._cached("writers", self._writers)
+        return self._cached("writers", self._writers, _written_buffers)
 
-    def _cached(self, which: str, compute: Callable[[], dict[str, list[int]]]
-                ) -> dict[str, list[int]]:
+    def _cached(self, which: str, compute: Callable[[], dict[str, list[int]]],
+                buffers: Callable[[Instruction], set[str]]) -> dict[str, list[int]]:
         # Instructions are compared by identity (a pass that changes one replaces it):
         # snapshotting and comparing is a C loop, cheap beside walking every
-        # instruction's views in Python.
+        # instruction's views in Python. When only some were replaced in place (the
+        # passes' usual edit), only their buffers' lists are redone.
         snapshot = tuple(self.instructions)
         cached = self._users.get(which)
-        if cached is None or len(cached[0]) != len(snapshot) or \
-                not all(map(operator.is_, cached[0], snapshot)):
-            cached = snapshot, compute()
-            self._users[which] = cached
+        if cached is not None and len(cached[0]) == len(snapshot):
+            changed = [index for index, same in
+                       enumerate(map(operator.is_, cached[0], snapshot)) if not same]
+            if not changed:
+                return cached[1]
+            if len(changed) <= 8:
+                answer = dict(cached[1])  # a new answer: callers may hold the old one
+                for index in changed:
+                    for name in buffers(cached[0][index]):
+                        answer[name] = [i for i in answer[name] if i != index]
+                        if not answer[name]:
+                            del answer[name]
+                    for name in buffers(snapshot[index]):
+                        answer[name] = sorted({*answer.get(name, []), index})
+                self._users[which] = snapshot, answer
+                return answer
+        cached = snapshot, compute()
+        self._users[which] = cached
         return cached[1]
 
     def _readers(self) -> dict[str, list[int]]:
@@ -379,6 +394,14 @@ class LoweredProgram:
         """Does `view` walk its whole buffer, row-major, from the start?"""
         return (view.offset == 0 and view.is_row_major()
                 and math.prod(view.shape) == self.buffer_of(view).elements)
+
+
+def _read_buffers(instruction: Instruction) -> set[str]:
+    return {view.buffer for view in instruction.reads()}
+
+
+def _written_buffers(instruction: Instruction) -> set[str]:
+    return {instruction.dst.buffer}
 
 
 @dataclass(frozen=True)
