@@ -677,6 +677,10 @@ def _align(value: int, to: int = 64) -> int:
     return -(-value // to) * to
 
 
+#: layer_tiling trades up to this fraction of estimated cycles for fewer rows loaded.
+TRAFFIC_SLACK = 0.02
+
+
 @dataclass(frozen=True)
 class LayerTiling:
     """How a layer is cut to fit the memories: K folds per piece, output rows per chunk."""
@@ -725,7 +729,16 @@ def layer_tiling(config: AccelConfig, layer: ConvLayer, residual: bool = False
     tilings = [LayerTiling(folds, piece, min(config.acc_depth // out_w,
                                              quarter // (out_w * (piece + extra)), out_h))
                for piece in sorted(pieces) if 1 <= piece <= largest]
-    return min(tilings, key=lambda tiling: _tiling_estimate(config, layer, tiling, extra))
+    estimates = {tiling: _tiling_estimate(config, layer, tiling, extra) for tiling in tilings}
+    # Among the tilings within TRAFFIC_SLACK of the fastest estimate, the one that loads
+    # the fewest rows: on a bus with room to spare, several tilings keep the array as busy,
+    # and the one that reloads least leaves the bus to everything else (ResNet-18 at
+    # 16 B/cycle: 101.8 → 80.7 MB loaded and 710 fewer cycles in all, one layer 1.6 %
+    # slower, others faster: the estimate is rough, `accel_cycles` exact).
+    fastest = min(cycles for cycles, _ in estimates.values())
+    return min((tiling for tiling in tilings
+                if estimates[tiling][0] <= fastest * (1 + TRAFFIC_SLACK)),
+               key=lambda tiling: (estimates[tiling][1], estimates[tiling][0]))
 
 
 def _tiling_estimate(config: AccelConfig, layer: ConvLayer, tiling: LayerTiling,
