@@ -138,8 +138,8 @@ def measure(name: str, build: Callable[[], Any], workdir: Path) -> dict[str, Any
     row["products"] = len(re.findall(r"\(compute dot-product", (workdir / "q.gs").read_text()))
     regions = re.search(r"regions: (\d+) \(one e-graph each, (\d+) reused", text)
     row["regions"] = f"{regions.group(1)} ({regions.group(2)} reused)" if regions else "1"
-    total = re.search(r"predicted total: (\d+) cycles", text)
-    row["cycles"] = int(total.group(1)) if total else 0
+    total = re.search(r"predicted (?:total: (\d+) cycles|cycles: (\d+) \(accelerator)", text)
+    row["cycles"] = int(total.group(1) or total.group(2)) if total else 0
     return row
 
 
