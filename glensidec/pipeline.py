@@ -69,6 +69,7 @@ from glensidec.opt.extract import (
     unique_names,
 )
 from glensidec.opt.regions import (
+    NAMING,
     Canonical,
     canonical_region,
     compiled_term,
@@ -305,9 +306,9 @@ def _rename_tensors(root: Term, names: dict[str, Symbol]) -> Term:
     """`root` with the tensors `names` maps renamed."""
 
     def renamed(term: Term, args: tuple[Arg, ...]) -> Term | None:
-        if term.op == "access-tensor" and isinstance(term.args[0], Symbol) and \
-                term.args[0].name in names:
-            return Term("access-tensor", (names[term.args[0].name],))
+        if term.op in NAMING and isinstance(term.args[0], Symbol) and \
+                term.args[0].name in names:  # `shape-of` names its tensor too
+            return Term(term.op, (names[term.args[0].name], *term.args[1:]))
         return None
 
     return rebuild(root, renamed)

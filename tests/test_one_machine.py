@@ -186,3 +186,31 @@ def test_a_layers_layout_copy_is_not_warned_about_as_host_epilogue_work(tmp_path
     done = _cli("compile", CNN, "--array", "8x8", "-o", tmp_path / "out")
     assert done.returncode == 0 and done.stderr == ""
     assert "2 accelerator layers" in done.stdout
+
+
+def test_an_epilogue_region_that_reads_a_shape_of_a_tensor_compiles(tmp_path: Path) -> None:
+    """The epilogue batches rename a region's tensors apart: `shape-of` names its tensor as
+    `access-tensor` does, and was left with the canonical name (a KeyError at compile,
+    found by the fuzzer: program 27:231)."""
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "weights.npz", w=rng.integers(-8, 8, (2, 6), dtype=np.int8),
+             b=rng.integers(-8, 8, (2,), dtype=np.int32))
+    (tmp_path / "p.gs").write_text("""
+(weight w i8 (shape 2 6) "weights.npz" "w")
+(weight b i32 (shape 2) "weights.npz" "b")
+(input x i8 (shape 4 6))
+(let bias
+ (access-broadcast
+  (access-insert-axis (access-tensor b) 0)
+  (access-shape (shape-remove-axis (shape-remove-axis (shape 1 4 2 4) 0) 2)
+                (slice-shape (shape-of w) 2))))
+(compute (requantize-per-channel 3 24 -69)
+ (access-pair
+  (compute dot-product
+   (access-cartesian-product (access (access-tensor x) 1) (access (access-tensor w) 1)))
+  bias))
+""")
+    done = _cli("compile", tmp_path / "p.gs", "--array", "3x2", "--verify",
+                "-o", tmp_path / "out")
+    assert done.returncode == 0, done.stderr
+    assert "verified" in done.stdout + done.stderr

@@ -171,7 +171,7 @@ class Canonical:
         return root, restored
 
     def _restored_leaf(self, term: Term) -> Term | None:
-        if term.op not in _NAMING or not isinstance(term.args[0], Symbol) or \
+        if term.op not in NAMING or not isinstance(term.args[0], Symbol) or \
                 term.args[0].name not in self.renamed:
             return None
         own = self.renamed[term.args[0].name]
@@ -182,7 +182,7 @@ class Canonical:
 
 
 # The constructs that name a tensor (its first argument).
-_NAMING = ("access-tensor", "shape-of")
+NAMING = ("access-tensor", "shape-of")
 
 
 def _slice_of_tensor(term: Term) -> bool:
@@ -213,7 +213,7 @@ def canonical_region(region: Region) -> Canonical:
             shape = list(region.tensors[base].shape)
             shape[axis] = high - low
             return Term("access-tensor", (leaf(term, tuple(shape), base),))
-        if term.op in _NAMING and isinstance(term.args[0], Symbol):
+        if term.op in NAMING and isinstance(term.args[0], Symbol):
             own = term.args[0].name
             name = leaf(Term("access-tensor", (term.args[0],)), region.tensors[own].shape, own)
             return Term(term.op, (name,))
