@@ -91,21 +91,17 @@ def machine_cost(quantized_program: QuantizedProgram, config: ArrayConfig,
 
 def _machine_cost(quantized_program: QuantizedProgram, config: ArrayConfig,
                   dram_bandwidth: int) -> Cost:
+    """The pipeline's own stages and its one total (`pipeline.predicted_machine_cycles`),
+    so the estimate is what `glensidec compile --stats` predicts, copies included."""
     from glensidec import pipeline
-    from glensidec.backend.accel_passes import fuse_for_accelerator
-    from glensidec.backend.lower import lower_program
-    from glensidec.backend.report import report_data
+    from glensidec.lang.typecheck import check_program
 
-    accel = pipeline.accelerator_for(config, dram_bandwidth=dram_bandwidth)
-    compiled = pipeline.compile_program(quantized_program.program, config, COMPILE_LIMITS,
-                                        rulesets=pipeline.ACCEL_RULESETS)
-    compiled = pipeline.fuse_epilogues(compiled, config)
-    lowered = fuse_for_accelerator(lower_program(compiled.program, compiled.types),
-                                   quantized_program.weights, accel)
-    rows = report_data("", lowered, config).rows
-    return Cost(sum(layer.cycles for layer in lowered.accel_layers()),
-                sum(row.array_cycles for row in rows if row.kind == "gemm"),
-                sum(row.host_cycles for row in rows))
+    program = quantized_program.program
+    target = pipeline.choose_target((config,), dram_bandwidth=dram_bandwidth)
+    compiled = pipeline.compile_for(pipeline.Typed(program, check_program(program)), target,
+                                    COMPILE_LIMITS)
+    cycles = pipeline.predicted_machine_cycles(compiled, target, quantized_program.weights)
+    return Cost(cycles.accelerator, cycles.array, cycles.host)
 
 
 def write_graph(graph: Graph, path: Path) -> Program:
