@@ -19,6 +19,7 @@ import json
 import multiprocessing
 import platform
 import sys
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -186,8 +187,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--count", type=int, default=COUNT)
     parser.add_argument("--jobs", type=int, default=1)
-    parser.add_argument("--log", type=Path, default=Path("/tmp/glensidec-fuzz/log.jsonl"))
-    parser.add_argument("--work", type=Path, default=Path("/tmp/glensidec-fuzz"))
+    scratch = Path(tempfile.gettempdir()) / "glensidec-fuzz"  # the system's, not a fixed path
+    parser.add_argument("--log", type=Path, default=scratch / "log.jsonl")
+    parser.add_argument("--work", type=Path, default=scratch)
     parser.add_argument("--rtl-every", type=int, default=RTL_EVERY)
     parser.add_argument("--shrink-budget", type=int, default=80)
     parser.add_argument("--plain-names", action="store_true",
