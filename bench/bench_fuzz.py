@@ -47,10 +47,10 @@ TARGET_USES = 100
 RESULTS = REPO / "bench" / "results" / "fuzz.md"
 
 
-def run_one(runner: Runner, index: int, options: Options, rtl_every: int,
+def run_one(runner: Runner, seed: int, index: int, options: Options, rtl_every: int,
             shrink_budget: int) -> dict[str, Any]:
     start = time.perf_counter()
-    generated = generate(SEED, index, options)
+    generated = generate(seed, index, options)
     runner.rtl = index % rtl_every == 0 and generated.array in RTL_ARRAYS
     outcome = run(runner, generated)
     record: dict[str, Any] = {
@@ -67,17 +67,17 @@ def run_one(runner: Runner, index: int, options: Options, rtl_every: int,
     return record
 
 
-def worker(job: int, jobs: int, indices: list[int], log: Path, work: Path,
+def worker(job: int, jobs: int, seed: int, indices: list[int], log: Path, work: Path,
            options: Options, rtl_every: int, shrink_budget: int) -> None:
     runner = Runner(work / f"job{job}", sim_cache=work / "sim_cache")
     with log.open("a") as out:
         for index in indices[job::jobs]:
-            out.write(json.dumps(run_one(runner, index, options, rtl_every, shrink_budget))
-                      + "\n")
+            record = run_one(runner, seed, index, options, rtl_every, shrink_budget)
+            out.write(json.dumps(record) + "\n")
             out.flush()
 
 
-def recheck(log: Path, work: Path, options: Options) -> None:
+def recheck(log: Path, work: Path, seed: int, options: Options) -> None:
     """Run every program that failed again, with the code as it is now (after fixes), and
     record how it ends as `recheck`."""
     records = read_log(log)
@@ -85,7 +85,7 @@ def recheck(log: Path, work: Path, options: Options) -> None:
     for record in records.values():
         if record["status"] == AGREE or "recheck" in record:
             continue
-        generated = generate(SEED, record["index"], options)
+        generated = generate(seed, record["index"], options)
         runner.rtl = record["rtl"]
         record["recheck"] = run(runner, generated).status
         with log.open("a") as out:
@@ -104,8 +104,8 @@ def read_log(log: Path) -> dict[int, dict[str, Any]]:
     return records
 
 
-def report(records: dict[int, dict[str, Any]], count: int, jobs: int, wall: float | None,
-           hostile: bool, rtl_every: int) -> tuple[str, bool]:
+def report(records: dict[int, dict[str, Any]], seed: int, count: int, jobs: int,
+           wall: float | None, hostile: bool, rtl_every: int) -> tuple[str, bool]:
     done = [records[i] for i in sorted(records) if i < count]
     statuses = Counter(r["status"] for r in done)
     programs_using: Counter[str] = Counter()
@@ -128,7 +128,7 @@ def report(records: dict[int, dict[str, Any]], count: int, jobs: int, wall: floa
         f"Machine: {platform.machine()}, CPython {platform.python_version()}; "
         f"`python bench/bench_fuzz.py --jobs {jobs}` on a 2-core machine shared with other "
         "work. Programs "
-        f"`generate({SEED}, i)`, i < {count:,} (glensidec/lang/generate.py; "
+        f"`generate({seed}, i)`, i < {count:,} (glensidec/lang/generate.py; "
         f"names: {'hostile' if hostile else 'plain'}), each run by glensidec/cosim/fuzz.py: "
         "the reference interpreter, the generated C program (-O0) and, for every "
         f"{rtl_every}th program written for a {' or '.join(f'{r}x{c}' for r, c in RTL_ARRAYS)} "
@@ -186,6 +186,8 @@ def report(records: dict[int, dict[str, Any]], count: int, jobs: int, wall: floa
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--count", type=int, default=COUNT)
+    parser.add_argument("--seed", type=int, default=SEED,
+                        help=f"programs generate(SEED, i) (default {SEED}: the committed table)")
     parser.add_argument("--jobs", type=int, default=1)
     scratch = Path(tempfile.gettempdir()) / "glensidec-fuzz"  # the system's, not a fixed path
     parser.add_argument("--log", type=Path, default=scratch / "log.jsonl")
@@ -203,7 +205,7 @@ def main() -> int:
     args.log.parent.mkdir(parents=True, exist_ok=True)
     start, wall = time.perf_counter(), None
     if args.recheck:
-        recheck(args.log, args.work, options)
+        recheck(args.log, args.work, args.seed, options)
     elif not args.report:
         done = read_log(args.log)
         todo = [i for i in range(args.count) if i not in done]
@@ -211,7 +213,7 @@ def main() -> int:
         # pool state and hung at its first compile.
         context = multiprocessing.get_context("spawn")
         processes = [context.Process(
-            target=worker, args=(job, args.jobs, todo, args.log, args.work, options,
+            target=worker, args=(job, args.jobs, args.seed, todo, args.log, args.work, options,
                                  args.rtl_every, args.shrink_budget))
             for job in range(args.jobs)]
         for process in processes:
@@ -219,8 +221,8 @@ def main() -> int:
         for process in processes:
             process.join()
         wall = time.perf_counter() - start
-    text, ok = report(read_log(args.log), args.count, args.jobs, wall, options.hostile_names,
-                      args.rtl_every)
+    text, ok = report(read_log(args.log), args.seed, args.count, args.jobs, wall,
+                      options.hostile_names, args.rtl_every)
     args.output.write_text(text)
     print(text)
     return 0 if ok else 1

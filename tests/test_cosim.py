@@ -9,14 +9,14 @@ GLENSIDEC_SIM_CACHE.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import EXAMPLES, Executions, assert_calls_match_the_model, compile_and_cosimulate
 
+from glensidec.cosim.runner import Manifest, host_products_note
+from glensidec.hardware.array import ArrayConfig
 from glensidec.lang.data import all_tensors, random_inputs
 from glensidec.lang.interp import run_program
 from glensidec.lang.syntax import read_program
@@ -57,13 +57,44 @@ def test_compatibility_mode_program_cosimulates(tmp_path: Path, sim_cache: Path)
     np.testing.assert_array_equal(run.sim, expected)
 
 
+# The fuzzer's program 4000, shrunk: an f32 program that writes the array construct itself.
+F32_ARRAY_CONSTRUCT = """\
+(input shrunk f32 (shape 12 4))
+(input shrunk_ f32 (shape 1 1 12))
+
+(systolic-array-with-blocking 4 4
+ (access (access-tensor shrunk_) 2)
+ (access (access-tensor shrunk) 0))
+"""
+
+
 @pytest.mark.slow
-def test_float_program_says_the_array_cannot_run_it(tmp_path: Path) -> None:
-    outdir = tmp_path / "out"
-    subprocess.run([sys.executable, "-m", "glensidec", "compile", str(EXAMPLES / "matmul.gs"),
-                    "--array", "8x8", "-o", str(outdir)], check=True, capture_output=True)
-    done = subprocess.run(["make", "-C", str(outdir), "sim", "INPUTS=a=x.npy b=y.npy"],
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode != 0
-    assert "computes its products in f32" in done.stderr
-    assert "cannot run them" in done.stderr
+@pytest.mark.rtl
+def test_sim_of_f32_products_compiled_for_the_int8_array_cosimulates_what_compile_put_there(
+        tmp_path: Path, sim_cache: Path) -> None:
+    """Compile runs an f32 program's products on the host (and says why); `make sim` used to
+    refuse that OUTDIR. It co-simulates what compile put on the array, here nothing, and
+    says so: the C program's result is the interpreter's."""
+    program_path = tmp_path / "f32_array.gs"
+    program_path.write_text(F32_ARRAY_CONSTRUCT)
+    expected, run = cosimulate_on_random_inputs(program_path, "4x4", tmp_path, sim_cache)
+    assert run.report["calls"] == []
+    assert ("note: f32_array.gs computes 1 f32 product on the host, as compile said: the "
+            "int8 array (int8 x int8 -> int32) cannot run it; nothing runs on the array"
+            in run.log)
+    np.testing.assert_array_equal(run.sim, run.c)
+    np.testing.assert_allclose(run.sim, expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
+
+
+def test_sim_note_names_f32_products_beside_int8_array_calls() -> None:
+    """A program with int8 and f32 products: the int8 ones are the array calls, the note
+    says the f32 ones stay on the host; an int8-only or binary32-array program gets none."""
+    int8 = ArrayConfig(4, 4)
+    mixed = Manifest(int8, [(2, 3, 4)], 2, "mixed.gs", (int8,), (0,))
+    note = host_products_note(mixed)
+    assert note is not None
+    assert note.startswith("note: mixed.gs computes 2 f32 products on the host")
+    assert "its other products are the array calls below" in note
+    assert host_products_note(Manifest(int8, [(2, 3, 4)], 0, "int8.gs", (int8,), (0,))) is None
+    f32 = ArrayConfig.f32(4, 4)
+    assert host_products_note(Manifest(f32, [(2, 3, 4)], 1, "f32.gs", (f32,), (0,))) is None
