@@ -44,7 +44,8 @@ demo: install
 	$(BIN)/python examples/show_layers.py $(DEMO)
 	$(MAKE) -s -C $(DEMO)
 	$(DEMO)/model image=out/image.npy -o out/c.npy
-	$(MAKE) -C $(DEMO) sim INPUTS="image=$(CURDIR)/out/image.npy" OUTPUT=$(CURDIR)/out/sim.npy
+	$(MAKE) -C $(DEMO) sim PYTHON=$(abspath $(BIN))/python INPUTS="image=$(CURDIR)/out/image.npy" \
+		OUTPUT=$(CURDIR)/out/sim.npy
 	$(BIN)/python examples/compare.py out/interpreter.npy out/c.npy out/sim.npy
 
 lint: install

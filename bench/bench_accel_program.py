@@ -104,7 +104,8 @@ def cosimulate(name: str, outdir: Path, inputs: dict[str, np.ndarray]) -> str:
         np.save(outdir / f"{input_name}.npy", value)
     arguments = " ".join(f"{key}={outdir / key}.npy" for key in inputs)
     started = time.perf_counter()
-    ran = subprocess.run(["make", "-s", "-C", str(outdir), "sim", f"INPUTS={arguments}"],
+    ran = subprocess.run(["make", "-s", "-C", str(outdir), "sim", f"INPUTS={arguments}",
+                          f"PYTHON={sys.executable}"],
                          capture_output=True, text=True)
     wall = time.perf_counter() - started
     report = json.loads((outdir / "cosim_report.json").read_text())

@@ -97,7 +97,7 @@ def make_sim(what: str, outdir: Path, inputs: dict[str, Path], *options: str) ->
     arguments = " ".join(f"{name}={path}" for name, path in inputs.items())
     started = time.perf_counter()
     ran = subprocess.run(["make", "-s", "-C", str(outdir), "sim", f"INPUTS={arguments}",
-                          f"OUTPUT={outdir / 'sim.npy'}", *options],
+                          f"OUTPUT={outdir / 'sim.npy'}", f"PYTHON={sys.executable}", *options],
                          capture_output=True, text=True)
     wall = time.perf_counter() - started
     calls = json.loads((outdir / "cosim_report.json").read_text())["calls"]

@@ -31,6 +31,10 @@ settings.load_profile("ci" if os.environ.get("CI") else "dev")
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
 
+# `make -C OUTDIR sim` co-simulates with $(PYTHON), python3 on PATH unless given: the tests'
+# own Python (the venv `make test` runs, which it does not activate), as a user would pass it.
+os.environ.setdefault("PYTHON", sys.executable)
+
 
 def make_program(root: Term, tensors: dict[str, tuple[tuple[int, ...], str]]) -> Program:
     """A program over runtime inputs, taken through text so the parser is exercised too."""

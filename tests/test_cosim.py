@@ -9,6 +9,9 @@ GLENSIDEC_SIM_CACHE.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -98,3 +101,38 @@ def test_sim_note_names_f32_products_beside_int8_array_calls() -> None:
     assert host_products_note(Manifest(int8, [(2, 3, 4)], 0, "int8.gs", (int8,), (0,))) is None
     f32 = ArrayConfig.f32(4, 4)
     assert host_products_note(Manifest(f32, [(2, 3, 4)], 1, "f32.gs", (f32,), (0,))) is None
+
+
+@pytest.mark.slow
+@pytest.mark.rtl
+def test_make_sim_runs_with_the_python_on_path_and_names_one_without_glensidec(
+        tmp_path: Path, sim_cache: Path) -> None:
+    """OUTDIR's Makefile co-simulates with `python3` on PATH (glensidec's venv activated),
+    not with a recorded path of the compiling Python; a Python that cannot import glensidec
+    is refused with one line saying what to pass."""
+    outdir = tmp_path / "out"
+    source = tmp_path / "relu.gs"
+    source.write_text("(input a i8 (shape 4 4))\n\n(compute relu (access (access-tensor a) 1))\n")
+    subprocess.run([sys.executable, "-m", "glensidec", "compile", str(source), "--array", "4x4",
+                    "-o", str(outdir)], check=True, capture_output=True)
+    a = np.arange(-8, 8, dtype=np.int8).reshape(4, 4)
+    np.save(tmp_path / "a.npy", a)
+    venv = os.path.dirname(sys.executable)
+    env = {key: value for key, value in os.environ.items() if key != "PYTHON"}
+    env.update(PATH=f"{venv}{os.pathsep}{env['PATH']}", GLENSIDEC_SIM_CACHE=str(sim_cache))
+    arguments = [f"INPUTS=a={tmp_path / 'a.npy'}", f"OUTPUT={tmp_path / 'sim.npy'}"]
+    lacking = tmp_path / "python-without-glensidec"
+    lacking.write_text("#!/bin/sh\nexit 1\n")
+    lacking.chmod(0o755)
+    refused = subprocess.run(["make", "-s", "-C", str(outdir), "sim", f"PYTHON={lacking}",
+                              *arguments], capture_output=True, text=True, env=env, timeout=300)
+    assert refused.returncode != 0
+    assert refused.stderr.splitlines()[0] == (
+        f"error: {lacking} cannot import glensidec: activate the environment glensidec is "
+        "installed in, or give its Python: make sim PYTHON=/path/to/venv/bin/python")
+    assert not (tmp_path / "sim.npy").exists()
+    ran = subprocess.run(["make", "-s", "-C", str(outdir), "sim", *arguments],
+                         capture_output=True, text=True, env=env, timeout=600)
+    assert ran.returncode == 0, ran.stderr
+    assert "co-simulation: every array result and cycle count matches" in ran.stdout
+    np.testing.assert_array_equal(np.load(tmp_path / "sim.npy"), np.maximum(a, 0))

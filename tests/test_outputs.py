@@ -412,6 +412,24 @@ def test_outdir_bytes_do_not_depend_on_its_path_or_the_working_directory(
     assert str(tmp_path) not in str(outputs[0])  # no path of ours in any file
 
 
+def test_outdir_bytes_do_not_depend_on_the_python_that_compiled(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Compiled by the Pythons of two different venvs into two directories: the same bytes
+    (issue 27: the Makefile's `PYTHON ?=` was the compiling venv's absolute path)."""
+    outputs = []
+    for python, outdir in ((tmp_path / "venv-a" / "bin" / "python3", tmp_path / "a"),
+                           (tmp_path / "elsewhere" / "venv-b" / "bin" / "python",
+                            tmp_path / "x" / "y" / "b")):
+        monkeypatch.setattr(sys, "executable", str(python))
+        assert run_cli("compile", EXAMPLES / "small_cnn.gs", "--array", "8x8", "-o", outdir,
+                       cwd=tmp_path) == 0
+        outputs.append(snapshot(outdir))
+    assert outputs[0] == outputs[1]
+    text = b"".join(content for content in outputs[0].values() if isinstance(content, bytes))
+    assert b"venv-a" not in text and str(tmp_path).encode() not in text
+    assert b"PYTHON ?= python3\n" in outputs[0]["Makefile"]  # type: ignore[operator]
+
+
 @pytest.mark.slow
 def test_a_moved_outdir_still_diffs(tmp_path: Path) -> None:
     """OUTDIR holds everything `glensidec diff` reads: moved away from a program that is

@@ -21,7 +21,6 @@ from __future__ import annotations
 import functools
 import json
 import math
-import sys
 import zlib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
@@ -789,7 +788,6 @@ def render_files(program: Program, lowered: LoweredProgram, plan: MemoryPlan,
     constants = weights_blob(lowered, plan, weights)
     context = {
         "source": printable(Path(program.path).name), **asdict(config),
-        "python": sys.executable,
         "f32": config.is_float,
         "arrays": [asdict(array) for array in arrays],
         "constants_size": plan.constants_size, "mutable_size": plan.mutable_size,

@@ -20,6 +20,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -247,6 +248,7 @@ def _cosimulate(runner: Runner, folder: Path, arguments: list[str], expected: Ar
         env["GLENSIDEC_SIM_CACHE"] = str(runner.sim_cache)
     env["GLENSIDEC_PROGRESS"] = "0"
     done = subprocess.run(["make", "-s", "-C", str(folder / "out"), "sim", "OPT=-O0",
+                           f"PYTHON={sys.executable}",  # the fuzzer's own: it has glensidec
                            f"INPUTS={' '.join(arguments)}", f"OUTPUT={folder / 'sim.npy'}"],
                           capture_output=True, text=True, timeout=1800, env=env, check=False)
     if done.returncode != 0:
