@@ -5,7 +5,10 @@
 //
 //   LOAD    (op 0) main memory -> scratchpad rows through ws_dma_load (strided or im2col)
 //   COMPUTE (op 1) one array tile: ROWS weight rows at w_row (bottom row first), m_len
-//                  activation rows from a_row, accumulator flags add / emit
+//                  activation rows from a_row in a 2-D pattern (a_count1 rows a_stride1
+//                  apart per line, lines a_stride2 apart; a_count1 = 0: one line), so
+//                  a convolution's windows are read from resident input rows; accumulator
+//                  flags add / emit
 //   STORE   (op 2) the next count1*count2 emitted result rows, through the epilogue,
 //                  to main memory through ws_dma_store (strided)
 //   CONFIG  (op 3) the epilogue's settings, bias and multiplier vectors (store queue)
@@ -42,7 +45,10 @@
 //               [240+:16] x_step, [256+:16] width, [272+:8] pad_value
 //               (STORE: spad_row is the first residual or pooled row; a pooling STORE
 //               reads window from [176+:16] and window_stride from [192+:24])
-//   COMPUTE:    [8+:24] w_row, [32+:24] a_row, [56+:16] m_len (>= 1), [72] add, [73] emit
+//   COMPUTE:    [8+:24] w_row, [32+:24] a_row, [56+:16] m_len (>= 1), [72] add, [73] emit,
+//               [80+:16] a_count1, [96+:24] a_stride1, [120+:24] a_stride2: activation
+//               row i = i2*a_count1 + i1 is a_row + i2*a_stride2 + i1*a_stride1 (rows
+//               wrap modulo the scratchpad); a_count1 = 0 reads a_row + i*a_stride1
 //   The row fields are 24 bits: a scratchpad holds at most 2^24 rows (SPAD_W <= 24;
 //   glensidec.hardware.commands.AccelConfig refuses more).
 //   CONFIG:     [5] residual, [6] residual early, [8+:6] pre, [16+:6] post, [24+:8] zero_point, [32+:8] low,
@@ -88,8 +94,9 @@ module ws_accel #(
     localparam integer LEN_W   = $clog2(ROW_BYTES + 1);
     localparam integer RW      = $clog2(ROWS);          // ROWS >= 2
     localparam integer TRACK   = 1 << $clog2(LATENCY + 3);  // loads in flight, never full
-    localparam integer EXEC_W  = 80;
-    localparam integer AQ_W    = 43;                     // {signal, emit, add, m_len, a_row}
+    localparam integer EXEC_W  = 144;
+    // {stride2, stride1, count1, signal, emit, add, m_len, a_row}
+    localparam integer AQ_W    = 107;
     localparam integer TOK_W   = 16;
     localparam [1:0] OP_LOAD = 2'd0, OP_COMPUTE = 2'd1, OP_CONFIG = 2'd3;
 
@@ -217,12 +224,17 @@ module ws_accel #(
     wire            a_start;
     ws_fifo #(.WIDTH(AQ_W), .DEPTH(4)) act_queue (
         .clk(clk), .rst(rst), .push(w_start),
-        .din({eq_head[4], eq_head[73], eq_head[72], eq_head[56 +: 16], eq_head[32 +: 24]}),
+        .din({eq_head[120 +: 24], eq_head[96 +: 24], eq_head[80 +: 16], eq_head[4],
+              eq_head[73], eq_head[72], eq_head[56 +: 16], eq_head[32 +: 24]}),
         .pop(a_start), .head(aq_head), .empty(aq_empty), .full(aq_full));
 
     reg               a_active, a_add, a_emit, a_signal;
     reg  [SPAD_W-1:0] a_addr;
+    reg  [SPAD_W-1:0] a_line;               // the first row of the current line
+    reg  [SPAD_W-1:0] a_stride1, a_stride2; // the tile's 2-D read pattern
+    reg  [15:0]       a_count1, a_col;      // rows per line (0: one line), row in line
     reg  [15:0]       a_left;               // rows of the tile still to read
+    wire a_wrap = a_count1 != 16'd0 && a_col + 16'd1 == a_count1;
     reg               q_valid, q_last, q_add, q_emit, q_signal;   // the row in rd1_data
     wire              rd1_grant;
     wire a_consume    = q_valid && arr_a_ready;
@@ -239,14 +251,26 @@ module ws_accel #(
         end else begin
             if (a_start) begin
                 {a_signal, a_emit, a_add} <= aq_head[42:40];
-                a_left   <= aq_head[24 +: 16];
-                a_addr   <= aq_head[0 +: SPAD_W];
-                a_active <= 1'b1;
+                a_left    <= aq_head[24 +: 16];
+                a_addr    <= aq_head[0 +: SPAD_W];
+                a_line    <= aq_head[0 +: SPAD_W];
+                a_count1  <= aq_head[43 +: 16];
+                a_stride1 <= aq_head[59 +: SPAD_W];
+                a_stride2 <= aq_head[83 +: SPAD_W];
+                a_col     <= 16'd0;
+                a_active  <= 1'b1;
             end else if (a_issue_last) begin
                 a_active <= 1'b0;
             end else if (a_issued) begin
-                a_addr <= a_addr + 1'b1;
                 a_left <= a_left - 1'b1;
+                if (a_wrap) begin             // next line
+                    a_addr <= a_line + a_stride2;
+                    a_line <= a_line + a_stride2;
+                    a_col  <= 16'd0;
+                end else begin
+                    a_addr <= a_addr + a_stride1;
+                    a_col  <= a_col + 16'd1;
+                end
             end
             if (a_issued) begin
                 {q_valid, q_last, q_add, q_emit} <= {1'b1, a_left == 16'd1, a_add, a_emit};

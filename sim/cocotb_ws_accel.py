@@ -8,6 +8,9 @@ requantize) byte for byte, and the cycle of the last memory write + 1 must equal
 `commands.accel_cycles` (the control model). A layer with `"residual": "after"` also
 adds a random int8 residual tensor in the epilogue (the quantized residual add), read
 through the scratchpad; `"early"` adds it to the accumulator before the requantize.
+A layer's `"schedule"` picks conv_program's schedule ("im2col" gathers the windows
+from main memory, "window" keeps the input rows in the scratchpad and reads each window
+as a 2-D pattern of them; default "best", the one the cycle model prices fastest).
 A layer with `"pool": true` is a max-pool (`commands.pool_program`: the DMA gathers the
 windows' taps, pooling stores take their max), checked against `pool_reference`.
 The layers come from the `layers` setting (glensidec.cosim.settings); with an `out`
@@ -124,14 +127,14 @@ async def run_and_check(dut: Any, config: AccelConfig, program: LayerProgram,
 
 
 async def run_layer(dut: Any, config: AccelConfig, layer: ConvLayer, seed: int,
-                    residual: str = "") -> int:
+                    residual: str = "", schedule: str = "best") -> int:
     """Run one layer on the DUT; returns the simulated cycles (checked inside)."""
     rng = np.random.default_rng(seed)
     feature = rng.integers(-128, 128, (layer.height, layer.width, layer.channels))
     weights = rng.integers(-128, 128, (layer.kernel, layer.kernel, layer.channels,
                                        layer.out_channels)) * group_mask(layer)
     quant = random_quant(rng, layer.out_channels, residual)
-    program = conv_program(config, layer, quant)
+    program = conv_program(config, layer, quant, schedule)
     M, K, N = layer.gemm
     memory = rng.integers(0, 256, program.memory_bytes).astype(np.uint8)  # garbage output
     image = program.input_image(feature, quant.input_zero_point)
@@ -143,7 +146,7 @@ async def run_layer(dut: Any, config: AccelConfig, layer: ConvLayer, seed: int,
         memory[program.residual_base:program.residual_base + M * N] = added.reshape(-1) & 0xFF
     return await run_and_check(dut, config, program, memory,
                                conv_reference(layer, feature, weights, quant, added),
-                               f"{layer.name}: {M}x{K}x{N}")
+                               f"{layer.name}: {M}x{K}x{N} ({schedule} schedule)")
 
 
 @cocotb.test()
@@ -155,13 +158,15 @@ async def layers(dut: Any) -> None:
     settings = testbench_settings()
     for seed, spec in enumerate(settings["layers"]):
         start = time.perf_counter()
-        fields = {key: value for key, value in spec.items() if key not in ("residual", "pool")}
+        fields = {key: value for key, value in spec.items()
+                  if key not in ("residual", "pool", "schedule")}
         if spec.get("pool"):
             cycles = await run_pool(dut, config, ConvLayer(**fields), seed,
                                     spec["pool"] == "sum")
         else:
             cycles = await run_layer(dut, config, ConvLayer(**fields), seed,
-                                     str(spec.get("residual", "")))
+                                     str(spec.get("residual", "")),
+                                     str(spec.get("schedule", "best")))
         results.append({"name": spec["name"], "cycles": cycles,
                         "seconds": time.perf_counter() - start})
     if "out" in settings:  # bench/bench_accel_top.py reads the simulated cycles

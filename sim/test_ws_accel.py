@@ -23,7 +23,10 @@ CASES = [(2, 2, 2, 32768, 16, 8, 16), (4, 4, 4, 32, 4, 2, 16), (4, 8, 8, 128, 4,
 #: (after and before the requantize), and max-pools through pooling stores: 3×3 stride 2
 #: padded (ResNet's), 2×2 stride 2 unpadded on an odd map; a depthwise 3×3 (each N block
 #: reads only its own channels); average pools as window sums through the epilogue (2×2/2,
-#: and a global one).
+#: and a global one); and the window schedule (input rows resident, each window a 2-D
+#: pattern of them): a 3×3 in several chunks, K pieces and channel planes, a strided 3×3
+#: with a residual add over two N blocks, a strided 1×1 (only sampled pixels loaded), a
+#: GEMM with an early residual; and the 3×3 again in today's im2col schedule.
 LAYERS = [
     {"name": "gemm4x2x2", "height": 4, "width": 1, "channels": 2, "out_channels": 2},
     {"name": "conv3x3", "height": 5, "width": 5, "channels": 6, "out_channels": 6,
@@ -47,6 +50,17 @@ LAYERS = [
      "kernel": 2, "stride": 2, "padding": 0, "pool": "sum"},
     {"name": "globalavgpool", "height": 3, "width": 3, "channels": 5, "out_channels": 5,
      "kernel": 3, "stride": 1, "padding": 0, "pool": "sum"},
+    {"name": "window3x3", "height": 4, "width": 3, "channels": 6, "out_channels": 6,
+     "kernel": 3, "stride": 1, "padding": 1, "schedule": "window"},
+    {"name": "window3x3s2_residual", "height": 5, "width": 3, "channels": 5,
+     "out_channels": 5, "kernel": 3, "stride": 2, "padding": 1, "residual": "after",
+     "schedule": "window"},
+    {"name": "window1x1s2", "height": 6, "width": 6, "channels": 8, "out_channels": 5,
+     "kernel": 1, "stride": 2, "padding": 0, "schedule": "window"},
+    {"name": "window_gemm_residual", "height": 9, "width": 1, "channels": 12,
+     "out_channels": 5, "residual": "early", "schedule": "window"},
+    {"name": "im2col3x3", "height": 4, "width": 3, "channels": 6, "out_channels": 6,
+     "kernel": 3, "stride": 1, "padding": 1, "schedule": "im2col"},
 ]
 
 

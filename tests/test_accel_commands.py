@@ -38,6 +38,8 @@ from glensidec.hardware.commands import (
     pool_program,
     run_functional,
     weight_matrix,
+    window_program,
+    window_tilings,
 )
 
 SMALL = AccelConfig(4, 4, 16, MemoryConfig(row_bytes=4, scratchpad_bytes=4 * 4 * 128, banks=4,
@@ -340,9 +342,12 @@ def test_command_words_address_scratchpad_rows_past_16_bits() -> None:
     def bits(word: int, offset: int, width: int) -> int:
         return (word >> offset) & ((1 << width) - 1)
 
-    compute = encode_command(Compute(w_row=row, a_row=row + 1, m_len=3, add=True), cols=2)
+    compute = encode_command(Compute(w_row=row, a_row=row + 1, m_len=3, add=True,
+                                     a_count1=7, a_stride1=row + 2, a_stride2=row + 3), cols=2)
     assert (bits(compute, 8, SPAD_ROW_BITS), bits(compute, 32, SPAD_ROW_BITS)) == (row, row + 1)
     assert (bits(compute, 56, 16), bits(compute, 72, 1), bits(compute, 73, 1)) == (3, 1, 0)
+    assert (bits(compute, 80, 16), bits(compute, 96, SPAD_ROW_BITS),
+            bits(compute, 120, SPAD_ROW_BITS)) == (7, row + 2, row + 3)
     dma = DmaCommand(base=64, length=2, count1=4, spad_row=row, height=9)
     load = encode_command(Load(dma), cols=2)
     assert bits(load, 144, SPAD_ROW_BITS) == row and bits(load, 208, 16) == 9
@@ -399,11 +404,83 @@ def test_the_tiling_loads_least_among_those_as_fast(monkeypatch: pytest.MonkeyPa
     config = commands.accel_config_for(ArrayConfig(16, 16))
     layer = ConvLayer("layer1", 56, 56, 64, 64, kernel=3, stride=1, padding=1)
     quant = LayerQuant(EpilogueConfig(), (0,) * 64, (1,) * 64)
-    chosen = conv_program(config, layer, quant)
+    chosen = conv_program(config, layer, quant, "im2col")
     monkeypatch.setattr(commands, "TRAFFIC_SLACK", 0.0)  # the fastest estimate alone
-    fastest = conv_program(config, layer, quant)
+    fastest = conv_program(config, layer, quant, "im2col")
     chosen_bytes = commands.layer_traffic(config, layer, chosen).loaded
     assert chosen_bytes < 3_000_000
     assert commands.layer_traffic(config, layer, fastest).loaded > 2 * chosen_bytes
     assert accel_cycles(config, chosen.commands).cycles <= \
         accel_cycles(config, fastest.commands).cycles * 1.02
+
+
+#: Layers the window schedule takes (one pixel's channels per row: not grouped, no packed
+#: taps): padded 3×3, strided 3×3 over two N blocks, strided 1×1, a GEMM.
+WINDOW_LAYERS = [layer for layer in LAYERS if window_tilings(SMALL, layer)]
+
+
+def test_a_compute_reads_its_activation_rows_in_a_2d_pattern() -> None:
+    """a_count1 rows a_stride1 apart per line, lines a_stride2 apart; a_count1 = 0 is
+    the old contiguous tile."""
+    window = Compute(w_row=0, a_row=10, m_len=5, a_count1=2, a_stride1=3, a_stride2=20)
+    assert window.activation_rows() == [10, 13, 30, 33, 50]
+    assert Compute(w_row=0, a_row=4, m_len=3).activation_rows() == [4, 5, 6]
+
+
+@pytest.mark.parametrize("residual", ["", "after", "early"])
+@pytest.mark.parametrize("layer", WINDOW_LAYERS, ids=lambda layer: layer.name)
+def test_the_window_schedule_computes_the_layer(layer: ConvLayer, residual: str) -> None:
+    """Every window tiling (one band over half the scratchpad, or bands alternating
+    between two quarters; K pieces; a residual add's rows beside the bands) computes
+    what numpy does."""
+    feature, weights, quant = random_layer_data(layer, 4)
+    M, _, N = layer.gemm
+    added = np.random.default_rng(5).integers(-128, 128, (M, N)) if residual else None
+    if residual:
+        quant = dataclasses.replace(quant, residual=dataclasses.replace(
+            random_residual(6), early=residual == "early"))
+    tilings = window_tilings(SMALL, layer, bool(residual))
+    assert tilings
+    for tiling in tilings:
+        program = window_program(SMALL, layer, quant, tiling)
+        memory = np.zeros(program.memory_bytes, dtype=np.uint8)
+        image = program.input_image(feature, quant.input_zero_point)
+        memory[:image.size] = image
+        stored = weight_matrix(layer, SMALL.cols, weights).reshape(-1)
+        memory[program.weight_base:program.weight_base + stored.size] = stored & 0xFF
+        if added is not None:
+            memory[program.residual_base:program.residual_base + M * N] = \
+                added.reshape(-1) & 0xFF
+        after = run_functional(SMALL, program.commands, memory).astype(np.int64)
+        got = after[program.output_base:program.output_base + M * N]
+        got = np.where(got >= 128, got - 256, got).reshape(M, N)
+        assert np.array_equal(got, conv_reference(layer, feature, weights, quant, added)), \
+            tiling
+
+
+def test_a_3x3_layer_reads_its_input_about_once() -> None:
+    """Issue 28: ResNet-18's 56×56 3×3 64→64 convolution read its 0.2 MB input 35 times
+    (7.05 MB: every tap and N block gathered again from DRAM). With the input rows
+    resident and each window read in the scratchpad, the schedule the model picks reads
+    it once per chunk plus the rows two chunks share (≤ 1.15×), and is faster than the
+    im2col schedule at 16 and 4 B/cycle."""
+    from glensidec.hardware.array import ArrayConfig
+    from glensidec.hardware.commands import accel_config_for, best_conv_program, layer_traffic
+
+    layer = ConvLayer("layer1", 56, 56, 64, 64, kernel=3, stride=1, padding=1)
+    quant = LayerQuant(EpilogueConfig(), (0,) * 64, (1,) * 64)
+    for bus in (16, 4):
+        config = accel_config_for(ArrayConfig(16, 16), bus_bytes=bus)
+        program, timing = best_conv_program(config, layer, quant)
+        traffic = layer_traffic(config, layer, program)
+        assert traffic.input_loaded <= 1.15 * 56 * 56 * 64
+        im2col = accel_cycles(config, conv_program(config, layer, quant, "im2col").commands)
+        assert timing.cycles < im2col.cycles
+        assert timing.load_bytes < im2col.load_bytes / 4
+
+
+def test_a_schedule_that_does_not_fit_names_it() -> None:
+    with pytest.raises(CapacityError, match="cannot stay resident"):
+        conv_program(SMALL, LAYERS[4], random_layer_data(LAYERS[4], 0)[2], "window")
+    with pytest.raises(ValueError, match="unknown schedule 'fast'"):
+        conv_program(SMALL, LAYERS[0], random_layer_data(LAYERS[0], 0)[2], "fast")

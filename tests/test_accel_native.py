@@ -38,6 +38,8 @@ from glensidec.hardware.commands import (
     accel_config_for,
     conv_program,
     pool_program,
+    window_program,
+    window_tilings,
 )
 
 CONFIGS = {
@@ -112,14 +114,32 @@ def test_the_limit_is_an_error_in_both_models() -> None:
 
 
 @pytest.mark.parametrize("residual", [False, True], ids=["plain", "residual"])
+@pytest.mark.parametrize("config_name", sorted(CONFIGS))
 @pytest.mark.parametrize("layer", LAYERS, ids=lambda layer: layer.name)
-def test_a_packed_table_unpacks_to_the_same_commands(layer: ConvLayer, residual: bool) -> None:
+def test_window_programs_take_the_python_models_cycles(layer: ConvLayer, config_name: str,
+                                                       residual: bool) -> None:
+    """Every window tiling that fits (2-D activation patterns over resident rows)."""
+    config = CONFIGS[config_name]
+    quant = random_layer_data(layer, 0)[2]
+    if residual:
+        quant = dataclasses.replace(quant, residual=random_residual(1))
+    for tiling in window_tilings(config, layer, residual):
+        _compare(config, window_program(config, layer, quant, tiling).commands)
+
+
+@pytest.mark.parametrize("residual", [False, True], ids=["plain", "residual"])
+@pytest.mark.parametrize(("layer", "schedule"), [
+    *((layer, "im2col") for layer in LAYERS),
+    *((layer, "window") for layer in LAYERS if window_tilings(SMALL, layer, True))],
+    ids=lambda value: getattr(value, "name", value))
+def test_a_packed_table_unpacks_to_the_same_commands(layer: ConvLayer, residual: bool,
+                                                     schedule: str) -> None:
     """The generated C keeps commands as table rows; the co-simulation turns them back into
     the commands (and RTL words) the compiler made."""
     quant = random_layer_data(layer, 2)[2]
     if residual:
         quant = dataclasses.replace(quant, residual=random_residual(3))
-    program = conv_program(SMALL, layer, quant)
+    program = conv_program(SMALL, layer, quant, schedule)
     table = pack_commands(program.commands).astype(np.int32)
     unpacked = unpack_commands(table, SMALL.cols, quant.epilogue, quant.bias,
                                quant.multiplier, quant.residual)

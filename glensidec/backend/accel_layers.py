@@ -73,7 +73,7 @@ from glensidec.hardware.commands import (
     LayerProgram,
     LayerQuant,
     accel_cycles,
-    conv_program,
+    best_conv_program,
     layer_tiling,
     layer_traffic,
     pool_program,
@@ -620,20 +620,22 @@ def program_accel_layers(lowered: LoweredProgram, weights: dict[str, Array],
 
 def program_layer(accel: AccelConfig, layer: ConvLayer, quant: LayerQuant, pool: bool = False,
                   pool_sum: bool = False) -> tuple[LayerProgram, Array, AccelTiming]:
-    """The layer's commands (conv_program, or pool_program for a max-pool or, `pool_sum`,
+    """The layer's commands (best_conv_program, or pool_program for a max-pool or, `pool_sum`,
     an average pool through `quant`'s epilogue), as the packed table the C reads, and
     their cycles on ws_accel; GlensideError when the layer does not fit the accelerator."""
+    timing: AccelTiming | None = None
     try:
         if pool:
             program = pool_program(accel, layer, quant if pool_sum else None)
-        else:
-            program = conv_program(accel, layer, quant)
+        else:  # the schedule the exact model prices fastest, with its timing
+            program, timing = best_conv_program(accel, layer, quant)
     except CapacityError as error:
         raise GlensideError(f"--accel: {error}") from None
     table = pack_commands(program.commands)
-    native = native_model()
-    timing = (native_cycles(native, accel, table, 10**12) if native is not None
-              else accel_cycles(accel, program.commands))
+    if timing is None:
+        native = native_model()
+        timing = (native_cycles(native, accel, table, 10**12) if native is not None
+                  else accel_cycles(accel, program.commands))
     if table.size and (table.min() < -2**31 or table.max() >= 2**31):
         raise GlensideError(f"--accel: layer {layer.name} needs addresses beyond 32 bits")
     return program, table, timing

@@ -29,6 +29,7 @@ typedef struct {
   int64_t signal_store; /* LOAD: give a load -> store token (a pooling STORE's y0,
                            y_step and height columns hold its window, window stride and
                            1 for a sum pool) */
+  int64_t a_count1, a_stride1, a_stride2; /* COMPUTE: the activation rows' 2-D pattern */
 } gs_command;
 
 /* Results, in the order of commands.AccelTiming's fields. */
@@ -81,7 +82,7 @@ static int64_t row_beats(int64_t addr, int64_t length, int64_t bus) {
 
 typedef struct {
   /* configuration */
-  int64_t rows, bus, latency, queue_depth, lat, track_depth, bank_shift;
+  int64_t rows, bus, latency, queue_depth, lat, track_depth, bank_shift, spad_mask;
   const gs_command *commands;
   int64_t n_commands, next_command;
   /* dispatcher queues (command indices) and the tokens */
@@ -92,7 +93,7 @@ typedef struct {
   int64_t track_written;
   /* execute unit */
   int w_active, w_q, a_active, q_valid, q_last, q_emit, q_signal;
-  int64_t w_base, w_beat, a_addr, a_left, a_cmd;
+  int64_t w_base, w_beat, a_addr, a_left, a_cmd, a_line, a_col;
   /* ws_ctrl */
   int64_t w_count, w_load_bank, a_bank, bank_full[2], drain[2];
   uint8_t *tag_valid, *tag_emit; /* a delay line of lat entries; the oldest at tag_pos */
@@ -278,11 +279,21 @@ static int step(model *m, int64_t cycle, gs_timing *timing) {
     m->a_active = 1;
     m->a_addr = cmd[m->a_cmd].a_row;
     m->a_left = cmd[m->a_cmd].m_len;
+    m->a_line = m->a_addr;
+    m->a_col = 0;
   } else if (a_issue_last) {
     m->a_active = 0;
   } else if (a_issued) {
-    m->a_addr += 1;
+    const gs_command *tile = &cmd[m->a_cmd];
     m->a_left -= 1;
+    if (tile->a_count1 && m->a_col + 1 == tile->a_count1) { /* the next line */
+      m->a_line = (m->a_line + tile->a_stride2) & m->spad_mask;
+      m->a_addr = m->a_line;
+      m->a_col = 0;
+    } else {
+      m->a_addr = (m->a_addr + tile->a_stride1) & m->spad_mask;
+      m->a_col += 1;
+    }
   }
   /* ws_ctrl, frozen with the array when a result waits */
   if (en) {
@@ -392,7 +403,8 @@ static void release(model *m) {
  * Returns 0, 1 when `limit` cycles pass first, 2 when memory runs out, 3 on a bank
  * conflict between the residual and the weight reads (the Python model's ValueError). */
 int gs_accel_cycles(int64_t rows, int64_t cols, int64_t bus_bytes, int64_t latency,
-                    int64_t bank_rows, int64_t queue_depth, const gs_command *commands,
+                    int64_t bank_rows, int64_t scratchpad_rows, int64_t queue_depth,
+                    const gs_command *commands,
                     int64_t n, int64_t limit, gs_timing *timing) {
   model m;
   int64_t last_write = -1, cycle = 0;
@@ -403,6 +415,7 @@ int gs_accel_cycles(int64_t rows, int64_t cols, int64_t bus_bytes, int64_t laten
   m.bus = bus_bytes;
   m.latency = latency;
   m.queue_depth = queue_depth;
+  m.spad_mask = scratchpad_rows - 1; /* row addresses wrap (SPAD_W bits) */
   m.lat = rows + cols - 1; /* injection -> accumulator (ws_ctrl) */
   m.track_depth = 1;
   while (m.track_depth <= latency + 2) /* 1 << (latency + 2).bit_length() */

@@ -35,8 +35,8 @@ SOURCE = Path(__file__).with_name("accel_model.c")
 FIELDS = ("op", "wait", "signal", "w_row", "a_row", "m_len", "add", "emit", "base", "length",
           "count1", "stride1", "count2", "stride2", "spad_row", "bounds", "y0", "y_step",
           "height", "x0", "x_step", "width", "pad_value", "wait_store", "residual",
-          "signal_store")
-_DMA_FIELDS = FIELDS[8:-3]
+          "signal_store", "a_count1", "a_stride1", "a_stride2")
+_DMA_FIELDS = FIELDS[8:-6]
 _WINDOW, _WINDOW_STRIDE = _DMA_FIELDS.index("y0"), _DMA_FIELDS.index("y_step")
 _SUM = _DMA_FIELDS.index("height")  # a pooling store's: 1 for a sum pool
 _dma_fields = operator.attrgetter(*_DMA_FIELDS)  # a DmaCommand's fields, in order
@@ -94,7 +94,7 @@ def _load() -> ctypes.CDLL | None:
         return None
     function = native.gs_accel_cycles
     function.restype = ctypes.c_int
-    function.argtypes = [ctypes.c_int64] * 6 + [ctypes.c_void_p, ctypes.c_int64,
+    function.argtypes = [ctypes.c_int64] * 7 + [ctypes.c_void_p, ctypes.c_int64,
                                                 ctypes.c_int64, ctypes.POINTER(_Timing)]
     return native
 
@@ -115,21 +115,23 @@ def pack_commands(commands: Sequence[Command]) -> np.ndarray:
     for command in commands:
         if isinstance(command, Compute):
             rows.append([1, command.wait, command.signal, command.w_row, command.a_row,
-                         command.m_len, command.add, command.emit, *padding, 0, 0, 0])
+                         command.m_len, command.add, command.emit, *padding, 0, 0, 0,
+                         command.a_count1, command.a_stride1, command.a_stride2])
         elif isinstance(command, Config):  # its vectors stay in the layer; where they start
             rows.append([3, 0, 0, 0, 0, 0, 0, 0, command.first_column, *padding[1:], 0,
-                         command.residual is not None, 0])
+                         command.residual is not None, 0, 0, 0, 0])
         elif isinstance(command, Load):
             rows.append([0, command.wait, command.signal, 0, 0, 0, 0, 0,
                          *_dma_fields(command.dma), command.wait_store, 0,
-                         command.signal_store])
+                         command.signal_store, 0, 0, 0])
         else:  # a store: its pooling window where a load has y0 and y_step, and a sum
             # pool's flag where it has height (stores have no bounds)
             dma = list(_dma_fields(command.dma))
             if command.window:
                 dma[_WINDOW], dma[_WINDOW_STRIDE] = command.window, command.window_stride
                 dma[_SUM] = int(command.sum)
-            rows.append([2, command.wait, command.signal, 0, 0, 0, 0, 0, *dma, 0, 0, 0])
+            rows.append([2, command.wait, command.signal, 0, 0, 0, 0, 0, *dma, 0, 0, 0,
+                         0, 0, 0])
     return np.array(rows, dtype=np.int64).reshape(len(commands), len(FIELDS))
 
 
@@ -145,6 +147,7 @@ def native_cycles(native: ctypes.CDLL, config: AccelConfig,
     memory = config.memory
     status = native.gs_accel_cycles(
         config.rows, config.cols, memory.bus_bytes, memory.latency, memory.bank_rows,
+        memory.scratchpad_rows,
         config.queue_depth, packed.ctypes.data, len(packed), limit, ctypes.byref(timing))
     if status == 1:
         raise RuntimeError(f"the command sequence did not finish in {limit} cycles")
@@ -174,7 +177,9 @@ def unpack_commands(table: np.ndarray, cols: int, epilogue: EpilogueConfig,
         if op == 1:
             commands.append(Compute(field["w_row"], field["a_row"], field["m_len"],
                                     bool(field["add"]), bool(field["emit"]),
-                                    bool(field["wait"]), bool(field["signal"])))
+                                    bool(field["wait"]), bool(field["signal"]),
+                                    field["a_count1"], field["a_stride1"],
+                                    field["a_stride2"]))
         elif op == 3:
             first = field["base"]
             width = min(cols, len(bias) - first)

@@ -63,7 +63,11 @@ class Load:
 
 @dataclass(frozen=True)
 class Compute:
-    """COMPUTE: one array tile, weights bottom row first at w_row, rows from a_row."""
+    """COMPUTE: one array tile, weights bottom row first at w_row, m_len activation rows
+    from a_row in a 2-D pattern: row i = i2·a_count1 + i1 is scratchpad row
+    a_row + i2·a_stride2 + i1·a_stride1 (a_count1 = 0: one line, a_row + i·a_stride1). A
+    convolution's window (kernel tap, channel chunk) over input rows resident in the
+    scratchpad is such a pattern: a line per output row, the stride between pixels."""
 
     w_row: int
     a_row: int
@@ -72,6 +76,16 @@ class Compute:
     emit: bool = False  # send the rows to the store path (the last K fold)
     wait: bool = False  # take a load → exec token before its weights start
     signal: bool = False  # give an exec → load token after its last row entered the array
+    a_count1: int = 0  # activation rows per line (0: every row on one line)
+    a_stride1: int = 1  # scratchpad rows between the rows of a line
+    a_stride2: int = 0  # scratchpad rows between the first rows of two lines
+
+    def activation_rows(self) -> list[int]:
+        """The scratchpad rows the tile reads, in order (unwrapped)."""
+        if self.a_count1 == 0:
+            return [self.a_row + i * self.a_stride1 for i in range(self.m_len)]
+        return [self.a_row + (i // self.a_count1) * self.a_stride2
+                + (i % self.a_count1) * self.a_stride1 for i in range(self.m_len)]
 
 
 @dataclass(frozen=True)
@@ -173,7 +187,9 @@ def encode_command(command: Command, cols: int) -> int:
                 | _field(command.w_row, 8, SPAD_ROW_BITS)
                 | _field(command.a_row, 32, SPAD_ROW_BITS)
                 | _field(command.m_len, 56, 16) | _field(command.add, 72, 1)
-                | _field(command.emit, 73, 1))
+                | _field(command.emit, 73, 1) | _field(command.a_count1, 80, 16)
+                | _field(command.a_stride1, 96, SPAD_ROW_BITS)
+                | _field(command.a_stride2, 120, SPAD_ROW_BITS))
     epilogue = command.epilogue
     word = (OP_CONFIG | _field(epilogue.pre, 8, 6) | _field(epilogue.post, 16, 6)
             | _field(epilogue.zero_point, 24, 8) | _field(epilogue.low, 32, 8)
@@ -243,8 +259,9 @@ class AccelModel:
         self.w_active = self.w_q = False
         self.w_base = self.w_beat = 0
         self.a_active = False
-        self.a_addr = self.a_left = 0
+        self.a_addr = self.a_left = self.a_line = self.a_col = 0
         self.a_cmd: Compute | None = None
+        self.spad_mask = memory.scratchpad_rows - 1  # row addresses wrap (SPAD_W bits)
         self.q_valid = self.q_last = self.q_emit = self.q_signal = False
         # ws_ctrl
         self.w_count = self.w_load_bank = self.a_bank = 0
@@ -413,11 +430,18 @@ class AccelModel:
         if a_start:
             self.a_cmd = self.aq.popleft()
             self.a_active, self.a_addr, self.a_left = True, self.a_cmd.a_row, self.a_cmd.m_len
+            self.a_line, self.a_col = self.a_cmd.a_row, 0
         elif a_issue_last:
             self.a_active = False
-        elif a_issued:
-            self.a_addr += 1
+        elif a_issued and self.a_cmd is not None:
             self.a_left -= 1
+            count1 = self.a_cmd.a_count1
+            if count1 and self.a_col + 1 == count1:  # the next line
+                self.a_line = (self.a_line + self.a_cmd.a_stride2) & self.spad_mask
+                self.a_addr, self.a_col = self.a_line, 0
+            else:
+                self.a_addr = (self.a_addr + self.a_cmd.a_stride1) & self.spad_mask
+                self.a_col += 1
         # ws_ctrl, frozen with the array when a result waits
         if en:
             self.drain = [max(0, value - 1) for value in self.drain]
@@ -777,7 +801,228 @@ def _tiling_estimate(config: AccelConfig, layer: ConvLayer, tiling: LayerTiling,
     return round(cycles), loaded
 
 
-def conv_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant) -> LayerProgram:
+#: conv_program's schedules: "im2col" (the DMA gathers every window's rows from main
+#: memory), "window" (input rows resident, windows read in the scratchpad), "best" (the
+#: one of them the exact cycle model prices fastest).
+SCHEDULES = ("best", "im2col", "window")
+
+
+def conv_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
+                 schedule: str = "best") -> LayerProgram:
+    """The commands of one convolution (or GEMM) in `schedule` (SCHEDULES); "best" prices
+    every schedule that fits with `accel_cycles` and keeps the fastest (`best_conv_program`).
+    CapacityError naming the sizes when the schedule asked for does not fit."""
+    if schedule == "im2col":
+        return im2col_program(config, layer, quant)
+    if schedule == "window":
+        tilings = window_tilings(config, layer, quant.residual is not None)
+        if not tilings:
+            raise CapacityError(f"layer {layer.name}: its input rows cannot stay resident "
+                                "(grouped, packed taps, or a band of one output row does "
+                                "not fit half the scratchpad)")
+        return window_program(config, layer, quant, tilings[0])
+    if schedule != "best":
+        raise ValueError(f"unknown schedule {schedule!r}; one of {', '.join(SCHEDULES)}")
+    return best_conv_program(config, layer, quant)[0]
+
+
+def best_conv_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant
+                      ) -> tuple[LayerProgram, AccelTiming]:
+    """The schedule of the layer the exact model prices fastest, with its timing: today's
+    im2col program (when it fits) and every window tiling that fits; among those within
+    TRAFFIC_SLACK of the fastest, the one that moves the fewest bytes. CapacityError
+    (im2col's, naming the sizes) when none fits."""
+    candidates: list[LayerProgram] = []
+    error: CapacityError | None = None
+    try:
+        candidates.append(im2col_program(config, layer, quant))
+    except CapacityError as problem:
+        error = problem
+    for tiling in window_tilings(config, layer, quant.residual is not None):
+        candidates.append(window_program(config, layer, quant, tiling))
+    if not candidates:
+        assert error is not None
+        raise error
+    priced = [(program, accel_cycles(config, program.commands)) for program in candidates]
+    if len(priced) == 1:
+        return priced[0]
+    fastest = min(timing.cycles for _, timing in priced)
+    return min((choice for choice in priced
+                if choice[1].cycles <= fastest * (1 + TRAFFIC_SLACK)),
+               key=lambda choice: (choice[1].load_bytes + choice[1].store_bytes,
+                                   choice[1].cycles))
+
+
+@dataclass(frozen=True)
+class WindowTiling:
+    """How the window schedule cuts a layer: output rows per chunk (the input band the
+    chunk reads stays resident), whether bands alternate between two buffers (several
+    chunks) or one band fills half the scratchpad, and K folds per weight piece."""
+
+    chunk_rows: int
+    double_buffered: bool
+    piece_folds: int
+
+
+@dataclass(frozen=True)
+class _Band:
+    """The resident input rows of a window schedule, in band coordinates: band pixel
+    (by, bx) is input pixel (y0 + by·step, bx·step − padding), stored at plane j (the
+    channel chunk j·ROWS …) + by·width + bx. A window's rows are then a 2-D pattern of
+    stride `stride` (output pixels) from the tap's offset ky·width + kx."""
+
+    step: int  # input pixels between band pixels (a 1×1 layer's stride: only sampled ones)
+    stride: int  # band pixels between output pixels
+    width: int  # band pixels per band row
+
+    def rows(self, out_rows: int, kernel: int) -> int:
+        """Band rows `out_rows` output rows read."""
+        return (out_rows - 1) * self.stride + kernel
+
+
+def _band_of(layer: ConvLayer) -> _Band:
+    step = layer.stride if layer.kernel == 1 else 1
+    stride = 1 if layer.kernel == 1 else layer.stride
+    return _Band(step, stride, (layer.out_size[1] - 1) * stride + layer.kernel)
+
+
+def window_tilings(config: AccelConfig, layer: ConvLayer, residual: bool = False
+                   ) -> list[WindowTiling]:
+    """The window schedules that fit, most rows per chunk first: the whole output in one
+    chunk with its band in half the scratchpad (banks 0 and 1), and chunks of balanced
+    output rows whose bands alternate between a quarter each. Each chunk's M rows fit
+    the accumulator; with a `residual`, two regions of a chunk's residual rows sit
+    beside the bands. None for a grouped layer or one with packed taps (their rows are
+    not one pixel's channels)."""
+    R = config.rows
+    if layer.groups != 1 or packs_taps(layer, R):
+        return []
+    out_h, out_w = layer.out_size
+    band = _band_of(layer)
+    planes = -(-layer.channels // R)
+    quarter = config.memory.scratchpad_rows // 4
+    piece_folds = min(layer_folds(layer, config), quarter // R)
+    if piece_folds < 1:
+        return []
+    tilings = []
+    whole = band.rows(out_h, layer.kernel) * band.width * planes
+    if out_h * out_w <= config.acc_depth and \
+            whole + 2 * residual * out_h * out_w <= 2 * quarter:
+        tilings.append(WindowTiling(out_h, False, piece_folds))
+    fitting = [rows for rows in range(1, out_h + 1)
+               if rows * out_w <= config.acc_depth
+               and band.rows(rows, layer.kernel) * band.width * planes
+               + residual * rows * out_w <= quarter]
+    chunks = -(-out_h // max(fitting)) if fitting else 0
+    if chunks > 1 or (chunks == 1 and not tilings):  # (one chunk: the same as the above)
+        tilings.append(WindowTiling(-(-out_h // chunks), True, piece_folds))
+    return tilings
+
+
+def window_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
+                   tiling: WindowTiling) -> LayerProgram:
+    """Commands of one convolution whose input rows stay in the scratchpad (the window
+    schedule): M chunk → N block → K piece → K fold, like `im2col_program`, but a chunk's
+    input band — the rows of the input its output rows read, one scratchpad row per pixel
+    and chunk of ROWS channels — is loaded once (padding rows by the DMA's bounds, not
+    from memory), and every K fold (tap ky, kx and a channel chunk) is a COMPUTE whose
+    2-D activation pattern reads the tap's shifted view of those rows: a line per output
+    row, `stride` rows apart. So each input byte crosses the bus once per chunk (the
+    bands of two chunks share k − stride rows), not once per tap and N block.
+
+    Bands sit in banks 0 and 1 (one band over both, or two alternating), weight pieces
+    in banks 2 and 3 alternating, as `im2col_program`'s buffers; partial sums stay in
+    the accumulator over every K fold of an (M chunk, N block). The steps and tokens are
+    `im2col_program`'s: step s = (chunk, block, piece) loads the band (its chunk's first
+    step), its piece's weights and (last piece) the block's residual rows; its first load
+    waits for step s − 2's release, so a band is overwritten only after the chunk two
+    before has computed.
+    """
+    R, C = config.rows, config.cols
+    M, _, N = layer.gemm
+    K = weight_rows(layer, C)
+    out_h, out_w = layer.out_size
+    residual = quant.residual is not None
+    band = _band_of(layer)
+    planes = -(-layer.channels // R)
+    quarter = config.memory.scratchpad_rows // 4
+    plane_rows = band.rows(tiling.chunk_rows, layer.kernel) * band.width
+    band_rows = plane_rows * planes
+    input_base = 0
+    weight_base = _align(layer.height * layer.width * layer.channels)
+    output_base = weight_base + _align(K * N)
+    residual_base = output_base + _align(M * N) if residual else -1
+    memory_bytes = output_base + _align(M * N) * (1 + residual) + 2 * config.memory.bus_bytes
+    folds = conv_folds(layer, R)
+    pieces = -(-len(folds) // tiling.piece_folds)
+    steps: list[_Step] = []
+    block_configured, w_loads, stores = -1, 0, 0
+    for chunk, oy0 in enumerate(range(0, out_h, tiling.chunk_rows)):
+        rows_here = min(tiling.chunk_rows, out_h - oy0)
+        m0, m_len = oy0 * out_w, rows_here * out_w
+        band_base = chunk % 2 * quarter if tiling.double_buffered else 0
+        y0 = oy0 * layer.stride - layer.padding
+        band_loads = [DmaCommand(
+            base=input_base + (y0 * layer.width - layer.padding) * layer.channels + channel0,
+            length=min(R, layer.channels - channel0), count1=band.width,
+            stride1=band.step * layer.channels, count2=band.rows(rows_here, layer.kernel),
+            stride2=band.step * layer.width * layer.channels,
+            spad_row=band_base + plane * plane_rows, bounds=True, y0=y0, y_step=band.step,
+            height=layer.height, x0=-layer.padding, x_step=band.step, width=layer.width,
+            pad_value=quant.input_zero_point)
+            for plane, channel0 in enumerate(range(0, layer.channels, R))]
+        for block in group_blocks(layer, C):
+            n0, width = block.n0, block.width
+            for piece in range(pieces):
+                piece_folds = folds[piece * tiling.piece_folds:(piece + 1) * tiling.piece_folds]
+                loads = list(band_loads) if block.n0 == 0 and piece == 0 else []
+                w_buffer = (2 + w_loads % 2) * quarter
+                w_loads += 1
+                for index, (ky, kx, channel0, length) in enumerate(piece_folds):
+                    k_first = (ky * layer.kernel + kx) * layer.channels + channel0
+                    loads.append(_weight_rows(R, k_first, length, weight_base + n0, N, width,
+                                              w_buffer + index * R))
+                last_piece = piece == pieces - 1
+                residual_row = (stores % 2 * quarter + band_rows if tiling.double_buffered
+                                else band_rows + stores % 2 * m_len)
+                if residual and last_piece:
+                    loads.append(DmaCommand(base=residual_base + m0 * N + n0, length=width,
+                                            count1=m_len, stride1=N, spad_row=residual_row))
+                computes = []
+                for index, (ky, kx, channel0, _) in enumerate(piece_folds):
+                    computes.append(Compute(
+                        w_row=w_buffer + index * R,
+                        a_row=band_base + channel0 // R * plane_rows + ky * band.width + kx,
+                        m_len=m_len, add=piece > 0 or index > 0,
+                        emit=last_piece and index == len(piece_folds) - 1,
+                        wait=index == 0, signal=index == len(piece_folds) - 1,
+                        a_count1=out_w, a_stride1=band.stride,
+                        a_stride2=band.stride * band.width))
+                steps.append(_Step(
+                    [Load(dma, wait=len(steps) >= 2 and index == 0,
+                          signal=index == len(loads) - 1,
+                          wait_store=residual and last_piece and stores >= 2
+                          and index == len(loads) - 1)
+                     for index, dma in enumerate(loads)], computes, []))
+            tail = steps[-1].tail
+            if block.n0 != block_configured:
+                padded = [0] * (C - width)
+                tail.append(Config(
+                    quant.epilogue, tuple(quant.bias[n0:n0 + width]) + tuple(padded),
+                    tuple(quant.multiplier[n0:n0 + width]) + tuple(padded), first_column=n0,
+                    residual=quant.residual))
+                block_configured = block.n0
+            tail.append(Store(DmaCommand(base=output_base + m0 * N + n0, length=width,
+                                         count1=m_len, stride1=N,
+                                         spad_row=residual_row if residual else 0),
+                              signal=residual))
+            stores += 1
+    return LayerProgram(_software_pipeline(steps), input_base, weight_base, output_base,
+                        memory_bytes, tiling.chunk_rows * out_w, len(folds),
+                        tiling.piece_folds, 0, residual_base)
+
+
+def im2col_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant) -> LayerProgram:
     """Double-buffered commands of one convolution: M chunk → N block → K piece → K fold.
 
     The scratchpad is four quarters: two activation buffers (the im2col rows of an M
@@ -1185,8 +1430,9 @@ def run_functional(config: AccelConfig, commands: Sequence[Command],
         elif isinstance(command, Compute):
             weights = np.stack([_signed_bytes(spad.get(command.w_row + R - 1 - r, zero_row)[:C])
                                 for r in range(R)])
-            rows = np.stack([_signed_bytes(spad.get(command.a_row + m, zero_row)[:R])
-                             for m in range(command.m_len)])
+            mask = config.memory.scratchpad_rows - 1
+            rows = np.stack([_signed_bytes(spad.get(row & mask, zero_row)[:R])
+                             for row in command.activation_rows()])
             result = rows @ weights + (acc[:command.m_len] if command.add else 0)
             result = (result + 2**31) % 2**32 - 2**31  # the array's int32 wrap
             if command.emit:
