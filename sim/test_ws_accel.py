@@ -26,7 +26,8 @@ CASES = [(2, 2, 2, 32768, 16, 8, 16), (4, 4, 4, 32, 4, 2, 16), (4, 8, 8, 128, 4,
 #: and a global one); and the window schedule (input rows resident, each window a 2-D
 #: pattern of them): a 3×3 in several chunks, K pieces and channel planes, a strided 3×3
 #: with a residual add over two N blocks, a strided 1×1 (only sampled pixels loaded), a
-#: GEMM with an early residual; and the 3×3 again in today's im2col schedule.
+#: GEMM with an early residual, a 5×5 with packed taps (a plane per group of taps); and
+#: the 3×3 again in today's im2col schedule.
 LAYERS = [
     {"name": "gemm4x2x2", "height": 4, "width": 1, "channels": 2, "out_channels": 2},
     {"name": "conv3x3", "height": 5, "width": 5, "channels": 6, "out_channels": 6,
@@ -59,6 +60,8 @@ LAYERS = [
      "kernel": 1, "stride": 2, "padding": 0, "schedule": "window"},
     {"name": "window_gemm_residual", "height": 9, "width": 1, "channels": 12,
      "out_channels": 5, "residual": "early", "schedule": "window"},
+    {"name": "window_packed5x5s2", "height": 5, "width": 4, "channels": 2,
+     "out_channels": 3, "kernel": 5, "stride": 2, "padding": 2, "schedule": "window"},
     {"name": "im2col3x3", "height": 4, "width": 3, "channels": 6, "out_channels": 6,
      "kernel": 3, "stride": 1, "padding": 1, "schedule": "im2col"},
 ]

@@ -414,8 +414,8 @@ def test_the_tiling_loads_least_among_those_as_fast(monkeypatch: pytest.MonkeyPa
         accel_cycles(config, fastest.commands).cycles * 1.02
 
 
-#: Layers the window schedule takes (one pixel's channels per row: not grouped, no packed
-#: taps): padded 3×3, strided 3×3 over two N blocks, strided 1×1, a GEMM.
+#: Layers the window schedule takes (not grouped): padded 3×3, strided 3×3 over two N
+#: blocks, strided 1×1, a GEMM, a 5×5 with packed taps (a plane per group of taps).
 WINDOW_LAYERS = [layer for layer in LAYERS if window_tilings(SMALL, layer)]
 
 
@@ -481,6 +481,6 @@ def test_a_3x3_layer_reads_its_input_about_once() -> None:
 
 def test_a_schedule_that_does_not_fit_names_it() -> None:
     with pytest.raises(CapacityError, match="cannot stay resident"):
-        conv_program(SMALL, LAYERS[4], random_layer_data(LAYERS[4], 0)[2], "window")
+        conv_program(SMALL, LAYERS[5], random_layer_data(LAYERS[5], 0)[2], "window")
     with pytest.raises(ValueError, match="unknown schedule 'fast'"):
         conv_program(SMALL, LAYERS[0], random_layer_data(LAYERS[0], 0)[2], "fast")

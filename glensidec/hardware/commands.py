@@ -818,8 +818,8 @@ def conv_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
         tilings = window_tilings(config, layer, quant.residual is not None)
         if not tilings:
             raise CapacityError(f"layer {layer.name}: its input rows cannot stay resident "
-                                "(grouped, packed taps, or a band of one output row does "
-                                "not fit half the scratchpad)")
+                                "(a grouped layer, or a band of one output row does not "
+                                "fit a quarter of the scratchpad)")
         return window_program(config, layer, quant, tilings[0])
     if schedule != "best":
         raise ValueError(f"unknown schedule {schedule!r}; one of {', '.join(SCHEDULES)}")
@@ -865,70 +865,109 @@ class WindowTiling:
 
 
 @dataclass(frozen=True)
+class _Plane:
+    """One plane of a band: its rows hold `length` bytes from channel `channel0` of input
+    pixel x = x0 + bx·x_step (in the map as stored), and the K folds that read it."""
+
+    channel0: int
+    length: int
+    x0: int
+    folds: tuple[int, ...]  # indices into conv_folds
+
+
+@dataclass(frozen=True)
 class _Band:
-    """The resident input rows of a window schedule, in band coordinates: band pixel
-    (by, bx) is input pixel (y0 + by·step, bx·step − padding), stored at plane j (the
-    channel chunk j·ROWS …) + by·width + bx. A window's rows are then a 2-D pattern of
-    stride `stride` (output pixels) from the tap's offset ky·width + kx."""
+    """The resident input rows of a window schedule. Band row by is input row
+    y0 + by·y_step (y0 = the chunk's first output row · stride − padding); band pixel
+    (by, bx) of plane p is stored at p·plane_rows + by·width + bx. K fold f reads, for
+    output pixel (oy, ox) of its chunk, band pixel (oy·stride_y + dy_f, ox·stride_x + dx_f)
+    of its plane: a 2-D pattern from offset dy_f·width + dx_f.
 
-    step: int  # input pixels between band pixels (a 1×1 layer's stride: only sampled ones)
-    stride: int  # band pixels between output pixels
-    width: int  # band pixels per band row
+    A k×k layer's planes are its channel chunks of ROWS and its band every pixel the
+    windows touch (dy, dx = ky, kx); a 1×1 layer's band only the pixels its stride
+    samples; a layer with packed taps (few channels) has a plane per group of taps along
+    x, each row the group's pixels at the stride's x positions (dy = ky, dx = 0)."""
 
-    def rows(self, out_rows: int, kernel: int) -> int:
+    planes: tuple[_Plane, ...]
+    offsets: tuple[tuple[int, int], ...]  # (dy, dx) per K fold
+    y_step: int
+    x_step: int
+    stride_y: int
+    stride_x: int
+    width: int
+    reach: int  # band rows one output row reads
+    padded_input: bool  # the map is stored padded (packed taps): no bounds
+
+    def rows(self, out_rows: int) -> int:
         """Band rows `out_rows` output rows read."""
-        return (out_rows - 1) * self.stride + kernel
+        return (out_rows - 1) * self.stride_y + self.reach
 
 
-def _band_of(layer: ConvLayer) -> _Band:
-    step = layer.stride if layer.kernel == 1 else 1
-    stride = 1 if layer.kernel == 1 else layer.stride
-    return _Band(step, stride, (layer.out_size[1] - 1) * stride + layer.kernel)
+def _band_of(layer: ConvLayer, rows: int) -> _Band:
+    folds = conv_folds(layer, rows)
+    out_w, stride, kernel = layer.out_size[1], layer.stride, layer.kernel
+    if packs_taps(layer, rows):  # plane g: the taps kx = g·group … of every ky
+        group = rows // layer.channels
+        planes = tuple(_Plane(0, min(group, kernel - x0) * layer.channels, x0, tuple(
+            index for index, fold in enumerate(folds) if fold[1] == x0))
+            for x0 in range(0, kernel, group))
+        return _Band(planes, tuple((fold[0], 0) for fold in folds), 1, stride, stride, 1,
+                     out_w, kernel, True)
+    chunks = range(0, layer.channels, rows)
+    planes = tuple(_Plane(channel0, min(rows, layer.channels - channel0), 0, tuple(
+        index for index, fold in enumerate(folds) if fold[2] == channel0))
+        for channel0 in chunks)
+    offsets = tuple((fold[0], fold[1]) for fold in folds)
+    if kernel == 1:  # only the sampled pixels
+        return _Band(planes, offsets, stride, stride, 1, 1, out_w, 1, False)
+    return _Band(planes, offsets, 1, 1, stride, stride, (out_w - 1) * stride + kernel,
+                 kernel, False)
 
 
 def window_tilings(config: AccelConfig, layer: ConvLayer, residual: bool = False
                    ) -> list[WindowTiling]:
-    """The window schedules that fit, most rows per chunk first: the whole output in one
-    chunk with its band in half the scratchpad (banks 0 and 1), and chunks of balanced
-    output rows whose bands alternate between a quarter each. Each chunk's M rows fit
-    the accumulator; with a `residual`, two regions of a chunk's residual rows sit
-    beside the bands. None for a grouped layer or one with packed taps (their rows are
-    not one pixel's channels)."""
+    """The window schedules that fit: the whole output in one chunk with its band in half
+    the scratchpad (banks 0 and 1), and chunks of balanced output rows whose bands
+    alternate between a quarter each; each with K pieces as large as a weight buffer
+    holds (balanced) and half that (the next piece loads sooner). Each chunk's M rows fit
+    the accumulator; with a `residual`, two regions of a chunk's residual rows sit beside
+    the bands. None for a grouped layer (each N block reads its own channels)."""
     R = config.rows
-    if layer.groups != 1 or packs_taps(layer, R):
+    if layer.groups != 1:
         return []
     out_h, out_w = layer.out_size
-    band = _band_of(layer)
-    planes = -(-layer.channels // R)
+    band = _band_of(layer, R)
     quarter = config.memory.scratchpad_rows // 4
-    piece_folds = min(layer_folds(layer, config), quarter // R)
-    if piece_folds < 1:
+    folds = len(band.offsets)
+    most = min(folds, quarter // R)
+    if most < 1:
         return []
-    tilings = []
-    whole = band.rows(out_h, layer.kernel) * band.width * planes
+    balanced = -(-folds // -(-folds // most))
+    pieces = sorted({balanced, -(-folds // (2 * -(-folds // most)))}, reverse=True)
+    chunkings = []
+    whole = band.rows(out_h) * band.width * len(band.planes)
     if out_h * out_w <= config.acc_depth and \
             whole + 2 * residual * out_h * out_w <= 2 * quarter:
-        tilings.append(WindowTiling(out_h, False, piece_folds))
+        chunkings.append((out_h, False))
     fitting = [rows for rows in range(1, out_h + 1)
                if rows * out_w <= config.acc_depth
-               and band.rows(rows, layer.kernel) * band.width * planes
+               and band.rows(rows) * band.width * len(band.planes)
                + residual * rows * out_w <= quarter]
     chunks = -(-out_h // max(fitting)) if fitting else 0
-    if chunks > 1 or (chunks == 1 and not tilings):  # (one chunk: the same as the above)
-        tilings.append(WindowTiling(-(-out_h // chunks), True, piece_folds))
-    return tilings
+    if chunks > 1 or (chunks == 1 and not chunkings):  # (one chunk: the same as the above)
+        chunkings.append((-(-out_h // chunks), True))
+    return [WindowTiling(rows, double, piece) for rows, double in chunkings for piece in pieces]
 
 
 def window_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
                    tiling: WindowTiling) -> LayerProgram:
     """Commands of one convolution whose input rows stay in the scratchpad (the window
     schedule): M chunk → N block → K piece → K fold, like `im2col_program`, but a chunk's
-    input band — the rows of the input its output rows read, one scratchpad row per pixel
-    and chunk of ROWS channels — is loaded once (padding rows by the DMA's bounds, not
-    from memory), and every K fold (tap ky, kx and a channel chunk) is a COMPUTE whose
-    2-D activation pattern reads the tap's shifted view of those rows: a line per output
-    row, `stride` rows apart. So each input byte crosses the bus once per chunk (the
-    bands of two chunks share k − stride rows), not once per tap and N block.
+    input band (`_Band`: the input rows its output rows read, one scratchpad row per pixel
+    and plane) is loaded once — padding rows by the DMA's bounds, not from memory — and
+    every K fold is a COMPUTE whose 2-D activation pattern reads the fold's shifted view
+    of the band: a line per output row. So each input byte crosses the bus once per chunk
+    (the bands of two chunks share k − stride rows), not once per tap and N block.
 
     Bands sit in banks 0 and 1 (one band over both, or two alternating), weight pieces
     in banks 2 and 3 alternating, as `im2col_program`'s buffers; partial sums stay in
@@ -943,17 +982,19 @@ def window_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
     K = weight_rows(layer, C)
     out_h, out_w = layer.out_size
     residual = quant.residual is not None
-    band = _band_of(layer)
-    planes = -(-layer.channels // R)
+    band = _band_of(layer, R)
     quarter = config.memory.scratchpad_rows // 4
-    plane_rows = band.rows(tiling.chunk_rows, layer.kernel) * band.width
-    band_rows = plane_rows * planes
+    plane_rows = band.rows(tiling.chunk_rows) * band.width
+    band_rows = plane_rows * len(band.planes)
+    pad = layer.padding if band.padded_input else 0  # the map as stored
+    height, width = layer.height + 2 * pad, layer.width + 2 * pad
     input_base = 0
-    weight_base = _align(layer.height * layer.width * layer.channels)
+    weight_base = _align(height * width * layer.channels)
     output_base = weight_base + _align(K * N)
     residual_base = output_base + _align(M * N) if residual else -1
     memory_bytes = output_base + _align(M * N) * (1 + residual) + 2 * config.memory.bus_bytes
     folds = conv_folds(layer, R)
+    plane_of = {fold: plane for plane, entry in enumerate(band.planes) for fold in entry.folds}
     pieces = -(-len(folds) // tiling.piece_folds)
     steps: list[_Step] = []
     block_configured, w_loads, stores = -1, 0, 0
@@ -961,43 +1002,46 @@ def window_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
         rows_here = min(tiling.chunk_rows, out_h - oy0)
         m0, m_len = oy0 * out_w, rows_here * out_w
         band_base = chunk % 2 * quarter if tiling.double_buffered else 0
-        y0 = oy0 * layer.stride - layer.padding
+        y0 = oy0 * layer.stride - layer.padding + pad
+        x0 = -layer.padding + pad
         band_loads = [DmaCommand(
-            base=input_base + (y0 * layer.width - layer.padding) * layer.channels + channel0,
-            length=min(R, layer.channels - channel0), count1=band.width,
-            stride1=band.step * layer.channels, count2=band.rows(rows_here, layer.kernel),
-            stride2=band.step * layer.width * layer.channels,
-            spad_row=band_base + plane * plane_rows, bounds=True, y0=y0, y_step=band.step,
-            height=layer.height, x0=-layer.padding, x_step=band.step, width=layer.width,
+            base=input_base + (y0 * width + x0 + plane.x0) * layer.channels + plane.channel0,
+            length=plane.length, count1=band.width, stride1=band.x_step * layer.channels,
+            count2=band.rows(rows_here), stride2=band.y_step * width * layer.channels,
+            spad_row=band_base + index * plane_rows, bounds=not band.padded_input, y0=y0,
+            y_step=band.y_step, height=height, x0=x0, x_step=band.x_step, width=width,
             pad_value=quant.input_zero_point)
-            for plane, channel0 in enumerate(range(0, layer.channels, R))]
+            for index, plane in enumerate(band.planes)]
         for block in group_blocks(layer, C):
-            n0, width = block.n0, block.width
+            n0, width_n = block.n0, block.width
             for piece in range(pieces):
-                piece_folds = folds[piece * tiling.piece_folds:(piece + 1) * tiling.piece_folds]
+                first = piece * tiling.piece_folds
+                piece_folds = folds[first:first + tiling.piece_folds]
                 loads = list(band_loads) if block.n0 == 0 and piece == 0 else []
                 w_buffer = (2 + w_loads % 2) * quarter
                 w_loads += 1
                 for index, (ky, kx, channel0, length) in enumerate(piece_folds):
                     k_first = (ky * layer.kernel + kx) * layer.channels + channel0
-                    loads.append(_weight_rows(R, k_first, length, weight_base + n0, N, width,
+                    loads.append(_weight_rows(R, k_first, length, weight_base + n0, N, width_n,
                                               w_buffer + index * R))
                 last_piece = piece == pieces - 1
                 residual_row = (stores % 2 * quarter + band_rows if tiling.double_buffered
                                 else band_rows + stores % 2 * m_len)
                 if residual and last_piece:
-                    loads.append(DmaCommand(base=residual_base + m0 * N + n0, length=width,
+                    loads.append(DmaCommand(base=residual_base + m0 * N + n0, length=width_n,
                                             count1=m_len, stride1=N, spad_row=residual_row))
                 computes = []
-                for index, (ky, kx, channel0, _) in enumerate(piece_folds):
+                for index in range(len(piece_folds)):
+                    dy, dx = band.offsets[first + index]
                     computes.append(Compute(
                         w_row=w_buffer + index * R,
-                        a_row=band_base + channel0 // R * plane_rows + ky * band.width + kx,
+                        a_row=band_base + plane_of[first + index] * plane_rows
+                        + dy * band.width + dx,
                         m_len=m_len, add=piece > 0 or index > 0,
                         emit=last_piece and index == len(piece_folds) - 1,
                         wait=index == 0, signal=index == len(piece_folds) - 1,
-                        a_count1=out_w, a_stride1=band.stride,
-                        a_stride2=band.stride * band.width))
+                        a_count1=out_w, a_stride1=band.stride_x,
+                        a_stride2=band.stride_y * band.width))
                 steps.append(_Step(
                     [Load(dma, wait=len(steps) >= 2 and index == 0,
                           signal=index == len(loads) - 1,
@@ -1006,20 +1050,20 @@ def window_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
                      for index, dma in enumerate(loads)], computes, []))
             tail = steps[-1].tail
             if block.n0 != block_configured:
-                padded = [0] * (C - width)
+                padded = [0] * (C - width_n)
                 tail.append(Config(
-                    quant.epilogue, tuple(quant.bias[n0:n0 + width]) + tuple(padded),
-                    tuple(quant.multiplier[n0:n0 + width]) + tuple(padded), first_column=n0,
+                    quant.epilogue, tuple(quant.bias[n0:n0 + width_n]) + tuple(padded),
+                    tuple(quant.multiplier[n0:n0 + width_n]) + tuple(padded), first_column=n0,
                     residual=quant.residual))
                 block_configured = block.n0
-            tail.append(Store(DmaCommand(base=output_base + m0 * N + n0, length=width,
+            tail.append(Store(DmaCommand(base=output_base + m0 * N + n0, length=width_n,
                                          count1=m_len, stride1=N,
                                          spad_row=residual_row if residual else 0),
                               signal=residual))
             stores += 1
     return LayerProgram(_software_pipeline(steps), input_base, weight_base, output_base,
                         memory_bytes, tiling.chunk_rows * out_w, len(folds),
-                        tiling.piece_folds, 0, residual_base)
+                        tiling.piece_folds, pad, residual_base)
 
 
 def im2col_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant) -> LayerProgram:
