@@ -368,6 +368,14 @@ def quantize_command(program: Path, calibration: Path | None, profile_path: Path
               help="S bands of output rows, each with its own weights.")
 @click.option("--split-out", multiple=True, metavar="LAYER:S:G",
               help="S parts of the output channels, each a conv in G groups.")
+@click.option("--heads", multiple=True, metavar="ATTENTION:H",
+              help="Keep the attention's H strongest heads.")
+@click.option("--head-dim", multiple=True, metavar="ATTENTION:F",
+              help="Keep 1/F of every head's dimensions (the strongest).")
+@click.option("--low-rank", multiple=True, metavar="LAYER:R",
+              help="A dense layer as two of rank R (SVD).")
+@click.option("--drop", multiple=True, metavar="ADD",
+              help="Remove a residual add and its branch (x + f(x) becomes x).")
 @click.option("--init", type=click.Choice(["inherit", "random"]), default="inherit",
               show_default=True, help="New weights from the old ones, or random (He).")
 @click.option("--seed", type=SEED, default=0, show_default=True, help="For --init random.")
@@ -381,18 +389,23 @@ def quantize_command(program: Path, calibration: Path | None, profile_path: Path
               help="Replace existing output files an earlier run did not write.")
 def transform_command(model: Path, group: tuple[str, ...], bottleneck: tuple[str, ...],
                       bottleneck_block: tuple[str, ...], depthwise: tuple[str, ...],
-                      spatial_split: tuple[str, ...], split_out: tuple[str, ...], init: str,
+                      spatial_split: tuple[str, ...], split_out: tuple[str, ...],
+                      heads: tuple[str, ...], head_dim: tuple[str, ...],
+                      low_rank: tuple[str, ...], drop: tuple[str, ...], init: str,
                       seed: int, array_size: str, dram_bandwidth: int, output: Path | None,
                       force: bool) -> None:
     """Transform MODEL's architecture; with no transformation, list its transformable layers.
 
     Transformations apply in the order bottleneck, group, split-out, bottleneck-block,
-    depthwise, spatial-split. Each prints the layers it changed with their parameters,
-    multiply-accumulates and predicted cycles on the array, before and after.
+    depthwise, spatial-split, heads, head-dim, low-rank, drop. Each prints the layers it
+    changed with their parameters, multiply-accumulates and predicted cycles on the array,
+    before and after.
     """
     nas_commands.transform(model, {"group": group, "bottleneck": bottleneck,
                                    "depthwise": depthwise, "bottleneck-block": bottleneck_block,
-                                   "spatial-split": spatial_split, "split-out": split_out},
+                                   "spatial-split": spatial_split, "split-out": split_out,
+                                   "heads": heads, "head-dim": head_dim, "low-rank": low_rank,
+                                   "drop": drop},
                            init, seed, array_size, output, force, dram_bandwidth)
 
 

@@ -41,9 +41,13 @@ LEGALITY = ("fisher-init", "fisher-warm", "loss-warm", "train")
 
 # Applied in this order, whatever the order on the command line (click groups repeated
 # options): shrink channels first, then restructure what is left.
-ORDER = ("bottleneck", "group", "split-out", "bottleneck-block", "depthwise", "spatial-split")
+# The transformer's come after them, dropping a block last (it removes layers the others
+# may name).
+ORDER = ("bottleneck", "group", "split-out", "bottleneck-block", "depthwise", "spatial-split",
+         "heads", "head-dim", "low-rank", "drop")
 ARITY = {"group": 1, "bottleneck": 1, "bottleneck-block": 1, "depthwise": 0,
-         "spatial-split": 1, "split-out": 2}
+         "spatial-split": 1, "split-out": 2, "heads": 1, "head-dim": 1, "low-rank": 1,
+         "drop": 0}
 
 
 @dataclass(frozen=True)

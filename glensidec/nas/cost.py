@@ -34,7 +34,17 @@ from glensidec.frontends.quantize import QuantizedProgram, quantize
 from glensidec.hardware.array import ArrayConfig
 from glensidec.lang.syntax import format_program
 from glensidec.lang.terms import Program, TensorDecl
-from glensidec.nas.graph import Array, ChannelOp, Conv, Dense, Graph, Input, Layer, lower, shapes
+from glensidec.nas.graph import (
+    PRODUCTS,
+    WEIGHTED,
+    Array,
+    Attention,
+    Graph,
+    Input,
+    Layer,
+    lower,
+    shapes,
+)
 from glensidec.opt.rewrite import Limits
 
 CALIBRATION_SAMPLES = 4
@@ -161,7 +171,7 @@ def layer_alone(graph: Graph, layer: Layer, shape_of: dict[str, tuple[int, ...]]
               for i, name in enumerate(layer.inputs)}
     layers = {name: Layer(name, Input()) for name in inputs}
     layers[layer.name] = Layer(layer.name, layer.op, tuple(inputs))
-    names = [layer.op.weight] if isinstance(layer.op, (Conv, Dense, ChannelOp)) else []
+    names = [layer.op.weight] if isinstance(layer.op, WEIGHTED) else []
     weights = {n: graph.weights[n] for n in names}
     alone = Graph(graph.path, inputs, {}, layer.name, {}, {})
     return alone.with_layers(layers, weights)
@@ -169,7 +179,7 @@ def layer_alone(graph: Graph, layer: Layer, shape_of: dict[str, tuple[int, ...]]
 
 def layer_key(graph: Graph, layer: Layer,
               shape_of: dict[str, tuple[int, ...]]) -> tuple[object, ...]:
-    weight = layer.op.weight if isinstance(layer.op, (Conv, Dense, ChannelOp)) else None
+    weight = layer.op.weight if isinstance(layer.op, WEIGHTED) else None
     weight_shape = tuple(graph.weights[weight].shape) if weight else ()
     op = layer.op if weight is None else (type(layer.op).__name__, repr(
         {k: v for k, v in vars(layer.op).items() if k != "weight"}))
@@ -200,11 +210,15 @@ _MEMO: dict[tuple[object, ...], Cost] = {}
 
 
 def params_and_macs(graph: Graph) -> dict[str, tuple[int, int]]:
-    """Parameters and multiply-accumulates of every conv and dense layer."""
+    """Parameters and multiply-accumulates of every conv and dense layer, and of every
+    attention (no parameters; Q·Kᵀ and ·V: 2·T·T·width)."""
     shape_of = shapes(graph)
     result = {}
     for layer in graph.layers.values():
-        if isinstance(layer.op, (Conv, Dense)):
+        if isinstance(layer.op, Attention):
+            _, tokens, width = shape_of[layer.name]
+            result[layer.name] = (0, 2 * tokens * tokens * width)
+        elif isinstance(layer.op, PRODUCTS):
             weights = graph.weights[layer.op.weight]
             out = shape_of[layer.name]
             positions = math.prod(out) // int(weights.shape[0])

@@ -21,6 +21,7 @@ import numpy as np
 
 from glensidec.errors import GlensideError
 from glensidec.frontends import builders as B
+from glensidec.frontends.importer import broadcast_to
 from glensidec.lang.terms import ComputeOp, Program, Symbol, TensorDecl, Term, postorder
 from glensidec.lang.typecheck import TypeTable, infer, infer_access
 
@@ -128,10 +129,63 @@ class Pad:
     kind: str = "zero-padding"
 
 
-Op = Input | Conv | Dense | ChannelOp | Pointwise | ScalarOp | Pool | GlobalPool | Binary | \
-    Concat | Reshape | Slice | Pad
+@dataclass(frozen=True)
+class Transpose:
+    """access-transpose: the axes in the order `permutation` (the importer's Transpose)."""
 
-POINTWISE = {"relu", "clip", "cast", "requantize", "negative", "sqrt"}
+    permutation: tuple[int, ...]
+
+
+# -- the transformer's idioms (the importer's MatMul, Add, Softmax, LayerNormalization) --------
+
+
+@dataclass(frozen=True)
+class TokenDense:
+    """x (…, K) × `weight` [units, K] over the last axis: the importer's MatMul of a 3-D
+    activation and a constant, (T, K) rows flattened, multiplied and reshaped back."""
+
+    weight: str
+
+
+@dataclass(frozen=True)
+class Attention:
+    """Multi-head scaled dot-product attention of projected q, k, v (each (1, T, H·dh)):
+    split into `heads` heads, Q·Kᵀ per head (one matrix product each) times `scale` (a
+    constant term), softmax over the keys, ·V per head, heads merged back to (1, T, H·dh).
+    The projections around it are TokenDense layers."""
+
+    heads: int
+    scale: Term
+
+
+@dataclass(frozen=True)
+class LayerNorm:
+    """(x − mean)/√(var + ε) over the last axis, ε the constant term `epsilon` (ONNX's
+    function body, as the importer writes it); the scale and shift are ChannelOps after it."""
+
+    epsilon: Term
+
+
+@dataclass(frozen=True)
+class WeightOp:
+    """An elementwise compute of a value and a weight of the same shape (a position
+    embedding added to the tokens)."""
+
+    compute: str
+    weight: str
+    weight_first: bool = False
+
+
+Op = Input | Conv | Dense | ChannelOp | Pointwise | ScalarOp | Pool | GlobalPool | Binary | \
+    Concat | Reshape | Slice | Pad | Transpose | TokenDense | Attention | LayerNorm | WeightOp
+
+# ops whose `weight` names one weight of the graph
+WEIGHTED = (Conv, Dense, ChannelOp, TokenDense, WeightOp)
+# the matrix products a transformation can shrink
+PRODUCTS = (Conv, Dense, TokenDense)
+
+POINTWISE = {"relu", "clip", "cast", "requantize", "negative", "sqrt", "erf", "tanh", "exp",
+             "sigmoid"}
 ELEMENTWISE = {"elementwise-add", "elementwise-sub", "elementwise-mul", "elementwise-div"}
 
 
@@ -144,6 +198,10 @@ def kind_of(op: Op) -> str:
         return "bias" if op.compute == "elementwise-add" else "scale"
     if isinstance(op, Pool):
         return "maxpool" if op.reduce == "reduce-max" else "avgpool"
+    if isinstance(op, (TokenDense, Dense)):
+        return "dense"
+    if isinstance(op, LayerNorm):
+        return "layernorm"
     return type(op).__name__.lower()
 
 
@@ -242,6 +300,18 @@ class Builder:
             return B.op("access-concatenate", operands[0], operands[1], op.axis)
         if isinstance(op, Slice):
             return B.op("access-slice", operands[0], op.axis, op.low, op.high)
+        if isinstance(op, Transpose):
+            return B.transpose(operands[0], *op.permutation)
+        if isinstance(op, TokenDense):
+            return self.token_dense(op, operands[0])
+        if isinstance(op, Attention):
+            return self.attention(op, *operands)
+        if isinstance(op, LayerNorm):
+            return self.layer_norm(op, operands[0])
+        if isinstance(op, WeightOp):
+            pair = (B.tensor(op.weight), operands[0]) if op.weight_first else \
+                (operands[0], B.tensor(op.weight))
+            return B.compute(op.compute, B.op("access-pair", *pair))
         if isinstance(op, Pad):
             return B.op("access-pad", operands[0], Symbol(op.kind), op.axis, op.before,
                         op.after)
@@ -275,6 +345,72 @@ class Builder:
             vector = B.reshape(vector, tuple(d if a == op.axis else 1 for a, d in
                                              enumerate(dims)), ())
         return B.compute(op.compute, B.op("access-pair", x, B.broadcast(vector, dims, ())))
+
+
+    # The transformer idioms, built exactly as glensidec.frontends.importer builds them.
+    def token_dense(self, op: TokenDense, x: Term) -> Term:
+        dims = self.full(x)
+        units = int(self.weights[op.weight].shape[0])
+        flat = B.reshape(x, (math.prod(dims[:-1]), dims[-1]), ())
+        product = B.matmul(B.access(flat, 1), B.access(B.tensor(op.weight), 1))
+        return B.reshape(product, (*dims[:-1], units), ())
+
+    def attention(self, op: Attention, q: Term, k: Term, v: Term) -> Term:
+        batch, tokens, width = self.full(q)
+        head = width // op.heads
+
+        def split(x: Term, key: bool = False) -> Term:  # (1, T, H·dh) → (1, H, T, dh)
+            parted = B.reshape(x, (batch, tokens, op.heads, head), ())
+            return B.transpose(parted, 0, 2, 3, 1) if key else B.transpose(parted, 0, 2, 1, 3)
+
+        scores = self.batched_matmul(split(q), split(k, key=True))
+        dims = self.full(scores)
+        scaled = B.compute("elementwise-mul", B.op("access-pair", scores, broadcast_to(
+            op.scale, self.full(op.scale), dims)))
+        weights = B.access(B.compute("softmax", B.access(scaled, len(dims) - 1)), len(dims))
+        context = self.batched_matmul(weights, split(v))
+        return B.reshape(B.transpose(context, 0, 2, 1, 3), (batch, tokens, width), ())
+
+    def batched_matmul(self, a: Term, b: Term) -> Term:
+        """The importer's batched MatMul of two activations of one batch shape: one matrix
+        product per batch index, stacked with access-concatenate."""
+        a_shape, b_shape = self.full(a), self.full(b)
+        batch, m, n = a_shape[:-2], a_shape[-2], b_shape[-1]
+        count = math.prod(batch)
+        flat_a = B.reshape(a, (count, *a_shape[-2:]), ())
+        flat_b = B.reshape(b, (count, *b_shape[-2:]), ())
+        result: Term | None = None
+        for index in range(count):
+            left = B.reshape(B.op("access-slice", flat_a, 0, index, index + 1), a_shape[-2:], ())
+            right = B.reshape(B.op("access-slice", flat_b, 0, index, index + 1), b_shape[-2:],
+                              ())
+            product = B.matmul(B.access(left, 1), B.access(B.transpose(right, 1, 0), 1))
+            part = B.reshape(product, (1, m, n), ())
+            result = part if result is None else B.op("access-concatenate", result, part, 0)
+        assert result is not None
+        return B.reshape(result, (*batch, m, n), ())
+
+    def layer_norm(self, op: LayerNorm, x: Term) -> Term:
+        dims = self.full(x)
+        axis = len(dims) - 1
+        kept = (*dims[:axis], 1)
+
+        def mean(term: Term) -> Term:
+            return B.reshape(B.compute("reduce-mean", B.access(term, axis)), kept, ())
+
+        centred = B.compute("elementwise-sub", B.op("access-pair", x, B.broadcast(mean(x), dims,
+                                                                                  ())))
+        variance = mean(B.compute("elementwise-mul", B.op("access-pair", centred, centred)))
+        epsilon = broadcast_to(op.epsilon, self.full(op.epsilon), kept)
+        deviation = B.compute("sqrt", B.compute("elementwise-add",
+                                                B.op("access-pair", variance, epsilon)))
+        return B.compute("elementwise-div", B.op("access-pair", centred,
+                                                 B.broadcast(deviation, dims, ())))
+
+
+def literal(value: float) -> Term:
+    """A constant as the importer writes a scalar: (access-literal (literal value))."""
+    return B.op("access-literal", B.op("literal", float(value)))
 
 
 def pool(x: Term, op: Pool) -> Term:
@@ -328,7 +464,7 @@ def _int(arg: object) -> int:
 
 
 def _child(term: Term, index: int) -> Term:
-    arg = term.args[index]
+    arg = term.args[index] if index < len(term.args) else None
     if not isinstance(arg, Term):
         raise _NoMatch
     return arg
@@ -342,6 +478,25 @@ def _tensor_name(term: Term) -> str:
     if term.op != "access-tensor" or not isinstance(term.args[0], Symbol):
         raise _NoMatch
     return term.args[0].name
+
+
+def _split_source(term: Term) -> Term:
+    """x of the attention's head split transpose(reshape(x, (1, T, H, dh)), …)."""
+    if term.op != "access-transpose":
+        raise _NoMatch
+    return _child(_child(term, 0), 0)
+
+
+def _spread_sources(spread: Term) -> list[Term]:
+    """What a broadcast constant may have been before broadcast_to: the broadcast's operand,
+    or that operand before the reshape broadcast_to adds (the rebuild decides which)."""
+    if spread.op != "access-broadcast":
+        return [spread]
+    inner = _child(spread, 0)
+    found = [inner]
+    if inner.op == "access-reshape":
+        found.append(_child(inner, 0))
+    return [t for t in found if not any(s.op == "access-tensor" for s in postorder(t))]
 
 
 class _NoMatch(Exception):
@@ -370,10 +525,11 @@ class Lifter:
 
     # Each matcher returns (op, operand terms) or raises _NoMatch.
     def match(self, term: Term) -> tuple[Op, list[Term]]:
-        for matcher in (self.input, self.conv, self.grouped_conv, self.depthwise, self.dense,
-                        self.channel_op, self.scalar_op, self.binary, self.pointwise,
-                        self.pool, self.global_pool, self.concat, self.reshape, self.slice,
-                        self.pad):
+        for matcher in (self.input, self.conv, self.grouped_conv, self.depthwise,
+                        self.token_dense, self.attention, self.layer_norm, self.dense,
+                        self.channel_op, self.scalar_op, self.weight_op, self.binary,
+                        self.pointwise, self.pool, self.global_pool, self.concat, self.reshape,
+                        self.slice, self.pad, self.transpose):
             try:
                 op, operands = matcher(term)
             except _NoMatch:
@@ -382,7 +538,8 @@ class Lifter:
                 return op, operands
         raise GlensideError(f"not a layer the NAS layer graph knows: ({term.op} …) is not "
                             f"one of the builders' idioms (conv, dense, bias, relu/clip, "
-                            f"pools, add, concat, reshape)", term.span, self.program.path)
+                            f"pools, add, concat, reshape, attention, layer norm)", term.span,
+                            self.program.path)
 
     def input(self, term: Term) -> tuple[Op, list[Term]]:
         name = _tensor_name(term)
@@ -551,6 +708,93 @@ class Lifter:
             raise _NoMatch
         return Slice(*(_int(a) for a in term.args[1:])), [_child(term, 0)]
 
+    def transpose(self, term: Term) -> tuple[Op, list[Term]]:
+        if term.op != "access-transpose":
+            raise _NoMatch
+        return Transpose(_ints(_child(term, 1))), [_child(term, 0)]
+
+    def token_dense(self, term: Term) -> tuple[Op, list[Term]]:
+        """reshape(matmul(access(reshape(x, (rows, K)), 1), access(W, 1)), (…, units))."""
+        product = _child(term, 0)
+        if term.op != "access-reshape" or product.op != "compute":
+            raise _NoMatch
+        op, operands = self.dense(product)
+        flat = operands[0]
+        if not isinstance(op, Dense) or not op.wrap or flat.op != "access-reshape":
+            raise _NoMatch
+        x = _child(flat, 0)
+        if len(self.full(x)) < 3:
+            raise _NoMatch
+        return TokenDense(op.weight), [x]
+
+    def attention(self, term: Term) -> tuple[Op, list[Term]]:
+        """The merged context: reshape(transpose(context, 0 2 1 3)); q, k and v are found
+        inside (the first head's products) and the whole rebuilt to compare."""
+        context = _child(_child(term, 0), 0)
+        if term.op != "access-reshape" or context.op != "access-reshape":
+            raise _NoMatch
+        heads = _ints(_child(_child(context, 1), 0))
+        if len(heads) != 4:
+            raise _NoMatch
+        weights, v = self._first_product(context)
+        scaled = _child(_child(_child(weights, 0), 1), 0)
+        if scaled.op != "compute" or scaled.args[0] != ComputeOp("elementwise-mul"):
+            raise _NoMatch
+        scores, spread = _child(_child(scaled, 1), 0), _child(_child(scaled, 1), 1)
+        q, k = self._first_product(scores)
+        operands = [_split_source(q), _split_source(k), _split_source(v)]
+        for scale in _spread_sources(spread):
+            op = Attention(heads[1], scale)
+            if self.builder.build(op, operands, "") == term:
+                return op, operands
+        raise _NoMatch
+
+    def _first_product(self, stacked: Term) -> tuple[Term, Term]:
+        """The operands a, b of the first per-head product of batched_matmul(a, b)."""
+        part = _child(stacked, 0)
+        while part.op == "access-concatenate":
+            part = _child(part, 0)
+        pairs = _child(_child(part, 0), 1)
+        if pairs.op != "access-cartesian-product":
+            raise _NoMatch
+        left = _child(_child(_child(_child(pairs, 0), 0), 0), 0)  # access(reshape(slice(…)))
+        right = _child(_child(_child(_child(_child(pairs, 1), 0), 0), 0), 0)
+        return _child(left, 0), _child(right, 0)
+
+    def layer_norm(self, term: Term) -> tuple[Op, list[Term]]:
+        pair = _child(term, 1)
+        if term.op != "compute" or term.args[0] != ComputeOp("elementwise-div") or \
+                pair.op != "access-pair":
+            raise _NoMatch
+        centred, spread = _child(pair, 0), _child(pair, 1)
+        if centred.op != "compute" or centred.args[0] != ComputeOp("elementwise-sub"):
+            raise _NoMatch
+        x = _child(_child(centred, 1), 0)
+        variance_plus = _child(_child(spread, 0), 1)  # sqrt(add(variance, ε))
+        if variance_plus.op != "compute":
+            raise _NoMatch
+        for epsilon in _spread_sources(_child(_child(variance_plus, 1), 1)):
+            op = LayerNorm(epsilon)
+            if self.builder.build(op, [x], "") == term:
+                return op, [x]
+        raise _NoMatch
+
+    def weight_op(self, term: Term) -> tuple[Op, list[Term]]:
+        pair = _child(term, 1)
+        if term.op != "compute" or not isinstance(term.args[0], ComputeOp) or \
+                term.args[0].name not in ELEMENTWISE or pair.op != "access-pair":
+            raise _NoMatch
+        for first in (False, True):
+            weight, x = (_child(pair, 0), _child(pair, 1)) if first else \
+                (_child(pair, 1), _child(pair, 0))
+            try:
+                name = _tensor_name(weight)
+            except _NoMatch:
+                continue
+            if self.is_weight(name) and self.full(weight) == self.full(x):
+                return WeightOp(term.args[0].name, name, first), [x]
+        raise _NoMatch
+
     def pad(self, term: Term) -> tuple[Op, list[Term]]:
         if term.op != "access-pad" or not isinstance(term.args[1], Symbol):
             raise _NoMatch
@@ -622,7 +866,7 @@ def name_layers_by_let(graph: Graph, group_of: dict[str, str]) -> Graph:
             groups.setdefault(group_of[name], []).append(name)
     renames: dict[str, str] = {}
     for group, members in groups.items():
-        products = [m for m in members if isinstance(graph.layers[m].op, (Conv, Dense))]
+        products = [m for m in members if isinstance(graph.layers[m].op, PRODUCTS)]
         if len(products) == 1 and products[0] != group and group in graph.lets:
             renames[products[0]] = group
             renames[group] = graph_fresh(graph, f"{group}.{kind_of(graph.layers[group].op)}")

@@ -20,6 +20,7 @@ from glensidec.lang.interp import evaluate
 from glensidec.lang.typecheck import infer
 from glensidec.nas.graph import (
     Array,
+    Attention,
     Binary,
     ChannelOp,
     Concat,
@@ -29,12 +30,16 @@ from glensidec.nas.graph import (
     Graph,
     Input,
     Layer,
+    LayerNorm,
     Pad,
     Pointwise,
     Pool,
     Reshape,
     ScalarOp,
     Slice,
+    TokenDense,
+    Transpose,
+    WeightOp,
     shapes,
 )
 
@@ -105,16 +110,49 @@ class GraphModel(nn.Module):
             return x.reshape(x.shape[0] if dims[0] == self.batch else dims[0], *dims[1:])
         if isinstance(op, Slice):
             return x.narrow(op.axis, op.low, op.high - op.low)
+        if isinstance(op, TokenDense):
+            rows: torch.Tensor = self.params[op.weight]
+            return x @ rows.T
+        if isinstance(op, Attention):
+            return self.attention(layer, op, *xs)
+        if isinstance(op, LayerNorm):
+            epsilon = self.constant(layer.name, op.epsilon).reshape(())
+            centred = x - x.mean(dim=-1, keepdim=True)
+            return centred / torch.sqrt((centred * centred).mean(dim=-1, keepdim=True) + epsilon)
+        if isinstance(op, WeightOp):
+            pair = (self.params[op.weight], x) if op.weight_first else (x, self.params[op.weight])
+            return binary(op.compute, *pair)
+        if isinstance(op, Transpose):
+            if op.permutation[0] != 0:
+                raise GlensideError(f"'{layer.name}': a transpose that moves the batch axis has "
+                                    "no batched training counterpart")
+            return x.permute(*op.permutation)
         assert isinstance(op, Pad)
         pads = [0, 0] * (x.dim() - 1 - op.axis) + [op.before, op.after]
         fill = float("-inf") if op.kind == "min-padding" else 0.0
         return F.pad(x, pads, value=fill)
 
+    def constant(self, name: str, source: Any) -> torch.Tensor:
+        """A layer's constant term, evaluated once."""
+        if name not in self.constants:
+            value = evaluate(source, infer(source, {}), {})
+            self.constants[name] = torch.tensor(np.asarray(value), dtype=TORCH_DTYPE)
+        return self.constants[name]
+
+    def attention(self, layer: Layer, op: Attention, q: torch.Tensor, k: torch.Tensor,
+                  v: torch.Tensor) -> torch.Tensor:
+        batch, tokens, width = q.shape
+        head = width // op.heads
+
+        def split(x: torch.Tensor) -> torch.Tensor:  # (N, T, H·dh) → (N, H, T, dh)
+            return x.reshape(batch, tokens, op.heads, head).permute(0, 2, 1, 3)
+
+        scale = self.constant(layer.name, op.scale).reshape(())
+        weights = torch.softmax(split(q) @ split(k).transpose(2, 3) * scale, dim=-1)
+        return (weights @ split(v)).permute(0, 2, 1, 3).reshape(batch, tokens, width)
+
     def scalar_op(self, layer: Layer, op: ScalarOp, x: torch.Tensor) -> torch.Tensor:
-        if layer.name not in self.constants:
-            value = evaluate(op.source, infer(op.source, {}), {})
-            self.constants[layer.name] = torch.tensor(np.asarray(value), dtype=TORCH_DTYPE)
-        constant = self.constants[layer.name]
+        constant = self.constant(layer.name, op.source)
         pair = (constant, x) if op.constant_first else (x, constant)
         return binary(op.compute, *pair)
 
@@ -129,6 +167,9 @@ def pointwise(op: Pointwise, x: torch.Tensor) -> torch.Tensor:
         return -x
     if name == "sqrt":
         return torch.sqrt(x)
+    if name in ("erf", "tanh", "exp", "sigmoid"):
+        function: Any = getattr(torch, name)
+        return function(x)  # type: ignore[no-any-return]
     raise GlensideError(f"'{name}' has no float training counterpart")
 
 

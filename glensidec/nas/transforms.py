@@ -28,9 +28,17 @@ from typing import Any
 import numpy as np
 
 from glensidec.errors import GlensideError
-from glensidec.nas.coupling import CHANNEL_AXIS, coupled_sets, is_depthwise, preserves_channels
+from glensidec.nas.coupling import (
+    channel_axes,
+    coupled_sets,
+    is_depthwise,
+    preserves_channels,
+)
 from glensidec.nas.graph import (
+    PRODUCTS,
+    WEIGHTED,
     Array,
+    Attention,
     Binary,
     ChannelOp,
     Concat,
@@ -41,6 +49,8 @@ from glensidec.nas.graph import (
     Op,
     Reshape,
     Slice,
+    TokenDense,
+    WeightOp,
     conv_out_hw,
     shapes,
 )
@@ -111,8 +121,7 @@ class Edit:
             for new in self.before.get(name, []):
                 layers[new.name] = new
             layers[name] = layer
-        used = {layer.op.weight for layer in layers.values()
-                if isinstance(layer.op, (Conv, Dense, ChannelOp))}
+        used = {layer.op.weight for layer in layers.values() if isinstance(layer.op, WEIGHTED)}
         weights = {n: a for n, a in self.weights.items() if n in used}
         return self.graph.with_layers(layers, weights, self.lets)
 
@@ -214,7 +223,7 @@ def _group_dense(graph: Graph, layer: Layer, groups: int, init: Init) -> Graph:
 
 def bottleneck(graph: Graph, name: str, factor: int, init: Init = INHERIT) -> Graph:
     """Keep 1/factor of L's output channels (and of every layer coupled to L by an add)."""
-    layer_named(graph, name)
+    layer_named(graph, name, PRODUCTS)
     _check_f32(graph, f"bottleneck {name}")
     if factor == 1:
         return graph
@@ -231,7 +240,7 @@ def bottleneck(graph: Graph, name: str, factor: int, init: Init = INHERIT) -> Gr
     edit = Edit(graph)
     for producer in coupled.producers:
         op = graph.layers[producer].op
-        assert isinstance(op, (Conv, Dense))
+        assert isinstance(op, PRODUCTS)
         old = graph.weights[op.weight]
         edit.weights[op.weight] = old[kept] if init.inherit else init.he(
             (keep, *old.shape[1:]), int(np.prod(old.shape[1:])), producer)
@@ -241,7 +250,7 @@ def bottleneck(graph: Graph, name: str, factor: int, init: Init = INHERIT) -> Gr
 
 
 def _out_channels(graph: Graph, layer: Layer) -> int:
-    assert isinstance(layer.op, (Conv, Dense))
+    assert isinstance(layer.op, PRODUCTS)
     return int(graph.weights[layer.op.weight].shape[0])
 
 
@@ -250,7 +259,7 @@ def _largest(graph: Graph, producers: tuple[str, ...], keep: int) -> list[int]:
     total: Array | None = None
     for producer in producers:
         op = graph.layers[producer].op
-        assert isinstance(op, (Conv, Dense))
+        assert isinstance(op, PRODUCTS)
         weights = graph.weights[op.weight].astype(np.float64)
         norms = (weights.reshape(weights.shape[0], -1) ** 2).sum(axis=1)
         total = norms if total is None else total + norms
@@ -271,6 +280,7 @@ class Slicing:
     def __init__(self, graph: Graph, edit: Edit, init: Init, what: str):
         self.graph, self.edit, self.init, self.what = graph, edit, init, what
         self.shape_of = shapes(graph)
+        self.axes = channel_axes(graph)
 
     def fail(self, layer: Layer, why: str) -> GlensideError:
         return GlensideError(f"{self.what}: {why} ('{layer.name}')")
@@ -290,14 +300,17 @@ class Slicing:
                                 f"'{self.graph.output}' (its channels are the result)")
 
     def channels(self, name: str) -> int:
-        return self.shape_of[name][CHANNEL_AXIS]
+        return self.shape_of[name][self.axes[name]]
 
     def consume(self, layer: Layer, kept: dict[str, list[int]]) -> list[int] | None:
         op = layer.op
-        if preserves_channels(self.graph, layer):
+        if preserves_channels(self.graph, layer, self.axes):
             indices = kept[layer.inputs[0]]
             if isinstance(op, (ChannelOp, Conv)):
                 self.slice_weight(op.weight, 0, indices)
+            if isinstance(op, WeightOp):  # a position embedding: kept, as a bias is
+                weight = self.edit.weights[op.weight]
+                self.edit.weights[op.weight] = np.take(weight, indices, self.axes[layer.name])
             if isinstance(op, Conv):
                 self.edit.set(layer.name, replace(op, groups=len(indices)))
             return indices
@@ -306,7 +319,7 @@ class Slicing:
             if any(s != sets[0] for s in sets):
                 raise self.fail(layer, "an add joins channels that would be kept differently")
             return sets[0]
-        if isinstance(op, Concat) and op.axis == CHANNEL_AXIS:
+        if isinstance(op, Concat) and op.axis == self.axes[layer.name]:
             indices, offset = [], 0
             for operand in layer.inputs:
                 part = kept.get(operand, list(range(self.channels(operand))))
@@ -318,21 +331,36 @@ class Slicing:
         if isinstance(op, Conv) and op.groups == 1:
             self.slice_weight(op.weight, 1, kept[layer.inputs[0]])
             return None
-        if isinstance(op, Dense):
+        if isinstance(op, (Dense, TokenDense)):
             self.slice_weight(op.weight, 1, kept[layer.inputs[0]])
             return None
         raise self.fail(layer, f"cannot follow kept channels through a "
                                f"{type(op).__name__.lower()} layer")
 
     def flatten(self, layer: Layer, indices: list[int]) -> list[int]:
-        """(N, C, …) → (N, C·R): channel c is features [c·R, (c+1)·R)."""
+        """(N, C, …) → (N, C·R): channel c is features [c·R, (c+1)·R); tokens (N, T, D) →
+        (N, T·D): feature d of token t is feature t·D + d."""
         assert isinstance(layer.op, Reshape)
         before = self.shape_of[layer.inputs[0]]
         after = (*layer.op.dims, *layer.op.items)
+        if self.axes[layer.inputs[0]] == len(before) - 1 > 1:
+            return self.flatten_tokens(layer, before, after, indices)
         block = int(np.prod(before[2:]))
         if len(after) != 2 or after[0] != before[0] or after[1] != before[1] * block:
             raise self.fail(layer, "a reshape other than a flatten of (N, C, …) to (N, C·…)")
         features = [c * block + r for c in indices for r in range(block)]
+        dims = (before[0], len(features))
+        split = len(layer.op.dims)
+        self.edit.set(layer.name, replace(layer.op, dims=dims[:split], items=dims[split:]))
+        return features
+
+    def flatten_tokens(self, layer: Layer, before: tuple[int, ...], after: tuple[int, ...],
+                       indices: list[int]) -> list[int]:
+        assert isinstance(layer.op, Reshape)
+        tokens, width = before[1], before[2]
+        if len(after) != 2 or after[0] != before[0] or after[1] != tokens * width:
+            raise self.fail(layer, "a reshape other than a flatten of (N, T, D) to (N, T·D)")
+        features = [t * width + d for t in range(tokens) for d in indices]
         dims = (before[0], len(features))
         split = len(layer.op.dims)
         self.edit.set(layer.name, replace(layer.op, dims=dims[:split], items=dims[split:]))
@@ -505,10 +533,16 @@ TRANSFORMS: dict[str, Callable[..., Graph]] = {
 
 
 def transformable(graph: Graph) -> list[dict[str, Any]]:
-    """Every conv and dense layer: kind, channels, kernel and its coupled set."""
+    """Every conv and dense layer: kind, channels, kernel and its coupled set; every
+    attention (heads × head dimension) and residual add."""
     coupled = coupled_sets(graph)
     rows = []
     for layer in graph.layers.values():
+        if isinstance(layer.op, (Attention, Binary)):
+            row = _transformer_row(graph, layer)
+            if row is not None:
+                rows.append(row)
+            continue
         if isinstance(layer.op, Conv):
             out_channels, per_group, kh, kw, groups = _conv_shape(graph, layer)
             kind = "depthwise" if is_depthwise(graph, layer) else (
@@ -516,9 +550,46 @@ def transformable(graph: Graph) -> list[dict[str, Any]]:
             rows.append({"name": layer.name, "kind": kind, "in": per_group * groups,
                          "out": out_channels, "kernel": f"{kh}x{kw}",
                          "coupled": coupled[layer.name].describe()})
-        elif isinstance(layer.op, Dense):
+        elif isinstance(layer.op, (Dense, TokenDense)):
             units, features = graph.weights[layer.op.weight].shape
             rows.append({"name": layer.name, "kind": "dense", "in": int(features),
                          "out": int(units), "kernel": "-",
                          "coupled": coupled[layer.name].describe()})
     return rows
+
+
+def _transformer_row(graph: Graph, layer: Layer) -> dict[str, Any] | None:
+    """An attention's heads and projections, or a residual add and its branch's size."""
+    from glensidec.nas.transformer import projections, residual_branch
+
+    if isinstance(layer.op, Attention):
+        try:
+            parts = projections(graph, layer.name, layer.name)
+        except GlensideError:
+            return None
+        width = int(graph.weights[graph.layers[parts.q].op.weight].shape[0])  # type: ignore[union-attr]
+        return {"name": layer.name, "kind": "attention", "in": width, "out": width,
+                "kernel": f"{layer.op.heads} heads of {width // layer.op.heads}",
+                "coupled": ",".join((parts.q, parts.k, parts.v, parts.out))}
+    try:
+        _, inside = residual_branch(graph, layer.name, layer.name)
+    except GlensideError:
+        return None
+    width = channel_axes(graph)[layer.name]
+    channels = shapes(graph)[layer.name][width]
+    branch = [n for n in graph.layers if n in inside and
+              isinstance(graph.layers[n].op, (*PRODUCTS, Attention))]
+    return {"name": layer.name, "kind": "residual add", "in": channels, "out": channels,
+            "kernel": f"branch of {len(inside)} layers", "coupled": ",".join(branch)}
+
+
+def _register_transformer() -> None:
+    """The transformer's transformations live in glensidec.nas.transformer (which builds on
+    this module); they are applied through the same table."""
+    from glensidec.nas import transformer
+
+    TRANSFORMS.update({"heads": transformer.heads, "head-dim": transformer.head_dim,
+                       "low-rank": transformer.low_rank, "drop": transformer.drop})
+
+
+_register_transformer()

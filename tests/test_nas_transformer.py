@@ -1,0 +1,293 @@
+"""Transformers in the NAS layer graph (issue 31): the importer's encoder idioms lift and
+lower term for term, and the transformations of attention, MLP, low-rank projections and
+residual blocks are checked graph functions (no training here)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from onnx_models import imported
+from test_nas_graph import same
+from test_transformer import Size, encoder_block
+
+from glensidec.errors import GlensideError
+from glensidec.lang.data import load_weights
+from glensidec.lang.interp import run_program
+from glensidec.lang.syntax import format_program, parse_program, read_program
+from glensidec.lang.typecheck import check_program
+from glensidec.nas import transforms as T
+from glensidec.nas.coupling import coupled_sets
+from glensidec.nas.graph import (
+    Attention,
+    Graph,
+    LayerNorm,
+    TokenDense,
+    lift,
+    lower,
+    shapes,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+VIT = REPO / "examples" / "digits_vit.gs"
+TINY = Size(tokens=4, features=8, heads=2, hidden=16)
+
+
+@pytest.fixture
+def vit() -> Graph:
+    program = read_program(VIT)
+    return lift(program, load_weights(program))
+
+
+@pytest.fixture
+def block(tmp_path: Path) -> Graph:
+    program = imported(encoder_block(size=TINY), tmp_path)
+    return lift(program, load_weights(program))
+
+
+def run(graph: Graph, seed: int = 3) -> np.ndarray:
+    program = parse_program(format_program(lower(graph)), "<t>")
+    name, decl = next(iter(graph.inputs.items()))
+    x = np.random.default_rng(seed).standard_normal(decl.shape).astype(np.float32)
+    return run_program(program, {**graph.weights, name: x}, check_program(program))
+
+
+def close(actual: np.ndarray, expected: np.ndarray) -> None:
+    scale = float(np.max(np.abs(expected)))
+    np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5 * scale)
+
+
+def kinds(graph: Graph) -> dict[str, int]:
+    counted: dict[str, int] = {}
+    for layer in graph.layers.values():
+        counted[type(layer.op).__name__] = counted.get(type(layer.op).__name__, 0) + 1
+    return counted
+
+
+# -- lift and lower ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("size", [TINY, Size(16, 64, 4, 128)], ids=["tiny", "small"])
+def test_the_imported_encoder_block_lifts_and_lowers_term_for_term(size: Size,
+                                                                   tmp_path: Path) -> None:
+    program = imported(encoder_block(size=size), tmp_path)
+    graph = lift(program, load_weights(program))
+    counted = kinds(graph)
+    # Q, K, V, out and the two MLP layers; one attention; two LayerNorms, each with its
+    # scale and shift; two residual adds (and the GELU's product)
+    assert (counted["TokenDense"], counted["Attention"], counted["LayerNorm"]) == (6, 1, 2)
+    (attention,) = (la for la in graph.layers.values() if isinstance(la.op, Attention))
+    assert attention.op.heads == size.heads  # type: ignore[union-attr]
+    assert same(lower(graph).root, program.root)
+
+
+def test_the_digits_vit_round_trips_and_names_its_layers(vit: Graph) -> None:
+    program = read_program(VIT)
+    assert same(lower(vit).root, program.root)
+    assert isinstance(vit.layers["b0_attn"].op, Attention)
+    assert isinstance(vit.layers["b1_ln2.layernorm"].op, LayerNorm)
+    assert all(isinstance(vit.layers[f"b0_{p}"].op, TokenDense)
+               for p in ("q", "k", "v", "out", "fc1", "fc2"))
+    assert shapes(vit)["b0_attn"] == (1, 4, 32)
+
+
+def test_a_softmax_outside_attention_is_still_not_a_layer() -> None:
+    text = ("(input x f32 (shape 1 2 4 4))\n"
+            "(access (compute softmax (access (access-tensor x) 3)) 4)\n")
+    with pytest.raises(GlensideError, match=r"soft\.gs:2:1: error: not a layer"):
+        lift(parse_program(text, "soft.gs"), {})
+
+
+# -- coupling through the residual stream ------------------------------------------------------
+
+
+def test_the_residual_stream_couples_embedding_out_projections_and_mlp_outputs(
+        vit: Graph) -> None:
+    stream = coupled_sets(vit)["embed"]
+    assert stream.producers == ("embed", "b0_out", "b0_fc2", "b1_out", "b1_fc2")
+    assert not stream.fixed
+    assert coupled_sets(vit)["b0_fc1"].producers == ("b0_fc1",)
+
+
+def test_narrowing_the_stream_shrinks_every_layer_of_it(vit: Graph) -> None:
+    narrow = T.bottleneck(vit, "embed", 2)
+    shape_of = shapes(narrow)
+    for name in ("embed", "tokens", "b0_res1", "b1_res2", "final_ln", "b1_out"):
+        assert shape_of[name] == (1, 4, 16), name
+    assert narrow.weights["position"].shape == (1, 4, 16)
+    assert narrow.weights["b0_q_w"].shape == (32, 16)  # the projections' inputs
+    assert narrow.weights["head_w"].shape == (10, 64)  # flatten of 4 tokens x 16
+    assert shape_of[narrow.output] == (1, 10)
+    run(narrow)
+
+
+def test_the_mlp_bottleneck_is_exact_when_the_cut_units_are_dead(vit: Graph) -> None:
+    weights = dict(vit.weights)
+    w, b = weights["b0_fc1_w"].copy(), weights["b0_fc1_b"].copy()
+    dead = np.argsort((w.astype(np.float64) ** 2).sum(axis=1))[:32]
+    w[dead], b[dead] = 0.0, 0.0
+    weights.update(b0_fc1_w=w, b0_fc1_b=b)
+    graph = vit.with_layers(vit.layers, weights)
+    cut = T.bottleneck(graph, "b0_fc1", 2)
+    assert cut.weights["b0_fc1_w"].shape == (32, 32)
+    assert cut.weights["b0_fc2_w"].shape == (32, 32)
+    close(run(cut), run(graph))
+
+
+# -- the transformations -------------------------------------------------------------------
+
+
+def with_zeroed(graph: Graph, rows: dict[str, list[int]], columns: dict[str, list[int]]) -> Graph:
+    weights = {n: a.copy() for n, a in graph.weights.items()}
+    for name, index in rows.items():
+        weights[name][index] = 0.0
+    for name, index in columns.items():
+        weights[name][:, index] = 0.0
+    return graph.with_layers(graph.layers, weights)
+
+
+def test_fewer_heads_keeps_the_strongest_and_is_exact_when_the_others_are_dead(
+        vit: Graph) -> None:
+    second = list(range(16, 32))  # head 1 of b0_attn
+    dead = with_zeroed(vit, {"b0_q_w": second, "b0_k_w": second, "b0_v_w": second,
+                             "b0_q_b": second, "b0_k_b": second, "b0_v_b": second},
+                       {"b0_out_w": second})
+    fewer = T.TRANSFORMS["heads"](dead, "b0_attn", 1)
+    assert fewer.layers["b0_attn"].op.heads == 1  # type: ignore[union-attr]
+    assert fewer.weights["b0_q_w"].shape == (16, 32)
+    assert fewer.weights["b0_out_w"].shape == (32, 16)
+    # one head's softmax over its own logits equals the two heads' first (the second was
+    # dead: zero logits, zero values)
+    close(run(fewer), run(dead))
+
+
+def test_a_smaller_head_dimension_is_exact_when_the_cut_dimensions_are_dead(vit: Graph) -> None:
+    cut = [j for h in range(2) for j in range(h * 16 + 8, h * 16 + 16)]
+    dead = with_zeroed(vit, {f"b1_{p}_{s}": cut for p in "qkv" for s in "wb"},
+                       {"b1_out_w": cut})
+    smaller = T.TRANSFORMS["head-dim"](dead, "b1_attn", 2)
+    assert smaller.weights["b1_k_w"].shape == (16, 32)
+    assert smaller.layers["b1_attn"].op.heads == 2  # type: ignore[union-attr]
+    close(run(smaller), run(dead))
+
+
+def test_low_rank_is_exact_for_a_matrix_of_that_rank(vit: Graph) -> None:
+    rng = np.random.default_rng(0)
+    weights = dict(vit.weights)
+    weights["b0_out_w"] = (rng.standard_normal((32, 4)) @ rng.standard_normal((4, 32))).astype(
+        np.float32)
+    graph = vit.with_layers(vit.layers, weights)
+    factored = T.TRANSFORMS["low-rank"](graph, "b0_out", 4)
+    assert factored.weights["b0_out_w"].shape == (32, 4)
+    assert factored.weights["b0_out_w_down"].shape == (4, 32)
+    assert factored.layers["b0_out"].inputs == ("b0_out_down",)
+    close(run(factored), run(graph))
+
+
+def test_dropping_a_block_is_exact_when_its_branch_adds_nothing(vit: Graph) -> None:
+    dead = with_zeroed(vit, {"b1_fc2_w": list(range(32)), "b1_fc2_b": list(range(32))}, {})
+    dropped = T.TRANSFORMS["drop"](dead, "b1_res2")
+    assert not {"b1_fc1", "b1_fc2", "b1_ln2", "b1_res2"} & set(dropped.layers)
+    assert "b1_fc1_w" not in dropped.weights
+    close(run(dropped), run(dead))
+    both = T.TRANSFORMS["drop"](T.TRANSFORMS["drop"](vit, "b0_res1"), "b0_res2")
+    assert not [n for n in both.layers if n.startswith("b0_")]
+    run(both)
+
+
+def test_the_post_norm_encoder_block_transforms_too(block: Graph) -> None:
+    (attention,) = (n for n, la in block.layers.items() if isinstance(la.op, Attention))
+    out = run(T.TRANSFORMS["heads"](block, attention, 1))
+    assert out.shape == run(block).shape
+    adds = [r["name"] for r in T.transformable(block) if r["kind"] == "residual add"]
+    assert len(adds) == 2
+    for add in adds:
+        run(T.TRANSFORMS["drop"](block, add))
+
+
+@pytest.mark.parametrize(("kind", "layer", "number"), [
+    ("heads", "b0_attn", 2), ("head-dim", "b0_attn", 1)])
+def test_the_identity_factors_return_the_graph(vit: Graph, kind: str, layer: str,
+                                               number: int) -> None:
+    assert T.TRANSFORMS[kind](vit, layer, number) is vit
+
+
+@pytest.mark.parametrize(("kind", "layer", "numbers", "message"), [
+    ("heads", "b0_attn", (3,), "the attention has 2 heads; keep 1 to 1"),
+    ("heads", "b0_q", (1,), "no attention layer 'b0_q'"),
+    ("head-dim", "b0_attn", (3,), "head dimension 16 is not divisible by 3"),
+    ("low-rank", "b0_out", (32,), "the rank must be 1 to 31"),
+    ("low-rank", "b0_attn", (4,), "no dense/tokendense layer 'b0_attn'"),
+    ("drop", "b0_q", (), "no residual add 'b0_q'"),
+    ("bottleneck", "b0_q", (2,), "cannot follow kept channels through a attention"),
+    ("bottleneck", "b0_out", (2,), None),
+])
+def test_preconditions_are_one_line_errors(vit: Graph, kind: str, layer: str,
+                                           numbers: tuple[int, ...], message: str | None) -> None:
+    if message is None:  # the stream's later producers shrink with the embedding
+        narrow = T.TRANSFORMS[kind](vit, layer, *numbers)
+        assert narrow.weights["embed_w"].shape == (16, 16)
+        return
+    with pytest.raises(GlensideError, match=message):
+        T.TRANSFORMS[kind](vit, layer, *numbers)
+
+
+def test_a_branch_used_outside_its_block_cannot_be_dropped(block: Graph) -> None:
+    """The post-norm block's first residual add: its skip is the input; its branch's
+    projections read the input too, but nothing of the branch leaves it."""
+    adds = [r["name"] for r in T.transformable(block) if r["kind"] == "residual add"]
+    dropped = T.TRANSFORMS["drop"](block, adds[0])
+    assert not [la for la in dropped.layers.values() if isinstance(la.op, Attention)]
+    mul = next(n for n, la in block.layers.items()
+               if type(la.op).__name__ == "Binary" and n not in adds)
+    with pytest.raises(GlensideError, match="no residual add"):
+        T.TRANSFORMS["drop"](block, mul)
+
+
+@pytest.mark.parametrize(("kind", "layer", "numbers"), [
+    ("heads", "b0_attn", (1,)), ("head-dim", "b1_attn", (2,)), ("low-rank", "b0_fc1", (8,)),
+    ("drop", "b0_res1", ())])
+def test_random_init_is_seeded_and_lowers_to_a_typed_program(vit: Graph, kind: str,
+                                                             layer: str,
+                                                             numbers: tuple[int, ...]) -> None:
+    first = T.TRANSFORMS[kind](vit, layer, *numbers, init=T.Init(False, 7))
+    second = T.TRANSFORMS[kind](vit, layer, *numbers, init=T.Init(False, 7))
+    assert all(np.array_equal(first.weights[n], second.weights[n]) for n in first.weights)
+    if kind != "drop":  # dropping makes no weights
+        other = T.TRANSFORMS[kind](vit, layer, *numbers, init=T.Init(False, 8))
+        assert any(not np.array_equal(first.weights[n], other.weights[n])
+                   for n in first.weights)
+    program = lower(first)
+    check_program(program)
+    assert same(lower(lift(program, first.weights)).root, program.root)
+    assert shapes(first)[first.output] == (1, 10)
+
+
+def test_transform_lists_attention_and_residual_adds(vit: Graph) -> None:
+    rows = {r["name"]: r for r in T.transformable(vit)}
+    assert rows["b0_attn"]["kind"] == "attention"
+    assert rows["b0_attn"]["kernel"] == "2 heads of 16"
+    assert rows["b1_res2"]["kind"] == "residual add"
+    assert rows["b1_res2"]["coupled"] == "b1_fc1,b1_fc2"
+    assert rows["embed"]["coupled"] == "embed,b0_out,b0_fc2,b1_out,b1_fc2"
+
+
+def test_the_torch_model_equals_the_interpreter(vit: Graph, block: Graph) -> None:
+    """Batched (two examples) PyTorch model of the attention, LayerNorm, token dense and
+    position embedding layers against the interpreter on the lowered program."""
+    torch = pytest.importorskip("torch", reason="needs the nas extra: pip install '.[nas]'")
+    from glensidec.nas.torch_model import GraphModel
+
+    variants = [vit, block, T.TRANSFORMS["heads"](vit, "b0_attn", 1),
+                T.TRANSFORMS["drop"](T.bottleneck(vit, "embed", 2), "b1_res1")]
+    for graph in variants:
+        name, decl = next(iter(graph.inputs.items()))
+        x = np.random.default_rng(1).standard_normal((2, *decl.shape[1:])).astype(np.float32)
+        with torch.no_grad():
+            ours = GraphModel(graph)(torch.tensor(x)).numpy()
+        program = lower(graph)
+        for index in range(2):
+            expected = run_program(program, {**graph.weights, name: x[index:index + 1]},
+                                   check_program(program))
+            close(ours[index:index + 1], expected)
