@@ -25,8 +25,11 @@
 //   STORE    wait: rows to pool are loaded (load -> store, taken when it starts);
 //            signal: after its last row entered the epilogue (its scratchpad rows are read)
 // Results need no token: the store unit admits emitted rows into the epilogue only for
-// a STORE command, so the array simply waits (back-pressure) for one. A CONFIG waits
-// until every earlier stored row has left for memory. With a residual add configured,
+// a STORE command, so the array simply waits (back-pressure) for one. The epilogue's
+// int8 rows wait in an output FIFO (OUT_DEPTH rows) for ws_dma_store, so on a bus
+// narrower than a row the array freezes only once that FIFO is full, not for every
+// row's beats. A CONFIG waits until every earlier row has left the epilogue (the rows
+// in the FIFO no longer need it). With a residual add configured,
 // each row a STORE admits reads its residual row from the scratchpad (port 2), from the
 // STORE's spad_row on; residual rows are loaded by an earlier LOAD of the same step, so
 // the load -> exec -> store order already guarantees they are there.
@@ -74,6 +77,7 @@ module ws_accel #(
     parameter integer BUS_BYTES   = 4,
     parameter integer LATENCY     = 2,
     parameter integer QUEUE_DEPTH = 8,     // entries of each command queue (power of two)
+    parameter integer OUT_DEPTH   = 16,    // int8 result rows waiting for the store DMA (2^n)
     parameter integer CMD_W       = (216 + 64 * COLS > 280) ? 216 + 64 * COLS : 280
 ) (
     input  wire                   clk,
@@ -313,6 +317,7 @@ module ws_accel #(
     wire [CMD_W-1:0] sq_head;
     /* verilator lint_on UNUSEDSIGNAL */
     wire             sq_empty, s_cmd_ready, epi_in_ready, epi_out_valid, st_in_ready, st_busy;
+    wire             out_empty, out_full;   // the output FIFO (epilogue -> ws_dma_store)
     reg              s_pending;             // a STORE waits for ws_dma_store to accept it
     /* verilator lint_off UNUSEDSIGNAL */  // queue entries hold whole command words
     reg  [143:0]     s_cmd;                 // its fields [8..144) of the command word
@@ -338,9 +343,11 @@ module ws_accel #(
     wire head_config  = sq_head[1:0] == OP_CONFIG;
     wire store_pop    = !sq_empty && !head_config && (s_left == 32'd0 || admit_last)
                         && (!s_pending || s_accept) && (!sq_head[3] || tok_ls != {TOK_W{1'b0}});
-    wire config_pop   = !sq_empty && head_config && s_left == 32'd0 && !s_pending
-                        && epi_rows == 2'd0 && !st_busy;
-    wire epi_out_fire = epi_out_valid && st_in_ready;
+    // a CONFIG waits until every earlier row has left the epilogue (rows in the output
+    // FIFO are int8 already: the store DMA writes them while the next block computes)
+    wire config_pop   = !sq_empty && head_config && s_left == 32'd0 && epi_rows == 2'd0;
+    wire epi_out_fire = epi_out_valid && !out_full;   // a row into the output FIFO
+    wire out_pop      = !out_empty && st_in_ready;   // the store DMA takes the oldest
     assign r_ready = epi_in_ready && s_left != 32'd0 && !s_pool;
     assign sl_give = admit_last && s_signal;
     assign ls_take = store_pop && sq_head[3];
@@ -470,14 +477,19 @@ module ws_accel #(
         .in_valid(s_pool ? q2_valid && q2_last : r_valid && s_left != 32'd0),
         .in_ready(epi_in_ready), .in_data(s_pool ? pooled_wide : r_data),
         .in_bias(cfg_bias), .in_mult(cfg_mult), .in_pool(1'b0), .in_prev({COLS*8{1'b0}}),
-        .out_valid(epi_out_valid), .out_ready(st_in_ready), .out_data(epi_out_data));
+        .out_valid(epi_out_valid), .out_ready(!out_full), .out_data(epi_out_data));
+
+    wire [COLS*8-1:0] out_head;
+    ws_fifo #(.WIDTH(COLS*8), .DEPTH(OUT_DEPTH)) out_fifo (
+        .clk(clk), .rst(rst), .push(epi_out_fire), .din(epi_out_data),
+        .pop(out_pop), .head(out_head), .empty(out_empty), .full(out_full));
 
     wire [ROW_BYTES*8-1:0] st_row;
     generate
         if (ROW_BYTES > COLS) begin : g_pad_row
-            assign st_row = {{(ROW_BYTES-COLS)*8{1'b0}}, epi_out_data};
+            assign st_row = {{(ROW_BYTES-COLS)*8{1'b0}}, out_head};
         end else begin : g_full_row
-            assign st_row = epi_out_data;
+            assign st_row = out_head;
         end
     endgenerate
     ws_dma_store #(.ROW_BYTES(ROW_BYTES), .BUS_BYTES(BUS_BYTES), .COUNT_W(16)) dma_store (
@@ -485,7 +497,7 @@ module ws_accel #(
         .cmd_base(s_cmd[8 +: 32]), .cmd_length(s_cmd[40 +: LEN_W]),
         .cmd_count1(s_cmd[48 +: 16]), .cmd_stride1(s_cmd[64 +: 32]),
         .cmd_count2(s_cmd[96 +: 16]), .cmd_stride2(s_cmd[112 +: 32]),
-        .in_valid(epi_out_valid), .in_ready(st_in_ready), .in_data(st_row),
+        .in_valid(!out_empty), .in_ready(st_in_ready), .in_data(st_row),
         .mem_wr_valid(mem_wr_valid), .mem_wr_addr(mem_wr_addr), .mem_wr_data(mem_wr_data),
         .mem_wr_strb(mem_wr_strb), .busy(st_busy));
 
@@ -498,5 +510,6 @@ module ws_accel #(
     assign idle = lq_empty && track_empty && !l_busy && eq_empty && !w_active && !w_q
                   && aq_empty && !a_active && !q_valid && emit_rows == 32'd0
                   && sq_empty && !s_pending && s_left == 32'd0 && epi_rows == 2'd0 && !st_busy
+                  && out_empty
                   && !q2_valid && p_reads == 32'd0;
 endmodule

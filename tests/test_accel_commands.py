@@ -484,3 +484,20 @@ def test_a_schedule_that_does_not_fit_names_it() -> None:
         conv_program(SMALL, LAYERS[5], random_layer_data(LAYERS[5], 0)[2], "window")
     with pytest.raises(ValueError, match="unknown schedule 'fast'"):
         conv_program(SMALL, LAYERS[0], random_layer_data(LAYERS[0], 0)[2], "fast")
+
+
+def test_the_output_fifo_stores_while_the_array_computes() -> None:
+    """At 1 B/cycle a 4-byte result row takes four store beats: without room for the
+    epilogue's rows every emitted row froze the array for three cycles; an output FIFO
+    of a chunk's rows lets the store DMA drain them while the next block computes."""
+    layer = ConvLayer("c3", 8, 8, 4, 8, kernel=3, stride=1, padding=1)
+    quant = LayerQuant(EpilogueConfig(), (0,) * 8, (1,) * 8)
+    memory = MemoryConfig(row_bytes=4, scratchpad_bytes=4096, banks=4, bus_bytes=1, latency=2)
+    timings = {}
+    for depth in (2, 64):
+        config = AccelConfig(4, 4, 64, memory, out_depth=depth)
+        timings[depth] = accel_cycles(config, conv_program(config, layer, quant).commands)
+    assert timings[64].array_stall_cycles < timings[2].array_stall_cycles / 2
+    assert timings[64].cycles < timings[2].cycles
+    with pytest.raises(ValueError, match="power of two"):
+        AccelConfig(4, 4, 8, memory, out_depth=3)

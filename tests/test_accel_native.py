@@ -82,10 +82,11 @@ def test_layer_programs_take_the_python_models_cycles(layer: ConvLayer, config_n
 
 
 def test_a_store_path_that_backs_up_freezes_the_array_in_both_models() -> None:
-    """Single rows stored one byte apart at a 1-byte bus: the epilogue waits on the store,
-    the array waits on the epilogue (array_stall_cycles > 0)."""
+    """Single rows stored one byte apart at a 1-byte bus: the epilogue waits on the store
+    once the 2-row output FIFO is full, the array waits on the epilogue
+    (array_stall_cycles > 0)."""
     config = AccelConfig(4, 4, 16, MemoryConfig(row_bytes=4, scratchpad_bytes=1024, banks=4,
-                                                 bus_bytes=1, latency=2))
+                                                 bus_bytes=1, latency=2), out_depth=2)
     loads = [Load(DmaCommand(base=0, length=4, count1=4, stride1=4, spad_row=0)),
              Load(DmaCommand(base=64, length=4, count1=12, stride1=4, spad_row=64),
                   signal=True)]

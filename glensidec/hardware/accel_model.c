@@ -83,6 +83,7 @@ static int64_t row_beats(int64_t addr, int64_t length, int64_t bus) {
 typedef struct {
   /* configuration */
   int64_t rows, bus, latency, queue_depth, lat, track_depth, bank_shift, spad_mask;
+  int64_t out_depth; /* rows of the output FIFO (epilogue -> ws_dma_store) */
   const gs_command *commands;
   int64_t n_commands, next_command;
   /* dispatcher queues (command indices) and the tokens */
@@ -99,7 +100,7 @@ typedef struct {
   uint8_t *tag_valid, *tag_emit; /* a delay line of lat entries; the oldest at tag_pos */
   int64_t tag_pos, tags_valid;
   /* store unit, epilogue, ws_dma_store */
-  int64_t s_pending, s_left, epi_rows, st_beat, res_addr;
+  int64_t s_pending, s_left, epi_rows, st_beat, res_addr, out_rows;
   int s1_valid, out_valid, s_signal, cfg_residual;
   /* a pooling store's reads (p_*) and the row read last cycle (q2_*) */
   int s_pool, q2_valid, q2_first, q2_last;
@@ -112,7 +113,7 @@ static int idle(const model *m) {
            m->aq.count || m->dma_slots.count || m->writes.count || m->track_rows.count ||
            m->w_active || m->w_q || m->a_active || m->q_valid || m->tags_valid ||
            m->s_pending >= 0 || m->s_left || m->epi_rows || m->st_rows.count || m->q2_valid ||
-           m->p_reads);
+           m->p_reads || m->out_rows);
 }
 
 static fifo *queue_of(model *m, const gs_command *command) {
@@ -156,11 +157,14 @@ static int step(model *m, int64_t cycle, gs_timing *timing) {
   int st_active = m->st_rows.count > 0;
   int st_beat_last = st_active && m->st_beat == fifo_front(&m->st_rows) - 1;
   int st_in_ready = st_active && st_beat_last;
-  int st_cmd_last = st_in_ready && m->out_valid && m->st_rows.count == 1;
+  int st_in_valid = m->out_rows > 0; /* the output FIFO's oldest row */
+  int st_cmd_last = st_in_ready && st_in_valid && m->st_rows.count == 1;
   int st_cmd_ready = !st_active || st_cmd_last;
-  int write = st_active && m->out_valid;
-  int epi_en = !(m->out_valid && !st_in_ready);
-  int epi_out_fire = m->out_valid && st_in_ready;
+  int write = st_active && st_in_valid;
+  int out_full = m->out_rows == m->out_depth;
+  int epi_en = !(m->out_valid && out_full);
+  int epi_out_fire = m->out_valid && !out_full; /* into the output FIFO */
+  int out_pop = st_in_valid && st_in_ready;
   int r_valid = m->tag_valid[m->tag_pos] && m->tag_emit[m->tag_pos];
   int q2_consume = m->q2_valid && (!m->q2_last || epi_en);
   int pool_issue = m->s_pool && m->p_reads > 0 && (!m->q2_valid || q2_consume);
@@ -174,8 +178,8 @@ static int step(model *m, int64_t cycle, gs_timing *timing) {
   int64_t head = m->sq.count ? fifo_front(&m->sq) : -1;
   int store_pop = head >= 0 && cmd[head].op == OP_STORE && (m->s_left == 0 || admit_last) &&
                   (m->s_pending < 0 || s_accept) && (!cmd[head].wait || m->tok_ls > 0);
-  int config_pop = head >= 0 && cmd[head].op == OP_CONFIG && m->s_left == 0 &&
-                   m->s_pending < 0 && m->epi_rows == 0 && !st_active;
+  /* a CONFIG waits until every earlier row has left the epilogue (not the FIFO) */
+  int config_pop = head >= 0 && cmd[head].op == OP_CONFIG && m->s_left == 0 && m->epi_rows == 0;
   int res_read = acc_admit && m->cfg_residual; /* scratchpad port 2 */
   int rd2 = res_read || pool_issue;
   int64_t rd2_addr = pool_issue ? m->p_addr : m->res_addr;
@@ -321,6 +325,7 @@ static int step(model *m, int64_t cycle, gs_timing *timing) {
   }
   /* store unit, epilogue, ws_dma_store */
   m->epi_rows += admit - epi_out_fire;
+  m->out_rows += epi_out_fire - out_pop;
   if (epi_en) {
     int s1_valid = m->s1_valid;
     m->s1_valid = admit;
@@ -404,7 +409,7 @@ static void release(model *m) {
  * conflict between the residual and the weight reads (the Python model's ValueError). */
 int gs_accel_cycles(int64_t rows, int64_t cols, int64_t bus_bytes, int64_t latency,
                     int64_t bank_rows, int64_t scratchpad_rows, int64_t queue_depth,
-                    const gs_command *commands,
+                    int64_t out_depth, const gs_command *commands,
                     int64_t n, int64_t limit, gs_timing *timing) {
   model m;
   int64_t last_write = -1, cycle = 0;
@@ -415,6 +420,7 @@ int gs_accel_cycles(int64_t rows, int64_t cols, int64_t bus_bytes, int64_t laten
   m.bus = bus_bytes;
   m.latency = latency;
   m.queue_depth = queue_depth;
+  m.out_depth = out_depth;
   m.spad_mask = scratchpad_rows - 1; /* row addresses wrap (SPAD_W bits) */
   m.lat = rows + cols - 1; /* injection -> accumulator (ws_ctrl) */
   m.track_depth = 1;

@@ -133,8 +133,15 @@ class AccelConfig:
     acc_depth: int = 1024
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     queue_depth: int = 8
+    #: int8 result rows the output FIFO holds between the epilogue and the store DMA (a
+    #: power of two): an accumulator's worth, so a narrow bus stores one chunk's rows
+    #: while the array computes the next instead of freezing it
+    out_depth: int = 1024
 
     def __post_init__(self) -> None:
+        if self.out_depth < 2 or self.out_depth & (self.out_depth - 1):
+            raise ValueError(f"the output FIFO holds a power of two ≥ 2 rows, got "
+                             f"{self.out_depth}")
         if self.rows < 2 or max(self.rows, self.cols) > self.memory.row_bytes:
             raise ValueError(
                 f"a {self.rows}×{self.cols} array needs 2 ≤ rows and scratchpad rows of at "
@@ -159,6 +166,7 @@ class AccelConfig:
             "ROW_BYTES": memory.row_bytes, "BANKS": memory.banks,
             "BANK_ROWS": memory.bank_rows, "BUS_BYTES": memory.bus_bytes,
             "LATENCY": memory.latency, "QUEUE_DEPTH": self.queue_depth,
+            "OUT_DEPTH": self.out_depth,
         }
 
 
@@ -278,6 +286,7 @@ class AccelModel:
         self.p_window = self.p_wstride = self.p_t = self.p_pix = self.p_addr = 0
         self.p_reads = 0
         self.s1_valid = self.out_valid = False
+        self.out_rows = 0  # rows in the output FIFO (epilogue → ws_dma_store)
         self.st_rows: deque[int] = deque()  # beats of each row of the active store
         self.st_beat = 0
         self.tracing = False
@@ -305,7 +314,7 @@ class AccelModel:
                     or self.writes or self.track or self.w_active or self.w_q or self.a_active
                     or self.q_valid or any(valid for valid, _ in self.tags) or self.s_pending
                     or self.s_left or self.epi_rows or self.st_rows or self.q2_valid
-                    or self.p_reads)
+                    or self.p_reads or self.out_rows)
 
     def _bank(self, row: int) -> int:
         return row >> self.bank_shift
@@ -316,11 +325,14 @@ class AccelModel:
         st_active = bool(self.st_rows)
         st_beat_last = st_active and self.st_beat == self.st_rows[0] - 1
         st_in_ready = st_active and st_beat_last
-        st_cmd_last = st_in_ready and self.out_valid and len(self.st_rows) == 1
+        st_in_valid = self.out_rows > 0  # the output FIFO's oldest row
+        st_cmd_last = st_in_ready and st_in_valid and len(self.st_rows) == 1
         st_cmd_ready = not st_active or st_cmd_last
-        write = st_active and self.out_valid
-        epi_en = not (self.out_valid and not st_in_ready)
-        epi_out_fire = self.out_valid and st_in_ready
+        write = st_active and st_in_valid
+        out_full = self.out_rows == self.config.out_depth
+        epi_en = not (self.out_valid and out_full)
+        epi_out_fire = self.out_valid and not out_full  # into the output FIFO
+        out_pop = st_in_valid and st_in_ready
         tag_valid, tag_emit = self.tags[-1]
         r_valid = tag_valid and tag_emit
         q2_consume = self.q2_valid and (not self.q2_last or epi_en)
@@ -340,8 +352,8 @@ class AccelModel:
         rd2 = res_read or pool_issue
         rd2_addr = self.p_addr if pool_issue else self.res_addr
         sl_give = admit_last and self.s_signal
-        config_pop = (isinstance(head, Config) and self.s_left == 0 and self.s_pending is None
-                      and self.epi_rows == 0 and not st_active)
+        # a Config waits until every earlier row has left the epilogue (not the FIFO)
+        config_pop = isinstance(head, Config) and self.s_left == 0 and self.epi_rows == 0
         # -- ws_ctrl handshakes ----------------------------------------------------------------
         w_last_beat = self.w_count == rows - 1
         bank = self.w_load_bank
@@ -461,6 +473,7 @@ class AccelModel:
             timing.array_stall_cycles += 1
         # store unit, epilogue, ws_dma_store
         self.epi_rows += int(admit) - int(epi_out_fire)
+        self.out_rows += int(epi_out_fire) - int(out_pop)
         if epi_en:
             self.s1_valid, self.out_valid = admit, self.s1_valid
         if write:
