@@ -10,7 +10,8 @@ adds a random int8 residual tensor in the epilogue (the quantized residual add),
 through the scratchpad; `"early"` adds it to the accumulator before the requantize.
 A layer's `"schedule"` picks conv_program's schedule ("im2col" gathers the windows
 from main memory, "window" keeps the input rows in the scratchpad and reads each window
-as a 2-D pattern of them; default "best", the one the cycle model prices fastest).
+as a 2-D pattern of them: every window tiling that fits is run; default "best", the one
+the cycle model prices fastest).
 A layer with `"pool": true` is a max-pool (`commands.pool_program`: the DMA gathers the
 windows' taps, pooling stores take their max), checked against `pool_reference`.
 The layers come from the `layers` setting (glensidec.cosim.settings); with an `out`
@@ -50,6 +51,8 @@ from glensidec.hardware.commands import (
     pool_reference,
     sum_pool_reference,
     weight_matrix,
+    window_program,
+    window_tilings,
 )
 
 
@@ -129,13 +132,30 @@ async def run_and_check(dut: Any, config: AccelConfig, program: LayerProgram,
 
 async def run_layer(dut: Any, config: AccelConfig, layer: ConvLayer, seed: int,
                     residual: str = "", schedule: str = "best") -> int:
-    """Run one layer on the DUT; returns the simulated cycles (checked inside)."""
+    """Run one layer on the DUT (each window tiling for the "window" schedule); returns
+    the simulated cycles (checked inside)."""
     rng = np.random.default_rng(seed)
     feature = rng.integers(-128, 128, (layer.height, layer.width, layer.channels))
     weights = rng.integers(-128, 128, (layer.kernel, layer.kernel, layer.channels,
                                        layer.out_channels)) * group_mask(layer)
     quant = random_quant(rng, layer.out_channels, residual)
-    program = conv_program(config, layer, quant, schedule)
+    if schedule == "window":
+        tilings = window_tilings(config, layer, bool(residual))
+        assert tilings, f"{layer.name}: no window tiling fits"
+        cycles = 0
+        for tiling in tilings:
+            cycles += await run_program(dut, config, layer, window_program(
+                config, layer, quant, tiling), rng, feature, weights, quant, residual,
+                f"window schedule, {tiling}")
+        return cycles
+    return await run_program(dut, config, layer, conv_program(config, layer, quant, schedule),
+                             rng, feature, weights, quant, residual, f"{schedule} schedule")
+
+
+async def run_program(dut: Any, config: AccelConfig, layer: ConvLayer, program: LayerProgram,
+                      rng: np.random.Generator, feature: np.ndarray, weights: np.ndarray,
+                      quant: LayerQuant, residual: str, what: str) -> int:
+    """Run one program of `layer` on the DUT against fresh memory; returns its cycles."""
     M, K, N = layer.gemm
     memory = rng.integers(0, 256, program.memory_bytes).astype(np.uint8)  # garbage output
     image = program.input_image(feature, quant.input_zero_point)
@@ -147,7 +167,7 @@ async def run_layer(dut: Any, config: AccelConfig, layer: ConvLayer, seed: int,
         memory[program.residual_base:program.residual_base + M * N] = added.reshape(-1) & 0xFF
     return await run_and_check(dut, config, program, memory,
                                conv_reference(layer, feature, weights, quant, added),
-                               f"{layer.name}: {M}x{K}x{N} ({schedule} schedule)")
+                               f"{layer.name}: {M}x{K}x{N} ({what})")
 
 
 @cocotb.test()

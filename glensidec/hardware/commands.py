@@ -870,11 +870,14 @@ def best_conv_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant
 class WindowTiling:
     """How the window schedule cuts a layer: output rows per chunk (the input band the
     chunk reads stays resident), whether bands alternate between two buffers (several
-    chunks) or one band fills half the scratchpad, and K folds per weight piece."""
+    chunks) or one band fills half the scratchpad, K folds per weight piece, and whether
+    the next chunk's band loads during this chunk's second step (`prefetch`) rather
+    than before the next chunk's first."""
 
     chunk_rows: int
     double_buffered: bool
     piece_folds: int
+    prefetch: bool = False
 
 
 @dataclass(frozen=True)
@@ -969,7 +972,11 @@ def window_tilings(config: AccelConfig, layer: ConvLayer, residual: bool = False
     chunks = -(-out_h // max(fitting)) if fitting else 0
     if chunks > 1 or (chunks == 1 and not chunkings):  # (one chunk: the same as the above)
         chunkings.append((-(-out_h // chunks), True))
-    return [WindowTiling(rows, double, piece) for rows, double in chunkings for piece in pieces]
+    blocks = -(-layer.out_channels // config.cols)
+    return [WindowTiling(rows, double, piece, prefetch)
+            for rows, double in chunkings for piece in pieces
+            for prefetch in ((False, True) if double and rows < out_h
+                             and blocks * -(-folds // piece) > 1 else (False,))]
 
 
 def window_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
@@ -1009,28 +1016,39 @@ def window_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
     folds = conv_folds(layer, R)
     plane_of = {fold: plane for plane, entry in enumerate(band.planes) for fold in entry.folds}
     pieces = -(-len(folds) // tiling.piece_folds)
-    steps: list[_Step] = []
-    block_configured, w_loads, stores = -1, 0, 0
-    for chunk, oy0 in enumerate(range(0, out_h, tiling.chunk_rows)):
-        rows_here = min(tiling.chunk_rows, out_h - oy0)
-        m0, m_len = oy0 * out_w, rows_here * out_w
+
+    def band_loads(chunk: int) -> list[DmaCommand]:
+        oy0 = chunk * tiling.chunk_rows
         band_base = chunk % 2 * quarter if tiling.double_buffered else 0
         y0 = oy0 * layer.stride - layer.padding + pad
         x0 = -layer.padding + pad
-        band_loads = [DmaCommand(
+        return [DmaCommand(
             base=input_base + (y0 * width + x0 + plane.x0) * layer.channels + plane.channel0,
             length=plane.length, count1=band.width, stride1=band.x_step * layer.channels,
-            count2=band.rows(rows_here), stride2=band.y_step * width * layer.channels,
+            count2=band.rows(min(tiling.chunk_rows, out_h - oy0)),
+            stride2=band.y_step * width * layer.channels,
             spad_row=band_base + index * plane_rows, bounds=not band.padded_input, y0=y0,
             y_step=band.y_step, height=height, x0=x0, x_step=band.x_step, width=width,
             pad_value=quant.input_zero_point)
             for index, plane in enumerate(band.planes)]
+
+    steps: list[_Step] = []
+    block_configured, w_loads, stores = -1, 0, 0
+    chunks = -(-out_h // tiling.chunk_rows)
+    # a chunk of one step has no second step to load the next band with
+    prefetch = tiling.prefetch and len(group_blocks(layer, C)) * pieces > 1
+    for chunk, oy0 in enumerate(range(0, out_h, tiling.chunk_rows)):
+        rows_here = min(tiling.chunk_rows, out_h - oy0)
+        m0, m_len = oy0 * out_w, rows_here * out_w
+        band_base = chunk % 2 * quarter if tiling.double_buffered else 0
+        first_step = len(steps)
         for block in group_blocks(layer, C):
             n0, width_n = block.n0, block.width
             for piece in range(pieces):
                 first = piece * tiling.piece_folds
                 piece_folds = folds[first:first + tiling.piece_folds]
-                loads = list(band_loads) if block.n0 == 0 and piece == 0 else []
+                loads = band_loads(chunk) if len(steps) == first_step and (
+                    chunk == 0 or not prefetch) else []
                 w_buffer = (2 + w_loads % 2) * quarter
                 w_loads += 1
                 for index, (ky, kx, channel0, length) in enumerate(piece_folds):
@@ -1055,12 +1073,17 @@ def window_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
                         wait=index == 0, signal=index == len(piece_folds) - 1,
                         a_count1=out_w, a_stride1=band.stride_x,
                         a_stride2=band.stride_y * band.width))
+                # the next chunk's band after this step's own loads: its buffer was the
+                # chunk before's, released before this step's first load may start
+                prefetched = band_loads(chunk + 1) if prefetch and \
+                    len(steps) == first_step + 1 and chunk + 1 < chunks else []
                 steps.append(_Step(
                     [Load(dma, wait=len(steps) >= 2 and index == 0,
                           signal=index == len(loads) - 1,
                           wait_store=residual and last_piece and stores >= 2
                           and index == len(loads) - 1)
-                     for index, dma in enumerate(loads)], computes, []))
+                     for index, dma in enumerate(loads)]
+                    + [Load(dma) for dma in prefetched], computes, []))
             tail = steps[-1].tail
             if block.n0 != block_configured:
                 padded = [0] * (C - width_n)
