@@ -1,4 +1,5 @@
-"""Random-weight ONNX networks for the host benchmark: ResNet-18, ResNet-50, MobileNet-v1.
+"""Random-weight ONNX networks for the host benchmark: ResNet-18, ResNet-50, MobileNet-v1
+and -v2.
 
 Layer for layer as torchvision / the MobileNet paper define them (batch 1, 3x224x224),
 built with the tests' `OnnxGraph` so no download is needed.
@@ -9,6 +10,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))  # the ONNX model builder lives with the tests
@@ -85,3 +88,37 @@ def mobilenet_v1(seed: int = 0) -> Any:
         x = g.node("Relu", [g.bn(g.conv(x, channels, width, 1, 1, 0, bias=False), width)])
         channels = width
     return _head(g, x, channels)
+
+
+#: torchvision's inverted residual settings: expansion t, channels c, blocks n, stride s
+MOBILENET_V2 = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
+                (6, 160, 3, 2), (6, 320, 1, 1))
+
+
+def _relu6(g: OnnxGraph, x: str) -> str:
+    return g.node("Clip", [x, g.const(f"lo{g.count}", np.array(0, "f4")),
+                           g.const(f"hi{g.count}", np.array(6, "f4"))])
+
+
+def mobilenet_v2(seed: int = 0) -> Any:
+    """torchvision's MobileNet-v2 1.0/224: 3.5 M parameters, 0.3 GMAC, 17 inverted residual
+    blocks (1x1 expand, ReLU6, depthwise 3x3, ReLU6, 1x1 project, a skip add where the
+    shape stays)."""
+    g = OnnxGraph(seed)
+    x = g.input("image", [1, 3, 224, 224])
+    x = _relu6(g, g.bn(g.conv(x, 3, 32, 3, 2, 1, bias=False), 32))
+    channels = 32
+    for expansion, width, blocks, first_stride in MOBILENET_V2:
+        for block in range(blocks):
+            stride = first_stride if block == 0 else 1
+            hidden = channels * expansion
+            y = x
+            if expansion != 1:
+                y = _relu6(g, g.bn(g.conv(y, channels, hidden, 1, bias=False), hidden))
+            y = _relu6(g, g.bn(g.conv(y, hidden, hidden, 3, stride, 1, group=hidden,
+                                      bias=False), hidden))
+            y = g.bn(g.conv(y, hidden, width, 1, bias=False), width)
+            x = g.node("Add", [y, x]) if stride == 1 and channels == width else y
+            channels = width
+    x = _relu6(g, g.bn(g.conv(x, channels, 1280, 1, bias=False), 1280))
+    return _head(g, x, 1280)

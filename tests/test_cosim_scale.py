@@ -162,7 +162,7 @@ def test_layers_cosimulate_on_a_dask_cluster_as_in_one_process(tmp_path: Path,
     assert spread.returncode == 0, spread.stdout[-3000:] + spread.stderr[-3000:]
     assert "in 2 simulator processes on the Dask cluster" in spread.stdout
     calls = _accel_layers(outdir)
-    assert len(calls) == len(one) == 2
+    assert len(calls) == len(one) == 3  # the input's layout, the convolution, the pool
     assert all(call["data_ok"] and call["cycles_ok"] for call in calls)
     assert [call["simulated_cycles"] for call in calls] == \
         [call["simulated_cycles"] for call in one]

@@ -148,8 +148,9 @@ def test_the_report_shows_each_layer_and_where_the_cycles_go(tmp_path: Path) -> 
     compiled = glensidec.compile(CNN, "8x8", tmp_path / "out")
     data = ReportData.from_json((tmp_path / "out" / "report.json").read_text())
     layers = data.layers
-    assert len(layers) == 2 and compiled.accel_cycles == sum(r.array_cycles for r in layers)
-    conv, pool = layers
+    # the input's padding (a layout layer), the convolution, the pool
+    assert len(layers) == 3 and compiled.accel_cycles == sum(r.array_cycles for r in layers)
+    _, conv, pool = layers
     assert 0 < conv.busy_cycles < conv.array_cycles and pool.busy_cycles == 0
     assert all(r.load_bytes > 0 and r.store_bytes > 0 for r in layers)
     parts = dict(cycle_parts(data))
@@ -185,7 +186,7 @@ def test_a_layers_layout_copy_is_not_warned_about_as_host_epilogue_work(tmp_path
     epilogue the accelerator could not take (compile warned about it once)."""
     done = _cli("compile", CNN, "--array", "8x8", "-o", tmp_path / "out")
     assert done.returncode == 0 and done.stderr == ""
-    assert "2 accelerator layers" in done.stdout
+    assert "3 accelerator layers" in done.stdout  # the input's layout, conv and pool
 
 
 def test_an_epilogue_region_that_reads_a_shape_of_a_tensor_compiles(tmp_path: Path) -> None:

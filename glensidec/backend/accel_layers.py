@@ -79,6 +79,7 @@ from glensidec.hardware.commands import (
     pool_program,
     pool_tiling,
 )
+from glensidec.hardware.layout import NhwcLayout, layout_program
 from glensidec.lang.dtypes import DTYPES, Array, integer_range, wrap_signed
 from glensidec.lang.terms import ComputeOp
 
@@ -572,6 +573,10 @@ def check_fits(accel: AccelConfig, layer: ConvLayer, quant: LayerQuant,
 def layer_geometry(layer: AccelLayer) -> ConvLayer:
     """The convolution (an M-pixel 1×1 convolution for a matrix, or a max-pool) the
     layer's commands compute."""
+    if layer.layout is not None:  # read the NCHW map once, write the padded NHWC map
+        layout = layer.layout
+        return ConvLayer(layer.name, layout.height, layout.width, layout.channels,
+                         layout.channels, padding=layout.padding)
     if layer.image:
         height, width, channels = layer.image
         return ConvLayer(layer.name, height, width, channels, layer.n, layer.kernel,
@@ -604,7 +609,8 @@ def program_accel_layers(lowered: LoweredProgram, weights: dict[str, Array],
         geometry = layer_geometry(layer)
         program, table, timing = program_layer(accel, geometry,
                                                layer_quant(result, layer, weights),
-                                               pool=layer.pool, pool_sum=layer.pool_sum)
+                                               pool=layer.pool, pool_sum=layer.pool_sum,
+                                               layout=layer.layout)
         traffic = layer_traffic(accel, geometry, program, layer.residual is not None,
                                 layer.pool)
         del result.buffers[layer.commands.buffer]  # the placeholder
@@ -619,13 +625,17 @@ def program_accel_layers(lowered: LoweredProgram, weights: dict[str, Array],
 
 
 def program_layer(accel: AccelConfig, layer: ConvLayer, quant: LayerQuant, pool: bool = False,
-                  pool_sum: bool = False) -> tuple[LayerProgram, Array, AccelTiming]:
-    """The layer's commands (best_conv_program, or pool_program for a max-pool or, `pool_sum`,
-    an average pool through `quant`'s epilogue), as the packed table the C reads, and
-    their cycles on ws_accel; GlensideError when the layer does not fit the accelerator."""
+                  pool_sum: bool = False, layout: NhwcLayout | None = None
+                  ) -> tuple[LayerProgram, Array, AccelTiming]:
+    """The layer's commands (best_conv_program, or pool_program for a max-pool or,
+    `pool_sum`, an average pool through `quant`'s epilogue, or layout_program for a
+    `layout` change), as the packed table the C reads, and their cycles on ws_accel;
+    GlensideError when the layer does not fit the accelerator."""
     timing: AccelTiming | None = None
     try:
-        if pool:
+        if layout is not None:
+            program = layout_program(accel, layout)
+        elif pool:
             program = pool_program(accel, layer, quant if pool_sum else None)
         else:  # the schedule the exact model prices fastest, with its timing
             program, timing = best_conv_program(accel, layer, quant)
@@ -838,6 +848,12 @@ def accel_layer_lines(lowered: LoweredProgram, config: ArrayConfig) -> Iterator[
             yield (f"  {layer.name}: {kind} {layer.kernel}x{layer.kernel} stride "
                    f"{layer.stride} to M={layer.m} N={layer.n}: {layer.cycles} cycles, "
                    f"{traffic_text(layer)}")
+            continue
+        if layer.layout is not None:  # no product either
+            layout = layer.layout
+            yield (f"  {layer.name}: NCHW {layout.channels}x{layout.height}x{layout.width} to "
+                   f"NHWC padded by {layout.padding}: {layer.cycles} cycles (array "
+                   f"{layer.compute_rows}), {traffic_text(layer)}")
             continue
         ideal = ideal_cycles(config, layer.m, layer.k, layer.n)
         utilization = layer.m * layer.k * layer.n / (config.rows * config.cols * layer.cycles)

@@ -15,13 +15,16 @@ In order (each a module of its own, each taking and giving a `LoweredProgram`):
    Then `accel_pool` again: the pools of residual blocks' results, which read the layer
    that took the add.
 5. `accel_layout`: a layer whose input is an earlier layer's rows (padded) reads them.
-6. `fold_constants`: buffers only fills and copies of constants write (weights padded and
+6. `accel_boundary`: a layer operand that is the program's NCHW input in NHWC (padded)
+   is made by a layout layer on the accelerator, not by the host's copies.
+7. `fold_constants`: buffers only fills and copies of constants write (weights padded and
    packed at run time) become constants.
-7. `accel_layers.program_accel_layers`: every layer's commands and cycles, once, last.
+8. `accel_layers.program_accel_layers`: every layer's commands and cycles, once, last.
 """
 
 from __future__ import annotations
 
+from glensidec.backend.accel_boundary import absorb_input_layouts
 from glensidec.backend.accel_depthwise import fuse_accel_depthwise
 from glensidec.backend.accel_layers import fuse_accel_layers, program_accel_layers
 from glensidec.backend.accel_layout import read_layer_rows
@@ -41,5 +44,6 @@ def fuse_for_accelerator(lowered: LoweredProgram, weights: dict[str, Array],
     layers = fuse_accel_pools(layers, weights, accel)  # (a later residual add reads its rows)
     layers = fuse_accel_residuals(fuse_elementwise(layers), weights, accel)
     layers = fuse_accel_pools(layers, weights, accel)  # pools of the layers that took an add
-    layers = fold_constant_copies(read_layer_rows(layers, weights, accel), weights)
+    layers = absorb_input_layouts(read_layer_rows(layers, weights, accel), weights, accel)
+    layers = fold_constant_copies(layers, weights)
     return program_accel_layers(layers, weights, accel)

@@ -376,6 +376,9 @@ class _Renderer:
                        f"{layer.kernel} stride {layer.stride} of {layer.a.buffer}")
             if layer.pool_sum:
                 product = f"clip(requantize({product} + bias))"
+        if layer.layout is not None:
+            product = (f"{layer.a.buffer} (NCHW) as NHWC padded by {layer.layout.padding}, "
+                       f"{layer.n}-byte rows")
         if layer.residual is not None:
             product = f"clip(requantize({product} * a + {layer.residual.buffer} * b + c))"
         what = (f"{layer.name} = {product} on the accelerator (M={layer.m} K={layer.k} "

@@ -51,6 +51,7 @@ from glensidec.backend.views import (
 )
 from glensidec.hardware.accel import ResidualConfig
 from glensidec.hardware.commands import LayerTraffic
+from glensidec.hardware.layout import NhwcLayout
 from glensidec.lang.constructs import ComputeKind, Group
 from glensidec.lang.dtypes import DTYPES, Array
 from glensidec.lang.expand import expand_program, needs_expansion
@@ -305,10 +306,22 @@ class AccelLayer(Instruction):
     # rows hold only the channels its groups read).
     groups: int = 1
     group_cols: int = 0
+    # A layout layer (glensidec.hardware.layout): `a` is an NCHW map, dst the NHWC map
+    # `layout` describes (padded), written as (m, n) rows of n = g·C bytes; `b` the weight
+    # tiles that sum each pixel group's channels into place; no image, kernel or pool.
+    layout: NhwcLayout | None = None
+
+    @property
+    def multiplies(self) -> bool:
+        """Whether the layer is a product (not a pool or a layout change): what T_min, MACs
+        and utilization count."""
+        return not self.pool and self.layout is None
 
     @property
     def input_elements(self) -> int:
         """Bytes of `a` in the commands' address space."""
+        if self.layout is not None:
+            return self.layout.channels * self.layout.height * self.layout.width
         return math.prod(self.image) if self.image else self.m * self.k
 
     def reads(self) -> tuple[View, ...]:

@@ -160,6 +160,10 @@ class ReportData:
 def _kind_and_op(instruction: Instruction) -> tuple[str, str]:
     if isinstance(instruction, ArrayGemm):
         return "gemm", f"M={instruction.m} K={instruction.k} N={instruction.n}"
+    if isinstance(instruction, AccelLayer) and instruction.layout is not None:
+        return "accel", (f"NCHW to NHWC {'x'.join(map(str, instruction.layout.padded))}"
+                         f"x{instruction.layout.channels}, {instruction.load_bytes} B loaded, "
+                         f"{instruction.store_bytes} B stored")
     if isinstance(instruction, AccelLayer):
         return "accel", (f"M={instruction.m} K={instruction.k} N={instruction.n}, "
                          f"{instruction.load_bytes} B loaded, {instruction.store_bytes} B stored")
@@ -185,6 +189,8 @@ def _kind_and_op(instruction: Instruction) -> tuple[str, str]:
 
 
 def _macs(instruction: Instruction) -> int:
+    if isinstance(instruction, AccelLayer) and not instruction.multiplies:
+        return 0
     if isinstance(instruction, ArrayGemm | AccelLayer):
         return instruction.m * instruction.k * instruction.n
     if isinstance(instruction, Dot):
@@ -270,10 +276,11 @@ def report_data(source: str, lowered: LoweredProgram, config: ArrayConfig,
         if isinstance(instruction, AccelLayer):  # the whole accelerator: DMA, array, epilogue
             m, k, n = instruction.m, instruction.k, instruction.n
             cycles = instruction.cycles
-            ideal = ideal_cycles(config, m, k, n)
-            # a pooling layer multiplies nothing: no utilization
-            utilization = None if instruction.pool else m * k * n / (config.rows * config.cols
-                                                                      * cycles)
+            # a pooling or layout layer multiplies nothing: no T_min, no utilization
+            multiplies = instruction.multiplies
+            ideal = ideal_cycles(config, m, k, n) if multiplies else 0
+            utilization = m * k * n / (config.rows * config.cols * cycles) if multiplies \
+                else None
         if isinstance(instruction, ArrayGemm):
             m, k, n = instruction.m, instruction.k, instruction.n
             array = array_for(instruction.rows, instruction.cols, (config, *more_arrays))

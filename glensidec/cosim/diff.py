@@ -68,6 +68,7 @@ from glensidec.hardware.commands import (
     sum_pool_reference,
     unpack_weight_matrix,
 )
+from glensidec.hardware.layout import layout_reference
 from glensidec.lang import data
 from glensidec.lang.dtypes import DTYPES, Array, requantize
 from glensidec.lang.interp import (
@@ -192,6 +193,8 @@ def _accel_layer(layer: AccelLayer, read: Callable[[View], Array]) -> Array:
     """What the layer declares it computes: its products (or, pooling, the max or the
     sum of each window), then every stage of its epilogue, the residual add included. A pass that
     gives a layer work its commands do not do thus shows as a divergence at the layer."""
+    if layer.layout is not None:  # the NCHW map as the padded NHWC map, in its rows
+        return layout_reference(layer.layout, read(layer.a)).reshape(layer.m, layer.n)
     if layer.pool:
         height, width, channels = layer.image
         pooled = sum_pool_reference if layer.pool_sum else pool_reference

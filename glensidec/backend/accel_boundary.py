@@ -1,0 +1,236 @@
+"""The program's NCHW input in the layout its layers read, made by the accelerator.
+
+As lowered, a layer that reads the program's input reads a host-built copy of it: the
+NCHW image padded (a fill and a copy per padded axis) and copied to NHWC for the DMA's
+im2col (ResNet's stem: three copies of the image, 460 k host cycles), or, for a
+residual add or a 1×1 convolution, its NHWC rows. This pass (the accelerator, after
+`accel_layout`) evaluates element by element what such an operand holds in terms of an
+input (`trace_input`: an input element's index, or a fill's value); when it is exactly
+the NCHW input in NHWC, padded by p with one value, a layout layer
+(`glensidec.hardware.layout`) makes it on the accelerator instead, and the host's fills
+and copies become dead and go. Operands that need the same rows share one layout layer;
+a convolution whose taps are not packed reads the unpadded rows and pads with the DMA
+(as `accel_layout` does for an earlier layer's rows), so a residual block's first
+convolution and its skip connection read the same rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from glensidec.backend.accel_layers import (
+    LayerBuilder,
+    check_fits,
+    drop_dead_code,
+    layer_quant,
+)
+from glensidec.backend.accel_pool import PADDING
+from glensidec.backend.lower import (
+    ACTIVATION,
+    INPUT,
+    AccelLayer,
+    Copy,
+    Fill,
+    LoweredProgram,
+)
+from glensidec.backend.views import View, contiguous, store_view, view_array
+from glensidec.errors import GlensideError
+from glensidec.hardware.accel import CapacityError, ConvLayer
+from glensidec.hardware.commands import AccelConfig, packs_taps
+from glensidec.hardware.layout import NhwcLayout, layout_group, layout_lines, layout_weights
+from glensidec.lang.dtypes import Array, integer_range
+
+NOTE = "the program's NCHW input in NHWC for the DMA, laid out by the accelerator"
+
+
+@dataclass(frozen=True)
+class _Found:
+    """An operand that holds an input in NHWC: `layout` (its NCHW geometry, padding and
+    pad value)."""
+
+    input: str
+    layout: NhwcLayout
+
+
+#: absorb_input_layouts' `rows_of`: the rows of the layout layer that makes a found operand
+_RowsOf = Callable[[_Found], View | None]
+
+
+def absorb_input_layouts(lowered: LoweredProgram, weights: dict[str, Array],
+                         accel: AccelConfig) -> LoweredProgram:
+    """`lowered` with every layer operand that is an NCHW input in NHWC (padded) made by a
+    layout layer on the accelerator instead of the host (a new program)."""
+    result = LoweredProgram(dict(lowered.buffers), list(lowered.instructions), lowered.output,
+                            lowered.output_shape)
+    builder = LayerBuilder(result)
+    made: dict[tuple[str, NhwcLayout], View] = {}  # layout layers' rows, by what they hold
+    new_layers: list[AccelLayer] = []
+
+    def rows_of(found: _Found) -> View | None:
+        key = (found.input, found.layout)
+        if key not in made:
+            layer = _layout_layer(result, builder, found, accel)
+            if layer is None:
+                return None
+            new_layers.append(layer)
+            made[key] = layer.dst
+        return made[key]
+
+    for index, layer in enumerate(result.instructions):
+        if isinstance(layer, AccelLayer) and layer.multiplies:
+            changed = _absorb(result, index, layer, rows_of, weights, accel)
+            if changed is not None:
+                result.instructions[index] = changed
+    result.instructions[:0] = new_layers  # they read only inputs and constants
+    drop_dead_code(result)
+    return result
+
+
+def _absorb(lowered: LoweredProgram, index: int, layer: AccelLayer,
+            rows_of: _RowsOf, weights: dict[str, Array], accel: AccelConfig
+            ) -> AccelLayer | None:
+    """The layer at `index` reading layout layers' rows for its input and its residual,
+    where they are an input in NHWC; None when neither is."""
+    changed = layer
+    if layer.residual is not None:
+        found = _operand(lowered, layer.residual, index, (layer.m, 1, layer.n), 0)
+        rows = None if found is None else rows_of(found)
+        if rows is not None:
+            changed = replace(changed, residual=contiguous(rows.buffer, (layer.m, layer.n)))
+    if layer.image and not layer.padding:
+        height, width, channels = layer.image
+        found = _operand(lowered, layer.a, index, (height, width, channels), None)
+        if found is not None:
+            unpadded = _dma_padded(lowered, layer, found, rows_of, weights, accel)
+            if unpadded is not None:
+                return replace(unpadded, residual=changed.residual)
+            rows = rows_of(found)
+            if rows is not None:
+                changed = replace(changed, a=contiguous(rows.buffer, layer.a.shape))
+    elif not layer.image:
+        found = _operand(lowered, layer.a, index, (layer.m, 1, layer.k), 0)
+        rows = None if found is None else rows_of(found)
+        if rows is not None:
+            changed = replace(changed, a=contiguous(rows.buffer, (layer.m, layer.k)))
+    return None if changed is layer else changed
+
+
+def _dma_padded(lowered: LoweredProgram, layer: AccelLayer, found: _Found, rows_of: _RowsOf,
+                weights: dict[str, Array], accel: AccelConfig) -> AccelLayer | None:
+    """A convolution whose taps are not packed reading the input's unpadded rows, the DMA
+    padding them (so its rows can serve a skip connection too); None when it cannot."""
+    layout = found.layout
+    geometry = ConvLayer(layer.name, layout.height, layout.width, layout.channels, layer.n,
+                         layer.kernel, layer.stride, layout.padding, layer.groups)
+    if not layout.padding or packs_taps(geometry, accel.rows):
+        return None  # already unpadded, or rows that straddle the border need the padding
+    try:
+        check_fits(accel, geometry, replace(layer_quant(lowered, layer, weights),
+                                            input_zero_point=layout.pad_value))
+    except GlensideError:
+        return None
+    rows = rows_of(_Found(found.input, replace(layout, padding=0, pad_value=0)))
+    if rows is None:
+        return None
+    pixels = layout.height * layout.width
+    return replace(layer, a=contiguous(rows.buffer, (pixels, layout.channels)),
+                   image=(layout.height, layout.width, layout.channels),
+                   padding=layout.padding, pad_value=layout.pad_value)
+
+
+def _operand(lowered: LoweredProgram, view: View, index: int, nhwc: tuple[int, int, int],
+             padding: int | None) -> _Found | None:
+    """What the operand `view` of the layer at `index` holds when it is exactly an NCHW
+    input in NHWC (`nhwc`: its padded height, width and channels), padded with one value
+    (by `padding`, or by whatever p fits when None), and no one else reads it."""
+    buffer = lowered.buffer_of(view)
+    height, width, channels = nhwc
+    if view.offset or buffer.elements != height * width * channels or buffer.dtype != "i8" \
+            or lowered.readers().get(view.buffer) != [index]:
+        return None
+    traced = trace_input(lowered, view.buffer, index)
+    if traced is None:
+        return None
+    name, origin, fill = traced
+    shape = lowered.buffers[name].shape
+    if len(shape) != 4 or shape[0] != 1 or shape[1] != channels:
+        return None
+    rows, cols = shape[2], shape[3]
+    if padding is None:  # an image: its height and width tell the padding
+        pad = (height - rows) // 2
+        if pad < 0 or (rows + 2 * pad, cols + 2 * pad) != (height, width):
+            return None
+    elif (rows + 2 * padding) * (cols + 2 * padding) != height * width:
+        return None
+    else:
+        pad = padding
+    expected = np.pad(np.arange(channels * rows * cols).reshape(channels, rows, cols),
+                      ((0, 0), (pad, pad), (pad, pad)), constant_values=PADDING)
+    if not np.array_equal(origin, expected.transpose(1, 2, 0).reshape(-1)):
+        return None
+    values = np.unique(fill[origin == PADDING])
+    if values.size > 1:
+        return None
+    return _Found(name, NhwcLayout(channels, rows, cols, pad,
+                                   int(values[0]) if values.size else 0))
+
+
+def trace_input(lowered: LoweredProgram, name: str, before: int, depth: int = 0
+                ) -> tuple[str, np.ndarray, np.ndarray] | None:
+    """(input, origin, fill) for buffer `name` as it is before instruction `before`, when
+    only fills and copies, back to one int8 program input, write it: per element (flat)
+    `origin` is the index of the input element it holds, or PADDING where a fill wrote
+    it, and `fill` the value written there; else None (as accel_pool.trace_layer_rows
+    does for a layer's rows)."""
+    buffer = lowered.buffers[name]
+    if buffer.kind == INPUT:
+        return (name, np.arange(buffer.elements), np.zeros(buffer.elements, np.int64)) \
+            if buffer.dtype == "i8" else None
+    writers = lowered.writers().get(name, [])
+    if buffer.kind != ACTIVATION or not writers or max(writers) >= before or depth > 8:
+        return None
+    origin = np.full(buffer.elements, PADDING - 1, dtype=np.int64)  # unwritten: not padding
+    fill = np.zeros(buffer.elements, dtype=np.int64)
+    source: str | None = None
+    for index in writers:
+        writer = lowered.instructions[index]
+        if isinstance(writer, Fill):
+            value = integer_range(buffer.dtype)[0] if writer.minimum else writer.value
+            store_view(writer.dst, origin, np.full(writer.dst.shape, PADDING))
+            store_view(writer.dst, fill, np.full(writer.dst.shape, value))
+        elif isinstance(writer, Copy):
+            found = trace_input(lowered, writer.src.buffer, index, depth + 1)
+            if found is None or (source is not None and found[0] != source):
+                return None
+            source = found[0]
+            store_view(writer.dst, origin, view_array(writer.src, found[1]))
+            store_view(writer.dst, fill, view_array(writer.src, found[2]))
+        else:
+            return None
+    return None if source is None else (source, origin, fill)
+
+
+def _layout_layer(lowered: LoweredProgram, builder: LayerBuilder, found: _Found,
+                  accel: AccelConfig) -> AccelLayer | None:
+    """The layout layer that writes `found`'s NHWC map from its input; None when it does
+    not fit the accelerator (more channels than columns, a line too long)."""
+    layout = found.layout
+    group = layout_group(layout, accel)
+    try:
+        layout_lines(layout, accel)
+    except CapacityError:
+        return None
+    height, width = layout.padded
+    m, n = height * width // group, group * layout.channels
+    name = builder.name(f"{found.input}_nhwc")
+    dst = builder.activation(name, (m, n))
+    return AccelLayer(
+        NOTE, dst, name, contiguous(found.input, lowered.buffers[found.input].shape),
+        builder.constant(f"{name}_weights", "i8", layout_weights(layout, accel)),
+        builder.constant(f"{name}_bias", "i32", np.zeros(n, np.int64)),
+        builder.constant(f"{name}_multiplier", "i32", np.ones(n, np.int64)),
+        builder.commands_placeholder(name), m=m, k=layout.channels * accel.rows, n=n,
+        pre=0, post=0, zero_point=0, low=-128, high=127, layout=layout)

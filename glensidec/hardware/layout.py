@@ -1,0 +1,193 @@
+"""A program's NCHW input as the NHWC map a layer reads, made by ws_accel itself.
+
+A convolution layer reads its input as an NHWC map (the DMA's im2col rows: one pixel's
+channels are contiguous). A program's input is NCHW, so the host used to transpose it and,
+for a layer whose packed kernel taps straddle the border (an RGB stem), pad it: three
+copies of the image for ResNet's stem, about 460 k host cycles under the host model.
+
+`layout_program` makes that map with the accelerator's existing commands. In NCHW one
+channel's pixels are contiguous, so a DMA row can read `group` consecutive pixels of one
+channel (g = the most pixels whose C channels fit the array's columns, COLS // C, that
+divide the padded map's pixels). There is one K fold per channel: fold c's rows are
+channel c's pixel groups, and its weight tile puts row byte j (pixel j of the group)
+into column j·C + c, so the accumulator sums each group's channels into the NHWC bytes of
+its g pixels, and the identity epilogue stores them as one row (g·C bytes). A padded
+map's border comes from the DMA's bounds: each padded row is cut into segments that lie
+wholly inside the map or wholly in its border (left border, full groups, a last shorter
+group, right border); a border row is `pad_value` in every byte, and the same weights
+give it in every channel. The stores write each segment's rows at their place in the
+padded map.
+
+It costs the array C·(rows of g pixels) cycles: ResNet's 230×230×3 stem input takes about
+32 k cycles instead of the host's 460 k, and nothing is left on the host.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from glensidec.hardware.accel import CapacityError, DmaCommand, EpilogueConfig
+from glensidec.hardware.commands import (
+    AccelConfig,
+    Command,
+    Compute,
+    Config,
+    LayerProgram,
+    Load,
+    Store,
+    _align,
+    _software_pipeline,
+    _Step,
+    _weight_rows,
+)
+
+
+@dataclass(frozen=True)
+class NhwcLayout:
+    """A (C, H, W) int8 map stored NCHW, made into the (H + 2p, W + 2p, C) NHWC map padded
+    by p with `pad_value` (p = 0: the map's NHWC rows)."""
+
+    channels: int
+    height: int
+    width: int
+    padding: int = 0
+    pad_value: int = 0
+
+    @property
+    def padded(self) -> tuple[int, int]:
+        return self.height + 2 * self.padding, self.width + 2 * self.padding
+
+    @property
+    def elements(self) -> int:
+        """Bytes of the NHWC map it writes."""
+        height, width = self.padded
+        return height * width * self.channels
+
+
+@dataclass(frozen=True)
+class _Segment:
+    """Rows of one padded line: `count` groups of `pixels` pixels from padded x `x`, all
+    inside the map or all in its border."""
+
+    x: int
+    count: int
+    pixels: int
+
+
+def layout_group(layout: NhwcLayout, config: AccelConfig) -> int:
+    """Pixels per row: the most whose channels fit the columns (and the rows, each pixel a
+    reduction index), among those that divide the padded map's pixels (so the layer's
+    output is whole rows of g·C bytes); 0 when one pixel's channels do not fit."""
+    most = min(config.cols // layout.channels, config.rows)
+    height, width = layout.padded
+    return max((g for g in range(1, most + 1) if height * width % g == 0), default=0)
+
+
+def _segments(layout: NhwcLayout, group: int) -> list[_Segment]:
+    pad, width = layout.padding, layout.width
+    segments = []
+    for start, stop in ((0, pad), (pad, pad + width), (pad + width, 2 * pad + width)):
+        full, rest = divmod(stop - start, group)
+        if full:
+            segments.append(_Segment(start, full, group))
+        if rest:
+            segments.append(_Segment(start + full * group, 1, rest))
+    return segments
+
+
+def layout_weights(layout: NhwcLayout, config: AccelConfig) -> npt.NDArray[np.int64]:
+    """(C·ROWS, g·C): fold c's tile, row j (pixel j of a group) → column j·C + c."""
+    group, channels = layout_group(layout, config), layout.channels
+    weights = np.zeros((channels * config.rows, group * channels), np.int64)
+    for channel in range(channels):
+        for pixel in range(group):
+            weights[channel * config.rows + pixel, pixel * channels + channel] = 1
+    return weights
+
+
+def layout_lines(layout: NhwcLayout, config: AccelConfig) -> int:
+    """Padded lines per chunk: as many as the accumulator and an activation buffer (every
+    channel's rows) hold, a quarter of the map at most; CapacityError naming the sizes
+    when not even one fits."""
+    group = layout_group(layout, config)
+    if group < 1:
+        raise CapacityError(
+            f"an NCHW map of {layout.channels} channels has more channels per pixel than "
+            f"the array's {config.cols} columns")
+    rows = sum(segment.count for segment in _segments(layout, group))
+    quarter = config.memory.scratchpad_rows // 4
+    # at least four chunks where the map has the lines: one chunk's loads overlap
+    # another's computes
+    lines = min(-(-layout.padded[0] // 4), config.acc_depth // rows,
+                quarter // (rows * layout.channels))
+    if lines < 1 or layout.channels * config.rows > quarter:
+        raise CapacityError(
+            f"one line of the {layout.padded[1]}-pixel NHWC map is {rows} rows per channel; "
+            f"{layout.channels} channels need {rows * layout.channels} rows of an activation "
+            f"buffer ({quarter}) and {rows} accumulator rows ({config.acc_depth})")
+    return lines
+
+
+def layout_program(config: AccelConfig, layout: NhwcLayout) -> LayerProgram:
+    """The commands that write `layout`'s NHWC map (at output_base) from the NCHW map (at
+    input_base), double-buffered per chunk of padded lines like conv_program's steps."""
+    R, C = config.rows, layout.channels
+    group = layout_group(layout, config)
+    segments = _segments(layout, group)
+    per_line = sum(segment.count for segment in segments)
+    lines = layout_lines(layout, config)
+    height, width = layout.padded
+    quarter = config.memory.scratchpad_rows // 4
+    input_base = 0
+    weight_base = _align(layout.channels * layout.height * layout.width)
+    output_base = weight_base + _align(C * R * group * C)
+    memory_bytes = output_base + _align(layout.elements) + 2 * config.memory.bus_bytes
+    used = group * C
+    identity = Config(EpilogueConfig(), (0,) * config.cols,
+                      (1,) * used + (0,) * (config.cols - used))
+    steps: list[_Step] = []
+    for line0 in range(0, height, lines):
+        lines_here = min(lines, height - line0)
+        m_len = lines_here * per_line
+        a_buffer, w_buffer = len(steps) % 2 * quarter, (2 + len(steps) % 2) * quarter
+        dmas: list[DmaCommand] = []
+        for channel in range(C):
+            first = a_buffer + channel * m_len
+            for segment in segments:
+                y, x = line0 - layout.padding, segment.x - layout.padding
+                dmas.append(DmaCommand(
+                    base=input_base + (channel * layout.height + y) * layout.width + x,
+                    length=segment.pixels, count1=segment.count, stride1=group,
+                    count2=lines_here, stride2=layout.width, spad_row=first, bounds=True,
+                    y0=y, y_step=1, height=layout.height, x0=x, x_step=group,
+                    width=layout.width, pad_value=layout.pad_value))
+                first += lines_here * segment.count
+        if len(steps) < 2:  # each weight buffer's tiles stay for every later chunk
+            dmas += [_weight_rows(R, channel * R, R, weight_base, used, used,
+                                  w_buffer + channel * R) for channel in range(C)]
+        loads = [Load(dma, wait=len(steps) >= 2 and index == 0, signal=index == len(dmas) - 1)
+                 for index, dma in enumerate(dmas)]
+        computes = [Compute(w_row=w_buffer + channel * R, a_row=a_buffer + channel * m_len,
+                            m_len=m_len, add=channel > 0, emit=channel == C - 1,
+                            wait=channel == 0, signal=channel == C - 1)
+                    for channel in range(C)]
+        stores: list[Command] = [
+            Store(DmaCommand(base=output_base + (line0 * width + segment.x) * C,
+                             length=segment.pixels * C, count1=segment.count,
+                             stride1=group * C, count2=lines_here, stride2=width * C))
+            for segment in segments]
+        steps.append(_Step(loads, computes, stores))
+    return LayerProgram([identity, *_software_pipeline(steps)], input_base, weight_base,
+                        output_base, memory_bytes, lines * per_line, C, C)
+
+
+def layout_reference(layout: NhwcLayout, nchw: npt.NDArray[np.integer]) -> npt.NDArray[np.int64]:
+    """The (H + 2p, W + 2p, C) map the layer writes, from the (C, H, W) map."""
+    pad = layout.padding
+    image = np.asarray(nchw, np.int64).reshape(layout.channels, layout.height, layout.width)
+    padded = np.pad(image, ((0, 0), (pad, pad), (pad, pad)), constant_values=layout.pad_value)
+    result: npt.NDArray[np.int64] = padded.transpose(1, 2, 0)
+    return result

@@ -1,0 +1,111 @@
+"""A program's NCHW input laid out for its layers by the accelerator (issue 26: leave
+nothing on the host): glensidec/hardware/layout.py and glensidec/backend/accel_boundary.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import assert_calls_match_the_model, compile_and_cosimulate
+from test_accel_offload import _accelerated, _interpreted, _lowered_result, _random_inputs
+
+from glensidec.backend.lower import INPUT, Copy, Fill
+from glensidec.hardware.accel import MemoryConfig
+from glensidec.hardware.accel_native import native_cycles, native_model
+from glensidec.hardware.commands import AccelConfig, AccelModel, run_functional
+from glensidec.hardware.layout import (
+    NhwcLayout,
+    layout_group,
+    layout_program,
+    layout_reference,
+    layout_weights,
+)
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+SMALL = AccelConfig(4, 4, 32, MemoryConfig(row_bytes=4, scratchpad_bytes=1024, bus_bytes=4,
+                                           latency=2))
+WIDE = AccelConfig(4, 8, 32, MemoryConfig(row_bytes=8, scratchpad_bytes=4096, bus_bytes=4,
+                                          latency=3))
+
+
+@pytest.mark.parametrize(("config", "layout"), [
+    (AccelConfig(), NhwcLayout(3, 20, 18, 3, -1)),  # an RGB stem's input, 5 pixels a row
+    (AccelConfig(), NhwcLayout(1, 16, 16, 1, 0)),  # small_cnn's
+    (AccelConfig(), NhwcLayout(16, 8, 8, 0, 0)),  # rows for a residual: one pixel a row
+    (SMALL, NhwcLayout(2, 7, 5, 2, 9)),  # several chunks, border wider than a group
+    (WIDE, NhwcLayout(3, 6, 9, 1, -3)),
+])
+def test_the_layout_layer_writes_the_padded_nhwc_map_at_the_models_cycles(
+        config: AccelConfig, layout: NhwcLayout) -> None:
+    """The commands compute numpy's padded NHWC map from the NCHW one (every byte, the
+    border the pad value), and the C model's cycles are AccelModel's, the RTL's model."""
+    program = layout_program(config, layout)
+    image = np.random.default_rng(1).integers(-128, 128, (layout.channels, layout.height,
+                                                          layout.width))
+    memory = np.zeros(program.memory_bytes, np.uint8)
+    memory[:image.size] = (image.reshape(-1) & 0xFF).astype(np.uint8)
+    weights = layout_weights(layout, config)
+    memory[program.weight_base:program.weight_base + weights.size] = \
+        (weights.reshape(-1) & 0xFF).astype(np.uint8)
+    after = run_functional(config, program.commands, memory)
+    written = after[program.output_base:program.output_base + layout.elements]
+    assert np.array_equal(written.view(np.int8).astype(np.int64),
+                          layout_reference(layout, image).reshape(-1))
+    timing = AccelModel(config).run(program.commands)
+    native = native_model()
+    if native is not None:
+        assert native_cycles(native, config, program.commands, 10**9).cycles == timing.cycles
+    # the array takes one row per channel and group of pixels: far below a cycle an element
+    group = layout_group(layout, config)
+    assert timing.compute_rows < layout.elements // group + layout.channels * 4 * config.rows
+
+
+def test_small_cnns_input_is_padded_by_the_accelerator_not_the_host() -> None:
+    """small_cnn's 1-channel image was padded by two fills and copies per axis and copied
+    to NHWC (936 host cycles): now a layout layer writes the padded map its convolution
+    reads, no host instruction reads the input, and the program computes the same."""
+    source = EXAMPLES / "small_cnn.gs"
+    lowered = _accelerated(source, "16x16")
+    layout, conv = lowered.accel_layers()[:2]
+    assert layout.layout == NhwcLayout(1, 16, 16, 1, 0) and conv.a.buffer == layout.dst.buffer
+    host = [instruction for instruction in lowered.instructions
+            if isinstance(instruction, Copy | Fill)]
+    assert not any(isinstance(instruction, Fill) for instruction in host)  # no padding
+    assert not any(lowered.buffer_of(view).kind == INPUT
+                   for instruction in host for view in instruction.reads())
+    for seed in range(2):
+        inputs = _random_inputs(source, seed)
+        expected = _interpreted(source, inputs)
+        assert np.array_equal(_lowered_result(source, lowered, inputs, 16).reshape(
+            expected.shape), expected)
+
+
+def test_a_residual_blocks_convolution_and_skip_read_one_layout_layers_rows() -> None:
+    """resnet_block reads its input twice: padded for the first convolution and as the
+    skip connection's rows. One layout layer makes the rows; the convolution pads them
+    with the DMA."""
+    source = EXAMPLES / "resnet_block.gs"
+    lowered = _accelerated(source, "16x16")
+    layout, conv1, conv2 = lowered.accel_layers()
+    assert layout.layout == NhwcLayout(16, 16, 16, 0, 0)
+    assert (conv1.a.buffer, conv1.image, conv1.padding) == (layout.dst.buffer, (16, 16, 16), 1)
+    assert conv2.residual is not None and conv2.residual.buffer == layout.dst.buffer
+    inputs = _random_inputs(source, 0)
+    expected = _interpreted(source, inputs)
+    assert np.array_equal(_lowered_result(source, lowered, inputs, 16).reshape(
+        expected.shape), expected)
+
+
+@pytest.mark.slow
+@pytest.mark.rtl
+def test_make_sim_runs_the_layout_layer_on_ws_accel(tmp_path: Path, sim_cache: Path) -> None:
+    """small_cnn at 16×16: the layout layer, the convolution and the pool on ws_accel, bits
+    and cycles as predicted, the result the interpreter's."""
+    source = EXAMPLES / "small_cnn.gs"
+    image = np.random.default_rng(5).integers(-128, 128, (1, 1, 16, 16)).astype(np.int8)
+    ran = compile_and_cosimulate(source, "16x16", {"image": image}, tmp_path, sim_cache)
+    assert_calls_match_the_model(ran.report)
+    assert sum("accel" in call for call in ran.report["calls"]) == 3
+    expected = _interpreted(source, {"image": image})
+    assert np.array_equal(ran.c, expected) and np.array_equal(ran.sim, expected)
