@@ -10,11 +10,12 @@ import pytest
 from conftest import assert_calls_match_the_model, compile_and_cosimulate
 from test_accel_offload import _accelerated, _interpreted, _lowered_result, _random_inputs
 
-from glensidec.backend.lower import INPUT, Copy, Fill
+from glensidec.backend.lower import INPUT, AccelLayer, ArrayGemm, Copy, Fill
 from glensidec.hardware.accel import MemoryConfig
 from glensidec.hardware.accel_native import native_cycles, native_model
 from glensidec.hardware.commands import AccelConfig, AccelModel, run_functional
 from glensidec.hardware.layout import (
+    NchwLayout,
     NhwcLayout,
     layout_group,
     layout_program,
@@ -63,8 +64,9 @@ def test_the_layout_layer_writes_the_padded_nhwc_map_at_the_models_cycles(
 
 def test_small_cnns_input_is_padded_by_the_accelerator_not_the_host() -> None:
     """small_cnn's 1-channel image was padded by two fills and copies per axis and copied
-    to NHWC (936 host cycles): now a layout layer writes the padded map its convolution
-    reads, no host instruction reads the input, and the program computes the same."""
+    to NHWC (936 host cycles), and its pooled rows copied to NCHW for the dense layer
+    (512): now a layout layer writes the padded map its convolution reads, the dense
+    layer reads the pooled rows, and the program computes the same."""
     source = EXAMPLES / "small_cnn.gs"
     lowered = _accelerated(source, "16x16")
     layout, conv = lowered.accel_layers()[:2]
@@ -74,6 +76,10 @@ def test_small_cnns_input_is_padded_by_the_accelerator_not_the_host() -> None:
     assert not any(isinstance(instruction, Fill) for instruction in host)  # no padding
     assert not any(lowered.buffer_of(view).kind == INPUT
                    for instruction in host for view in instruction.reads())
+    # the dense layer reads the pool's NHWC rows as they are, its weights' rows reordered
+    dense = next(i for i in lowered.instructions if isinstance(i, ArrayGemm))
+    assert dense.a.buffer == lowered.accel_layers()[-1].dst.buffer
+    assert not host  # no copy either: only the dense layer's bias add is left on the host
     for seed in range(2):
         inputs = _random_inputs(source, seed)
         expected = _interpreted(source, inputs)
@@ -87,8 +93,11 @@ def test_a_residual_blocks_convolution_and_skip_read_one_layout_layers_rows() ->
     with the DMA."""
     source = EXAMPLES / "resnet_block.gs"
     lowered = _accelerated(source, "16x16")
-    layout, conv1, conv2 = lowered.accel_layers()
+    layout, conv1, conv2, result = lowered.accel_layers()
     assert layout.layout == NhwcLayout(16, 16, 16, 0, 0)
+    # and the result back to NCHW is a layout layer too: nothing is left on the host
+    assert result.layout == NchwLayout(256, 16) and result.a.buffer == conv2.dst.buffer
+    assert all(isinstance(instruction, AccelLayer) for instruction in lowered.instructions)
     assert (conv1.a.buffer, conv1.image, conv1.padding) == (layout.dst.buffer, (16, 16, 16), 1)
     assert conv2.residual is not None and conv2.residual.buffer == layout.dst.buffer
     inputs = _random_inputs(source, 0)

@@ -30,6 +30,7 @@ from glensidec.hardware.commands import (
     accel_config_for,
     conv_program,
 )
+from glensidec.hardware.layout import NchwLayout
 from glensidec.lang import data
 from glensidec.lang.interp import evaluate_result
 from glensidec.lang.syntax import read_program
@@ -391,7 +392,8 @@ def test_layer_cycles_are_the_python_models_for_the_same_commands(tmp_path: Path
     outdir = tmp_path / "out"
     assert _compile(EXAMPLES / "resnet_block.gs", outdir, "16x16").returncode == 0
     _, lowered = load_compiled(outdir)
-    layout, layer, second = lowered.accel_layers()
+    layout, layer, second, result = lowered.accel_layers()
+    assert isinstance(result.layout, NchwLayout) and result.a.buffer == second.dst.buffer
     # conv1 reads the input's NHWC rows, which a layout layer makes, the DMA padding them
     assert (layer.a.buffer, layer.image, layer.kernel, layer.stride, layer.padding) == (
         layout.dst.buffer, (16, 16, 16), 3, 1, 1)
@@ -525,11 +527,14 @@ def test_diff_rtl_checks_the_layers_on_ws_accel(tmp_path: Path, sim_cache: Path)
 @pytest.mark.slow
 def test_stats_report_the_host_data_movement_the_host_model_prices(tmp_path: Path) -> None:
     outdir = tmp_path / "out"
-    compiled = _compile(EXAMPLES / "resnet_block.gs", outdir, "16x16")
+    # (resnet_block and small_cnn at 16×16 leave no copy on the host; on an 8×8 array
+    # small_cnn's dense layer runs with its activations as the stationary operand, padded
+    # to the array and packed by the host)
+    compiled = _compile(EXAMPLES / "small_cnn.gs", outdir, "8x8")
     rows = json.loads((outdir / "report.json").read_text())["rows"]
     moves = [row for row in rows if row["kind"] in ("copy", "fill")]
     moved = sum(int(np.prod(row["output"])) for row in moves)
-    assert moved == 16 * 16 * 16  # the result back to NCHW (the input's layout is a layer)
+    assert moved > 512  # the padding and packing of the dense layer's activations
     assert f"host data movement (in the host's cycles): {moved} elements" in compiled.stderr
     assert all(row["host_cycles"] == int(np.prod(row["output"])) for row in moves)
 

@@ -27,20 +27,32 @@ from glensidec.backend.accel_layers import (
     drop_dead_code,
     layer_quant,
 )
-from glensidec.backend.accel_pool import PADDING
+from glensidec.backend.accel_pool import PADDING, trace_layer_rows
 from glensidec.backend.lower import (
     ACTIVATION,
+    CONSTANT,
     INPUT,
     AccelLayer,
+    ArrayGemm,
     Copy,
     Fill,
     LoweredProgram,
+    constant_array,
 )
 from glensidec.backend.views import View, contiguous, store_view, view_array
 from glensidec.errors import GlensideError
 from glensidec.hardware.accel import CapacityError, ConvLayer
 from glensidec.hardware.commands import AccelConfig, packs_taps
-from glensidec.hardware.layout import NhwcLayout, layout_group, layout_lines, layout_weights
+from glensidec.hardware.layout import (
+    NchwLayout,
+    NhwcLayout,
+    layout_group,
+    layout_lines,
+    layout_weights,
+    nchw_channels,
+    nchw_group,
+    nchw_weights,
+)
 from glensidec.lang.dtypes import Array, integer_range
 
 NOTE = "the program's NCHW input in NHWC for the DMA, laid out by the accelerator"
@@ -87,6 +99,88 @@ def absorb_input_layouts(lowered: LoweredProgram, weights: dict[str, Array],
     result.instructions[:0] = new_layers  # they read only inputs and constants
     drop_dead_code(result)
     return result
+
+
+def absorb_result_layouts(lowered: LoweredProgram, weights: dict[str, Array],
+                          accel: AccelConfig) -> LoweredProgram:
+    """`lowered` (its constants folded) with the program's result, when it is a layer's
+    rows copied to NCHW, written by a layout layer, and a dense layer that reads a layer's
+    rows through a reordering copy reading them directly, its weights reordered (a new
+    program)."""
+    result = LoweredProgram(dict(lowered.buffers), list(lowered.instructions), lowered.output,
+                            lowered.output_shape)
+    builder = LayerBuilder(result)
+    _absorb_output_layout(result, builder, accel)
+    _read_rows_in_their_order(result, builder, weights)
+    drop_dead_code(result)
+    return result
+
+
+def _absorb_output_layout(lowered: LoweredProgram, builder: LayerBuilder,
+                          accel: AccelConfig) -> None:
+    """The program's result, when it is a layer's (P, C) rows copied to NCHW, written by a
+    layout layer (NchwLayout) instead of the host's copy."""
+    output = lowered.buffers[lowered.output]
+    writers = lowered.writers().get(lowered.output, [])
+    copy = lowered.instructions[writers[0]] if len(writers) == 1 else None
+    if output.dtype != "i8" or not isinstance(copy, Copy) or not lowered.is_whole(copy.dst):
+        return
+    traced = trace_layer_rows(lowered, copy.src.buffer, writers[0])
+    if traced is None:
+        return
+    source = lowered.instructions[traced[0]]
+    assert isinstance(source, AccelLayer)
+    pixels, channels = source.m, source.n
+    origin = view_array(copy.src, traced[1]).reshape(-1)
+    expected = np.arange(pixels * channels).reshape(pixels, channels).T.reshape(-1)
+    if output.elements != pixels * channels or not np.array_equal(origin, expected) or \
+            lowered.buffer_of(source.dst).elements != pixels * channels:
+        return
+    layout = NchwLayout(pixels, channels)
+    try:
+        nchw_channels(layout, accel)
+    except CapacityError:
+        return
+    group = nchw_group(layout, accel)
+    name = builder.name(f"{lowered.output}_nchw")
+    lowered.instructions[writers[0]] = AccelLayer(
+        "the result in NCHW, laid out by the accelerator",
+        contiguous(lowered.output, (channels * pixels // group, group)), name,
+        contiguous(source.dst.buffer, (pixels * channels,), source.dst.offset),
+        builder.constant(f"{name}_weights", "i8", nchw_weights(layout, accel)),
+        builder.constant(f"{name}_bias", "i32", np.zeros(group, np.int64)),
+        builder.constant(f"{name}_multiplier", "i32", np.ones(group, np.int64)),
+        builder.commands_placeholder(name), m=channels * pixels // group,
+        k=group * accel.rows, n=group, pre=0, post=0, zero_point=0, low=-128, high=127,
+        layout=layout)
+
+
+def _read_rows_in_their_order(lowered: LoweredProgram, builder: LayerBuilder,
+                              weights: dict[str, Array]) -> None:
+    """An array call of one row (a dense layer) whose A is a layer's rows in another order
+    (small_cnn's pooled NHWC rows copied to the NCHW order its flatten reads) reads the
+    rows as they are, its constant B's rows permuted to match at compile time."""
+    for index, gemm in enumerate(lowered.instructions):
+        if not isinstance(gemm, ArrayGemm) or gemm.m != 1 or not lowered.is_whole(gemm.a):
+            continue
+        b_buffer = lowered.buffer_of(gemm.b)
+        if b_buffer.kind != CONSTANT or lowered.buffer_of(gemm.a).kind != ACTIVATION:
+            continue
+        traced = trace_layer_rows(lowered, gemm.a.buffer, index)
+        if traced is None:
+            continue
+        source = lowered.instructions[traced[0]]
+        assert isinstance(source, AccelLayer)
+        origin = traced[1]
+        if source.m * source.n != gemm.k or \
+                not np.array_equal(np.sort(origin), np.arange(gemm.k)):
+            continue  # padding, or not each row element once
+        values = view_array(gemm.b, constant_array(b_buffer, weights).reshape(-1))
+        permuted = np.zeros_like(values)
+        permuted[origin] = values  # B's row k now meets the row element A's k held
+        lowered.instructions[index] = replace(
+            gemm, a=contiguous(source.dst.buffer, (1, gemm.k), source.dst.offset),
+            b=builder.constant(f"{gemm.b.buffer}_row_order", b_buffer.dtype, permuted))
 
 
 def _absorb(lowered: LoweredProgram, index: int, layer: AccelLayer,

@@ -79,7 +79,7 @@ from glensidec.hardware.commands import (
     pool_program,
     pool_tiling,
 )
-from glensidec.hardware.layout import NhwcLayout, layout_program
+from glensidec.hardware.layout import NchwLayout, NhwcLayout, layout_program, nchw_program
 from glensidec.lang.dtypes import DTYPES, Array, integer_range, wrap_signed
 from glensidec.lang.terms import ComputeOp
 
@@ -573,6 +573,9 @@ def check_fits(accel: AccelConfig, layer: ConvLayer, quant: LayerQuant,
 def layer_geometry(layer: AccelLayer) -> ConvLayer:
     """The convolution (an M-pixel 1×1 convolution for a matrix, or a max-pool) the
     layer's commands compute."""
+    if isinstance(layer.layout, NchwLayout):  # read the rows once, write the NCHW map
+        return ConvLayer(layer.name, layer.layout.pixels, 1, layer.layout.channels,
+                         layer.layout.channels)
     if layer.layout is not None:  # read the NCHW map once, write the padded NHWC map
         layout = layer.layout
         return ConvLayer(layer.name, layout.height, layout.width, layout.channels,
@@ -625,7 +628,7 @@ def program_accel_layers(lowered: LoweredProgram, weights: dict[str, Array],
 
 
 def program_layer(accel: AccelConfig, layer: ConvLayer, quant: LayerQuant, pool: bool = False,
-                  pool_sum: bool = False, layout: NhwcLayout | None = None
+                  pool_sum: bool = False, layout: NhwcLayout | NchwLayout | None = None
                   ) -> tuple[LayerProgram, Array, AccelTiming]:
     """The layer's commands (best_conv_program, or pool_program for a max-pool or,
     `pool_sum`, an average pool through `quant`'s epilogue, or layout_program for a
@@ -633,7 +636,9 @@ def program_layer(accel: AccelConfig, layer: ConvLayer, quant: LayerQuant, pool:
     GlensideError when the layer does not fit the accelerator."""
     timing: AccelTiming | None = None
     try:
-        if layout is not None:
+        if isinstance(layout, NchwLayout):
+            program = nchw_program(accel, layout)
+        elif layout is not None:
             program = layout_program(accel, layout)
         elif pool:
             program = pool_program(accel, layer, quant if pool_sum else None)
@@ -837,7 +842,7 @@ def _only_writer(lowered: LoweredProgram, view: View) -> int | None:
 def accel_layer_lines(lowered: LoweredProgram, config: ArrayConfig) -> Iterator[str]:
     """--stats: per accelerator layer its cycles, how busy the array was, the bytes moved;
     then the program's total with the host's share (the report's host model)."""
-    from glensidec.backend.report import machine_cycles
+    from glensidec.backend.report import layout_text, machine_cycles
 
     layers = lowered.accel_layers()
     yield (f"accelerator layers: {len(layers)} (cycles = ws_accel's, DMA and epilogue "
@@ -850,10 +855,8 @@ def accel_layer_lines(lowered: LoweredProgram, config: ArrayConfig) -> Iterator[
                    f"{traffic_text(layer)}")
             continue
         if layer.layout is not None:  # no product either
-            layout = layer.layout
-            yield (f"  {layer.name}: NCHW {layout.channels}x{layout.height}x{layout.width} to "
-                   f"NHWC padded by {layout.padding}: {layer.cycles} cycles (array "
-                   f"{layer.compute_rows}), {traffic_text(layer)}")
+            yield (f"  {layer.name}: {layout_text(layer.layout)}: {layer.cycles} cycles "
+                   f"(array {layer.compute_rows}), {traffic_text(layer)}")
             continue
         ideal = ideal_cycles(config, layer.m, layer.k, layer.n)
         utilization = layer.m * layer.k * layer.n / (config.rows * config.cols * layer.cycles)

@@ -18,13 +18,15 @@ In order (each a module of its own, each taking and giving a `LoweredProgram`):
 6. `accel_boundary`: a layer operand that is the program's NCHW input in NHWC (padded)
    is made by a layout layer on the accelerator, not by the host's copies.
 7. `fold_constants`: buffers only fills and copies of constants write (weights padded and
-   packed at run time) become constants.
+   packed at run time) become constants. Then `accel_boundary` again: the program's result,
+   a layer's rows in NCHW, is written by a layout layer; a dense layer that reads a
+   layer's rows reordered reads them as they are, its weights reordered.
 8. `accel_layers.program_accel_layers`: every layer's commands and cycles, once, last.
 """
 
 from __future__ import annotations
 
-from glensidec.backend.accel_boundary import absorb_input_layouts
+from glensidec.backend.accel_boundary import absorb_input_layouts, absorb_result_layouts
 from glensidec.backend.accel_depthwise import fuse_accel_depthwise
 from glensidec.backend.accel_layers import fuse_accel_layers, program_accel_layers
 from glensidec.backend.accel_layout import read_layer_rows
@@ -45,5 +47,5 @@ def fuse_for_accelerator(lowered: LoweredProgram, weights: dict[str, Array],
     layers = fuse_accel_residuals(fuse_elementwise(layers), weights, accel)
     layers = fuse_accel_pools(layers, weights, accel)  # pools of the layers that took an add
     layers = absorb_input_layouts(read_layer_rows(layers, weights, accel), weights, accel)
-    layers = fold_constant_copies(layers, weights)
+    layers = absorb_result_layouts(fold_constant_copies(layers, weights), weights, accel)
     return program_accel_layers(layers, weights, accel)

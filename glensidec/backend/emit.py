@@ -50,8 +50,8 @@ from glensidec.backend.lower import (
     constant_array,
 )
 from glensidec.backend.plan import MemoryPlan
+from glensidec.backend.report import layout_text, report_data
 from glensidec.backend.report import render_files as report_files
-from glensidec.backend.report import report_data
 from glensidec.backend.views import Axis, View, canonical, refine
 from glensidec.hardware.accel import ResidualConfig
 from glensidec.hardware.accel_native import FIELDS
@@ -377,8 +377,7 @@ class _Renderer:
             if layer.pool_sum:
                 product = f"clip(requantize({product} + bias))"
         if layer.layout is not None:
-            product = (f"{layer.a.buffer} (NCHW) as NHWC padded by {layer.layout.padding}, "
-                       f"{layer.n}-byte rows")
+            product = f"{layer.a.buffer}: {layout_text(layer.layout)}, {layer.n}-byte rows"
         if layer.residual is not None:
             product = f"clip(requantize({product} * a + {layer.residual.buffer} * b + c))"
         what = (f"{layer.name} = {product} on the accelerator (M={layer.m} K={layer.k} "

@@ -51,7 +51,7 @@ from glensidec.backend.views import (
 )
 from glensidec.hardware.accel import ResidualConfig
 from glensidec.hardware.commands import LayerTraffic
-from glensidec.hardware.layout import NhwcLayout
+from glensidec.hardware.layout import NchwLayout, NhwcLayout
 from glensidec.lang.constructs import ComputeKind, Group
 from glensidec.lang.dtypes import DTYPES, Array
 from glensidec.lang.expand import expand_program, needs_expansion
@@ -306,10 +306,11 @@ class AccelLayer(Instruction):
     # rows hold only the channels its groups read).
     groups: int = 1
     group_cols: int = 0
-    # A layout layer (glensidec.hardware.layout): `a` is an NCHW map, dst the NHWC map
-    # `layout` describes (padded), written as (m, n) rows of n = g·C bytes; `b` the weight
-    # tiles that sum each pixel group's channels into place; no image, kernel or pool.
-    layout: NhwcLayout | None = None
+    # A layout layer (glensidec.hardware.layout), no image, kernel or pool: `a` is an NCHW
+    # map, dst the NHWC map an NhwcLayout describes (padded), written as (m, n) rows of
+    # n = g·C bytes; or (NchwLayout) `a` is a layer's (P, C) rows and dst the NCHW map, in
+    # rows of g pixels. `b` holds the weight tiles that put each byte into place.
+    layout: NhwcLayout | NchwLayout | None = None
 
     @property
     def multiplies(self) -> bool:
@@ -320,6 +321,8 @@ class AccelLayer(Instruction):
     @property
     def input_elements(self) -> int:
         """Bytes of `a` in the commands' address space."""
+        if isinstance(self.layout, NchwLayout):
+            return self.layout.pixels * self.layout.channels
         if self.layout is not None:
             return self.layout.channels * self.layout.height * self.layout.width
         return math.prod(self.image) if self.image else self.m * self.k

@@ -40,6 +40,7 @@ from glensidec.backend.lower import (
 from glensidec.backend.svg_chart import Chart, Series, render_svg
 from glensidec.hardware.array import ArrayConfig, array_for, gemm_cycles, ideal_cycles
 from glensidec.hardware.host import HOST_ELEMENT, HOST_MAC, HOST_MOVE
+from glensidec.hardware.layout import NchwLayout, NhwcLayout
 from glensidec.lang.terms import ComputeOp
 from glensidec.resources import resource_dir
 
@@ -161,9 +162,8 @@ def _kind_and_op(instruction: Instruction) -> tuple[str, str]:
     if isinstance(instruction, ArrayGemm):
         return "gemm", f"M={instruction.m} K={instruction.k} N={instruction.n}"
     if isinstance(instruction, AccelLayer) and instruction.layout is not None:
-        return "accel", (f"NCHW to NHWC {'x'.join(map(str, instruction.layout.padded))}"
-                         f"x{instruction.layout.channels}, {instruction.load_bytes} B loaded, "
-                         f"{instruction.store_bytes} B stored")
+        return "accel", (f"{layout_text(instruction.layout)}, {instruction.load_bytes} B "
+                         f"loaded, {instruction.store_bytes} B stored")
     if isinstance(instruction, AccelLayer):
         return "accel", (f"M={instruction.m} K={instruction.k} N={instruction.n}, "
                          f"{instruction.load_bytes} B loaded, {instruction.store_bytes} B stored")
@@ -186,6 +186,14 @@ def _kind_and_op(instruction: Instruction) -> tuple[str, str]:
         return "fill", "min-padding" if instruction.minimum else "zero-padding"
     assert isinstance(instruction, Copy), instruction
     return "copy", "copy"
+
+
+def layout_text(layout: NhwcLayout | NchwLayout) -> str:
+    """What a layout layer does, in a few words."""
+    if isinstance(layout, NchwLayout):
+        return f"{layout.pixels}x{layout.channels} rows to NCHW"
+    return (f"NCHW {layout.channels}x{layout.height}x{layout.width} to NHWC padded by "
+            f"{layout.padding}")
 
 
 def _macs(instruction: Instruction) -> int:

@@ -68,7 +68,7 @@ from glensidec.hardware.commands import (
     sum_pool_reference,
     unpack_weight_matrix,
 )
-from glensidec.hardware.layout import layout_reference
+from glensidec.hardware.layout import NchwLayout, layout_reference, nchw_reference
 from glensidec.lang import data
 from glensidec.lang.dtypes import DTYPES, Array, requantize
 from glensidec.lang.interp import (
@@ -193,6 +193,8 @@ def _accel_layer(layer: AccelLayer, read: Callable[[View], Array]) -> Array:
     """What the layer declares it computes: its products (or, pooling, the max or the
     sum of each window), then every stage of its epilogue, the residual add included. A pass that
     gives a layer work its commands do not do thus shows as a divergence at the layer."""
+    if isinstance(layer.layout, NchwLayout):  # the rows as the NCHW map
+        return nchw_reference(layer.layout, read(layer.a)).reshape(layer.m, layer.n)
     if layer.layout is not None:  # the NCHW map as the padded NHWC map, in its rows
         return layout_reference(layer.layout, read(layer.a)).reshape(layer.m, layer.n)
     if layer.pool:

@@ -191,3 +191,92 @@ def layout_reference(layout: NhwcLayout, nchw: npt.NDArray[np.integer]) -> npt.N
     padded = np.pad(image, ((0, 0), (pad, pad), (pad, pad)), constant_values=layout.pad_value)
     result: npt.NDArray[np.int64] = padded.transpose(1, 2, 0)
     return result
+
+
+@dataclass(frozen=True)
+class NchwLayout:
+    """A layer's (P, C) int8 rows (P pixels of C channels, NHWC) as the (C, P) NCHW map:
+    the program's result in the layout it declares."""
+
+    pixels: int
+    channels: int
+
+
+def nchw_group(layout: NchwLayout, config: AccelConfig) -> int:
+    """Pixels per output row (one channel's, contiguous in NCHW): the most that fit the
+    columns among those that divide P (so the result is whole rows)."""
+    return max(g for g in range(1, config.cols + 1) if layout.pixels % g == 0)
+
+
+def nchw_weights(layout: NchwLayout, config: AccelConfig) -> npt.NDArray[np.int64]:
+    """(g·ROWS, g): fold j's tile, row 0 (the byte its rows read) → column j."""
+    group = nchw_group(layout, config)
+    weights = np.zeros((group * config.rows, group), np.int64)
+    for pixel in range(group):
+        weights[pixel * config.rows, pixel] = 1
+    return weights
+
+
+def nchw_channels(layout: NchwLayout, config: AccelConfig) -> int:
+    """Channels per chunk (their rows in the accumulator, every fold's in an activation
+    buffer; a quarter of them at most, so chunks overlap); CapacityError naming the sizes
+    when not even one channel's rows fit."""
+    group = nchw_group(layout, config)
+    rows = layout.pixels // group
+    quarter = config.memory.scratchpad_rows // 4
+    channels = min(-(-layout.channels // 4), config.acc_depth // rows, quarter // (rows * group))
+    if channels < 1 or group * config.rows > quarter:
+        raise CapacityError(
+            f"one channel of {layout.pixels} pixels is {rows} rows of {group}; it needs "
+            f"{rows * group} rows of an activation buffer ({quarter}) and {rows} accumulator "
+            f"rows ({config.acc_depth})")
+    return channels
+
+
+def nchw_program(config: AccelConfig, layout: NchwLayout) -> LayerProgram:
+    """The commands that write `layout`'s NCHW map (at output_base) from the rows (at
+    input_base). An output row is g consecutive pixels of one channel; fold j (one per
+    pixel of a group) reads for each such row the one byte of its j-th pixel (a DMA row
+    of length 1: channel c of pixel b·g + j), and its weight tile puts it into column j;
+    so the array takes one row per element, as a copy would."""
+    R, C, P = config.rows, layout.channels, layout.pixels
+    group = nchw_group(layout, config)
+    blocks = P // group
+    chunk = nchw_channels(layout, config)
+    quarter = config.memory.scratchpad_rows // 4
+    input_base = 0
+    weight_base = _align(P * C)
+    output_base = weight_base + _align(group * R * group)
+    memory_bytes = output_base + _align(P * C) + 2 * config.memory.bus_bytes
+    identity = Config(EpilogueConfig(), (0,) * config.cols,
+                      (1,) * group + (0,) * (config.cols - group))
+    steps: list[_Step] = []
+    for channel0 in range(0, C, chunk):
+        channels = min(chunk, C - channel0)
+        m_len = channels * blocks
+        a_buffer, w_buffer = len(steps) % 2 * quarter, (2 + len(steps) % 2) * quarter
+        dmas = [DmaCommand(base=input_base + pixel * C + channel0, length=1, count1=blocks,
+                           stride1=group * C, count2=channels, stride2=1,
+                           spad_row=a_buffer + pixel * m_len) for pixel in range(group)]
+        if len(steps) < 2:  # each weight buffer's tiles stay for every later chunk
+            dmas += [_weight_rows(R, pixel * R, R, weight_base, group, group,
+                                  w_buffer + pixel * R) for pixel in range(group)]
+        loads = [Load(dma, wait=len(steps) >= 2 and index == 0, signal=index == len(dmas) - 1)
+                 for index, dma in enumerate(dmas)]
+        computes = [Compute(w_row=w_buffer + pixel * R, a_row=a_buffer + pixel * m_len,
+                            m_len=m_len, add=pixel > 0, emit=pixel == group - 1,
+                            wait=pixel == 0, signal=pixel == group - 1)
+                    for pixel in range(group)]
+        store: list[Command] = [Store(DmaCommand(
+            base=output_base + channel0 * P, length=group, count1=blocks, stride1=group,
+            count2=channels, stride2=P))]
+        steps.append(_Step(loads, computes, store))
+    return LayerProgram([identity, *_software_pipeline(steps)], input_base, weight_base,
+                        output_base, memory_bytes, chunk * blocks, group, group)
+
+
+def nchw_reference(layout: NchwLayout, rows: npt.NDArray[np.integer]) -> npt.NDArray[np.int64]:
+    """The (C, P) map the layer writes, from the (P, C) rows."""
+    result: npt.NDArray[np.int64] = np.asarray(rows, np.int64).reshape(
+        layout.pixels, layout.channels).T
+    return result
