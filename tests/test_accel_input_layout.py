@@ -4,13 +4,17 @@ nothing on the host): glensidec/hardware/layout.py and glensidec/backend/accel_b
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from conftest import assert_calls_match_the_model, compile_and_cosimulate
+from onnx_models import OnnxGraph, imported
 from test_accel_offload import _accelerated, _interpreted, _lowered_result, _random_inputs
+from test_quantize import calibration_for
 
 from glensidec.backend.lower import INPUT, AccelLayer, ArrayGemm, Copy, Fill
+from glensidec.frontends.quantize import quantize, save_quantized
 from glensidec.hardware.accel import MemoryConfig
 from glensidec.hardware.accel_native import native_cycles, native_model
 from glensidec.hardware.commands import AccelConfig, AccelModel, run_functional
@@ -118,3 +122,46 @@ def test_make_sim_runs_the_layout_layer_on_ws_accel(tmp_path: Path, sim_cache: P
     assert sum("accel" in call for call in ran.report["calls"]) == 3
     expected = _interpreted(source, {"image": image})
     assert np.array_equal(ran.c, expected) and np.array_equal(ran.sim, expected)
+
+
+def inverted_residuals(seed: int = 0, channels: int = 24, size: int = 8) -> Any:
+    """An RGB stem and two MobileNet-v2 inverted residual blocks with skip adds (1×1
+    expand ×2, ReLU6, depthwise 3×3, ReLU6, linear 1×1 project, add), 24 channels as in
+    its second stage."""
+    g = OnnxGraph(seed)
+    x = g.input("x", [1, 3, size, size])
+    lo, hi = g.const("lo", np.array(0, "f4")), g.const("hi", np.array(6, "f4"))
+    x = g.node("Clip", [g.bn(g.conv(x, 3, channels, 3, 1, 1, bias=False), channels), lo, hi])
+    hidden = 2 * channels
+    for _ in range(2):
+        y = g.node("Clip", [g.bn(g.conv(x, channels, hidden, 1, bias=False), hidden), lo, hi])
+        y = g.node("Clip", [g.bn(g.conv(y, hidden, hidden, 3, 1, 1, group=hidden, bias=False),
+                                 hidden), lo, hi])
+        x = g.node("Add", [g.bn(g.conv(y, hidden, channels, 1, bias=False), channels), x])
+    return g.model(x, [1, channels, size, size])
+
+
+def _quantized_blocks(tmp_path: Path) -> Path:
+    program = imported(inverted_residuals(), tmp_path, "blocks")
+    calibration = calibration_for(program, 4)
+    return save_quantized(quantize(program, calibration, per_channel=True),
+                          tmp_path / "blocks.q.gs")
+
+
+def test_mobilenet_v2s_residual_blocks_leave_nothing_on_the_host(tmp_path: Path) -> None:
+    """MobileNet-v2's projections were requantized twice (the int8 result, and again inside
+    the next add) and its adds summed twice, so no projection or add became a layer; its
+    24-channel rows were padded to 32 for the next expansion by the host. Computed once,
+    every product, add and layout is an accelerator layer, and the program computes the
+    interpreter's integers."""
+    source = _quantized_blocks(tmp_path)
+    lowered = _accelerated(source, "16x16")
+    assert all(isinstance(instruction, AccelLayer) for instruction in lowered.instructions)
+    layers = [layer for layer in lowered.accel_layers() if layer.layout is None]
+    assert len(layers) == 7 and sum(layer.residual is not None for layer in layers) == 2
+    assert sum(layer.k == 24 for layer in layers) == 2  # the expansions read 24 channels
+    for seed in range(2):
+        inputs = _random_inputs(source, seed)
+        expected = _interpreted(source, inputs)
+        assert np.array_equal(_lowered_result(source, lowered, inputs, 16).reshape(
+            expected.shape), expected)

@@ -112,8 +112,41 @@ def absorb_result_layouts(lowered: LoweredProgram, weights: dict[str, Array],
     builder = LayerBuilder(result)
     _absorb_output_layout(result, builder, accel)
     _read_rows_in_their_order(result, builder, weights)
+    _read_rows_unpadded(result, builder, weights)
     drop_dead_code(result)
     return result
+
+
+def _read_rows_unpadded(lowered: LoweredProgram, builder: LayerBuilder,
+                        weights: dict[str, Array]) -> None:
+    """A matrix layer (a 1×1 convolution) whose A is an earlier layer's (M, C) rows with
+    their K padded by zeros to the array (MobileNet-v2's 24 channels to 32: a fill and two
+    copies per inference) reads the rows themselves, K = C: the padding's zeros multiply
+    nothing, so its weights' first C rows give the same sums."""
+    for index, layer in enumerate(lowered.instructions):
+        if not isinstance(layer, AccelLayer) or not layer.multiplies or layer.image or \
+                not lowered.is_whole(layer.a) or \
+                lowered.buffer_of(layer.b).kind != CONSTANT:
+            continue
+        traced = trace_layer_rows(lowered, layer.a.buffer, index)
+        if traced is None:
+            continue
+        source = lowered.instructions[traced[0]]
+        assert isinstance(source, AccelLayer)
+        channels, (_, origin, fill) = source.n, traced
+        if source.m != layer.m or channels >= layer.k or \
+                lowered.buffer_of(source.dst).elements != source.m * channels:
+            continue
+        expected = np.full((layer.m, layer.k), PADDING, np.int64)
+        expected[:, :channels] = np.arange(layer.m * channels).reshape(layer.m, channels)
+        if not np.array_equal(origin, expected.reshape(-1)) or np.any(fill[origin == PADDING]):
+            continue
+        values = view_array(layer.b, constant_array(lowered.buffer_of(layer.b),
+                                                    weights).reshape(-1))
+        lowered.instructions[index] = replace(
+            layer, a=contiguous(source.dst.buffer, (layer.m, channels), source.dst.offset),
+            b=builder.constant(f"{layer.name}_unpadded_weights", "i8", values[:channels]),
+            k=channels)
 
 
 def _absorb_output_layout(lowered: LoweredProgram, builder: LayerBuilder,
@@ -135,6 +168,13 @@ def _absorb_output_layout(lowered: LoweredProgram, builder: LayerBuilder,
     expected = np.arange(pixels * channels).reshape(pixels, channels).T.reshape(-1)
     if output.elements != pixels * channels or not np.array_equal(origin, expected) or \
             lowered.buffer_of(source.dst).elements != pixels * channels:
+        return
+    if pixels == 1 or channels == 1:  # the same bytes: the layer writes the result itself
+        if lowered.readers().get(source.dst.buffer) == [writers[0]] and \
+                lowered.is_whole(source.dst):
+            lowered.instructions[traced[0]] = replace(
+                source, dst=contiguous(lowered.output, source.dst.shape))
+            del lowered.instructions[writers[0]]
         return
     layout = NchwLayout(pixels, channels)
     try:

@@ -2,6 +2,8 @@
 
 In order (each a module of its own, each taking and giving a `LoweredProgram`):
 
+0. `accel_shared`: a requantization of an array call's result written twice (MobileNet-v2's
+   projections) is computed once.
 1. `accel_layers`: an int8 array call with its bias add, skip connection, requantize and
    clips becomes an `AccelLayer` (the DMA's im2col where an operand is a convolution's
    im2col matrix); `accel_depthwise`: a depthwise convolution (a host dot-product over
@@ -32,6 +34,7 @@ from glensidec.backend.accel_layers import fuse_accel_layers, program_accel_laye
 from glensidec.backend.accel_layout import read_layer_rows
 from glensidec.backend.accel_pool import fuse_accel_pools
 from glensidec.backend.accel_residual import fuse_accel_residuals
+from glensidec.backend.accel_shared import share_requantizations
 from glensidec.backend.fold_constants import fold_constant_copies
 from glensidec.backend.fuse_elementwise import fuse_elementwise
 from glensidec.backend.lower import LoweredProgram
@@ -42,7 +45,8 @@ from glensidec.lang.dtypes import Array
 def fuse_for_accelerator(lowered: LoweredProgram, weights: dict[str, Array],
                          accel: AccelConfig) -> LoweredProgram:
     """`lowered` run on the accelerator where it can be (a new program)."""
-    layers = fuse_accel_depthwise(fuse_accel_layers(lowered, weights, accel), weights, accel)
+    layers = share_requantizations(lowered, weights)
+    layers = fuse_accel_depthwise(fuse_accel_layers(layers, weights, accel), weights, accel)
     layers = fuse_accel_pools(layers, weights, accel)  # (a later residual add reads its rows)
     layers = fuse_accel_residuals(fuse_elementwise(layers), weights, accel)
     layers = fuse_accel_pools(layers, weights, accel)  # pools of the layers that took an add
