@@ -1,8 +1,8 @@
 """Whole programs on the whole accelerator: `glensidec compile --accel`, end to end.
 
 Writes bench/results/accel_program.md. Each network (random weights, imported from ONNX
-and quantized per channel as bench_host does: ResNet-18, ResNet-50, MobileNet-v1; and the
-bundled examples/resnet_block.gs) is
+and quantized per channel as bench_host does: ResNet-18, ResNet-50, MobileNet-v1 and -v2;
+and the bundled examples/resnet_block.gs) is
 compiled for a 16×16 array with --accel at 16 and 8 B/cycle. From OUTDIR/report.json:
 the accelerator layers' cycles (ws_accel's, exact), any remaining array calls, the host's
 cycles (the report's host model: one cycle per element an elementwise or reducing
@@ -42,6 +42,7 @@ RESULTS = BENCH_DIR / "results" / "accel_program.md"
 COSIM_RESULTS = BENCH_DIR / "results" / "accel_program_cosim.md"  # with --cosim
 GLENSIDEC = [sys.executable, "-m", "glensidec"]
 TARGET_RATIO, TARGET_HOST = 1.3, 0.10  # issue 11: total ≤ 1.3 Σ T_min, host ≤ 10 %
+TARGET_HOST_26 = 0.05  # issue 26: host ≤ 5 % with copies priced
 TARGET_TRAFFIC = 1.5  # issue 28: DRAM bytes ≤ 1.5× the per-layer compulsory bytes
 
 
@@ -129,7 +130,8 @@ def main() -> int:
         programs = {"resnet_block.gs": (REPO / "examples" / "resnet_block.gs", None)}
         for name, model in (("ResNet-18", host_models.resnet18()),
                             ("ResNet-50", host_models.resnet50()),
-                            ("MobileNet-v1", host_models.mobilenet_v1())):
+                            ("MobileNet-v1", host_models.mobilenet_v1()),
+                            ("MobileNet-v2", host_models.mobilenet_v2())):
             built = bench_host.front_end(name.lower().replace("-", ""), model, work)
             programs[name] = (built.int8_program, built)
         for name, (program, built) in programs.items():
@@ -163,7 +165,8 @@ def report(rows: list[Row]) -> str:
         "`glensidec/hardware/host.py` (one cycle per element an elementwise or reducing "
         "instruction reads, one per element a copy or fill writes: the host's copies, fills "
         "and im2col matrices **are** priced). Issue 11's targets: total ≤ "
-        f"{TARGET_RATIO}× Σ T_min and host ≤ {TARGET_HOST:.0%} of the total. Compile CPU "
+        f"{TARGET_RATIO}× Σ T_min and host ≤ {TARGET_HOST:.0%} of the total; issue 26's: host "
+        f"≤ {TARGET_HOST_26:.0%} (copies priced). Compile CPU "
         f"on a machine with load {os.getloadavg()[0]:.1f}.\n",
         "| program | bus (B/cycle) | accel layers | array calls | accelerator cycles | "
         "host cycles | total | Σ T_min | accelerator / Σ T_min | total / Σ T_min | host "
