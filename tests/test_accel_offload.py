@@ -24,7 +24,13 @@ from test_accel_layers import depthwise
 from glensidec import pipeline
 from glensidec.backend.accel_layers import evaluate_buffer
 from glensidec.backend.accel_passes import fuse_for_accelerator
-from glensidec.backend.lower import AccelLayer, LoweredProgram, LowerOptions, lower_program
+from glensidec.backend.lower import (
+    AccelLayer,
+    LoweredProgram,
+    LowerOptions,
+    constant_array,
+    lower_program,
+)
 from glensidec.cosim.diff import lowered_output, lowered_result
 from glensidec.hardware.accel import ResidualConfig
 from glensidec.hardware.array import ArrayConfig
@@ -377,3 +383,51 @@ def test_a_first_convolution_whose_k_the_lowering_padded_reads_the_map_by_dma() 
         expected = _interpreted(source, inputs)
         got = _lowered_result(source, lowered, inputs, 16)
         assert np.array_equal(got.reshape(expected.shape), expected)
+
+
+def _quantized_lraspp(tmp_path: Path) -> Path:
+    """tests/test_segmentation's LR-ASPP head (a dilated depthwise 3×3), int8."""
+    from onnx_models import imported
+    from test_quantize import calibration_for
+    from test_segmentation import lraspp_head
+
+    from glensidec.frontends.quantize import quantize, save_quantized
+
+    program = imported(lraspp_head(), tmp_path)
+    quantized = quantize(program, calibration_for(program, 8), per_channel=True,
+                         symmetric_activations=True)
+    return save_quantized(quantized, tmp_path / "lraspp.q.gs")
+
+
+def test_a_dilated_depthwise_convolution_is_a_grouped_layer_of_its_span(tmp_path: Path) -> None:
+    """A dilated depthwise 3×3 (MobileNetV3's segmentation blocks: dilation 2) stayed a host
+    dot-product under the accelerator (its windows are gathered from a wider span, not a
+    k×k kernel's); it runs as a grouped layer of a 5×5 kernel with zeros between the taps,
+    and computes the same."""
+    source = _quantized_lraspp(tmp_path)
+    lowered = _accelerated(source, "8x8")
+    assert not any(type(instruction).__name__ == "Dot" for instruction in lowered.instructions)
+    (dilated,) = [layer for layer in lowered.accel_layers() if layer.groups > 1]
+    assert (dilated.groups, dilated.kernel, dilated.stride) == (8, 5, 1)
+    weights = constant_array(lowered.buffer_of(dilated.b), {}).reshape(5, 5, -1, 8)
+    assert not weights[1::2].any() and not weights[:, 1::2].any()  # zeros between the taps
+    for seed in range(2):
+        inputs = _random_inputs(source, seed)
+        expected = _interpreted(source, inputs)
+        got = _lowered_result(source, lowered, inputs, 8)
+        assert np.array_equal(got.reshape(expected.shape), expected)
+
+
+@pytest.mark.slow
+@pytest.mark.rtl
+def test_a_dilated_depthwise_layer_cosimulates_on_ws_accel(tmp_path: Path,
+                                                           sim_cache: Path) -> None:
+    """The dilated depthwise layer's commands on the RTL: bits and cycles as predicted."""
+    from conftest import assert_calls_match_the_model, compile_and_cosimulate
+
+    source = _quantized_lraspp(tmp_path)
+    inputs = _random_inputs(source, 3)
+    ran = compile_and_cosimulate(source, "8x8", inputs, tmp_path, sim_cache)
+    assert_calls_match_the_model(ran.report)
+    expected = _interpreted(source, inputs)
+    assert np.array_equal(ran.c, expected) and np.array_equal(ran.sim, expected)

@@ -21,6 +21,8 @@ per channel by padding with the input's zero point, as for any layer.
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -36,8 +38,8 @@ from glensidec.backend.accel_layers import (
     zero_point_bias,
 )
 from glensidec.backend.accel_pool import map_windows
-from glensidec.backend.lower import AccelLayer, Copy, Dot, Fill, LoweredProgram
-from glensidec.backend.views import View, contiguous, regroup, transpose, view_array
+from glensidec.backend.lower import ACTIVATION, AccelLayer, Copy, Dot, Fill, LoweredProgram
+from glensidec.backend.views import View, contiguous, regroup, store_view, transpose, view_array
 from glensidec.errors import GlensideError
 from glensidec.hardware.accel import ConvLayer, EpilogueConfig
 from glensidec.hardware.commands import AccelConfig, LayerQuant, weight_matrix
@@ -51,7 +53,9 @@ class _Depthwise:
     index: int
     windows: View  # the member reading the map's windows
     filters: Array  # (C, k, k) int64
-    geometry: ConvLayer  # of the padded map (padding 0), groups = C
+    geometry: ConvLayer  # of the padded map (padding 0), groups = C; kernel: the span
+    map: str  # the padded (C, H, W) map: the windows' buffer, or what they gather from
+    dilation: int = 1  # taps this many pixels apart (the layer's kernel spans them)
 
 
 def fuse_accel_depthwise(lowered: LoweredProgram, weights: dict[str, Array],
@@ -80,8 +84,10 @@ def _depthwise(lowered: LoweredProgram, index: int, weights: dict[str, Array]
             len(shape) != 4 or shape[0] != 1:
         return None
     _, channels, out_h, out_w = shape
-    for windows, filters in (dot.members, dot.members[::-1]):
-        source = lowered.buffer_of(windows)
+    for (windows, filters), (name, order) in (
+            (pair, found) for pair in (dot.members, dot.members[::-1])
+            for found in _gathered_maps(lowered, pair[0], index)):
+        source = lowered.buffers[name]
         values = evaluate_buffer(lowered, filters.buffer, weights, index)
         kernel = windows.shape[-1]
         if values is None or source.dtype != "i8" or \
@@ -93,16 +99,48 @@ def _depthwise(lowered: LoweredProgram, index: int, weights: dict[str, Array]
         taps = view_array(filters, values).reshape(channels, out_h * out_w, kernel * kernel)
         if np.any(taps != taps[:, :1]):
             continue  # a filter that changes across the pixels
-        order = view_array(windows, np.arange(source.elements)).reshape(-1)
         whole = np.arange(source.elements).reshape(channels, height, width)
-        for stride in range(1, kernel + 1):
-            geometry = ConvLayer("", height, width, channels, channels, kernel, stride,
+        for stride, dilation in itertools.product(range(1, kernel + 1), range(1, height)):
+            span = (kernel - 1) * dilation + 1  # a dilated kernel: zeros between its taps
+            geometry = ConvLayer("", height, width, channels, channels, span, stride,
                                  groups=channels)
-            if geometry.out_size == (out_h, out_w) and \
-                    np.array_equal(order, map_windows(whole, kernel, stride)):
+            if span <= min(height, width) and geometry.out_size == (out_h, out_w) and \
+                    np.array_equal(order, map_windows(whole, kernel, stride, dilation)):
                 return _Depthwise(index, windows, taps[:, 0].reshape(channels, kernel, kernel),
-                                  geometry)
+                                  geometry, name, dilation)
     return None
+
+
+def _gathered_maps(lowered: LoweredProgram, windows: View, before: int
+                   ) -> Iterator[tuple[str, Array]]:
+    """(buffer, the element of it each window element reads), for the buffer the windows
+    view reads and, back through the copies that gathered it (a dilated window is built
+    by windowing a wider span and slicing every d-th tap), each buffer they copy from,
+    while the windows read only copied elements."""
+    name = windows.buffer
+    origin = np.arange(lowered.buffers[name].elements)
+    for _ in range(8):
+        order = view_array(windows, origin).reshape(-1)
+        if np.any(order < 0):
+            return  # the windows read a fill here: no map before it
+        yield name, order
+        writers = lowered.writers().get(name, [])
+        copies = [lowered.instructions[i] for i in writers]
+        if not writers or max(writers) >= before or \
+                lowered.buffers[name].kind != ACTIVATION or \
+                not all(isinstance(writer, Copy | Fill) for writer in copies):
+            return
+        sources = {writer.src.buffer for writer in copies if isinstance(writer, Copy)}
+        if len(sources) != 1:
+            return
+        (source,) = sources
+        inner = np.full(lowered.buffers[name].elements, -1, np.int64)
+        for writer in copies:
+            if isinstance(writer, Copy):
+                store_view(writer.dst, inner, view_array(
+                    writer.src, np.arange(lowered.buffers[source].elements)))
+        origin = np.where(origin >= 0, inner[np.maximum(origin, 0)], -1)
+        name, before = source, min(writers)
 
 
 def _rewrite(lowered: LoweredProgram, found: _Depthwise, weights: dict[str, Array],
@@ -110,7 +148,7 @@ def _rewrite(lowered: LoweredProgram, found: _Depthwise, weights: dict[str, Arra
     """Replace the Dot and its epilogue chain by the layer and its copies; False (nothing
     changed) when the chain does not fuse or the layer does not fit."""
     geometry = found.geometry
-    channels, kernel = geometry.channels, geometry.kernel
+    channels, kernel = geometry.channels, found.filters.shape[-1]  # the taps, not the span
     pixels = geometry.out_size[0] * geometry.out_size[1]
     dot = lowered.instructions[found.index]
     chain = follow_chain(lowered, found.index, dot.dst, (channels, pixels), weights,
@@ -150,8 +188,10 @@ def _rewrite(lowered: LoweredProgram, found: _Depthwise, weights: dict[str, Arra
         fill = lowered.instructions[position]
         assert isinstance(fill, Fill)
         lowered.instructions[position] = replace(fill, value=zero_point)
-    dense = np.zeros((kernel, kernel, channels, channels), np.int64)
-    dense[:, :, np.arange(channels), np.arange(channels)] = found.filters.transpose(1, 2, 0)
+    span, step = geometry.kernel, found.dilation
+    dense = np.zeros((span, span, channels, channels), np.int64)
+    dense[::step, ::step, np.arange(channels), np.arange(channels)] = \
+        found.filters.transpose(1, 2, 0)
     packed = weight_matrix(geometry, accel.cols, dense)
     builder = LayerBuilder(lowered)
     height, width = geometry.height, geometry.width
@@ -168,9 +208,9 @@ def _rewrite(lowered: LoweredProgram, found: _Depthwise, weights: dict[str, Arra
                                     np.array(multiplier_vector, np.int64)),
         commands=builder.commands_placeholder(name), m=pixels, k=packed.shape[0], n=channels,
         pre=chain.pre, post=chain.post, zero_point=chain.zero_point, low=chain.low,
-        high=chain.high, image=(height, width, channels), kernel=kernel,
+        high=chain.high, image=(height, width, channels), kernel=span,
         stride=geometry.stride, groups=channels, group_cols=accel.cols)
-    source = contiguous(found.windows.buffer, (channels, height, width))
+    source = contiguous(found.map, (channels, height, width))
     replaced = set(chain.indices)
     kept = [instruction for position, instruction in enumerate(lowered.instructions)
             if position not in replaced]

@@ -179,13 +179,15 @@ def _find(lowered: LoweredProgram, index: int, summed: bool = False) -> _Pool | 
     return None
 
 
-def map_windows(padded: np.ndarray, kernel: int, stride: int) -> np.ndarray:
+def map_windows(padded: np.ndarray, kernel: int, stride: int, dilation: int = 1) -> np.ndarray:
     """The (C, OH, OW, k, k) windows of a padded (C, H, W) map, flat, as the reduce reads
-    them (its batch axis, if any, has size 1)."""
+    them (its batch axis, if any, has size 1); taps `dilation` pixels apart."""
     _, height, width = padded.shape
-    out_h, out_w = (height - kernel) // stride + 1, (width - kernel) // stride + 1
-    y = (np.arange(out_h) * stride)[:, None, None, None] + np.arange(kernel)[None, None, :, None]
-    x = (np.arange(out_w) * stride)[None, :, None, None] + np.arange(kernel)[None, None, None, :]
+    span = (kernel - 1) * dilation + 1
+    out_h, out_w = (height - span) // stride + 1, (width - span) // stride + 1
+    taps = np.arange(kernel) * dilation
+    y = (np.arange(out_h) * stride)[:, None, None, None] + taps[None, None, :, None]
+    x = (np.arange(out_w) * stride)[None, :, None, None] + taps[None, None, None, :]
     gathered: np.ndarray = padded[:, y, x]
     return gathered.reshape(-1)
 
