@@ -1051,10 +1051,21 @@ def window_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
                     chunk == 0 or not prefetch) else []
                 w_buffer = (2 + w_loads % 2) * quarter
                 w_loads += 1
-                for index, (ky, kx, channel0, length) in enumerate(piece_folds):
-                    k_first = (ky * layer.kernel + kx) * layer.channels + channel0
-                    loads.append(_weight_rows(R, k_first, length, weight_base + n0, N, width_n,
-                                              w_buffer + index * R))
+                k_firsts = [(ky * layer.kernel + kx) * layer.channels + channel0
+                            for ky, kx, channel0, _ in piece_folds]
+                if all(fold[3] == R for fold in piece_folds) and \
+                        k_firsts == list(range(k_firsts[0], k_firsts[0] + R * len(k_firsts), R)):
+                    # the piece's folds are consecutive whole rows of K: one load, each
+                    # fold's R rows bottom row first
+                    loads.append(DmaCommand(
+                        base=weight_base + n0 + (k_firsts[0] + R - 1) * N, length=width_n,
+                        count1=R, stride1=-N, count2=len(k_firsts), stride2=R * N,
+                        spad_row=w_buffer))
+                else:
+                    loads += [_weight_rows(R, k_first, fold[3], weight_base + n0, N, width_n,
+                                           w_buffer + index * R)
+                              for index, (k_first, fold) in enumerate(zip(k_firsts, piece_folds,
+                                                                          strict=True))]
                 last_piece = piece == pieces - 1
                 residual_row = (stores % 2 * quarter + band_rows if tiling.double_buffered
                                 else band_rows + stores % 2 * m_len)
