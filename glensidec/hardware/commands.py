@@ -15,6 +15,8 @@ order); the count runs up to and including the last main-memory write.
 
 from __future__ import annotations
 
+import functools
+import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -1354,16 +1356,56 @@ class LayerTraffic:
 
 
 def _bus_bytes_of(dma: DmaCommand, bus_bytes: int) -> int:
-    """`accel.dma_load_bytes` (the bytes AccelModel counts for a load or store), over
-    numpy: a whole network has millions of rows."""
-    i2, i1 = np.meshgrid(np.arange(dma.count2, dtype=np.int64),
-                         np.arange(dma.count1, dtype=np.int64), indexing="ij")
-    addr = dma.base + i2 * dma.stride2 + i1 * dma.stride1
-    beats = (addr + dma.length - 1) // bus_bytes - addr // bus_bytes + 1
-    if dma.bounds:
-        y, x = dma.y0 + i2 * dma.y_step, dma.x0 + i1 * dma.x_step
-        beats = np.where((y >= 0) & (y < dma.height) & (x >= 0) & (x < dma.width), beats, 0)
-    return int(beats.sum()) * bus_bytes
+    """`accel.dma_load_bytes` (the bytes AccelModel counts for a load or store), in
+    O(bus²) at most: a whole network has hundreds of thousands of commands.
+
+    The rows inside the bounds are a rectangle of (i2, i1) (each coordinate is linear in
+    its index), and a row's beats depend only on its address modulo the bus, so the sum
+    depends on the rectangle's first residue, the strides modulo the bus and its sides:
+    equal sums are shared across commands (`_residue_beats`)."""
+    first2, count2 = _inside(dma.y0, dma.y_step, dma.count2, dma.height, dma.bounds)
+    first1, count1 = _inside(dma.x0, dma.x_step, dma.count1, dma.width, dma.bounds)
+    if count1 == 0 or count2 == 0:
+        return 0
+    start = (dma.base + first2 * dma.stride2 + first1 * dma.stride1) % bus_bytes
+    return bus_bytes * _residue_beats(start, dma.length, dma.stride1 % bus_bytes, count1,
+                                      dma.stride2 % bus_bytes, count2, bus_bytes)
+
+
+def _inside(start: int, step: int, count: int, limit: int, bounded: bool) -> tuple[int, int]:
+    """(first, how many) of the indices i < count with 0 ≤ start + i·step < limit (all of
+    them when not `bounded`): an interval, since the coordinate is linear in i."""
+    if not bounded:
+        return 0, count
+    if step == 0:
+        return (0, count) if 0 <= start < limit else (0, 0)
+    if step > 0:  # i ≥ ⌈−start/step⌉ and i < ⌈(limit − start)/step⌉
+        low, high = -(start // step), -((start - limit) // step)
+    else:  # i ≤ ⌊start/|step|⌋ and i > ⌊(start − limit)/|step|⌋
+        low, high = (start - limit) // -step + 1, start // -step + 1
+    low, high = max(low, 0), min(high, count)
+    return low, max(high - low, 0)
+
+
+@functools.lru_cache(maxsize=65536)
+def _residue_beats(start: int, length: int, step1: int, count1: int, step2: int, count2: int,
+                   bus_bytes: int) -> int:
+    """Σ over i2 < count2, i1 < count1 of the beats of a row of `length` bytes at an
+    address ≡ start + i2·step2 + i1·step1 (mod bus_bytes): each side's residues repeat
+    with a period of at most bus_bytes, so they are counted per residue."""
+    def residues(step: int, count: int) -> dict[int, int]:
+        period = bus_bytes // math.gcd(step, bus_bytes)
+        counts = {}
+        for index in range(min(period, count)):
+            counts[index * step % bus_bytes] = count // period + int(index < count % period)
+        return counts
+
+    beats = 0
+    for residue2, times2 in residues(step2, count2).items():
+        for residue1, times1 in residues(step1, count1).items():
+            residue = (start + residue2 + residue1) % bus_bytes
+            beats += times2 * times1 * ((residue + length - 1) // bus_bytes + 1)
+    return beats
 
 
 def compulsory_bytes(layer: ConvLayer, residual: bool = False, pool: bool = False) -> int:
