@@ -72,6 +72,7 @@ from glensidec.hardware.commands import (
     AccelTiming,
     LayerProgram,
     LayerQuant,
+    LayerTraffic,
     accel_cycles,
     best_conv_program,
     layer_tiling,
@@ -606,16 +607,27 @@ def program_accel_layers(lowered: LoweredProgram, weights: dict[str, Array],
     result = LoweredProgram(dict(lowered.buffers), list(lowered.instructions), lowered.output,
                             lowered.output_shape)
     builder = LayerBuilder(result)
+    # Layers of one shape have one command table, timing and traffic (the bias and
+    # multiplier vectors are the layer's, not the table's): a network repeats its shapes
+    # (ResNet-50: 56 layers, 30 shapes; ResNeXt-50: 552, 31), so each is programmed once.
+    programmed: dict[tuple[object, ...], tuple[LayerProgram, Array, AccelTiming,
+                                               LayerTraffic]] = {}
     for index, layer in enumerate(result.instructions):
         if not isinstance(layer, AccelLayer):
             continue
         geometry = layer_geometry(layer)
-        program, table, timing = program_layer(accel, geometry,
-                                               layer_quant(result, layer, weights),
-                                               pool=layer.pool, pool_sum=layer.pool_sum,
-                                               layout=layer.layout)
-        traffic = layer_traffic(accel, geometry, program, layer.residual is not None,
-                                layer.pool)
+        quant = layer_quant(result, layer, weights)
+        shape = (replace(geometry, name=""), layer.pool, layer.pool_sum, layer.layout,
+                 quant.input_zero_point, quant.residual is not None,
+                 layer.residual is not None)
+        if shape not in programmed:
+            program, table, timing = program_layer(accel, geometry, quant, pool=layer.pool,
+                                                   pool_sum=layer.pool_sum, layout=layer.layout)
+            traffic = layer_traffic(accel, geometry, program, layer.residual is not None,
+                                    layer.pool)
+            # (its bases; the commands, the bulk, are in the table)
+            programmed[shape] = replace(program, commands=[]), table, timing, traffic
+        program, table, timing, traffic = programmed[shape]
         del result.buffers[layer.commands.buffer]  # the placeholder
         result.instructions[index] = replace(
             layer, commands=builder.constant(f"{layer.name}_commands", "i32", table),

@@ -19,7 +19,7 @@ import functools
 import math
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -768,7 +768,8 @@ def layer_tiling(config: AccelConfig, layer: ConvLayer, residual: bool = False
     tilings = [LayerTiling(folds, piece, min(config.acc_depth // out_w,
                                              quarter // (out_w * (piece + extra)), out_h))
                for piece in sorted(pieces) if 1 <= piece <= largest]
-    estimates = {tiling: _tiling_estimate(config, layer, tiling, extra) for tiling in tilings}
+    shape = replace(layer, name="")  # equal shapes, equal estimates (one per shape)
+    estimates = {tiling: _tiling_estimate(config, shape, tiling, extra) for tiling in tilings}
     # Among the tilings within TRAFFIC_SLACK of the fastest estimate, the one that loads
     # the fewest rows: on a bus with room to spare, several tilings keep the array as busy,
     # and the one that reloads least leaves the bus to everything else (ResNet-18 at
@@ -780,6 +781,7 @@ def layer_tiling(config: AccelConfig, layer: ConvLayer, residual: bool = False
                key=lambda tiling: (estimates[tiling][1], estimates[tiling][0]))
 
 
+@functools.lru_cache(maxsize=4096)
 def _tiling_estimate(config: AccelConfig, layer: ConvLayer, tiling: LayerTiling,
                      residual: int = 0) -> tuple[int, int]:
     """(cycles, rows loaded) of conv_program's steps, roughly: each step takes the longer
