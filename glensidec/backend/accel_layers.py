@@ -134,14 +134,18 @@ def _block(view: View, lowered: LoweredProgram, m: int, n: int
 
 
 def evaluate_buffer(lowered: LoweredProgram, name: str, weights: dict[str, Array],
-              before: int) -> Array | None:
+              before: int, all_writers: dict[str, list[int]] | None = None) -> Array | None:
     """The elements of buffer `name` (flat) when they are known at compile time: a
     constant, or an activation only fills and copies of such make before instruction
-    `before` (the lowering pads weights at run time); else None."""
+    `before` (the lowering pads weights at run time); else None. (`all_writers`: the
+    program's `writers()`, handed down the copies: asking again for each copy compared
+    the whole instruction list each time, seconds on a vit_b_16.)"""
     buffer = lowered.buffers[name]
     if buffer.kind == CONSTANT:
         return constant_array(buffer, weights).reshape(-1)
-    writers = lowered.writers().get(name, [])
+    if all_writers is None:
+        all_writers = lowered.writers()
+    writers = all_writers.get(name, [])
     # Only integers are evaluated (into int64): the layers take no float data.
     if buffer.kind != ACTIVATION or not writers or max(writers) >= before or \
             not DTYPES[buffer.dtype].integer:
@@ -153,7 +157,8 @@ def evaluate_buffer(lowered: LoweredProgram, name: str, weights: dict[str, Array
             low = integer_range(buffer.dtype)[0] if writer.minimum else writer.value
             store_view(writer.dst, flat, np.full(writer.dst.shape, low))
         elif isinstance(writer, Copy):
-            source = evaluate_buffer(lowered, writer.src.buffer, weights, index)
+            source = evaluate_buffer(lowered, writer.src.buffer, weights, index,
+                                     all_writers)
             if source is None:
                 return None
             store_view(writer.dst, flat, view_array(writer.src, source))

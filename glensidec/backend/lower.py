@@ -24,6 +24,7 @@ view algebra of backend/views.py applied to terms).
 
 from __future__ import annotations
 
+import bisect
 import math
 import operator
 import re
@@ -379,13 +380,19 @@ class LoweredProgram:
                 return cached[1]
             if len(changed) <= 8:
                 answer = dict(cached[1])  # a new answer: callers may hold the old one
-                for index in changed:
+                for index in changed:  # (new lists, by bisection: a list can be long)
                     for name in buffers(cached[0][index]):
-                        answer[name] = [i for i in answer[name] if i != index]
+                        users = answer[name]
+                        at = bisect.bisect_left(users, index)
+                        if at < len(users) and users[at] == index:
+                            answer[name] = users[:at] + users[at + 1:]
                         if not answer[name]:
                             del answer[name]
                     for name in buffers(snapshot[index]):
-                        answer[name] = sorted({*answer.get(name, []), index})
+                        users = answer.get(name, [])
+                        at = bisect.bisect_left(users, index)
+                        if at == len(users) or users[at] != index:
+                            answer[name] = [*users[:at], index, *users[at:]]
                 self._users[which] = snapshot, answer
                 return answer
         cached = snapshot, compute()
