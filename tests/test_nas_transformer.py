@@ -291,3 +291,52 @@ def test_the_torch_model_equals_the_interpreter(vit: Graph, block: Graph) -> Non
             expected = run_program(program, {**graph.weights, name: x[index:index + 1]},
                                    check_program(program))
             close(ours[index:index + 1], expected)
+
+
+# -- the search over a transformer ------------------------------------------------------------
+
+
+def test_the_search_space_of_the_vit(vit: Graph) -> None:
+    from glensidec.nas import search as S
+
+    space = S.search_space(vit, S.SPACE)
+    options = {layer: [str(c) for c in choices]
+               for layer, choices in zip(space.layers, space.options, strict=True)}
+    assert options["b0_attn"] == ["keep", "heads:1", "head-dim:2"]
+    assert options["b1_res2"] == ["keep", "drop"]
+    # the stream's width is the embedding's choice; the MLP's hidden width fc1's
+    assert "bottleneck:2" in options["embed"] and "b0_out" in options
+    assert "bottleneck:2" not in options["b0_out"] and "bottleneck:4" in options["b0_fc1"]
+    assert "b0_q" not in options  # q, k and v shrink by heads and head-dim
+    everything = tuple(choices[-1] for choices in space.options)
+    smallest = S.apply(vit, space.layers, everything, T.INHERIT)
+    assert shapes(smallest)[smallest.output] == (1, 10)
+    run(smallest)
+
+
+def test_the_cnn_spaces_are_unchanged_by_the_transformer_options() -> None:
+    """The transformer's options exist only where a transformer has them: on the digits
+    CNNs the default space (every kind) is the CNN kinds' space."""
+    from glensidec.nas import search as S
+
+    cnn_kinds = ("group", "bottleneck", "depthwise", "bottleneck-block", "spatial-split")
+    for name in ("digits_cnn", "residual_digits_cnn"):
+        program = read_program(REPO / "examples" / f"{name}.gs")
+        graph = lift(program, load_weights(program))
+        assert S.search_space(graph, S.SPACE) == S.search_space(graph, cnn_kinds)
+
+
+def test_fisher_measures_every_token_projection_per_feature(vit: Graph) -> None:
+    pytest.importorskip("torch", reason="needs the nas extra: pip install '.[nas]'")
+    from glensidec.nas import fisher
+    from glensidec.nas.torch_model import Data
+
+    points = fisher.block_outputs(vit)
+    assert "b0_q.bias" in points and "embed.bias" in points and "b1_fc1.bias" in points
+    rng = np.random.default_rng(0)
+    batch = Data(rng.random((8, 1, 8, 8)).astype(np.float32), rng.integers(0, 10, 8))
+    deltas = fisher.per_channel(vit, batch, points)
+    assert deltas["b0_fc1.bias"].shape == (64,) and deltas["embed.bias"].shape == (32,)
+    # a feature that is zero everywhere contributes nothing
+    dead = with_zeroed(vit, {"b0_q_w": [3], "b0_q_b": [3]}, {})
+    assert fisher.per_channel(dead, batch, ["b0_q.bias"])["b0_q.bias"][3] == 0.0

@@ -36,7 +36,8 @@ if TYPE_CHECKING:
 
 # The search's names (glensidec.nas.search imports torch-free modules only, but keeps
 # the command quick to load by being imported in the command).
-SEARCH_SPACE = ("group", "bottleneck", "depthwise", "bottleneck-block", "spatial-split")
+SEARCH_SPACE = ("group", "bottleneck", "depthwise", "bottleneck-block", "spatial-split",
+                "heads", "head-dim", "low-rank", "drop")
 LEGALITY = ("fisher-init", "fisher-warm", "loss-warm", "train")
 
 # Applied in this order, whatever the order on the command line (click groups repeated

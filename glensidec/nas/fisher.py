@@ -14,19 +14,21 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from glensidec.nas.graph import ChannelOp, Conv, Dense, Graph
+from glensidec.nas.coupling import TOKEN_RANK
+from glensidec.nas.graph import ChannelOp, Conv, Dense, Graph, TokenDense
 from glensidec.nas.torch_model import Data, GraphModel, batched
 
 
 def block_outputs(graph: Graph) -> list[str]:
-    """Where to measure: each conv's result after the channel ops that directly follow it.
+    """Where to measure: each conv's (or a transformer's token projection's) result after
+    the channel ops that directly follow it.
 
     Transformations keep the transformed layer's name on its last layer, so the points of
     the original network name the same places in every candidate made from it.
     """
     points = []
     for layer in graph.layers.values():
-        if not isinstance(layer.op, Conv):
+        if not isinstance(layer.op, (Conv, TokenDense)):
             continue
         point = layer.name
         while True:
@@ -52,7 +54,9 @@ def per_channel(graph: Graph, data: Data, points: list[str] | None = None,
     deltas = {}
     for name, act in model.taps.items():
         grad = act.grad if act.grad is not None else torch.zeros_like(act)
-        axes = tuple(range(2, act.dim()))
+        # summed over the positions of each channel: NCHW's H and W, or the tokens of a
+        # transformer's (N, T, D), whose channels are its last axis
+        axes = (1,) if act.dim() == TOKEN_RANK else tuple(range(2, act.dim()))
         g = (act * grad).sum(dim=axes) if axes else act * grad
         deltas[name] = (0.5 * (g ** 2).mean(dim=0)).detach().numpy().astype(np.float64)
     return deltas

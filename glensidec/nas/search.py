@@ -1,6 +1,7 @@
 """`glensidec nas`: search a network's transformations for the fewest predicted cycles.
 
-A candidate chooses one transformation (or none) per conv and dense layer of the original.
+A candidate chooses one transformation (or none) per conv and dense layer of the original,
+and per attention and residual block of a transformer.
 Every candidate is evaluated independently (transform, cost, legality score) as a Dask task:
 on a local cluster by default, on an existing one with `--scheduler ADDRESS`. The search is
 exhaustive when the space fits the budget, aging evolution (Real et al. 2019) otherwise, or
@@ -31,12 +32,30 @@ from glensidec.errors import GlensideError
 from glensidec.hardware.array import ArrayConfig
 from glensidec.lang.syntax import format_program, parse_program
 from glensidec.nas import transforms as T
-from glensidec.nas.coupling import coupled_sets, is_depthwise
-from glensidec.nas.graph import Array, ChannelOp, Conv, Dense, Graph, lift, lower
+from glensidec.nas.coupling import CoupledSet, coupled_sets, is_depthwise
+from glensidec.nas.graph import (
+    Array,
+    Attention,
+    Binary,
+    ChannelOp,
+    Conv,
+    Dense,
+    Graph,
+    TokenDense,
+    WeightOp,
+    lift,
+    lower,
+)
+from glensidec.nas.transformer import projections, residual_branch
 
 LEGALITY = ("fisher-init", "fisher-warm", "loss-warm", "train")
-SPACE = ("group", "bottleneck", "depthwise", "bottleneck-block", "spatial-split")
-ORDER = ("bottleneck", "group", "bottleneck-block", "depthwise", "spatial-split")
+# The transformer's options are offered only where a transformer has them (attention, its
+# residual blocks, its token projections): a CNN's space is what it was.
+TRANSFORMER_SPACE = ("heads", "head-dim", "low-rank", "drop")
+SPACE = ("group", "bottleneck", "depthwise", "bottleneck-block", "spatial-split",
+         *TRANSFORMER_SPACE)
+ORDER = ("bottleneck", "group", "bottleneck-block", "depthwise", "spatial-split", "heads",
+         "head-dim", "low-rank", "drop")
 FISHER_BATCH = 128
 # Retraining starts from inherited weights: a fine-tuning rate, not a from-scratch one.
 RETRAIN_RATE = 2e-3
@@ -84,26 +103,18 @@ class Space:
 
 
 def search_space(graph: Graph, kinds: tuple[str, ...]) -> Space:
-    """The options of every conv and dense layer (those whose preconditions hold)."""
+    """The options of every conv and dense layer (those whose preconditions hold), and of a
+    transformer's attention layers and residual blocks."""
     coupled = coupled_sets(graph)
     layers, options = [], []
     for name, layer in graph.layers.items():
-        if not isinstance(layer.op, (Conv, Dense)) or is_depthwise(graph, layer):
+        if isinstance(layer.op, (Attention, Binary)):
+            proposals = transformer_proposals(graph, layer.name, kinds)
+        elif isinstance(layer.op, (Conv, Dense, TokenDense)) and not is_depthwise(graph, layer):
+            proposals = product_proposals(graph, layer.name, kinds, coupled)
+        else:
             continue
         choices = [KEEP]
-        proposals: list[Choice] = []
-        if "group" in kinds:
-            proposals += [Choice("group", g) for g in (2, 4, 8)]
-        if "bottleneck" in kinds and coupled[name].producers[:1] == (name,):
-            proposals += [Choice("bottleneck", b) for b in (2, 4)]
-        if isinstance(layer.op, Conv) and layer.op.groups == 1:
-            kernel = graph.weights[layer.op.weight].shape[2:]
-            if "depthwise" in kinds and tuple(kernel) != (1, 1):
-                proposals.append(Choice("depthwise"))
-            if "bottleneck-block" in kinds:
-                proposals += [Choice("bottleneck-block", b) for b in (2, 4)]
-            if "spatial-split" in kinds:
-                proposals.append(Choice("spatial-split", 2))
         for choice in proposals:
             try:
                 apply(graph, [name], (choice,), T.INHERIT)
@@ -116,12 +127,71 @@ def search_space(graph: Graph, kinds: tuple[str, ...]) -> Space:
     return Space(layers, options)
 
 
+def transformer_proposals(graph: Graph, name: str, kinds: tuple[str, ...]) -> list[Choice]:
+    """An attention: half its heads, half its head dimension. A residual add whose branch
+    holds an attention or a token projection (a transformer's block): dropping it."""
+    layer = graph.layers[name]
+    if isinstance(layer.op, Attention):
+        proposals = []
+        if "heads" in kinds and layer.op.heads > 1:
+            proposals.append(Choice("heads", layer.op.heads // 2))
+        if "head-dim" in kinds:
+            proposals.append(Choice("head-dim", 2))
+        return proposals
+    if "drop" not in kinds:
+        return []
+    try:
+        _, inside = residual_branch(graph, name, name)
+    except GlensideError:
+        return []
+    block = any(isinstance(graph.layers[n].op, (Attention, TokenDense)) for n in inside)
+    return [Choice("drop")] if block else []
+
+
+def attention_projections(graph: Graph) -> set[str]:
+    """The q, k and v projections of every attention (heads and head-dim shrink those)."""
+    found: set[str] = set()
+    for name, layer in graph.layers.items():
+        if isinstance(layer.op, Attention):
+            try:
+                parts = projections(graph, name, name)
+            except GlensideError:
+                continue
+            found |= {parts.q, parts.k, parts.v}
+    return found
+
+
+def product_proposals(graph: Graph, name: str, kinds: tuple[str, ...],
+                      coupled: dict[str, CoupledSet]) -> list[Choice]:
+    """A conv's or dense layer's options; low-rank for a transformer's out-projections and
+    MLP layers (its q, k and v shrink by heads and head-dim)."""
+    layer = graph.layers[name]
+    proposals: list[Choice] = []
+    if "group" in kinds:
+        proposals += [Choice("group", g) for g in (2, 4, 8)]
+    if "bottleneck" in kinds and coupled[name].producers[:1] == (name,):
+        proposals += [Choice("bottleneck", b) for b in (2, 4)]
+    if isinstance(layer.op, Conv) and layer.op.groups == 1:
+        kernel = graph.weights[layer.op.weight].shape[2:]
+        if "depthwise" in kinds and tuple(kernel) != (1, 1):
+            proposals.append(Choice("depthwise"))
+        if "bottleneck-block" in kinds:
+            proposals += [Choice("bottleneck-block", b) for b in (2, 4)]
+        if "spatial-split" in kinds:
+            proposals.append(Choice("spatial-split", 2))
+    if "low-rank" in kinds and isinstance(layer.op, TokenDense) and \
+            name not in attention_projections(graph):
+        units, features = graph.weights[layer.op.weight].shape
+        proposals.append(Choice("low-rank", int(min(units, features)) // 4))
+    return proposals
+
+
 def apply(graph: Graph, layers: list[str], candidate: Candidate, init: T.Init) -> Graph:
     """The candidate's transformations, in the fixed order of `ORDER`."""
     for kind in ORDER:
         for layer, choice in zip(layers, candidate, strict=True):
             if choice.kind == kind:
-                numbers = () if kind == "depthwise" else (choice.number,)
+                numbers = (choice.number,) if choice.number else ()  # depthwise, drop
                 graph = T.TRANSFORMS[kind](graph, layer, *numbers, init=init)
     return graph
 
@@ -166,12 +236,16 @@ def randomised(graph: Graph, seed: int) -> Graph:
     weights = {}
     for layer in graph.layers.values():
         op = layer.op
-        if isinstance(op, (Conv, Dense)):
+        if isinstance(op, (Conv, Dense, TokenDense)):
             old = graph.weights[op.weight]
             weights[op.weight] = init.he(old.shape, int(np.prod(old.shape[1:])), op.weight)
         elif isinstance(op, ChannelOp):
             fill = 0.0 if op.compute == "elementwise-add" else 1.0
             weights[op.weight] = np.full_like(graph.weights[op.weight], fill)
+        elif isinstance(op, WeightOp):  # a position embedding: small, as ViTs start it
+            shape = graph.weights[op.weight].shape
+            weights[op.weight] = np.asarray(0.02 * init.rng(op.weight).standard_normal(shape),
+                                            dtype=np.float32)
     return graph.with_layers(graph.layers, weights)
 
 
