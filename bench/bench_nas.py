@@ -23,6 +23,7 @@ Everything runs on a two-worker Dask LocalCluster:
     python bench/bench_nas.py   → bench/results/nas.md, nas_pareto.png, nas_candidates.json
                                   (exit 1 if a target is missed)
     python bench/bench_nas.py --report-only   re-tabulates the saved records (no training)
+    python bench/bench_nas.py --transformer   the digits vision transformer (bench_nas_vit.py)
 """
 
 from __future__ import annotations
@@ -116,11 +117,11 @@ def proxies(graph: Graph, layers: list[str], train_data: Data,
     }
 
 
-def pool(graph: Graph, space: S.Space) -> list[S.Candidate]:
+def pool(graph: Graph, space: S.Space, count: int = POOL) -> list[S.Candidate]:
     rng = random.Random(0)
     keep = tuple(S.KEEP for _ in space.layers)
     found: list[S.Candidate] = [keep]
-    while len(found) < POOL + 1:
+    while len(found) < count + 1:
         candidate = tuple(rng.choice(o) for o in space.options)
         if candidate in found:
             continue
@@ -509,6 +510,11 @@ def uniform_report(found: dict[str, list[dict[str, Any]]]) -> list[str]:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--transformer"]:  # the digits ViT (issue 31): bench_nas_vit.py
+        import bench_nas_vit
+
+        sys.exit(bench_nas_vit.report(json.loads(bench_nas_vit.RESULTS.read_text()))
+                 if sys.argv[2:] == ["--report-only"] else bench_nas_vit.main())
     if sys.argv[1:2] == ["--uniform"]:  # python bench/bench_nas.py --uniform [SAVED.json]
         measured = (json.loads(Path(sys.argv[2]).read_text()) if len(sys.argv) > 2
                     else uniform_measure())

@@ -340,3 +340,32 @@ def test_fisher_measures_every_token_projection_per_feature(vit: Graph) -> None:
     # a feature that is zero everywhere contributes nothing
     dead = with_zeroed(vit, {"b0_q_w": [3], "b0_q_b": [3]}, {})
     assert fisher.per_channel(dead, batch, ["b0_q.bias"])["b0_q.bias"][3] == 0.0
+
+
+def test_a_dropped_block_makes_its_layers_choices_moot(vit: Graph) -> None:
+    """One network, one candidate: choices inside a dropped branch are set to keep, so a
+    search does not spend its budget on copies of one network."""
+    from glensidec.nas import search as S
+
+    space = S.search_space(vit, S.SPACE)
+    assert space.branches["b0_res1"] == ["b0_attn", "b0_out"]
+    choices = {"b0_attn": "heads:1", "b0_out": "low-rank:8", "b0_res1": "drop",
+               "b1_attn": "heads:1"}
+    candidate = tuple(S.Choice.parse(choices.get(layer, "keep")) for layer in space.layers)
+    canonical = space.canonical(candidate)
+    assert space.describe(canonical) == {"b0_res1": "drop", "b1_attn": "heads:1"}
+    assert space.canonical(canonical) == canonical
+    same_network = S.apply(vit, space.layers, candidate, T.INHERIT)
+    assert same(lower(same_network).root,
+                lower(S.apply(vit, space.layers, canonical, T.INHERIT)).root)
+
+
+def test_the_evolution_starts_from_uniform_block_drops(vit: Graph) -> None:
+    from glensidec.nas import search as S
+
+    space = S.search_space(vit, S.SPACE)
+    assert space.attention_blocks == ["b0_res1", "b1_res1"]
+    described = [space.describe(c) for c in S.uniform_candidates(space)]
+    assert {"b0_res1": "drop", "b1_res1": "drop"} in described
+    assert {"b0_res2": "drop", "b1_res2": "drop"} in described
+    assert {f"b{i}_res{j}": "drop" for i in (0, 1) for j in (1, 2)} in described

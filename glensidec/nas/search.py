@@ -92,6 +92,22 @@ Candidate = tuple[Choice, ...]  # one choice per searched layer, in layer order
 class Space:
     layers: list[str]
     options: list[list[Choice]]
+    # a residual add's layer → the searched layers inside its branch: dropping the block
+    # makes their choices moot
+    branches: dict[str, list[str]] = field(default_factory=dict)
+    # the residual adds whose branch holds an attention (a transformer's attention blocks;
+    # the others are its MLP blocks)
+    attention_blocks: list[str] = field(default_factory=list)
+
+    def canonical(self, candidate: Candidate) -> Candidate:
+        """The candidate with the choices a dropped block makes moot set to keep: one
+        network, one candidate (a search does not spend its budget on copies)."""
+        moot = {inner for layer, choice in zip(self.layers, candidate, strict=True)
+                if choice.kind == "drop" for inner in self.branches.get(layer, [])}
+        if not moot:
+            return candidate
+        return tuple(KEEP if layer in moot else choice
+                     for layer, choice in zip(self.layers, candidate, strict=True))
 
     @property
     def size(self) -> int:
@@ -124,7 +140,14 @@ def search_space(graph: Graph, kinds: tuple[str, ...]) -> Space:
         if len(choices) > 1:
             layers.append(name)
             options.append(choices)
-    return Space(layers, options)
+    branches, attention_blocks = {}, []
+    for name, choices in zip(layers, options, strict=True):
+        if Choice("drop") in choices:
+            _, inside = residual_branch(graph, name, name)
+            branches[name] = [layer for layer in layers if layer in inside]
+            if any(isinstance(graph.layers[n].op, Attention) for n in inside):
+                attention_blocks.append(name)
+    return Space(layers, options, branches, attention_blocks)
 
 
 def transformer_proposals(graph: Graph, name: str, kinds: tuple[str, ...]) -> list[Choice]:
@@ -380,12 +403,13 @@ def candidates_for(space: Space, options: Options, evaluate_batch: Callable[
     """Run the strategy; returns its name and every candidate evaluated, in order."""
     rng = random.Random(options.seed)
     if options.strategy == "auto" and space.size <= options.budget:
-        everything = list(itertools.product(*space.options))
+        everything = list(dict.fromkeys(space.canonical(c)
+                                        for c in itertools.product(*space.options)))
         evaluate_batch(everything)
         return "exhaustive", everything
 
     def draw() -> Candidate:
-        return tuple(rng.choice(o) for o in space.options)
+        return space.canonical(tuple(rng.choice(o) for o in space.options))
 
     if options.strategy == "random":
         drawn = [draw() for _ in range(options.budget)]
@@ -421,7 +445,7 @@ def aging_evolution(space: Space, options: Options, rng: random.Random,
             layer = rng.randrange(len(space.layers))
             mutated = list(parent)
             mutated[layer] = rng.choice(space.options[layer])
-            children.append(tuple(mutated))
+            children.append(space.canonical(tuple(mutated)))
         for child, record in zip(children, evaluate_batch(children), strict=True):
             fitness[child] = _fitness(record, options.cost)
         seen += children
@@ -440,8 +464,17 @@ def uniform_candidates(space: Space) -> list[Candidate]:
         for choice in options:
             if choice != KEEP:
                 counts[choice] = counts.get(choice, 0) + 1
-    return [tuple(choice if choice in options else KEEP for options in space.options)
-            for choice in sorted(counts, key=str) if counts[choice] >= 2]
+    uniform = [space.canonical(tuple(choice if choice in options else KEEP
+                                     for options in space.options))
+               for choice in sorted(counts, key=str) if counts[choice] >= 2]
+    # A transformer's blocks of one kind dropped together: every attention block, every
+    # MLP block (dropping all of them is the uniform candidate above).
+    blocks = [b for b in space.branches if b in space.attention_blocks]
+    for kind in (blocks, [b for b in space.branches if b not in blocks]):
+        if 2 <= len(kind) < len(space.branches):
+            uniform.append(tuple(Choice("drop") if layer in kind else KEEP
+                                 for layer in space.layers))
+    return uniform
 
 
 def _fitness(record: dict[str, Any], cost: str) -> float:
