@@ -1,7 +1,7 @@
 // ws_requantize: one column's requantize in the epilogue (combinational), exactly the
 // interpreter's (glensidec.lang.dtypes.requantize after the pre-shift):
 //
-//   p = x · mult                                      (32×32 signed, exact 64-bit result)
+//   p = x · mult                                      (X_W×32 signed, exact X_W+32-bit result)
 //   q = post > 0 ? (p + 2^(post-1)) >>> post : p      (round half up)
 //   y = clamp(clamp(q + zero_point, type range), low, high)
 //
@@ -9,11 +9,14 @@
 // p >>> (post − 1), and adding 2^(post−1) before the shift only ever carries from that
 // bit up; for post = 0, (2p + 1) >>> 1 = p. Only t's low SMALL_W bits are added: when t
 // does not fit them, |q| ≥ 2^(OUT_W+1) and the result saturates by t's sign whatever
-// the zero point, so no 64-bit adder or comparator is needed after the product.
+// the zero point, so no wide adder or comparator is needed after the product. X_W is the
+// width of x: 32 for an accumulator, narrower where the epilogue knows x's range (the
+// residual add's sum).
 module ws_requantize #(
-    parameter integer OUT_W = 8      // signed output width (<= 32)
+    parameter integer OUT_W = 8,     // signed output width (<= 32)
+    parameter integer X_W   = 32     // signed width of x (<= 32)
 ) (
-    input  wire [31:0]      x,           // signed, already shifted right by pre
+    input  wire [X_W-1:0]   x,           // signed, already shifted right by pre
     input  wire [31:0]      mult,        // signed
     input  wire [5:0]       post,
     input  wire [OUT_W-1:0] zero_point,  // signed
@@ -25,9 +28,10 @@ module ws_requantize #(
     localparam [OUT_W-1:0] TYPE_MIN = {1'b1, {(OUT_W-1){1'b0}}};
     localparam [OUT_W-1:0] TYPE_MAX = {1'b0, {(OUT_W-1){1'b1}}};
 
-    wire signed [63:0] product = $signed(x) * $signed(mult);
-    wire signed [64:0] t = $signed({product, 1'b0}) >>> post;
-    wire fits = (t[64:SMALL_W-1] == {(66-SMALL_W){t[64]}});
+    localparam integer P_W = X_W + 32;  // the exact product's width
+    wire signed [P_W-1:0] product = $signed(x) * $signed(mult);
+    wire signed [P_W:0] t = $signed({product, 1'b0}) >>> post;
+    wire fits = (t[P_W:SMALL_W-1] == {(P_W+2-SMALL_W){t[P_W]}});
     wire signed [SMALL_W:0] t_small = {t[SMALL_W-1], t[SMALL_W-1:0]};
     wire signed [SMALL_W:0] one = {{SMALL_W{1'b0}}, 1'b1};
     wire signed [SMALL_W:0] q = (t_small + one) >>> 1;
@@ -35,7 +39,7 @@ module ws_requantize #(
                                                   zero_point});
     wire signed [SMALL_W:0] type_min = {{(SMALL_W+1-OUT_W){1'b1}}, TYPE_MIN};
     wire signed [SMALL_W:0] type_max = {{(SMALL_W+1-OUT_W){1'b0}}, TYPE_MAX};
-    wire signed [OUT_W-1:0] saturated = !fits ? (t[64] ? TYPE_MIN : TYPE_MAX)
+    wire signed [OUT_W-1:0] saturated = !fits ? (t[P_W] ? TYPE_MIN : TYPE_MAX)
                                       : (offset < type_min) ? TYPE_MIN
                                       : (offset > type_max) ? TYPE_MAX : offset[OUT_W-1:0];
     wire signed [OUT_W-1:0] low_s = low, high_s = high;

@@ -1,10 +1,10 @@
 """cocotb test of ws_epilogue: every output every cycle against accel.epilogue_reference.
 
 Random accumulators (with the extremes), biases, per-column multipliers and shifts as
-the quantizer makes them, random residual adds (the residual row presented the cycle
-after its row, as the scratchpad delivers it), random pooling merges, input gaps and
-back-pressure; the two-stage pipeline is modelled here (a row accepted in cycle t leaves
-in t + 2, a waiting result freezes both stages).
+the quantizer makes them, random residual adds within the epilogue's ranges (the residual
+row presented the cycle after its row, as the scratchpad delivers it), random pooling
+merges, input gaps and back-pressure; the two-stage pipeline is modelled here (a row
+accepted in cycle t leaves in t + 2, a waiting result freezes both stages).
 """
 
 from __future__ import annotations
@@ -17,9 +17,11 @@ from cycle_bench import next_cycle, pack, params, read, settle, start_clock, unp
 
 from glensidec.hardware.accel import (
     EPILOGUE_LATENCY,
+    RESIDUAL_MULTIPLIER_BITS,
     EpilogueConfig,
     ResidualConfig,
     epilogue_reference,
+    residual_range_error,
 )
 
 ACC_W = 32
@@ -35,22 +37,39 @@ def random_config(rng: np.random.Generator, out_width: int) -> EpilogueConfig:
                           zero_point=zero_point, low=low, high=high)
 
 
-def random_residual(rng: np.random.Generator, out_width: int) -> ResidualConfig | None:
-    """None (no residual) or a residual add: multipliers up to 2^14 as the quantizer's,
-    sometimes extreme ones (the i32 sums wrap)."""
+def random_residual(rng: np.random.Generator, config: EpilogueConfig,
+                    out_width: int) -> ResidualConfig | None:
+    """None (no residual) or a residual add the epilogue computes exactly
+    (residual_range_error): multipliers up to 2^14 as the quantizer's, sometimes up to the
+    epilogue's 16-bit limits; the late form's offset anywhere that keeps its sum in range
+    (sometimes at either end), the early form's any i32 (the i32 sum wraps)."""
     if rng.random() < 0.4:
         return None
     low_limit, high_limit = -(1 << (out_width - 1)), (1 << (out_width - 1)) - 1
     low, high = sorted(int(v) for v in rng.integers(low_limit, high_limit + 1, 2))
-    bound = 2**31 if rng.random() < 0.2 else 2**14
-    return ResidualConfig(
-        self_multiplier=int(rng.integers(-bound, bound)),
-        multiplier=int(rng.integers(-bound, bound)),
-        offset=int(rng.integers(-(2**22), 2**22)),
+    half = 1 << (RESIDUAL_MULTIPLIER_BITS - 1)
+    bound = half if rng.random() < 0.4 else 2**14
+    self_multiplier, multiplier = (int(v) for v in rng.integers(-bound, bound, 2))
+    early = bool(rng.random() < 0.4)
+    if early:
+        offset = int(rng.integers(-(2**31), 2**31) if rng.random() < 0.3
+                     else rng.integers(-(2**22), 2**22))
+    else:  # the sum's range without the offset, and the offsets that keep it in Z_W bits
+        ys = [self_multiplier * y for y in (config.low, config.high)]
+        rs = [multiplier * r for r in (low_limit, high_limit)]
+        sum_half = 1 << (out_width + RESIDUAL_MULTIPLIER_BITS - 1)
+        lowest, highest = -sum_half - min(ys) - min(rs), sum_half - 1 - max(ys) - max(rs)
+        choice = rng.random()
+        offset = (lowest if choice < 0.2 else highest if choice < 0.4
+                  else int(rng.integers(lowest, highest + 1)))
+    added = ResidualConfig(
+        self_multiplier=self_multiplier, multiplier=multiplier, offset=offset,
         requantize_multiplier=int(rng.integers(-(2**31) + 1, 2**31)),
         pre=int(rng.integers(0, 4)), post=int(rng.integers(0, 63)),
         zero_point=int(rng.integers(low_limit, high_limit + 1)), low=low, high=high,
-        early=bool(rng.random() < 0.4))
+        early=early)
+    assert residual_range_error(added, config, out_width) is None, added
+    return added
 
 
 def apply_config(dut: Any, config: EpilogueConfig, residual: ResidualConfig | None,
@@ -78,7 +97,8 @@ async def random_rows(dut: Any) -> None:
     cols, out_width = params()["COLS"], params()["OUT_W"]
     rng = np.random.default_rng(cols * 100 + out_width)
     pipeline: list[tuple[bool, np.ndarray]] = [(False, np.zeros(cols, np.int64))] * 2
-    config, residual = random_config(rng, out_width), random_residual(rng, out_width)
+    config = random_config(rng, out_width)
+    residual = random_residual(rng, config, out_width)
     apply_config(dut, config, residual, out_width)
     low_limit, high_limit = -(1 << (out_width - 1)), 1 << (out_width - 1)
     residual_row = np.zeros(cols, np.int64)  # the residual of the row in stage 1
@@ -89,9 +109,10 @@ async def random_rows(dut: Any) -> None:
     dut.rst.value = 0
     delivered = 0
     for cycle in range(2000):
-        draining = cycle % 400 < EPILOGUE_LATENCY  # a new store starts after the drain
-        if cycle % 400 == EPILOGUE_LATENCY:  # configuration changes only between stores
-            config, residual = random_config(rng, out_width), random_residual(rng, out_width)
+        draining = cycle % 100 < EPILOGUE_LATENCY  # a new store starts after the drain
+        if cycle % 100 == EPILOGUE_LATENCY:  # configuration changes only between stores
+            config = random_config(rng, out_width)
+            residual = random_residual(rng, config, out_width)
             apply_config(dut, config, residual, out_width)
         acc = rng.integers(-(2**31), 2**31, cols)
         acc = np.where(rng.random(cols) < 0.1, rng.choice([-(2**31), 2**31 - 1], cols), acc)

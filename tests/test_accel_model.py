@@ -12,6 +12,7 @@ from glensidec.hardware.accel import (
     EpilogueConfig,
     LayerPlan,
     MemoryConfig,
+    ResidualConfig,
     dma_load_bytes,
     dma_load_cycles,
     dma_load_reference,
@@ -22,6 +23,7 @@ from glensidec.hardware.accel import (
     im2col_load_slots,
     layer_cost,
     plan_layer,
+    residual_range_error,
     row_beats,
 )
 from glensidec.lang.interp import requantize
@@ -41,6 +43,47 @@ def test_epilogue_is_the_interpreters_requantize(seed: int) -> None:
     relu = epilogue_reference(acc, bias[None, :], np.full(16, multiplier),
                               EpilogueConfig(pre=pre, post=post, zero_point=zero_point, low=-7))
     assert np.array_equal(relu, np.maximum(expected, -7))
+
+
+# The epilogue's residual multipliers are 16-bit signed, the late sum 24-bit (int8 output).
+QUANTIZER_RESIDUAL = ResidualConfig(self_multiplier=2**14, multiplier=-(2**14),
+                                    offset=-127 * 2**14 - 128 * 2**14)
+
+
+@pytest.mark.parametrize(("residual", "problem"), [
+    (QUANTIZER_RESIDUAL, None),  # the quantizer's extremes: |sum| ≤ 255·2^15 < 2^23
+    (ResidualConfig(self_multiplier=-(2**15), multiplier=2**15 - 1), None),
+    (ResidualConfig(self_multiplier=2**15), "self multiplier 32768 does not fit"),
+    (ResidualConfig(multiplier=-(2**15) - 1), "multiplier -32769 does not fit"),
+    (ResidualConfig(multiplier=2**15, early=True), "multiplier 32768 does not fit"),
+    # early, self_multiplier is unused and the sum is the accumulator's 32 bits
+    (ResidualConfig(self_multiplier=2**20, multiplier=3, offset=2**31 - 1, early=True), None),
+    # y in [-128, 127], r in [-128, 127]: the sum's ends at the 24-bit limits and one past
+    (ResidualConfig(self_multiplier=2**14, multiplier=2**14, offset=-(2**23) + 2**22), None),
+    (ResidualConfig(self_multiplier=2**14, multiplier=2**14, offset=-(2**23) + 2**22 - 1),
+     "spans [-8388609, "),
+    (ResidualConfig(self_multiplier=1, multiplier=1, offset=2**23 - 1 - 254), None),
+    (ResidualConfig(self_multiplier=1, multiplier=1, offset=2**23 - 254), ", 8388608]"),
+])
+def test_residual_range_error_is_the_epilogues_widths(residual: ResidualConfig,
+                                                      problem: str | None) -> None:
+    found = residual_range_error(residual, EpilogueConfig())
+    assert found == problem if problem is None else problem in (found or "")
+
+
+def test_the_residual_sums_range_follows_the_clip_bounds() -> None:
+    # y clipped to [0, 3]: a self multiplier of 2^15 − 1 cannot reach the sum's limits
+    narrow = ResidualConfig(self_multiplier=2**15 - 1, multiplier=0, offset=2**23 - 1 - 3 * 32767)
+    assert residual_range_error(narrow, EpilogueConfig(low=0, high=3)) is None
+    assert residual_range_error(narrow, EpilogueConfig(low=0, high=4)) is not None
+
+
+def test_epilogue_reference_refuses_a_residual_the_epilogue_cannot_compute() -> None:
+    acc = np.zeros((1, 4), np.int64)
+    wide = ResidualConfig(self_multiplier=2**15)
+    with pytest.raises(ValueError, match="does not fit the epilogue's 16-bit"):
+        epilogue_reference(acc, acc, np.ones(4, np.int64), EpilogueConfig(), residual=wide,
+                           residual_rows=acc)
 
 
 def numpy_im2col(feature: np.ndarray, kernel: int, stride: int, padding: int,

@@ -22,7 +22,7 @@ import pytest
 from test_accel_layers import depthwise
 
 from glensidec import pipeline
-from glensidec.backend.accel_layers import evaluate_buffer
+from glensidec.backend.accel_layers import check_fits, evaluate_buffer
 from glensidec.backend.accel_passes import fuse_for_accelerator
 from glensidec.backend.lower import (
     AccelLayer,
@@ -32,8 +32,10 @@ from glensidec.backend.lower import (
     lower_program,
 )
 from glensidec.cosim.diff import lowered_output, lowered_result
-from glensidec.hardware.accel import ResidualConfig
+from glensidec.errors import GlensideError
+from glensidec.hardware.accel import ConvLayer, EpilogueConfig, ResidualConfig
 from glensidec.hardware.array import ArrayConfig
+from glensidec.hardware.commands import LayerQuant
 from glensidec.hardware.layout import NchwLayout
 from glensidec.lang import data
 from glensidec.lang.interp import evaluate_result
@@ -431,3 +433,67 @@ def test_a_dilated_depthwise_layer_cosimulates_on_ws_accel(tmp_path: Path,
     assert_calls_match_the_model(ran.report)
     expected = _interpreted(source, inputs)
     assert np.array_equal(ran.c, expected) and np.array_equal(ran.sim, expected)
+
+
+# A 1×1 convolution of 2 channels and a quantized add of r·SCALE to it: after the
+# requantize (late, the residual pass's form) or to the accumulator before it (early, a
+# skip connection). ws_epilogue's residual multipliers are 16-bit: SCALE = 40000 does not
+# fit them, so the add stays on the host and the result is still the interpreter's.
+SCALED = ("(access-broadcast (access-insert-axis (access-insert-axis (access-insert-axis "
+          "(access-insert-axis (access-literal (literal {scale} i32)) 0) 0) 0) 0) "
+          "(access-shape (shape 1 2 4 4) (shape)))")
+CONV_AND_SCALED_R = """
+(input a i8 (shape 1 1 4 4))
+(input r i8 (shape 1 2 4 4))
+(weight w i8 (shape 2 1 1 1) "w.npz")
+(let conv
+ (access-transpose
+  (compute dot-product
+   (access-cartesian-product
+    (access (access-tensor w) 1)
+    (access (access-squeeze (access-windows (access (access-tensor a) 1)
+                                            (shape 1 1 1) (shape 1 1 1)) 1) 3)))
+  (list 1 0 2 3)))
+(let scaled_r (compute elementwise-mul (access-pair (compute (cast i32) (access-tensor r))
+                                                   {scaled})))
+"""
+LATE_ADD = """(let q (compute (requantize 1 0 2 0) conv))
+(compute (requantize 3 0 {post} 5)
+ (compute elementwise-add
+  (access-pair (compute elementwise-mul (access-pair (compute (cast i32) q) {scaled}))
+               scaled_r)))"""
+EARLY_ADD = ("(compute (requantize 1 0 {post} 0) "
+             "(compute elementwise-add (access-pair conv scaled_r)))")
+
+
+@pytest.mark.parametrize("form", ["late", "early"])
+@pytest.mark.parametrize(("scale", "post", "fused"), [(3, 5, True), (40000, 19, False)])
+def test_a_residual_add_wider_than_the_epilogues_multipliers_stays_on_the_host(
+        form: str, scale: int, post: int, fused: bool, tmp_path: Path) -> None:
+    np.savez(tmp_path / "w.npz", w=np.array([3, -2], np.int8).reshape(2, 1, 1, 1))
+    scaled = SCALED.format(scale=scale)
+    body = (LATE_ADD if form == "late" else EARLY_ADD).format(post=post, scaled=scaled)
+    source = tmp_path / f"{form}_{scale}.gs"
+    source.write_text(CONV_AND_SCALED_R.format(scaled=scaled) + body)
+    lowered = _accelerated(source, "4x4")
+    added = [layer.residual_add for layer in lowered.accel_layers()
+             if layer.residual_add is not None]
+    assert [(r.multiplier, r.early) for r in added] == ([(scale, form == "early")] if fused
+                                                         else [])
+    for seed in range(3):
+        inputs = _random_inputs(source, seed)
+        expected = _interpreted(source, inputs)
+        got = _lowered_result(source, lowered, inputs, 4)
+        assert np.array_equal(got.reshape(expected.shape), expected)
+        assert len(np.unique(expected)) > 10  # not a saturated constant
+
+
+def test_check_fits_refuses_a_residual_add_beyond_the_epilogues_sum() -> None:
+    layer = ConvLayer("block", 4, 4, 16, 16)
+    wide = ResidualConfig(self_multiplier=2**14, multiplier=2**14, offset=2**23)
+    with pytest.raises(GlensideError) as raised:
+        check_fits(pipeline.accelerator_for(ArrayConfig(4, 4)), layer,
+                   LayerQuant(EpilogueConfig(), (0,) * 16, (1,) * 16, residual=wide))
+    assert str(raised.value) == (
+        "error: --accel: layer block: the residual add's sum spans [4194304, 12550144], beyond the "
+        "epilogue's 24-bit signed sum")

@@ -64,7 +64,13 @@ from glensidec.backend.views import (
     view_array,
 )
 from glensidec.errors import GlensideError
-from glensidec.hardware.accel import CapacityError, ConvLayer, EpilogueConfig, ResidualConfig
+from glensidec.hardware.accel import (
+    CapacityError,
+    ConvLayer,
+    EpilogueConfig,
+    ResidualConfig,
+    residual_range_error,
+)
 from glensidec.hardware.accel_native import FIELDS, native_cycles, native_model, pack_commands
 from glensidec.hardware.array import ArrayConfig, ideal_cycles
 from glensidec.hardware.commands import (
@@ -310,7 +316,11 @@ def _skip_connection(lowered: LoweredProgram, view: View, weights: dict[str, Arr
     if lowered.buffer_of(source).dtype != "i8" or not _whole(source, lowered, elements) or \
             any(index >= before for index in lowered.writers().get(source.buffer, [])):
         return None
-    return source, int(wrap_signed(multiplier, 32))
+    multiplier = int(wrap_signed(multiplier, 32))
+    if residual_range_error(ResidualConfig(multiplier=multiplier, early=True),
+                            EpilogueConfig()) is not None:
+        return None  # wider than the epilogue's residual multiplier: the host adds it
+    return source, multiplier
 
 
 def clip_range(op: ComputeOp) -> tuple[int, int]:
@@ -566,7 +576,12 @@ def constant_vector(lowered: LoweredProgram, view: View, weights: dict[str, Arra
 
 def check_fits(accel: AccelConfig, layer: ConvLayer, quant: LayerQuant,
                pool: bool = False) -> None:
-    """GlensideError naming the sizes when the layer's tiles do not fit the memories."""
+    """GlensideError naming the sizes when the layer's tiles do not fit the memories, or
+    the ranges when its residual add does not fit the epilogue's arithmetic."""
+    if quant.residual is not None:
+        problem = residual_range_error(quant.residual, quant.epilogue)
+        if problem is not None:
+            raise GlensideError(f"--accel: layer {layer.name}: {problem}")
     try:
         if pool:
             pool_tiling(accel, layer)

@@ -283,6 +283,45 @@ class ResidualConfig:
     early: bool = False
 
 
+#: Signed width of ws_epilogue's residual multipliers (its RES_W): the quantizer's
+#: add_dynamic makes them at most 2^14.
+RESIDUAL_MULTIPLIER_BITS = 16
+
+
+def residual_range_error(residual: ResidualConfig, config: EpilogueConfig,
+                         out_width: int = 8) -> str | None:
+    """Why ws_epilogue cannot compute `residual` exactly, or None when it can.
+
+    The epilogue's residual products are out_width × RESIDUAL_MULTIPLIER_BITS and the late
+    form's sum y·self_multiplier + r·multiplier + offset is out_width +
+    RESIDUAL_MULTIPLIER_BITS bits wide (Z_W in rtl/ws_epilogue.v): exact, as the i32
+    arithmetic, when the multipliers fit their width and the sum's range — y within the
+    layer's clip bounds, r any int8 — fits Z_W bits (nothing wraps). The quantizer's
+    residual adds always do (multipliers ≤ 2^14, |sum| < 2^23)."""
+    bits = RESIDUAL_MULTIPLIER_BITS
+    limit = 1 << (bits - 1)
+    used = [("multiplier", residual.multiplier)]
+    if not residual.early:
+        used.insert(0, ("self multiplier", residual.self_multiplier))
+    for name, value in used:
+        if not -limit <= value < limit:
+            return (f"the residual add's {name} {value} does not fit the epilogue's "
+                    f"{bits}-bit signed multiplier")
+    if residual.early:
+        return None
+    sum_bits = out_width + bits
+    type_low, type_high = -(1 << (out_width - 1)), (1 << (out_width - 1)) - 1
+    y_range = (min(config.low, config.high), max(config.low, config.high))
+    y_terms = [residual.self_multiplier * y for y in y_range]
+    r_terms = [residual.multiplier * r for r in (type_low, type_high)]
+    low = residual.offset + min(y_terms) + min(r_terms)
+    high = residual.offset + max(y_terms) + max(r_terms)
+    if low < -(1 << (sum_bits - 1)) or high >= 1 << (sum_bits - 1):
+        return (f"the residual add's sum spans [{low}, {high}], beyond the epilogue's "
+                f"{sum_bits}-bit signed sum")
+    return None
+
+
 def epilogue_reference(
     acc: npt.NDArray[np.integer],
     bias: npt.NDArray[np.integer],
@@ -296,8 +335,13 @@ def epilogue_reference(
 
     The same arithmetic as `glensidec.lang.interp.requantize` after an i32 bias add:
     ``clip(clip(round((acc + bias) >> pre) * m >> post) + zp, int8), low, high)``; with a
-    `residual`, then the residual add of `residual_rows` (same shape, int8).
+    `residual`, then the residual add of `residual_rows` (same shape, int8). A residual
+    add ws_epilogue cannot compute exactly (`residual_range_error`) is a ValueError.
     """
+    if residual is not None:
+        problem = residual_range_error(residual, config, out_width)
+        if problem is not None:
+            raise ValueError(problem)
     biased = wrap_signed(acc.astype(np.int64) + bias.astype(np.int64), 32)  # the i32 add wraps
     if residual is not None and residual.early:
         assert residual_rows is not None
