@@ -98,7 +98,8 @@ module ws_epilogue #(
             // stage 2: r · res_mult (an OUT_W × RES_W product, exact in Z_W bits) serves
             // both residual forms: early, it joins the biased sum before the requantize
             wire signed [OUT_W-1:0] r = res_data[c*OUT_W +: OUT_W];
-            wire signed [Z_W-1:0] r_scaled = r * res_mult;
+            wire signed [Z_W-1:0] r_scaled;
+            ws_mul #(.A_W(RES_W), .B_W(OUT_W)) u_r_scaled (.a(res_mult), .b(r), .y(r_scaled));
             wire signed [ACC_W-1:0] r_wide = {{(ACC_W-Z_W){r_scaled[Z_W-1]}}, r_scaled};
             wire signed [ACC_W-1:0] summed = s1_value[c*ACC_W +: ACC_W]
                                              + ((cfg_residual && cfg_res_early)
@@ -110,8 +111,10 @@ module ws_epilogue #(
                 .zero_point(cfg_zero_point), .low(cfg_low), .high(cfg_high), .y(clipped));
             // ... or after it: y · res_self (OUT_W × RES_W too) + r · res_mult + offset,
             // in Z_W bits, and the residual add's own requantize (of a Z_W-bit sum)
-            // (every operand signed: one unsigned one would zero-extend the int8 y)
-            wire signed [Z_W-1:0] res_sum = clipped * res_self + r_scaled + res_offset;
+            wire signed [Z_W-1:0] y_scaled;
+            ws_mul #(.A_W(RES_W), .B_W(OUT_W)) u_y_scaled (.a(res_self), .b(clipped),
+                                                         .y(y_scaled));
+            wire signed [Z_W-1:0] res_sum = y_scaled + r_scaled + res_offset;
             wire signed [Z_W-1:0] res_shifted = res_sum >>> cfg_res_pre;
             wire signed [OUT_W-1:0] res_clipped;
             ws_requantize #(.OUT_W(OUT_W), .X_W(Z_W)) u_res_requantize (

@@ -1,7 +1,7 @@
 // ws_requantize: one column's requantize in the epilogue (combinational), exactly the
 // interpreter's (glensidec.lang.dtypes.requantize after the pre-shift):
 //
-//   p = x · mult                                      (X_W×32 signed, exact X_W+32-bit result)
+//   p = x · mult                                      (X_W×32 signed, exact X_W+32-bit result, ws_mul)
 //   q = post > 0 ? (p + 2^(post-1)) >>> post : p      (round half up)
 //   y = clamp(clamp(q + zero_point, type range), low, high)
 //
@@ -29,7 +29,8 @@ module ws_requantize #(
     localparam [OUT_W-1:0] TYPE_MAX = {1'b0, {(OUT_W-1){1'b1}}};
 
     localparam integer P_W = X_W + 32;  // the exact product's width
-    wire signed [P_W-1:0] product = $signed(x) * $signed(mult);
+    wire signed [P_W-1:0] product;
+    ws_mul #(.A_W(X_W), .B_W(32)) u_product (.a(x), .b(mult), .y(product));
     wire signed [P_W:0] t = $signed({product, 1'b0}) >>> post;
     wire fits = (t[P_W:SMALL_W-1] == {(P_W+2-SMALL_W){t[P_W]}});
     wire signed [SMALL_W:0] t_small = {t[SMALL_W-1], t[SMALL_W-1:0]};

@@ -34,8 +34,8 @@ from glensidec.resources import resource_dir
 #: Synthesizable modules of the array, in dependency order (leaves first).
 RTL_MODULES = (
     "fp32_mul", "fp32_add", "ws_pe", "ws_skew", "ws_array", "ws_ctrl", "ws_accum", "ws_top",
-    "ws_spad", "ws_requantize", "ws_epilogue", "ws_dma_agen", "ws_dma_load", "ws_dma_store",
-    "ws_fifo", "ws_accel",
+    "ws_spad", "ws_mul", "ws_requantize", "ws_epilogue", "ws_dma_agen", "ws_dma_load",
+    "ws_dma_store", "ws_fifo", "ws_accel",
 )
 
 #: The simulation-only wrapper the GEMM driver talks to (rtl/tb/).
