@@ -250,6 +250,66 @@ def whole_table(command: list[str]) -> None:
         write_section(WHOLE_BEGIN, WHOLE_END, lines)
 
 
+#: The whole accelerator and its parts synthesized per module (`--shares`): WHOLE_SCRIPT
+#: without `-flatten`, each distinct module once and `stat -top` adding up the hierarchy,
+#: as the binary32 grid above. It finishes in minutes where the flattened whole did not
+#: finish in 45 (a loaded machine); optimization stops at module boundaries, so the counts
+#: are a little above flattened ones, the whole and its parts alike.
+PER_MODULE_SCRIPT = (WHOLE_SCRIPT.replace("synth -flatten -run :fine", "synth {flatten}-run :fine")
+                     .replace("tee -q -o {stat_file} stat", "{stat}"))
+SHARE_DESIGNS = [  # (module, parameters or None for the accelerator's own, what)
+    ("ws_accel", None, "the whole accelerator: queues, DMA, scratchpad, array, epilogue"),
+    ("ws_epilogue", {"COLS": 16}, "epilogue, 16 columns: bias, requantize, residual, clip, max"),
+    ("ws_top", {"ROWS": 16, "COLS": 16}, "the array with its streams, control, accumulator"),
+    ("ws_dma_load", {}, "DMA load, 16 B/cycle, im2col and window addressing"),
+    ("ws_dma_store", {}, "DMA store, 16 B/cycle"),
+]
+SHARES_BEGIN, SHARES_END = "<!-- shares: begin -->", "<!-- shares: end -->"
+#: The same script on main at 151c21f, the epilogue before issue 28 part 4 (32×32 requantize
+#: products from Yosys's `*`, the residual's 8×32 and 32 bits wide).
+SHARES_BEFORE = {"ws_accel": 556_239, "ws_epilogue": 309_774}
+
+
+def shares_table(command: list[str]) -> None:
+    """The epilogue's share of the whole accelerator, per module (minutes, not hours)."""
+    parameters_of_accel = _whole_parameters()
+    version = subprocess.run(command + ["-V"], capture_output=True, text=True).stdout.strip()
+    lines = ["", "## The epilogue's share of the accelerator (per module)", "",
+             "`python bench/bench_synth.py --shares`: the whole-accelerator script above "
+             "without `-flatten` (each distinct module synthesized once, `stat -top` adding up "
+             "the hierarchy), which finishes in minutes where the flattened whole did not "
+             "finish in 45 on a loaded machine. Optimization stops at module boundaries, so "
+             "these counts are a little above flattened ones (the epilogue: 210,129 "
+             "flattened). `before`: the same on main before issue 28 part 4. Issue 28's target: "
+             "the epilogue ≤ 25 % of the whole.", "",
+             f"Measured with {version or ' '.join(command)}.", "",
+             "| module | parameters | what | cells | before | flip-flops | share | "
+             "share before | synthesis time |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    whole = 0
+    for top, parameters, what in SHARE_DESIGNS:
+        parameters = parameters_of_accel if parameters is None else parameters
+        start = time.perf_counter()
+        counts = synthesize(command, top, parameters, hierarchical=True,
+                            script=PER_MODULE_SCRIPT)
+        seconds = time.perf_counter() - start
+        cells = counts.get("cells", 0)
+        if cells == 0:
+            raise RuntimeError(f"no statistics parsed for {top}")
+        whole = whole or cells  # the first row is the whole accelerator
+        flops = sum(v for k, v in counts.items() if "DFF" in k.upper())
+        before = SHARES_BEFORE.get(top)
+        params = ("the 16×16 defaults" if top == "ws_accel"
+                  else ", ".join(f"{k}={v}" for k, v in parameters.items()) or "defaults")
+        share_before = (f"{100 * before / SHARES_BEFORE['ws_accel']:.1f} %"
+                        if before and SHARES_BEFORE["ws_accel"] else "")
+        lines.append(f"| `{top}` | {params} | {what} | {cells:,} | "
+                     f"{f'{before:,}' if before else ''} | {flops:,} | "
+                     f"{100 * cells / whole:.1f} % | {share_before} | {seconds:.0f} s |")
+        print(lines[-1], flush=True)
+        write_section(SHARES_BEGIN, SHARES_END, lines)
+
+
 #: Where one column of the epilogue spends its cells (`--epilogue`): the column, and each
 #: operation in it synthesized alone (its own module, the part's Verilog below) under
 #: WHOLE_SCRIPT. Rows: (module, parameters, what, how many a column has; 0 for a row that
@@ -346,6 +406,9 @@ def main() -> int:
         return 0
     if "--epilogue" in sys.argv[1:]:
         epilogue_table(command)
+        return 0
+    if "--shares" in sys.argv[1:]:
+        shares_table(command)
         return 0
     lines = [
         "# Synthesis of the accelerator's modules (Yosys, generic gates)\n",

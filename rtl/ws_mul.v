@@ -9,7 +9,7 @@
 // W-bit signed v equals (v with its sign bit inverted, unsigned) − 2^(W−1), so every row
 // is added unsigned with its sign bit inverted and the −2^(W−1+2i) of all rows is one
 // constant. Half as many rows as a plain array product of b's bits, each a little dearer:
-// Yosys's techmap builds a 32×32 product in 5,139 gates this way against 6,867 from `*`
+// Yosys's techmap builds a 32×32 product in 5,139 gates this way against 7,171 from `*`
 // (bench/results/synth.md).
 module ws_mul #(
     parameter integer A_W = 32,
