@@ -25,10 +25,11 @@ view algebra of backend/views.py applied to terms).
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 import operator
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -369,35 +370,17 @@ class LoweredProgram:
                 buffers: Callable[[Instruction], set[str]]) -> dict[str, list[int]]:
         # Instructions are compared by identity (a pass that changes one replaces it):
         # snapshotting and comparing is a C loop, cheap beside walking every
-        # instruction's views in Python. When only some were replaced in place (the
-        # passes' usual edit), only their buffers' lists are redone.
+        # instruction's views in Python. When a pass replaced a few instructions in place
+        # or a short run of them by another (a layer for its chain: the program's length
+        # changes), only the lists those touch are redone and later indices shifted.
         snapshot = tuple(self.instructions)
         cached = self._users.get(which)
-        if cached is not None and len(cached[0]) == len(snapshot):
-            changed = [index for index, same in
-                       enumerate(map(operator.is_, cached[0], snapshot)) if not same]
-            if not changed:
-                return cached[1]
-            if len(changed) <= 8:
-                answer = dict(cached[1])  # a new answer: callers may hold the old one
-                for index in changed:  # (new lists, by bisection: a list can be long)
-                    for name in buffers(cached[0][index]):
-                        users = answer[name]
-                        at = bisect.bisect_left(users, index)
-                        if at < len(users) and users[at] == index:
-                            answer[name] = users[:at] + users[at + 1:]
-                        if not answer[name]:
-                            del answer[name]
-                    for name in buffers(snapshot[index]):
-                        users = answer.get(name, [])
-                        at = bisect.bisect_left(users, index)
-                        if at == len(users) or users[at] != index:
-                            answer[name] = [*users[:at], index, *users[at:]]
-                self._users[which] = snapshot, answer
-                return answer
-        cached = snapshot, compute()
-        self._users[which] = cached
-        return cached[1]
+        answer = None if cached is None else _users_after_edit(cached[0], snapshot,
+                                                               cached[1], buffers)
+        if answer is None:
+            answer = compute()
+        self._users[which] = snapshot, answer
+        return answer
 
     def _readers(self) -> dict[str, list[int]]:
         readers: dict[str, list[int]] = {}
@@ -417,6 +400,80 @@ class LoweredProgram:
         """Does `view` walk its whole buffer, row-major, from the start?"""
         return (view.offset == 0 and view.is_row_major()
                 and math.prod(view.shape) == self.buffer_of(view).elements)
+
+
+#: The most instructions an edit may remove or insert for `_users_after_edit` to update
+#: an answer rather than have it recomputed.
+_EDIT_LIMIT = 64
+
+
+def _identical_run(first: Sequence[Instruction], second: Sequence[Instruction]) -> int:
+    """How many leading items the two hold as the same objects (a C loop)."""
+    return len(list(itertools.takewhile(bool, map(operator.is_, first, second))))
+
+
+def _users_after_edit(old: tuple[Instruction, ...], new: tuple[Instruction, ...],
+                      answer: dict[str, list[int]],
+                      buffers: Callable[[Instruction], set[str]]) -> dict[str, list[int]] | None:
+    """`answer` (readers or writers of `old`, by `buffers`) for `new`, or None when the
+    edit is too large to update (recompute). A new dict, and new lists where they change:
+    callers may hold the old answer."""
+    start = _identical_run(old, new)
+    if start == len(old) == len(new):
+        return answer
+    tail = _identical_run(old[:start - 1:-1], new[:start - 1:-1]) if start else \
+        _identical_run(old[::-1], new[::-1])
+    old_end, new_end = len(old) - tail, len(new) - tail
+    changed = range(start, new_end)
+    if len(old) == len(new) and new_end - start > _EDIT_LIMIT:
+        scattered = [index for index in changed if old[index] is not new[index]]
+        if len(scattered) > 8:
+            return None
+        return _replaced_in_place(old, new, answer, buffers, scattered)
+    if max(old_end, new_end) - start > _EDIT_LIMIT:
+        return None
+    shift = new_end - old_end
+    result: dict[str, list[int]] = {}
+    for name, users in answer.items():
+        if users[-1] < start:
+            result[name] = users
+            continue
+        low = bisect.bisect_left(users, start)
+        high = bisect.bisect_left(users, old_end, low)
+        kept = users[:low] + ([index + shift for index in users[high:]] if shift
+                              else users[high:])
+        if kept:
+            result[name] = kept
+    for index in changed:
+        for name in buffers(new[index]):
+            _insert(result, name, index)
+    return result
+
+
+def _replaced_in_place(old: tuple[Instruction, ...], new: tuple[Instruction, ...],
+                       answer: dict[str, list[int]],
+                       buffers: Callable[[Instruction], set[str]],
+                       changed: list[int]) -> dict[str, list[int]]:
+    result = dict(answer)
+    for index in changed:  # (new lists, by bisection: a list can be long)
+        for name in buffers(old[index]):
+            users = result[name]
+            at = bisect.bisect_left(users, index)
+            if at < len(users) and users[at] == index:
+                result[name] = users[:at] + users[at + 1:]
+            if not result[name]:
+                del result[name]
+        for name in buffers(new[index]):
+            _insert(result, name, index)
+    return result
+
+
+def _insert(answer: dict[str, list[int]], name: str, index: int) -> None:
+    """`index` into `name`'s sorted list (a new list), once."""
+    users = answer.get(name, [])
+    at = bisect.bisect_left(users, index)
+    if at == len(users) or users[at] != index:
+        answer[name] = [*users[:at], index, *users[at:]]
 
 
 def _read_buffers(instruction: Instruction) -> set[str]:
