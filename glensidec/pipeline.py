@@ -629,7 +629,15 @@ def predicted_machine_cycles(compiled: Compiled, target: Target,
     """The one predicted total of a compiled program on its target (what `--stats`, the
     report and the NAS use): lowered as for the C program, without writing it."""
     weights = data.load_weights(compiled.program) if weights is None else weights
-    lowered = lower_for(compiled.program, compiled.types, target.config, target.accel, weights)
+    return lowered_machine_cycles(compiled.program, compiled.types, target, weights)
+
+
+def lowered_machine_cycles(program: Program, types: TypeTable, target: Target,
+                           weights: dict[str, Array]) -> MachineCycles:
+    """`predicted_machine_cycles` of an extracted program and its types, without the rest of
+    its `Compiled` (whose e-graph a caller that keeps the program must not hold: the
+    co-design search lowers one extraction for many memory configurations)."""
+    lowered = lower_for(program, types, target.config, target.accel, weights)
     return machine_cycles(lowered, target.config, target.more_arrays)
 
 
