@@ -443,18 +443,27 @@ def transform_command(model: Path, group: tuple[str, ...], bottleneck: tuple[str
 @click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True,
               help="Local Dask workers (without --scheduler).")
 @click.option("--scheduler", metavar="ADDRESS", help="An existing Dask scheduler.")
+@click.option("--hardware", "hardware", is_flag=False, flag_value="", default=None,
+              metavar="[SPACE]",
+              help="Search the accelerator with the network: array rows x cols, scratchpad, "
+                   "accumulator rows, bus bytes (SPACE overrides the default grid, e.g. "
+                   "'rows=8,16 bus=16,32'; docs/nas.md).")
+@click.option("--area-budget", metavar="CELLS|RxC",
+              help="With --hardware: the most area a machine may have, in cell "
+                   "equivalents (1.2M) or as an array RxC; default: the --array machine's.")
 @click.option("-o", "--output", required=True, type=click.Path(path_type=Path),
-              help="OUTDIR: chosen.gs/.npz, candidates.json, report.md, pareto.png.")
+              help="OUTDIR: chosen.gs/.npz, candidates.json, report.md, pareto.png "
+                   "(and machine.json with --hardware).")
 def nas_command(model: Path, train_path: Path, val_path: Path, array_size: str,
                 dram_bandwidth: int, budget: int,
                 space: str, legality: str, threshold: float, band: float, cost: str,
                 train_epochs: int, top: int,
                 seed: int, strategy: str, workers: int, scheduler: str | None,
-                output: Path) -> None:
+                hardware: str | None, area_budget: str | None, output: Path) -> None:
     """Search MODEL's transformations for the fewest predicted cycles at kept accuracy."""
     nas_commands.search(model, train_path, val_path, array_size, budget, space, legality,
                         threshold, band, cost, train_epochs, top, seed, strategy, workers,
-                        scheduler, output, dram_bandwidth)
+                        scheduler, output, dram_bandwidth, hardware, area_budget)
 
 
 # Every stage walks terms recursively somewhere (parsing, printing, lowering); a program

@@ -396,8 +396,10 @@ def _progress(total_hint: int) -> Callable[[int], None] | None:
 def search(model: Path, train_path: Path, val_path: Path, array_size: str, budget: int,
            space: str, legality: str, threshold: float, band: float, cost: str,
            train_epochs: int, top: int, seed: int, strategy: str, workers: int,
-           scheduler: str | None, output: Path, dram_bandwidth: int = 16) -> None:
-    """`glensidec nas` (options as glensidec.cli's command takes them)."""
+           scheduler: str | None, output: Path, dram_bandwidth: int = 16,
+           hardware: str | None = None, area_budget: str | None = None) -> None:
+    """`glensidec nas` (options as glensidec.cli's command takes them); `hardware` (a
+    machine space, "" for the default one) searches the machine too (nas/hardware.py)."""
     from glensidec.nas.cost import compiled_cost, network_cost
     from glensidec.nas.search import (
         Options,
@@ -426,8 +428,13 @@ def search(model: Path, train_path: Path, val_path: Path, array_size: str, budge
         raise GlensideError(f"--workers {workers}: at most {max_local_workers()} local "
                             f"worker processes on this machine's {os.cpu_count()} CPUs; "
                             "for more, start a Dask cluster and give --scheduler")
+    if area_budget is not None and hardware is None:
+        raise GlensideError("--area-budget needs --hardware (the machine is searched only "
+                            "with it)")
+    codesign = None if hardware is None else _codesign_inputs(config, dram_bandwidth,
+                                                              hardware, area_budget)
     names = ("chosen.gs", "chosen.npz", "candidates.json", "report.md", "pareto.png")
-    check_output_directory(output, names)
+    check_output_directory(output, names if codesign is None else _hardware().OUTPUTS)
     program = read_program(model)
     check_program(program)
     weights = load_weights(program)
@@ -444,9 +451,16 @@ def search(model: Path, train_path: Path, val_path: Path, array_size: str, budge
     interrupted = True
     try:
         client = dask_client(scheduler, workers)
-        result = run_search(format_program(program), weights, (train_data.x, train_data.y),
-                            (val_data.x, val_data.y), config, options, DaskMapper(client),
-                            _progress(budget), name=str(model))
+        if codesign is not None:
+            found = _hardware().run_codesign(
+                format_program(program), weights, (train_data.x, train_data.y),
+                (val_data.x, val_data.y), *codesign, options, DaskMapper(client),
+                _progress(budget), name=str(model))
+        else:
+            result = run_search(format_program(program), weights,
+                                (train_data.x, train_data.y), (val_data.x, val_data.y),
+                                config, options, DaskMapper(client), _progress(budget),
+                                name=str(model))
         interrupted = False
     except GlensideError:
         interrupted = False
@@ -458,6 +472,9 @@ def search(model: Path, train_path: Path, val_path: Path, array_size: str, budge
                 release_semaphores()
         if sys.stderr.isatty():
             sys.stderr.write("\n")
+    if codesign is not None:
+        _write_codesign(found, options, output)
+        return
     assert result.chosen is not None and result.chosen_graph is not None
     # Retraining changed the weights the candidate was costed with, and quantization sees
     # values (a layer's calibrated range decides, e.g., whether its ReLU is a clip): cost
@@ -476,4 +493,44 @@ def search(model: Path, train_path: Path, val_path: Path, array_size: str, budge
     click.echo(f"{result.strategy}: {len(result.records)} candidates; chosen "
                f"{', '.join(changes) or 'the original'}: predicted cycles {original['cycles']} -> "
                f"{chosen['cycles']}, accuracy {100 * original['accuracy']:.1f} % -> "
+               f"{100 * chosen['accuracy']:.1f} %; wrote {output}")
+
+
+# -- glensidec nas --hardware (glensidec/nas/hardware.py) ------------------------------------
+
+
+def _hardware() -> Any:
+    from glensidec.nas import hardware
+
+    return hardware
+
+
+def _codesign_inputs(config: Any, dram_bandwidth: int, hardware: str,
+                     area_budget: str | None) -> tuple[Any, dict[str, tuple[int, ...]], float]:
+    """The reference machine, the machine space and the area budget, checked before any
+    worker starts."""
+    from glensidec.hardware.area import Machine, fitted
+
+    hw = _hardware()
+    reference = Machine(config.rows, config.cols, bus_bytes=dram_bandwidth)
+    space = hw.parse_space(hardware)
+    model = fitted()
+    budget = hw.parse_budget(area_budget, reference, model)
+    hw.budget_fits(reference, space, budget, model)
+    return reference, space, budget
+
+
+def _write_codesign(found: Any, options: Any, output: Path) -> None:
+    from glensidec.outputs import write_directory
+
+    hw = _hardware()
+    compiled = hw.check_estimate(found)
+    write_directory(output, hw.outputs(found, options, compiled))
+    result, chosen = found.result, found.result.chosen
+    changes = [f"{k} {v}" for k, v in chosen["choices"].items() if v != "keep"]
+    click.echo(f"{result.strategy}: {len(result.records)} network-machine pairs; chosen "
+               f"{', '.join(changes) or 'the original network'} on "
+               f"{chosen['machine_text']} (area {chosen['area']:,} of {found.budget:,.0f}): "
+               f"predicted cycles {result.original['cycles']} -> {chosen['cycles']}, "
+               f"accuracy {100 * result.original['accuracy']:.1f} % -> "
                f"{100 * chosen['accuracy']:.1f} %; wrote {output}")

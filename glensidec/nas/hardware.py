@@ -1,0 +1,551 @@
+"""`glensidec nas --hardware`: search the accelerator with the network (co-design).
+
+A candidate is a network candidate of `search.py` (one choice per conv and dense layer)
+followed by five *machine genes*: the array's rows and columns, the scratchpad, the
+accumulator rows and the DRAM bus bytes a cycle. A gene's KEEP is the reference machine's
+value (`--array`, compile's default memories, `--dram-bandwidth`), so the original network
+on the reference machine is the all-KEEP candidate, and the search's own machinery —
+aging evolution, cost bands, retraining the finalists, keeping the cheapest within a point
+of the original's accuracy — runs on the joint space unchanged (`search.apply` transforms
+only the network; the machine genes are not transformations).
+
+Each pair is costed twice:
+- **cycles**, exactly as `glensidec compile --stats` predicts them on that machine: the
+  network's int8 program is rewritten and extracted for the array's rows × columns once
+  (memoised per network and array shape; the extraction is all that depends on the shape),
+  then lowered with the accelerator passes and priced per memory configuration (memoised
+  per network and machine) by `pipeline.lowered_machine_cycles`;
+- **area**, by the model fitted to Yosys's cell counts (`glensidec.hardware.area`).
+
+A pair is legal when its network is (the legality proxy, memoised per network: it does
+not depend on the machine) and its area is within `--area-budget`. The result is the
+Pareto front of cycles × area over the legal networks, each front network retrained for
+its accuracy (`pareto.png`), and the chosen pair: the cheapest in cycles within the budget
+whose retrained accuracy is within a point of the original's.
+"""
+
+from __future__ import annotations
+
+import gc
+import io
+import json
+import math
+import re
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from glensidec.errors import GlensideError
+from glensidec.hardware.area import AreaModel, Machine, fitted, size_text
+from glensidec.lang.syntax import parse_program
+from glensidec.lang.terms import Program
+from glensidec.lang.typecheck import TypeTable
+from glensidec.nas import search as S
+from glensidec.nas import transforms as T
+from glensidec.nas.cost import Cost, network_key, on_egglog_thread, quantized
+from glensidec.nas.graph import Array, Graph, lift
+
+GENES = ("rows", "cols", "scratchpad", "accumulator", "bus")
+# The names the genes take among the layers (a layer name never holds a space).
+GENE_NAMES = tuple(f"machine {gene}" for gene in GENES)
+DEFAULT_SPACE: dict[str, tuple[int, ...]] = {
+    "rows": (4, 8, 16, 32),
+    "cols": (8, 16, 32, 64),
+    "scratchpad": (16 * 1024, 64 * 1024, 256 * 1024),
+    "accumulator": (256, 1024),  # rows of COLS int32
+    "bus": (8, 16, 32, 64),
+}
+HELP_SPACE = ("rows=4,8,16,32 cols=8,16,32,64 scratchpad=16KiB,64KiB,256KiB "
+              "accumulator=256,1024 bus=8,16,32,64")
+
+
+# -- the machine space ----------------------------------------------------------------------
+
+
+def parse_space(text: str) -> dict[str, tuple[int, ...]]:
+    """`--hardware` SPEC: space-separated `gene=v1,v2,…` overriding DEFAULT_SPACE; "" is
+    the default space. Sizes take compile's units (16KiB); accumulator counts rows."""
+    from glensidec.pipeline import parse_bytes
+
+    space = dict(DEFAULT_SPACE)
+    for item in text.split():
+        gene, _, values = item.partition("=")
+        if gene not in GENES:
+            raise GlensideError(f"--hardware: unknown machine parameter '{gene}' (known: "
+                                f"{', '.join(GENES)}; e.g. '{HELP_SPACE}')")
+        if not values:
+            raise GlensideError(f"--hardware: '{item}' gives no values (e.g. {gene}=8,16)")
+        parsed = []
+        for value in values.split(","):
+            number = (parse_bytes(value, f"--hardware {gene}") if gene == "scratchpad"
+                      else _count(value, gene))
+            if number < 1:
+                raise GlensideError(f"--hardware {gene}: {value} is not a positive size")
+            parsed.append(number)
+        space[gene] = tuple(sorted(set(parsed)))
+    return space
+
+
+def _count(value: str, gene: str) -> int:
+    if not re.fullmatch(r"\d+", value.strip()):
+        raise GlensideError(f"--hardware {gene}: '{value}' is not a whole number")
+    return int(value)
+
+
+def gene_options(reference: Machine, space: dict[str, tuple[int, ...]]) -> list[list[S.Choice]]:
+    """Per gene: KEEP (the reference's value) and every other value of the space."""
+    values = machine_values(reference)
+    return [[S.KEEP] + [S.Choice(gene, v) for v in space[gene] if v != values[gene]]
+            for gene in GENES]
+
+
+def machine_values(machine: Machine) -> dict[str, int]:
+    return {"rows": machine.rows, "cols": machine.cols,
+            "scratchpad": machine.scratchpad_bytes,
+            "accumulator": machine.accumulator_rows, "bus": machine.bus_bytes}
+
+
+def machine_of(reference: Machine, genes: tuple[S.Choice, ...]) -> Machine:
+    values = machine_values(reference)
+    for gene, choice in zip(GENES, genes, strict=True):
+        if choice != S.KEEP:
+            values[gene] = choice.number
+    return Machine(values["rows"], values["cols"], values["scratchpad"],
+                   values["accumulator"], values["bus"])
+
+
+def target(machine: Machine) -> Any:
+    """The compile target of a machine; a machine compile would refuse raises its
+    GlensideError (e.g. a scratchpad too small for one tile of the array)."""
+    from glensidec import pipeline
+
+    return pipeline.choose_target((machine.array(),),
+                                  scratchpad=size_text(machine.scratchpad_bytes),
+                                  accumulator=size_text(machine.accumulator_bytes),
+                                  dram_bandwidth=machine.bus_bytes)
+
+
+def parse_budget(text: str | None, reference: Machine, model: AreaModel) -> float:
+    """`--area-budget`: cell equivalents (1.2M, 800k, 1200000), or an array `RxC` meaning
+    that array with the reference's memories and bus; None: the reference machine's area."""
+    if text is None:
+        return model.area(reference)
+    shape = re.fullmatch(r"\s*(\d+)x(\d+)\s*", text)
+    if shape:
+        machine = Machine(int(shape.group(1)), int(shape.group(2)),
+                          reference.scratchpad_bytes, reference.accumulator_rows,
+                          reference.bus_bytes)
+        return model.area(machine)
+    number = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKmM])\s*", text)
+    try:
+        value = (float(number.group(1)) * {"k": 1e3, "m": 1e6}[number.group(2).lower()]
+                 if number else float(text))
+    except ValueError:
+        raise GlensideError(f"--area-budget {text}: give cell equivalents (e.g. 1.2M or "
+                            "900k) or an array RxC (its area with the reference memories)")\
+            from None
+    if not (math.isfinite(value) and value > 0):
+        raise GlensideError(f"--area-budget {text}: the budget must be a positive, finite "
+                            "number of cell equivalents")
+    return value
+
+
+# -- what a pair costs ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Extracted:
+    """One network's int8 program as extracted for one array shape: plain data (the
+    e-graph it came from is dropped on the e-graph thread)."""
+
+    program: Program
+    types: TypeTable
+    weights: dict[str, Array]
+
+
+_EXTRACTED: dict[tuple[object, ...], Extracted] = {}
+_PAIRS: dict[tuple[object, ...], Cost] = {}
+
+
+def pair_cost(graph: Graph, machine: Machine) -> Cost:
+    """`compile --stats`'s predicted total of the quantized graph on `machine`, memoised
+    per network and machine; the extraction per network and array shape."""
+    network = network_key(graph)
+    key = (network, machine)
+    if key not in _PAIRS:
+        _PAIRS[key] = on_egglog_thread(_pair_cost, graph, network, machine)
+    return _PAIRS[key]
+
+
+def _pair_cost(graph: Graph, network: tuple[object, ...], machine: Machine) -> Cost:
+    from glensidec import pipeline
+    from glensidec.lang.typecheck import check_program
+    from glensidec.nas.cost import COMPILE_LIMITS
+
+    compiled_for = target(machine)
+    shape = (network, machine.rows, machine.cols)
+    if shape not in _EXTRACTED:
+        with tempfile.TemporaryDirectory(prefix="glensidec-nas-") as folder:
+            program = quantized(graph, Path(folder))
+        compiled = pipeline.compile_for(
+            pipeline.Typed(program.program, check_program(program.program)), compiled_for,
+            COMPILE_LIMITS)
+        _EXTRACTED[shape] = Extracted(compiled.program, compiled.types, program.weights)
+        del compiled  # holds the e-graph: freed here, on the e-graph thread
+        gc.collect()
+    extracted = _EXTRACTED[shape]
+    cycles = pipeline.lowered_machine_cycles(extracted.program, extracted.types,
+                                             compiled_for, extracted.weights)
+    return Cost(cycles.accelerator, cycles.array, cycles.host)
+
+
+def compiled_pair_cost(graph: Graph, machine: Machine) -> Cost:
+    """The same through `cost.machine_cost`'s path (no memo), on the machine's own
+    memories: what the search checks its choice with."""
+    from glensidec import pipeline
+
+    def run() -> Cost:
+        from glensidec.lang.typecheck import check_program
+        from glensidec.nas.cost import COMPILE_LIMITS
+
+        with tempfile.TemporaryDirectory(prefix="glensidec-nas-") as folder:
+            program = quantized(graph, Path(folder))
+        chosen = target(machine)
+        compiled = pipeline.compile_for(
+            pipeline.Typed(program.program, check_program(program.program)), chosen,
+            COMPILE_LIMITS)
+        cycles = pipeline.predicted_machine_cycles(compiled, chosen, program.weights)
+        return Cost(cycles.accelerator, cycles.array, cycles.host)
+
+    return on_egglog_thread(run)
+
+
+# -- Dask tasks ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Codesign:
+    """What the machine side of the search needs, beside the network's `Setup`."""
+
+    reference: Machine
+    networks: int  # how many of the candidate's choices are the network's
+
+
+def score_task(setup: S.Setup, candidate: S.Candidate) -> dict[str, Any]:
+    """The network's params, MACs and legality score (the machine genes are ignored)."""
+    from glensidec.nas import fisher
+    from glensidec.nas.cost import params_and_macs
+
+    graph = S.original(setup)
+    try:
+        transformed = S.apply(graph, setup.layers, candidate, T.INHERIT)
+    except GlensideError as error:
+        return {"valid": False, "error": error.message}
+    counted = params_and_macs(transformed)
+    score, _ = S.legality_score(transformed, setup, fisher.block_outputs(graph))
+    return {"valid": True, "params": sum(p for p, _ in counted.values()),
+            "macs": sum(m for _, m in counted.values()), "score": score}
+
+
+def cost_task(setup: S.Setup, codesign: Codesign, candidate: S.Candidate) -> dict[str, int]:
+    graph = S.apply(S.original(setup), setup.layers, candidate, T.INHERIT)
+    machine = machine_of(codesign.reference, candidate[codesign.networks:])
+    cost = pair_cost(graph, machine)
+    return {"accelerator_cycles": cost.accelerator, "array_cycles": cost.array,
+            "host_cycles": cost.host, "cycles": cost.total}
+
+
+# -- the search ------------------------------------------------------------------------------
+
+
+@dataclass
+class CodesignResult:
+    result: S.Result
+    reference: Machine
+    budget: float
+    model: AreaModel
+    front: list[dict[str, Any]] = field(default_factory=list)
+    fixed_best: dict[str, Any] | None = None  # cheapest legal pair on the reference machine
+
+
+def network_part(candidate: S.Candidate, networks: int) -> S.Candidate:
+    return candidate[:networks] + tuple(S.KEEP for _ in candidate[networks:])
+
+
+def run_codesign(program_text: str, weights: dict[str, Array],
+                 train_data: tuple[Array, Array], val_data: tuple[Array, Array],
+                 reference: Machine, space_of_machines: dict[str, tuple[int, ...]],
+                 budget: float, options: S.Options, mapper: S.Mapper,
+                 progress: Callable[[int], None] | None = None,
+                 name: str = "<program>", model: AreaModel | None = None,
+                 known: dict[S.Candidate, dict[str, Any]] | None = None) -> CodesignResult:
+    """Search networks and machines together (module docstring). `known`: records of a
+    network-only search of the same program and setup (`search.run_search`'s memo), whose
+    legality scores are reused: a network's score does not depend on the machine."""
+    model = model or fitted()
+    graph = lift(parse_program(program_text, name), weights)
+    networks = S.search_space(graph, options.space)
+    if not networks.layers:
+        raise GlensideError("nothing to search: no conv or dense layer can be transformed")
+    space = S.Space(networks.layers + list(GENE_NAMES),
+                    networks.options + gene_options(reference, space_of_machines))
+    n = len(networks.layers)
+    setup = S.Setup(program_text, weights, space.layers, reference.array(), options.legality,
+                    train_data[0], train_data[1], val_data[0], val_data[1], options.seed,
+                    options.train_epochs, name, reference.bus_bytes)
+    codesign = Codesign(reference, n)
+    scores: dict[S.Candidate, dict[str, Any]] = {}
+    for candidate, record in (known or {}).items():
+        if len(candidate) == n:
+            fields = ("valid", "error", "params", "macs", "score")
+            scores[candidate + tuple(S.KEEP for _ in GENES)] = {
+                k: record[k] for k in fields if k in record}
+    memo: dict[S.Candidate, dict[str, Any]] = {}
+    keep = tuple(S.KEEP for _ in space.layers)
+
+    def evaluate_batch(batch: list[S.Candidate]) -> list[dict[str, Any]]:
+        new = list(dict.fromkeys(c for c in batch if c not in memo))
+        nets = list(dict.fromkeys(network_part(c, n) for c in new))
+        nets = [c for c in nets if c not in scores]
+        for net, record in zip(nets, mapper(score_task, [(setup, c) for c in nets]),
+                               strict=True):
+            scores[net] = record
+        costed = []
+        for candidate in new:
+            record = pair_record(candidate, space, n, reference, model, budget,
+                                 scores[network_part(candidate, n)])
+            memo[candidate] = record
+            if record["valid"]:
+                costed.append(candidate)
+        for candidate, cost in zip(costed, mapper(cost_task, [(setup, codesign, c)
+                                                             for c in costed]), strict=True):
+            memo[candidate].update(cost)
+        reference_score = memo[keep]["score"] if keep in memo else None
+        for candidate in new:
+            record = memo[candidate]
+            record["network_legal"] = candidate == keep or (
+                record["valid"] and reference_score is not None
+                and record["score"] >= options.threshold * reference_score)
+            record["legal"] = record["network_legal"] and record["within_budget"]
+            if progress is not None:
+                progress(1)
+        return [memo[c] for c in batch]
+
+    evaluate_batch([keep])
+    if not memo[keep]["valid"]:
+        raise GlensideError(f"the reference machine {reference.describe()}: "
+                            f"{memo[keep]['error']}")
+    strategy, evaluated = S.candidates_for(space, options, evaluate_batch)
+    order = list(dict.fromkeys([keep, *evaluated]))
+    records = {c: dict(memo[c]) for c in order}
+    result = S.Result(space, strategy, records[keep])
+    result.records = [records[c] for c in order]
+    if not records[keep]["within_budget"]:
+        # the original is the fallback of `choose`: over the budget it may not be chosen,
+        # but it stays the accuracy it must keep
+        records[keep]["legal"] = False
+    S.choose(result, setup, order, records, options, mapper)
+    found = CodesignResult(result, reference, budget, model)
+    found.front = pareto_front([r for r in result.records if r.get("network_legal")
+                                and r.get("valid")])
+    retrain_front(found, setup, order, records, mapper)
+    on_reference = [r for r in result.records[1:] if r.get("legal")
+                    and r["machine"] == reference.key()]
+    found.fixed_best = min(on_reference, key=lambda r: r["cycles"], default=None)
+    return found
+
+
+def pair_record(candidate: S.Candidate, space: S.Space, n: int, reference: Machine,
+                model: AreaModel, budget: float, scored: dict[str, Any]) -> dict[str, Any]:
+    machine = machine_of(reference, candidate[n:])
+    record: dict[str, Any] = {
+        "choices": {layer: str(c) for layer, c in zip(space.layers[:n], candidate[:n],
+                                                      strict=True)},
+        "machine": machine.key(), "machine_text": machine.describe(),
+        "area": round(model.area(machine)), "logic_cells": round(model.logic_cells(machine)),
+        **scored}
+    record["within_budget"] = record["area"] <= budget
+    if record["valid"]:
+        try:
+            target(machine)
+        except GlensideError as error:
+            record.update(valid=False, error=error.message)
+    return record
+
+
+def pareto_front(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records no other beats in both cycles and area (ties: the first), by area."""
+    front: list[dict[str, Any]] = []
+    for record in sorted(records, key=lambda r: (r["area"], r["cycles"])):
+        if not front or record["cycles"] < front[-1]["cycles"]:
+            front.append(record)
+    return front
+
+
+def retrain_front(found: CodesignResult, setup: S.Setup, order: list[S.Candidate],
+                  records: dict[S.Candidate, dict[str, Any]], mapper: S.Mapper) -> None:
+    """The front's third axis: each front network's accuracy, retrained like the
+    finalists (seed `--seed`; a network on several machines is retrained once)."""
+    n = len(setup.layers) - len(GENES)
+    by_network: dict[S.Candidate, list[dict[str, Any]]] = {}
+    done: dict[S.Candidate, float] = {}
+    for candidate in order:
+        record = records[candidate]
+        if "accuracy" in record:
+            done[network_part(candidate, n)] = record["accuracy"]
+        if any(record is f for f in found.front):
+            by_network.setdefault(network_part(candidate, n), []).append(record)
+    todo = [c for c in by_network if c not in done]
+    for candidate, (accuracy, _) in zip(todo, mapper(S.retrain, [(setup, c) for c in todo]),
+                                        strict=True):
+        done[candidate] = accuracy
+    for candidate, front_records in by_network.items():
+        for record in front_records:
+            record.setdefault("accuracy", done[candidate])
+            record["front"] = True
+
+
+# -- outputs ---------------------------------------------------------------------------------
+
+
+def pareto_png(found: CodesignResult) -> bytes:
+    """Cycles against area: every pair evaluated, the front of the legal networks with
+    each front network's retrained accuracy, the budget, and the marked picks."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    result = found.result
+    figure, axis = plt.subplots(figsize=(7, 4.5), dpi=100)
+    valid = [r for r in result.records if r.get("valid")]
+    for legal, colour, label in ((False, "lightgrey", "network not legal"),
+                                 (True, "tab:blue", "network legal")):
+        points = [r for r in valid if bool(r.get("network_legal")) == legal]
+        axis.scatter([r["area"] / 1e6 for r in points], [r["cycles"] for r in points], s=10,
+                     c=colour, label=label)
+    front = found.front
+    axis.step([r["area"] / 1e6 for r in front], [r["cycles"] for r in front], where="post",
+              c="tab:red", lw=1, label="Pareto front (legal networks)")
+    for record in front:
+        axis.annotate(f"{100 * record['accuracy']:.1f}%", (record["area"] / 1e6,
+                                                             record["cycles"]),
+                      fontsize=6, xytext=(3, 3), textcoords="offset points")
+    axis.axvline(found.budget / 1e6, c="black", ls="--", lw=0.8, label="area budget")
+    marks: list[tuple[dict[str, Any] | None, str, str, str]] = [
+        (result.original, "*", "black", "original on the reference machine"),
+        (found.fixed_best, "s", "tab:orange", "best legal pair, reference machine"),
+        (result.chosen, "D", "tab:red", "chosen")]
+    for mark, marker, colour, label in marks:
+        if mark is not None:
+            axis.scatter([mark["area"] / 1e6], [mark["cycles"]], s=70, marker=marker,
+                         c=colour, label=label, zorder=3)
+    axis.set_yscale("log")
+    axis.set_xlabel("area (million cell equivalents: Yosys logic cells + SRAM bits, "
+                    "glensidec/hardware/area.py)", fontsize=8)
+    axis.set_ylabel("predicted cycles")
+    axis.legend(fontsize=7)
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", metadata={"Software": None})
+    plt.close(figure)
+    return buffer.getvalue()
+
+
+def pick_row(label: str, record: dict[str, Any]) -> str:
+    choices = ", ".join(f"{k} {v}" for k, v in record["choices"].items() if v != "keep")
+    accuracy = record.get("accuracy")
+    return (f"| {label} | {choices or '-'} | {record['machine_text']} | {record['area']:,} | "
+            f"{record['cycles']} | {record['host_cycles']} | {record['score']:.4g} | "
+            f"{'-' if accuracy is None else f'{100 * accuracy:.1f} %'} |")
+
+
+def report_md(found: CodesignResult, options: S.Options, compiled: int) -> bytes:
+    from glensidec.hardware.area import describe_model
+
+    result, chosen = found.result, found.result.chosen
+    assert chosen is not None
+    machine = Machine.parse_key(chosen["machine"])
+    lines = [
+        "# glensidec nas --hardware report", "",
+        f"- space: {result.space.size} pairs over layers {', '.join(result.space.layers)}; "
+        f"strategy {result.strategy}; budget {options.budget}; seed {options.seed}",
+        f"- reference machine: {found.reference.describe()} (area "
+        f"{found.model.area(found.reference):,.0f}); area budget {found.budget:,.0f} cell "
+        "equivalents",
+        f"- legality: {options.legality}, legal when score >= {options.threshold} x the "
+        "original's and the area is within the budget",
+        f"- evaluated: {len(result.records)}, network legal: "
+        f"{sum(1 for r in result.records if r.get('network_legal'))}, legal: "
+        f"{sum(1 for r in result.records if r.get('legal'))}; the front: {len(found.front)} "
+        "pairs", "",
+        *describe_model(found.model), "",
+        "| pick | network | machine | area | predicted cycles | host | score | accuracy |",
+        "|---|---|---|---:|---:|---:|---:|---:|"]
+    picks = [("original", result.original)]
+    if found.fixed_best is not None:
+        picks.append(("best legal pair on the reference machine", found.fixed_best))
+    picks.append(("chosen", chosen))
+    lines += [pick_row(label, record) for label, record in picks]
+    lines += ["", "## The Pareto front (cycles × area, legal networks; accuracy retrained)", "",
+              "| pick | network | machine | area | predicted cycles | host | score | "
+              "accuracy |", "|---|---|---|---:|---:|---:|---:|---:|"]
+    lines += [pick_row("front", record) for record in found.front]
+    within = "within" if chosen["within_budget"] else "OVER"
+    lines += ["", f"The chosen pair ({within} the budget) needs "
+              f"{result.original['cycles'] / max(chosen['cycles'], 1):.2f}x fewer predicted "
+              f"cycles than the original on the reference machine; compiled in full with its "
+              f"retrained weights on its machine, its prediction is {compiled} cycles. Build "
+              f"it: `glensidec quantize chosen.gs …` then `glensidec compile CHOSEN.q.gs "
+              f"{' '.join(machine.compile_options())} -o OUT` (machine.json).", ""]
+    return "\n".join(lines).encode()
+
+
+def machine_json(found: CodesignResult) -> bytes:
+    chosen = found.result.chosen
+    assert chosen is not None
+    machine = Machine.parse_key(chosen["machine"])
+    document = {"rows": machine.rows, "cols": machine.cols,
+                "scratchpad_bytes": machine.scratchpad_bytes,
+                "accumulator_rows": machine.accumulator_rows, "bus_bytes": machine.bus_bytes,
+                "area": chosen["area"], "budget": round(found.budget),
+                "compile_options": machine.compile_options()}
+    return (json.dumps(document, indent=1, sort_keys=True) + "\n").encode()
+
+
+OUTPUTS = ("chosen.gs", "chosen.npz", "candidates.json", "report.md", "pareto.png",
+           "machine.json")
+
+
+def outputs(found: CodesignResult, options: S.Options, compiled: int) -> dict[str, bytes]:
+    return {**S.chosen_files(found.result), "candidates.json": S.candidates_json(found.result),
+            "report.md": report_md(found, options, compiled), "pareto.png": pareto_png(found),
+            "machine.json": machine_json(found)}
+
+
+def check_estimate(found: CodesignResult) -> int:
+    """Cost the retrained chosen network on its machine both ways (memoised pair cost and
+    the pipeline's compile); they must agree. Returns the compiled prediction."""
+    result = found.result
+    assert result.chosen is not None and result.chosen_graph is not None
+    machine = Machine.parse_key(result.chosen["machine"])
+    estimate = pair_cost(result.chosen_graph, machine).total
+    compiled = compiled_pair_cost(result.chosen_graph, machine).total
+    if compiled != estimate:
+        raise GlensideError(f"internal: the chosen pair compiles to {compiled} predicted "
+                            f"cycles but was estimated at {estimate}")
+    return compiled
+
+
+def budget_fits(reference: Machine, space: dict[str, tuple[int, ...]], budget: float,
+                model: AreaModel) -> None:
+    """Refuse a budget no machine of the space fits (before any worker starts)."""
+    smallest = min(model.area(Machine(r, c, s, a, b)) for r in space["rows"]
+                   for c in space["cols"] for s in space["scratchpad"]
+                   for a in space["accumulator"] for b in space["bus"])
+    smallest = min(smallest, model.area(reference))
+    if budget < smallest:
+        raise GlensideError(f"--area-budget: {budget:,.0f} cell equivalents fits no machine "
+                            f"of the space (the smallest is {smallest:,.0f})")
