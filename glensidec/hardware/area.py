@@ -1,0 +1,173 @@
+"""Area of an accelerator configuration: a model fitted to Yosys's cell counts.
+
+`bench/bench_synth.py --area` synthesizes the whole `ws_accel` (per module, generic gates,
+no ABC) for a grid of configurations and writes what it measured to `area_cells.json`
+beside this module: each configuration's logic cells and its memory bits. The model here
+is fitted to the configurations marked "fit" on every import (least squares on relative
+error, so small and large machines weigh alike); the "held out" ones are only predicted,
+and bench/results/area.md states both errors.
+
+Area is one number in *cell equivalents*: the logic cells the model predicts plus the
+memories' bits (scratchpad, accumulator, command queues) at `SRAM_CELLS_PER_BIT` each.
+Yosys keeps memories as macros — a chip builds them from SRAM, not gates — so their bits
+are counted exactly (`sram_bits`, checked against Yosys's count by the bench) and weighed
+by that one assumed factor, not measured: a 6T SRAM bit with its periphery is roughly a
+quarter to a half of a two-input gate, and a generic Yosys cell (AND, XOR, MUX, flip-flop)
+is one to several. docs/nas.md says how the co-design's choice moves with it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from glensidec.errors import GlensideError
+from glensidec.hardware.array import ArrayConfig
+
+AREA_DATA = Path(__file__).with_name("area_cells.json")
+SRAM_CELLS_PER_BIT = 0.25  # an assumption (module docstring), not a measurement
+# ws_accel's command queues (rtl/ws_accel.v): CMD_W-bit load and store queues and an
+# EXEC_W-bit execute queue of QUEUE_DEPTH entries, a 4-entry AQ_W-bit activation queue and
+# a TRACK-entry 34-bit load tracker, TRACK = next power of two >= LATENCY + 3.
+QUEUE_DEPTH, LATENCY, EXEC_W, AQ_W, TRACK_W = 8, 8, 80, 43, 34
+FEATURES = ("rows x cols", "cols", "rows", "bus bytes", "row bytes", "1")
+
+
+def size_text(size: int) -> str:
+    """Bytes as compile's options take them: 256KiB, 1MiB or a plain number."""
+    for unit, factor in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size % factor == 0:
+            return f"{size // factor}{unit}"
+    return str(size)
+
+
+@dataclass(frozen=True, order=True)
+class Machine:
+    """One accelerator configuration: the array, its memories and its bus (what `glensidec
+    compile`'s --array, --scratchpad, --accumulator and --dram-bandwidth choose)."""
+
+    rows: int
+    cols: int
+    scratchpad_bytes: int = 256 * 1024
+    accumulator_rows: int = 1024
+    bus_bytes: int = 16
+
+    def array(self) -> ArrayConfig:
+        return ArrayConfig(self.rows, self.cols)
+
+    @property
+    def accumulator_bytes(self) -> int:
+        return self.accumulator_rows * self.cols * 4  # rows of COLS int32
+
+    @property
+    def row_bytes(self) -> int:
+        """A scratchpad row: the next power of two >= max(rows, cols) (accel_config_for)."""
+        return 1 << (max(self.rows, self.cols) - 1).bit_length()
+
+    def key(self) -> str:
+        return (f"{self.rows}x{self.cols}/{self.scratchpad_bytes}/{self.accumulator_rows}/"
+                f"{self.bus_bytes}")
+
+    @staticmethod
+    def parse_key(key: str) -> Machine:
+        match = re.fullmatch(r"(\d+)x(\d+)/(\d+)/(\d+)/(\d+)", key)
+        if match is None:
+            raise ValueError(f"not a machine key: {key!r}")
+        rows, cols, scratchpad, depth, bus = (int(g) for g in match.groups())
+        return Machine(rows, cols, scratchpad, depth, bus)
+
+    def describe(self) -> str:
+        return (f"{self.rows}x{self.cols}, scratchpad {size_text(self.scratchpad_bytes)}, "
+                f"accumulator {self.accumulator_rows} rows, bus {self.bus_bytes} B/cycle")
+
+    def compile_options(self) -> list[str]:
+        """The `glensidec compile` options that build this machine."""
+        return ["--array", f"{self.rows}x{self.cols}",
+                "--scratchpad", size_text(self.scratchpad_bytes),
+                "--accumulator", size_text(self.accumulator_bytes),
+                "--dram-bandwidth", str(self.bus_bytes)]
+
+
+def sram_bits(machine: Machine) -> int:
+    """Bits of ws_accel's memories: scratchpad, accumulator and command queues."""
+    cmd_w = max(216 + 64 * machine.cols, 280)
+    track = 1 << (LATENCY + 3 - 1).bit_length()
+    queues = 2 * QUEUE_DEPTH * cmd_w + QUEUE_DEPTH * EXEC_W + 4 * AQ_W + track * TRACK_W
+    return 8 * machine.scratchpad_bytes + 32 * machine.cols * machine.accumulator_rows + queues
+
+
+def features(machine: Machine) -> list[float]:
+    """What the logic grows with: the PEs (rows x cols), the epilogue, accumulator and skew
+    lanes (cols), the activation lanes (rows), the DMA's bus and the scratchpad row."""
+    r, c = machine.rows, machine.cols
+    return [r * c, c, r, machine.bus_bytes, machine.row_bytes, 1.0]
+
+
+@dataclass(frozen=True)
+class AreaModel:
+    coefficients: tuple[float, ...]  # one per FEATURES
+    sram_cells_per_bit: float = SRAM_CELLS_PER_BIT
+
+    def logic_cells(self, machine: Machine) -> float:
+        return float(np.dot(self.coefficients, features(machine)))
+
+    def area(self, machine: Machine) -> float:
+        """Cell equivalents: logic cells + SRAM bits at `sram_cells_per_bit`."""
+        return self.logic_cells(machine) + self.sram_cells_per_bit * sram_bits(machine)
+
+
+@cache
+def measured() -> dict[str, Any]:
+    """The synthesized grid (bench/bench_synth.py --area)."""
+    data: dict[str, Any] = json.loads(AREA_DATA.read_text(encoding="utf-8"))
+    return data
+
+
+def fit(rows: list[tuple[Machine, int]]) -> tuple[float, ...]:
+    """Least squares on relative error: every configuration weighs alike."""
+    matrix = np.array([[f / cells for f in features(m)] for m, cells in rows])
+    solution, *_ = np.linalg.lstsq(matrix, np.ones(len(rows)), rcond=None)
+    return tuple(float(x) for x in solution)
+
+
+@cache
+def fitted(sram_cells_per_bit: float = SRAM_CELLS_PER_BIT) -> AreaModel:
+    """The model fitted to the configurations the bench marked "fit"."""
+    rows = [(Machine.parse_key(key), row["cells"])
+            for key, row in measured()["configurations"].items() if row["role"] == "fit"]
+    if len(rows) < len(FEATURES):
+        raise GlensideError(f"{AREA_DATA}: {len(rows)} fitted configurations, the area model "
+                            f"needs at least {len(FEATURES)}")
+    return AreaModel(fit(rows), sram_cells_per_bit)
+
+
+def quality(model: AreaModel) -> dict[str, float]:
+    """Relative errors (%) of the logic cells on the fitted and on the held-out
+    configurations, and how many configurations' SRAM bits `sram_bits` counts exactly."""
+    errors: dict[str, list[float]] = {"fit": [], "held out": []}
+    exact = 0
+    configurations = measured()["configurations"]
+    for key, row in configurations.items():
+        machine = Machine.parse_key(key)
+        errors[row["role"]].append(100 * abs(model.logic_cells(machine) / row["cells"] - 1))
+        exact += sram_bits(machine) == row["memory_bits"]
+    return {"fit_max": max(errors["fit"]), "fit_mean": float(np.mean(errors["fit"])),
+            "held_max": max(errors["held out"], default=float("nan")),
+            "held_mean": float(np.mean(errors["held out"])) if errors["held out"]
+            else float("nan"),
+            "bits_exact": exact, "count": len(configurations)}
+
+
+def describe_model(model: AreaModel) -> list[str]:
+    terms = " + ".join(f"{c:,.1f}·({f})" if f != "1" else f"{c:,.0f}"
+                       for c, f in zip(model.coefficients, FEATURES, strict=True))
+    return [f"Logic cells = {terms}.",
+            f"Area (cell equivalents) = logic cells + {model.sram_cells_per_bit:g} × SRAM "
+            "bits (scratchpad, accumulator, command queues; the factor is an assumption, "
+            "glensidec/hardware/area.py)."]
