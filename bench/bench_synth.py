@@ -424,12 +424,14 @@ AREA_RESULTS = BENCH_DIR / "results" / "area.md"
 #: never fitted, only predicted.
 AREA_FIT = [
     (4, 8, 16384, 256, 8), (8, 8, 262144, 1024, 32), (8, 32, 16384, 256, 64),
-    (16, 16, 262144, 1024, 16), (32, 8, 65536, 256, 16), (16, 8, 65536, 1024, 8),
-    (4, 16, 262144, 256, 32), (4, 32, 65536, 1024, 16), (32, 16, 262144, 256, 64),
-    (32, 32, 16384, 1024, 8),
+    (16, 16, 262144, 1024, 16), (32, 32, 16384, 1024, 8),
 ]
+# Synthesized after the model was frozen for the co-design benchmark (the machine was
+# loaded: a configuration took 4 to 35 minutes), so only predicted.
 AREA_HELD_OUT = [
     (8, 16, 65536, 256, 16), (16, 32, 65536, 1024, 64), (16, 16, 16384, 256, 32),
+    (32, 8, 65536, 256, 16), (32, 16, 262144, 256, 64), (16, 8, 65536, 1024, 8),
+    (4, 16, 262144, 256, 32), (4, 32, 65536, 1024, 16),
 ]
 
 
@@ -498,7 +500,10 @@ def area_report() -> None:
                      f"{row['memory_bits']:,} | {bits:,} | {row['seconds']} s |")
     quality = area.quality(model)
     lines += ["", f"Logic cells, fitted configurations: largest error "
-              f"{quality['fit_max']:.1f} %, mean {quality['fit_mean']:.1f} %. **Held out** (never "
+              f"{quality['fit_max']:.1f} %, mean {quality['fit_mean']:.1f} %; each fit "
+              f"configuration left out of a refit and predicted: largest "
+              f"{quality['loo_max']:.1f} %, mean {quality['loo_mean']:.1f} %. **Held out** "
+              f"(never "
               f"fitted): largest error {quality['held_max']:.1f} %, mean "
               f"{quality['held_mean']:.1f} %. SRAM bits are counted, not fitted: "
               f"`area.sram_bits` equals Yosys's count on {quality['bits_exact']} of "

@@ -36,7 +36,7 @@ SRAM_CELLS_PER_BIT = 0.25  # an assumption (module docstring), not a measurement
 # EXEC_W-bit execute queue of QUEUE_DEPTH entries, a 4-entry AQ_W-bit activation queue and
 # a TRACK-entry 34-bit load tracker, TRACK = next power of two >= LATENCY + 3.
 QUEUE_DEPTH, LATENCY, EXEC_W, AQ_W, TRACK_W = 8, 8, 80, 43, 34
-FEATURES = ("rows x cols", "cols", "rows", "bus bytes", "row bytes", "1")
+FEATURES = ("rows x cols", "cols", "bus bytes x row bytes", "1")
 
 
 def size_text(size: int) -> str:
@@ -103,10 +103,12 @@ def sram_bits(machine: Machine) -> int:
 
 
 def features(machine: Machine) -> list[float]:
-    """What the logic grows with: the PEs (rows x cols), the epilogue, accumulator and skew
-    lanes (cols), the activation lanes (rows), the DMA's bus and the scratchpad row."""
+    """What the logic grows with: the PEs (rows x cols); the epilogue, accumulator and
+    skew lanes (cols); the DMA's realignment of bus beats into scratchpad rows (bus bytes x
+    row bytes: a load shifts every beat to any byte of a row); the rest (queues, control).
+    Rows alone and the bus alone fitted to nothing measurable (bench/results/area.md)."""
     r, c = machine.rows, machine.cols
-    return [r * c, c, r, machine.bus_bytes, machine.row_bytes, 1.0]
+    return [r * c, c, machine.bus_bytes * machine.row_bytes, 1.0]
 
 
 @dataclass(frozen=True)
@@ -149,7 +151,8 @@ def fitted(sram_cells_per_bit: float = SRAM_CELLS_PER_BIT) -> AreaModel:
 
 def quality(model: AreaModel) -> dict[str, float]:
     """Relative errors (%) of the logic cells on the fitted and on the held-out
-    configurations, and how many configurations' SRAM bits `sram_bits` counts exactly."""
+    configurations, each fitted one left out of a refit (`loo`), and how many
+    configurations' SRAM bits `sram_bits` counts exactly."""
     errors: dict[str, list[float]] = {"fit": [], "held out": []}
     exact = 0
     configurations = measured()["configurations"]
@@ -157,7 +160,16 @@ def quality(model: AreaModel) -> dict[str, float]:
         machine = Machine.parse_key(key)
         errors[row["role"]].append(100 * abs(model.logic_cells(machine) / row["cells"] - 1))
         exact += sram_bits(machine) == row["memory_bits"]
+    fitted_rows = [(Machine.parse_key(k), r["cells"]) for k, r in configurations.items()
+                   if r["role"] == "fit"]
+    # leave one out: each fit configuration predicted by the model of the others
+    left_out = [100 * abs(AreaModel(fit(fitted_rows[:i] + fitted_rows[i + 1:]))
+                          .logic_cells(machine) / cells - 1)
+                for i, (machine, cells) in enumerate(fitted_rows)
+                if len(fitted_rows) > len(FEATURES)]
     return {"fit_max": max(errors["fit"]), "fit_mean": float(np.mean(errors["fit"])),
+            "loo_max": max(left_out, default=float("nan")),
+            "loo_mean": float(np.mean(left_out)) if left_out else float("nan"),
             "held_max": max(errors["held out"], default=float("nan")),
             "held_mean": float(np.mean(errors["held out"])) if errors["held out"]
             else float("nan"),
