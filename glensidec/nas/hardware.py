@@ -268,6 +268,7 @@ class CodesignResult:
     model: AreaModel
     front: list[dict[str, Any]] = field(default_factory=list)
     fixed_best: dict[str, Any] | None = None  # cheapest legal pair on the reference machine
+    setup: S.Setup | None = None  # what the evaluations ran with (retraining more seeds)
 
 
 def network_part(candidate: S.Candidate, networks: int) -> S.Candidate:
@@ -347,7 +348,7 @@ def run_codesign(program_text: str, weights: dict[str, Array],
         # but it stays the accuracy it must keep
         records[keep]["legal"] = False
     S.choose(result, setup, order, records, options, mapper)
-    found = CodesignResult(result, reference, budget, model)
+    found = CodesignResult(result, reference, budget, model, setup=setup)
     found.front = pareto_front([r for r in result.records if r.get("network_legal")
                                 and r.get("valid")])
     retrain_front(found, setup, order, records, mapper)
@@ -366,7 +367,8 @@ def pair_record(candidate: S.Candidate, space: S.Space, n: int, reference: Machi
         "machine": machine.key(), "machine_text": machine.describe(),
         "area": round(model.area(machine)), "logic_cells": round(model.logic_cells(machine)),
         **scored}
-    record["within_budget"] = record["area"] <= budget
+    # the unrounded area: the reference machine is within a budget of its own area
+    record["within_budget"] = model.area(machine) <= budget
     if record["valid"]:
         try:
             target(machine)

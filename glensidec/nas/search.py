@@ -383,6 +383,9 @@ class Options:
     cost: str = "cycles"  # what the search minimises: predicted cycles, or MACs (a baseline)
     band: float = 0.025  # legal candidates compete within +-band of each other's cost
     dram_bandwidth: int = 16  # the accelerator's, for predicted cycles
+    # candidates the evolution's first population starts with, before the uniform ones
+    # (the co-design starts from a network search's retrained picks: nas/hardware.py)
+    start: tuple[Candidate, ...] = ()
 
 
 @dataclass
@@ -426,7 +429,8 @@ def aging_evolution(space: Space, options: Options, rng: random.Random,
     `sample` random members; the oldest member dies. The first population is the uniform
     candidates (`uniform_candidates`) and random draws for the rest."""
     population_size = min(options.population, options.budget)
-    uniform = uniform_candidates(space)[:population_size]
+    uniform = list(dict.fromkeys([*options.start, *uniform_candidates(space)]))
+    uniform = uniform[:population_size]
     seen: list[Candidate] = uniform + [draw() for _ in range(population_size - len(uniform))]
     fitness = {c: _fitness(r, options.cost)
                for c, r in zip(seen, evaluate_batch(seen), strict=True)}

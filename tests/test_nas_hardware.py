@@ -1,0 +1,255 @@
+"""Co-design (`glensidec nas --hardware`): the area model against the synthesized grid, the
+machine genes, the exact cost of a pair, the search's plumbing (legality and retraining
+stubbed: no training) and the command's one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch", reason="needs the nas extra: pip install '.[nas]'")
+pytest.importorskip("distributed", reason="needs the nas extra: pip install '.[nas]'")
+
+from test_nas_hostile import DIGITS, nas, no_dask  # noqa: F401  (a fixture)
+
+from glensidec.errors import GlensideError
+from glensidec.hardware import area
+from glensidec.hardware.area import Machine
+from glensidec.lang.data import load_weights
+from glensidec.lang.syntax import format_program, read_program
+from glensidec.nas import hardware as H
+from glensidec.nas import search as S
+from glensidec.nas import transforms as T
+from glensidec.nas.cost import network_cost
+from glensidec.nas.graph import lift
+
+
+def test_machine_keys_and_compile_options_round_trip() -> None:
+    machine = Machine(8, 32, 64 * 1024, 256, 32)
+    assert Machine.parse_key(machine.key()) == machine
+    assert machine.compile_options() == ["--array", "8x32", "--scratchpad", "64KiB",
+                                         "--accumulator", "32KiB", "--dram-bandwidth", "32"]
+    assert area.size_text(3000) == "3000" and area.size_text(1 << 20) == "1MiB"
+
+
+def test_sram_bits_are_what_yosys_counted_on_every_synthesized_configuration() -> None:
+    configurations = area.measured()["configurations"]
+    assert len(configurations) >= len(area.FEATURES) + 1
+    for key, row in configurations.items():
+        assert area.sram_bits(Machine.parse_key(key)) == row["memory_bits"], key
+
+
+def test_the_fit_recovers_a_linear_law_exactly() -> None:
+    truth = (700.0, 19_000.0, 45.0, 30_000.0)
+    assert len(truth) == len(area.FEATURES)
+    machines = [Machine(r, c, bus_bytes=b) for r, c, b in
+                [(4, 8, 8), (8, 8, 32), (8, 32, 64), (16, 16, 16), (32, 8, 16), (4, 32, 8),
+                 (32, 32, 32)]]
+    rows = [(m, round(float(np.dot(truth, area.features(m))))) for m in machines]
+    fitted = area.fit(rows)
+    for machine, cells in rows:
+        assert abs(area.AreaModel(fitted).logic_cells(machine) - cells) < 1.0
+
+
+def test_the_fitted_model_tracks_the_synthesized_cells() -> None:
+    """A wrong feature or a wrong JSON would show here: every measured configuration,
+    fitted or held out, within 15 % (bench/results/area.md states the exact errors)."""
+    model = area.fitted()
+    quality = area.quality(model)
+    assert quality["fit_max"] < 15 and quality["held_max"] < 15, quality
+    reference = Machine(16, 16)
+    assert model.area(reference) == pytest.approx(
+        model.logic_cells(reference) + area.SRAM_CELLS_PER_BIT * area.sram_bits(reference))
+
+
+def test_the_machine_space_and_its_errors() -> None:
+    assert H.parse_space("") == H.DEFAULT_SPACE
+    space = H.parse_space("rows=16,8 scratchpad=32KiB bus=64")
+    assert space["rows"] == (8, 16) and space["scratchpad"] == (32 * 1024,)
+    assert space["bus"] == (64,) and space["cols"] == H.DEFAULT_SPACE["cols"]
+    for text, message in [
+            ("banks=4", "--hardware: unknown machine parameter 'banks' (known: rows, cols,"),
+            ("rows=", "--hardware: 'rows=' gives no values"),
+            ("rows=eight", "--hardware rows: 'eight' is not a whole number"),
+            ("rows=0", "--hardware rows: 0 is not a positive size"),
+            ("scratchpad=lots", "--hardware scratchpad takes a size in bytes")]:
+        with pytest.raises(GlensideError) as error:
+            H.parse_space(text)
+        assert error.value.message.startswith(message), error.value.message
+
+
+def test_keep_is_the_reference_machine_and_genes_change_only_their_part() -> None:
+    reference = Machine(16, 16, bus_bytes=16)
+    options = H.gene_options(reference, H.DEFAULT_SPACE)
+    assert [o[0] for o in options] == [S.KEEP] * len(H.GENES)
+    assert S.Choice("rows", 16) not in options[0] and S.Choice("rows", 8) in options[0]
+    assert H.machine_of(reference, tuple(S.KEEP for _ in H.GENES)) == reference
+    genes = (S.Choice("rows", 8), S.KEEP, S.KEEP, S.KEEP, S.Choice("bus", 64))
+    assert H.machine_of(reference, genes) == Machine(8, 16, bus_bytes=64)
+
+
+def test_area_budgets_and_their_errors() -> None:
+    model = area.fitted()
+    reference = Machine(16, 16)
+    assert H.parse_budget(None, reference, model) == model.area(reference)
+    assert H.parse_budget("1.5M", reference, model) == 1.5e6
+    assert H.parse_budget("900k", reference, model) == 9e5
+    assert H.parse_budget("8x8", reference, model) == model.area(Machine(8, 8))
+    assert H.parse_budget("1e6", reference, model) == 1e6
+    for text in ("lots", "-3", "0", "16x", "nan", "inf"):
+        with pytest.raises(GlensideError) as error:
+            H.parse_budget(text, reference, model)
+        assert error.value.message.startswith(f"--area-budget {text}: "), error.value.message
+    with pytest.raises(GlensideError) as error:
+        H.budget_fits(reference, H.DEFAULT_SPACE, 1000.0, model)
+    assert "fits no machine of the space (the smallest is" in error.value.message
+
+
+def test_a_pair_costs_what_the_network_search_costs_on_the_same_machine() -> None:
+    """The co-design's memoised cost (one extraction per array shape, lowered per memory
+    configuration) is the pipeline's prediction: on the reference machine it equals
+    cost.network_cost, and on another machine the pipeline's own compile."""
+    program = read_program(DIGITS)
+    graph = lift(program, load_weights(program))
+    reference = Machine(16, 16)
+    assert H.pair_cost(graph, reference) == network_cost(graph, reference.array())
+    other = Machine(8, 32, 32 * 1024, 256, 32)
+    assert H.pair_cost(graph, other) == H.compiled_pair_cost(graph, other)
+    assert H.pair_cost(graph, other) != H.pair_cost(graph, reference)
+
+
+def test_a_machine_compile_refuses_is_an_invalid_pair_not_a_crash() -> None:
+    candidate = (S.KEEP, S.Choice("rows", 32), S.Choice("cols", 32),
+                 S.Choice("scratchpad", 256), S.KEEP, S.KEEP)
+    space = S.Space(["c1", *H.GENE_NAMES], [[S.KEEP]] * 6)
+    scored = {"valid": True, "score": 1.0, "params": 1, "macs": 1}
+    record = H.pair_record(candidate, space, 1, Machine(16, 16), area.fitted(), 1e9, scored)
+    assert record["valid"] is False and record["error"].startswith("--scratchpad 256: ")
+
+
+def test_the_pareto_front_keeps_what_nothing_beats_in_both() -> None:
+    records = [{"area": 3, "cycles": 10}, {"area": 1, "cycles": 50}, {"area": 2, "cycles": 50},
+               {"area": 2, "cycles": 20}, {"area": 4, "cycles": 10}, {"area": 5, "cycles": 5}]
+    assert H.pareto_front(records) == [records[1], records[3], records[0], records[5]]
+
+
+def stub_training(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Legality: fewer MACs score lower, smoothly (every candidate kept above 0.5 x); no
+    retraining: accuracy falls with the MACs removed. Deterministic, no torch."""
+    from glensidec.nas.cost import params_and_macs
+
+    def score(graph: Any, setup: Any, points: Any) -> tuple[float, None]:
+        return float(sum(m for _, m in params_and_macs(graph).values())) ** 0.1, None
+
+    def retrain(setup: S.Setup, candidate: S.Candidate) -> tuple[float, dict[str, Any]]:
+        graph = S.apply(S.original(setup), setup.layers, candidate, T.INHERIT)
+        macs = sum(m for _, m in params_and_macs(graph).values())
+        return 0.9 + macs / 6e7, graph.weights
+
+    monkeypatch.setattr(S, "legality_score", score)
+    monkeypatch.setattr(S, "retrain", retrain)
+
+
+def test_a_codesign_search_without_training(monkeypatch: pytest.MonkeyPatch) -> None:
+    stub_training(monkeypatch)
+    program = read_program(DIGITS)
+    x = np.zeros((4, 1, 8, 8), np.float32)
+    y = np.zeros(4, np.int64)
+    reference = Machine(16, 16)
+    space = H.parse_space("rows=8,16 cols=16,32 scratchpad=32KiB accumulator=1024 bus=16")
+    model = area.fitted()
+    options = S.Options(budget=6, space=("bottleneck",), threshold=0.5, top=2,
+                        population=4)
+
+    def mapper(function: Any, calls: list[Any]) -> list[Any]:
+        return [function(*call) for call in calls]
+
+    found = H.run_codesign(format_program(program), load_weights(program), (x, y), (x, y),
+                           reference, space, model.area(reference), options, mapper,
+                           model=model)
+    result = found.result
+    assert result.records[0] is result.original and result.original["legal"]
+    assert len(result.records) == 7  # the original and the budget
+    for record in result.records:
+        # unrounded: the reference machine is within a budget of its own area
+        machine = Machine.parse_key(record["machine"])
+        assert record["within_budget"] == (model.area(machine) <= found.budget)
+        assert record["legal"] == (record["network_legal"] and record["within_budget"])
+    chosen = result.chosen
+    assert chosen is not None
+    assert chosen["legal"] or chosen is result.original
+    assert chosen["cycles"] <= result.original["cycles"]
+    assert found.front and all(r.get("front") and "accuracy" in r for r in found.front)
+    assert H.check_estimate(found) == chosen["cycles"]  # the stub kept the weights
+    png = H.pareto_png(found)
+    assert png[:4] == b"\x89PNG"
+    report = H.report_md(found, options, chosen["cycles"]).decode()
+    assert "## The Pareto front" in report and " ".join(
+        Machine.parse_key(chosen["machine"]).compile_options()) in report
+    assert json.loads(H.machine_json(found))["rows"] == Machine.parse_key(
+        chosen["machine"]).rows
+
+
+@pytest.mark.parametrize(("words", "message"), [
+    (("--area-budget", "1M"), "error: --area-budget needs --hardware"),
+    (("--hardware", "banks=4"), "error: --hardware: unknown machine parameter 'banks'"),
+    (("--hardware", "", "--area-budget", "plenty"), "error: --area-budget plenty: give cell "
+     "equivalents"),
+    (("--hardware", "", "--area-budget", "10"), "error: --area-budget: 10 cell equivalents "
+     "fits no machine of the space"),
+])
+def test_nas_hardware_refuses_bad_options_in_one_line_before_any_dask_work(
+        tmp_path: Path, no_dask: None, words: tuple[str, ...], message: str) -> None:  # noqa: F811
+    error, result = nas(tmp_path, *words)
+    assert result.exit_code != 0 and error.startswith(message), error
+    assert "\n" not in error and not (tmp_path / "out").exists()
+
+
+def test_nas_hardware_writes_the_front_and_the_machine(tmp_path: Path) -> None:
+    """The command on a two-worker cluster (one epoch of the digits CNN on 32 images for
+    the finalists; legality by Fisher at initialisation, no warm-up)."""
+    from click.testing import CliRunner
+
+    from glensidec.cli import cli
+
+    with np.load(DIGITS.with_name("digits_train.npz")) as archive:
+        np.savez(tmp_path / "train.npz", x=archive["x"][:32], y=archive["y"][:32])
+        np.savez(tmp_path / "val.npz", x=archive["x"][32:48], y=archive["y"][32:48])
+    outdir = tmp_path / "codesign"
+    result = CliRunner().invoke(cli, [
+        "nas", str(DIGITS), "--data", str(tmp_path / "train.npz"), "--val",
+        str(tmp_path / "val.npz"), "--budget", "4", "--space", "bottleneck",
+        "--legality", "fisher-init", "--threshold", "0", "--train-epochs", "1", "--top", "1",
+        "--hardware", "rows=8,16 cols=16 scratchpad=64KiB accumulator=1024 bus=16,32",
+        "--workers", "2", "-o", str(outdir)])
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in outdir.iterdir()) == [
+        "candidates.json", "chosen.gs", "chosen.npz", "glensidec-manifest.json",
+        "machine.json", "pareto.png", "report.md"]
+    machine = json.loads((outdir / "machine.json").read_text())
+    candidates = json.loads((outdir / "candidates.json").read_text())["candidates"]
+    chosen = [r for r in candidates if r.get("chosen")]
+    assert len(chosen) == 1 and chosen[0]["machine"] == Machine(
+        machine["rows"], machine["cols"], machine["scratchpad_bytes"],
+        machine["accumulator_rows"], machine["bus_bytes"]).key()
+    assert chosen[0]["area"] <= machine["budget"]
+    assert "network-machine pairs; chosen" in result.output
+
+
+def test_the_evolution_starts_from_the_given_candidates_then_the_uniform_ones() -> None:
+    space = S.Space(["a", "b"], [[S.KEEP, S.Choice("bottleneck", 2)],
+                                 [S.KEEP, S.Choice("bottleneck", 2), S.Choice("rows", 8)]])
+    start = ((S.KEEP, S.Choice("rows", 8)),)
+    seen: list[S.Candidate] = []
+
+    def evaluate_batch(batch: list[S.Candidate]) -> list[dict[str, Any]]:
+        seen.extend(batch)
+        return [{"valid": True, "legal": True, "cycles": 1} for _ in batch]
+
+    S.candidates_for(space, S.Options(budget=5, population=4, start=start), evaluate_batch)
+    b2 = S.Choice("bottleneck", 2)
+    assert seen[:2] == [start[0], (b2, b2)]  # the given one, then the uniform bottleneck
