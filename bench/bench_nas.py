@@ -43,6 +43,7 @@ import numpy as np
 from scipy.stats import kendalltau
 
 from glensidec.errors import GlensideError
+from glensidec.hardware.area import Machine
 from glensidec.lang.data import load_weights
 from glensidec.lang.syntax import format_program, read_program
 from glensidec.nas import search as S
@@ -137,9 +138,11 @@ def pool(graph: Graph, space: S.Space, count: int = POOL) -> list[S.Candidate]:
 
 
 def searches(mapper: Any, program_text: str, weights: dict[str, Any], train_data: Data,
-             val: Data) -> tuple[dict[str, S.Result], dict[str, dict[str, Any]]]:
-    """The search scored by cycles, by MACs and without bands; baselines from the first."""
-    memo: dict[S.Candidate, dict[str, Any]] = {}
+             val: Data, memo: dict[S.Candidate, dict[str, Any]] | None = None,
+             ) -> tuple[dict[str, S.Result], dict[str, dict[str, Any]]]:
+    """The search scored by cycles, by MACs and without bands; baselines from the first.
+    `memo`: their records, shared (the co-design reuses the legality scores)."""
+    memo = {} if memo is None else memo
     config = parse_array_size(ARRAY)
     results = {}
     for label, options in (("cycles", OPTIONS),
@@ -167,11 +170,17 @@ def main() -> int:
     graph = lift(program, load_weights(program))
     space = S.search_space(graph, KINDS)
     train_data, val = load("digits_train.npz"), load("digits_val.npz")
+    import bench_codesign  # imported here: it imports this module
+
+    memo: dict[S.Candidate, dict[str, Any]] = {}
     with LocalCluster(n_workers=WORKERS, threads_per_worker=1, processes=True,
                       dashboard_address=None) as cluster, Client(cluster) as client:
         results, picks = searches(DaskMapper(client), format_program(program),
-                                  load_weights(program), train_data, val)
+                                  load_weights(program), train_data, val, memo)
         search_seconds = time.perf_counter() - start
+        # the fixed 16x16 search by cycles is what the co-design must beat
+        codesign = bench_codesign.stage(DaskMapper(client), train_data, val,
+                                        results["cycles"], memo)
         save({"partial": "searches", "picks": picks,
               "search records": results["cycles"].records})
         shared = client.scatter([graph, space.layers, train_data, val], broadcast=True)
@@ -203,7 +212,8 @@ def main() -> int:
                                   "legal": sum(1 for x in r.records if x.get("legal")),
                                   "band_best": sum(1 for x in r.records if x.get("band_best"))}
                           for label, r in results.items()},
-             "search records": results["cycles"].records, "residual": residual_row}
+             "search records": results["cycles"].records, "residual": residual_row,
+             "codesign": codesign}
     save(saved)
     return finish(saved, space, time.perf_counter())
 
@@ -227,20 +237,25 @@ def finish(saved: dict[str, Any], space: S.Space, start: float) -> int:
     return report(saved, space)
 
 
-def int8_and_cosim(chosen: Graph, train_data: Data, val: Data) -> dict[str, Any]:
-    """Quantize (64 calibration images), int8 accuracy by the interpreter, and one
-    co-simulation of the first validation image on the Verilog array."""
+def int8_and_cosim(chosen: Graph, train_data: Data, val: Data,
+                   machine: Machine | None = None, images: int | None = None,
+                   ) -> dict[str, Any]:
+    """Quantize (64 calibration images), int8 accuracy by the interpreter (on the first
+    `images` validation images, all by default), and one co-simulation of the first
+    validation image on the Verilog array (of `machine`, the co-design's pick, when given;
+    else the ARRAY accelerator)."""
     from glensidec.cosim.runner import cosimulate
     from glensidec.frontends.quantize import quantize, save_quantized
     from glensidec.lang.interp import run_program
     from glensidec.nas.cost import compiled_cost, write_graph
+    from glensidec.nas.hardware import compiled_pair_cost
 
     with tempfile.TemporaryDirectory(prefix="bench_nas.") as folder:
         work = Path(folder)
         float_program = write_graph(chosen, work / "chosen.gs")
         quantized = quantize(float_program, {"image": train_data.x[:64, None]})
         correct = 0
-        for x, y in zip(val.x, val.y, strict=True):
+        for x, y in zip(val.x[:images], val.y[:images], strict=True):
             inputs = quantized.quantize_inputs({"image": x[None]})
             logits = run_program(quantized.program, {**quantized.weights, **inputs})
             correct += int(np.argmax(logits) == y)
@@ -250,7 +265,8 @@ def int8_and_cosim(chosen: Graph, train_data: Data, val: Data) -> dict[str, Any]
         np.save(work / "image.npy", inputs["image"])
         outdir = work / "out"
         glensidec = [sys.executable, "-m", "glensidec"]
-        subprocess.run([*glensidec, "compile", str(path), "--array", ARRAY, "-o", str(outdir)],
+        options = ["--array", ARRAY] if machine is None else machine.compile_options()
+        subprocess.run([*glensidec, "compile", str(path), *options, "-o", str(outdir)],
                        check=True, capture_output=True)
         subprocess.run(["make", "-s", "-C", str(outdir)], check=True, capture_output=True)
         arguments = [f"image={work / 'image.npy'}"]
@@ -261,14 +277,15 @@ def int8_and_cosim(chosen: Graph, train_data: Data, val: Data) -> dict[str, Any]
         cosim = cosimulate(outdir, [*arguments, "-o", str(work / "sim.npy")])
         cosim_seconds = time.perf_counter() - started
         return {
-            "int8_accuracy": correct / len(val.y),
+            "int8_accuracy": correct / len(val.y[:images]), "int8_images": len(val.y[:images]),
             "float_accuracy": accuracy(chosen, val),
             "c_equal": bool(np.array_equal(np.load(work / "c.npy"), expected)),
             "rtl_equal": bool(np.array_equal(np.load(work / "sim.npy"), expected)),
             "calls": len(cosim.calls), "ok": cosim.ok,
             "predicted_array_cycles": cosim.predicted_cycles,
             "simulated_cycles": cosim.simulated_cycles,
-            "predicted_total": compiled_cost(chosen, parse_array_size(ARRAY)).total,
+            "predicted_total": (compiled_cost(chosen, parse_array_size(ARRAY)).total
+                                if machine is None else compiled_pair_cost(chosen, machine).total),
             "cosim_seconds": round(cosim_seconds),
         }
 
@@ -369,11 +386,17 @@ def report(saved: dict[str, Any], space: S.Space) -> int:
         print("\n".join(lines))
         return 1
     lines += int8_lines(int8)
+    codesign_met = True
+    if saved.get("codesign"):
+        import bench_codesign  # imported here: it imports this module
+
+        lines += bench_codesign.lines(saved["codesign"])
+        codesign_met = bench_codesign.met(saved["codesign"])[0]
     cosim_ok = int8["c_equal"] and int8["rtl_equal"] and int8["ok"] and \
         int8["predicted_array_cycles"] == int8["simulated_cycles"]
     (RESULTS / "nas.md").write_text("\n".join(lines), encoding="utf-8")
     print("\n".join(lines))
-    return 0 if met and cosim_ok else 1
+    return 0 if met and cosim_ok and codesign_met else 1
 
 
 def proxy_lines(pool_records: list[dict[str, Any]]) -> list[str]:
