@@ -173,7 +173,12 @@ def test_a_codesign_search_without_training(monkeypatch: pytest.MonkeyPatch) -> 
                            model=model)
     result = found.result
     assert result.records[0] is result.original and result.original["legal"]
-    assert len(result.records) == 7  # the original and the budget
+    assert len(result.records) == 6  # the budget, the original among them
+    # the first population: the original network on every array shape of the space
+    first = {(r["machine"].split("/")[0], tuple(r["choices"].values()))
+             for r in result.records[:4]}
+    keep = ("keep", "keep", "keep")
+    assert first == {("8x16", keep), ("8x32", keep), ("16x16", keep), ("16x32", keep)}
     for record in result.records:
         # unrounded: the reference machine is within a budget of its own area
         machine = Machine.parse_key(record["machine"])

@@ -33,7 +33,7 @@ import math
 import re
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -338,6 +338,18 @@ def run_codesign(program_text: str, weights: dict[str, Array],
     if not memo[keep]["valid"]:
         raise GlensideError(f"the reference machine {reference.describe()}: "
                             f"{memo[keep]['error']}")
+    # The first population: each starting network (the caller's, else the original) on
+    # every array shape of the space, its other genes kept; then the uniform networks.
+    # A network search knows which networks keep their accuracy; the machine is what the
+    # co-design adds, and the array shape is its largest lever (bench/results/nas.md).
+    shapes = [(r, c) for r in space_of_machines["rows"] for c in space_of_machines["cols"]]
+    starts = []
+    for network in options.start or (keep,):
+        for rows, cols in shapes:
+            genes = [S.KEEP if value == getattr(reference, gene) else S.Choice(gene, value)
+                     for gene, value in (("rows", rows), ("cols", cols))]
+            starts.append(network[:n] + tuple(genes) + network[n + 2:])
+    options = replace(options, start=tuple(dict.fromkeys(starts)))
     strategy, evaluated = S.candidates_for(space, options, evaluate_batch)
     order = list(dict.fromkeys([keep, *evaluated]))
     records = {c: dict(memo[c]) for c in order}
