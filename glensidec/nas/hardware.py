@@ -291,7 +291,8 @@ def run_codesign(program_text: str, weights: dict[str, Array],
     if not networks.layers:
         raise GlensideError("nothing to search: no conv or dense layer can be transformed")
     space = S.Space(networks.layers + list(GENE_NAMES),
-                    networks.options + gene_options(reference, space_of_machines))
+                    networks.options + gene_options(reference, space_of_machines),
+                    networks.branches, networks.attention_blocks)
     n = len(networks.layers)
     setup = S.Setup(program_text, weights, space.layers, reference.array(), options.legality,
                     train_data[0], train_data[1], val_data[0], val_data[1], options.seed,
