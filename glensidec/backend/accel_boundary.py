@@ -113,8 +113,32 @@ def absorb_result_layouts(lowered: LoweredProgram, weights: dict[str, Array],
     _absorb_output_layout(result, builder, accel)
     _read_rows_in_their_order(result, builder, weights)
     _read_rows_unpadded(result, builder, weights)
+    _read_rows_of_a_block(result)
     drop_dead_code(result)
     return result
+
+
+def _read_rows_of_a_block(lowered: LoweredProgram) -> None:
+    """A matrix layer whose A is a block of a buffer the host built from an earlier
+    layer's rows (a classifier: the pooled vector padded to the array's rows and packed,
+    of which the layer reads the first row) reads the rows when the block holds exactly
+    them, in order."""
+    for index, layer in enumerate(lowered.instructions):
+        if not isinstance(layer, AccelLayer) or not layer.multiplies or layer.image or \
+                lowered.is_whole(layer.a):
+            continue
+        traced = trace_layer_rows(lowered, layer.a.buffer, index)
+        if traced is None:
+            continue
+        source = lowered.instructions[traced[0]]
+        assert isinstance(source, AccelLayer)
+        elements = layer.m * layer.k
+        if lowered.buffer_of(source.dst).elements != elements or \
+                not np.array_equal(view_array(layer.a, traced[1]).reshape(-1),
+                                   np.arange(elements)):
+            continue
+        lowered.instructions[index] = replace(
+            layer, a=contiguous(source.dst.buffer, (layer.m, layer.k), source.dst.offset))
 
 
 def _read_rows_unpadded(lowered: LoweredProgram, builder: LayerBuilder,
