@@ -328,7 +328,8 @@ def test_an_average_pool_runs_three_ways_and_on_ws_accel(tmp_path: Path,
                                "--array", "4x4", "--accel", "-o", str(outdir)],
                               capture_output=True, text=True, timeout=600)
     assert compiled.returncode == 0, compiled.stderr
-    assert ", 2 accelerator layers:" in compiled.stdout
+    # the NCHW input's layout layer, the convolution and the average pool
+    assert ", 3 accelerator layers:" in compiled.stdout
     inputs = _random_inputs(source, 2)
     arguments = []
     for name, value in inputs.items():
@@ -340,7 +341,7 @@ def test_an_average_pool_runs_three_ways_and_on_ws_accel(tmp_path: Path,
                          timeout=1200, env={**os.environ, "GLENSIDEC_SIM_CACHE": str(sim_cache)})
     assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
     report = json.loads((outdir / "cosim_report.json").read_text())
-    assert len(report["calls"]) == 2 and all(
+    assert len(report["calls"]) == 3 and all(
         call["data_ok"] and call["simulated_cycles"] == call["predicted_cycles"]
         for call in report["calls"])
     assert np.array_equal(np.load(tmp_path / "sim.npy"), expected)

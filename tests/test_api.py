@@ -62,7 +62,8 @@ def test_compile_accel_writes_what_the_command_writes(tmp_path: Path,
         assert (tmp_path / "api" / name).read_bytes() == (tmp_path / "cli" / name).read_bytes()
     assert "accel_runtime.c" in files
     assert compiled.accel_cycles is not None and compiled.accel_cycles > 0
-    assert f"2 accelerator layers: {compiled.accel_cycles} cycles" in capsys.readouterr().out
+    # the two convolutions and the layout layers of the NCHW input and result
+    assert f"4 accelerator layers: {compiled.accel_cycles} cycles" in capsys.readouterr().out
     assert "(accel-epilogue" in (tmp_path / "api" / "program.gs").read_text()
     with pytest.raises(GlensideError, match="--scratchpad 128: "):
         glensidec.compile(example, "16x16", accel=True, scratchpad="128")

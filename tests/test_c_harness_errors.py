@@ -73,7 +73,7 @@ def test_every_error_exit_is_one_line_and_leaks_nothing_under_asan(tmp_path: Pat
         ([f"image={image}", "--weights", tmp_path / "short.bin"], 1,
          f"model: {tmp_path / 'short.bin'}: {len(weights) - 1} bytes, expected {len(weights)}: "
          "not this model's weights file, or a truncated one"),
-        ([f"image={image}"], 2, "model: accelerator layer activated: command 0 of its table in "
+        ([f"image={image}"], 2, "model: accelerator layer image_nhwc: command 0 of its table in "
                                 "weights.bin: an unknown command"),
     ]
     for args, code, message in cases:
