@@ -129,7 +129,8 @@ def fmt(program: Path, shapes: Path | None, in_place: bool) -> None:
 @cli.command(name="compile")
 @PROGRAM
 @SHAPES
-@click.option("--array", "array_size", required=True, metavar="RxC[:TYPE][,RxC...]",
+@click.option("--array", "array_size", default="16x16", show_default=True,
+              metavar="RxC[:TYPE][,RxC...]",
               help="The systolic array to map onto, e.g. 16x16 (int8) or 16x16:f32 "
                    "(binary32); several sizes (2x4,4x6) let the extractor pick per product.")
 @click.option("--emit", type=click.Choice(["c", "rewritten", "egraph"]),

@@ -43,6 +43,15 @@ def test_the_default_target_is_the_accelerator_and_bare_array_the_option() -> No
     assert both.returncode == 2 and "give one" in both.stderr
 
 
+def test_compile_without_options_targets_the_16x16_accelerator() -> None:
+    """`glensidec compile file.gs` alone (issue 26: "without options targets it") is the
+    default machine, the 16×16 accelerator: the same program as --array 16x16."""
+    plain = _cli("compile", CNN)
+    sized = _cli("compile", CNN, "--array", "16x16")
+    assert plain.returncode == sized.returncode == 0, plain.stderr
+    assert "accel-epilogue" in plain.stdout and plain.stdout == sized.stdout
+
+
 def test_an_f32_array_or_several_arrays_say_in_one_line_why_the_bare_array() -> None:
     f32 = pipeline.choose_target((ArrayConfig.f32(4, 4),))
     several = pipeline.choose_target((ArrayConfig(4, 4), ArrayConfig(8, 8)))
