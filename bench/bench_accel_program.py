@@ -3,7 +3,8 @@
 Writes bench/results/accel_program.md. Each network (random weights, imported from ONNX
 and quantized per channel as bench_host does: ResNet-18, ResNet-50, MobileNet-v1 and -v2;
 and the bundled examples/resnet_block.gs) is
-compiled for a 16×16 array with --accel at 16, 8 and 4 B/cycle (issue 28's sweep). From OUTDIR/report.json:
+compiled for a 16×16 array with --accel at 16, 8 and 4 B/cycle (issue 28's sweep).
+From OUTDIR/report.json:
 the accelerator layers' cycles (ws_accel's, exact), any remaining array calls, the host's
 cycles (the report's host model: one cycle per element an elementwise or reducing
 instruction reads, one per element a copy or fill writes: glensidec/hardware/host.py),
