@@ -27,7 +27,7 @@ from glensidec.backend.accel_layers import (
     drop_dead_code,
     layer_quant,
 )
-from glensidec.backend.accel_pool import PADDING, trace_layer_rows
+from glensidec.backend.accel_pool import PADDING, trace_layer_rows, trace_writers
 from glensidec.backend.lower import (
     ACTIVATION,
     CONSTANT,
@@ -35,11 +35,10 @@ from glensidec.backend.lower import (
     AccelLayer,
     ArrayGemm,
     Copy,
-    Fill,
     LoweredProgram,
     constant_array,
 )
-from glensidec.backend.views import View, contiguous, store_view, view_array
+from glensidec.backend.views import View, contiguous, view_array
 from glensidec.errors import GlensideError
 from glensidec.hardware.accel import CapacityError, ConvLayer
 from glensidec.hardware.commands import AccelConfig, packs_taps
@@ -53,7 +52,7 @@ from glensidec.hardware.layout import (
     nchw_group,
     nchw_weights,
 )
-from glensidec.lang.dtypes import Array, integer_range
+from glensidec.lang.dtypes import Array
 
 NOTE = "the program's NCHW input in NHWC for the DMA, laid out by the accelerator"
 
@@ -350,25 +349,7 @@ def trace_input(lowered: LoweredProgram, name: str, before: int, depth: int = 0
     writers = lowered.writers().get(name, [])
     if buffer.kind != ACTIVATION or not writers or max(writers) >= before or depth > 8:
         return None
-    origin = np.full(buffer.elements, PADDING - 1, dtype=np.int64)  # unwritten: not padding
-    fill = np.zeros(buffer.elements, dtype=np.int64)
-    source: str | None = None
-    for index in writers:
-        writer = lowered.instructions[index]
-        if isinstance(writer, Fill):
-            value = integer_range(buffer.dtype)[0] if writer.minimum else writer.value
-            store_view(writer.dst, origin, np.full(writer.dst.shape, PADDING))
-            store_view(writer.dst, fill, np.full(writer.dst.shape, value))
-        elif isinstance(writer, Copy):
-            found = trace_input(lowered, writer.src.buffer, index, depth + 1)
-            if found is None or (source is not None and found[0] != source):
-                return None
-            source = found[0]
-            store_view(writer.dst, origin, view_array(writer.src, found[1]))
-            store_view(writer.dst, fill, view_array(writer.src, found[2]))
-        else:
-            return None
-    return None if source is None else (source, origin, fill)
+    return trace_writers(lowered, name, writers, depth, trace_input)
 
 
 def _layout_layer(lowered: LoweredProgram, builder: LayerBuilder, found: _Found,

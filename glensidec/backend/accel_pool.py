@@ -14,7 +14,9 @@ the reduce's NCHW destination, as for any layer.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
@@ -48,6 +50,9 @@ from glensidec.errors import GlensideError
 from glensidec.hardware.accel import ConvLayer, EpilogueConfig
 from glensidec.hardware.commands import AccelConfig, LayerQuant
 from glensidec.lang.dtypes import Array, integer_range
+
+#: what trace_writers follows a buffer back to: a layer's index, or a program input's name
+Source = TypeVar("Source", int, str)
 
 #: A padding element in `trace_layer_rows`'s evaluation (rows hold their index).
 PADDING = -1
@@ -102,9 +107,20 @@ def trace_layer_rows(lowered: LoweredProgram, name: str, before: int, depth: int
         return writers[0], np.arange(buffer.elements), np.zeros(buffer.elements, np.int64)
     if buffer.kind != ACTIVATION:
         return None
+    return trace_writers(lowered, name, writers, depth, trace_layer_rows)
+
+
+def trace_writers(lowered: LoweredProgram, name: str, writers: list[int], depth: int,
+                  trace: Callable[[LoweredProgram, str, int, int],
+                                  tuple[Source, np.ndarray, np.ndarray] | None]
+                  ) -> tuple[Source, np.ndarray, np.ndarray] | None:
+    """(source, origin, fill) of buffer `name` when its `writers` are fills and copies of
+    what `trace` follows back to one source (trace_layer_rows: a layer's rows; the input
+    boundary's trace_input: a program input); else None."""
+    buffer = lowered.buffers[name]
     origin = np.full(buffer.elements, PADDING - 1, dtype=np.int64)  # unwritten: not padding
     fill = np.zeros(buffer.elements, dtype=np.int64)
-    layer: int | None = None
+    source: Source | None = None
     for index in writers:
         writer = lowered.instructions[index]
         if isinstance(writer, Fill):
@@ -112,15 +128,15 @@ def trace_layer_rows(lowered: LoweredProgram, name: str, before: int, depth: int
             store_view(writer.dst, origin, np.full(writer.dst.shape, PADDING))
             store_view(writer.dst, fill, np.full(writer.dst.shape, value))
         elif isinstance(writer, Copy):
-            found = trace_layer_rows(lowered, writer.src.buffer, index, depth + 1)
-            if found is None or (layer is not None and found[0] != layer):
+            found = trace(lowered, writer.src.buffer, index, depth + 1)
+            if found is None or (source is not None and found[0] != source):
                 return None
-            layer = found[0]
+            source = found[0]
             store_view(writer.dst, origin, view_array(writer.src, found[1]))
             store_view(writer.dst, fill, view_array(writer.src, found[2]))
         else:
             return None
-    return None if layer is None else (layer, origin, fill)
+    return None if source is None else (source, origin, fill)
 
 
 def padded_rows(height: int, width: int, channels: int, padding: int) -> np.ndarray:
