@@ -15,8 +15,10 @@ from sim_harness import build_module, run_cocotb
 #: The first is `compile --array 2x2 --accel`'s default: 256 KiB of 2-byte rows is 2^17
 #: scratchpad rows, more than 16-bit row fields address (issue 27: data and cycles differed).
 #: Output FIFOs of 2 and 4 rows fill up (the array freezes again), 1024 never does.
+#: The last, at 8 B/cycle, offers the window schedule's every weight layout (issue 28).
 CASES = [(2, 2, 2, 32768, 16, 8, 16, 1024), (4, 4, 4, 32, 4, 2, 16, 2),
-         (4, 8, 8, 128, 4, 3, 32, 4), (8, 4, 8, 128, 16, 5, 32, 16)]
+         (4, 8, 8, 128, 4, 3, 32, 4), (8, 4, 8, 128, 16, 5, 32, 16),
+         (4, 4, 4, 32, 8, 2, 16, 1024)]
 
 #: ConvLayer fields: the 4×2×2 GEMM of issue 27, 3×3 padded (partial channel fold, two N
 #: blocks), strided 1×1, a GEMM, a 2-channel 5×5 whose kernel taps are packed into
@@ -27,8 +29,10 @@ CASES = [(2, 2, 2, 32768, 16, 8, 16, 1024), (4, 4, 4, 32, 4, 2, 16, 2),
 #: and a global one); and the window schedule (input rows resident, each window a 2-D
 #: pattern of them): a 3×3 in several chunks, K pieces and channel planes, a strided 3×3
 #: with a residual add over two N blocks, a strided 1×1 (only sampled pixels loaded), a
-#: GEMM with an early residual, a 5×5 with packed taps (a plane per group of taps); and
-#: the 3×3 again in today's im2col schedule.
+#: GEMM with an early residual, a 5×5 with packed taps (a plane per group of taps), GEMMs
+#: whose tilings keep the weights resident over several chunks (with a residual add) or
+#: give one band the rows tight weight buffers leave; and the 3×3 again in today's im2col
+#: schedule.
 LAYERS = [
     {"name": "gemm4x2x2", "height": 4, "width": 1, "channels": 2, "out_channels": 2},
     {"name": "conv3x3", "height": 5, "width": 5, "channels": 6, "out_channels": 6,
@@ -63,6 +67,10 @@ LAYERS = [
      "out_channels": 5, "residual": "early", "schedule": "window"},
     {"name": "window_packed5x5s2", "height": 5, "width": 4, "channels": 2,
      "out_channels": 3, "kernel": 5, "stride": 2, "padding": 2, "schedule": "window"},
+    {"name": "window_gemm40_residual", "height": 40, "width": 1, "channels": 12,
+     "out_channels": 8, "residual": "after", "schedule": "window"},
+    {"name": "window_gemm12x40", "height": 12, "width": 1, "channels": 40,
+     "out_channels": 8, "schedule": "window"},
     {"name": "im2col3x3", "height": 4, "width": 3, "channels": 6, "out_channels": 6,
      "kernel": 3, "stride": 1, "padding": 1, "schedule": "im2col"},
 ]

@@ -27,6 +27,7 @@ from glensidec.hardware.commands import (
     AccelConfig,
     Compute,
     Config,
+    LayerProgram,
     LayerQuant,
     Load,
     Store,
@@ -447,19 +448,62 @@ def test_the_window_schedule_computes_the_layer(layer: ConvLayer, residual: str)
     assert tilings
     for tiling in tilings:
         program = window_program(SMALL, layer, quant, tiling)
-        memory = np.zeros(program.memory_bytes, dtype=np.uint8)
-        image = program.input_image(feature, quant.input_zero_point)
-        memory[:image.size] = image
-        stored = weight_matrix(layer, SMALL.cols, weights).reshape(-1)
-        memory[program.weight_base:program.weight_base + stored.size] = stored & 0xFF
-        if added is not None:
-            memory[program.residual_base:program.residual_base + M * N] = \
-                added.reshape(-1) & 0xFF
-        after = run_functional(SMALL, program.commands, memory).astype(np.int64)
-        got = after[program.output_base:program.output_base + M * N]
-        got = np.where(got >= 128, got - 256, got).reshape(M, N)
-        assert np.array_equal(got, conv_reference(layer, feature, weights, quant, added)), \
-            tiling
+        assert np.array_equal(_run_window(program, layer, feature, weights, quant, added),
+                              conv_reference(layer, feature, weights, quant, added)), tiling
+
+
+def _run_window(program: LayerProgram, layer: ConvLayer, feature: np.ndarray,
+                weights: np.ndarray, quant: LayerQuant, added: np.ndarray | None
+                ) -> np.ndarray:
+    """The (M, N) int8 output of a program on SMALL, executed for its data."""
+    M, _, N = layer.gemm
+    memory = np.zeros(program.memory_bytes, dtype=np.uint8)
+    image = program.input_image(feature, quant.input_zero_point)
+    memory[:image.size] = image
+    stored = weight_matrix(layer, SMALL.cols, weights).reshape(-1)
+    memory[program.weight_base:program.weight_base + stored.size] = stored & 0xFF
+    if added is not None:
+        memory[program.residual_base:program.residual_base + M * N] = added.reshape(-1) & 0xFF
+    after = run_functional(SMALL, program.commands, memory).astype(np.int64)
+    got = after[program.output_base:program.output_base + M * N]
+    return np.where(got >= 128, got - 256, got).reshape(M, N)
+
+
+#: Layers whose window tilings on SMALL include every layout: bands below weight buffers
+#: only as large as their piece (one band larger than half the scratchpad: gemm16x80),
+#: weights resident over several chunks (with a residual add beside the bands), and a
+#: small first chunk.
+LAYOUT_LAYERS = [ConvLayer("gemm40x12", 40, 1, 12, 8), ConvLayer("gemm16x80", 16, 1, 80, 8),
+                 ConvLayer("conv3x3_9x6", 9, 6, 6, 8, kernel=3, stride=1, padding=1)]
+
+
+@pytest.mark.parametrize("residual", ["", "after"])
+@pytest.mark.parametrize("layer", LAYOUT_LAYERS, ids=lambda layer: layer.name)
+def test_every_window_layout_computes_the_layer(layer: ConvLayer, residual: str) -> None:
+    """Issue 28: the layouts that keep weights on chip across chunks, or give the bands
+    more than half the scratchpad, and their tokens (a compute waits for its own band
+    plane) compute what numpy does."""
+    feature, weights, quant = random_layer_data(layer, 7)
+    M, _, N = layer.gemm
+    added = np.random.default_rng(8).integers(-128, 128, (M, N)) if residual else None
+    if residual:
+        quant = dataclasses.replace(quant, residual=random_residual(9))
+    tilings = window_tilings(SMALL, layer, bool(residual))
+    for tiling in tilings:
+        program = window_program(SMALL, layer, quant, tiling)
+        assert np.array_equal(_run_window(program, layer, feature, weights, quant, added),
+                              conv_reference(layer, feature, weights, quant, added)), tiling
+
+
+def test_the_window_layouts_are_offered() -> None:
+    """Each layout of the window schedule is among the tilings the model chooses from."""
+    offered = [tiling for layer in LAYOUT_LAYERS for residual in (False, True)
+               for tiling in window_tilings(SMALL, layer, residual)]
+    assert any(tiling.resident and tiling.double_buffered for tiling in offered)
+    assert any(tiling.weight_buffer and not tiling.resident and not tiling.double_buffered
+               and tiling.weight_start(SMALL.memory.scratchpad_rows)
+               > SMALL.memory.scratchpad_rows // 2 for tiling in offered)
+    assert any(tiling.first_rows for tiling in offered)
 
 
 def test_a_3x3_layer_reads_its_input_about_once() -> None:
@@ -481,6 +525,31 @@ def test_a_3x3_layer_reads_its_input_about_once() -> None:
         im2col = accel_cycles(config, conv_program(config, layer, quant, "im2col").commands)
         assert timing.cycles < im2col.cycles
         assert timing.load_bytes < im2col.load_bytes / 4
+
+
+@pytest.mark.parametrize("layer, cycles_before", [
+    (ConvLayer("bottleneck_reduce", 3136, 1, 256, 64), 335_135),
+    (ConvLayer("bottleneck_reduce14", 196, 1, 1024, 256), 313_362)],
+    ids=lambda value: getattr(value, "name", str(value)))
+def test_resnet50_1x1_layers_load_their_weights_once(layer: ConvLayer,
+                                                     cycles_before: int) -> None:
+    """Issue 28: at 4 B/cycle ResNet-50's 1×1 layers reloaded their weights per M chunk:
+    56×56 256 → 64 (M = 3136, its weights 16 KB) loaded 213 KB of them, since each of 13
+    chunks streamed them again; 14×14 1024 → 256 (a 200 KB input, more than the half of
+    the scratchpad a band had) 1 MB of its 256 KB. With the weights resident across
+    chunks, or a band over the rows the weight buffers leave, each crosses the bus once
+    and the layers run faster (cycles before: the exact model's on main)."""
+    from glensidec.hardware.array import ArrayConfig
+    from glensidec.hardware.commands import accel_config_for, best_conv_program, layer_traffic
+
+    config = accel_config_for(ArrayConfig(16, 16), bus_bytes=4)
+    M, K, N = layer.gemm
+    quant = LayerQuant(EpilogueConfig(), (0,) * N, (1,) * N)
+    program, timing = best_conv_program(config, layer, quant)
+    traffic = layer_traffic(config, layer, program)
+    assert traffic.weights_loaded == K * N
+    assert traffic.input_loaded == M * K
+    assert timing.cycles < 0.85 * cycles_before
 
 
 def test_a_schedule_that_does_not_fit_names_it() -> None:

@@ -874,14 +874,47 @@ def best_conv_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant
 class WindowTiling:
     """How the window schedule cuts a layer: output rows per chunk (the input band the
     chunk reads stays resident), whether bands alternate between two buffers (several
-    chunks) or one band fills half the scratchpad, K folds per weight piece, and whether
+    chunks) or one band holds the whole layer's, K folds per weight piece, and whether
     the next chunk's band loads during this chunk's second step (`prefetch`) rather
-    than before the next chunk's first."""
+    than before the next chunk's first.
+
+    Where the weights sit: `weight_buffer` = 0 is two buffers of a quarter of the
+    scratchpad each (banks 2 and 3), the bands in the half below; else two buffers of
+    `weight_buffer` rows at the top of the scratchpad (a piece's rows: the bands get the
+    rest), or with `resident` every piece of every N block in rows of its own
+    (`weight_buffer` rows in all), loaded with the first chunk and kept for the others.
+    `first_rows` (> 0) makes the first chunk that many output rows (a small first band
+    starts the array sooner), the others `chunk_rows`."""
 
     chunk_rows: int
     double_buffered: bool
     piece_folds: int
     prefetch: bool = False
+    weight_buffer: int = 0
+    resident: bool = False
+    first_rows: int = 0
+
+    def chunks(self, out_h: int) -> list[tuple[int, int]]:
+        """(first output row, output rows) of each chunk."""
+        first = min(self.first_rows or self.chunk_rows, out_h)
+        return [(0, first)] + [(oy0, min(self.chunk_rows, out_h - oy0))
+                               for oy0 in range(first, out_h, self.chunk_rows)]
+
+    def weight_start(self, total: int) -> int:
+        """The first scratchpad row of the weights (the bands are below it)."""
+        if self.weight_buffer == 0:
+            return total // 2
+        return total - self.weight_buffer * (1 if self.resident else 2)
+
+    def band_buffer(self, total: int, bank_rows: int = 0) -> int:
+        """Rows of a band buffer: the rows below the weights, or half of them when double
+        buffered; below the weights' first bank with `bank_rows` (a residual add's rows
+        beside the bands are read while weights are)."""
+        start = self.weight_start(total)
+        if bank_rows:
+            start -= start % bank_rows
+        return start // 2 if self.double_buffered else start
+
 
 
 @dataclass(frozen=True)
@@ -944,43 +977,156 @@ def _band_of(layer: ConvLayer, rows: int) -> _Band:
                  kernel, False)
 
 
+def _window_chunkings(config: AccelConfig, layer: ConvLayer, band: _Band, residual: bool,
+                      start: int) -> list[tuple[int, bool]]:
+    """(chunk rows, double buffered) of the band layouts below scratchpad row `start`:
+    the whole output in one chunk whose band fills the rows, and chunks of balanced
+    output rows whose bands alternate between two halves of them. Each chunk's M rows fit
+    the accumulator; a `residual` add's rows (two regions of a chunk's) sit beside the
+    bands, in banks without weights (a residual row and a weight row are read in the
+    same cycle on two ports, which one bank cannot serve)."""
+    out_h, out_w = layer.out_size
+    if residual:
+        start -= start % config.memory.bank_rows
+    planes = len(band.planes)
+    chunkings = []
+    if out_h * out_w <= config.acc_depth and \
+            band.rows(out_h) * band.width * planes + 2 * residual * out_h * out_w <= start:
+        chunkings.append((out_h, False))
+    fitting = [rows for rows in range(1, out_h + 1)
+               if rows * out_w <= config.acc_depth
+               and band.rows(rows) * band.width * planes + residual * rows * out_w
+               <= start // 2]
+    chunks = -(-out_h // max(fitting)) if fitting else 0
+    if chunks > 1 or (chunks == 1 and not chunkings):  # (one chunk: the same as the above)
+        chunkings.append((-(-out_h // chunks), True))
+    return chunkings
+
+
 def window_tilings(config: AccelConfig, layer: ConvLayer, residual: bool = False
                    ) -> list[WindowTiling]:
-    """The window schedules that fit: the whole output in one chunk with its band in half
-    the scratchpad (banks 0 and 1), and chunks of balanced output rows whose bands
+    """The window schedules that fit, for the exact model to choose from.
+
+    With weight buffers of a quarter each (banks 2 and 3): the whole output in one chunk
+    with its band in the other half, and chunks of balanced output rows whose bands
     alternate between a quarter each; each with K pieces as large as a weight buffer
-    holds (balanced) and half that (the next piece loads sooner). Each chunk's M rows fit
-    the accumulator; with a `residual`, two regions of a chunk's residual rows sit beside
-    the bands. None for a grouped layer (each N block reads its own channels)."""
+    holds (balanced) and half that (the next piece loads sooner). Then, where they let
+    bands of more output rows fit (fewer chunks: the weights cross the bus once per
+    chunk), weight buffers only as large as their piece, for pieces of a quarter down to
+    an eighth of that; and where the weights of every N block fit beside two bands, the
+    weights resident (loaded once for all chunks, then also with a small first chunk).
+    Chunkings of several chunks also come with the next band loaded early (`prefetch`).
+    None for a grouped layer (each N block reads its own channels)."""
     R = config.rows
     if layer.groups != 1:
         return []
-    out_h, out_w = layer.out_size
+    out_h = layer.out_size[0]
     band = _band_of(layer, R)
-    quarter = config.memory.scratchpad_rows // 4
+    total = config.memory.scratchpad_rows
+    quarter = total // 4
     folds = len(band.offsets)
     most = min(folds, quarter // R)
     if most < 1:
         return []
-    balanced = -(-folds // -(-folds // most))
-    pieces = sorted({balanced, -(-folds // (2 * -(-folds // most)))}, reverse=True)
-    chunkings = []
-    whole = band.rows(out_h) * band.width * len(band.planes)
-    if out_h * out_w <= config.acc_depth and \
-            whole + 2 * residual * out_h * out_w <= 2 * quarter:
-        chunkings.append((out_h, False))
-    fitting = [rows for rows in range(1, out_h + 1)
-               if rows * out_w <= config.acc_depth
-               and band.rows(rows) * band.width * len(band.planes)
-               + residual * rows * out_w <= quarter]
-    chunks = -(-out_h // max(fitting)) if fitting else 0
-    if chunks > 1 or (chunks == 1 and not chunkings):  # (one chunk: the same as the above)
-        chunkings.append((-(-out_h // chunks), True))
     blocks = -(-layer.out_channels // config.cols)
-    return [WindowTiling(rows, double, piece, prefetch)
-            for rows, double in chunkings for piece in pieces
-            for prefetch in ((False, True) if double and rows < out_h
-                             and blocks * -(-folds // piece) > 1 else (False,))]
+
+    def balanced(limit: int) -> int:
+        return -(-folds // -(-folds // limit))
+
+    def variants(rows: int, double: bool, piece: int, weight_buffer: int = 0,
+                 resident: bool = False) -> list[WindowTiling]:
+        several = double and rows < out_h
+        steps = blocks * -(-folds // piece)  # per chunk
+        tilings = [WindowTiling(rows, double, piece, prefetch, weight_buffer, resident)
+                   for prefetch in ((False, True) if several and steps > 1 else (False,))]
+        if several and rows >= 4 and resident:  # a small first band starts sooner
+            tilings.append(replace(tilings[-1], first_rows=max(1, rows // 4)))
+        return tilings
+
+    tilings: list[WindowTiling] = []
+    pieces = sorted({balanced(most), -(-folds // (2 * -(-folds // most)))}, reverse=True)
+    today = _window_chunkings(config, layer, band, residual, total // 2)
+    for rows, double in today:
+        for piece in pieces:
+            tilings += variants(rows, double, piece)
+    fewest = min((-(-out_h // rows) for rows, _ in today), default=out_h + 1)
+    for piece in sorted({balanced(max(1, most // part)) for part in (1, 2, 4, 8)},
+                        reverse=True):
+        chunkings = _window_chunkings(config, layer, band, residual, total - 2 * piece * R)
+        if chunkings and -(-out_h // chunkings[0][0]) < fewest:
+            fewest = -(-out_h // chunkings[0][0])
+            tilings += variants(*chunkings[0], piece, piece * R)
+    resident = blocks * folds * R
+    piece = balanced(most)
+    for rows, double in _window_chunkings(config, layer, band, residual, total - resident)[-1:]:
+        if rows < out_h:  # one chunk loads the weights once anyway
+            tilings += variants(rows, double, piece, resident, True)
+    return tilings
+
+
+@dataclass
+class _WindowStep:
+    """A step of the window schedule before its tokens: its loads, each with the region
+    it writes (("band", buffer, plane), ("weights", i) or ("residual", i)), its computes,
+    the regions each compute reads (the emitting compute also its Store's residual
+    rows), and its tail."""
+
+    loads: list[tuple[DmaCommand, tuple[str, int, int]]]
+    computes: list[Compute]
+    reads: list[set[tuple[str, int, int]]]
+    tail: list[Command]
+
+
+def _window_tokens(steps: list[_WindowStep]) -> list[_Step]:
+    """The steps with their tokens. A load waits for the release of the last step that
+    read the region it overwrites (an exec → load token, given by that step's last
+    compute), and a compute for the last load of a region it reads (a load → exec token,
+    given by that load) — so a compute starts as soon as its band plane and weights are
+    in, not when its whole band is — each only when an earlier wait does not already
+    cover it. Tokens are counters taken in order, so the steps and loads that give them
+    are exactly those the waits name, in the same order. A residual region is reused only
+    after the Store two before read it (a store → load token, as im2col_program)."""
+    last_reader: dict[tuple[str, int, int], int] = {}
+    last_load: dict[tuple[str, int, int], tuple[int, int]] = {}
+    released: set[int] = set()  # steps whose last compute signals
+    load_waits: set[tuple[int, int]] = set()  # (step, load) that wait
+    load_signals: set[tuple[int, int]] = set()  # (step, load) that signal
+    compute_waits: set[tuple[int, int]] = set()  # (step, compute) that wait
+    store_waits: set[tuple[int, int]] = set()  # residual loads that wait for a Store
+    waited, needed = -1, (-1, -1)
+    residual_loads = 0
+    for index, step in enumerate(steps):
+        for position, (_, region) in enumerate(step.loads):
+            release = last_reader.get(region, -1)
+            if release > waited:
+                # (the software pipeline sends a step's loads beside the computes of the
+                # step before: waiting for that step's release could deadlock)
+                assert release <= index - 2, "a load waits for a step two before at most"
+                load_waits.add((index, position))
+                released.add(release)
+                waited = release
+            last_load[region] = (index, position)
+            if region[0] == "residual":
+                if residual_loads >= 2:
+                    store_waits.add((index, position))
+                residual_loads += 1
+        for position, reads in enumerate(step.reads):
+            need = max(last_load[region] for region in reads)
+            if need > needed:
+                load_signals.add(need)
+                compute_waits.add((index, position))
+                needed = need
+            for region in reads:
+                last_reader[region] = index
+    return [_Step(
+        [Load(dma, wait=(index, position) in load_waits,
+              signal=(index, position) in load_signals,
+              wait_store=(index, position) in store_waits)
+         for position, (dma, _) in enumerate(step.loads)],
+        [replace(compute, wait=(index, position) in compute_waits,
+                 signal=index in released and position == len(step.computes) - 1)
+         for position, compute in enumerate(step.computes)],
+        step.tail) for index, step in enumerate(steps)]
 
 
 def window_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
@@ -993,13 +1139,14 @@ def window_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
     of the band: a line per output row. So each input byte crosses the bus once per chunk
     (the bands of two chunks share k − stride rows), not once per tap and N block.
 
-    Bands sit in banks 0 and 1 (one band over both, or two alternating), weight pieces
-    in banks 2 and 3 alternating, as `im2col_program`'s buffers; partial sums stay in
-    the accumulator over every K fold of an (M chunk, N block). The steps and tokens are
-    `im2col_program`'s: step s = (chunk, block, piece) loads the band (its chunk's first
-    step), its piece's weights and (last piece) the block's residual rows; its first load
-    waits for step s − 2's release, so a band is overwritten only after the chunk two
-    before has computed.
+    Bands sit below the weights (`WindowTiling`: one band, or two alternating), weight
+    pieces in two alternating buffers above them (or each in rows of its own, loaded
+    once: `resident`); partial sums stay in the accumulator over every K fold of an
+    (M chunk, N block). Step s = (chunk, block, piece) loads the band (its chunk's first
+    step, or the chunk before's second with `prefetch`), its piece's weights (unless
+    resident and loaded) and (last piece) the block's residual rows; the tokens
+    (`_window_tokens`) make a load wait until the buffer it overwrites was read, and a
+    compute until what it reads is loaded.
     """
     R, C = config.rows, config.cols
     M, _, N = layer.gemm
@@ -1007,7 +1154,10 @@ def window_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
     out_h, out_w = layer.out_size
     residual = quant.residual is not None
     band = _band_of(layer, R)
-    quarter = config.memory.scratchpad_rows // 4
+    total = config.memory.scratchpad_rows
+    weight_start = tiling.weight_start(total)
+    buffer = tiling.band_buffer(total, config.memory.bank_rows if residual else 0)
+    weight_buffer = tiling.weight_buffer or total // 4
     plane_rows = band.rows(tiling.chunk_rows) * band.width
     band_rows = plane_rows * len(band.planes)
     pad = layer.padding if band.padded_input else 0  # the map as stored
@@ -1020,85 +1170,83 @@ def window_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
     folds = conv_folds(layer, R)
     plane_of = {fold: plane for plane, entry in enumerate(band.planes) for fold in entry.folds}
     pieces = -(-len(folds) // tiling.piece_folds)
+    chunk_list = tiling.chunks(out_h)
+    # plane by plane (a plane's taps in order): the first computes of a chunk need only
+    # its first plane, so they start while the others load
+    order = sorted(range(len(folds)), key=lambda fold: plane_of[fold])
 
-    def band_loads(chunk: int) -> list[DmaCommand]:
-        oy0 = chunk * tiling.chunk_rows
-        band_base = chunk % 2 * quarter if tiling.double_buffered else 0
+    def band_buffer_of(chunk: int) -> int:
+        return chunk % 2 if tiling.double_buffered else 0
+
+    def band_loads(chunk: int) -> list[tuple[DmaCommand, tuple[str, int, int]]]:
+        oy0, rows_here = chunk_list[chunk]
+        band_base = band_buffer_of(chunk) * buffer
         y0 = oy0 * layer.stride - layer.padding + pad
         x0 = -layer.padding + pad
-        return [DmaCommand(
+        return [(DmaCommand(
             base=input_base + (y0 * width + x0 + plane.x0) * layer.channels + plane.channel0,
             length=plane.length, count1=band.width, stride1=band.x_step * layer.channels,
-            count2=band.rows(min(tiling.chunk_rows, out_h - oy0)),
-            stride2=band.y_step * width * layer.channels,
+            count2=band.rows(rows_here), stride2=band.y_step * width * layer.channels,
             spad_row=band_base + index * plane_rows, bounds=not band.padded_input, y0=y0,
             y_step=band.y_step, height=height, x0=x0, x_step=band.x_step, width=width,
-            pad_value=quant.input_zero_point)
+            pad_value=quant.input_zero_point), ("band", band_buffer_of(chunk), index))
             for index, plane in enumerate(band.planes)]
 
-    steps: list[_Step] = []
+    steps: list[_WindowStep] = []
     block_configured, w_loads, stores = -1, 0, 0
-    chunks = -(-out_h // tiling.chunk_rows)
+    blocks = group_blocks(layer, C)
     # a chunk of one step has no second step to load the next band with
-    prefetch = tiling.prefetch and len(group_blocks(layer, C)) * pieces > 1
-    for chunk, oy0 in enumerate(range(0, out_h, tiling.chunk_rows)):
-        rows_here = min(tiling.chunk_rows, out_h - oy0)
+    prefetch = tiling.prefetch and len(blocks) * pieces > 1
+    for chunk, (oy0, rows_here) in enumerate(chunk_list):
         m0, m_len = oy0 * out_w, rows_here * out_w
-        band_base = chunk % 2 * quarter if tiling.double_buffered else 0
+        band_base = band_buffer_of(chunk) * buffer
         first_step = len(steps)
-        for block in group_blocks(layer, C):
+        for block_index, block in enumerate(blocks):
             n0, width_n = block.n0, block.width
             for piece in range(pieces):
                 first = piece * tiling.piece_folds
-                piece_folds = folds[first:first + tiling.piece_folds]
-                loads = band_loads(chunk) if len(steps) == first_step and (
-                    chunk == 0 or not prefetch) else []
-                w_buffer = (2 + w_loads % 2) * quarter
-                w_loads += 1
-                k_firsts = [(ky * layer.kernel + kx) * layer.channels + channel0
-                            for ky, kx, channel0, _ in piece_folds]
-                if all(fold[3] == R for fold in piece_folds) and \
-                        k_firsts == list(range(k_firsts[0], k_firsts[0] + R * len(k_firsts), R)):
-                    # the piece's folds are consecutive whole rows of K: one load, each
-                    # fold's R rows bottom row first
-                    loads.append(DmaCommand(
-                        base=weight_base + n0 + (k_firsts[0] + R - 1) * N, length=width_n,
-                        count1=R, stride1=-N, count2=len(k_firsts), stride2=R * N,
-                        spad_row=w_buffer))
+                indices = order[first:first + tiling.piece_folds]
+                piece_folds = [folds[index] for index in indices]
+                loads: list[tuple[DmaCommand, tuple[str, int, int]]] = []
+                if tiling.resident:
+                    w_buffer = weight_start + (block_index * len(folds) + first) * R
+                    w_key = ("weights", block_index * pieces + piece, 0)
                 else:
-                    loads += [_weight_rows(R, k_first, fold[3], weight_base + n0, N, width_n,
-                                           w_buffer + index * R)
-                              for index, (k_first, fold) in enumerate(zip(k_firsts, piece_folds,
-                                                                          strict=True))]
+                    w_buffer = weight_start + w_loads % 2 * weight_buffer
+                    w_key = ("weights", w_loads % 2, 0)
+                    w_loads += 1
+                if not (tiling.resident and chunk > 0):  # (resident: loaded with chunk 0)
+                    loads += [(dma, w_key) for dma in _piece_weight_loads(
+                        layer, R, piece_folds, weight_base + n0, N, width_n, w_buffer)]
+                # the band after the weights: a compute waits only for its own plane
+                if len(steps) == first_step and (chunk == 0 or not prefetch):
+                    loads += band_loads(chunk)
                 last_piece = piece == pieces - 1
-                residual_row = (stores % 2 * quarter + band_rows if tiling.double_buffered
+                residual_row = (stores % 2 * buffer + band_rows if tiling.double_buffered
                                 else band_rows + stores % 2 * m_len)
                 if residual and last_piece:
-                    loads.append(DmaCommand(base=residual_base + m0 * N + n0, length=width_n,
-                                            count1=m_len, stride1=N, spad_row=residual_row))
-                computes = []
-                for index in range(len(piece_folds)):
-                    dy, dx = band.offsets[first + index]
+                    loads.append((DmaCommand(base=residual_base + m0 * N + n0, length=width_n,
+                                             count1=m_len, stride1=N, spad_row=residual_row),
+                                  ("residual", stores % 2, 0)))
+                computes, reads = [], []
+                for index, fold in enumerate(indices):
+                    dy, dx = band.offsets[fold]
+                    plane = plane_of[fold]
                     computes.append(Compute(
                         w_row=w_buffer + index * R,
-                        a_row=band_base + plane_of[first + index] * plane_rows
-                        + dy * band.width + dx,
+                        a_row=band_base + plane * plane_rows + dy * band.width + dx,
                         m_len=m_len, add=piece > 0 or index > 0,
                         emit=last_piece and index == len(piece_folds) - 1,
-                        wait=index == 0, signal=index == len(piece_folds) - 1,
                         a_count1=out_w, a_stride1=band.stride_x,
                         a_stride2=band.stride_y * band.width))
+                    reads.append({("band", band_buffer_of(chunk), plane), w_key})
+                if residual and last_piece:  # its Store follows the emitting compute
+                    reads[-1].add(("residual", stores % 2, 0))
                 # the next chunk's band after this step's own loads: its buffer was the
-                # chunk before's, released before this step's first load may start
-                prefetched = band_loads(chunk + 1) if prefetch and \
-                    len(steps) == first_step + 1 and chunk + 1 < chunks else []
-                steps.append(_Step(
-                    [Load(dma, wait=len(steps) >= 2 and index == 0,
-                          signal=index == len(loads) - 1,
-                          wait_store=residual and last_piece and stores >= 2
-                          and index == len(loads) - 1)
-                     for index, dma in enumerate(loads)]
-                    + [Load(dma) for dma in prefetched], computes, []))
+                # chunk before's, read by the step before this one at the latest
+                if prefetch and len(steps) == first_step + 1 and chunk + 1 < len(chunk_list):
+                    loads += band_loads(chunk + 1)
+                steps.append(_WindowStep(loads, computes, reads, []))
             tail = steps[-1].tail
             if block.n0 != block_configured:
                 padded = [0] * (C - width_n)
@@ -1112,9 +1260,35 @@ def window_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
                                          spad_row=residual_row if residual else 0),
                               signal=residual))
             stores += 1
-    return LayerProgram(_software_pipeline(steps), input_base, weight_base, output_base,
-                        memory_bytes, tiling.chunk_rows * out_w, len(folds),
+    return LayerProgram(_software_pipeline(_window_tokens(steps)), input_base, weight_base,
+                        output_base, memory_bytes, tiling.chunk_rows * out_w, len(folds),
                         tiling.piece_folds, pad, residual_base)
+
+
+
+def _piece_weight_loads(layer: ConvLayer, rows: int, piece_folds: list[tuple[int, int, int, int]],
+                        base: int, n: int, width: int, spad_row: int) -> list[DmaCommand]:
+    """The loads of a piece's weights, fold i's ROWS rows (bottom row first) at spad_row
+    + i·ROWS: one 2-D load per run of whole folds whose first rows of K are evenly
+    spaced (a plane's taps, or consecutive channel chunks), a load per fold otherwise."""
+    k_firsts = [(ky * layer.kernel + kx) * layer.channels + channel0
+                for ky, kx, channel0, _ in piece_folds]
+    loads, start = [], 0
+    while start < len(piece_folds):
+        end = start + 1
+        if piece_folds[start][3] == rows:
+            step = k_firsts[start + 1] - k_firsts[start] if start + 1 < len(k_firsts) else rows
+            while end < len(piece_folds) and piece_folds[end][3] == rows and \
+                    k_firsts[end] - k_firsts[end - 1] == step and step > 0:
+                end += 1
+            loads.append(DmaCommand(
+                base=base + (k_firsts[start] + rows - 1) * n, length=width, count1=rows,
+                stride1=-n, count2=end - start, stride2=step * n, spad_row=spad_row + start * rows))
+        else:
+            loads.append(_weight_rows(rows, k_firsts[start], piece_folds[start][3], base, n,
+                                      width, spad_row + start * rows))
+        start = end
+    return loads
 
 
 def im2col_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant) -> LayerProgram:
