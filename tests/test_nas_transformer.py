@@ -21,8 +21,10 @@ from glensidec.nas import transforms as T
 from glensidec.nas.coupling import coupled_sets
 from glensidec.nas.graph import (
     Attention,
+    Concat,
     Graph,
     LayerNorm,
+    Slice,
     TokenDense,
     lift,
     lower,
@@ -196,6 +198,41 @@ def test_dropping_a_block_is_exact_when_its_branch_adds_nothing(vit: Graph) -> N
     run(both)
 
 
+def test_a_grouped_projection_is_exact_when_its_weights_are_block_diagonal(
+        vit: Graph) -> None:
+    """group on a token projection (issue 31's grouped projections): G products on slices
+    of the tokens' features (their last axis), concatenated along it; it round-trips."""
+    weights = dict(vit.weights)
+    w = weights["b0_fc1_w"].copy()  # 64 units x 32 features: two blocks of 32 x 16
+    w[:32, 16:], w[32:, :16] = 0.0, 0.0
+    weights["b0_fc1_w"] = w
+    graph = vit.with_layers(vit.layers, weights)
+    grouped = T.group(graph, "b0_fc1", 2)
+    assert grouped.weights["b0_fc1_w_g0"].shape == (32, 16)
+    assert grouped.layers["b0_fc1"].op == Concat(2)
+    assert [grouped.layers[f"b0_fc1_in{g}"].op for g in range(2)] == [
+        Slice(2, 0, 16), Slice(2, 16, 32)]
+    assert isinstance(grouped.layers["b0_fc1_g1"].op, TokenDense)
+    close(run(grouped), run(graph))
+    program = lower(grouped)
+    check_program(program)
+    assert same(lower(lift(program, grouped.weights)).root, program.root)
+
+
+def test_heads_and_a_grouped_q_compose_in_the_search_order(vit: Graph) -> None:
+    """heads cuts q, k and v before group makes q slices and products (ORDER): the other
+    order would leave heads no q projection to cut."""
+    from glensidec.nas import search as S
+
+    both = S.apply(vit, ["b0_attn", "b0_q"], (S.Choice("heads", 1), S.Choice("group", 2)),
+                   T.INHERIT)
+    assert both.layers["b0_attn"].op.heads == 1  # type: ignore[union-attr]
+    assert both.weights["b0_q_w_g0"].shape == (8, 16)
+    run(both)
+    with pytest.raises(GlensideError, match="not a dense projection"):
+        T.TRANSFORMS["heads"](T.group(vit, "b0_q", 2), "b0_attn", 1)
+
+
 def test_the_post_norm_encoder_block_transforms_too(block: Graph) -> None:
     (attention,) = (n for n, la in block.layers.items() if isinstance(la.op, Attention))
     out = run(T.TRANSFORMS["heads"](block, attention, 1))
@@ -222,6 +259,9 @@ def test_the_identity_factors_return_the_graph(vit: Graph, kind: str, layer: str
     ("drop", "b0_q", (), "no residual add 'b0_q'"),
     ("bottleneck", "b0_q", (2,), "cannot follow kept channels through a attention"),
     ("bottleneck", "b0_out", (2,), None),
+    ("group", "b0_q", (3,), "units 32 is not divisible by 3"),
+    ("group", "b0_fc2", (64,), "input features 64 is not divisible|units 32 is not"),
+    ("group", "b0_attn", (2,), "no conv/dense/tokendense layer 'b0_attn'"),
 ])
 def test_preconditions_are_one_line_errors(vit: Graph, kind: str, layer: str,
                                            numbers: tuple[int, ...], message: str | None) -> None:
@@ -247,7 +287,7 @@ def test_a_branch_used_outside_its_block_cannot_be_dropped(block: Graph) -> None
 
 @pytest.mark.parametrize(("kind", "layer", "numbers"), [
     ("heads", "b0_attn", (1,)), ("head-dim", "b1_attn", (2,)), ("low-rank", "b0_fc1", (8,)),
-    ("drop", "b0_res1", ())])
+    ("drop", "b0_res1", ()), ("group", "b1_fc2", (2,))])
 def test_random_init_is_seeded_and_lowers_to_a_typed_program(vit: Graph, kind: str,
                                                              layer: str,
                                                              numbers: tuple[int, ...]) -> None:
@@ -280,7 +320,8 @@ def test_the_torch_model_equals_the_interpreter(vit: Graph, block: Graph) -> Non
     from glensidec.nas.torch_model import GraphModel
 
     variants = [vit, block, T.TRANSFORMS["heads"](vit, "b0_attn", 1),
-                T.TRANSFORMS["drop"](T.bottleneck(vit, "embed", 2), "b1_res1")]
+                T.TRANSFORMS["drop"](T.bottleneck(vit, "embed", 2), "b1_res1"),
+                T.group(vit, "b1_v", 4)]
     for graph in variants:
         name, decl = next(iter(graph.inputs.items()))
         x = np.random.default_rng(1).standard_normal((2, *decl.shape[1:])).astype(np.float32)
@@ -307,7 +348,9 @@ def test_the_search_space_of_the_vit(vit: Graph) -> None:
     # the stream's width is the embedding's choice; the MLP's hidden width fc1's
     assert "bottleneck:2" in options["embed"] and "b0_out" in options
     assert "bottleneck:2" not in options["b0_out"] and "bottleneck:4" in options["b0_fc1"]
-    assert "b0_q" not in options  # q, k and v shrink by heads and head-dim
+    # q, k and v shrink by heads and head-dim, and may be grouped (not low-rank)
+    assert options["b0_q"] == ["keep", "group:2", "group:4"]
+    assert "group:2" in options["b0_out"] and "low-rank:8" in options["b0_out"]
     everything = tuple(choices[-1] for choices in space.options)
     smallest = S.apply(vit, space.layers, everything, T.INHERIT)
     assert shapes(smallest)[smallest.output] == (1, 10)
@@ -348,7 +391,7 @@ def test_a_dropped_block_makes_its_layers_choices_moot(vit: Graph) -> None:
     from glensidec.nas import search as S
 
     space = S.search_space(vit, S.SPACE)
-    assert space.branches["b0_res1"] == ["b0_attn", "b0_out"]
+    assert space.branches["b0_res1"] == ["b0_q", "b0_k", "b0_v", "b0_attn", "b0_out"]
     choices = {"b0_attn": "heads:1", "b0_out": "low-rank:8", "b0_res1": "drop",
                "b1_attn": "heads:1"}
     candidate = tuple(S.Choice.parse(choices.get(layer, "keep")) for layer in space.layers)

@@ -41,11 +41,11 @@ SEARCH_SPACE = ("group", "bottleneck", "depthwise", "bottleneck-block", "spatial
 LEGALITY = ("fisher-init", "fisher-warm", "loss-warm", "train")
 
 # Applied in this order, whatever the order on the command line (click groups repeated
-# options): shrink channels first, then restructure what is left.
-# The transformer's come after them, dropping a block last (it removes layers the others
-# may name).
-ORDER = ("bottleneck", "group", "split-out", "bottleneck-block", "depthwise", "spatial-split",
-         "heads", "head-dim", "low-rank", "drop")
+# options): shrink channels first (a transformer's heads and head dimension with them:
+# they cut q, k and v, which grouping would make slices and concatenations), then
+# restructure what is left; dropping a block last (it removes layers the others may name).
+ORDER = ("bottleneck", "heads", "head-dim", "group", "split-out", "bottleneck-block",
+         "depthwise", "spatial-split", "low-rank", "drop")
 ARITY = {"group": 1, "bottleneck": 1, "bottleneck-block": 1, "depthwise": 0,
          "spatial-split": 1, "split-out": 2, "heads": 1, "head-dim": 1, "low-rank": 1,
          "drop": 0}
@@ -397,7 +397,8 @@ def search(model: Path, train_path: Path, val_path: Path, array_size: str, budge
            space: str, legality: str, threshold: float, band: float, cost: str,
            train_epochs: int, top: int, seed: int, strategy: str, workers: int,
            scheduler: str | None, output: Path, dram_bandwidth: int = 16,
-           hardware: str | None = None, area_budget: str | None = None) -> None:
+           hardware: str | None = None, area_budget: str | None = None,
+           train_seeds: int = 1) -> None:
     """`glensidec nas` (options as glensidec.cli's command takes them); `hardware` (a
     machine space, "" for the default one) searches the machine too (nas/hardware.py)."""
     from glensidec.nas.cost import compiled_cost, network_cost
@@ -446,7 +447,8 @@ def search(model: Path, train_path: Path, val_path: Path, array_size: str, budge
     check_fits(train_data, train_path, graph)
     check_fits(val_data, val_path, graph)
     options = Options(budget, kinds, legality, threshold, train_epochs, top, seed, strategy,
-                      cost=cost, band=band, dram_bandwidth=dram_bandwidth)
+                      cost=cost, band=band, dram_bandwidth=dram_bandwidth,
+                      train_seeds=train_seeds)
     client = None
     interrupted = True
     try:

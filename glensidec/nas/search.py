@@ -54,8 +54,11 @@ LEGALITY = ("fisher-init", "fisher-warm", "loss-warm", "train")
 TRANSFORMER_SPACE = ("heads", "head-dim", "low-rank", "drop")
 SPACE = ("group", "bottleneck", "depthwise", "bottleneck-block", "spatial-split",
          *TRANSFORMER_SPACE)
-ORDER = ("bottleneck", "group", "bottleneck-block", "depthwise", "spatial-split", "heads",
-         "head-dim", "low-rank", "drop")
+# heads and head-dim before group: they cut an attention's q, k and v projections, which
+# a grouped projection (slices, products, a concatenation) no longer is. A CNN has neither,
+# so its order is what it was.
+ORDER = ("bottleneck", "heads", "head-dim", "group", "bottleneck-block", "depthwise",
+         "spatial-split", "low-rank", "drop")
 FISHER_BATCH = 128
 # Retraining starts from inherited weights: a fine-tuning rate, not a from-scratch one.
 RETRAIN_RATE = 2e-3
@@ -186,12 +189,15 @@ def attention_projections(graph: Graph) -> set[str]:
 
 def product_proposals(graph: Graph, name: str, kinds: tuple[str, ...],
                       coupled: dict[str, CoupledSet]) -> list[Choice]:
-    """A conv's or dense layer's options; low-rank for a transformer's out-projections and
-    MLP layers (its q, k and v shrink by heads and head-dim)."""
+    """A conv's or dense layer's options; for a transformer's token projections group (q,
+    k, v, out-projection and MLP: grouped projections) and low-rank (out-projections and MLP
+    layers: its q, k and v shrink by heads and head-dim)."""
     layer = graph.layers[name]
     proposals: list[Choice] = []
     if "group" in kinds:
-        proposals += [Choice("group", g) for g in (2, 4, 8)]
+        # a token projection's 32 or 64 features in 8 groups of 4 or 8 is not a projection
+        sizes = (2, 4) if isinstance(layer.op, TokenDense) else (2, 4, 8)
+        proposals += [Choice("group", g) for g in sizes]
     if "bottleneck" in kinds and coupled[name].producers[:1] == (name,):
         proposals += [Choice("bottleneck", b) for b in (2, 4)]
     if isinstance(layer.op, Conv) and layer.op.groups == 1:

@@ -16,7 +16,7 @@ filter for spatial_split, so the network computes exactly what it did) or drawn 
 | spatial_split(L, S)       | S bands of output rows, each its own weights, joined along H |
 | split_out(L, S, G)        | S convs C→O/S in G groups each, joined along channels        |
 
-Dense layers take group and bottleneck.
+Dense layers and token projections take group and bottleneck.
 """
 
 from __future__ import annotations
@@ -158,12 +158,14 @@ def _conv_shape(graph: Graph, layer: Layer) -> tuple[int, int, int, int, int]:
 
 
 def group(graph: Graph, name: str, groups: int, init: Init = INHERIT) -> Graph:
-    """Split L's input and output channels into `groups` groups: keep the diagonal blocks."""
-    layer = layer_named(graph, name)
+    """Split L's input and output channels into `groups` groups: keep the diagonal blocks.
+    A dense layer, or a transformer's token projection, becomes `groups` dense layers on
+    slices of its features, concatenated."""
+    layer = layer_named(graph, name, (Conv, Dense, TokenDense))
     _check_f32(graph, f"group {name}")
     if groups == 1:
         return graph
-    if isinstance(layer.op, Dense):
+    if isinstance(layer.op, (Dense, TokenDense)):
         return _group_dense(graph, layer, groups, init)
     out_channels, per_group, _, _, old_groups = _conv_shape(graph, layer)
     _divides("group", name, groups, out_channels // old_groups, "output channels per group")
@@ -190,14 +192,16 @@ def _grouped(old: Array, old_groups: int, groups: int, init: Init, salt: str) ->
 
 
 def _group_dense(graph: Graph, layer: Layer, groups: int, init: Init) -> Graph:
-    """A dense layer as `groups` dense layers on feature slices, concatenated."""
-    assert isinstance(layer.op, Dense)
+    """A dense layer (or token projection) as `groups` of them on feature slices,
+    concatenated: group g maps input features g·K/G… to output units g·U/G…"""
+    assert isinstance(layer.op, (Dense, TokenDense))
     old = graph.weights[layer.op.weight]
     units, features = (int(d) for d in old.shape)
     _divides("group", layer.name, groups, units, "units")
     _divides("group", layer.name, groups, features, "input features")
     u, f = units // groups, features // groups
-    feature_axis = 1
+    # a dense layer's features are axis 1 of (N, K); a token projection's the last of (N, T, K)
+    feature_axis = len(shapes(graph)[layer.inputs[0]]) - 1
     edit = Edit(graph)
     part: str | None = None
     for g in range(groups):
@@ -206,15 +210,15 @@ def _group_dense(graph: Graph, layer: Layer, groups: int, init: Init) -> Graph:
         sliced = edit.insert(layer.name, Slice(feature_axis, g * f, (g + 1) * f),
                              layer.inputs, f"{layer.name}_in{g}", let=False)
         weight = edit.new_weight(f"{layer.op.weight}_g{g}", block)
-        product = edit.insert(layer.name, Dense(weight, layer.op.wrap), (sliced,),
+        product = edit.insert(layer.name, replace(layer.op, weight=weight), (sliced,),
                               f"{layer.name}_g{g}")
         if part is None:
             part = product
         elif g < groups - 1:
-            part = edit.insert(layer.name, Concat(1), (part, product), f"{layer.name}_cat{g}",
-                               let=False)
+            part = edit.insert(layer.name, Concat(feature_axis), (part, product),
+                               f"{layer.name}_cat{g}", let=False)
         else:
-            edit.set(layer.name, Concat(1), (part, product))
+            edit.set(layer.name, Concat(feature_axis), (part, product))
     return edit.done()
 
 
