@@ -436,6 +436,9 @@ def transform_command(model: Path, group: tuple[str, ...], bottleneck: tuple[str
               show_default=True,
               help="What the search minimises: predicted cycles, or MACs (a baseline).")
 @click.option("--train-epochs", type=click.IntRange(min=1), default=8, show_default=True)
+@click.option("--train-seeds", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Seeds each retraining averages (and --legality train): --seed, "
+                   "--seed + 1, ...")
 @click.option("--top", type=click.IntRange(min=1), default=3, show_default=True,
               help="Legal candidates retrained.")
 @click.option("--seed", type=SEED, default=0, show_default=True)
@@ -458,13 +461,13 @@ def transform_command(model: Path, group: tuple[str, ...], bottleneck: tuple[str
 def nas_command(model: Path, train_path: Path, val_path: Path, array_size: str,
                 dram_bandwidth: int, budget: int,
                 space: str, legality: str, threshold: float, band: float, cost: str,
-                train_epochs: int, top: int,
+                train_epochs: int, train_seeds: int, top: int,
                 seed: int, strategy: str, workers: int, scheduler: str | None,
                 hardware: str | None, area_budget: str | None, output: Path) -> None:
     """Search MODEL's transformations for the fewest predicted cycles at kept accuracy."""
     nas_commands.search(model, train_path, val_path, array_size, budget, space, legality,
                         threshold, band, cost, train_epochs, top, seed, strategy, workers,
-                        scheduler, output, dram_bandwidth, hardware, area_budget)
+                        scheduler, output, dram_bandwidth, hardware, area_budget, train_seeds)
 
 
 # Every stage walks terms recursively somewhere (parsing, printing, lowering); a program

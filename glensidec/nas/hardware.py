@@ -296,7 +296,7 @@ def run_codesign(program_text: str, weights: dict[str, Array],
     n = len(networks.layers)
     setup = S.Setup(program_text, weights, space.layers, reference.array(), options.legality,
                     train_data[0], train_data[1], val_data[0], val_data[1], options.seed,
-                    options.train_epochs, name, reference.bus_bytes)
+                    options.train_epochs, name, reference.bus_bytes, options.train_seeds)
     codesign = Codesign(reference, n)
     scores: dict[S.Candidate, dict[str, Any]] = {}
     for candidate, record in (known or {}).items():
