@@ -204,13 +204,22 @@ def _absorb_output_layout(lowered: LoweredProgram, builder: LayerBuilder,
         nchw_channels(layout, accel)
     except CapacityError:
         return
+    lowered.instructions[writers[0]] = nchw_layer(
+        builder, "the result in NCHW, laid out by the accelerator",
+        contiguous(lowered.output, (channels, pixels)),
+        contiguous(source.dst.buffer, (pixels * channels,), source.dst.offset), layout, accel)
+
+
+def nchw_layer(builder: LayerBuilder, note: str, dst: View, rows: View, layout: NchwLayout,
+               accel: AccelConfig) -> AccelLayer:
+    """The layout layer that writes `rows` (P × C, row-major) as the (C, P) map `dst`
+    (a whole contiguous buffer): the rows' transpose."""
     group = nchw_group(layout, accel)
-    name = builder.name(f"{lowered.output}_nchw")
-    lowered.instructions[writers[0]] = AccelLayer(
-        "the result in NCHW, laid out by the accelerator",
-        contiguous(lowered.output, (channels * pixels // group, group)), name,
-        contiguous(source.dst.buffer, (pixels * channels,), source.dst.offset),
-        builder.constant(f"{name}_weights", "i8", nchw_weights(layout, accel)),
+    pixels, channels = layout.pixels, layout.channels
+    name = builder.name(f"{dst.buffer}_nchw")
+    return AccelLayer(
+        note, contiguous(dst.buffer, (channels * pixels // group, group), dst.offset), name,
+        rows, builder.constant(f"{name}_weights", "i8", nchw_weights(layout, accel)),
         builder.constant(f"{name}_bias", "i32", np.zeros(group, np.int64)),
         builder.constant(f"{name}_multiplier", "i32", np.ones(group, np.int64)),
         builder.commands_placeholder(name), m=channels * pixels // group,

@@ -7,7 +7,9 @@ In order (each a module of its own, each taking and giving a `LoweredProgram`):
 1. `accel_layers`: an int8 array call with its bias add, skip connection, requantize and
    clips becomes an `AccelLayer` (the DMA's im2col where an operand is a convolution's
    im2col matrix); `accel_depthwise`: a depthwise convolution (a host dot-product over
-   windows) with its epilogue becomes a grouped `AccelLayer`.
+   windows) with its epilogue becomes a grouped `AccelLayer`; `accel_attention`: an int8
+   array call of two activations (attention's Q·Kᵀ and softmax·V per head) becomes one
+   too, its B operand the layer's weights, loaded from where its producer wrote it.
 2. `accel_pool`: a max-pool of a layer's result, or an average pool (a window sum and its
    requantize), becomes a pooling `AccelLayer` (so a residual add reading the pool reads
    its rows).
@@ -28,6 +30,11 @@ In order (each a module of its own, each taking and giving a `LoweredProgram`):
 
 from __future__ import annotations
 
+from glensidec.backend.accel_attention import (
+    fuse_activation_products,
+    split_head_projections,
+    write_in_place,
+)
 from glensidec.backend.accel_boundary import absorb_input_layouts, absorb_result_layouts
 from glensidec.backend.accel_depthwise import fuse_accel_depthwise
 from glensidec.backend.accel_layers import fuse_accel_layers, program_accel_layers
@@ -45,8 +52,9 @@ from glensidec.lang.dtypes import Array
 def fuse_for_accelerator(lowered: LoweredProgram, weights: dict[str, Array],
                          accel: AccelConfig) -> LoweredProgram:
     """`lowered` run on the accelerator where it can be (a new program)."""
-    layers = share_requantizations(lowered, weights)
+    layers = split_head_projections(share_requantizations(lowered, weights), weights, accel)
     layers = fuse_accel_depthwise(fuse_accel_layers(layers, weights, accel), weights, accel)
+    layers = write_in_place(fuse_activation_products(layers, weights, accel))
     layers = fuse_accel_pools(layers, weights, accel)  # (a later residual add reads its rows)
     layers = fuse_accel_residuals(fuse_elementwise(layers), weights, accel)
     layers = fuse_accel_pools(layers, weights, accel)  # pools of the layers that took an add

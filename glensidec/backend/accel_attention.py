@@ -1,0 +1,379 @@
+"""Attention's products on the accelerator: matrix products of two activations.
+
+A transformer's attention multiplies activations by activations: per head, the scores
+Q·Kᵀ and the context softmax(·)·V. As lowered for the array, each is an `ArrayGemm` whose
+operands the host packs at run time: the head's rows padded to the array (fills and
+copies), K's rows transposed into Kᵀ. `accel_layers` leaves such a call alone (it has no
+constant operand to hold in the array); this pass (`compile`, after `accel_layers`) makes
+it an accelerator layer all the same. The array's stationary operand need not be known at
+compile time: the DMA loads it from main memory like any weights, so B becomes the
+layer's weights, read where its producer wrote it.
+
+For each int8 array call of two activations whose result the epilogue can take (the
+requantize after it, per tensor or per column: `accel_layers.follow_chain`), the pass
+evaluates, element by element, what each operand holds (`trace_source`: an element of
+the buffer the packing copies read, or a fill's value) and finds
+
+  * A's rows: the leading K′ columns of the block the chain uses are a contiguous run of
+    one buffer, row-major (M × K′); the columns past K′ (the lowering's padding) are zero
+    fills, or the rows of B they meet are;
+  * B: its leading K′ × N block is a contiguous run of one buffer, row-major (the layer
+    reads it as weights), or the transpose of one (N × K′ rows, as attention's K is
+    written): then a layout layer on the accelerator (`hardware.layout.NchwLayout`: rows
+    into columns) writes Bᵀ's rows first, so no host copy makes the operand.
+
+The call, its requantize and clips become one `AccelLayer` of M × K′ × N (per head: each
+head's product is a call of its own, so each head is its own accelerator work), priced
+by its commands like every layer; the packing copies and fills, now unread, go. Softmax,
+LayerNormalization and GELU stay on the host (the report lists them as host rows).
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields, replace
+from itertools import pairwise
+
+import numpy as np
+
+from glensidec.backend.accel_boundary import nchw_layer
+from glensidec.backend.accel_layers import (
+    LayerBuilder,
+    _Chain,
+    _fusable,
+    _known,
+    check_fits,
+    drop_dead_code,
+    follow_chain,
+    per_column,
+)
+from glensidec.backend.accel_pool import PADDING, trace_writers
+from glensidec.backend.lower import (
+    ACTIVATION,
+    CONSTANT,
+    AccelLayer,
+    ArrayGemm,
+    Buffer,
+    Copy,
+    Fill,
+    Instruction,
+    LoweredProgram,
+)
+from glensidec.backend.views import Axis, View, contiguous, view_array
+from glensidec.errors import GlensideError
+from glensidec.hardware.accel import CapacityError, ConvLayer, EpilogueConfig
+from glensidec.hardware.commands import AccelConfig, LayerQuant
+from glensidec.hardware.layout import NchwLayout, nchw_channels
+from glensidec.lang.dtypes import Array
+
+
+def fuse_activation_products(lowered: LoweredProgram, weights: dict[str, Array],
+                             accel: AccelConfig) -> LoweredProgram:
+    """`lowered` with every int8 array call of two activations whose operands are runs of
+    buffers (or a transposed run, for B) and whose epilogue fits as an accelerator layer
+    (a new program)."""
+    result = LoweredProgram(dict(lowered.buffers), list(lowered.instructions), lowered.output,
+                            lowered.output_shape)
+    builder = LayerBuilder(result)
+    index = 0
+    while index < len(result.instructions):
+        gemm = result.instructions[index]
+        if isinstance(gemm, ArrayGemm) and _fusable(result, gemm, accel) and \
+                _known(result, gemm.b, weights, index, (gemm.k, gemm.n)) is None and \
+                _known(result, gemm.a, weights, index, (gemm.m, gemm.k)) is None:
+            chain = follow_chain(result, index, gemm.dst, (gemm.m, gemm.n), weights,
+                                 result.readers())
+            if chain is not None and _rewrite(result, builder, index, chain, accel):
+                continue  # the same index now holds the layer (or its operand's layout)
+        index += 1
+    drop_dead_code(result)
+    return result
+
+
+def trace_source(lowered: LoweredProgram, name: str, before: int, depth: int = 0
+                 ) -> tuple[str, np.ndarray, np.ndarray] | None:
+    """(source, origin, fill) for buffer `name` as it is before instruction `before`:
+    following fills and copies back to one int8 buffer that something else wrote (the
+    source), per element (flat) `origin` is the index of the source element it holds, or
+    PADDING where a fill wrote it, and `fill` the value written there; None when the
+    copies lead to several buffers, to an input or to a buffer still written later."""
+    writers = lowered.writers().get(name, [])
+    buffer = lowered.buffers[name]
+    if not writers or max(writers) >= before or depth > 8 or buffer.kind != ACTIVATION:
+        return None
+    if all(isinstance(lowered.instructions[index], Fill | Copy) for index in writers):
+        return trace_writers(lowered, name, writers, depth, trace_source)
+    if buffer.dtype != "i8":
+        return None
+    return name, np.arange(buffer.elements), np.zeros(buffer.elements, np.int64)
+
+
+def _run(origin: Array) -> int | None:
+    """The first element when `origin` (a matrix) is one contiguous run, row-major."""
+    first = int(origin.flat[0])
+    expected = first + np.arange(origin.size).reshape(origin.shape)
+    return first if first >= 0 and np.array_equal(origin, expected) else None
+
+
+def _rewrite(lowered: LoweredProgram, builder: LayerBuilder, index: int, chain: _Chain,
+             accel: AccelConfig) -> bool:
+    """Replace the call at `index` and its chain by the layer (after a layout layer making
+    B's rows, when B is a transposed run); False when the operands are not such runs."""
+    gemm = lowered.instructions[index]
+    assert isinstance(gemm, ArrayGemm)
+    if chain.transposed or chain.skip is not None:
+        return False
+    rows, cols = chain.rows, chain.cols
+    traced_a = trace_source(lowered, gemm.a.buffer, index)
+    traced_b = trace_source(lowered, gemm.b.buffer, index)
+    if traced_a is None or traced_b is None:
+        return False
+    a_origin = view_array(gemm.a, traced_a[1]).reshape(gemm.m, gemm.k)[:rows]
+    a_fill = view_array(gemm.a, traced_a[2]).reshape(gemm.m, gemm.k)[:rows]
+    b_origin = view_array(gemm.b, traced_b[1]).reshape(gemm.k, gemm.n)[:, :cols]
+    b_fill = view_array(gemm.b, traced_b[2]).reshape(gemm.k, gemm.n)[:, :cols]
+    data = np.all(a_origin >= 0, axis=0)
+    depth = int(np.argmin(data)) if not data.all() else gemm.k  # K′: A's leading data
+    past_a = (a_origin[:, depth:] == PADDING) & (a_fill[:, depth:] == 0)
+    past_b = (b_origin[depth:] == PADDING) & (b_fill[depth:] == 0)
+    if depth == 0 or not np.all(past_a.all(axis=0) | past_b.all(axis=1)):
+        return False  # a product past K′ might not vanish
+    a_first = _run(a_origin[:, :depth])
+    b_block = b_origin[:depth]
+    b_first = _run(b_block)
+    b_transposed_first = None if b_first is not None else _run(b_block.T)
+    if a_first is None or (b_first is None and b_transposed_first is None):
+        return False
+    bias = np.zeros((rows, cols), np.int64) if chain.bias is None else chain.bias
+    bias_vector, multiplier_vector = per_column(bias), per_column(chain.multiplier)
+    if bias_vector is None or multiplier_vector is None:
+        return False
+    quant = LayerQuant(EpilogueConfig(chain.pre, chain.post, chain.zero_point, chain.low,
+                                      chain.high), tuple(bias_vector), tuple(multiplier_vector))
+    name = chain.dst.buffer
+    try:
+        check_fits(accel, ConvLayer(name, height=rows, width=1, channels=depth,
+                                    out_channels=cols), quant)
+    except GlensideError:  # too big for the memories: the call stays on the array
+        return False
+    before: list[Instruction] = []
+    if b_first is not None:
+        b_view = contiguous(traced_b[0], (depth, cols), b_first)
+    else:  # B's rows are the transpose of a run of N × K′: a layout layer writes them
+        assert b_transposed_first is not None
+        layout = NchwLayout(pixels=cols, channels=depth)
+        try:
+            nchw_channels(layout, accel)
+        except CapacityError:
+            return False
+        b_view = builder.activation(f"{name}_rhs", (depth, cols))
+        before.append(nchw_layer(builder, f"{gemm.note}: the operand's rows transposed, "
+                                 "laid out by the accelerator", b_view,
+                                 contiguous(traced_b[0], (cols * depth,), b_transposed_first),
+                                 layout, accel))
+    layer = AccelLayer(
+        lowered.instructions[chain.indices[-1]].note, chain.dst, name=name,
+        a=contiguous(traced_a[0], (rows, depth), a_first), b=b_view,
+        bias=builder.constant(f"{name}_bias", "i32", np.array(bias_vector, np.int64)),
+        multiplier=builder.constant(f"{name}_multiplier", "i32",
+                                    np.array(multiplier_vector, np.int64)),
+        commands=builder.commands_placeholder(name), m=rows, k=depth, n=cols,
+        pre=chain.pre, post=chain.post, zero_point=chain.zero_point, low=chain.low,
+        high=chain.high)
+    replaced = set(chain.indices)
+    kept = [instruction for position, instruction in enumerate(lowered.instructions)
+            if position not in replaced]
+    kept[index:index] = [*before, layer]
+    lowered.instructions = kept
+    return True
+
+
+
+# -- projections split per head ----------------------------------------------------------
+
+
+def split_head_projections(lowered: LoweredProgram, weights: dict[str, Array],
+                           accel: AccelConfig) -> LoweredProgram:
+    """`lowered` with every int8 array call of constant weights whose result several
+    chains read, each its own block of columns (attention's Q, K and V projections: one
+    requantize per head), as one call per block with those columns of the weights (a new
+    program). Each then has one reader, so `accel_layers` makes each its own layer, whose
+    rows the head's products read (a call of one reader, or of readers that overlap or read
+    across blocks, stays as it is)."""
+    result = LoweredProgram(dict(lowered.buffers), list(lowered.instructions), lowered.output,
+                            lowered.output_shape)
+    builder = LayerBuilder(result)
+    index = 0
+    while index < len(result.instructions):
+        gemm = result.instructions[index]
+        if isinstance(gemm, ArrayGemm) and _fusable(result, gemm, accel):
+            pieces = _split(result, builder, index, weights)
+            if pieces:
+                index += pieces
+                continue
+        index += 1
+    return result
+
+
+def _column_block(view: View, m: int, n: int) -> tuple[int, int] | None:
+    """The columns [first, stop) of an M×N buffer that `view` reads."""
+    columns = view_array(view, np.arange(m * n)).reshape(-1) % n
+    if columns.size == 0:
+        return None
+    return int(columns.min()), int(columns.max()) + 1
+
+
+def _narrowed(view: View, n: int, first: int, width: int) -> View | None:
+    """`view` of an M×N buffer that reads only columns [first, first + width), as the same
+    view of the M × width buffer holding those columns; None when it is not affine."""
+    row, column = divmod(view.offset, n)
+    dims = []
+    for group in view.dims:
+        axes = []
+        for axis in group:
+            rows, columns = divmod(axis.stride, n)
+            if columns and rows:
+                return None  # a step across rows and columns at once
+            axes.append(Axis(axis.size, rows * width + columns))
+        dims.append(tuple(axes))
+    return View(view.buffer, row * width + column - first, tuple(dims))
+
+
+def _split(lowered: LoweredProgram, builder: LayerBuilder, index: int,
+           weights: dict[str, Array]) -> int:
+    """Split the call at `index` per column block its readers read; the number of calls
+    it became (0: it stays)."""
+    gemm = lowered.instructions[index]
+    assert isinstance(gemm, ArrayGemm)
+    result = gemm.dst.buffer
+    readers = lowered.readers().get(result, [])
+    if len(readers) < 2 or result == lowered.output or \
+            lowered.writers().get(result) != [index] or not lowered.is_whole(gemm.dst):
+        return 0
+    b_values = _known(lowered, gemm.b, weights, index, (gemm.k, gemm.n))
+    if b_values is None:
+        return 0
+    blocks: dict[int, tuple[int, int]] = {}
+    for reader in readers:
+        views = [view for view in lowered.instructions[reader].reads()
+                 if view.buffer == result]
+        found = {_column_block(view, gemm.m, gemm.n) for view in views}
+        if len(found) != 1 or None in found:
+            return 0
+        block = found.pop()
+        assert block is not None
+        blocks[reader] = block
+    ordered = sorted(set(blocks.values()))
+    if len(ordered) != len(readers) or any(
+            stop > start for (_, stop), (start, _) in pairwise(ordered)):
+        return 0  # two readers of one block, or overlapping blocks
+    pieces: dict[tuple[int, int], ArrayGemm] = {}
+    for first, stop in ordered:
+        name = builder.name(f"{result}_columns_{first}")
+        lowered.buffers[name] = Buffer(name, "i32", (gemm.m, stop - first), ACTIVATION)
+        pieces[(first, stop)] = replace(
+            gemm, dst=contiguous(name, (gemm.m, stop - first)), n=stop - first,
+            b=builder.constant(f"{name}_weights", "i8", b_values[:, first:stop]))
+    edits: dict[int, Instruction] = {}
+    for reader, (first, stop) in blocks.items():
+        instruction = lowered.instructions[reader]
+        target = pieces[(first, stop)].dst.buffer
+        moved = _with_reads(instruction, result, target, gemm.m, gemm.n, first, stop - first)
+        if moved is None:
+            for name in {piece.dst.buffer for piece in pieces.values()} | \
+                    {piece.b.buffer for piece in pieces.values()}:
+                del lowered.buffers[name]
+            return 0
+        edits[reader] = moved
+    for reader, moved in edits.items():
+        lowered.instructions[reader] = moved
+    lowered.instructions[index:index + 1] = list(pieces.values())
+    return len(pieces)
+
+
+def _with_reads(instruction: Instruction, old: str, new: str, m: int, n: int, first: int,
+                width: int) -> Instruction | None:
+    """`instruction` reading buffer `new` (M × width: columns [first, first + width) of
+    the M×N buffer `old`) where it read `old`; None when a view does not carry over."""
+    changes: dict[str, object] = {}
+    for item in fields(instruction):
+        value = getattr(instruction, item.name)
+        if item.name == "dst":
+            continue
+        if isinstance(value, View) and value.buffer == old:
+            moved = _moved(value, new, m, n, first, width)
+            if moved is None:
+                return None
+            changes[item.name] = moved
+        elif isinstance(value, tuple) and any(
+                isinstance(view, View) and view.buffer == old for view in value):
+            members = []
+            for view in value:
+                moved = _moved(view, new, m, n, first, width) \
+                    if isinstance(view, View) and view.buffer == old else view
+                if moved is None:
+                    return None
+                members.append(moved)
+            changes[item.name] = tuple(members)
+    return replace(instruction, **changes)  # type: ignore[arg-type]
+
+
+def _moved(view: View, new: str, m: int, n: int, first: int, width: int) -> View | None:
+    """`view` of the M×N buffer as the same elements of `new` (its columns [first, first
+    + width)), checked element by element."""
+    narrowed = _narrowed(view, n, first, width)
+    if narrowed is None:
+        return None
+    indices = view_array(view, np.arange(m * n))
+    expected = (indices // n) * width + indices % n - first
+    moved = View(new, narrowed.offset, narrowed.dims)
+    if narrowed.offset < 0 or not np.array_equal(view_array(moved, np.arange(m * width)),
+                                                 expected):
+        return None
+    return moved
+
+
+# -- results written in place --------------------------------------------------------
+
+
+def write_in_place(lowered: LoweredProgram) -> LoweredProgram:
+    """`lowered` with a layer whose result only a copy reads, whole and in order, into a
+    contiguous run of another int8 buffer (a concatenation: attention's heads stacked)
+    writing that run itself (a new program). The copy goes; nothing between the layer and
+    the copy reads the buffer or writes that run (so writing it earlier changes nothing)."""
+    result = LoweredProgram(dict(lowered.buffers), list(lowered.instructions), lowered.output,
+                            lowered.output_shape)
+    for index, layer in enumerate(result.instructions):
+        if not isinstance(layer, AccelLayer) or not result.is_whole(layer.dst) or \
+                layer.dst.buffer == result.output:
+            continue
+        readers = result.readers().get(layer.dst.buffer, [])
+        if result.writers().get(layer.dst.buffer) != [index] or len(readers) != 1:
+            continue
+        copy = result.instructions[readers[0]]
+        if not isinstance(copy, Copy) or not result.is_whole(copy.src) or \
+                not copy.dst.is_row_major() or \
+                result.buffer_of(copy.dst).kind == CONSTANT or \
+                result.buffer_of(copy.dst).dtype != "i8" or \
+                not _untouched_between(result, index, readers[0], copy.dst):
+            continue
+        result.instructions[index] = replace(
+            layer, dst=contiguous(copy.dst.buffer, layer.dst.shape, copy.dst.offset))
+        del result.instructions[readers[0]]  # (after `index`: the loop's order holds)
+    drop_dead_code(result)
+    return result
+
+
+def _untouched_between(lowered: LoweredProgram, first: int, last: int, run: View) -> bool:
+    """Does no instruction strictly between `first` and `last` read `run`'s buffer or
+    write an element of `run`?"""
+    buffer = lowered.buffer_of(run)
+    start, stop = run.offset, run.offset + int(np.prod(run.shape))
+    for position in lowered.readers().get(run.buffer, []):
+        if first < position < last:
+            return False
+    for position in lowered.writers().get(run.buffer, []):
+        if first < position < last:
+            written = view_array(lowered.instructions[position].dst, np.arange(buffer.elements))
+            if np.any((written >= start) & (written < stop)):
+                return False
+    return True

@@ -1,0 +1,112 @@
+"""Attention's products on the accelerator (glensidec.backend.accel_attention): a quantized
+encoder block (tests/test_transformer.py's, small) compiles with every int8 product — the
+Q, K, V and output projections split per head, Q·Kᵀ and softmax·V per head — as an
+accelerator layer, Kᵀ's rows written by a layout layer, each head's result written in
+place into the heads' concatenation; the lowered program computes the
+interpreter's integers, and the C program and ws_accel's RTL agree bit for bit at the
+predicted cycles."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from onnx_models import imported
+from test_accel_offload import _accelerated, _interpreted, _lowered_result
+from test_quantize import calibration_for, sample_list
+from test_transformer import Size, encoder_block
+
+from glensidec.backend.lower import AccelLayer, ArrayGemm
+from glensidec.frontends.quantize import quantize, save_quantized
+from glensidec.hardware.layout import NchwLayout
+
+#: 10 tokens (not a multiple of the array: the lowering pads every product), 2 heads of 16
+TINY = Size(10, 32, 2, 64)
+
+
+def _quantized_block(root: Path) -> tuple[Path, dict[str, np.ndarray]]:
+    """The block quantized (per-channel weights, symmetric activations) and saved, with
+    one sample of its input as int8."""
+    program = imported(encoder_block(size=TINY), root)
+    calibration = calibration_for(program, 4)
+    quantized = quantize(program, calibration, per_channel=True, symmetric_activations=True)
+    path = save_quantized(quantized, root / "block.q.gs")
+    return path, quantized.quantize_inputs(sample_list(calibration, 1)[0])
+
+
+def _products(layers: list[AccelLayer]) -> list[AccelLayer]:
+    return [layer for layer in layers if layer.multiplies]
+
+
+def test_every_attention_product_is_an_accelerator_layer(tmp_path: Path) -> None:
+    """Per head: Q, K and V projections (one layer each, its weights' columns), Kᵀ's
+    layout layer, Q·Kᵀ and softmax·V with the runtime operand as weights; then the output
+    projection and the MLP's second layer. The lowered program gives the interpreter's
+    integers."""
+    source, inputs = _quantized_block(tmp_path)
+    lowered = _accelerated(source, "16x16")
+    layers = lowered.accel_layers()
+    heads, tokens, width = TINY.heads, TINY.tokens, TINY.features // TINY.heads
+    scores = [layer for layer in _products(layers) if (layer.m, layer.k, layer.n) ==
+              (tokens, width, tokens)]
+    contexts = [layer for layer in _products(layers) if (layer.m, layer.k, layer.n) ==
+                (tokens, tokens, width)]
+    projections = [layer for layer in _products(layers) if (layer.m, layer.k, layer.n) ==
+                   (tokens, TINY.features, width)]
+    transposes = [layer for layer in layers if isinstance(layer.layout, NchwLayout)
+                  and layer.layout == NchwLayout(tokens, width)]
+    assert (len(scores), len(contexts), len(projections), len(transposes)) == \
+        (heads, heads, 3 * heads, heads)
+    weights = {layer.b.buffer for layer in scores + contexts}
+    # each head's scores and context written in place into the heads' concatenation
+    assert len({layer.dst.buffer for layer in scores}) == 1
+    assert len({layer.dst.buffer for layer in contexts}) == 1
+    assert all(lowered.buffers[name].kind == "activation" for name in weights)
+    # No array call multiplies two activations any more (the MLP's first layer, whose
+    # result GELU reads twice, may stay an array call: it has constant weights).
+    assert all(lowered.buffers[gemm.b.buffer].kind == "constant" or
+               lowered.buffers[gemm.a.buffer].kind == "constant"
+               for gemm in lowered.instructions if isinstance(gemm, ArrayGemm))
+    expected = _interpreted(source, inputs)
+    actual = _lowered_result(source, lowered, inputs, 16)
+    np.testing.assert_array_equal(actual.reshape(expected.shape), expected)
+
+
+@pytest.mark.slow
+@pytest.mark.rtl
+def test_an_attention_block_on_the_accelerator_cosimulates_bit_exactly(
+        tmp_path: Path, sim_cache: Path) -> None:
+    """The block compiled by default (the whole accelerator): the C program and `make
+    sim` (every layer on ws_accel's RTL) give the interpreter's integers, every layer its
+    predicted cycles."""
+    source, inputs = _quantized_block(tmp_path)
+    outdir = tmp_path / "out"
+    compiled = subprocess.run([sys.executable, "-m", "glensidec", "compile", str(source),
+                               "-o", str(outdir)], capture_output=True, text=True, timeout=600)
+    assert compiled.returncode == 0, compiled.stderr
+    arguments = []
+    for name, value in inputs.items():
+        np.save(tmp_path / f"{name}.npy", value)
+        arguments.append(f"{name}={tmp_path / name}.npy")
+    expected = _interpreted(source, inputs)
+    ran = subprocess.run(["make", "-s", "-C", str(outdir), "sim", f"INPUTS={' '.join(arguments)}",
+                          f"OUTPUT={tmp_path / 'sim.npy'}"], capture_output=True, text=True,
+                         timeout=1800, env={**os.environ, "GLENSIDEC_SIM_CACHE": str(sim_cache)})
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    report = json.loads((outdir / "cosim_report.json").read_text())
+    # 2 heads: 3 projections, a layout layer and 2 products each; the output projection
+    # and the MLP's layers (at least the second)
+    assert len(report["calls"]) >= 6 * TINY.heads + 2
+    assert all(call["data_ok"] and call["simulated_cycles"] == call["predicted_cycles"]
+               for call in report["calls"])
+    assert np.array_equal(np.load(tmp_path / "sim.npy"), expected)
+    subprocess.run(["make", "-s", "-C", str(outdir), "OPT=-O1"], check=True, timeout=600)
+    c_result = tmp_path / "c.npy"
+    subprocess.run([str(outdir / "model"), *arguments, "-o", str(c_result)], check=True,
+                   timeout=600)
+    assert np.array_equal(np.load(c_result), expected)
