@@ -21,9 +21,23 @@ from test_accel_offload import _accelerated, _interpreted, _lowered_result
 from test_quantize import calibration_for, sample_list
 from test_transformer import Size, encoder_block
 
-from glensidec.backend.lower import AccelLayer, ArrayGemm
+from glensidec.backend.accel_attention import write_in_place
+from glensidec.backend.lower import (
+    ACTIVATION,
+    INPUT,
+    OUTPUT,
+    AccelLayer,
+    ArrayGemm,
+    Buffer,
+    Copy,
+    Instruction,
+    LoweredProgram,
+    Map,
+)
+from glensidec.backend.views import View, contiguous
 from glensidec.frontends.quantize import quantize, save_quantized
 from glensidec.hardware.layout import NchwLayout
+from glensidec.lang.terms import ComputeOp
 
 #: 10 tokens (not a multiple of the array: the lowering pads every product), 2 heads of 16
 TINY = Size(10, 32, 2, 64)
@@ -110,3 +124,39 @@ def test_an_attention_block_on_the_accelerator_cosimulates_bit_exactly(
     subprocess.run([str(outdir / "model"), *arguments, "-o", str(c_result)], check=True,
                    timeout=600)
     assert np.array_equal(np.load(c_result), expected)
+
+
+def _negation(dst: View, src: View) -> Map:
+    return Map("negative", dst, ComputeOp("negative", ()), src)
+
+
+def _concatenation(parts: int, overlap: bool = False) -> LoweredProgram:
+    """x (2 elements) negated into `parts` buffers of 2, each copied into its run of one
+    buffer (the last run shifted by one onto its neighbour's with `overlap`)."""
+    buffers = {"x": Buffer("x", "i8", (2,), INPUT),
+               "out": Buffer("out", "i8", (2 * parts,), OUTPUT)}
+    instructions: list[Instruction] = []
+    for part in range(parts):
+        name = f"part{part}"
+        buffers[name] = Buffer(name, "i8", (2,), ACTIVATION)
+        instructions.append(_negation(contiguous(name, (2,)), contiguous("x", (2,))))
+    for part in range(parts):
+        start = 2 * part - (1 if overlap and part == parts - 1 else 0)
+        instructions.append(Copy("concatenate", contiguous("out", (2,), start),
+                                 contiguous(f"part{part}", (2,))))
+    return LoweredProgram(buffers, instructions, "out", (2 * parts,))
+
+
+def test_a_concatenations_parts_are_written_in_place() -> None:
+    """Each part's writer writes its run of the concatenation; the copies go."""
+    placed = write_in_place(_concatenation(3))
+    assert all(isinstance(instruction, Map) and instruction.dst.buffer == "out"
+               for instruction in placed.instructions)
+    assert [instruction.dst.offset for instruction in placed.instructions] == [0, 2, 4]
+
+
+def test_parts_that_overlap_are_not_written_in_place() -> None:
+    """Regression guard: moving a write earlier must keep every element's last writer;
+    runs that overlap (no concatenation) keep their copies."""
+    placed = write_in_place(_concatenation(3, overlap=True))
+    assert sum(isinstance(instruction, Copy) for instruction in placed.instructions) == 2

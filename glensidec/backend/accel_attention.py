@@ -49,7 +49,7 @@ from glensidec.backend.accel_layers import (
 from glensidec.backend.accel_pool import PADDING, trace_writers
 from glensidec.backend.lower import (
     ACTIVATION,
-    CONSTANT,
+    OUTPUT,
     AccelLayer,
     ArrayGemm,
     Buffer,
@@ -74,19 +74,32 @@ def fuse_activation_products(lowered: LoweredProgram, weights: dict[str, Array],
     result = LoweredProgram(dict(lowered.buffers), list(lowered.instructions), lowered.output,
                             lowered.output_shape)
     builder = LayerBuilder(result)
-    index = 0
-    while index < len(result.instructions):
-        gemm = result.instructions[index]
+    # Every match is found in the program as it was (products' chains are disjoint) and
+    # the edits applied at once: editing the list per match recomputed who reads what.
+    edits: dict[int, list[Instruction]] = {}
+    readers = result.readers()
+    for index, gemm in enumerate(lowered.instructions):
         if isinstance(gemm, ArrayGemm) and _fusable(result, gemm, accel) and \
                 _known(result, gemm.b, weights, index, (gemm.k, gemm.n)) is None and \
                 _known(result, gemm.a, weights, index, (gemm.m, gemm.k)) is None:
-            chain = follow_chain(result, index, gemm.dst, (gemm.m, gemm.n), weights,
-                                 result.readers())
-            if chain is not None and _rewrite(result, builder, index, chain, accel):
-                continue  # the same index now holds the layer (or its operand's layout)
-        index += 1
+            chain = follow_chain(result, index, gemm.dst, (gemm.m, gemm.n), weights, readers)
+            layer = None if chain is None else _product_layer(result, builder, index, chain,
+                                                              accel)
+            if layer is not None:
+                assert chain is not None
+                edits.update({position: [] for position in chain.indices})
+                edits[index] = layer
+    apply_edits(result, edits)
     drop_dead_code(result)
     return result
+
+
+def apply_edits(lowered: LoweredProgram, edits: dict[int, list[Instruction]]) -> None:
+    """Replace each instruction at a position `edits` names by its list (maybe empty)."""
+    if edits:
+        lowered.instructions = [new for position, instruction
+                                in enumerate(lowered.instructions)
+                                for new in edits.get(position, [instruction])]
 
 
 def trace_source(lowered: LoweredProgram, name: str, before: int, depth: int = 0
@@ -114,19 +127,20 @@ def _run(origin: Array) -> int | None:
     return first if first >= 0 and np.array_equal(origin, expected) else None
 
 
-def _rewrite(lowered: LoweredProgram, builder: LayerBuilder, index: int, chain: _Chain,
-             accel: AccelConfig) -> bool:
-    """Replace the call at `index` and its chain by the layer (after a layout layer making
-    B's rows, when B is a transposed run); False when the operands are not such runs."""
+def _product_layer(lowered: LoweredProgram, builder: LayerBuilder, index: int,
+                   chain: _Chain, accel: AccelConfig) -> list[Instruction] | None:
+    """The layer that replaces the call at `index` and its chain (after a layout layer
+    making B's rows, when B is a transposed run); None when the operands are not such
+    runs."""
     gemm = lowered.instructions[index]
     assert isinstance(gemm, ArrayGemm)
     if chain.transposed or chain.skip is not None:
-        return False
+        return None
     rows, cols = chain.rows, chain.cols
     traced_a = trace_source(lowered, gemm.a.buffer, index)
     traced_b = trace_source(lowered, gemm.b.buffer, index)
     if traced_a is None or traced_b is None:
-        return False
+        return None
     a_origin = view_array(gemm.a, traced_a[1]).reshape(gemm.m, gemm.k)[:rows]
     a_fill = view_array(gemm.a, traced_a[2]).reshape(gemm.m, gemm.k)[:rows]
     b_origin = view_array(gemm.b, traced_b[1]).reshape(gemm.k, gemm.n)[:, :cols]
@@ -136,17 +150,17 @@ def _rewrite(lowered: LoweredProgram, builder: LayerBuilder, index: int, chain: 
     past_a = (a_origin[:, depth:] == PADDING) & (a_fill[:, depth:] == 0)
     past_b = (b_origin[depth:] == PADDING) & (b_fill[depth:] == 0)
     if depth == 0 or not np.all(past_a.all(axis=0) | past_b.all(axis=1)):
-        return False  # a product past K′ might not vanish
+        return None  # a product past K′ might not vanish
     a_first = _run(a_origin[:, :depth])
     b_block = b_origin[:depth]
     b_first = _run(b_block)
     b_transposed_first = None if b_first is not None else _run(b_block.T)
     if a_first is None or (b_first is None and b_transposed_first is None):
-        return False
+        return None
     bias = np.zeros((rows, cols), np.int64) if chain.bias is None else chain.bias
     bias_vector, multiplier_vector = per_column(bias), per_column(chain.multiplier)
     if bias_vector is None or multiplier_vector is None:
-        return False
+        return None
     quant = LayerQuant(EpilogueConfig(chain.pre, chain.post, chain.zero_point, chain.low,
                                       chain.high), tuple(bias_vector), tuple(multiplier_vector))
     name = chain.dst.buffer
@@ -154,7 +168,7 @@ def _rewrite(lowered: LoweredProgram, builder: LayerBuilder, index: int, chain: 
         check_fits(accel, ConvLayer(name, height=rows, width=1, channels=depth,
                                     out_channels=cols), quant)
     except GlensideError:  # too big for the memories: the call stays on the array
-        return False
+        return None
     before: list[Instruction] = []
     if b_first is not None:
         b_view = contiguous(traced_b[0], (depth, cols), b_first)
@@ -164,7 +178,7 @@ def _rewrite(lowered: LoweredProgram, builder: LayerBuilder, index: int, chain: 
         try:
             nchw_channels(layout, accel)
         except CapacityError:
-            return False
+            return None
         b_view = builder.activation(f"{name}_rhs", (depth, cols))
         before.append(nchw_layer(builder, f"{gemm.note}: the operand's rows transposed, "
                                  "laid out by the accelerator", b_view,
@@ -179,12 +193,7 @@ def _rewrite(lowered: LoweredProgram, builder: LayerBuilder, index: int, chain: 
         commands=builder.commands_placeholder(name), m=rows, k=depth, n=cols,
         pre=chain.pre, post=chain.post, zero_point=chain.zero_point, low=chain.low,
         high=chain.high)
-    replaced = set(chain.indices)
-    kept = [instruction for position, instruction in enumerate(lowered.instructions)
-            if position not in replaced]
-    kept[index:index] = [*before, layer]
-    lowered.instructions = kept
-    return True
+    return [*before, layer]
 
 
 
@@ -202,15 +211,11 @@ def split_head_projections(lowered: LoweredProgram, weights: dict[str, Array],
     result = LoweredProgram(dict(lowered.buffers), list(lowered.instructions), lowered.output,
                             lowered.output_shape)
     builder = LayerBuilder(result)
-    index = 0
-    while index < len(result.instructions):
-        gemm = result.instructions[index]
+    edits: dict[int, list[Instruction]] = {}
+    for index, gemm in enumerate(lowered.instructions):
         if isinstance(gemm, ArrayGemm) and _fusable(result, gemm, accel):
-            pieces = _split(result, builder, index, weights)
-            if pieces:
-                index += pieces
-                continue
-        index += 1
+            edits.update(_split(result, builder, index, weights))
+    apply_edits(result, edits)
     return result
 
 
@@ -239,33 +244,33 @@ def _narrowed(view: View, n: int, first: int, width: int) -> View | None:
 
 
 def _split(lowered: LoweredProgram, builder: LayerBuilder, index: int,
-           weights: dict[str, Array]) -> int:
-    """Split the call at `index` per column block its readers read; the number of calls
-    it became (0: it stays)."""
+           weights: dict[str, Array]) -> dict[int, list[Instruction]]:
+    """The edits that split the call at `index` per column block its readers read: the
+    calls in its place, its readers reading theirs (none: it stays)."""
     gemm = lowered.instructions[index]
     assert isinstance(gemm, ArrayGemm)
     result = gemm.dst.buffer
     readers = lowered.readers().get(result, [])
     if len(readers) < 2 or result == lowered.output or \
             lowered.writers().get(result) != [index] or not lowered.is_whole(gemm.dst):
-        return 0
+        return {}
     b_values = _known(lowered, gemm.b, weights, index, (gemm.k, gemm.n))
     if b_values is None:
-        return 0
+        return {}
     blocks: dict[int, tuple[int, int]] = {}
     for reader in readers:
         views = [view for view in lowered.instructions[reader].reads()
                  if view.buffer == result]
         found = {_column_block(view, gemm.m, gemm.n) for view in views}
         if len(found) != 1 or None in found:
-            return 0
+            return {}
         block = found.pop()
         assert block is not None
         blocks[reader] = block
     ordered = sorted(set(blocks.values()))
     if len(ordered) != len(readers) or any(
             stop > start for (_, stop), (start, _) in pairwise(ordered)):
-        return 0  # two readers of one block, or overlapping blocks
+        return {}  # two readers of one block, or overlapping blocks
     pieces: dict[tuple[int, int], ArrayGemm] = {}
     for first, stop in ordered:
         name = builder.name(f"{result}_columns_{first}")
@@ -282,12 +287,10 @@ def _split(lowered: LoweredProgram, builder: LayerBuilder, index: int,
             for name in {piece.dst.buffer for piece in pieces.values()} | \
                     {piece.b.buffer for piece in pieces.values()}:
                 del lowered.buffers[name]
-            return 0
+            return {}
         edits[reader] = moved
-    for reader, moved in edits.items():
-        lowered.instructions[reader] = moved
-    lowered.instructions[index:index + 1] = list(pieces.values())
-    return len(pieces)
+    return {**{reader: [moved] for reader, moved in edits.items()},
+            index: list(pieces.values())}
 
 
 def _with_reads(instruction: Instruction, old: str, new: str, m: int, n: int, first: int,
@@ -336,43 +339,74 @@ def _moved(view: View, new: str, m: int, n: int, first: int, width: int) -> View
 
 
 def write_in_place(lowered: LoweredProgram) -> LoweredProgram:
-    """`lowered` with a layer whose result only a copy reads, whole and in order, into a
-    contiguous run of another int8 buffer (a concatenation: attention's heads stacked)
-    writing that run itself (a new program). The copy goes; nothing between the layer and
-    the copy reads the buffer or writes that run (so writing it earlier changes nothing)."""
+    """`lowered` with the instructions (layers, or the host's computations) whose result
+    only a copy reads, whole and in order, into a contiguous run of a buffer that only
+    copies write (a concatenation: attention's heads stacked, the importer's nested
+    concatenations of them) writing that run themselves (a new program). The copy goes;
+    nothing between the first such writer and the copy reads the buffer, and nothing else
+    writes that run, so writing it earlier changes nothing."""
     result = LoweredProgram(dict(lowered.buffers), list(lowered.instructions), lowered.output,
                             lowered.output_shape)
-    for index, layer in enumerate(result.instructions):
-        if not isinstance(layer, AccelLayer) or not result.is_whole(layer.dst) or \
-                layer.dst.buffer == result.output:
+    # Decided on the program as it is (who reads and writes what, computed once); a nested
+    # concatenation's writers move on with each copy of theirs that goes.
+    placed: dict[int, tuple[str, int]] = {}  # a moved writer's position → buffer, offset
+    moved_into: dict[str, list[int]] = {}  # a buffer → the moved writers that write it
+    gone: set[int] = set()
+    for index, copy in enumerate(result.instructions):
+        if not isinstance(copy, Copy):
             continue
-        readers = result.readers().get(layer.dst.buffer, [])
-        if result.writers().get(layer.dst.buffer) != [index] or len(readers) != 1:
+        writers_now = _coalescing_writers(result, index, copy, gone, moved_into)
+        if writers_now is None:
             continue
-        copy = result.instructions[readers[0]]
-        if not isinstance(copy, Copy) or not result.is_whole(copy.src) or \
-                not copy.dst.is_row_major() or \
-                result.buffer_of(copy.dst).kind == CONSTANT or \
-                result.buffer_of(copy.dst).dtype != "i8" or \
-                not _untouched_between(result, index, readers[0], copy.dst):
-            continue
-        result.instructions[index] = replace(
-            layer, dst=contiguous(copy.dst.buffer, layer.dst.shape, copy.dst.offset))
-        del result.instructions[readers[0]]  # (after `index`: the loop's order holds)
+        gone.add(index)
+        for position in writers_now:
+            writer = result.instructions[position]
+            offset = placed[position][1] if position in placed else writer.dst.offset
+            placed[position] = copy.dst.buffer, copy.dst.offset + offset
+            moved_into.setdefault(copy.dst.buffer, []).append(position)
+    edits: dict[int, list[Instruction]] = {position: [] for position in gone}
+    for position, (buffer, offset) in placed.items():
+        writer = result.instructions[position]
+        edits[position] = [replace(writer, dst=View(buffer, offset, writer.dst.dims))]
+    apply_edits(result, edits)
     drop_dead_code(result)
     return result
 
 
+def _coalescing_writers(lowered: LoweredProgram, index: int, copy: Copy, gone: set[int],
+                       moved_into: dict[str, list[int]]) -> list[int] | None:
+    """The positions of the instructions that (after the copies in `gone`) alone write the
+    copy's source, read only by the copy, whole and in order, when they can write the
+    copy's contiguous destination run instead (none of them a copy or a fill: those
+    stay, as do writers of a buffer the copy does not alone read); else None."""
+    source, target = lowered.buffer_of(copy.src), lowered.buffer_of(copy.dst)
+    if source.kind != ACTIVATION or target.kind not in (ACTIVATION, OUTPUT) or \
+            source.dtype != target.dtype or source.name == target.name or \
+            lowered.readers().get(source.name) != [index] or \
+            not lowered.is_whole(copy.src) or not copy.dst.is_row_major():
+        return None
+    writers_now = list(moved_into.get(source.name, []))
+    for position in lowered.writers().get(source.name, []):
+        if not isinstance(lowered.instructions[position], Copy | Fill):
+            writers_now.append(position)
+        elif position not in gone:
+            return None
+    if not writers_now or not all(isinstance(lowered.instructions[position], Copy | AccelLayer)
+                             for position in lowered.writers().get(target.name, [])):
+        return None  # not a concatenation
+    return writers_now if _untouched_between(lowered, min(writers_now), index, copy.dst) else None
+
+
 def _untouched_between(lowered: LoweredProgram, first: int, last: int, run: View) -> bool:
-    """Does no instruction strictly between `first` and `last` read `run`'s buffer or
-    write an element of `run`?"""
+    """Does no instruction from `first` to before `last` read `run`'s buffer, and no
+    instruction but the one at `last` write an element of `run` (a concatenation's parts
+    are disjoint; so moving its writes earlier keeps every element's last writer)?"""
     buffer = lowered.buffer_of(run)
     start, stop = run.offset, run.offset + int(np.prod(run.shape))
-    for position in lowered.readers().get(run.buffer, []):
-        if first < position < last:
-            return False
+    if any(first <= position < last for position in lowered.readers().get(run.buffer, [])):
+        return False
     for position in lowered.writers().get(run.buffer, []):
-        if first < position < last:
+        if position != last:
             written = view_array(lowered.instructions[position].dst, np.arange(buffer.elements))
             if np.any((written >= start) & (written < stop)):
                 return False

@@ -25,7 +25,9 @@ In order (each a module of its own, each taking and giving a `LoweredProgram`):
    packed at run time) become constants. Then `accel_boundary` again: the program's result,
    a layer's rows in NCHW, is written by a layout layer; a dense layer that reads a
    layer's rows reordered reads them as they are, its weights reordered.
-8. `accel_layers.program_accel_layers`: every layer's commands and cycles, once, last.
+8. `accel_attention.write_in_place`: layers whose results a concatenation copies write
+   its runs themselves (attention's heads).
+9. `accel_layers.program_accel_layers`: every layer's commands and cycles, once, last.
 """
 
 from __future__ import annotations
@@ -54,10 +56,10 @@ def fuse_for_accelerator(lowered: LoweredProgram, weights: dict[str, Array],
     """`lowered` run on the accelerator where it can be (a new program)."""
     layers = split_head_projections(share_requantizations(lowered, weights), weights, accel)
     layers = fuse_accel_depthwise(fuse_accel_layers(layers, weights, accel), weights, accel)
-    layers = write_in_place(fuse_activation_products(layers, weights, accel))
+    layers = fuse_activation_products(layers, weights, accel)
     layers = fuse_accel_pools(layers, weights, accel)  # (a later residual add reads its rows)
     layers = fuse_accel_residuals(fuse_elementwise(layers), weights, accel)
     layers = fuse_accel_pools(layers, weights, accel)  # pools of the layers that took an add
     layers = absorb_input_layouts(read_layer_rows(layers, weights, accel), weights, accel)
     layers = absorb_result_layouts(fold_constant_copies(layers, weights), weights, accel)
-    return program_accel_layers(layers, weights, accel)
+    return program_accel_layers(write_in_place(layers), weights, accel)
