@@ -35,6 +35,9 @@
 // the load -> exec -> store order already guarantees they are there.
 // A pooling STORE (bit 6) takes its rows from the scratchpad instead of the array: row i
 // is the bytewise signed max of `window` rows spad_row + i + t*window_stride (t < window),
+// or with window_count1 > 0 of the 2-D pattern spad_row + i*pixel_step
+// + (t / window_count1)*window_stride2 + (t % window_count1)*window_stride (a k x k window
+// of input rows resident in the scratchpad, at the pool's stride),
 // read one per cycle on port 2 and sent through the epilogue (configured as the identity)
 // to memory: a max-pool over rows the DMA gathered with its im2col addressing. With bit 7
 // (sum) the row is instead the int32 sum of the window's rows, which the epilogue scales
@@ -47,7 +50,10 @@
 //               [176+:16] y0, [192+:16] y_step, [208+:16] height, [224+:16] x0,
 //               [240+:16] x_step, [256+:16] width, [272+:8] pad_value
 //               (STORE: spad_row is the first residual or pooled row; a pooling STORE
-//               reads window from [176+:16] and window_stride from [192+:24])
+//               reads window from [176+:16] and window_stride from [192+:24], and its
+//               window's lines and pixel step from [216+:8] window_count1 (taps per
+//               line, 0: one line), [224+:24] window_stride2 (rows between lines) and
+//               [248+:8] pixel_step (rows between pooled rows, 0: 1))
 //   COMPUTE:    [8+:24] w_row, [32+:24] a_row, [56+:16] m_len (>= 1), [72] add, [73] emit,
 //               [80+:16] a_count1, [96+:24] a_stride1, [120+:24] a_stride2: activation
 //               row i = i2*a_count1 + i1 is a_row + i2*a_stride2 + i1*a_stride1 (rows
@@ -330,6 +336,12 @@ module ws_accel #(
     reg  [15:0]      p_window, p_t;
     reg  [SPAD_W-1:0] p_wstride;
     reg  [SPAD_W-1:0] p_pix, p_addr;
+    reg  [7:0]       p_wcount1, p_tx, p_step;  // taps per window line (0: one line), pixel step
+    reg  [SPAD_W-1:0] p_wstride2, p_line;    // rows between window lines, this line's first
+    /* verilator lint_off UNUSEDSIGNAL */
+    wire [31:0]      p_step_wide = {24'd0, p_step};
+    /* verilator lint_on UNUSEDSIGNAL */
+    wire [SPAD_W-1:0] p_step_rows = p_step_wide[SPAD_W-1:0];
     reg  [31:0]      p_reads;               // reads of the pooling STORE not yet issued
     reg              s_sum;                 // the pooling STORE sums (else takes the max)
     reg  [COLS*32-1:0] p_kept;              // max or sum of the pooled row's earlier rows
@@ -379,17 +391,30 @@ module ws_accel #(
                 p_wstride <= sq_head[192 +: SPAD_W];
                 p_pix     <= sq_head[144 +: SPAD_W];
                 p_addr    <= sq_head[144 +: SPAD_W];
+                p_line    <= sq_head[144 +: SPAD_W];
                 p_t       <= 16'd0;
+                p_tx      <= 8'd0;
+                p_wcount1 <= sq_head[216 +: 8];
+                p_wstride2 <= sq_head[224 +: SPAD_W];
+                p_step    <= sq_head[248 +: 8] == 8'd0 ? 8'd1 : sq_head[248 +: 8];
                 p_reads   <= sq_head[6] ? sq_head[48 +: 16] * sq_head[96 +: 16] * sq_head[176 +: 16]
                                         : 32'd0;
             end else if (pool_issue) begin
                 p_reads <= p_reads - 32'd1;
-                if (p_t == p_window - 16'd1) begin
+                if (p_t == p_window - 16'd1) begin          // the next pooled row
                     p_t    <= 16'd0;
-                    p_pix  <= p_pix + 1'b1;
-                    p_addr <= p_pix + 1'b1;
+                    p_tx   <= 8'd0;
+                    p_pix  <= p_pix + p_step_rows;
+                    p_addr <= p_pix + p_step_rows;
+                    p_line <= p_pix + p_step_rows;
+                end else if (p_wcount1 != 8'd0 && p_tx == p_wcount1 - 8'd1) begin
+                    p_t    <= p_t + 16'd1;                  // the window's next line
+                    p_tx   <= 8'd0;
+                    p_line <= p_line + p_wstride2;
+                    p_addr <= p_line + p_wstride2;
                 end else begin
                     p_t    <= p_t + 16'd1;
+                    p_tx   <= p_tx + 8'd1;
                     p_addr <= p_addr + p_wstride;
                 end
             end

@@ -13,7 +13,8 @@ from main memory, "window" keeps the input rows in the scratchpad and reads each
 as a 2-D pattern of them: every window tiling that fits is run; default "best", the one
 the cycle model prices fastest).
 A layer with `"pool": true` is a max-pool (`commands.pool_program`: the DMA gathers the
-windows' taps, pooling stores take their max), checked against `pool_reference`.
+windows' taps, or with `"schedule": "band"` loads the input rows once and each window is a
+2-D pattern of them; pooling stores take their max), checked against `pool_reference`.
 The layers come from the `layers` setting (glensidec.cosim.settings); with an `out`
 setting, the simulated cycles and wall times are written to that file (JSON).
 """
@@ -85,7 +86,7 @@ def random_quant(rng: np.random.Generator, channels: int, residual: str) -> Laye
 
 
 async def run_pool(dut: Any, config: AccelConfig, layer: ConvLayer, seed: int,
-                   summed: bool = False) -> int:
+                   summed: bool = False, schedule: str = "best") -> int:
     """Run one max-pool (or, `summed`, an average pool: window sums through a random
     epilogue) on the DUT; returns the simulated cycles (checked inside)."""
     rng = np.random.default_rng(seed)
@@ -96,7 +97,7 @@ async def run_pool(dut: Any, config: AccelConfig, layer: ConvLayer, seed: int,
                                           zero_point=int(rng.integers(-20, 20))),
                            tuple(int(v) for v in rng.integers(-3000, 3000, layer.channels)),
                            tuple(int(v) for v in rng.integers(2**26, 2**28, layer.channels)))
-    program = pool_program(config, layer, quant)
+    program = pool_program(config, layer, quant, schedule)
     M, C = layer.out_size[0] * layer.out_size[1], layer.channels
     memory = rng.integers(0, 256, program.memory_bytes).astype(np.uint8)  # garbage output
     memory[:feature.size] = feature.reshape(-1) & 0xFF
@@ -183,7 +184,7 @@ async def layers(dut: Any) -> None:
                   if key not in ("residual", "pool", "schedule")}
         if spec.get("pool"):
             cycles = await run_pool(dut, config, ConvLayer(**fields), seed,
-                                    spec["pool"] == "sum")
+                                    spec["pool"] == "sum", str(spec.get("schedule", "best")))
         else:
             cycles = await run_layer(dut, config, ConvLayer(**fields), seed,
                                      str(spec.get("residual", "")),

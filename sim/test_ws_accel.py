@@ -31,8 +31,9 @@ CASES = [(2, 2, 2, 32768, 16, 8, 16, 1024), (4, 4, 4, 32, 4, 2, 16, 2),
 #: with a residual add over two N blocks, a strided 1×1 (only sampled pixels loaded), a
 #: GEMM with an early residual, a 5×5 with packed taps (a plane per group of taps), GEMMs
 #: whose tilings keep the weights resident over several chunks (with a residual add) or
-#: give one band the rows tight weight buffers leave; and the 3×3 again in today's im2col
-#: schedule.
+#: give one band the rows tight weight buffers leave; pools forced to each schedule (the
+#: windows of resident input rows as 2-D patterns, and the gathered taps); and the 3×3
+#: again in today's im2col schedule.
 LAYERS = [
     {"name": "gemm4x2x2", "height": 4, "width": 1, "channels": 2, "out_channels": 2},
     {"name": "conv3x3", "height": 5, "width": 5, "channels": 6, "out_channels": 6,
@@ -71,6 +72,13 @@ LAYERS = [
      "out_channels": 8, "residual": "after", "schedule": "window"},
     {"name": "window_gemm12x40", "height": 12, "width": 1, "channels": 40,
      "out_channels": 8, "schedule": "window"},
+    {"name": "band_maxpool3x3s2", "height": 7, "width": 6, "channels": 6, "out_channels": 6,
+     "kernel": 3, "stride": 2, "padding": 1, "pool": True, "schedule": "band"},
+    {"name": "gather_maxpool3x3s2", "height": 7, "width": 6, "channels": 6,
+     "out_channels": 6, "kernel": 3, "stride": 2, "padding": 1, "pool": True,
+     "schedule": "gather"},
+    {"name": "band_avgpool2x2s2", "height": 5, "width": 4, "channels": 6, "out_channels": 6,
+     "kernel": 2, "stride": 2, "padding": 0, "pool": "sum", "schedule": "band"},
     {"name": "im2col3x3", "height": 4, "width": 3, "channels": 6, "out_channels": 6,
      "kernel": 3, "stride": 1, "padding": 1, "schedule": "im2col"},
 ]

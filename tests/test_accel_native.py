@@ -147,28 +147,31 @@ def test_a_packed_table_unpacks_to_the_same_commands(layer: ConvLayer, residual:
     assert unpacked == program.commands
 
 
+@pytest.mark.parametrize("schedule", ["gather", "band"])
 @pytest.mark.parametrize("config_name", sorted(CONFIGS))
 @pytest.mark.parametrize("layer", POOLS, ids=lambda layer: layer.name)
-def test_pool_programs_take_the_python_models_cycles(layer: ConvLayer, config_name: str
-                                                     ) -> None:
-    """Pooling stores read the scratchpad window by window; load → store tokens."""
+def test_pool_programs_take_the_python_models_cycles(layer: ConvLayer, config_name: str,
+                                                     schedule: str) -> None:
+    """Pooling stores read the scratchpad window by window (gathered taps, or a 2-D
+    window of resident input rows); load → store tokens."""
     config = CONFIGS[config_name]
-    program = pool_program(config, layer)  # every configuration holds these windows
+    program = pool_program(config, layer, schedule=schedule)  # every configuration fits
     _compare(config, program.commands)
     unpacked = unpack_commands(pack_commands(program.commands).astype(np.int32), config.cols,
                                EpilogueConfig(), (0,) * layer.channels, (1,) * layer.channels)
     assert unpacked == program.commands
 
 
+@pytest.mark.parametrize("schedule", ["gather", "band"])
 @pytest.mark.parametrize("config_name", sorted(CONFIGS))
-def test_sum_pool_programs_take_the_python_models_cycles_and_round_trip(config_name: str
-                                                                         ) -> None:
+def test_sum_pool_programs_take_the_python_models_cycles_and_round_trip(config_name: str,
+                                                                         schedule: str) -> None:
     """An average pool: sum stores (their flag in the table's height column) and a Config
     per N block whose vectors differ."""
     config = CONFIGS[config_name]
     layer = ConvLayer("avgpool", 6, 6, 11, 11, kernel=2, stride=2)
     quant = random_layer_data(layer, 3)[2]
-    program = pool_program(config, layer, quant)
+    program = pool_program(config, layer, quant, schedule)
     _compare(config, program.commands)
     unpacked = unpack_commands(pack_commands(program.commands).astype(np.int32), config.cols,
                                quant.epilogue, quant.bias, quant.multiplier)

@@ -105,6 +105,7 @@ typedef struct {
   /* a pooling store's reads (p_*) and the row read last cycle (q2_*) */
   int s_pool, q2_valid, q2_first, q2_last;
   int64_t p_window, p_wstride, p_t, p_pix, p_addr, p_reads;
+  int64_t p_wcount1, p_wstride2, p_step, p_tx, p_line; /* a window in lines, pixels apart */
   fifo st_rows;
 } model;
 
@@ -363,8 +364,13 @@ static int step(model *m, int64_t cycle, gs_timing *timing) {
     m->s_pool = cmd[head].y0 > 0; /* a pooling store: y0 = window, y_step = stride */
     m->p_window = cmd[head].y0;
     m->p_wstride = cmd[head].y_step;
-    m->p_pix = m->p_addr = cmd[head].spad_row;
-    m->p_t = 0;
+    m->p_pix = m->p_addr = m->p_line = cmd[head].spad_row;
+    m->p_t = m->p_tx = 0;
+    /* and x0 = taps per window line (0: one line), x_step = rows between window lines,
+     * width = rows between pooled pixels (0: 1) */
+    m->p_wcount1 = cmd[head].x0;
+    m->p_wstride2 = cmd[head].x_step;
+    m->p_step = cmd[head].width > 0 ? cmd[head].width : 1;
     m->p_reads = m->s_pool ? m->s_left * m->p_window : 0;
   } else {
     m->s_left -= admit;
@@ -372,11 +378,17 @@ static int step(model *m, int64_t cycle, gs_timing *timing) {
     if (pool_issue) {
       m->p_reads -= 1;
       if (m->p_t == m->p_window - 1) {
-        m->p_t = 0;
-        m->p_pix += 1;
-        m->p_addr = m->p_pix;
+        m->p_t = m->p_tx = 0;
+        m->p_pix += m->p_step;
+        m->p_addr = m->p_line = m->p_pix;
+      } else if (m->p_wcount1 > 0 && m->p_tx == m->p_wcount1 - 1) {
+        m->p_t += 1;
+        m->p_tx = 0;
+        m->p_line += m->p_wstride2;
+        m->p_addr = m->p_line;
       } else {
         m->p_t += 1;
+        m->p_tx += 1;
         m->p_addr += m->p_wstride;
       }
     }

@@ -39,6 +39,9 @@ FIELDS = ("op", "wait", "signal", "w_row", "a_row", "m_len", "add", "emit", "bas
 _DMA_FIELDS = FIELDS[8:-6]
 _WINDOW, _WINDOW_STRIDE = _DMA_FIELDS.index("y0"), _DMA_FIELDS.index("y_step")
 _SUM = _DMA_FIELDS.index("height")  # a pooling store's: 1 for a sum pool
+#: a pooling store's window lines and pixel step, where a load has x0, x_step and width
+_WINDOW_COUNT1, _WINDOW_STRIDE2, _PIXEL_STEP = (_DMA_FIELDS.index(name)
+                                                for name in ("x0", "x_step", "width"))
 _dma_fields = operator.attrgetter(*_DMA_FIELDS)  # a DmaCommand's fields, in order
 #: gs_timing's fields, in order.
 TIMING_FIELDS = ("cycles", "compute_rows", "load_bytes", "store_bytes", "array_stall_cycles",
@@ -130,6 +133,9 @@ def pack_commands(commands: Sequence[Command]) -> np.ndarray:
             if command.window:
                 dma[_WINDOW], dma[_WINDOW_STRIDE] = command.window, command.window_stride
                 dma[_SUM] = int(command.sum)
+                dma[_WINDOW_COUNT1] = command.window_count1
+                dma[_WINDOW_STRIDE2] = command.window_stride2
+                dma[_PIXEL_STEP] = command.pixel_step
             rows.append([2, command.wait, command.signal, 0, 0, 0, 0, 0, *dma, 0, 0, 0,
                          0, 0, 0])
     return np.array(rows, dtype=np.int64).reshape(len(commands), len(FIELDS))
@@ -196,11 +202,16 @@ def unpack_commands(table: np.ndarray, cols: int, epilogue: EpilogueConfig,
                 commands.append(Load(dma, bool(field["wait"]), bool(field["signal"]),
                                      bool(field["wait_store"]), bool(field["signal_store"])))
             else:
-                pooling = field["y0"] > 0  # its window, stride and sum flag
+                pooling = field["y0"] > 0  # its window, stride and sum flag, lines, step
+                pattern = {"x0": DmaCommand.x0, "x_step": DmaCommand.x_step,
+                           "width": DmaCommand.width} if pooling else {}
                 dma = DmaCommand(**{**values, "bounds": bool(values["bounds"]), "y0": 0,
-                                    "y_step": 0,
+                                    "y_step": 0, **pattern,
                                     "height": DmaCommand.height if pooling else values["height"]})
                 commands.append(Store(dma, bool(field["signal"]), bool(field["wait"]),
                                       field["y0"], field["y_step"],
-                                      pooling and bool(field["height"])))
+                                      pooling and bool(field["height"]),
+                                      field["x0"] if pooling else 0,
+                                      field["x_step"] if pooling else 0,
+                                      field["width"] if pooling else 0))
     return commands

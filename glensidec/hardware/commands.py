@@ -99,7 +99,9 @@ class Store:
     its rows from the scratchpad instead of the array: row i is the bytewise signed max
     of rows dma.spad_row + i + t·window_stride, t < window (sent through the epilogue,
     which a Config made the identity), or with `sum` their int32 sum (an average pool:
-    the epilogue adds the bias, requantizes by the multiplier and clips it)."""
+    the epilogue adds the bias, requantizes by the multiplier and clips it); with
+    `window_count1` the window is lines of rows and the pooled rows `pixel_step` apart
+    (`window_rows`)."""
 
     dma: DmaCommand
     signal: bool = False  # give a store → load token once its last row entered the epilogue
@@ -107,6 +109,19 @@ class Store:
     window: int = 0
     window_stride: int = 0
     sum: bool = False
+    #: a window of lines (a 2-D pattern): `window_count1` rows window_stride apart per
+    #: line (0: one line), lines `window_stride2` apart; pooled rows `pixel_step` apart
+    #: (0: consecutive) — a k×k window of resident input rows at the pool's stride
+    window_count1: int = 0
+    window_stride2: int = 0
+    pixel_step: int = 0
+
+    def window_rows(self, index: int) -> list[int]:
+        """The scratchpad rows pooled row `index` reads, in order (unwrapped)."""
+        first = self.dma.spad_row + index * (self.pixel_step or 1)
+        per_line = self.window_count1 or self.window
+        return [first + tap // per_line * self.window_stride2
+                + tap % per_line * self.window_stride for tap in range(self.window)]
 
 
 @dataclass(frozen=True)
@@ -191,6 +206,11 @@ def encode_command(command: Command, cols: int) -> int:
             word |= _field(1, 6, 1) | _field(command.sum, 7, 1)
             word |= _field(command.window, DMA_FIELDS["y0"][0], 16)
             word |= _field(command.window_stride, DMA_FIELDS["y_step"][0], SPAD_ROW_BITS)
+            # its window's lines and pixel step from bit 216 on (a load's x0 … pad_value)
+            word &= ~(((1 << 64) - 1) << 216)
+            word |= _field(command.window_count1, 216, 8)
+            word |= _field(command.window_stride2, 224, SPAD_ROW_BITS)
+            word |= _field(command.pixel_step, 248, 8)
         return word
     if isinstance(command, Compute):
         return (OP_COMPUTE | _field(command.wait, 3, 1) | _field(command.signal, 4, 1)
@@ -286,6 +306,8 @@ class AccelModel:
         # a pooling store's reads (p_*) and the row read last cycle (q2_*)
         self.s_pool = self.q2_valid = self.q2_first = self.q2_last = False
         self.p_window = self.p_wstride = self.p_t = self.p_pix = self.p_addr = 0
+        self.p_wcount1 = self.p_wstride2 = self.p_tx = self.p_line = 0
+        self.p_step = 1
         self.p_reads = 0
         self.s1_valid = self.out_valid = False
         self.out_rows = 0  # rows in the output FIFO (epilogue → ws_dma_store)
@@ -502,18 +524,24 @@ class AccelModel:
             self.s_signal, self.res_addr = head.signal, head.dma.spad_row
             self.s_pool, self.p_window, self.p_wstride = bool(head.window), head.window, \
                 head.window_stride
-            self.p_pix = self.p_addr = head.dma.spad_row
-            self.p_t, self.p_reads = 0, head.dma.rows * head.window
+            self.p_pix = self.p_addr = self.p_line = head.dma.spad_row
+            self.p_t, self.p_tx, self.p_reads = 0, 0, head.dma.rows * head.window
+            self.p_wcount1, self.p_wstride2 = head.window_count1, head.window_stride2
+            self.p_step = head.pixel_step or 1
         else:
             self.s_left -= int(admit)
             self.res_addr += int(res_read)
             if pool_issue:
                 self.p_reads -= 1
                 if self.p_t == self.p_window - 1:
-                    self.p_t, self.p_pix = 0, self.p_pix + 1
-                    self.p_addr = self.p_pix
+                    self.p_t, self.p_tx, self.p_pix = 0, 0, self.p_pix + self.p_step
+                    self.p_addr = self.p_line = self.p_pix
+                elif self.p_wcount1 and self.p_tx == self.p_wcount1 - 1:  # the next line
+                    self.p_t, self.p_tx = self.p_t + 1, 0
+                    self.p_line += self.p_wstride2
+                    self.p_addr = self.p_line
                 else:
-                    self.p_t += 1
+                    self.p_t, self.p_tx = self.p_t + 1, self.p_tx + 1
                     self.p_addr += self.p_wstride
         if config_pop and isinstance(head, Config):
             self.sq.popleft()
@@ -1386,8 +1414,14 @@ def im2col_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant) -> 
                         tiling.piece_folds, pad, residual_base)
 
 
-def pool_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant | None = None
-                 ) -> LayerProgram:
+#: pool_program's schedules: "gather" (the DMA gathers every window's taps from main
+#: memory), "band" (input rows resident, each window a 2-D pattern of them), "best" (the
+#: one the exact cycle model prices fastest).
+POOL_SCHEDULES = ("best", "gather", "band")
+
+
+def pool_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant | None = None,
+                 schedule: str = "best") -> LayerProgram:
     """Max-pooling of an NHWC int8 map as commands (`layer`: kernel, stride and padding
     of the windows; channels = out_channels; padding reads −128, so it never wins).
 
@@ -1395,6 +1429,123 @@ def pool_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant | None
     pooling stores send each window's int32 sum through the epilogue of `quant` (its
     bias, multiplier and clip; a Config for each N block whose vectors differ from the
     last one's). Its windows are unpadded.
+
+    `schedule` (POOL_SCHEDULES): "gather" (`gather_pool_program`) or "band"
+    (`band_pool_program`, each tiling of `pool_band_tilings`), or "best": every one that
+    fits, priced by `accel_cycles`, the fastest (then the fewest bytes moved) kept.
+    CapacityError naming the sizes when none fits."""
+    if quant is not None and layer.padding:
+        raise CapacityError(f"layer {layer.name}: a sum pool's windows are unpadded")
+    if schedule not in POOL_SCHEDULES:
+        raise ValueError(f"unknown schedule {schedule!r}; one of {', '.join(POOL_SCHEDULES)}")
+    if schedule == "gather":
+        return gather_pool_program(config, layer, quant)
+    candidates = [band_pool_program(config, layer, quant, rows, first)
+                  for rows, first in pool_band_tilings(config, layer)]
+    if schedule == "band":
+        if not candidates:
+            raise CapacityError(f"layer {layer.name}: the input rows of one output row of "
+                                "its windows do not fit half the scratchpad")
+        return candidates[0]
+    try:
+        candidates.append(gather_pool_program(config, layer, quant))
+    except CapacityError:
+        if not candidates:
+            raise
+    if len(candidates) == 1:
+        return candidates[0]
+    priced = [(accel_cycles(config, program.commands), program) for program in candidates]
+    return min(priced, key=lambda choice: (choice[0].cycles,
+                                           choice[0].load_bytes + choice[0].store_bytes))[1]
+
+
+def pool_band_tilings(config: AccelConfig, layer: ConvLayer) -> list[tuple[int, int]]:
+    """(output rows per chunk, output rows of the first chunk or 0) of the band pooling
+    schedule: as many output rows as half the scratchpad holds the input rows of (a
+    chunk's band, for one block of COLS channels), balanced, and the same with a small
+    first chunk (the first band loads sooner). None when a window's lines or the stride
+    exceed a pooling store's 8-bit fields, or one output row's band does not fit."""
+    out_h, out_w = layer.out_size
+    if layer.kernel > 255 or layer.stride > 255:
+        return []
+    width = (out_w - 1) * layer.stride + layer.kernel
+    half = config.memory.scratchpad_rows // 2
+    fitting = [rows for rows in range(1, out_h + 1)
+               if ((rows - 1) * layer.stride + layer.kernel) * width <= half]
+    if not fitting:
+        return []
+    chunks = -(-out_h // max(fitting))
+    rows = -(-out_h // chunks)
+    return [(rows, 0)] + ([(rows, max(1, rows // 4))] if rows >= 4 else [])
+
+
+def band_pool_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant | None,
+                      chunk_rows: int, first_rows: int = 0) -> LayerProgram:
+    """A pool whose input rows stay in the scratchpad: per chunk of output rows and block
+    of COLS channels, the DMA loads the chunk's *band* once — the input rows its windows
+    read, one scratchpad row per pixel, padding rows (−128) by its bounds without a memory
+    access — into one of two halves of the scratchpad, and per output line a pooling
+    `Store` reads each pixel's k×k window as a 2-D pattern of band rows (`window_count1`
+    = k taps a row apart per line, lines a band width apart, pixels `stride` rows apart).
+    So each input byte crosses the bus once (twice where two chunks' bands share rows),
+    not once per window that covers it. The load of the next step overlaps this step's
+    stores: its band load waits for the store two steps back (store → load token), and
+    the step's first Store for its load (load → store)."""
+    out_h, out_w = layer.out_size
+    channels, taps, stride = layer.channels, layer.kernel * layer.kernel, layer.stride
+    width = (out_w - 1) * stride + layer.kernel
+    half = config.memory.scratchpad_rows // 2
+    M = out_h * out_w
+    input_base = 0
+    output_base = _align(layer.height * layer.width * channels)
+    memory_bytes = output_base + _align(M * channels) + 2 * config.memory.bus_bytes
+    first = min(first_rows or chunk_rows, out_h)
+    chunks = [(0, first)] + [(oy0, min(chunk_rows, out_h - oy0))
+                             for oy0 in range(first, out_h, chunk_rows)]
+    used = min(config.cols, channels)
+    commands: list[Command] = [] if quant is not None else [Config(
+        EpilogueConfig(), (0,) * config.cols, (1,) * used + (0,) * (config.cols - used))]
+    configured: tuple[tuple[int, ...], tuple[int, ...]] | None = None
+    tails: list[list[Command]] = []
+    for oy0, rows_here in chunks:
+        y0, x0 = oy0 * stride - layer.padding, -layer.padding
+        for n0 in range(0, channels, config.cols):
+            block = min(config.cols, channels - n0)
+            buffer = len(tails) % 2 * half
+            commands.append(Load(DmaCommand(
+                base=input_base + (y0 * layer.width + x0) * channels + n0, length=block,
+                count1=width, stride1=channels, count2=(rows_here - 1) * stride + layer.kernel,
+                stride2=layer.width * channels, spad_row=buffer, bounds=True, y0=y0, y_step=1,
+                height=layer.height, x0=x0, x_step=1, width=layer.width, pad_value=-128),
+                wait_store=len(tails) >= 2, signal_store=True))
+            if tails:  # the step before's stores, after this step's load
+                commands += tails[-1]
+            tail: list[Command] = []
+            if quant is not None:
+                padded = (0,) * (config.cols - block)
+                vectors = (tuple(quant.bias[n0:n0 + block]) + padded,
+                           tuple(quant.multiplier[n0:n0 + block]) + padded)
+                if vectors != configured:
+                    tail.append(Config(quant.epilogue, *vectors, first_column=n0))
+                    configured = vectors
+            tail += [Store(DmaCommand(base=output_base + (oy0 + line) * out_w * channels + n0,
+                                      length=block, count1=out_w, stride1=channels,
+                                      spad_row=buffer + line * stride * width),
+                           signal=line == rows_here - 1, wait=line == 0, window=taps,
+                           window_stride=1, sum=quant is not None,
+                           window_count1=layer.kernel, window_stride2=width,
+                           pixel_step=stride)
+                     for line in range(rows_here)]
+            tails.append(tail)
+    if tails:
+        commands += tails[-1]
+    return LayerProgram(commands, input_base, output_base, output_base, memory_bytes,
+                        chunk_rows * out_w, taps, taps)
+
+
+def gather_pool_program(config: AccelConfig, layer: ConvLayer,
+                        quant: LayerQuant | None = None) -> LayerProgram:
+    """The pool with every window's taps gathered from main memory by the DMA.
 
     Per M chunk of output rows and block of COLS channels, the DMA gathers the window's
     kernel² taps into an activation buffer (im2col addressing, one tap per load, tap t's
@@ -1756,9 +1907,9 @@ def run_functional(config: AccelConfig, commands: Sequence[Command],
                 residual_row = _signed_bytes(spad.get(command.dma.spad_row + index,
                                                       zero_row)[:C])
                 if command.window:  # a pooling store: the max (or sum) of its rows
-                    taps = [_signed_bytes(spad.get(
-                        command.dma.spad_row + index + tap * command.window_stride,
-                        zero_row)[:C]) for tap in range(command.window)]
+                    mask = config.memory.scratchpad_rows - 1
+                    taps = [_signed_bytes(spad.get(row & mask, zero_row)[:C])
+                            for row in command.window_rows(index)]
                     emitted.appendleft(np.sum(taps, axis=0) if command.sum
                                        else np.max(taps, axis=0))
                 out = epilogue_reference(emitted.popleft()[None, :],
