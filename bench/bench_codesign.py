@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from glensidec.hardware.area import Machine, fitted, sram_bits
+from glensidec.hardware.area import Machine, fitted, measured, sram_bits
 from glensidec.lang.data import load_weights
 from glensidec.lang.syntax import format_program, read_program
 from glensidec.nas import hardware as H
@@ -147,6 +147,23 @@ def met(found: dict[str, Any]) -> tuple[bool, float, float, float]:
     return speedup >= TARGET and drop <= 1.0 and cosim, speedup, drop, drop_original
 
 
+def synthesized_shape() -> tuple[int, int]:
+    """The most rows and columns of any configuration Yosys synthesized (fitted or held
+    out): the area model's logic cells beyond them are extrapolated."""
+    machines = [Machine.parse_key(key) for key in measured()["configurations"]]
+    return max(m.rows for m in machines), max(m.cols for m in machines)
+
+
+def machine_text(text: str) -> str:
+    """A machine as the tables show it, marked when its array is larger than any that was
+    synthesized (its area is the model's extrapolation)."""
+    rows, cols = (int(d) for d in text.split(",")[0].split("x"))
+    top_rows, top_cols = synthesized_shape()
+    if rows <= top_rows and cols <= top_cols:
+        return text
+    return f"{text} (area extrapolated: beyond the {top_rows}x{top_cols} synthesized)"
+
+
 def lines(found: dict[str, Any]) -> list[str]:
     ok, speedup, drop, drop_original = met(found)
     machines = np.prod([len(values) for values in H.DEFAULT_SPACE.values()])
@@ -166,7 +183,7 @@ def lines(found: dict[str, Any]) -> list[str]:
            "1) |", "|---|---|---|---:|---:|---:|---:|"]
     for row in found["rows"]:
         choices = ", ".join(f"{k} {v}" for k, v in row["choices"].items() if v != "keep")
-        out.append(f"| {row['label']} | {choices or '-'} | {row['machine_text']} | "
+        out.append(f"| {row['label']} | {choices or '-'} | {machine_text(row['machine_text'])} | "
                    f"{row['area']:,} | {row['cycles']} | {row['host']} | "
                    f"{B.accuracy_text(row['accuracies'])} |")
     out += ["", f"Target (issue 31: >= {TARGET:g}x faster than the best network on the fixed "
@@ -179,7 +196,8 @@ def lines(found: dict[str, Any]) -> list[str]:
             "accuracy (seed 0) |", "|---|---|---:|---:|---:|"]
     for row in found["front"]:
         choices = ", ".join(f"{k} {v}" for k, v in row["choices"].items() if v != "keep")
-        out.append(f"| {choices or 'original'} | {row['machine_text']} | {row['area']:,} | "
+        out.append(f"| {choices or 'original'} | {machine_text(row['machine_text'])} | "
+                   f"{row['area']:,} | "
                    f"{row['cycles']} | {100 * row['accuracy']:.1f} % |")
     if "partial" in found:  # a run stopped after a stage: what is missing stays missing
         return [*out, "", f"**Stopped after its stage '{found['partial']}'**: the int8 "

@@ -248,3 +248,12 @@ def test_the_final_choice_averages_the_retraining_seeds(
     assert two.original["accuracy"] == pytest.approx(0.97)
     assert two.chosen["accuracy"] == pytest.approx(0.9675)
     assert two.chosen["cycles"] < two.original["cycles"]
+    # `train` legality scores by the same mean and keeps each seed's accuracy
+    judged = S.run_search(format_program(program), load_weights(program),
+                          (train["x"], train["y"]), (train["x"], train["y"]),
+                          parse_array_size("16x16"),
+                          replace(options, legality="train", train_seeds=2), here)
+    candidate = next(r for r in judged.records[1:] if r["valid"])
+    assert candidate["accuracies"] == [0.965, 0.97]
+    assert candidate["score"] == pytest.approx(0.9675)
+    assert judged.original["accuracies"] == [0.98, 0.96]

@@ -287,14 +287,14 @@ def legality_score(graph: Graph, setup: Setup,
 
     torch_threads()
     if setup.legality == "train":
-        return retrained(graph, setup)[0], None
+        return float(np.mean(retrained(graph, setup)[0])), None
     return proxy(setup.legality, graph, Data(setup.train_x, setup.train_y), setup.seed, points)
 
 
-def retrained(graph: Graph, setup: Setup) -> tuple[float, dict[str, Array]]:
-    """Validation accuracy after retraining from the graph's weights, the mean over
+def retrained(graph: Graph, setup: Setup) -> tuple[list[float], dict[str, Array]]:
+    """Validation accuracies after retraining from the graph's weights with each of
     `setup.train_seeds` seeds from `setup.seed` (one seed's accuracy moves by a point on the
-    digits ViT: the final rule's one-point margin needs the mean), and the weights the
+    digits ViT: the final rule's one-point margin needs their mean), and the weights the
     first seed trained."""
     from glensidec.nas.torch_model import Data, accuracy, train
 
@@ -303,7 +303,7 @@ def retrained(graph: Graph, setup: Setup) -> tuple[float, dict[str, Array]]:
     for seed in range(setup.seed, setup.seed + setup.train_seeds):
         trained = train(graph, train_data, setup.train_epochs, seed, learning_rate=RETRAIN_RATE)
         found.append((accuracy(trained, val), trained.weights))
-    return float(np.mean([a for a, _ in found])), found[0][1]
+    return [a for a, _ in found], found[0][1]
 
 
 def starts(graph: Graph, seed: int) -> list[Graph]:
@@ -364,7 +364,12 @@ def evaluate(setup: Setup, candidate: Candidate) -> dict[str, Any]:
         return {**record, "valid": False, "error": error.message}
     cost = network_cost(transformed, setup.config, setup.dram_bandwidth)
     counted = params_and_macs(transformed)
-    score, per_point = legality_score(transformed, setup, fisher.block_outputs(graph))
+    if setup.legality == "train":  # the accuracy of each seed is kept with their mean
+        torch_threads()
+        record["accuracies"] = retrained(transformed, setup)[0]
+        score, per_point = float(np.mean(record["accuracies"])), None
+    else:
+        score, per_point = legality_score(transformed, setup, fisher.block_outputs(graph))
     record.update(valid=True, params=sum(p for p, _ in counted.values()),
                   macs=sum(m for _, m in counted.values()),
                   accelerator_cycles=cost.accelerator, array_cycles=cost.array,
@@ -375,9 +380,12 @@ def evaluate(setup: Setup, candidate: Candidate) -> dict[str, Any]:
 
 
 def retrain(setup: Setup, candidate: Candidate) -> tuple[float, dict[str, Array]]:
-    """The candidate retrained from inherited weights (`retrained`)."""
+    """The candidate retrained from inherited weights (`retrained`): the mean accuracy and
+    the first seed's weights."""
     torch_threads()
-    return retrained(apply(original(setup), setup.layers, candidate, T.INHERIT), setup)
+    accuracies, weights = retrained(apply(original(setup), setup.layers, candidate, T.INHERIT),
+                                    setup)
+    return float(np.mean(accuracies)), weights
 
 
 # -- the search ------------------------------------------------------------------------------
