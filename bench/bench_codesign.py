@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from glensidec.hardware.area import Machine, fitted, measured, sram_bits
+from glensidec.hardware.area import Machine, fitted, sram_bits
 from glensidec.lang.data import load_weights
 from glensidec.lang.syntax import format_program, read_program
 from glensidec.nas import hardware as H
@@ -147,20 +147,13 @@ def met(found: dict[str, Any]) -> tuple[bool, float, float, float]:
     return speedup >= TARGET and drop <= 1.0 and cosim, speedup, drop, drop_original
 
 
-def synthesized_shape() -> tuple[int, int]:
-    """The most rows and columns of any configuration Yosys synthesized (fitted or held
-    out): the area model's logic cells beyond them are extrapolated."""
-    machines = [Machine.parse_key(key) for key in measured()["configurations"]]
-    return max(m.rows for m in machines), max(m.cols for m in machines)
-
-
 def machine_text(text: str) -> str:
     """A machine as the tables show it, marked when its array is larger than any that was
     synthesized (its area is the model's extrapolation)."""
     rows, cols = (int(d) for d in text.split(",")[0].split("x"))
-    top_rows, top_cols = synthesized_shape()
-    if rows <= top_rows and cols <= top_cols:
+    if not H.extrapolated(Machine(rows, cols)):
         return text
+    top_rows, top_cols = H.synthesized_shape()
     return f"{text} (area extrapolated: beyond the {top_rows}x{top_cols} synthesized)"
 
 

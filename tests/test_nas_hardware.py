@@ -66,6 +66,18 @@ def test_the_fitted_model_tracks_the_synthesized_cells() -> None:
         model.logic_cells(reference) + area.SRAM_CELLS_PER_BIT * area.sram_bits(reference))
 
 
+def test_machines_beyond_the_synthesized_arrays_are_marked_extrapolated() -> None:
+    """The area model measured arrays up to the largest synthesized rows and columns; a
+    64-column machine of the default space is its extrapolation (the co-design's tables
+    and plot say so)."""
+    synthesized = [Machine.parse_key(k) for k in area.measured()["configurations"]]
+    rows, cols = H.synthesized_shape()
+    assert (rows, cols) == (max(m.rows for m in synthesized), max(m.cols for m in synthesized))
+    assert not any(H.extrapolated(m) for m in synthesized)
+    assert H.extrapolated(Machine(rows, 2 * cols)) and H.extrapolated(Machine(2 * rows, cols))
+    assert not H.extrapolated(Machine(16, 16))
+
+
 def test_the_machine_space_and_its_errors() -> None:
     assert H.parse_space("") == H.DEFAULT_SPACE
     space = H.parse_space("rows=16,8 scratchpad=32KiB bus=64")

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from glensidec.errors import GlensideError
-from glensidec.hardware.area import AreaModel, Machine, fitted, size_text
+from glensidec.hardware.area import AreaModel, Machine, fitted, measured, size_text
 from glensidec.lang.syntax import parse_program
 from glensidec.lang.terms import Program
 from glensidec.lang.typecheck import TypeTable
@@ -425,6 +425,20 @@ def retrain_front(found: CodesignResult, setup: S.Setup, order: list[S.Candidate
 # -- outputs ---------------------------------------------------------------------------------
 
 
+def synthesized_shape() -> tuple[int, int]:
+    """The most rows and columns of any configuration Yosys synthesized for the area model
+    (fitted or held out)."""
+    machines = [Machine.parse_key(key) for key in measured()["configurations"]]
+    return max(m.rows for m in machines), max(m.cols for m in machines)
+
+
+def extrapolated(machine: Machine) -> bool:
+    """The machine's array is larger than any synthesized: its area is the model's
+    extrapolation, not an interpolation between measured configurations."""
+    rows, cols = synthesized_shape()
+    return machine.rows > rows or machine.cols > cols
+
+
 def pareto_png(found: CodesignResult) -> bytes:
     """Cycles against area: every pair evaluated, the front of the legal networks with
     each front network's retrained accuracy, the budget, and the marked picks."""
@@ -441,6 +455,12 @@ def pareto_png(found: CodesignResult) -> bytes:
         points = [r for r in valid if bool(r.get("network_legal")) == legal]
         axis.scatter([r["area"] / 1e6 for r in points], [r["cycles"] for r in points], s=10,
                      c=colour, label=label)
+    beyond = [r for r in valid if extrapolated(Machine.parse_key(r["machine"]))]
+    if beyond:
+        rows, cols = synthesized_shape()
+        axis.scatter([r["area"] / 1e6 for r in beyond], [r["cycles"] for r in beyond], s=28,
+                     facecolors="none", edgecolors="dimgrey", linewidths=0.6,
+                     label=f"area extrapolated (array beyond the {rows}x{cols} synthesized)")
     front = found.front
     axis.step([r["area"] / 1e6 for r in front], [r["cycles"] for r in front], where="post",
               c="tab:red", lw=1, label="Pareto front (legal networks)")
