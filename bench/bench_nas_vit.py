@@ -150,7 +150,8 @@ def main() -> int:
     saved.update(**clock.summary(), space_size=space.size, space_layers=space.layers,
                  strategy=result.strategy, evaluated=len(result.records),
                  legal=sum(1 for r in result.records if r.get("legal")),
-                 uniform=[space.describe(c) for c in S.uniform_candidates(space)])
+                 uniform=[space.describe(c) for c in S.uniform_candidates(space)],
+                 attention_blocks=space.attention_blocks)
     save(saved)
     return report(saved)
 
@@ -187,7 +188,7 @@ def report(saved: dict[str, Any]) -> int:
         f"| pick | choices | predicted cycles | speed-up | MACs | params | {OPTIONS.legality} "
         "score / original's | accuracy (seeds 0, 1) |",
         "|---|---|---:|---:|---:|---:|---:|---:|"]
-    for row in table:
+    for row in [*table, *with_attention(saved)]:
         choices = ", ".join(f"{k} {v}" for k, v in row["choices"].items() if v != "keep")
         lines.append(
             f"| {row['label']} | {choices or '-'} | {row['cycles']} | "
@@ -208,6 +209,18 @@ def report(saved: dict[str, Any]) -> int:
     splice(text)
     print(text)
     return 0 if met and cosim_ok else 1
+
+
+def with_attention(saved: dict[str, Any]) -> list[dict[str, Any]]:
+    """The cheapest legal candidate the search evaluated that keeps an attention block (the
+    chosen network may have dropped them all), as a row of the picks' table."""
+    blocks = saved.get("attention_blocks", [])
+    kept = [r for r in saved["search records"][1:] if r.get("legal") and
+            any(r["choices"].get(b) != "drop" for b in blocks)]
+    if not blocks or not kept:
+        return []
+    cheapest = min(kept, key=lambda r: r["cycles"])
+    return [{**cheapest, "label": "cheapest legal keeping an attention"}]
 
 
 def uniform_lines(saved: dict[str, Any], original: dict[str, Any]) -> list[str]:
