@@ -160,24 +160,49 @@ def save(saved: dict[str, Any]) -> None:
     RESULTS.write_text(json.dumps(saved, indent=1, sort_keys=True) + "\n", encoding="utf-8")
 
 
+def completed(saved: dict[str, Any]) -> dict[str, Any]:
+    """A run stopped after a stage (`partial`) in the form `report` reads: the space's
+    facts from the model, the search's from its records; what was not measured stays
+    missing."""
+    if "partial" not in saved:
+        return saved
+    program = read_program(MODEL)
+    space = S.search_space(lift(program, load_weights(program)), KINDS)
+    records = saved["search records"]
+    return {"space_size": space.size, "space_layers": space.layers,
+            "strategy": "aging evolution", "evaluated": len(records),
+            "legal": sum(1 for r in records if r.get("legal")),
+            "uniform": [space.describe(c) for c in S.uniform_candidates(space)],
+            "attention_blocks": space.attention_blocks, **saved}
+
+
+def timing(saved: dict[str, Any]) -> str:
+    if "partial" in saved:
+        return (f"STOPPED after its stage '{saved['partial']}' (the session's deadline, on 2 "
+                f"cores at a load average of 30-55: nas_transformer.json holds that stage's "
+                f"records)")
+    stages = ", ".join(f"{name} {seconds} s" for name, seconds in saved["stages"].items())
+    return (f"{saved['seconds']} s of wall time ({stages}) at a load average of "
+            f"{saved['load']:.1f} (the mean of each stage's end); {saved['cpu_seconds']} CPU "
+            f"seconds in all (this process, its workers, compiles and the simulator), so "
+            f"~{saved['cpu_seconds'] / 2 / 60:.1f} min on a quiet 2-core machine (target <= 15 "
+            f"min)")
+
+
 def report(saved: dict[str, Any]) -> int:
-    table, int8 = saved["table"], saved["int8"]
+    saved = completed(saved)
+    table, int8 = saved["table"], saved.get("int8")
     original, chosen = table[0], table[1]
     base = N.mean(original["accuracies"])
     speedup = original["cycles"] / chosen["cycles"]
     drop = 100 * (base - N.mean(chosen["accuracies"]))
     met = speedup >= TARGET and drop <= 1.0
-    stages = ", ".join(f"{name} {seconds} s" for name, seconds in saved["stages"].items())
     lines = [
         "## The digits vision transformer (issue 31)", "",
         f"examples/digits_vit.gs: the 8x8 digits as 4 tokens of 4x4 patches, width 32, 2 "
         f"pre-norm encoder blocks (2 heads of 16, MLP 64), flatten, dense. Made by `python "
         f"bench/bench_nas.py --transformer`, {WORKERS} Dask workers, on 2 cores shared with "
-        f"other jobs: {saved['seconds']} s of wall time ({stages}) at a load average of "
-        f"{saved['load']:.1f} (the mean of each stage's end); {saved['cpu_seconds']} CPU "
-        f"seconds in all (this process, its workers, compiles and the simulator), so "
-        f"~{saved['cpu_seconds'] / 2 / 60:.1f} min on a quiet 2-core machine (target <= 15 "
-        f"min). Space: {saved['space_size']} candidates over "
+        f"other jobs: {timing(saved)}. Space: {saved['space_size']} candidates over "
         f"{', '.join(saved['space_layers'])} ({', '.join(KINDS)}); {saved['strategy']}, "
         f"budget {BUDGET}: {saved['evaluated']} evaluated, {saved['legal']} legal (legality "
         f"`{OPTIONS.legality}`: the retrained accuracy, mean of seeds {SEEDS}, >= "
@@ -198,11 +223,19 @@ def report(saved: dict[str, Any]) -> int:
               f"accuracy, two seeds): {speedup:.2f}x, accuracy {abs(drop):.1f} points "
               f"{'lower' if drop >= 0 else 'higher'}: **{'met' if met else 'MISSED'}**.", ""]
     lines += uniform_lines(saved, original)
-    proxy = N.proxy_lines(saved["pool"])
-    lines += [proxy[0].replace("## Proxies", "### Proxies on the transformer space"),
-              *proxy[1:]]
-    lines += [line.replace("## The chosen", "### The chosen") for line in N.int8_lines(int8)]
-    cosim_ok = int8["c_equal"] and int8["rtl_equal"] and int8["ok"] and \
+    if "pool" in saved:
+        proxy = N.proxy_lines(saved["pool"])
+        lines += [proxy[0].replace("## Proxies", "### Proxies on the transformer space"),
+                  *proxy[1:]]
+    if int8 is not None:
+        lines += [line.replace("## The chosen", "### The chosen")
+                  for line in N.int8_lines(int8)]
+    missing = [part for part, key in (("the proxies' Kendall tau", "pool"),
+                                      ("the int8 accuracy and co-simulation", "int8"))
+               if key not in saved]
+    if missing:
+        lines += [f"Not measured in this run: {', '.join(missing)}.", ""]
+    cosim_ok = int8 is not None and int8["c_equal"] and int8["rtl_equal"] and int8["ok"] and \
         int8["predicted_array_cycles"] == int8["simulated_cycles"]
     text = "\n".join(lines)
     (N.RESULTS / "nas_transformer.md").write_text(text, encoding="utf-8")
