@@ -263,7 +263,8 @@ PER_MODULE_SCRIPT = (WHOLE_SCRIPT.replace("synth -flatten -run :fine", "synth {f
                      .replace("tee -q -o {stat_file} stat", "{stat}"))
 SHARE_DESIGNS = [  # (module, parameters or None for the accelerator's own, what)
     ("ws_accel", None, "the whole accelerator: queues, DMA, scratchpad, array, epilogue"),
-    ("ws_epilogue", {"COLS": 16}, "epilogue, 16 columns: bias, requantize, residual, clip, max"),
+    ("ws_epilogue", "epilogue", "epilogue, 16 columns: lanes (bias, requantize, residual, "
+     "clip) and their row FIFO"),
     ("ws_top", {"ROWS": 16, "COLS": 16}, "the array with its streams, control, accumulator"),
     ("ws_dma_load", {}, "DMA load, 16 B/cycle, im2col and window addressing"),
     ("ws_dma_store", {}, "DMA store, 16 B/cycle"),
@@ -272,6 +273,15 @@ SHARES_BEGIN, SHARES_END = "<!-- shares: begin -->", "<!-- shares: end -->"
 #: The same script on main at c8f46a6, the epilogue before issue 28 part 4 (32×32 requantize
 #: products from Yosys's `*`, the residual's 8×32 and 32 bits wide).
 SHARES_BEFORE = {"ws_accel": 556_629, "ws_epilogue": 309_774}
+#: ... and at c1841e8, before its lanes (16 columns' arithmetic, a row per cycle, an output
+#: FIFO of 1024 int8 rows).
+SHARES_BEFORE_LANES = {"ws_accel": 460_235, "ws_epilogue": 213_038}
+
+
+def _epilogue_parameters() -> dict[str, int]:
+    """ws_epilogue as the 16x16 accelerator instantiates it."""
+    accel = _whole_parameters()
+    return {"COLS": accel["COLS"], "LANES": accel["EPI_LANES"], "DEPTH": accel["EPI_DEPTH"]}
 
 
 def shares_table(command: list[str]) -> None:
@@ -283,16 +293,24 @@ def shares_table(command: list[str]) -> None:
              "without `-flatten` (each distinct module synthesized once, `stat -top` adding up "
              "the hierarchy), which finishes in minutes where the flattened whole did not "
              "finish in 45 on a loaded machine. Optimization stops at module boundaries, so "
-             "these counts are a little above flattened ones (the epilogue: 210,129 "
-             "flattened). `before`: the same on main before issue 28 part 4. Issue 28's target: "
-             "the epilogue ≤ 25 % of the whole.", "",
+             "these counts are a little above flattened ones. Memories stay SRAM macros, not "
+             "counted here: the epilogue's row FIFO is one (DEPTH rows of 16 int32 and 16 "
+             "int8: 327,680 bits at 512 rows). `before lanes`: the same on main at c1841e8, "
+             "the epilogue computing all 16 columns every cycle, with an output FIFO of "
+             "1024 int8 rows (131,072 bits; "
+             "the whole then had 2,773,708 memory bits); `before part 4`: on main before "
+             "issue 28 part 4 (c8f46a6). Issue 28's target: the epilogue ≤ 25 % of the "
+             "whole.", "",
              f"Measured with {version or ' '.join(command)}.", "",
-             "| module | parameters | what | cells | before | flip-flops | share | "
-             "share before | synthesis time |",
-             "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+             "| module | parameters | what | cells | flip-flops | share | "
+             "before lanes | share before lanes | before part 4 | share before part 4 | "
+             "synthesis time |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     whole = 0
     for top, parameters, what in SHARE_DESIGNS:
-        parameters = parameters_of_accel if parameters is None else parameters
+        parameters = (parameters_of_accel if parameters is None else _epilogue_parameters()
+                      if parameters == "epilogue" else parameters)
+        assert isinstance(parameters, dict)
         start = time.perf_counter()
         counts = synthesize(command, top, parameters, hierarchical=True,
                             script=PER_MODULE_SCRIPT)
@@ -302,14 +320,16 @@ def shares_table(command: list[str]) -> None:
             raise RuntimeError(f"no statistics parsed for {top}")
         whole = whole or cells  # the first row is the whole accelerator
         flops = sum(v for k, v in counts.items() if "DFF" in k.upper())
-        before = SHARES_BEFORE.get(top)
         params = ("the 16×16 defaults" if top == "ws_accel"
                   else ", ".join(f"{k}={v}" for k, v in parameters.items()) or "defaults")
-        share_before = (f"{100 * before / SHARES_BEFORE['ws_accel']:.1f} %"
-                        if before and SHARES_BEFORE["ws_accel"] else "")
-        lines.append(f"| `{top}` | {params} | {what} | {cells:,} | "
-                     f"{f'{before:,}' if before else ''} | {flops:,} | "
-                     f"{100 * cells / whole:.1f} % | {share_before} | {seconds:.0f} s |")
+        befores = []
+        for table in (SHARES_BEFORE_LANES, SHARES_BEFORE):
+            before = table.get(top)
+            befores += [f"{before:,}" if before else "",
+                        f"{100 * before / table['ws_accel']:.1f} %" if before else ""]
+        lines.append(f"| `{top}` | {params} | {what} | {cells:,} | {flops:,} | "
+                     f"{100 * cells / whole:.1f} % | "
+                     f"{' | '.join(befores)} | {seconds:.0f} s |")
         print(lines[-1], flush=True)
         write_section(SHARES_BEGIN, SHARES_END, lines)
 

@@ -84,6 +84,8 @@ module ws_accel #(
     parameter integer LATENCY     = 2,
     parameter integer QUEUE_DEPTH = 8,     // entries of each command queue (power of two)
     parameter integer OUT_DEPTH   = 16,    // int8 result rows waiting for the store DMA (2^n)
+    parameter integer EPI_LANES   = COLS,  // the epilogue's lanes: a row takes COLS/EPI_LANES cycles
+    parameter integer EPI_DEPTH   = 2,     // accumulator rows waiting for them (2^n, >= 2)
     parameter integer CMD_W       = (216 + 64 * COLS > 280) ? 216 + 64 * COLS : 280
 ) (
     input  wire                   clk,
@@ -330,7 +332,7 @@ module ws_accel #(
     /* verilator lint_on UNUSEDSIGNAL */
     reg              s_signal;              // the admitting STORE gives a store -> load token
     reg  [31:0]      s_left;                // its rows not yet admitted to the epilogue
-    reg  [1:0]       epi_rows;              // rows inside the epilogue's two stages
+    reg  [31:0]      epi_rows;              // rows inside the epilogue (its FIFO included)
     // pooling: the admitting STORE's reads (p_*) and the row read last cycle (q2_*)
     reg              s_pool, q2_valid, q2_first, q2_last;
     reg  [15:0]      p_window, p_t;
@@ -357,7 +359,7 @@ module ws_accel #(
                         && (!s_pending || s_accept) && (!sq_head[3] || tok_ls != {TOK_W{1'b0}});
     // a CONFIG waits until every earlier row has left the epilogue (rows in the output
     // FIFO are int8 already: the store DMA writes them while the next block computes)
-    wire config_pop   = !sq_empty && head_config && s_left == 32'd0 && epi_rows == 2'd0;
+    wire config_pop   = !sq_empty && head_config && s_left == 32'd0 && epi_rows == 32'd0;
     wire epi_out_fire = epi_out_valid && !out_full;   // a row into the output FIFO
     wire out_pop      = !out_empty && st_in_ready;   // the store DMA takes the oldest
     assign r_ready = epi_in_ready && s_left != 32'd0 && !s_pool;
@@ -454,9 +456,9 @@ module ws_accel #(
         if (rst) begin
             s_pending <= 1'b0;
             s_left    <= 32'd0;
-            epi_rows  <= 2'd0;
+            epi_rows  <= 32'd0;
         end else begin
-            epi_rows <= epi_rows + {1'b0, admit} - {1'b0, epi_out_fire};
+            epi_rows <= epi_rows + {31'd0, admit} - {31'd0, epi_out_fire};
             if (store_pop) begin
                 s_pending <= 1'b1;
                 s_cmd     <= sq_head[143:0];
@@ -490,7 +492,7 @@ module ws_accel #(
     end
 
     wire [COLS*8-1:0] epi_out_data;
-    ws_epilogue #(.COLS(COLS), .OUT_W(8)) epilogue (
+    ws_epilogue #(.COLS(COLS), .OUT_W(8), .LANES(EPI_LANES), .DEPTH(EPI_DEPTH)) epilogue (
         .clk(clk), .rst(rst),
         .cfg_pre(cfg_pre), .cfg_post(cfg_post), .cfg_zero_point(cfg_zero_point),
         .cfg_low(cfg_low), .cfg_high(cfg_high),
@@ -501,7 +503,7 @@ module ws_accel #(
         .cfg_res_high(cfg_res_high), .res_data(rd2_data[COLS*8-1:0]),
         .in_valid(s_pool ? q2_valid && q2_last : r_valid && s_left != 32'd0),
         .in_ready(epi_in_ready), .in_data(s_pool ? pooled_wide : r_data),
-        .in_bias(cfg_bias), .in_mult(cfg_mult), .in_pool(1'b0), .in_prev({COLS*8{1'b0}}),
+        .in_bias(cfg_bias), .in_mult(cfg_mult),
         .out_valid(epi_out_valid), .out_ready(!out_full), .out_data(epi_out_data));
 
     wire [COLS*8-1:0] out_head;
@@ -534,7 +536,7 @@ module ws_accel #(
     end
     assign idle = lq_empty && track_empty && !l_busy && eq_empty && !w_active && !w_q
                   && aq_empty && !a_active && !q_valid && emit_rows == 32'd0
-                  && sq_empty && !s_pending && s_left == 32'd0 && epi_rows == 2'd0 && !st_busy
+                  && sq_empty && !s_pending && s_left == 32'd0 && epi_rows == 32'd0 && !st_busy
                   && out_empty
                   && !q2_valid && p_reads == 32'd0;
 endmodule

@@ -9,9 +9,8 @@
 //   y   = clamp(clamp(q + zero_point, -128, 127), low, high)   (saturate, then ReLU/clip)
 //   with a residual (cfg_residual), the quantized residual add of the next layer too:
 //   z   = y * res_self + r * res_mult + res_offset    (the i32 arithmetic; see RES_W, Z_W)
-//   y'  = clamp(requantize(z, res_multiplier, res_pre, res_post) + res_zero_point,
+//   out = clamp(requantize(z, res_multiplier, res_pre, res_post) + res_zero_point,
 //               -128, 127, then res_low, res_high)   (the same arithmetic as above)
-//   out = pool ? max(y', prev) : y'                   (max-pool: merge with a stored row)
 //   or, early (cfg_res_early), a residual added to the accumulator before requantizing:
 //   x   = acc + bias + r * res_mult + res_offset      (i32), then y as above is the result
 //
@@ -21,19 +20,30 @@
 // (glensidec.hardware.accel.residual_range_error), so the narrower products and sums here
 // are the i32 arithmetic exactly (nothing wraps). The early form's sum stays 32 bits.
 //
-// r is the int8 residual row of the accepted row: it is presented (res_data) in the
-// cycle after the row was accepted and held while the stages are frozen, as a scratchpad
-// read issued with the acceptance delivers it. Both requantizations of a residual row
-// happen in stage 2 (a long combinational path kept so the latency stays two cycles).
+// Time-multiplexed: LANES columns' arithmetic (a requantize product each, two with a
+// residual) serves all COLS columns, a group of LANES columns per cycle, so a row takes
+// GROUPS = COLS / LANES cycles and the epilogue costs LANES columns of multipliers, not
+// COLS (docs/hardware.md weighs the cycles). Rows wait for the lanes in a FIFO of DEPTH
+// rows, so the array, which emits a tile's rows one per cycle, freezes only when it is full.
 //
-// bias and mult are per column (per output channel); the controller presents the current
-// N block's vectors with every row. Two register stages: a row accepted in cycle t leaves
-// in cycle t + 2; one row per cycle. A waiting result (out_valid && !out_ready) freezes
-// both stages, so in_ready = !(out_valid && !out_ready) and out_* stay stable.
+//   cycle t      a row is accepted (in_valid && in_ready)
+//   cycle t + 1  it is in stage 1, and its residual row r arrives (res_data: a scratchpad
+//                read issued with the acceptance); both enter the FIFO
+//   t + 2 …      at the FIFO's head, the lanes compute column group 0, 1, …; groups before
+//                the last wait in `part`; the last one waits until the output register is
+//                free (out_valid && !out_ready holds it), then leaves the FIFO with the row
+//                into out_data (out_valid the cycle after)
+//
+// in_ready = FIFO rows + stage 1 < DEPTH: a row accepted now always finds room. With
+// LANES = COLS a row leaves 3 cycles after it was accepted, one per cycle.
+// bias and mult are per column (per output channel) and stable while rows flow: the
+// controller changes them only once every row has left (ws_accel's CONFIG).
 module ws_epilogue #(
     parameter integer COLS  = 4,
     parameter integer OUT_W = 8,     // signed output width (<= 32)
-    parameter integer RES_W = 16     // signed width of res_self and res_mult (< 32 - OUT_W)
+    parameter integer RES_W = 16,    // signed width of res_self and res_mult (< 32 - OUT_W)
+    parameter integer LANES = COLS,  // columns computed per cycle (divides COLS)
+    parameter integer DEPTH = 2      // rows waiting for the lanes (a power of two, >= 2)
 ) (
     input  wire                   clk,
     input  wire                   rst,             // synchronous, active high
@@ -43,7 +53,7 @@ module ws_epilogue #(
     input  wire [OUT_W-1:0]       cfg_zero_point,  // signed
     input  wire [OUT_W-1:0]       cfg_low,         // signed clip bounds (ReLU: low = zero point)
     input  wire [OUT_W-1:0]       cfg_high,
-    input  wire                   cfg_residual,    // add the residual row (stage 2)
+    input  wire                   cfg_residual,    // add the residual row
     input  wire                   cfg_res_early,   // ... to the accumulator, before requantizing
     /* verilator lint_off UNUSEDSIGNAL */  // bits above RES_W: zero or sign (compile check)
     input  wire [31:0]            cfg_res_self,    // signed multipliers of y and r
@@ -63,8 +73,6 @@ module ws_epilogue #(
     input  wire [COLS*ACC_W-1:0]  in_data,         // column c at [c*ACC_W +: ACC_W]
     input  wire [COLS*ACC_W-1:0]  in_bias,
     input  wire [COLS*32-1:0]     in_mult,         // signed 32-bit multipliers
-    input  wire                   in_pool,         // merge with in_prev by max
-    input  wire [COLS*OUT_W-1:0]  in_prev,
     // int8 rows
     output reg                    out_valid,
     input  wire                   out_ready,
@@ -74,40 +82,78 @@ module ws_epilogue #(
     // requantize (ws_requantize) is a 32×32 signed multiplication with its exact 64-bit
     // result, the residual's a Z_W×32 one; the residual products are OUT_W × RES_W
     // (y and r are int8), exact in Z_W bits.
-    localparam integer ACC_W = 32;
-    localparam integer Z_W   = OUT_W + RES_W;
+    localparam integer ACC_W  = 32;
+    localparam integer Z_W    = OUT_W + RES_W;
+    localparam integer GROUPS = COLS / LANES;
+    localparam integer GW     = (GROUPS > 1) ? $clog2(GROUPS) : 1;
+    localparam integer AW     = $clog2(DEPTH);
+    localparam integer ROW_W  = COLS * (ACC_W + OUT_W);   // {residual row, accumulators}
+    localparam integer LAST_I = GROUPS - 1;
+    localparam [GW-1:0] LAST  = LAST_I[GW-1:0];
     wire signed [RES_W-1:0] res_self = cfg_res_self[RES_W-1:0];
     wire signed [RES_W-1:0] res_mult = cfg_res_mult[RES_W-1:0];
     wire signed [Z_W-1:0]   res_offset = cfg_res_offset[Z_W-1:0];  // the late sum's (mod 2^Z_W)
-    wire en = !(out_valid && !out_ready);
-    assign in_ready = en;
 
-    // stage 1: bias add
-    reg                   s1_valid, s1_pool;
-    reg [COLS*ACC_W-1:0]  s1_value;
-    reg [COLS*32-1:0]     s1_mult;
-    reg [COLS*OUT_W-1:0]  s1_prev;
-    wire [COLS*ACC_W-1:0] biased;
-    wire [COLS*OUT_W-1:0] result;
+    // stage 1: the accepted row, waiting a cycle for its residual row
+    reg                  s1_valid;
+    reg [COLS*ACC_W-1:0] s1_data;
 
-    genvar c;
+    // the FIFO (no bypass: a row pushed in cycle t is at the head from t + 1)
+    reg  [ROW_W-1:0] fifo [0:DEPTH-1];
+    reg  [AW:0]      wr_ptr, rd_ptr;    // one extra bit tells full from empty
+    wire [AW:0]      count = wr_ptr - rd_ptr;
+    wire [ROW_W-1:0] head = fifo[rd_ptr[AW-1:0]];
+    /* verilator lint_off WIDTHEXPAND */
+    assign in_ready = count + s1_valid < DEPTH;
+    /* verilator lint_on WIDTHEXPAND */
+
+    // the lanes: column group `phase` of the head row
+    reg  [GW-1:0] phase;
+    wire lane_last = phase == LAST;
+    wire lane_step = count != {(AW+1){1'b0}} && (!lane_last || !out_valid || out_ready);
+    wire lane_done = lane_step && lane_last;
+    wire [LANES*OUT_W-1:0] lane_y;
+
+    genvar e, g;
     generate
-        for (c = 0; c < COLS; c = c + 1) begin : g_col
-            assign biased[c*ACC_W +: ACC_W] = in_data[c*ACC_W +: ACC_W] + in_bias[c*ACC_W +: ACC_W];
+        for (e = 0; e < LANES; e = e + 1) begin : g_lane
+            // this lane's column in each group, selected by phase
+            wire [GROUPS*ACC_W-1:0] accs, biases, mults;
+            wire [GROUPS*OUT_W-1:0] residuals;
+            for (g = 0; g < GROUPS; g = g + 1) begin : g_group
+                localparam integer C = g * LANES + e;
+                assign accs[g*ACC_W +: ACC_W]      = head[C*ACC_W +: ACC_W];
+                assign residuals[g*OUT_W +: OUT_W] = head[COLS*ACC_W + C*OUT_W +: OUT_W];
+                assign biases[g*ACC_W +: ACC_W]    = in_bias[C*ACC_W +: ACC_W];
+                assign mults[g*32 +: 32]           = in_mult[C*32 +: 32];
+            end
+            wire [ACC_W-1:0] acc, bias;
+            wire [31:0]      mult;
+            wire signed [OUT_W-1:0] r;
+            if (GROUPS > 1) begin : g_select
+                assign acc  = accs[phase*ACC_W +: ACC_W];
+                assign bias = biases[phase*ACC_W +: ACC_W];
+                assign mult = mults[phase*32 +: 32];
+                assign r    = residuals[phase*OUT_W +: OUT_W];
+            end else begin : g_one
+                assign acc  = accs;
+                assign bias = biases;
+                assign mult = mults;
+                assign r    = residuals;
+            end
 
-            // stage 2: r · res_mult (an OUT_W × RES_W product, exact in Z_W bits) serves
-            // both residual forms: early, it joins the biased sum before the requantize
-            wire signed [OUT_W-1:0] r = res_data[c*OUT_W +: OUT_W];
+            // r · res_mult (an OUT_W × RES_W product, exact in Z_W bits) serves both
+            // residual forms: early, it joins the biased sum before the requantize
             wire signed [Z_W-1:0] r_scaled;
             ws_mul #(.A_W(RES_W), .B_W(OUT_W)) u_r_scaled (.a(res_mult), .b(r), .y(r_scaled));
             wire signed [ACC_W-1:0] r_wide = {{(ACC_W-Z_W){r_scaled[Z_W-1]}}, r_scaled};
-            wire signed [ACC_W-1:0] summed = s1_value[c*ACC_W +: ACC_W]
+            wire signed [ACC_W-1:0] summed = acc + bias
                                              + ((cfg_residual && cfg_res_early)
                                                 ? r_wide + cfg_res_offset : 32'd0);
             wire signed [ACC_W-1:0] shifted = summed >>> cfg_pre;
             wire signed [OUT_W-1:0] clipped;
             ws_requantize #(.OUT_W(OUT_W)) u_requantize (
-                .x(shifted), .mult(s1_mult[c*32 +: 32]), .post(cfg_post),
+                .x(shifted), .mult(mult), .post(cfg_post),
                 .zero_point(cfg_zero_point), .low(cfg_low), .high(cfg_high), .y(clipped));
             // ... or after it: y · res_self (OUT_W × RES_W too) + r · res_mult + offset,
             // in Z_W bits, and the residual add's own requantize (of a Z_W-bit sum)
@@ -121,10 +167,20 @@ module ws_epilogue #(
                 .x(res_shifted), .mult(cfg_res_multiplier), .post(cfg_res_post),
                 .zero_point(cfg_res_zero_point), .low(cfg_res_low), .high(cfg_res_high),
                 .y(res_clipped));
-            wire signed [OUT_W-1:0]  value_out = (cfg_residual && !cfg_res_early) ? res_clipped
-                                                                                : clipped;
-            wire signed [OUT_W-1:0]  prev = s1_prev[c*OUT_W +: OUT_W];
-            assign result[c*OUT_W +: OUT_W] = (s1_pool && prev > value_out) ? prev : value_out;
+            assign lane_y[e*OUT_W +: OUT_W] = (cfg_residual && !cfg_res_early) ? res_clipped
+                                                                             : clipped;
+        end
+
+        // the groups before the last wait in `part` for the last one
+        if (GROUPS > 1) begin : g_part
+            reg [(GROUPS-1)*LANES*OUT_W-1:0] part;
+            for (g = 0; g < GROUPS - 1; g = g + 1) begin : g_keep
+                always @(posedge clk)
+                    if (lane_step && phase == g) part[g*LANES*OUT_W +: LANES*OUT_W] <= lane_y;
+            end
+            always @(posedge clk) if (lane_done) out_data <= {lane_y, part};
+        end else begin : g_whole
+            always @(posedge clk) if (lane_done) out_data <= lane_y;
         end
     endgenerate
 
@@ -132,16 +188,17 @@ module ws_epilogue #(
         if (rst) begin
             s1_valid  <= 1'b0;
             out_valid <= 1'b0;
-        end else if (en) begin
-            s1_valid  <= in_valid;
-            out_valid <= s1_valid;
+            wr_ptr    <= {(AW+1){1'b0}};
+            rd_ptr    <= {(AW+1){1'b0}};
+            phase     <= {GW{1'b0}};
+        end else begin
+            s1_valid <= in_valid && in_ready;
+            if (s1_valid) wr_ptr <= wr_ptr + 1'b1;
+            if (lane_done) rd_ptr <= rd_ptr + 1'b1;
+            if (lane_step) phase <= lane_last ? {GW{1'b0}} : phase + 1'b1;
+            out_valid <= lane_done || (out_valid && !out_ready);
         end
-        if (en) begin
-            s1_value <= biased;
-            s1_mult  <= in_mult;
-            s1_prev  <= in_prev;
-            s1_pool  <= in_pool;
-            out_data <= result;
-        end
+        if (in_valid && in_ready) s1_data <= in_data;
+        if (s1_valid) fifo[wr_ptr[AW-1:0]] <= {res_data, s1_data};
     end
 endmodule

@@ -63,7 +63,7 @@ def accel_config() -> AccelConfig:
                           scratchpad_bytes=p["ROW_BYTES"] * p["BANKS"] * p["BANK_ROWS"],
                           banks=p["BANKS"], bus_bytes=p["BUS_BYTES"], latency=p["LATENCY"])
     return AccelConfig(p["ROWS"], p["COLS"], p["ACC_DEPTH"], memory, p["QUEUE_DEPTH"],
-                       p["OUT_DEPTH"])
+                       p["OUT_DEPTH"], p["EPI_LANES"], p["EPI_DEPTH"])
 
 
 def random_quant(rng: np.random.Generator, channels: int, residual: str) -> LayerQuant:

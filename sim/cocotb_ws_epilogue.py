@@ -2,13 +2,17 @@
 
 Random accumulators (with the extremes), biases, per-column multipliers and shifts as
 the quantizer makes them, random residual adds within the epilogue's ranges (the residual
-row presented the cycle after its row, as the scratchpad delivers it), random pooling
-merges, input gaps and back-pressure; the two-stage pipeline is modelled here (a row
-accepted in cycle t leaves in t + 2, a waiting result freezes both stages).
+row presented the cycle after its row, as the scratchpad delivers it), input gaps and
+back-pressure. The time-multiplexed pipeline is modelled here (EpiloguePipeline: stage 1,
+the FIFO of DEPTH rows, COLS / LANES cycles per row in the lanes, the output register),
+so in_ready and out_valid are checked every cycle too. Configurations change only once
+every row has left, as ws_accel's CONFIG waits for.
 """
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import cocotb
@@ -16,7 +20,6 @@ import numpy as np
 from cycle_bench import next_cycle, pack, params, read, settle, start_clock, unpack
 
 from glensidec.hardware.accel import (
-    EPILOGUE_LATENCY,
     RESIDUAL_MULTIPLIER_BITS,
     EpilogueConfig,
     ResidualConfig,
@@ -91,15 +94,53 @@ def apply_config(dut: Any, config: EpilogueConfig, residual: ResidualConfig | No
     dut.cfg_res_low.value, dut.cfg_res_high.value = res.low & mask, res.high & mask
 
 
+class EpiloguePipeline:
+    """ws_epilogue's handshakes and data, cycle by cycle (rtl/ws_epilogue.v)."""
+
+    def __init__(self, groups: int, depth: int) -> None:
+        self.groups, self.depth = groups, depth
+        self.s1: np.ndarray | None = None  # the row accepted last cycle
+        self.fifo: deque[tuple[np.ndarray, np.ndarray]] = deque()  # (row, its residual)
+        self.phase = 0
+        self.out: np.ndarray | None = None  # the output register's row, while valid
+
+    @property
+    def in_ready(self) -> bool:
+        return len(self.fifo) + (self.s1 is not None) < self.depth
+
+    @property
+    def empty(self) -> bool:
+        return self.s1 is None and not self.fifo and self.out is None
+
+    def clock(self, row: np.ndarray | None, residual_now: np.ndarray, ready: bool,
+              finish: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> None:
+        """One edge: `row` accepted (or None), `residual_now` on res_data, out_ready."""
+        last = self.phase == self.groups - 1
+        step = bool(self.fifo) and (not last or self.out is None or ready)
+        if step and last:
+            self.out = finish(*self.fifo.popleft())
+        elif ready:
+            self.out = None
+        if step:
+            self.phase = 0 if last else self.phase + 1
+        if self.s1 is not None:
+            self.fifo.append((self.s1, residual_now))
+        self.s1 = row
+
+
 @cocotb.test()
 async def random_rows(dut: Any) -> None:
-    """Random rows, configurations, gaps and stalls for 2000 cycles."""
-    cols, out_width = params()["COLS"], params()["OUT_W"]
-    rng = np.random.default_rng(cols * 100 + out_width)
-    pipeline: list[tuple[bool, np.ndarray]] = [(False, np.zeros(cols, np.int64))] * 2
+    """Random rows, configurations, gaps and stalls for 3000 cycles."""
+    p = params()
+    cols, out_width = p["COLS"], p["OUT_W"]
+    lanes, depth = p.get("LANES", cols), p.get("DEPTH", 2)
+    rng = np.random.default_rng(cols * 100 + out_width + lanes)
+    pipeline = EpiloguePipeline(cols // lanes, depth)
     config = random_config(rng, out_width)
     residual = random_residual(rng, config, out_width)
     apply_config(dut, config, residual, out_width)
+    bias = rng.integers(-(2**20), 2**20, cols)
+    mult = rng.integers(-(2**31) + 1, 2**31, cols)
     low_limit, high_limit = -(1 << (out_width - 1)), 1 << (out_width - 1)
     residual_row = np.zeros(cols, np.int64)  # the residual of the row in stage 1
     residuals = 0
@@ -108,41 +149,45 @@ async def random_rows(dut: Any) -> None:
     await next_cycle(dut)
     dut.rst.value = 0
     delivered = 0
-    for cycle in range(2000):
-        draining = cycle % 100 < EPILOGUE_LATENCY  # a new store starts after the drain
-        if cycle % 100 == EPILOGUE_LATENCY:  # configuration changes only between stores
+    draining = False
+    for cycle in range(3000):
+        if cycle % 150 == 0:  # a new store: every row leaves first
+            draining = True
+        if draining and pipeline.empty:  # configuration changes only between stores
             config = random_config(rng, out_width)
             residual = random_residual(rng, config, out_width)
             apply_config(dut, config, residual, out_width)
+            bias = rng.integers(-(2**20), 2**20, cols)
+            mult = rng.integers(-(2**31) + 1, 2**31, cols)
+            draining = False
         acc = rng.integers(-(2**31), 2**31, cols)
         acc = np.where(rng.random(cols) < 0.1, rng.choice([-(2**31), 2**31 - 1], cols), acc)
-        bias = rng.integers(-(2**20), 2**20, cols)
-        mult = rng.integers(-(2**31) + 1, 2**31, cols)
-        prev = rng.integers(-(1 << (out_width - 1)), 1 << (out_width - 1), cols)
-        valid, pool, ready = rng.random() < 0.8, rng.random() < 0.3, rng.random() < 0.8
+        valid, ready = rng.random() < 0.8, rng.random() < 0.6
         valid, ready = valid and not draining, ready or draining
-        dut.in_valid.value, dut.in_pool.value = int(valid), int(pool)
+        dut.in_valid.value = int(valid)
         dut.out_ready.value = int(ready)
         dut.in_data.value, dut.in_bias.value = pack(acc, ACC_W), pack(bias, ACC_W)
-        dut.in_mult.value, dut.in_prev.value = pack(mult, 32), pack(prev, out_width)
+        dut.in_mult.value = pack(mult, 32)
         dut.res_data.value = pack(residual_row, out_width)
         incoming = rng.integers(low_limit, high_limit, cols)  # this row's residual
         await settle()
-        out_valid, expected = pipeline[1]
-        enable = not (out_valid and not ready)
-        assert read(dut.in_ready) == int(enable), f"cycle {cycle}: in_ready"
-        assert read(dut.out_valid) == int(out_valid), f"cycle {cycle}: out_valid"
-        if out_valid:
+        assert read(dut.in_ready) == int(pipeline.in_ready), f"cycle {cycle}: in_ready"
+        assert read(dut.out_valid) == int(pipeline.out is not None), f"cycle {cycle}: out_valid"
+        if pipeline.out is not None:
             got = unpack(read(dut.out_data), cols, out_width)
-            assert np.array_equal(got, expected), f"cycle {cycle}: {got} != {expected}"
+            assert np.array_equal(got, pipeline.out), f"cycle {cycle}: {got} != {pipeline.out}"
             delivered += int(ready)
         await next_cycle(dut)
-        if enable:
-            row = epilogue_reference(acc[None, :], bias[None, :], mult, config, out_width,
-                                     residual, incoming[None, :])[0]
-            residual_row = incoming
-            residuals += int(valid and residual is not None)
-            if pool:
-                row = np.maximum(row, prev)
-            pipeline = [(valid, row), pipeline[0]]
-    assert delivered > 800 and residuals > 300, (delivered, residuals)
+        accepted = valid and pipeline.in_ready
+
+        def finish(row: np.ndarray, res: np.ndarray, config: EpilogueConfig = config,
+                   residual: ResidualConfig | None = residual, bias: np.ndarray = bias,
+                   mult: np.ndarray = mult) -> np.ndarray:
+            return epilogue_reference(row[None, :], bias[None, :], mult, config, out_width,
+                                      residual, res[None, :])[0]
+
+        pipeline.clock(acc if accepted else None, residual_row, ready, finish)
+        residual_row = incoming
+        residuals += int(accepted and residual is not None)
+    groups = cols // lanes
+    assert delivered > 1000 // groups and residuals > 300 // groups, (delivered, residuals)

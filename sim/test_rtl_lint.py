@@ -53,11 +53,13 @@ MEMORY_SYSTEM_SIZES = [
     ("ws_dma_store", {"ROW_BYTES": 32, "BUS_BYTES": 1}),
     ("ws_spad", {"ROW_BYTES": 4, "BANKS": 1, "BANK_ROWS": 8}),
     ("ws_epilogue", {"COLS": 1, "OUT_W": 4}),
+    ("ws_epilogue", {"COLS": 6, "LANES": 2, "DEPTH": 8}),
+    ("ws_epilogue", {"COLS": 16, "LANES": 4, "DEPTH": 256}),
     ("ws_fifo", {"WIDTH": 3, "DEPTH": 2}),
     ("ws_accel", {"ROWS": 4, "COLS": 8, "ROW_BYTES": 8, "BUS_BYTES": 4, "LATENCY": 3}),
     ("ws_accel", {"ROWS": 8, "COLS": 4, "ROW_BYTES": 8, "BUS_BYTES": 16, "LATENCY": 5}),
     ("ws_accel", {"ROWS": 16, "COLS": 16, "ROW_BYTES": 16, "BUS_BYTES": 16, "LATENCY": 8,
-                  "BANK_ROWS": 4096, "ACC_DEPTH": 1024}),
+                  "BANK_ROWS": 4096, "ACC_DEPTH": 1024, "EPI_LANES": 4, "EPI_DEPTH": 512}),
 ]
 
 

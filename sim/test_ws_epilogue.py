@@ -1,4 +1,5 @@
-"""pytest entry for ws_epilogue: one and several columns, int8 and a narrower output."""
+"""pytest entry for ws_epilogue: one and several columns, int8 and a narrower output, every
+column its own lane and lanes shared by column groups (a row over several cycles)."""
 
 from __future__ import annotations
 
@@ -6,11 +7,13 @@ import pytest
 from cycle_bench import params_env
 from sim_harness import build_module, run_cocotb
 
-CASES = [(16, 8), (3, 4)]
+#: (columns, output width, lanes, FIFO rows)
+CASES = [(16, 8, 4, 4), (3, 4, 1, 2), (2, 8, 2, 2)]
 
 
-@pytest.mark.parametrize(("cols", "out_width"), CASES, ids=lambda v: str(v))
-def test_ws_epilogue(cols: int, out_width: int) -> None:
-    parameters = {"COLS": cols, "OUT_W": out_width}
-    runner = build_module("ws_epilogue", f"ws_epilogue_{cols}_{out_width}", parameters)
+@pytest.mark.parametrize("case", CASES, ids=lambda v: "-".join(map(str, v)))
+def test_ws_epilogue(case: tuple[int, int, int, int]) -> None:
+    cols, out_width, lanes, depth = case
+    parameters = {"COLS": cols, "OUT_W": out_width, "LANES": lanes, "DEPTH": depth}
+    runner = build_module("ws_epilogue", "ws_epilogue_" + "_".join(map(str, case)), parameters)
     run_cocotb(runner, "ws_epilogue", "cocotb_ws_epilogue", "random_rows", params_env(parameters))

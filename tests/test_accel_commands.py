@@ -244,7 +244,7 @@ def test_the_timing_diagram_in_the_docs_is_the_models() -> None:
     from glensidec.hardware.commands import timing_diagram
 
     config = AccelConfig(4, 4, 8, MemoryConfig(row_bytes=4, scratchpad_bytes=2048, banks=4,
-                                                bus_bytes=4, latency=2))
+                                                bus_bytes=4, latency=2), epilogue_lanes=4)
     layer = ConvLayer("c1", 6, 6, 4, 8)
     quant = LayerQuant(EpilogueConfig(), (0,) * 8, (1,) * 8)
     timing = accel_cycles(config, conv_program(config, layer, quant, "im2col").commands,
@@ -600,13 +600,50 @@ def test_the_output_fifo_stores_while_the_array_computes() -> None:
     quant = LayerQuant(EpilogueConfig(), (0,) * 8, (1,) * 8)
     memory = MemoryConfig(row_bytes=4, scratchpad_bytes=4096, banks=4, bus_bytes=1, latency=2)
     timings = {}
-    for depth in (2, 64):
-        config = AccelConfig(4, 4, 64, memory, out_depth=depth)
+    for depth in (2, 64):  # the epilogue a lane per column, behind a FIFO of 2 rows
+        config = AccelConfig(4, 4, 64, memory, out_depth=depth, epilogue_lanes=4,
+                             epilogue_depth=2)
         timings[depth] = accel_cycles(config, conv_program(config, layer, quant).commands)
     assert timings[64].array_stall_cycles < timings[2].array_stall_cycles / 2
     assert timings[64].cycles < timings[2].cycles
     with pytest.raises(ValueError, match="power of two"):
         AccelConfig(4, 4, 8, memory, out_depth=3)
+
+
+def test_the_epilogue_fifo_keeps_the_array_running_while_the_lanes_work() -> None:
+    """One lane for 4 columns takes a row per 4 cycles while a tile emits a row per cycle:
+    behind a FIFO of 2 rows the array freezes for 3 cycles of most emitted rows; behind
+    one of a tile's 64 rows, the lanes work through them while the next tiles compute (nine
+    folds each): the array never freezes, and the layer ends at most 3 cycles per row of
+    its last tile later than with a lane per column."""
+    layer = ConvLayer("c3", 8, 8, 4, 8, kernel=3, stride=1, padding=1)
+    quant = LayerQuant(EpilogueConfig(), (0,) * 8, (1,) * 8)
+    memory = MemoryConfig(row_bytes=4, scratchpad_bytes=4096, banks=4, bus_bytes=4, latency=2)
+    timings = {}
+    for lanes, depth in ((1, 2), (1, 64), (4, 64)):
+        config = AccelConfig(4, 4, 64, memory, epilogue_lanes=lanes, epilogue_depth=depth)
+        assert config.epilogue_cycles == 4 // lanes
+        program = conv_program(config, layer, quant, "im2col")
+        timings[lanes, depth] = accel_cycles(config, program.commands)
+    assert timings[1, 2].array_stall_cycles > 2 * 2 * 64  # two tiles of 64 rows
+    assert timings[1, 64].array_stall_cycles == timings[4, 64].array_stall_cycles == 0
+    assert timings[4, 64].cycles < timings[1, 64].cycles <= timings[4, 64].cycles + 3 * 64
+    assert timings[1, 64].cycles < timings[1, 2].cycles
+
+
+def test_the_default_epilogue_takes_a_row_over_four_cycles() -> None:
+    """4 lanes for 16 columns behind half an accumulator of rows (the RTL parameters
+    say so); lanes that do not divide the columns, or a FIFO of 3 rows, are errors."""
+    config = AccelConfig()
+    assert (config.epilogue_lanes, config.epilogue_cycles, config.epilogue_depth) == (4, 4, 512)
+    assert config.rtl_parameters()["EPI_LANES"] == 4
+    assert config.rtl_parameters()["EPI_DEPTH"] == 512
+    assert AccelConfig(4, 6, 100, MemoryConfig(row_bytes=8)).epilogue_lanes == 2
+    assert AccelConfig(4, 6, 100, MemoryConfig(row_bytes=8)).epilogue_depth == 32
+    with pytest.raises(ValueError, match="lanes divide its 16 columns, got 3"):
+        AccelConfig(epilogue_lanes=3)
+    with pytest.raises(ValueError, match="epilogue's FIFO holds a power of two"):
+        AccelConfig(epilogue_depth=3)
 
 
 def test_the_traffic_count_of_a_dma_is_dma_load_bytes_over_every_kind_of_row_pattern() -> None:

@@ -50,6 +50,14 @@ CONFIGS = {
         row_bytes=4, scratchpad_bytes=1024, banks=4, bus_bytes=8, latency=1), queue_depth=2),
     "tall": AccelConfig(6, 3, 32, MemoryConfig(row_bytes=8, scratchpad_bytes=4096, banks=4,
                                                 bus_bytes=4, latency=3)),
+    # the epilogue: a lane per column behind a 2-row FIFO, or 4 lanes for 8 columns (a row
+    # over two cycles) behind 8 rows
+    "epilogue-every-column": AccelConfig(4, 4, 16, MemoryConfig(
+        row_bytes=4, scratchpad_bytes=2048, banks=4, bus_bytes=4, latency=2),
+        epilogue_lanes=4, epilogue_depth=2),
+    "epilogue-two-groups": AccelConfig(4, 8, 16, MemoryConfig(
+        row_bytes=8, scratchpad_bytes=4096, banks=4, bus_bytes=16, latency=2),
+        epilogue_lanes=4, epilogue_depth=8),
 }
 
 

@@ -166,7 +166,7 @@ def test_the_report_shows_each_layer_and_where_the_cycles_go(tmp_path: Path) -> 
     assert sum(parts.values()) == data.cycles.total == compiled.predicted_cycles
     page = (tmp_path / "out" / "report.html").read_text()
     assert "<h2>Accelerator layers</h2>" in page and "Where the cycles go" in page
-    assert f"<td>{conv.array_cycles - conv.busy_cycles}</td>" in page  # its DMA wait
+    assert f"<td>{conv.array_cycles - conv.busy_cycles:,}</td>" in page  # its DMA wait
 
 
 def test_copies_of_constants_are_made_once_by_the_compiler() -> None:

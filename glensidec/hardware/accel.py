@@ -246,8 +246,9 @@ def im2col_command(
 
 # -- epilogue -------------------------------------------------------------------------
 
-#: Register stages of ws_epilogue: a row accepted in cycle t leaves in cycle t + 2.
-EPILOGUE_LATENCY = 2
+#: plan_layer's epilogue latency: a row accepted in cycle t leaves ws_epilogue in cycle
+#: t + 2 + COLS / LANES; this analytic model counts a lane per column (AccelModel is exact).
+EPILOGUE_LATENCY = 3
 
 
 @dataclass(frozen=True)

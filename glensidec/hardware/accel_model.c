@@ -84,6 +84,7 @@ typedef struct {
   /* configuration */
   int64_t rows, bus, latency, queue_depth, lat, track_depth, bank_shift, spad_mask;
   int64_t out_depth; /* rows of the output FIFO (epilogue -> ws_dma_store) */
+  int64_t epi_depth, epi_phases; /* the epilogue's row FIFO; cycles per row (COLS / LANES) */
   const gs_command *commands;
   int64_t n_commands, next_command;
   /* dispatcher queues (command indices) and the tokens */
@@ -101,6 +102,7 @@ typedef struct {
   int64_t tag_pos, tags_valid;
   /* store unit, epilogue, ws_dma_store */
   int64_t s_pending, s_left, epi_rows, st_beat, res_addr, out_rows;
+  int64_t epi_fifo, epi_phase; /* rows in the epilogue's FIFO; the lanes' column group */
   int s1_valid, out_valid, s_signal, cfg_residual;
   /* a pooling store's reads (p_*) and the row read last cycle (q2_*) */
   int s_pool, q2_valid, q2_first, q2_last;
@@ -163,8 +165,13 @@ static int step(model *m, int64_t cycle, gs_timing *timing) {
   int st_cmd_ready = !st_active || st_cmd_last;
   int write = st_active && st_in_valid;
   int out_full = m->out_rows == m->out_depth;
-  int epi_en = !(m->out_valid && out_full);
   int epi_out_fire = m->out_valid && !out_full; /* into the output FIFO */
+  /* the lanes take the FIFO's oldest row a column group per cycle; its last group
+   * waits for the output register */
+  int lane_last = m->epi_phase == m->epi_phases - 1;
+  int lane_step = m->epi_fifo > 0 && (!lane_last || !m->out_valid || !out_full);
+  int lane_done = lane_step && lane_last;
+  int epi_en = m->epi_fifo + m->s1_valid < m->epi_depth; /* in_ready: room for a row */
   int out_pop = st_in_valid && st_in_ready;
   int r_valid = m->tag_valid[m->tag_pos] && m->tag_emit[m->tag_pos];
   int q2_consume = m->q2_valid && (!m->q2_last || epi_en);
@@ -327,11 +334,11 @@ static int step(model *m, int64_t cycle, gs_timing *timing) {
   /* store unit, epilogue, ws_dma_store */
   m->epi_rows += admit - epi_out_fire;
   m->out_rows += epi_out_fire - out_pop;
-  if (epi_en) {
-    int s1_valid = m->s1_valid;
-    m->s1_valid = admit;
-    m->out_valid = s1_valid;
-  }
+  m->epi_fifo += m->s1_valid - lane_done;
+  m->s1_valid = admit;
+  if (lane_step)
+    m->epi_phase = lane_last ? 0 : m->epi_phase + 1;
+  m->out_valid = lane_done || (m->out_valid && out_full);
   if (write) {
     if (st_beat_last) {
       fifo_pop(&m->st_rows);
@@ -421,7 +428,8 @@ static void release(model *m) {
  * conflict between the residual and the weight reads (the Python model's ValueError). */
 int gs_accel_cycles(int64_t rows, int64_t cols, int64_t bus_bytes, int64_t latency,
                     int64_t bank_rows, int64_t scratchpad_rows, int64_t queue_depth,
-                    int64_t out_depth, const gs_command *commands,
+                    int64_t out_depth, int64_t epi_depth, int64_t epi_phases,
+                    const gs_command *commands,
                     int64_t n, int64_t limit, gs_timing *timing) {
   model m;
   int64_t last_write = -1, cycle = 0;
@@ -433,6 +441,8 @@ int gs_accel_cycles(int64_t rows, int64_t cols, int64_t bus_bytes, int64_t laten
   m.latency = latency;
   m.queue_depth = queue_depth;
   m.out_depth = out_depth;
+  m.epi_depth = epi_depth;
+  m.epi_phases = epi_phases;
   m.spad_mask = scratchpad_rows - 1; /* row addresses wrap (SPAD_W bits) */
   m.lat = rows + cols - 1; /* injection -> accumulator (ws_ctrl) */
   m.track_depth = 1;

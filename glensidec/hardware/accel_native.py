@@ -97,7 +97,7 @@ def _load() -> ctypes.CDLL | None:
         return None
     function = native.gs_accel_cycles
     function.restype = ctypes.c_int
-    function.argtypes = [ctypes.c_int64] * 8 + [ctypes.c_void_p, ctypes.c_int64,
+    function.argtypes = [ctypes.c_int64] * 10 + [ctypes.c_void_p, ctypes.c_int64,
                                                 ctypes.c_int64, ctypes.POINTER(_Timing)]
     return native
 
@@ -154,7 +154,8 @@ def native_cycles(native: ctypes.CDLL, config: AccelConfig,
     status = native.gs_accel_cycles(
         config.rows, config.cols, memory.bus_bytes, memory.latency, memory.bank_rows,
         memory.scratchpad_rows,
-        config.queue_depth, config.out_depth, packed.ctypes.data, len(packed), limit,
+        config.queue_depth, config.out_depth, config.epilogue_depth,
+        config.epilogue_cycles, packed.ctypes.data, len(packed), limit,
         ctypes.byref(timing))
     if status == 1:
         raise RuntimeError(f"the command sequence did not finish in {limit} cycles")

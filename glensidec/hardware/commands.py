@@ -151,11 +151,28 @@ class AccelConfig:
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     queue_depth: int = 8
     #: int8 result rows the output FIFO holds between the epilogue and the store DMA (a
-    #: power of two): an accumulator's worth, so a narrow bus stores one chunk's rows
-    #: while the array computes the next instead of freezing it
-    out_depth: int = 1024
+    #: power of two). Few: the epilogue's lanes make at most a bus beat of a row per cycle
+    #: at the defaults, and rows wait for them in the epilogue's FIFO instead
+    out_depth: int = 16
+    #: columns the epilogue computes per cycle (a divisor of cols; a row takes cols /
+    #: epilogue_lanes cycles); 0: default_epilogue_lanes(cols), 4 of 16
+    epilogue_lanes: int = 0
+    #: accumulator rows waiting for the epilogue's lanes (a power of two ≥ 2), so a tile's
+    #: rows, emitted one per cycle, leave the array while the lanes work through them; 0:
+    #: default_epilogue_depth(acc_depth), half the accumulator (512 rows of 1024)
+    epilogue_depth: int = 0
 
     def __post_init__(self) -> None:
+        if not self.epilogue_lanes:
+            object.__setattr__(self, "epilogue_lanes", default_epilogue_lanes(self.cols))
+        if not self.epilogue_depth:
+            object.__setattr__(self, "epilogue_depth", default_epilogue_depth(self.acc_depth))
+        if self.epilogue_lanes < 1 or self.cols % self.epilogue_lanes:
+            raise ValueError(f"the epilogue's lanes divide its {self.cols} columns, got "
+                             f"{self.epilogue_lanes}")
+        if self.epilogue_depth < 2 or self.epilogue_depth & (self.epilogue_depth - 1):
+            raise ValueError(f"the epilogue's FIFO holds a power of two ≥ 2 rows, got "
+                             f"{self.epilogue_depth}")
         if self.out_depth < 2 or self.out_depth & (self.out_depth - 1):
             raise ValueError(f"the output FIFO holds a power of two ≥ 2 rows, got "
                              f"{self.out_depth}")
@@ -183,8 +200,34 @@ class AccelConfig:
             "ROW_BYTES": memory.row_bytes, "BANKS": memory.banks,
             "BANK_ROWS": memory.bank_rows, "BUS_BYTES": memory.bus_bytes,
             "LATENCY": memory.latency, "QUEUE_DEPTH": self.queue_depth,
-            "OUT_DEPTH": self.out_depth,
+            "OUT_DEPTH": self.out_depth, "EPI_LANES": self.epilogue_lanes,
+            "EPI_DEPTH": self.epilogue_depth,
         }
+
+    @property
+    def epilogue_cycles(self) -> int:
+        """Cycles the epilogue's lanes take per row (one column group each)."""
+        return self.cols // self.epilogue_lanes
+
+
+#: Column groups of the default epilogue: its lanes compute a row over this many cycles
+#: (docs/hardware.md, "The epilogue's lanes", weighs the cycles against the cells).
+EPILOGUE_GROUPS = 4
+
+
+def default_epilogue_lanes(cols: int) -> int:
+    """The default lanes of a `cols`-column epilogue: cols / g for the largest g ≤
+    EPILOGUE_GROUPS that divides cols (4 lanes at 16 columns)."""
+    groups = max(g for g in range(1, EPILOGUE_GROUPS + 1) if cols % g == 0)
+    return cols // groups
+
+
+def default_epilogue_depth(acc_depth: int) -> int:
+    """The default rows of the epilogue's FIFO: the largest power of two ≤ half the
+    accumulator (at least 2). A tile emits up to acc_depth rows one per cycle while the
+    lanes take a row per 4 cycles; half of them waiting costs ResNet-18 and -50 under 1 %
+    of their cycles at 16 B/cycle, a quarter over 2 % (docs/hardware.md)."""
+    return max(2, 1 << max(1, acc_depth // 2).bit_length() - 1)
 
 
 def _field(value: int, offset: int, width: int) -> int:
@@ -310,6 +353,8 @@ class AccelModel:
         self.p_step = 1
         self.p_reads = 0
         self.s1_valid = self.out_valid = False
+        self.epi_fifo = self.epi_phase = 0  # rows in the epilogue's FIFO; the lanes' group
+        self.epi_phases = config.epilogue_cycles  # cycles per row
         self.out_rows = 0  # rows in the output FIFO (epilogue → ws_dma_store)
         self.st_rows: deque[int] = deque()  # beats of each row of the active store
         self.st_beat = 0
@@ -354,8 +399,13 @@ class AccelModel:
         st_cmd_ready = not st_active or st_cmd_last
         write = st_active and st_in_valid
         out_full = self.out_rows == self.config.out_depth
-        epi_en = not (self.out_valid and out_full)
         epi_out_fire = self.out_valid and not out_full  # into the output FIFO
+        # the lanes take the epilogue FIFO's oldest row a column group per cycle; its last
+        # group waits for the output register
+        lane_last = self.epi_phase == self.epi_phases - 1
+        lane_step = self.epi_fifo > 0 and (not lane_last or not self.out_valid or not out_full)
+        lane_done = lane_step and lane_last
+        epi_en = self.epi_fifo + int(self.s1_valid) < self.config.epilogue_depth  # in_ready
         out_pop = st_in_valid and st_in_ready
         tag_valid, tag_emit = self.tags[-1]
         r_valid = tag_valid and tag_emit
@@ -498,8 +548,11 @@ class AccelModel:
         # store unit, epilogue, ws_dma_store
         self.epi_rows += int(admit) - int(epi_out_fire)
         self.out_rows += int(epi_out_fire) - int(out_pop)
-        if epi_en:
-            self.s1_valid, self.out_valid = admit, self.s1_valid
+        self.epi_fifo += int(self.s1_valid) - int(lane_done)
+        self.s1_valid = admit
+        if lane_step:
+            self.epi_phase = 0 if lane_last else self.epi_phase + 1
+        self.out_valid = lane_done or (self.out_valid and out_full)
         if write:
             if st_beat_last:
                 self.st_rows.popleft()

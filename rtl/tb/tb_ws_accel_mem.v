@@ -40,6 +40,8 @@ module tb_ws_accel_mem #(
     parameter integer LATENCY     = 2,     // >= 1
     parameter integer QUEUE_DEPTH = 8,
     parameter integer OUT_DEPTH   = 16,
+    parameter integer EPI_LANES   = COLS,
+    parameter integer EPI_DEPTH   = 2,
     parameter integer MEM_WORDS   = 65536, // main memory, BUS_BYTES words
     parameter integer CMD_DEPTH   = 65536, // command words of one layer
     parameter integer CYCLE_LIMIT = 50000000,
@@ -79,7 +81,8 @@ module tb_ws_accel_mem #(
     /* verilator lint_off WIDTHTRUNC */  // cmd_data: the word cut to ws_accel's CMD_W
     ws_accel #(.ROWS(ROWS), .COLS(COLS), .ACC_DEPTH(ACC_DEPTH), .ROW_BYTES(ROW_BYTES),
                .BANKS(BANKS), .BANK_ROWS(BANK_ROWS), .BUS_BYTES(BUS_BYTES),
-               .LATENCY(LATENCY), .QUEUE_DEPTH(QUEUE_DEPTH), .OUT_DEPTH(OUT_DEPTH)) accel (
+               .LATENCY(LATENCY), .QUEUE_DEPTH(QUEUE_DEPTH), .OUT_DEPTH(OUT_DEPTH),
+               .EPI_LANES(EPI_LANES), .EPI_DEPTH(EPI_DEPTH)) accel (
         .clk(clk), .rst(rst), .cmd_valid(cmd_valid), .cmd_ready(cmd_ready),
         .cmd_data(cmds[cmd_index[$clog2(CMD_DEPTH)-1:0]]),
         .mem_rd_valid(mem_rd_valid), .mem_rd_addr(mem_rd_addr),
