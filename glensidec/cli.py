@@ -369,6 +369,8 @@ def quantize_command(program: Path, calibration: Path | None, profile_path: Path
               help="S bands of output rows, each with its own weights.")
 @click.option("--split-out", multiple=True, metavar="LAYER:S:G",
               help="S parts of the output channels, each a conv in G groups.")
+@click.option("--stride", multiple=True, metavar="LAYER",
+              help="The conv at the stride of the max-pool after it; the pool removed.")
 @click.option("--heads", multiple=True, metavar="ATTENTION:H",
               help="Keep the attention's H strongest heads.")
 @click.option("--head-dim", multiple=True, metavar="ATTENTION:F",
@@ -391,22 +393,23 @@ def quantize_command(program: Path, calibration: Path | None, profile_path: Path
 def transform_command(model: Path, group: tuple[str, ...], bottleneck: tuple[str, ...],
                       bottleneck_block: tuple[str, ...], depthwise: tuple[str, ...],
                       spatial_split: tuple[str, ...], split_out: tuple[str, ...],
-                      heads: tuple[str, ...], head_dim: tuple[str, ...],
+                      stride: tuple[str, ...], heads: tuple[str, ...],
+                      head_dim: tuple[str, ...],
                       low_rank: tuple[str, ...], drop: tuple[str, ...], init: str,
                       seed: int, array_size: str, dram_bandwidth: int, output: Path | None,
                       force: bool) -> None:
     """Transform MODEL's architecture; with no transformation, list its transformable layers.
 
-    Transformations apply in the order bottleneck, group, split-out, bottleneck-block,
-    depthwise, spatial-split, heads, head-dim, low-rank, drop. Each prints the layers it
-    changed with their parameters, multiply-accumulates and predicted cycles on the array,
-    before and after.
+    Transformations apply in the order stride, bottleneck, heads, head-dim, group,
+    split-out, bottleneck-block, depthwise, spatial-split, low-rank, drop. Each prints
+    the layers it changed with their parameters, multiply-accumulates and predicted cycles
+    on the array, before and after.
     """
     nas_commands.transform(model, {"group": group, "bottleneck": bottleneck,
                                    "depthwise": depthwise, "bottleneck-block": bottleneck_block,
                                    "spatial-split": spatial_split, "split-out": split_out,
-                                   "heads": heads, "head-dim": head_dim, "low-rank": low_rank,
-                                   "drop": drop},
+                                   "stride": stride, "heads": heads, "head-dim": head_dim,
+                                   "low-rank": low_rank, "drop": drop},
                            init, seed, array_size, output, force, dram_bandwidth)
 
 

@@ -58,6 +58,26 @@ def test_the_space_holds_only_applicable_choices(skip_model: Path) -> None:
             S.apply(graph, [layer], (choice,), S.T.INHERIT)  # each one applies
 
 
+def test_a_max_pool_is_a_gene_of_its_own_so_its_conv_keeps_a_choice() -> None:
+    """The digits CNN's max-pools offer stride (folded into the conv before them) beside
+    their convs' own options; a candidate can take both, as the machine rewards (a conv at
+    stride 2 computes a quarter of the positions, and a narrower one less again)."""
+    program = read_program(Path(__file__).resolve().parent.parent / "examples" /
+                           "digits_cnn.gs")
+    graph = lift(program, load_weights(program))
+    space = S.search_space(graph, S.SPACE)
+    assert space.layers == ["c1", "c2", "c2.maxpool", "c3", "c3.maxpool", "fc"]
+    assert space.options[2] == space.options[4] == [S.KEEP, S.Choice("stride")]
+    candidate = tuple(S.Choice.parse(c) for c in
+                      ("keep", "bottleneck:2", "stride", "bottleneck:4", "keep", "keep"))
+    network = S.apply(graph, space.layers, candidate, S.T.INHERIT)
+    assert "c2.maxpool" not in network.layers and "c3.maxpool" in network.layers
+    assert network.weights["c2_w"].shape == (16, 16, 3, 3)
+    assert network.layers["c2"].op.stride == (2, 2)  # type: ignore[union-attr]
+    assert (S.Choice("stride"), S.Choice("stride")) == tuple(
+        c for c in S.uniform_candidates(space)[-1] if c != S.KEEP)
+
+
 def fake_batches(space: S.Space) -> tuple[list[S.Candidate], Any]:
     seen: list[S.Candidate] = []
 

@@ -362,7 +362,8 @@ def test_the_cnn_spaces_are_unchanged_by_the_transformer_options() -> None:
     CNNs the default space (every kind) is the CNN kinds' space."""
     from glensidec.nas import search as S
 
-    cnn_kinds = ("group", "bottleneck", "depthwise", "bottleneck-block", "spatial-split")
+    cnn_kinds = ("group", "bottleneck", "depthwise", "bottleneck-block", "spatial-split",
+                 "stride")
     for name in ("digits_cnn", "residual_digits_cnn"):
         program = read_program(REPO / "examples" / f"{name}.gs")
         graph = lift(program, load_weights(program))

@@ -3,6 +3,7 @@ be exact, channel coupling through residual adds and concats, and checked precon
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from glensidec.lang.syntax import format_program, parse_program
 from glensidec.lang.typecheck import check_program
 from glensidec.nas import transforms as T
 from glensidec.nas.coupling import coupled_sets
-from glensidec.nas.graph import Conv, Dense, Graph, lift, lower, shapes
+from glensidec.nas.graph import Conv, Dense, Graph, Pool, lift, lower, shapes
 
 
 def skip_net(seed: int = 0) -> Any:
@@ -256,6 +257,48 @@ def test_bottleneck_coupled_to_an_input_is_rejected_naming_it(tmp_path: Path) ->
 def test_bottleneck_of_the_output_layer_is_rejected(lenet: Graph) -> None:
     with pytest.raises(GlensideError, match="change the network's output"):
         T.bottleneck(lenet, conv_names(lenet)[-1], 2)
+
+
+def truncated(graph: Graph, output: str) -> Graph:
+    """The graph computing `output` (the layers after it left unused)."""
+    layers = dict(list(graph.layers.items())[:list(graph.layers).index(output) + 1])
+    used = {getattr(layer.op, "weight", None) for layer in layers.values()}
+    cut = replace(graph, output=output)
+    return cut.with_layers(layers, {n: w for n, w in graph.weights.items() if n in used})
+
+
+def test_stride_folds_the_max_pool_into_its_conv(lenet: Graph) -> None:
+    """conv, relu, 2x2/2 max-pool becomes the conv at stride 2: the stride-1 conv's every
+    other row and column, exactly; the pool is gone and what follows reads the relu."""
+    conv = conv_names(lenet)[0]
+    pool = conv
+    while not isinstance(lenet.layers[pool].op, Pool):  # conv, bias, relu, pool
+        pool = lenet.consumers(pool)[0]
+    strided = T.stride(lenet, conv)
+    assert pool not in strided.layers and strided.layers[conv].op.stride == (2, 2)
+    assert strided.weights.keys() == lenet.weights.keys()
+    assert set(strided.layers) == set(lenet.layers) - {pool}
+    assert shapes(strided)[strided.output] == shapes(lenet)[lenet.output]
+    close(run(truncated(strided, conv)), run(truncated(lenet, conv))[:, :, ::2, ::2])
+    run(strided)  # the whole network still runs
+    # named by its pool (the search's gene), the same network
+    assert lower(T.stride(lenet, pool)).root == lower(strided).root
+
+
+def test_stride_needs_a_max_pool_of_its_stride_after_the_conv(skip: Graph,
+                                                              lenet: Graph) -> None:
+    with pytest.raises(GlensideError, match=r"stride a: 'a_relu' is read by 2 layers"):
+        T.stride(skip, "a")
+    with pytest.raises(GlensideError, match=r"stride b: 'sum' \(binary\) comes between 'b' "
+                                            "and a max-pool; only per-channel and elementwise"):
+        T.stride(skip, "b")
+    with pytest.raises(GlensideError, match=r"stride d: 'd' has stride \(2, 2\)"):
+        T.stride(skip, "d")
+    conv = conv_names(lenet)[0]
+    with pytest.raises(GlensideError, match=rf"stride {conv}: '{conv}' has stride \(2, 2\)"):
+        T.stride(T.stride(lenet, conv), conv)
+    with pytest.raises(GlensideError, match="no conv layer 'fc"):
+        T.stride(lenet, "fc")
 
 
 # -- preconditions, random init, listing -------------------------------------------------------

@@ -37,16 +37,17 @@ if TYPE_CHECKING:
 # The search's names (glensidec.nas.search imports torch-free modules only, but keeps
 # the command quick to load by being imported in the command).
 SEARCH_SPACE = ("group", "bottleneck", "depthwise", "bottleneck-block", "spatial-split",
-                "heads", "head-dim", "low-rank", "drop")
+                "stride", "heads", "head-dim", "low-rank", "drop")
 LEGALITY = ("fisher-init", "fisher-warm", "loss-warm", "train")
 
 # Applied in this order, whatever the order on the command line (click groups repeated
-# options): shrink channels first (a transformer's heads and head dimension with them:
-# they cut q, k and v, which grouping would make slices and concatenations), then
-# restructure what is left; dropping a block last (it removes layers the others may name).
-ORDER = ("bottleneck", "heads", "head-dim", "group", "split-out", "bottleneck-block",
+# options): a conv takes its pool's stride first (the others keep a conv's stride), then
+# shrink channels (a transformer's heads and head dimension with them: they cut q, k and v,
+# which grouping would make slices and concatenations), then restructure what is left;
+# dropping a block last (it removes layers the others may name).
+ORDER = ("stride", "bottleneck", "heads", "head-dim", "group", "split-out", "bottleneck-block",
          "depthwise", "spatial-split", "low-rank", "drop")
-ARITY = {"group": 1, "bottleneck": 1, "bottleneck-block": 1, "depthwise": 0,
+ARITY = {"stride": 0, "group": 1, "bottleneck": 1, "bottleneck-block": 1, "depthwise": 0,
          "spatial-split": 1, "split-out": 2, "heads": 1, "head-dim": 1, "low-rank": 1,
          "drop": 0}
 

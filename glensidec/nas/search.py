@@ -41,6 +41,7 @@ from glensidec.nas.graph import (
     Conv,
     Dense,
     Graph,
+    Pool,
     TokenDense,
     WeightOp,
     lift,
@@ -52,12 +53,13 @@ LEGALITY = ("fisher-init", "fisher-warm", "loss-warm", "train")
 # The transformer's options are offered only where a transformer has them (attention, its
 # residual blocks, its token projections): a CNN's space is what it was.
 TRANSFORMER_SPACE = ("heads", "head-dim", "low-rank", "drop")
-SPACE = ("group", "bottleneck", "depthwise", "bottleneck-block", "spatial-split",
+SPACE = ("group", "bottleneck", "depthwise", "bottleneck-block", "spatial-split", "stride",
          *TRANSFORMER_SPACE)
-# heads and head-dim before group: they cut an attention's q, k and v projections, which
-# a grouped projection (slices, products, a concatenation) no longer is. A CNN has neither,
-# so its order is what it was.
-ORDER = ("bottleneck", "heads", "head-dim", "group", "bottleneck-block", "depthwise",
+# stride first: the others keep a conv's stride (depthwise, bottleneck-block, spatial-split
+# build their convs from it), and it needs the conv still followed by its pool. heads and
+# head-dim before group: they cut an attention's q, k and v projections, which a grouped
+# projection (slices, products, a concatenation) no longer is.
+ORDER = ("stride", "bottleneck", "heads", "head-dim", "group", "bottleneck-block", "depthwise",
          "spatial-split", "low-rank", "drop")
 FISHER_BATCH = 128
 # Retraining starts from inherited weights: a fine-tuning rate, not a from-scratch one.
@@ -122,8 +124,9 @@ class Space:
 
 
 def search_space(graph: Graph, kinds: tuple[str, ...]) -> Space:
-    """The options of every conv and dense layer (those whose preconditions hold), and of a
-    transformer's attention layers and residual blocks."""
+    """The options of every conv and dense layer (those whose preconditions hold), of every
+    max-pool (stride: folded into its conv), and of a transformer's attention layers and
+    residual blocks."""
     coupled = coupled_sets(graph)
     layers, options = [], []
     for name, layer in graph.layers.items():
@@ -131,6 +134,9 @@ def search_space(graph: Graph, kinds: tuple[str, ...]) -> Space:
             proposals = transformer_proposals(graph, layer.name, kinds)
         elif isinstance(layer.op, (Conv, Dense, TokenDense)) and not is_depthwise(graph, layer):
             proposals = product_proposals(graph, layer.name, kinds, coupled)
+        elif isinstance(layer.op, Pool):
+            # the pool's own gene, so that its conv keeps a choice of its own
+            proposals = [Choice("stride")] if "stride" in kinds else []
         else:
             continue
         choices = [KEEP]
@@ -220,7 +226,7 @@ def apply(graph: Graph, layers: list[str], candidate: Candidate, init: T.Init) -
     for kind in ORDER:
         for layer, choice in zip(layers, candidate, strict=True):
             if choice.kind == kind:
-                numbers = (choice.number,) if choice.number else ()  # depthwise, drop
+                numbers = (choice.number,) if choice.number else ()  # depthwise, stride, drop
                 graph = T.TRANSFORMS[kind](graph, layer, *numbers, init=init)
     return graph
 

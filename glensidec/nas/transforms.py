@@ -15,6 +15,7 @@ filter for spatial_split, so the network computes exactly what it did) or drawn 
 | depthwise(L)              | depthwise k×k (C groups), then pointwise 1×1 C→O             |
 | spatial_split(L, S)       | S bands of output rows, each its own weights, joined along H |
 | split_out(L, S, G)        | S convs C→O/S in G groups each, joined along channels        |
+| stride(L)                 | L at the stride of the max-pool after it; the pool removed   |
 
 Dense layers and token projections take group and bottleneck.
 """
@@ -47,7 +48,10 @@ from glensidec.nas.graph import (
     Graph,
     Layer,
     Op,
+    Pointwise,
+    Pool,
     Reshape,
+    ScalarOp,
     Slice,
     TokenDense,
     WeightOp,
@@ -530,9 +534,95 @@ def split_out(graph: Graph, name: str, splits: int, groups: int,
     return edit.done()
 
 
+# -- stride: a conv and the max-pool after it become one strided conv ----------------------------
+
+
+def stride(graph: Graph, name: str, init: Init = INHERIT) -> Graph:
+    """Conv L, its per-channel and elementwise layers (bias, activation) and the s×s
+    max-pool of stride s after them become L at stride s without the pool (the
+    all-convolutional net's replacement of pooling by a strided conv): L computes 1/s² of
+    its positions and the pool is gone. `name` is L or that max-pool (the search's gene is
+    the pool, so that L keeps its own choice). The pool's output shape is kept, so the
+    layers after it are unchanged; L keeps its filters (`init` is not used: no weight is
+    new)."""
+    what = f"stride {name}"
+    if isinstance(getattr(graph.layers.get(name), "op", None), Pool):
+        name = _conv_before(graph, name, what)
+    layer = layer_named(graph, name, (Conv,))
+    _check_f32(graph, what)
+    assert isinstance(layer.op, Conv)
+    if layer.op.stride != (1, 1):
+        raise GlensideError(f"{what}: '{name}' has stride {layer.op.stride}; this needs "
+                            "stride 1")
+    pool = _pool_after(graph, name, what)
+    assert isinstance(pool.op, Pool)
+    shape_of = shapes(graph)
+    weight = graph.weights[layer.op.weight]
+    kernel = (int(weight.shape[2]), int(weight.shape[3]))
+    strided = conv_out_hw(tuple(shape_of[layer.inputs[0]][2:4]), kernel,  # type: ignore[arg-type]
+                          pool.op.stride, layer.op.pads)
+    if strided != tuple(shape_of[pool.name][2:4]):
+        raise GlensideError(f"{what}: at stride {pool.op.stride} '{name}' would give "
+                            f"{strided[0]}x{strided[1]} positions, the pool "
+                            f"'{pool.name}' gives {shape_of[pool.name][2]}x"
+                            f"{shape_of[pool.name][3]}")
+    edit = Edit(graph)
+    edit.set(name, replace(layer.op, stride=pool.op.stride))
+    before = pool.inputs[0]
+    del edit.layers[pool.name]
+    for consumer in graph.consumers(pool.name):
+        edit.set(consumer, edit.layers[consumer].op,
+                 tuple(before if i == pool.name else i for i in edit.layers[consumer].inputs))
+    if pool.name in edit.lets:  # the pool ended a `let`: the layer before it ends it now
+        edit.lets[before] = edit.lets.pop(pool.name)
+    if graph.output == pool.name:
+        return replace(edit.done(), output=before)
+    return edit.done()
+
+
+_BETWEEN = (ChannelOp, Pointwise, ScalarOp)  # what may come between a conv and its pool
+
+
+def _conv_before(graph: Graph, pool: str, what: str) -> str:
+    """The conv that max-pool `pool` follows through per-channel and elementwise layers."""
+    current = graph.layers[pool].inputs[0]
+    while isinstance(graph.layers[current].op, _BETWEEN) and \
+            len(graph.layers[current].inputs) == 1:
+        current = graph.layers[current].inputs[0]
+    if not isinstance(graph.layers[current].op, Conv):
+        raise GlensideError(f"{what}: the pool follows '{current}', not a conv")
+    return current
+
+
+def _pool_after(graph: Graph, name: str, what: str) -> Layer:
+    """The unpadded max-pool whose kernel is its stride that follows conv `name` through
+    layers of one operand, each the only reader of the one before."""
+    current = name
+    while True:
+        readers = graph.consumers(current)
+        if len(readers) != 1 or current == graph.output:
+            raise GlensideError(f"{what}: '{current}' is read by {len(readers)} layers; "
+                                f"this needs a max-pool after '{name}' and nothing else "
+                                "reading the layers between")
+        layer = graph.layers[readers[0]]
+        if isinstance(layer.op, Pool):
+            op = layer.op
+            if op.reduce != "reduce-max" or op.kernel != op.stride or any(op.pads) or \
+                    op.stride == (1, 1):
+                raise GlensideError(f"{what}: '{layer.name}' is not a max-pool whose kernel "
+                                    "is its stride (unpadded)")
+            return layer
+        if len(layer.inputs) != 1 or not isinstance(layer.op, _BETWEEN):
+            raise GlensideError(f"{what}: '{layer.name}' ({type(layer.op).__name__.lower()}) "
+                                f"comes between '{name}' and a max-pool; only per-channel "
+                                "and elementwise layers may")
+        current = layer.name
+
+
 TRANSFORMS: dict[str, Callable[..., Graph]] = {
     "group": group, "bottleneck": bottleneck, "bottleneck-block": bottleneck_block,
     "depthwise": depthwise, "spatial-split": spatial_split, "split-out": split_out,
+    "stride": stride,
 }
 
 
