@@ -80,7 +80,7 @@ from glensidec.hardware.commands import (
     LayerQuant,
     LayerTraffic,
     accel_cycles,
-    best_conv_program,
+    best_conv_table,
     layer_tiling,
     layer_traffic,
     pool_program,
@@ -662,11 +662,12 @@ def program_accel_layers(lowered: LoweredProgram, weights: dict[str, Array],
 def program_layer(accel: AccelConfig, layer: ConvLayer, quant: LayerQuant, pool: bool = False,
                   pool_sum: bool = False, layout: NhwcLayout | NchwLayout | None = None
                   ) -> tuple[LayerProgram, Array, AccelTiming]:
-    """The layer's commands (best_conv_program, or pool_program for a max-pool or,
+    """The layer's commands (best_conv_table, or pool_program for a max-pool or,
     `pool_sum`, an average pool through `quant`'s epilogue, or layout_program for a
     `layout` change), as the packed table the C reads, and their cycles on ws_accel;
     GlensideError when the layer does not fit the accelerator."""
     timing: AccelTiming | None = None
+    table: Array | None = None
     try:
         if isinstance(layout, NchwLayout):
             program = nchw_program(accel, layout)
@@ -674,11 +675,12 @@ def program_layer(accel: AccelConfig, layer: ConvLayer, quant: LayerQuant, pool:
             program = layout_program(accel, layout)
         elif pool:
             program = pool_program(accel, layer, quant if pool_sum else None)
-        else:  # the schedule the exact model prices fastest, with its timing
-            program, timing = best_conv_program(accel, layer, quant)
+        else:  # the schedule the exact model prices fastest, its table and timing
+            program, table, timing = best_conv_table(accel, layer, quant)
     except CapacityError as error:
         raise GlensideError(f"--accel: {error}") from None
-    table = pack_commands(program.commands)
+    if table is None:
+        table = pack_commands(program.commands)
     if timing is None:
         native = native_model()
         timing = (native_cycles(native, accel, table, 10**12) if native is not None

@@ -109,24 +109,53 @@ def native_model() -> ctypes.CDLL | None:
     return _load()
 
 
+#: The columns a COMPUTE sets (from its attributes of the same names) and a LOAD's
+#: besides its DMA fields; every other column of theirs is 0.
+_COMPUTE_FIELDS = ("wait", "signal", "w_row", "a_row", "m_len", "add", "emit", "a_count1",
+                   "a_stride1", "a_stride2")
+_compute_fields = operator.attrgetter(*_COMPUTE_FIELDS)
+_COMPUTE_COLUMNS = [FIELDS.index(name) for name in _COMPUTE_FIELDS]
+_LOAD_COLUMNS = [FIELDS.index(name) for name in
+                 ("wait", "signal", *_DMA_FIELDS, "wait_store", "signal_store")]
+
+
 def pack_commands(commands: Sequence[Command]) -> np.ndarray:
     """The commands as rows of int64 (gs_command, FIELDS in order)."""
-    from glensidec.hardware.commands import Compute, Config, Load
+    from glensidec.hardware.commands import Compute, Config, Load, Store
 
-    padding = [0] * len(_DMA_FIELDS)
-    rows: list[list[int]] = []
-    for command in commands:
+    # A layer's program is hundreds of thousands of COMPUTEs and LOADs (the compile prices
+    # several per layer shape): each kind's nonzero columns are gathered into one flat
+    # list and scattered into the table at once, not a row of 29 Python ints apiece.
+    computes: list[int] = []
+    compute_values: list[int] = []
+    loads: list[int] = []
+    load_values: list[int] = []
+    others: list[Config | Store] = []
+    other_positions: list[int] = []
+    for position, command in enumerate(commands):
         if isinstance(command, Compute):
-            rows.append([1, command.wait, command.signal, command.w_row, command.a_row,
-                         command.m_len, command.add, command.emit, *padding, 0, 0, 0,
-                         command.a_count1, command.a_stride1, command.a_stride2])
-        elif isinstance(command, Config):  # its vectors stay in the layer; where they start
-            rows.append([3, 0, 0, 0, 0, 0, 0, 0, command.first_column, *padding[1:], 0,
-                         command.residual is not None, 0, 0, 0, 0])
+            computes.append(position)
+            compute_values.extend(_compute_fields(command))
         elif isinstance(command, Load):
-            rows.append([0, command.wait, command.signal, 0, 0, 0, 0, 0,
-                         *_dma_fields(command.dma), command.wait_store, 0,
-                         command.signal_store, 0, 0, 0])
+            loads.append(position)
+            load_values.extend((command.wait, command.signal, *_dma_fields(command.dma),
+                                command.wait_store, command.signal_store))
+        else:
+            others.append(command)
+            other_positions.append(position)
+    table = np.zeros((len(commands), len(FIELDS)), dtype=np.int64)
+    for positions, values, columns, op in ((computes, compute_values, _COMPUTE_COLUMNS, 1),
+                                           (loads, load_values, _LOAD_COLUMNS, 0)):
+        if positions:
+            rows = np.array(positions)
+            table[rows[:, None], columns] = np.array(values, dtype=np.int64).reshape(
+                len(positions), len(columns))
+            table[rows, 0] = op
+    padding = [0] * len(_DMA_FIELDS)
+    for position, command in zip(other_positions, others, strict=True):
+        if isinstance(command, Config):  # its vectors stay in the layer; where they start
+            table[position] = [3, 0, 0, 0, 0, 0, 0, 0, command.first_column, *padding[1:], 0,
+                               command.residual is not None, 0, 0, 0, 0]
         else:  # a store: its pooling window where a load has y0 and y_step, and a sum
             # pool's flag where it has height (stores have no bounds)
             dma = list(_dma_fields(command.dma))
@@ -136,9 +165,9 @@ def pack_commands(commands: Sequence[Command]) -> np.ndarray:
                 dma[_WINDOW_COUNT1] = command.window_count1
                 dma[_WINDOW_STRIDE2] = command.window_stride2
                 dma[_PIXEL_STEP] = command.pixel_step
-            rows.append([2, command.wait, command.signal, 0, 0, 0, 0, 0, *dma, 0, 0, 0,
-                         0, 0, 0])
-    return np.array(rows, dtype=np.int64).reshape(len(commands), len(FIELDS))
+            table[position] = [2, command.wait, command.signal, 0, 0, 0, 0, 0, *dma, 0, 0, 0,
+                               0, 0, 0]
+    return table
 
 
 def native_cycles(native: ctypes.CDLL, config: AccelConfig,

@@ -623,6 +623,18 @@ def accel_cycles(config: AccelConfig, commands: Sequence[Command],
     return AccelModel(config).run(commands, limit=limit, trace=trace)
 
 
+def table_cycles(config: AccelConfig, commands: Sequence[Command],
+                 table: npt.NDArray[np.int64], limit: int = 10**9) -> AccelTiming:
+    """accel_cycles of `commands` given their pack_commands `table` (the C model reads
+    the table: packing a long program costs about as much as pricing it)."""
+    from glensidec.hardware.accel_native import native_cycles, native_model
+
+    native = native_model()
+    if native is not None:
+        return native_cycles(native, config, table, limit)
+    return AccelModel(config).run(commands, limit=limit)
+
+
 def timing_diagram(timing: AccelTiming, cycles_per_char: int = 1) -> str:
     """Three text lanes of a traced run: load slots, array rows, store beats.
 
@@ -930,6 +942,16 @@ def best_conv_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant
     im2col program (when it fits) and every window tiling that fits; among those within
     TRAFFIC_SLACK of the fastest, the one that moves the fewest bytes. CapacityError
     (im2col's, naming the sizes) when none fits."""
+    program, _, timing = best_conv_table(config, layer, quant)
+    return program, timing
+
+
+def best_conv_table(config: AccelConfig, layer: ConvLayer, quant: LayerQuant
+                    ) -> tuple[LayerProgram, npt.NDArray[np.int64], AccelTiming]:
+    """best_conv_program's choice with its commands packed (pack_commands, the table the
+    generated C reads), the table the pricing made: the compile keeps it."""
+    from glensidec.hardware.accel_native import pack_commands
+
     candidates: list[LayerProgram] = []
     error: CapacityError | None = None
     try:
@@ -941,14 +963,17 @@ def best_conv_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant
     if not candidates:
         assert error is not None
         raise error
-    priced = [(program, accel_cycles(config, program.commands)) for program in candidates]
+    priced = []
+    for program in candidates:
+        table = pack_commands(program.commands)
+        priced.append((program, table, table_cycles(config, program.commands, table)))
     if len(priced) == 1:
         return priced[0]
-    fastest = min(timing.cycles for _, timing in priced)
+    fastest = min(timing.cycles for _, _, timing in priced)
     return min((choice for choice in priced
-                if choice[1].cycles <= fastest * (1 + TRAFFIC_SLACK)),
-               key=lambda choice: (choice[1].load_bytes + choice[1].store_bytes,
-                                   choice[1].cycles))
+                if choice[2].cycles <= fastest * (1 + TRAFFIC_SLACK)),
+               key=lambda choice: (choice[2].load_bytes + choice[2].store_bytes,
+                                   choice[2].cycles))
 
 
 @dataclass(frozen=True)
