@@ -30,7 +30,7 @@ the program's layout.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -140,7 +140,7 @@ def _block(view: View, lowered: LoweredProgram, m: int, n: int
 
 
 def evaluate_buffer(lowered: LoweredProgram, name: str, weights: dict[str, Array],
-              before: int, all_writers: dict[str, list[int]] | None = None) -> Array | None:
+              before: int, all_writers: Mapping[str, list[int]] | None = None) -> Array | None:
     """The elements of buffer `name` (flat) when they are known at compile time: a
     constant, or an activation only fills and copies of such make before instruction
     `before` (the lowering pads weights at run time); else None. (`all_writers`: the
@@ -184,7 +184,7 @@ def _known(lowered: LoweredProgram, view: View, weights: dict[str, Array], befor
 
 
 def _follow(lowered: LoweredProgram, gemm_index: int, weights: dict[str, Array],
-            readers: dict[str, list[int]]) -> _Chain | None:
+            readers: Mapping[str, list[int]]) -> _Chain | None:
     """The chain after the array call at `gemm_index`, or None when it does not fuse."""
     gemm = lowered.instructions[gemm_index]
     assert isinstance(gemm, ArrayGemm)
@@ -193,7 +193,7 @@ def _follow(lowered: LoweredProgram, gemm_index: int, weights: dict[str, Array],
 
 def follow_chain(lowered: LoweredProgram, gemm_index: int, result: View,
                  shape: tuple[int, int], weights: dict[str, Array],
-                 readers: dict[str, list[int]]) -> _Chain | None:
+                 readers: Mapping[str, list[int]]) -> _Chain | None:
     """The epilogue chain after the instruction at `gemm_index`, whose i32 `result` is an
     M×N (`shape`) buffer, or None when it does not fuse."""
     instructions = lowered.instructions
