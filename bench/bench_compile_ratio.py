@@ -2,8 +2,11 @@
 seconds and peak resident memory of each (issue 26: the default compile fits in 4 GiB and
 takes at most 1.5x the `--bare-array` compile's CPU; issue 30: each compile <= 15 s CPU).
 
-Run: .venv/bin/python bench/bench_compile_ratio.py [--only NAME] [--runs N]
+Run: .venv/bin/python bench/bench_compile_ratio.py [--only NAME] [--runs N] [--before TREE]
 (prints a Markdown table; bench/results/compile_scale.md holds the committed one).
+`--before TREE` also times the default compile of another glensidec source tree (e.g. a
+`git archive` of an earlier commit), in turn with the two, and prints its CPU and the
+ratio of this tree's to it: a speed-up measured side by side on a shared machine.
 Each network is built (random weights, as the other benches build them: bench/host_models.py,
 bench/bench_compile_scale.py, bench/bench_accel_scale.py), imported and quantized
 (`--per-channel --symmetric`, two calibration samples) once, then compiled for a 16x16
@@ -84,12 +87,15 @@ def quantized(name: str, work: Path) -> Path:
     return program
 
 
-def compile_once(program: Path, outdir: Path, *options: str) -> tuple[float, float]:
-    """(CPU seconds, peak resident GiB) of one compile in its own process."""
+def compile_once(program: Path, outdir: Path, *options: str, tree: str = ""
+                 ) -> tuple[float, float]:
+    """(CPU seconds, peak resident GiB) of one compile in its own process (of the
+    glensidec in source tree `tree`, else this one)."""
+    environment = {**os.environ, "PYTHONPATH": tree} if tree else None
     with (outdir.parent / "compile.log").open("w") as log:
         process = subprocess.Popen([*GLENSIDEC, "compile", str(program), "--array", "16x16",
                                     "--force", "-o", str(outdir), *options],
-                                   stdout=log, stderr=subprocess.STDOUT)
+                                   stdout=log, stderr=subprocess.STDOUT, env=environment)
         _, status, usage = os.wait4(process.pid, 0)
     if status:
         raise SystemExit(f"compile {' '.join(options)} of {program} failed")
@@ -100,22 +106,33 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="", help="a network name's prefix")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--before", default="", help="another glensidec source tree to time")
     options = parser.parse_args()
-    print("| network | default CPU | bare-array CPU | default / bare CPU | default peak RSS "
-          "| bare-array peak RSS |\n|---|---:|---:|---:|---:|---:|")
+    before_columns = ("| default CPU before | default / before CPU " if options.before else "",
+                      "---:|---:|" if options.before else "")
+    print(f"| network {before_columns[0]}| default CPU | bare-array CPU | default / bare CPU "
+          f"| default peak RSS | bare-array peak RSS |\n|---|{before_columns[1]}"
+          "---:|---:|---:|---:|---:|")
     for name in NETWORKS:
         if not name.startswith(options.only):
             continue
         with tempfile.TemporaryDirectory() as scratch:
             work = Path(scratch)
             program = quantized(name, work)
-            default, bare = [], []
-            for _ in range(options.runs):  # in turn, so a drift of the machine hits both
+            default, bare, before = [], [], []
+            for _ in range(options.runs):  # in turn, so a drift of the machine hits all
+                if options.before:
+                    before.append(compile_once(program, work / "before",
+                                               tree=options.before))
                 default.append(compile_once(program, work / "default"))
                 bare.append(compile_once(program, work / "bare", "--bare-array"))
         cpu = statistics.median(run[0] for run in default)
         bare_cpu = statistics.median(run[0] for run in bare)
-        print(f"| {name} | {cpu:.1f} s | {bare_cpu:.1f} s | {cpu / bare_cpu:.2f} | "
+        earlier = ""
+        if before:
+            before_cpu = statistics.median(run[0] for run in before)
+            earlier = f"{before_cpu:.1f} s | {cpu / before_cpu:.2f} | "
+        print(f"| {name} | {earlier}{cpu:.1f} s | {bare_cpu:.1f} s | {cpu / bare_cpu:.2f} | "
               f"{max(run[1] for run in default):.2f} GiB | "
               f"{max(run[1] for run in bare):.2f} GiB |", flush=True)
     return 0
