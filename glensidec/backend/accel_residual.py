@@ -34,6 +34,7 @@ from glensidec.backend.lower import (
     Copy,
     Fused,
     LoweredProgram,
+    Step,
 )
 from glensidec.backend.views import View, contiguous
 from glensidec.errors import GlensideError
@@ -157,11 +158,74 @@ def fuse_accel_residuals(lowered: LoweredProgram, weights: dict[str, Array],
     while index < len(result.instructions):
         instruction = result.instructions[index]
         found = _find(result, index, weights) if isinstance(instruction, Fused) else None
-        if found is not None and _rewrite(result, found, weights, accel):
-            index = found.layer_index  # the loop is gone; look again after the layer
+        if found is None and isinstance(instruction, Fused):
+            # r·m may come from a loop of its own (a pre-norm transformer's residual
+            # stream, cast and scaled once for its LayerNorm and its add): computed again
+            # inside this loop, the add reads r itself
+            inlined = _with_scaled_leaf_inlined(result, index, weights)
+            if inlined is not None:
+                result.instructions[index] = inlined
+                found = _find(result, index, weights)
+                if found is None:
+                    result.instructions[index] = instruction
+        if found is not None:
+            if _rewrite(result, found, weights, accel):
+                index = found.layer_index  # the loop is gone; look again after the layer
+            else:
+                result.instructions[index] = instruction
         index += 1
     drop_dead_code(result)
     return result
+
+
+def _with_scaled_leaf_inlined(lowered: LoweredProgram, index: int,
+                              weights: dict[str, Array]) -> Fused | None:
+    """The loop at `index` with its one i32 leaf that another loop alone writes as
+    cast(r)·m (r int8, m a compile-time scalar; the same view, whole) computed inside it
+    instead: the same integers, read from r. None when it has no such leaf."""
+    fused = lowered.instructions[index]
+    assert isinstance(fused, Fused)
+    for leaf, view in enumerate(fused.leaves):
+        writers = lowered.writers().get(view.buffer, [])
+        producer = lowered.instructions[writers[0]] if len(writers) == 1 else None
+        if not isinstance(producer, Fused) or producer.dst != view or \
+                lowered.buffer_of(view).dtype != "i32" or \
+                producer.dst.shape != fused.dst.shape or not lowered.is_whole(view) or \
+                [_step_name(step) for step in producer.steps] != ["cast", "elementwise-mul"]:
+            continue
+        scales = [position for position, source in enumerate(producer.leaves)
+                  if scalar_value(lowered, source, weights, writers[0]) is not None]
+        if len(producer.leaves) != 2 or len(scales) != 1 or \
+                lowered.buffer_of(producer.leaves[1 - scales[0]]).dtype != "i8":
+            continue
+        return _inline(fused, leaf, producer)
+    return None
+
+
+def _step_name(step: Step) -> str:
+    return step.op if isinstance(step.op, str) else step.op.name
+
+
+def _inline(fused: Fused, leaf: int, producer: Fused) -> Fused:
+    """`fused` with leaf `leaf` replaced by `producer`'s steps over its leaves."""
+    kept = [view for position, view in enumerate(fused.leaves) if position != leaf]
+    base, first = len(kept), len(producer.steps)
+
+    def producer_operand(operand: int) -> int:
+        return operand + base if operand >= 0 else operand
+
+    def consumer_operand(operand: int) -> int:
+        if operand == leaf:
+            return -first  # the producer's last step
+        if operand >= 0:
+            return operand - (operand > leaf)
+        return operand - first
+
+    steps = [replace(step, operands=tuple(map(producer_operand, step.operands)))
+             for step in producer.steps]
+    steps += [replace(step, operands=tuple(map(consumer_operand, step.operands)))
+              for step in fused.steps]
+    return replace(fused, leaves=(*kept, *producer.leaves), steps=tuple(steps))
 
 
 def _producer(lowered: LoweredProgram, view: View, pooling: bool = True
