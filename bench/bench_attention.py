@@ -80,9 +80,10 @@ def kinds(report: dict[str, object], tokens: int, hidden: int) -> Counter[str]:
 def measure(tree: Path, program: Path, outdir: Path, tokens: int, hidden: int
             ) -> Counter[str]:
     """The cycles by kind of the default compile."""
+    # (run in `tree`: `python -m` puts the working directory first on the path)
     subprocess.run([sys.executable, "-m", "glensidec", "compile", str(program), "--array",
                     "16x16", "--force", "-o", str(outdir)], check=True, capture_output=True,
-                   env={**os.environ, "PYTHONPATH": str(tree)})
+                   env={**os.environ, "PYTHONPATH": str(tree)}, cwd=tree)
     report = json.loads((outdir / "report.json").read_text())
     return kinds(report, tokens, hidden)
 

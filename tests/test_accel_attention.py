@@ -13,13 +13,14 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
-from onnx_models import imported
+from onnx_models import OnnxGraph, imported
 from test_accel_offload import _accelerated, _interpreted, _lowered_result
 from test_quantize import calibration_for, sample_list
-from test_transformer import Size, encoder_block
+from test_transformer import Size, encoder_block, gelu, heads, layer_norm, linear
 
 from glensidec.backend.accel_attention import write_in_place
 from glensidec.backend.lower import (
@@ -43,10 +44,30 @@ from glensidec.lang.terms import ComputeOp
 TINY = Size(10, 32, 2, 64)
 
 
-def _quantized_block(root: Path) -> tuple[Path, dict[str, np.ndarray]]:
+def pre_norm_block(size: Size) -> Any:
+    """ViT's encoder block (bench/bench_accel_scale.py's): x + attention(LN(x)), then the
+    sum + MLP(LN(sum)); LayerNorm and each residual add read the same x."""
+    g = OnnxGraph(0)
+    x = g.input("input", [1, size.tokens, size.features])
+    h = layer_norm(g, x, size.features)
+    q = heads(g, linear(g, h, size.features, size.features), size)
+    k = heads(g, linear(g, h, size.features, size.features), size, key=True)
+    v = heads(g, linear(g, h, size.features, size.features), size)
+    attention = g.node("Softmax", [g.node("MatMul", [q, k])], axis=-1)
+    context = g.node("Transpose", [g.node("MatMul", [attention, v])], perm=[0, 2, 1, 3])
+    context = g.node("Reshape", [context, g.const("merge", np.array(
+        [1, size.tokens, size.features], np.int64))])
+    x = g.node("Add", [x, linear(g, context, size.features, size.features)])
+    hidden = gelu(g, linear(g, layer_norm(g, x, size.features), size.features, size.hidden))
+    x = g.node("Add", [x, linear(g, hidden, size.hidden, size.features)])
+    return g.model(x, [1, size.tokens, size.features])
+
+
+def _quantized_block(root: Path, pre_norm: bool = False) -> tuple[Path, dict[str, np.ndarray]]:
     """The block quantized (per-channel weights, symmetric activations) and saved, with
     one sample of its input as int8."""
-    program = imported(encoder_block(size=TINY), root)
+    model = pre_norm_block(TINY) if pre_norm else encoder_block(size=TINY)
+    program = imported(model, root)
     calibration = calibration_for(program, 4)
     quantized = quantize(program, calibration, per_channel=True, symmetric_activations=True)
     path = save_quantized(quantized, root / "block.q.gs")
@@ -91,14 +112,30 @@ def test_every_attention_product_is_an_accelerator_layer(tmp_path: Path) -> None
     np.testing.assert_array_equal(actual.reshape(expected.shape), expected)
 
 
+def test_a_pre_norm_blocks_residual_adds_run_in_their_layers(tmp_path: Path) -> None:
+    """ViT's pre-norm block scales its residual stream x once for LayerNorm and the add:
+    the add still moves into the output projection's and the MLP's epilogue (the scaling
+    computed in the add's loop), reading x's int8 rows; the lowered program gives the
+    interpreter's integers."""
+    source, inputs = _quantized_block(tmp_path, pre_norm=True)
+    lowered = _accelerated(source, "16x16")
+    added = [layer for layer in lowered.accel_layers() if layer.residual is not None]
+    assert [(layer.m, layer.k, layer.n) for layer in added] == \
+        [(TINY.tokens, TINY.features, TINY.features), (TINY.tokens, TINY.hidden, TINY.features)]
+    expected = _interpreted(source, inputs)
+    actual = _lowered_result(source, lowered, inputs, 16)
+    np.testing.assert_array_equal(actual.reshape(expected.shape), expected)
+
+
 @pytest.mark.slow
 @pytest.mark.rtl
 def test_an_attention_block_on_the_accelerator_cosimulates_bit_exactly(
         tmp_path: Path, sim_cache: Path) -> None:
-    """The block compiled by default (the whole accelerator): the C program and `make
-    sim` (every layer on ws_accel's RTL) give the interpreter's integers, every layer its
-    predicted cycles."""
-    source, inputs = _quantized_block(tmp_path)
+    """ViT's pre-norm block compiled by default (the whole accelerator: attention's
+    products and the residual adds in the layers): the C program and `make sim` (every
+    layer on ws_accel's RTL) give the interpreter's integers, every layer its predicted
+    cycles."""
+    source, inputs = _quantized_block(tmp_path, pre_norm=True)
     outdir = tmp_path / "out"
     compiled = subprocess.run([sys.executable, "-m", "glensidec", "compile", str(source),
                                "-o", str(outdir)], capture_output=True, text=True, timeout=600)
