@@ -57,10 +57,14 @@ def test_the_fit_recovers_a_linear_law_exactly() -> None:
 
 def test_the_fitted_model_tracks_the_synthesized_cells() -> None:
     """A wrong feature or a wrong JSON would show here: every measured configuration,
-    fitted or held out, within 15 % (bench/results/area.md states the exact errors)."""
+    fitted, left out of a refit or held out (when any is synthesized), within 15 %
+    (bench/results/area.md states the exact errors)."""
     model = area.fitted()
     quality = area.quality(model)
-    assert quality["fit_max"] < 15 and quality["held_max"] < 15, quality
+    assert quality["fit_max"] < 15 and quality["loo_max"] < 15, quality
+    held = [key for key, row in area.measured()["configurations"].items()
+            if row["role"] == "held out"]
+    assert not held or quality["held_max"] < 15, quality
     reference = Machine(16, 16)
     assert model.area(reference) == pytest.approx(
         model.logic_cells(reference) + area.SRAM_CELLS_PER_BIT * area.sram_bits(reference))

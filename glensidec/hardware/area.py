@@ -8,7 +8,8 @@ error, so small and large machines weigh alike); the "held out" ones are only pr
 and bench/results/area.md states both errors.
 
 Area is one number in *cell equivalents*: the logic cells the model predicts plus the
-memories' bits (scratchpad, accumulator, command queues) at `SRAM_CELLS_PER_BIT` each.
+memories' bits (scratchpad, accumulator, command queues, the epilogue's and the output
+FIFO) at `SRAM_CELLS_PER_BIT` each.
 Yosys keeps memories as macros — a chip builds them from SRAM, not gates — so their bits
 are counted exactly (`sram_bits`, checked against Yosys's count by the bench) and weighed
 by that one assumed factor, not measured: a 6T SRAM bit with its periphery is roughly a
@@ -35,7 +36,7 @@ SRAM_CELLS_PER_BIT = 0.25  # an assumption (module docstring), not a measurement
 # ws_accel's command queues (rtl/ws_accel.v): CMD_W-bit load and store queues and an
 # EXEC_W-bit execute queue of QUEUE_DEPTH entries, a 4-entry AQ_W-bit activation queue and
 # a TRACK-entry 34-bit load tracker, TRACK = next power of two >= LATENCY + 3.
-QUEUE_DEPTH, LATENCY, EXEC_W, AQ_W, TRACK_W = 8, 8, 80, 43, 34
+QUEUE_DEPTH, LATENCY, EXEC_W, AQ_W, TRACK_W = 8, 8, 144, 107, 34
 FEATURES = ("rows x cols", "cols", "bus bytes x row bytes", "1")
 
 
@@ -95,11 +96,19 @@ class Machine:
 
 
 def sram_bits(machine: Machine) -> int:
-    """Bits of ws_accel's memories: scratchpad, accumulator and command queues."""
+    """Bits of ws_accel's memories: scratchpad, accumulator, command queues, the
+    epilogue's row FIFO (a row of COLS int32 and its COLS int8 residual bytes) and the
+    output FIFO of int8 rows, at the compile's defaults for this machine."""
+    from glensidec.hardware.commands import accel_config_for
+
+    config = accel_config_for(machine.array(), machine.scratchpad_bytes, machine.bus_bytes,
+                              acc_depth=machine.accumulator_rows)
     cmd_w = max(216 + 64 * machine.cols, 280)
     track = 1 << (LATENCY + 3 - 1).bit_length()
     queues = 2 * QUEUE_DEPTH * cmd_w + QUEUE_DEPTH * EXEC_W + 4 * AQ_W + track * TRACK_W
-    return 8 * machine.scratchpad_bytes + 32 * machine.cols * machine.accumulator_rows + queues
+    fifos = (config.epilogue_depth * 40 + config.out_depth * 8) * machine.cols
+    return (8 * machine.scratchpad_bytes + 32 * machine.cols * machine.accumulator_rows
+            + queues + fifos)
 
 
 def features(machine: Machine) -> list[float]:
@@ -181,5 +190,6 @@ def describe_model(model: AreaModel) -> list[str]:
                        for c, f in zip(model.coefficients, FEATURES, strict=True))
     return [f"Logic cells = {terms}.",
             f"Area (cell equivalents) = logic cells + {model.sram_cells_per_bit:g} × SRAM "
-            "bits (scratchpad, accumulator, command queues; the factor is an assumption, "
+            "bits (scratchpad, accumulator, command queues, the epilogue's and the output "
+            "FIFO; the factor is an assumption, "
             "glensidec/hardware/area.py)."]
