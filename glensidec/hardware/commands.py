@@ -1183,7 +1183,7 @@ class _WindowStep:
     tail: list[Command]
 
 
-def _window_tokens(steps: list[_WindowStep]) -> list[_Step]:
+def _window_tokens(steps: list[_WindowStep]) -> list[Command]:
     """The steps with their tokens. A load waits for the release of the last step that
     read the region it overwrites (an exec → load token, given by that step's last
     compute), and a compute for the last load of a region it reads (a load → exec token,
@@ -1224,7 +1224,7 @@ def _window_tokens(steps: list[_WindowStep]) -> list[_Step]:
                 needed = need
             for region in reads:
                 last_reader[region] = index
-    return [_Step(
+    return _window_stream(steps, [_Step(
         [Load(dma, wait=(index, position) in load_waits,
               signal=(index, position) in load_signals,
               wait_store=(index, position) in store_waits)
@@ -1232,7 +1232,64 @@ def _window_tokens(steps: list[_WindowStep]) -> list[_Step]:
         [replace(compute, wait=(index, position) in compute_waits,
                  signal=index in released and position == len(step.computes) - 1)
          for position, compute in enumerate(step.computes)],
-        step.tail) for index, step in enumerate(steps)]
+        step.tail) for index, step in enumerate(steps)], _last_readers(steps))
+
+
+def _last_readers(steps: list[_WindowStep]) -> dict[tuple[int, int], int]:
+    """Per (step, load) that overwrites a region, the step that read it last before."""
+    last_reader: dict[tuple[str, int, int], int] = {}
+    releases: dict[tuple[int, int], int] = {}
+    for index, step in enumerate(steps):
+        for position, (_, region) in enumerate(step.loads):
+            if region in last_reader:
+                releases[(index, position)] = last_reader[region]
+        for reads in step.reads:
+            for region in reads:
+                last_reader[region] = index
+    return releases
+
+
+#: Loads the window schedule's stream sends ahead of the last one the next compute needs:
+#: enough to keep the DMA busy, few enough that a full load queue (QUEUE_DEPTH) does not
+#: hold back the computes behind them in the in-order dispatcher.
+WINDOW_LEAD = 8
+
+
+def _window_stream(raw: list[_WindowStep], steps: list[_Step],
+                   releases: dict[tuple[int, int], int]) -> list[Command]:
+    """The command stream of the window schedule: each compute after the loads it needs,
+    and between computes one more load, of this step or the next, whose overwritten region
+    every compute sent so far has finished with (as `_software_pipeline` sends step s + 1's
+    loads beside step s's computes). A step's own loads are not all sent before its first
+    compute: with a band of many planes, the in-order dispatcher would hold that compute
+    until all but QUEUE_DEPTH of them had started."""
+    loads = [(index, position, load) for index, step in enumerate(steps)
+             for position, load in enumerate(step.loads)]
+    order = {(index, position): place for place, (index, position, _) in enumerate(loads)}
+    last_load: dict[tuple[str, int, int], int] = {}
+    needs: list[list[int]] = []
+    for index, planned in enumerate(raw):
+        for position, (_, region) in enumerate(planned.loads):
+            last_load[region] = order[(index, position)]
+        needs.append([max(last_load[region] for region in reads) for reads in planned.reads])
+    commands: list[Command] = []
+    sent = 0
+    for index, step in enumerate(steps):
+        for position, compute in enumerate(step.computes):
+            while sent <= needs[index][position]:
+                commands.append(loads[sent][2])
+                sent += 1
+            # and up to WINDOW_LEAD more, of this step or the next, each overwriting a
+            # region whose last reader is a step whose computes are all sent
+            while sent < len(loads) and sent <= needs[index][position] + WINDOW_LEAD:
+                step_of, load_position, load = loads[sent]
+                if step_of > index + 1 or releases.get((step_of, load_position), -1) >= index:
+                    break
+                commands.append(load)
+                sent += 1
+            commands.append(compute)
+        commands += step.tail
+    return commands + [load for _, _, load in loads[sent:]]
 
 
 def window_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
@@ -1366,7 +1423,7 @@ def window_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
                                          spad_row=residual_row if residual else 0),
                               signal=residual))
             stores += 1
-    return LayerProgram(_software_pipeline(_window_tokens(steps)), input_base, weight_base,
+    return LayerProgram(_window_tokens(steps), input_base, weight_base,
                         output_base, memory_bytes, tiling.chunk_rows * out_w, len(folds),
                         tiling.piece_folds, pad, residual_base)
 
