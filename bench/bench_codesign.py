@@ -16,7 +16,8 @@ the same search finds on the fixed 16x16 machine.
     python bench/bench_codesign.py   → the co-design section of bench/results/nas.md,
                                        nas_codesign.png, nas_codesign.json (exit 1: missed)
 
-`python bench/bench_nas.py` runs the same stage inside the whole benchmark (`stage`).
+`stage` is this benchmark's steps 1-4 for a caller that has run the fixed search already;
+`python bench/bench_nas.py` (the CNN's benchmark) no longer runs it: this script alone does.
 """
 
 from __future__ import annotations
