@@ -308,7 +308,7 @@ def test_preconditions_are_checked(lenet: Graph) -> None:
     conv = conv_names(lenet)[1]
     with pytest.raises(GlensideError, match=rf"group {conv}:4: input channels .* 6 is not "):
         T.group(lenet, conv, 4)
-    with pytest.raises(GlensideError, match="no conv/dense/tokendense layer 'nope' \\(layers: "):
+    with pytest.raises(GlensideError, match="no conv/dense layer 'nope' \\(layers: "):
         T.group(lenet, "nope", 2)
     with pytest.raises(GlensideError, match="grouped conv"):
         T.depthwise(T.group(lenet, conv, 2), conv)

@@ -134,7 +134,9 @@ def layer_named(graph: Graph, name: str, kinds: tuple[type, ...] = (Conv, Dense)
     layer = graph.layers.get(name)
     if layer is None or not isinstance(layer.op, kinds):
         known = ", ".join(n for n, la in graph.layers.items() if isinstance(la.op, kinds))
-        what = "/".join(k.__name__.lower() for k in kinds)
+        # Name the kinds this network has (a CNN's error need not mention token layers).
+        present = [k for k in kinds if any(isinstance(la.op, k) for la in graph.layers.values())]
+        what = "/".join(k.__name__.lower() for k in present or kinds)
         raise GlensideError(f"no {what} layer '{name}' (layers: {known or 'none'})")
     return layer
 
