@@ -27,7 +27,6 @@ whose retrained accuracy is within a point of the original's.
 from __future__ import annotations
 
 import gc
-import io
 import json
 import math
 import re
@@ -482,11 +481,7 @@ def pareto_png(found: CodesignResult) -> bytes:
                     "glensidec/hardware/area.py)", fontsize=8)
     axis.set_ylabel("predicted cycles")
     axis.legend(fontsize=7)
-    figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", metadata={"Software": None})
-    plt.close(figure)
-    return buffer.getvalue()
+    return S.png_bytes(figure)
 
 
 def pick_row(label: str, record: dict[str, Any]) -> str:

@@ -636,6 +636,14 @@ def pareto_png(result: Result) -> bytes:
     axis.set_xlabel("predicted cycles (accelerator layers + array calls + host)")
     axis.set_ylabel("legality score / original's")
     axis.legend(fontsize=8)
+    return png_bytes(figure)
+
+
+def png_bytes(figure: Any) -> bytes:
+    """The figure as PNG bytes, closed; no 'Software' tag, so the bytes do not change with
+    matplotlib's version."""
+    import matplotlib.pyplot as plt
+
     figure.tight_layout()
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", metadata={"Software": None})
