@@ -264,7 +264,7 @@ PER_MODULE_SCRIPT = (WHOLE_SCRIPT.replace("synth -flatten -run :fine", "synth {f
 SHARE_DESIGNS = [  # (module, parameters or None for the accelerator's own, what)
     ("ws_accel", None, "the whole accelerator: queues, DMA, scratchpad, array, epilogue"),
     ("ws_epilogue", "epilogue", "epilogue, 16 columns: lanes (bias, requantize, residual, "
-     "clip) and their row FIFO"),
+     "clip, lookup table) and their row FIFO"),
     ("ws_top", {"ROWS": 16, "COLS": 16}, "the array with its streams, control, accumulator"),
     ("ws_dma_load", {}, "DMA load, 16 B/cycle, im2col and window addressing"),
     ("ws_dma_store", {}, "DMA store, 16 B/cycle"),

@@ -11,7 +11,8 @@
 //                  flags add / emit
 //   STORE   (op 2) the next count1*count2 emitted result rows, through the epilogue,
 //                  to main memory through ws_dma_store (strided)
-//   CONFIG  (op 3) the epilogue's settings, bias and multiplier vectors (store queue)
+//   CONFIG  (op 3) the epilogue's settings, bias and multiplier vectors (store queue);
+//                  with bit 2, a chunk of the epilogue's lookup table instead
 //
 // The three units run concurrently and synchronise with three token counters (as VTA
 // does), so software can double-buffer scratchpad regions and overlap load, compute
@@ -60,12 +61,16 @@
 //               wrap modulo the scratchpad); a_count1 = 0 reads a_row + i*a_stride1
 //   The row fields are 24 bits: a scratchpad holds at most 2^24 rows (SPAD_W <= 24;
 //   glensidec.hardware.commands.AccelConfig refuses more).
-//   CONFIG:     [5] residual, [6] residual early, [8+:6] pre, [16+:6] post, [24+:8] zero_point, [32+:8] low,
+//   CONFIG:     [5] residual, [6] residual early, [7] lookup (map each result through the
+//               table), [8+:6] pre, [16+:6] post, [24+:8] zero_point, [32+:8] low,
 //               [40+:8] high, [48+:32*COLS] bias, [48+32*COLS+:32*COLS] multiplier, then
 //               from R = 48+64*COLS: [R+:32] res_self, [R+32+:32] res_mult,
 //               [R+64+:32] res_offset, [R+96+:32] res_multiplier, [R+128+:6] res_pre,
 //               [R+136+:6] res_post, [R+144+:8] res_zero_point, [R+152+:8] res_low,
 //               [R+160+:8] res_high
+//   CONFIG with [2] (a table chunk): [8+:8] chunk j, [48+8*i+:8] entry j*TCHUNK + i of the
+//               256-entry lookup table, i < TCHUNK = min(256, 8*COLS) (where a CONFIG has
+//               its vectors); timed as a CONFIG (it waits until the epilogue is empty)
 //
 // Main memory: a read port (one aligned BUS_BYTES request per cycle, data LATENCY cycles
 // later) and a posted write port (one strobed beat per cycle), like AXI's channels.
@@ -436,6 +441,20 @@ module ws_accel #(
         .pop(store_pop || config_pop), .head(sq_head), .empty(sq_empty), .full(sq_full));
 
     localparam integer RES = 48 + 64 * COLS;    // the residual fields of CONFIG
+    localparam integer TCHUNK = (8 * COLS < 256) ? 8 * COLS : 256;  // table entries a chunk
+    wire              table_chunk = sq_head[2];
+    reg [256*8-1:0]   cfg_table;
+    reg               cfg_lookup;
+    genvar te;
+    generate
+        for (te = 0; te < 256; te = te + 1) begin : g_table
+            localparam integer CHUNK_I = te / TCHUNK;
+            localparam [7:0]   CHUNK = CHUNK_I[7:0];
+            always @(posedge clk)
+                if (config_pop && table_chunk && sq_head[8 +: 8] == CHUNK)
+                    cfg_table[te*8 +: 8] <= sq_head[48 + (te % TCHUNK)*8 +: 8];
+        end
+    endgenerate
     reg [5:0]         cfg_pre, cfg_post, cfg_res_pre, cfg_res_post;
     reg [7:0]         cfg_zero_point, cfg_low, cfg_high;
     reg [7:0]         cfg_res_zero_point, cfg_res_low, cfg_res_high;
@@ -447,9 +466,11 @@ module ws_accel #(
         if (rst) begin
             cfg_residual  <= 1'b0;
             cfg_res_early <= 1'b0;
-        end else if (config_pop) begin
+            cfg_lookup    <= 1'b0;
+        end else if (config_pop && !table_chunk) begin
             cfg_residual  <= sq_head[5];
             cfg_res_early <= sq_head[6];
+            cfg_lookup    <= sq_head[7];
         end
     end
     always @(posedge clk) begin
@@ -471,7 +492,7 @@ module ws_accel #(
                 if (res_read) res_addr <= res_addr + 1'b1;
             end
         end
-        if (config_pop) begin
+        if (config_pop && !table_chunk) begin
             cfg_pre        <= sq_head[8 +: 6];
             cfg_post       <= sq_head[16 +: 6];
             cfg_zero_point <= sq_head[24 +: 8];
@@ -495,7 +516,7 @@ module ws_accel #(
     ws_epilogue #(.COLS(COLS), .OUT_W(8), .LANES(EPI_LANES), .DEPTH(EPI_DEPTH)) epilogue (
         .clk(clk), .rst(rst),
         .cfg_pre(cfg_pre), .cfg_post(cfg_post), .cfg_zero_point(cfg_zero_point),
-        .cfg_low(cfg_low), .cfg_high(cfg_high),
+        .cfg_low(cfg_low), .cfg_high(cfg_high), .cfg_lookup(cfg_lookup), .cfg_table(cfg_table),
         .cfg_residual(cfg_residual), .cfg_res_early(cfg_res_early), .cfg_res_self(cfg_res_self), .cfg_res_mult(cfg_res_mult),
         .cfg_res_offset(cfg_res_offset), .cfg_res_multiplier(cfg_res_multiplier),
         .cfg_res_pre(cfg_res_pre), .cfg_res_post(cfg_res_post),

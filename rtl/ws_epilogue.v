@@ -7,6 +7,8 @@
 //   p   = (x >>> pre) * mult                          (32×32 signed, exact 64-bit result)
 //   q   = post > 0 ? (p + 2^(post-1)) >>> post : p    (round half up)
 //   y   = clamp(clamp(q + zero_point, -128, 127), low, high)   (saturate, then ReLU/clip)
+//   y   = cfg_lookup ? table[y + 128] : y       (an element-wise non-linearity: hardswish,
+//                                               sigmoid, SiLU … as the IR's int8 lookup)
 //   with a residual (cfg_residual), the quantized residual add of the next layer too:
 //   z   = y * res_self + r * res_mult + res_offset    (the i32 arithmetic; see RES_W, Z_W)
 //   out = clamp(requantize(z, res_multiplier, res_pre, res_post) + res_zero_point,
@@ -53,6 +55,8 @@ module ws_epilogue #(
     input  wire [OUT_W-1:0]       cfg_zero_point,  // signed
     input  wire [OUT_W-1:0]       cfg_low,         // signed clip bounds (ReLU: low = zero point)
     input  wire [OUT_W-1:0]       cfg_high,
+    input  wire                   cfg_lookup,      // map y through cfg_table
+    input  wire [(OUT_W<<OUT_W)-1:0] cfg_table,    // entry i at [i*OUT_W +: OUT_W], for y = i - 2^(OUT_W-1)
     input  wire                   cfg_residual,    // add the residual row
     input  wire                   cfg_res_early,   // ... to the accumulator, before requantizing
     /* verilator lint_off UNUSEDSIGNAL */  // bits above RES_W: zero or sign (compile check)
@@ -151,10 +155,13 @@ module ws_epilogue #(
                                              + ((cfg_residual && cfg_res_early)
                                                 ? r_wide + cfg_res_offset : 32'd0);
             wire signed [ACC_W-1:0] shifted = summed >>> cfg_pre;
-            wire signed [OUT_W-1:0] clipped;
+            wire signed [OUT_W-1:0] requantized, clipped;
             ws_requantize #(.OUT_W(OUT_W)) u_requantize (
                 .x(shifted), .mult(mult), .post(cfg_post),
-                .zero_point(cfg_zero_point), .low(cfg_low), .high(cfg_high), .y(clipped));
+                .zero_point(cfg_zero_point), .low(cfg_low), .high(cfg_high), .y(requantized));
+            // the lookup table: entry y + 2^(OUT_W-1), i.e. y with its sign bit flipped
+            wire [OUT_W-1:0] entry = {~requantized[OUT_W-1], requantized[OUT_W-2:0]};
+            assign clipped = cfg_lookup ? cfg_table[entry*OUT_W +: OUT_W] : requantized;
             // ... or after it: y · res_self (OUT_W × RES_W too) + r · res_mult + offset,
             // in Z_W bits, and the residual add's own requantize (of a Z_W-bit sum)
             wire signed [Z_W-1:0] y_scaled;

@@ -66,14 +66,22 @@ def accel_config() -> AccelConfig:
                        p["OUT_DEPTH"], p["EPI_LANES"], p["EPI_DEPTH"])
 
 
-def random_quant(rng: np.random.Generator, channels: int, residual: str) -> LayerQuant:
+def random_table(rng: np.random.Generator, lookup: bool) -> tuple[int, ...] | None:
+    """A random 256-entry lookup table (an element-wise non-linearity), or None."""
+    return tuple(int(v) for v in rng.integers(-128, 128, 256)) if lookup else None
+
+
+def random_quant(rng: np.random.Generator, channels: int, residual: str,
+                 lookup: bool = False) -> LayerQuant:
     """Requantization like the quantizer's: small biases, multipliers near 2^30, a shift;
     a residual add like add_dynamic's (multipliers below 2^14, a zero-point offset), or
-    with `residual` "early" a skip connection added to the accumulator."""
+    with `residual` "early" a skip connection added to the accumulator; with `lookup` a
+    random lookup table after the clip."""
     zero_point = int(rng.integers(-20, 20))
     relu = bool(rng.random() < 0.5)
     epilogue = EpilogueConfig(pre=int(rng.integers(0, 2)), post=int(rng.integers(36, 42)),
-                              zero_point=zero_point, low=zero_point if relu else -128, high=127)
+                              zero_point=zero_point, low=zero_point if relu else -128, high=127,
+                              table=random_table(rng, lookup))
     added = ResidualConfig(
         self_multiplier=int(rng.integers(2**12, 2**14)), multiplier=int(rng.integers(2**12, 2**14)),
         offset=int(rng.integers(-(2**21), 2**21)),
@@ -86,15 +94,17 @@ def random_quant(rng: np.random.Generator, channels: int, residual: str) -> Laye
 
 
 async def run_pool(dut: Any, config: AccelConfig, layer: ConvLayer, seed: int,
-                   summed: bool = False, schedule: str = "best") -> int:
+                   summed: bool = False, schedule: str = "best", lookup: bool = False) -> int:
     """Run one max-pool (or, `summed`, an average pool: window sums through a random
-    epilogue) on the DUT; returns the simulated cycles (checked inside)."""
+    epilogue, with `lookup` a random lookup table after it) on the DUT; returns the
+    simulated cycles (checked inside)."""
     rng = np.random.default_rng(seed)
     feature = rng.integers(-128, 128, (layer.height, layer.width, layer.channels))
     quant = None
     if summed:  # per-channel vectors: a Config per N block
         quant = LayerQuant(EpilogueConfig(pre=0, post=int(rng.integers(30, 34)),
-                                          zero_point=int(rng.integers(-20, 20))),
+                                          zero_point=int(rng.integers(-20, 20)),
+                                          table=random_table(rng, lookup)),
                            tuple(int(v) for v in rng.integers(-3000, 3000, layer.channels)),
                            tuple(int(v) for v in rng.integers(2**26, 2**28, layer.channels)))
     program = pool_program(config, layer, quant, schedule)
@@ -132,14 +142,14 @@ async def run_and_check(dut: Any, config: AccelConfig, program: LayerProgram,
 
 
 async def run_layer(dut: Any, config: AccelConfig, layer: ConvLayer, seed: int,
-                    residual: str = "", schedule: str = "best") -> int:
+                    residual: str = "", schedule: str = "best", lookup: bool = False) -> int:
     """Run one layer on the DUT (each window tiling for the "window" schedule); returns
     the simulated cycles (checked inside)."""
     rng = np.random.default_rng(seed)
     feature = rng.integers(-128, 128, (layer.height, layer.width, layer.channels))
     weights = rng.integers(-128, 128, (layer.kernel, layer.kernel, layer.channels,
                                        layer.out_channels)) * group_mask(layer)
-    quant = random_quant(rng, layer.out_channels, residual)
+    quant = random_quant(rng, layer.out_channels, residual, lookup)
     if schedule == "window":
         tilings = window_tilings(config, layer, bool(residual))
         assert tilings, f"{layer.name}: no window tiling fits"
@@ -181,14 +191,16 @@ async def layers(dut: Any) -> None:
     for seed, spec in enumerate(settings["layers"]):
         start = time.perf_counter()
         fields = {key: value for key, value in spec.items()
-                  if key not in ("residual", "pool", "schedule")}
+                  if key not in ("residual", "pool", "schedule", "lookup")}
         if spec.get("pool"):
             cycles = await run_pool(dut, config, ConvLayer(**fields), seed,
-                                    spec["pool"] == "sum", str(spec.get("schedule", "best")))
+                                    spec["pool"] == "sum", str(spec.get("schedule", "best")),
+                                    bool(spec.get("lookup")))
         else:
             cycles = await run_layer(dut, config, ConvLayer(**fields), seed,
                                      str(spec.get("residual", "")),
-                                     str(spec.get("schedule", "best")))
+                                     str(spec.get("schedule", "best")),
+                                     bool(spec.get("lookup")))
         results.append({"name": spec["name"], "cycles": cycles,
                         "seconds": time.perf_counter() - start})
     if "out" in settings:  # bench/bench_accel_top.py reads the simulated cycles

@@ -1,7 +1,8 @@
 """cocotb test of ws_epilogue: every output every cycle against accel.epilogue_reference.
 
 Random accumulators (with the extremes), biases, per-column multipliers and shifts as
-the quantizer makes them, random residual adds within the epilogue's ranges (the residual
+the quantizer makes them, random lookup tables (an element-wise non-linearity after the
+clip), random residual adds within the epilogue's ranges (the residual
 row presented the cycle after its row, as the scratchpad delivers it), input gaps and
 back-pressure. The time-multiplexed pipeline is modelled here (EpiloguePipeline: stage 1,
 the FIFO of DEPTH rows, COLS / LANES cycles per row in the lanes, the output register),
@@ -36,8 +37,11 @@ def random_config(rng: np.random.Generator, out_width: int) -> EpilogueConfig:
     low, high = sorted(int(v) for v in rng.integers(low_limit, high_limit + 1, 2))
     if rng.random() < 0.3:  # ReLU as the quantizer writes it: clip at the zero point
         low, high = zero_point, high_limit
+    table = None
+    if rng.random() < 0.4:  # an element-wise non-linearity after the clip
+        table = tuple(int(v) for v in rng.integers(low_limit, high_limit + 1, 1 << out_width))
     return EpilogueConfig(pre=int(rng.integers(0, 4)), post=int(rng.integers(0, 63)),
-                          zero_point=zero_point, low=low, high=high)
+                          zero_point=zero_point, low=low, high=high, table=table)
 
 
 def random_residual(rng: np.random.Generator, config: EpilogueConfig,
@@ -58,7 +62,7 @@ def random_residual(rng: np.random.Generator, config: EpilogueConfig,
         offset = int(rng.integers(-(2**31), 2**31) if rng.random() < 0.3
                      else rng.integers(-(2**22), 2**22))
     else:  # the sum's range without the offset, and the offsets that keep it in Z_W bits
-        ys = [self_multiplier * y for y in (config.low, config.high)]
+        ys = [self_multiplier * y for y in config.output_range(out_width)]
         rs = [multiplier * r for r in (low_limit, high_limit)]
         sum_half = 1 << (out_width + RESIDUAL_MULTIPLIER_BITS - 1)
         lowest, highest = -sum_half - min(ys) - min(rs), sum_half - 1 - max(ys) - max(rs)
@@ -81,6 +85,8 @@ def apply_config(dut: Any, config: EpilogueConfig, residual: ResidualConfig | No
     dut.cfg_pre.value, dut.cfg_post.value = config.pre, config.post
     dut.cfg_zero_point.value = config.zero_point & mask
     dut.cfg_low.value, dut.cfg_high.value = config.low & mask, config.high & mask
+    dut.cfg_lookup.value = int(config.table is not None)
+    dut.cfg_table.value = pack(np.asarray(config.table or (0,) * (1 << out_width)), out_width)
     dut.cfg_residual.value = int(residual is not None)
     dut.cfg_res_early.value = int(residual is not None and residual.early)
     res = residual or ResidualConfig()

@@ -36,7 +36,9 @@ CASES = [(2, 2, 2, 32768, 16, 8, 16, 1024, 1, 8), (4, 4, 4, 32, 4, 2, 16, 2, 4, 
 #: whose tilings keep the weights resident over several chunks (with a residual add) or
 #: give one band the rows tight weight buffers leave; pools forced to each schedule (the
 #: windows of resident input rows as 2-D patterns, and the gathered taps); and the 3×3
-#: again in today's im2col schedule.
+#: again in today's im2col schedule; a GEMM whose epilogue maps its results through a
+#: lookup table (an element-wise non-linearity) before a residual add, and an average pool
+#: with one.
 LAYERS = [
     {"name": "gemm4x2x2", "height": 4, "width": 1, "channels": 2, "out_channels": 2},
     {"name": "conv3x3", "height": 5, "width": 5, "channels": 6, "out_channels": 6,
@@ -84,6 +86,11 @@ LAYERS = [
      "kernel": 2, "stride": 2, "padding": 0, "pool": "sum", "schedule": "band"},
     {"name": "im2col3x3", "height": 4, "width": 3, "channels": 6, "out_channels": 6,
      "kernel": 3, "stride": 1, "padding": 1, "schedule": "im2col"},
+    {"name": "gemm_lookup_residual", "height": 9, "width": 1, "channels": 12,
+     "out_channels": 5, "residual": "after", "lookup": True},
+    {"name": "globalavgpool_lookup", "height": 3, "width": 3, "channels": 5,
+     "out_channels": 5, "kernel": 3, "stride": 1, "padding": 0, "pool": "sum",
+     "lookup": True},
 ]
 
 

@@ -29,6 +29,8 @@ import numpy as np
 
 from glensidec.backend.accel_layers import (
     LayerBuilder,
+    chain_epilogue,
+    chain_table,
     check_fits,
     drop_dead_code,
     evaluate_buffer,
@@ -41,7 +43,7 @@ from glensidec.backend.accel_pool import map_windows
 from glensidec.backend.lower import ACTIVATION, AccelLayer, Copy, Dot, Fill, LoweredProgram
 from glensidec.backend.views import View, contiguous, regroup, store_view, transpose, view_array
 from glensidec.errors import GlensideError
-from glensidec.hardware.accel import ConvLayer, EpilogueConfig
+from glensidec.hardware.accel import ConvLayer
 from glensidec.hardware.commands import AccelConfig, LayerQuant, weight_matrix
 from glensidec.lang.dtypes import Array
 
@@ -152,7 +154,7 @@ def _rewrite(lowered: LoweredProgram, found: _Depthwise, weights: dict[str, Arra
     pixels = geometry.out_size[0] * geometry.out_size[1]
     dot = lowered.instructions[found.index]
     chain = follow_chain(lowered, found.index, dot.dst, (channels, pixels), weights,
-                         lowered.readers())
+                         lowered.readers(), lookup=True)
     if chain is None or chain.transposed or chain.skip is not None or \
             (chain.rows, chain.cols) != (channels, pixels):
         return False
@@ -178,7 +180,7 @@ def _rewrite(lowered: LoweredProgram, found: _Depthwise, weights: dict[str, Arra
         bias_vector, zero_point = solved
     name = chain.dst.buffer
     geometry = replace(geometry, name=name)
-    epilogue = EpilogueConfig(chain.pre, chain.post, chain.zero_point, chain.low, chain.high)
+    epilogue = chain_epilogue(chain)
     try:
         check_fits(accel, geometry, LayerQuant(epilogue, tuple(bias_vector),
                                                tuple(multiplier_vector)))
@@ -209,7 +211,8 @@ def _rewrite(lowered: LoweredProgram, found: _Depthwise, weights: dict[str, Arra
         commands=builder.commands_placeholder(name), m=pixels, k=packed.shape[0], n=channels,
         pre=chain.pre, post=chain.post, zero_point=chain.zero_point, low=chain.low,
         high=chain.high, image=(height, width, channels), kernel=span,
-        stride=geometry.stride, groups=channels, group_cols=accel.cols)
+        stride=geometry.stride, groups=channels, group_cols=accel.cols,
+        table=chain_table(builder, name, chain))
     source = contiguous(found.map, (channels, height, width))
     replaced = set(chain.indices)
     kept = [instruction for position, instruction in enumerate(lowered.instructions)

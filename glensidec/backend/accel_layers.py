@@ -87,7 +87,7 @@ from glensidec.hardware.commands import (
     pool_tiling,
 )
 from glensidec.hardware.layout import NchwLayout, NhwcLayout, layout_program, nchw_program
-from glensidec.lang.dtypes import DTYPES, Array, integer_range, wrap_signed
+from glensidec.lang.dtypes import DTYPES, Array, integer_range, lookup_table, wrap_signed
 from glensidec.lang.terms import ComputeOp
 
 
@@ -109,6 +109,7 @@ class _Chain:
     high: int = 127
     skip: View | None = None  # an int8 tensor, whole, in the chain's element order …
     skip_multiplier: int = 1  # … added times this before the requantize
+    table: Array | None = None  # 256 int8 entries: a lookup after the clips (hardswish …)
 
 
 def _whole(view: View, lowered: LoweredProgram, elements: int) -> bool:
@@ -188,14 +189,16 @@ def _follow(lowered: LoweredProgram, gemm_index: int, weights: dict[str, Array],
     """The chain after the array call at `gemm_index`, or None when it does not fuse."""
     gemm = lowered.instructions[gemm_index]
     assert isinstance(gemm, ArrayGemm)
-    return follow_chain(lowered, gemm_index, gemm.dst, (gemm.m, gemm.n), weights, readers)
+    return follow_chain(lowered, gemm_index, gemm.dst, (gemm.m, gemm.n), weights, readers,
+                        lookup=True)
 
 
 def follow_chain(lowered: LoweredProgram, gemm_index: int, result: View,
                  shape: tuple[int, int], weights: dict[str, Array],
-                 readers: Mapping[str, list[int]]) -> _Chain | None:
+                 readers: Mapping[str, list[int]], lookup: bool = False) -> _Chain | None:
     """The epilogue chain after the instruction at `gemm_index`, whose i32 `result` is an
-    M×N (`shape`) buffer, or None when it does not fuse."""
+    M×N (`shape`) buffer, or None when it does not fuse. With `lookup` (a caller whose
+    layer takes the chain's `table`), an int8 lookup after the clips joins it too."""
     instructions = lowered.instructions
     block: tuple[int, int, bool] | None = None
 
@@ -285,7 +288,22 @@ def follow_chain(lowered: LoweredProgram, gemm_index: int, result: View,
             break
         chain.indices.append(index)
         chain.dst, chain.low, chain.high = step.dst, low, high
+    found = next_of(chain.dst)
+    if lookup and found is not None and isinstance(found[1], Map) and \
+            found[1].op.name == "lookup" and _whole(found[1].src, lowered, rows * cols) and \
+            _whole(found[1].dst, lowered, rows * cols) and \
+            lowered.buffer_of(found[1].dst).dtype == "i8":
+        chain.table = lookup_values(found[1].op)
+        chain.indices.append(found[0])
+        chain.dst = found[1].dst
     return chain
+
+
+def lookup_values(op: ComputeOp) -> Array:
+    """An int8 `lookup`'s 256 results (entry q + 128), as the interpreter computes them."""
+    function, in_scale, in_zero_point, out_scale, out_zero_point = op.params
+    return lookup_table(str(function), float(in_scale), int(in_zero_point), float(out_scale),
+                        int(out_zero_point)).astype(np.int64)
 
 
 def _skip_connection(lowered: LoweredProgram, view: View, weights: dict[str, Array],
@@ -534,7 +552,7 @@ def _rewrite(lowered: LoweredProgram, index: int, chain: _Chain, weights: dict[s
         dst = chain.dst
     if geometry is None:  # a matrix: M pixels of K channels, a 1×1 convolution
         layer = ConvLayer(name, height=m, width=1, channels=gemm.k, out_channels=n)
-    epilogue = EpilogueConfig(chain.pre, chain.post, chain.zero_point, chain.low, chain.high)
+    epilogue = chain_epilogue(chain)
     residual, added = None, None
     if chain.skip is not None:  # the skip connection joins the bias in the epilogue
         added = ResidualConfig(multiplier=chain.skip_multiplier, early=True)
@@ -558,12 +576,27 @@ def _rewrite(lowered: LoweredProgram, index: int, chain: _Chain, weights: dict[s
         zero_point=chain.zero_point,
         low=chain.low, high=chain.high,
         image=(layer.height, layer.width, layer.channels) if geometry is not None else (),
-        kernel=layer.kernel, stride=layer.stride, residual=residual, residual_add=added)
+        kernel=layer.kernel, stride=layer.stride, residual=residual, residual_add=added,
+        table=chain_table(builder, name, chain))
     kept = [instruction for position, instruction in enumerate(lowered.instructions)
             if position not in replaced]
     kept[index:index] = [*before, fused, *after]  # where the array call was
     lowered.instructions = kept
     return True
+
+
+def chain_epilogue(chain: _Chain) -> EpilogueConfig:
+    """The epilogue settings a chain's layer runs with (its lookup table included)."""
+    table = None if chain.table is None else tuple(int(value) for value in chain.table)
+    return EpilogueConfig(chain.pre, chain.post, chain.zero_point, chain.low, chain.high,
+                          table)
+
+
+def chain_table(builder: LayerBuilder, name: str, chain: _Chain) -> View | None:
+    """The chain's lookup table as a constant of the layer (None without one)."""
+    if chain.table is None:
+        return None
+    return builder.constant(f"{name}_table", "i8", chain.table)
 
 
 def constant_vector(lowered: LoweredProgram, view: View, weights: dict[str, Array]
@@ -613,8 +646,9 @@ def layer_quant(lowered: LoweredProgram, layer: AccelLayer, weights: dict[str, A
                 ) -> LayerQuant:
     """The layer's epilogue, vectors, padding value and residual add, as conv_program
     takes them."""
+    table = None if layer.table is None else constant_vector(lowered, layer.table, weights)
     return LayerQuant(
-        EpilogueConfig(layer.pre, layer.post, layer.zero_point, layer.low, layer.high),
+        EpilogueConfig(layer.pre, layer.post, layer.zero_point, layer.low, layer.high, table),
         constant_vector(lowered, layer.bias, weights),
         constant_vector(lowered, layer.multiplier, weights),
         input_zero_point=layer.pad_value, residual=layer.residual_add)

@@ -367,8 +367,9 @@ class _Renderer:
                   f"{int(added.early)}")
         residual = "NULL" if layer.residual is None else pointer(layer.residual)
         weights = "NULL" if layer.pool else pointer(layer.b)
+        table = "NULL" if layer.table is None else pointer(layer.table)
         call = (f"gs_accel_run(&layer, {pointer(layer.commands)}, {pointer(layer.a)}, "
-                f"{weights}, {pointer(layer.bias)}, {pointer(layer.multiplier)}, "
+                f"{weights}, {pointer(layer.bias)}, {pointer(layer.multiplier)}, {table}, "
                 f"{residual}, {pointer(layer.dst)})")
         product = f"clip(requantize({layer.a.buffer} . {layer.b.buffer} + bias))"
         if layer.pool:
@@ -378,6 +379,8 @@ class _Renderer:
                 product = f"clip(requantize({product} + bias))"
         if layer.layout is not None:
             product = f"{layer.a.buffer}: {layout_text(layer.layout)}, {layer.n}-byte rows"
+        if layer.table is not None:
+            product = f"{layer.table.buffer}[{product}]"
         if layer.residual is not None:
             product = f"clip(requantize({product} * a + {layer.residual.buffer} * b + c))"
         what = (f"{layer.name} = {product} on the accelerator (M={layer.m} K={layer.k} "

@@ -312,6 +312,9 @@ class AccelLayer(Instruction):
     # n = g·C bytes; or (NchwLayout) `a` is a layer's (P, C) rows and dst the NCHW map, in
     # rows of g pixels. `b` holds the weight tiles that put each byte into place.
     layout: NhwcLayout | NchwLayout | None = None
+    # An element-wise non-linearity after the clip (the IR's int8 `lookup`: hardswish,
+    # sigmoid …): 256 i8 entries, result = table[clipped + 128], before a residual add.
+    table: View | None = None
 
     @property
     def multiplies(self) -> bool:
@@ -329,7 +332,10 @@ class AccelLayer(Instruction):
         return math.prod(self.image) if self.image else self.m * self.k
 
     def reads(self) -> tuple[View, ...]:
-        operands = (self.a, self.b, self.bias, self.multiplier, self.commands)
+        operands: tuple[View, ...] = (self.a, self.b, self.bias, self.multiplier,
+                                      self.commands)
+        if self.table is not None:
+            operands = (*operands, self.table)
         return operands if self.residual is None else (*operands, self.residual)
 
 

@@ -23,7 +23,7 @@ from glensidec.cosim.runner import Manifest
 from glensidec.hardware.accel import EpilogueConfig, ResidualConfig, epilogue_reference
 from glensidec.hardware.accel_native import FIELDS, unpack_commands
 from glensidec.hardware.array import reference_gemm
-from glensidec.hardware.commands import AccelConfig, encode_command
+from glensidec.hardware.commands import TABLE_ENTRIES, AccelConfig, encode_command
 
 #: gs_accel_layer's residual fields, in ResidualConfig's order.
 RESIDUAL_FIELDS = ("res_self", "res_mult", "res_offset", "res_multiplier", "res_pre",
@@ -53,12 +53,13 @@ class AccelLayerStruct(ctypes.Structure):
 
 
 # int (*)(const gs_accel_layer *, const int32_t *commands, const int8_t *A, const int8_t *B,
-#         const int32_t *bias, const int32_t *multiplier, const int8_t *R, int8_t *C):
-# gs_accel_backend_fn
+#         const int32_t *bias, const int32_t *multiplier, const int8_t *table,
+#         const int8_t *R, int8_t *C): gs_accel_backend_fn
 ACCEL_BACKEND_ARGS = (ctypes.POINTER(AccelLayerStruct), ctypes.POINTER(ctypes.c_int32),
                       ctypes.POINTER(ctypes.c_int8), ctypes.POINTER(ctypes.c_int8),
                       ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_int32),
-                      ctypes.POINTER(ctypes.c_int8), ctypes.POINTER(ctypes.c_int8))
+                      ctypes.POINTER(ctypes.c_int8), ctypes.POINTER(ctypes.c_int8),
+                      ctypes.POINTER(ctypes.c_int8))
 ACCEL_BACKEND = ctypes.CFUNCTYPE(ctypes.c_int, *ACCEL_BACKEND_ARGS)
 
 
@@ -67,8 +68,8 @@ def _matrix(pointer: Any, rows: int, cols: int) -> np.ndarray[Any, Any]:
 
 
 def _layer_files(accel: AccelConfig, index: int, layer: AccelLayerStruct, commands_ptr: Any,
-                 a_ptr: Any, b_ptr: Any, bias_ptr: Any, multiplier_ptr: Any, r_ptr: Any,
-                 c_ptr: Any, directory: Path) -> LayerFiles:
+                 a_ptr: Any, b_ptr: Any, bias_ptr: Any, multiplier_ptr: Any, table_ptr: Any,
+                 r_ptr: Any, c_ptr: Any, directory: Path) -> LayerFiles:
     """One layer the C model just ran: main memory before it, its commands, its results."""
     m, k, n = int(layer.m), int(layer.k), int(layer.n)
     table = np.ctypeslib.as_array(commands_ptr, shape=(layer.commands, len(FIELDS)))
@@ -77,7 +78,10 @@ def _layer_files(accel: AccelConfig, index: int, layer: AccelLayerStruct, comman
     b = _matrix(b_ptr, k, n).astype(np.int64) if k else np.zeros((0, n), np.int64)
     bias = np.ctypeslib.as_array(bias_ptr, shape=(n,)).astype(np.int64)
     multiplier = np.ctypeslib.as_array(multiplier_ptr, shape=(n,)).astype(np.int64)
-    epilogue = EpilogueConfig(layer.pre, layer.post, layer.zero_point, layer.low, layer.high)
+    table_values = None if not table_ptr else tuple(
+        int(value) for value in np.ctypeslib.as_array(table_ptr, shape=(TABLE_ENTRIES,)))
+    epilogue = EpilogueConfig(layer.pre, layer.post, layer.zero_point, layer.low, layer.high,
+                              table_values)
     added = layer.residual_add()
     commands = unpack_commands(table, accel.cols, epilogue, bias.tolist(),
                                multiplier.tolist(), added)
@@ -114,12 +118,12 @@ def record(outdir: Path, library_path: Path, directory: Path, argv: list[str]) -
     layers: list[LayerFiles] = []
 
     def backend(layer_ptr: Any, commands_ptr: Any, a_ptr: Any, b_ptr: Any, bias_ptr: Any,
-                multiplier_ptr: Any, r_ptr: Any, c_ptr: Any) -> int:
+                multiplier_ptr: Any, table_ptr: Any, r_ptr: Any, c_ptr: Any) -> int:
         status = int(library.gs_accel_model(layer_ptr, commands_ptr, a_ptr, b_ptr, bias_ptr,
-                                            multiplier_ptr, r_ptr, c_ptr))
+                                            multiplier_ptr, table_ptr, r_ptr, c_ptr))
         layers.append(_layer_files(accel, len(layers), layer_ptr.contents, commands_ptr,
-                                   a_ptr, b_ptr, bias_ptr, multiplier_ptr, r_ptr, c_ptr,
-                                   directory))
+                                   a_ptr, b_ptr, bias_ptr, multiplier_ptr, table_ptr, r_ptr,
+                                   c_ptr, directory))
         return status
 
     callback = ACCEL_BACKEND(backend)  # alive until the end

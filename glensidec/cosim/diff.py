@@ -218,7 +218,9 @@ def _accel_layer(layer: AccelLayer, read: Callable[[View], Array]) -> Array:
             weights = unpack_weight_matrix(geometry, layer.group_cols, weights).reshape(
                 -1, layer.n)
         products = matmul(activations, weights, "i8")
-    epilogue = EpilogueConfig(layer.pre, layer.post, layer.zero_point, layer.low, layer.high)
+    table = None if layer.table is None else tuple(int(v) for v in read(layer.table))
+    epilogue = EpilogueConfig(layer.pre, layer.post, layer.zero_point, layer.low, layer.high,
+                              table)
     residual = None if layer.residual is None else read(layer.residual)
     return epilogue_reference(products, read(layer.bias)[None, :], read(layer.multiplier),
                               epilogue, residual=layer.residual_add, residual_rows=residual)

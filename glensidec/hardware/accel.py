@@ -253,13 +253,27 @@ EPILOGUE_LATENCY = 3
 
 @dataclass(frozen=True)
 class EpilogueConfig:
-    """Static settings of ws_epilogue for one store (the quantizer's requantization)."""
+    """Static settings of ws_epilogue for one store (the quantizer's requantization).
+
+    `table`: an element-wise non-linearity after the clip (a quantized hardswish, sigmoid,
+    SiLU …: the IR's `lookup`), its 256 int8 results indexed by the clipped value + 128;
+    None: none. ws_epilogue holds it in a register file a CONFIG's table chunks write."""
 
     pre: int = 0
     post: int = 0
     zero_point: int = 0
     low: int = -128
     high: int = 127
+    table: tuple[int, ...] | None = None
+
+    def output_range(self, out_width: int = 8) -> tuple[int, int]:
+        """The values the layer's own result takes (before a late residual add)."""
+        low, high = min(self.low, self.high), max(self.low, self.high)
+        if self.table is None:
+            return low, high
+        half = 1 << (out_width - 1)
+        reached = self.table[low + half:high + half + 1]
+        return min(reached), max(reached)
 
 
 @dataclass(frozen=True)
@@ -312,7 +326,7 @@ def residual_range_error(residual: ResidualConfig, config: EpilogueConfig,
         return None
     sum_bits = out_width + bits
     type_low, type_high = -(1 << (out_width - 1)), (1 << (out_width - 1)) - 1
-    y_range = (min(config.low, config.high), max(config.low, config.high))
+    y_range = config.output_range(out_width)
     y_terms = [residual.self_multiplier * y for y in y_range]
     r_terms = [residual.multiplier * r for r in (type_low, type_high)]
     low = residual.offset + min(y_terms) + min(r_terms)
@@ -335,9 +349,10 @@ def epilogue_reference(
     """Bit-exact ws_epilogue (without pooling) on rows of int32 accumulators.
 
     The same arithmetic as `glensidec.lang.interp.requantize` after an i32 bias add:
-    ``clip(clip(round((acc + bias) >> pre) * m >> post) + zp, int8), low, high)``; with a
-    `residual`, then the residual add of `residual_rows` (same shape, int8). A residual
-    add ws_epilogue cannot compute exactly (`residual_range_error`) is a ValueError.
+    ``clip(clip(round((acc + bias) >> pre) * m >> post) + zp, int8), low, high)``, through
+    the config's lookup table when it has one; with a `residual`, then the residual add of
+    `residual_rows` (same shape, int8). A residual add ws_epilogue cannot compute exactly
+    (`residual_range_error`) is a ValueError.
     """
     if residual is not None:
         problem = residual_range_error(residual, config, out_width)
@@ -351,6 +366,8 @@ def epilogue_reference(
     saturated = requantize_to_width(biased, multipliers, config.pre, config.post,
                                     config.zero_point, out_width)
     clipped: npt.NDArray[np.int64] = np.clip(saturated, config.low, config.high).astype(np.int64)
+    if config.table is not None:  # the non-linearity, after the clip
+        clipped = np.asarray(config.table, np.int64)[clipped + (1 << (out_width - 1))]
     if residual is None or residual.early:
         return clipped
     assert residual_rows is not None

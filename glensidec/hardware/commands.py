@@ -138,7 +138,43 @@ class Config:
     residual: ResidualConfig | None = None
 
 
-Command = Load | Compute | Store | Config
+@dataclass(frozen=True)
+class Table:
+    """CONFIG with bit 2 (a table chunk): entries [first, first + len(entries)) of the
+    epilogue's 256-entry lookup table, which a Config whose epilogue has a table applies
+    to every result after the clip (an element-wise non-linearity). A chunk holds up to
+    `table_chunk(cols)` entries, where a Config has its bias and multiplier vectors."""
+
+    first: int
+    entries: tuple[int, ...]
+
+
+Command = Load | Compute | Store | Config | Table
+
+#: Entries of the epilogue's lookup table (int8 results, indexed by an int8 value + 128).
+TABLE_ENTRIES = 256
+
+
+def table_chunk(cols: int) -> int:
+    """Table entries one CONFIG word carries: 8 bits each in its 64·cols vector bits."""
+    return min(TABLE_ENTRIES, 8 * cols)
+
+
+def table_commands(epilogue: EpilogueConfig, cols: int) -> list[Command]:
+    """The chunks that load the epilogue's lookup table (none without one)."""
+    if epilogue.table is None:
+        return []
+    chunk = table_chunk(cols)
+    return [Table(first, tuple(epilogue.table[first:first + chunk]))
+            for first in range(0, TABLE_ENTRIES, chunk)]
+
+
+def with_table(program: LayerProgram, epilogue: EpilogueConfig | None, cols: int
+               ) -> LayerProgram:
+    """`program` preceded by the chunks of the epilogue's lookup table, if it has one."""
+    if epilogue is None or epilogue.table is None:
+        return program
+    return replace(program, commands=[*table_commands(epilogue, cols), *program.commands])
 
 
 @dataclass(frozen=True)
@@ -255,6 +291,11 @@ def encode_command(command: Command, cols: int) -> int:
             word |= _field(command.window_stride2, 224, SPAD_ROW_BITS)
             word |= _field(command.pixel_step, 248, 8)
         return word
+    if isinstance(command, Table):
+        word = OP_CONFIG | _field(1, 2, 1) | _field(command.first // table_chunk(cols), 8, 8)
+        for position, entry in enumerate(command.entries):
+            word |= _field(entry, 48 + 8 * position, 8)
+        return word
     if isinstance(command, Compute):
         return (OP_COMPUTE | _field(command.wait, 3, 1) | _field(command.signal, 4, 1)
                 | _field(command.w_row, 8, SPAD_ROW_BITS)
@@ -266,7 +307,7 @@ def encode_command(command: Command, cols: int) -> int:
     epilogue = command.epilogue
     word = (OP_CONFIG | _field(epilogue.pre, 8, 6) | _field(epilogue.post, 16, 6)
             | _field(epilogue.zero_point, 24, 8) | _field(epilogue.low, 32, 8)
-            | _field(epilogue.high, 40, 8))
+            | _field(epilogue.high, 40, 8) | _field(epilogue.table is not None, 7, 1))
     for column, (bias, multiplier) in enumerate(zip(command.bias, command.multiplier,
                                                     strict=True)):
         word |= _field(bias, 48 + 32 * column, 32)
@@ -320,7 +361,7 @@ class AccelModel:
         self.commands: deque[Command] = deque()
         self.lq: deque[Load] = deque()
         self.eq: deque[Compute] = deque()
-        self.sq: deque[Store | Config] = deque()
+        self.sq: deque[Store | Config | Table] = deque()
         self.aq: deque[Compute] = deque()
         self.tok_le = self.tok_el = self.tok_sl = self.tok_ls = 0
         # load unit: ws_dma_load slots (True ends a row), row write times, loads in flight
@@ -427,7 +468,8 @@ class AccelModel:
         rd2_addr = self.p_addr if pool_issue else self.res_addr
         sl_give = admit_last and self.s_signal
         # a Config waits until every earlier row has left the epilogue (not the FIFO)
-        config_pop = isinstance(head, Config) and self.s_left == 0 and self.epi_rows == 0
+        config_pop = isinstance(head, Config | Table) and self.s_left == 0 and \
+            self.epi_rows == 0
         # -- ws_ctrl handshakes ----------------------------------------------------------------
         w_last_beat = self.w_count == rows - 1
         bank = self.w_load_bank
@@ -470,7 +512,7 @@ class AccelModel:
         ls_give = track_done and self.track[0][2]
         # -- dispatcher ------------------------------------------------------------------------
         offered = self.commands[0] if self.commands else None
-        queue: deque[Load] | deque[Compute] | deque[Store | Config] = (
+        queue: deque[Load] | deque[Compute] | deque[Store | Config | Table] = (
             self.lq if isinstance(offered, Load) else
             self.eq if isinstance(offered, Compute) else self.sq)
         dispatch = offered is not None and len(queue) < self.config.queue_depth
@@ -599,6 +641,8 @@ class AccelModel:
         if config_pop and isinstance(head, Config):
             self.sq.popleft()
             self.cfg_residual = head.residual is not None
+        elif config_pop:  # a table chunk: the epilogue's settings stay
+            self.sq.popleft()
         if dispatch and offered is not None:
             queue.append(self.commands.popleft())  # type: ignore[arg-type]
         timing.load_busy_cycles += int(bool(self.dma_slots_before))
@@ -1423,9 +1467,10 @@ def window_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
                                          spad_row=residual_row if residual else 0),
                               signal=residual))
             stores += 1
-    return LayerProgram(_window_tokens(steps), input_base, weight_base,
-                        output_base, memory_bytes, tiling.chunk_rows * out_w, len(folds),
-                        tiling.piece_folds, pad, residual_base)
+    return with_table(LayerProgram(_window_tokens(steps), input_base, weight_base,
+                                   output_base, memory_bytes, tiling.chunk_rows * out_w,
+                                   len(folds), tiling.piece_folds, pad, residual_base),
+                      quant.epilogue, config.cols)
 
 
 
@@ -1544,9 +1589,10 @@ def im2col_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant) -> 
                                          spad_row=residual_row if residual else 0),
                               signal=residual))
             stores += 1
-    return LayerProgram(_software_pipeline(steps), input_base, weight_base, output_base,
-                        memory_bytes, tiling.chunk_rows * out_w, tiling.folds,
-                        tiling.piece_folds, pad, residual_base)
+    return with_table(LayerProgram(_software_pipeline(steps), input_base, weight_base,
+                                   output_base, memory_bytes, tiling.chunk_rows * out_w,
+                                   tiling.folds, tiling.piece_folds, pad, residual_base),
+                      quant.epilogue, config.cols)
 
 
 #: pool_program's schedules: "gather" (the DMA gathers every window's taps from main
@@ -1674,8 +1720,9 @@ def band_pool_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant |
             tails.append(tail)
     if tails:
         commands += tails[-1]
-    return LayerProgram(commands, input_base, output_base, output_base, memory_bytes,
-                        chunk_rows * out_w, taps, taps)
+    return with_table(LayerProgram(commands, input_base, output_base, output_base,
+                                   memory_bytes, chunk_rows * out_w, taps, taps),
+                      None if quant is None else quant.epilogue, config.cols)
 
 
 def gather_pool_program(config: AccelConfig, layer: ConvLayer,
@@ -1738,8 +1785,9 @@ def gather_pool_program(config: AccelConfig, layer: ConvLayer,
             commands += steps[index - 1][1]
     if steps:
         commands += steps[-1][1]
-    return LayerProgram(commands, input_base, output_base, output_base, memory_bytes,
-                        chunk_rows * out_w, taps, taps)
+    return with_table(LayerProgram(commands, input_base, output_base, output_base,
+                                   memory_bytes, chunk_rows * out_w, taps, taps),
+                      None if quant is None else quant.epilogue, config.cols)
 
 
 def pool_tiling(config: AccelConfig, layer: ConvLayer) -> int:
@@ -2019,6 +2067,7 @@ def run_functional(config: AccelConfig, commands: Sequence[Command],
     acc = np.zeros((config.acc_depth, C), dtype=np.int64)
     emitted: deque[npt.NDArray[np.int64]] = deque()
     config_now = Config(EpilogueConfig(), (0,) * C, (0,) * C)
+    table = [0] * TABLE_ENTRIES  # the epilogue's lookup table, as the Table chunks wrote it
     for command in commands:
         if isinstance(command, Load):
             spad.update(dma_load_reference(memory, command.dma, row_bytes))
@@ -2036,6 +2085,8 @@ def run_functional(config: AccelConfig, commands: Sequence[Command],
                 acc[:command.m_len] = result
         elif isinstance(command, Config):
             config_now = command
+        elif isinstance(command, Table):
+            table[command.first:command.first + len(command.entries)] = command.entries
         else:
             rows_out = []
             for index in range(command.dma.rows):
@@ -2047,9 +2098,12 @@ def run_functional(config: AccelConfig, commands: Sequence[Command],
                             for row in command.window_rows(index)]
                     emitted.appendleft(np.sum(taps, axis=0) if command.sum
                                        else np.max(taps, axis=0))
+                epilogue = config_now.epilogue
+                if epilogue.table is not None:  # the table as loaded, not as configured
+                    epilogue = replace(epilogue, table=tuple(table))
                 out = epilogue_reference(emitted.popleft()[None, :],
                                          np.asarray(config_now.bias)[None, :],
-                                         np.asarray(config_now.multiplier), config_now.epilogue,
+                                         np.asarray(config_now.multiplier), epilogue,
                                          residual=config_now.residual,
                                          residual_rows=residual_row[None, :])
                 row = np.zeros(row_bytes, dtype=np.uint8)
