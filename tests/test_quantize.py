@@ -768,3 +768,35 @@ def test_the_onnxruntime_exactness_probe_detects_a_saturating_kernel(
     assert onnxruntime_integer_products_are_exact() in (True, False)
     monkeypatch.setattr(ort, "InferenceSession", SaturatingSession)
     assert onnxruntime_integer_products_are_exact() is False
+
+
+def fire_module(seed: int = 0) -> Any:
+    """SqueezeNet's fire module: a 1×1 squeeze, then 1×1 and 3×3 expands concatenated."""
+    g = OnnxGraph(seed)
+    x = g.input("x", [1, 8, 6, 6])
+    squeezed = g.node("Relu", [g.conv(x, 8, 4, 1)])
+    left = g.node("Relu", [g.conv(squeezed, 4, 6, 1)])
+    right = g.node("Relu", [g.conv(squeezed, 4, 10, 3, pad=1)])
+    return g.model(g.node("Concat", [left, right], axis=1), [1, 16, 6, 6])
+
+
+def test_what_only_a_concatenation_reads_is_quantized_to_its_parameters(
+        tmp_path: Path) -> None:
+    """The expands' relus, read only by the concatenation, are requantized straight to the
+    concatenation's scale (one rounding): the concatenation is copies alone, no second
+    requantize of one side, which the accelerator's layers could not write in place."""
+    program = imported(fire_module(), tmp_path)
+    calibration = calibration_for(program, 8)
+    quantized = quantize(program, calibration, per_channel=True)
+    check_integer_program(quantized)
+    concatenation = next(term for term in postorder(quantized.program.root)
+                         if term.op == "access-concatenate")
+    rounded = ("relu", "clip", "requantize", "requantize-per-channel")
+    rounded_twice = [term for term in postorder(concatenation)
+                     if term.op == "compute" and compute_name(term) == "cast" and
+                     term.children()[0].op == "compute" and
+                     compute_name(term.children()[0]) in rounded]
+    assert not rounded_twice  # an i8 result widened again for a second requantize
+    inputs = sample_list(calibration, 2)
+    errors = layer_errors(quantized, program, inputs)
+    assert all(error.arithmetic <= 0.52 for error in errors)

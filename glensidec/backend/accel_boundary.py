@@ -27,7 +27,7 @@ from glensidec.backend.accel_layers import (
     drop_dead_code,
     layer_quant,
 )
-from glensidec.backend.accel_pool import PADDING, trace_layer_rows, trace_writers
+from glensidec.backend.accel_pool import PADDING, layer_rows, trace_layer_rows, trace_writers
 from glensidec.backend.lower import (
     ACTIVATION,
     CONSTANT,
@@ -131,13 +131,13 @@ def _read_rows_of_a_block(lowered: LoweredProgram) -> None:
             continue
         source = lowered.instructions[traced[0]]
         assert isinstance(source, AccelLayer)
+        rows = layer_rows(source)
         elements = layer.m * layer.k
-        if lowered.buffer_of(source.dst).elements != elements or \
+        if lowered.buffers[rows.buffer].elements != elements or \
                 not np.array_equal(view_array(layer.a, traced[1]).reshape(-1),
                                    np.arange(elements)):
             continue
-        lowered.instructions[index] = replace(
-            layer, a=contiguous(source.dst.buffer, (layer.m, layer.k), source.dst.offset))
+        lowered.instructions[index] = replace(layer, a=rows.view((layer.m, layer.k)))
 
 
 def _read_rows_unpadded(lowered: LoweredProgram, builder: LayerBuilder,
@@ -156,9 +156,10 @@ def _read_rows_unpadded(lowered: LoweredProgram, builder: LayerBuilder,
             continue
         source = lowered.instructions[traced[0]]
         assert isinstance(source, AccelLayer)
-        channels, (_, origin, fill) = source.n, traced
-        if source.m != layer.m or channels >= layer.k or \
-                lowered.buffer_of(source.dst).elements != source.m * channels:
+        rows = layer_rows(source)
+        channels, (_, origin, fill) = rows.n, traced
+        if rows.m != layer.m or channels >= layer.k or \
+                lowered.buffers[rows.buffer].elements != rows.m * channels:
             continue
         expected = np.full((layer.m, layer.k), PADDING, np.int64)
         expected[:, :channels] = np.arange(layer.m * channels).reshape(layer.m, channels)
@@ -167,7 +168,7 @@ def _read_rows_unpadded(lowered: LoweredProgram, builder: LayerBuilder,
         values = view_array(layer.b, constant_array(lowered.buffer_of(layer.b),
                                                     weights).reshape(-1))
         lowered.instructions[index] = replace(
-            layer, a=contiguous(source.dst.buffer, (layer.m, channels), source.dst.offset),
+            layer, a=rows.view((layer.m, channels)),
             b=builder.constant(f"{layer.name}_unpadded_weights", "i8", values[:channels]),
             k=channels)
 
@@ -186,15 +187,16 @@ def _absorb_output_layout(lowered: LoweredProgram, builder: LayerBuilder,
         return
     source = lowered.instructions[traced[0]]
     assert isinstance(source, AccelLayer)
-    pixels, channels = source.m, source.n
+    rows = layer_rows(source)
+    pixels, channels = rows.m, rows.n
     origin = view_array(copy.src, traced[1]).reshape(-1)
     expected = np.arange(pixels * channels).reshape(pixels, channels).T.reshape(-1)
     if output.elements != pixels * channels or not np.array_equal(origin, expected) or \
-            lowered.buffer_of(source.dst).elements != pixels * channels:
+            lowered.buffers[rows.buffer].elements != pixels * channels:
         return
     if pixels == 1 or channels == 1:  # the same bytes: the layer writes the result itself
         if lowered.readers().get(source.dst.buffer) == [writers[0]] and \
-                lowered.is_whole(source.dst):
+                lowered.is_whole(source.dst) and not source.output_pitch:
             lowered.instructions[traced[0]] = replace(
                 source, dst=contiguous(lowered.output, source.dst.shape))
             del lowered.instructions[writers[0]]
@@ -207,7 +209,7 @@ def _absorb_output_layout(lowered: LoweredProgram, builder: LayerBuilder,
     lowered.instructions[writers[0]] = nchw_layer(
         builder, "the result in NCHW, laid out by the accelerator",
         contiguous(lowered.output, (channels, pixels)),
-        contiguous(source.dst.buffer, (pixels * channels,), source.dst.offset), layout, accel)
+        rows.view((pixels * channels,)), layout, accel)
 
 
 def nchw_layer(builder: LayerBuilder, note: str, dst: View, rows: View, layout: NchwLayout,
@@ -243,15 +245,16 @@ def _read_rows_in_their_order(lowered: LoweredProgram, builder: LayerBuilder,
             continue
         source = lowered.instructions[traced[0]]
         assert isinstance(source, AccelLayer)
+        rows = layer_rows(source)
         origin = traced[1]
-        if source.m * source.n != gemm.k or \
+        if rows.m * rows.n != gemm.k or \
                 not np.array_equal(np.sort(origin), np.arange(gemm.k)):
             continue  # padding, or not each row element once
         values = view_array(gemm.b, constant_array(b_buffer, weights).reshape(-1))
         permuted = np.zeros_like(values)
         permuted[origin] = values  # B's row k now meets the row element A's k held
         lowered.instructions[index] = replace(
-            gemm, a=contiguous(source.dst.buffer, (1, gemm.k), source.dst.offset),
+            gemm, a=rows.view((1, gemm.k)),
             b=builder.constant(f"{gemm.b.buffer}_row_order", b_buffer.dtype, permuted))
 
 

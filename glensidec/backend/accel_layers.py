@@ -85,6 +85,7 @@ from glensidec.hardware.commands import (
     layer_traffic,
     pool_program,
     pool_tiling,
+    with_output_pitch,
 )
 from glensidec.hardware.layout import NchwLayout, NhwcLayout, layout_program, nchw_program
 from glensidec.lang.dtypes import DTYPES, Array, integer_range, lookup_table, wrap_signed
@@ -637,7 +638,7 @@ def layer_geometry(layer: AccelLayer) -> ConvLayer:
     if layer.image:
         height, width, channels = layer.image
         return ConvLayer(layer.name, height, width, channels, layer.n, layer.kernel,
-                         layer.stride, layer.padding, layer.groups)
+                         layer.stride, layer.padding, layer.groups, layer.pad_end)
     return ConvLayer(layer.name, height=layer.m, width=1, channels=layer.k,
                      out_channels=layer.n)
 
@@ -673,10 +674,11 @@ def program_accel_layers(lowered: LoweredProgram, weights: dict[str, Array],
         quant = layer_quant(result, layer, weights)
         shape = (replace(geometry, name=""), layer.pool, layer.pool_sum, layer.layout,
                  quant.input_zero_point, quant.residual is not None,
-                 layer.residual is not None)
+                 layer.residual is not None, layer.output_pitch)
         if shape not in programmed:
             program, table, timing = program_layer(accel, geometry, quant, pool=layer.pool,
-                                                   pool_sum=layer.pool_sum, layout=layer.layout)
+                                                   pool_sum=layer.pool_sum, layout=layer.layout,
+                                                   output_pitch=layer.output_pitch)
             traffic = layer_traffic(accel, geometry, program, layer.residual is not None,
                                     layer.pool)
             # (its bases; the commands, the bulk, are in the table)
@@ -694,12 +696,13 @@ def program_accel_layers(lowered: LoweredProgram, weights: dict[str, Array],
 
 
 def program_layer(accel: AccelConfig, layer: ConvLayer, quant: LayerQuant, pool: bool = False,
-                  pool_sum: bool = False, layout: NhwcLayout | NchwLayout | None = None
-                  ) -> tuple[LayerProgram, Array, AccelTiming]:
+                  pool_sum: bool = False, layout: NhwcLayout | NchwLayout | None = None,
+                  output_pitch: int = 0) -> tuple[LayerProgram, Array, AccelTiming]:
     """The layer's commands (best_conv_table, or pool_program for a max-pool or,
     `pool_sum`, an average pool through `quant`'s epilogue, or layout_program for a
     `layout` change), as the packed table the C reads, and their cycles on ws_accel;
-    GlensideError when the layer does not fit the accelerator."""
+    GlensideError when the layer does not fit the accelerator. With `output_pitch`, the
+    result rows are stored that many bytes apart (commands.with_output_pitch)."""
     timing: AccelTiming | None = None
     table: Array | None = None
     try:
@@ -711,6 +714,11 @@ def program_layer(accel: AccelConfig, layer: ConvLayer, quant: LayerQuant, pool:
             program = pool_program(accel, layer, quant if pool_sum else None)
         else:  # the schedule the exact model prices fastest, its table and timing
             program, table, timing = best_conv_table(accel, layer, quant)
+        if output_pitch:
+            out_h, out_w = layer.out_size
+            program = with_output_pitch(program, out_h * out_w, layer.out_channels,
+                                        output_pitch, accel.memory.bus_bytes)
+            table = timing = None  # the stores moved: pack and time them again
     except CapacityError as error:
         raise GlensideError(f"--accel: {error}") from None
     if table is None:
@@ -806,10 +814,15 @@ def _im2col_geometry(lowered: LoweredProgram, gemm: ArrayGemm, operand: str = "b
     by the call, K = C·k·k exactly — the layer (no padding left: the map is padded) and a
     (C, H, W) view of the map; else None. With `operand` "a", the same for an A operand
     holding the windows' transpose, (oy, ox) × (channel, ky, kx)."""
-    packer = _only_writer(lowered, gemm.b if operand == "b" else gemm.a)
+    view = gemm.b if operand == "b" else gemm.a
+    packer = _only_writer(lowered, view)
     copy = None if packer is None else lowered.instructions[packer]
     if not isinstance(copy, Copy):
-        return None
+        if not lowered.is_whole(view):
+            return None
+        # no packing copy: the windows' copy and the K padding's fills write the operand
+        # itself (a first convolution without padding, its map the program's input)
+        return _k_padded_im2col(lowered, gemm, Copy("", view, view), operand)
     padded = _k_padded_im2col(lowered, gemm, copy, operand)
     if padded is not None:
         return padded

@@ -23,10 +23,23 @@ from dataclasses import replace
 
 import numpy as np
 
-from glensidec.backend.accel_layers import check_fits, drop_dead_code, layer_quant
-from glensidec.backend.accel_pool import PADDING, padded_rows, trace_layer_rows
-from glensidec.backend.lower import AccelLayer, LoweredProgram
-from glensidec.backend.views import contiguous
+from glensidec.backend.accel_layers import (
+    LayerBuilder,
+    check_fits,
+    drop_dead_code,
+    layer_quant,
+)
+from glensidec.backend.accel_pool import PADDING, layer_rows, padded_rows, trace_layer_rows
+from glensidec.backend.lower import ACTIVATION, AccelLayer, Copy, LoweredProgram
+from glensidec.backend.views import (
+    Axis,
+    View,
+    contiguous,
+    regroup,
+    store_view,
+    transpose,
+    view_array,
+)
 from glensidec.errors import GlensideError
 from glensidec.hardware.accel import ConvLayer
 from glensidec.hardware.commands import AccelConfig, packs_taps
@@ -66,11 +79,12 @@ def _reading_rows(lowered: LoweredProgram, index: int, weights: dict[str, Array]
     source_index, origin, fill = found
     source = lowered.instructions[source_index]
     assert isinstance(source, AccelLayer)
-    if source.n != channels or layer.padding:
+    rows = layer_rows(source)
+    if rows.n != channels or layer.padding:
         return None
     for padding in range(layer.kernel):
         height, width = padded_height - 2 * padding, padded_width - 2 * padding
-        if height * width != source.m or height < 1 or width < 1:
+        if height * width != rows.m or height < 1 or width < 1:
             continue
         # the rows in NCHW padded, then transposed to the NHWC the layer reads
         expected = padded_rows(height, width, channels, padding).reshape(
@@ -90,8 +104,7 @@ def _reading_rows(lowered: LoweredProgram, index: int, weights: dict[str, Array]
                                                 input_zero_point=pad_value))
         except GlensideError:
             return None  # the unpadded map's tiles do not fit: keep the host's copies
-        return replace(layer, a=contiguous(source.dst.buffer, (height * width, channels),
-                                           source.dst.offset),
+        return replace(layer, a=rows.view((height * width, channels)),
                        image=(height, width, channels), padding=padding, pad_value=pad_value)
     return None
 
@@ -109,10 +122,123 @@ def _reading_matrix(lowered: LoweredProgram, index: int) -> AccelLayer | None:
         return None
     source = lowered.instructions[found[0]]
     assert isinstance(source, AccelLayer)
-    if (source.m, source.n) != (layer.m, layer.k) or \
+    rows = layer_rows(source)
+    if (rows.m, rows.n) != (layer.m, layer.k) or \
             not np.array_equal(found[1], np.arange(buffer.elements)):
         return None
-    return replace(layer, a=contiguous(source.dst.buffer, (layer.m, layer.k),
-                                       source.dst.offset))
+    return replace(layer, a=rows.view((layer.m, layer.k)))
 
 
+
+
+# -- channel concatenations written in place ----------------------------------------------
+
+
+def join_concatenations(lowered: LoweredProgram) -> LoweredProgram:
+    """`lowered` with every channel concatenation of accelerator layers' results (a fire
+    module's or an inception block's branches) written by the layers themselves as the
+    concatenation's NHWC rows, each its block of columns `output_pitch` bytes apart (a
+    new program). As lowered, each layer's rows are copied to NCHW and then into the
+    concatenation (and, for the next layer's DMA, back to NHWC): after this pass one copy
+    makes the NCHW map from the joined rows, and it goes too when only layers read it
+    (`read_layer_rows` then reads the joined rows)."""
+    result = LoweredProgram(dict(lowered.buffers), list(lowered.instructions), lowered.output,
+                            lowered.output_shape)
+    builder = LayerBuilder(result)
+    candidates = [name for name, writers in result.writers().items()
+                  if len(writers) > 1 and all(isinstance(result.instructions[index], Copy)
+                                              for index in writers)]
+    for name in candidates:
+        _join(result, builder, name)
+    drop_dead_code(result)
+    return result
+
+
+def _join(lowered: LoweredProgram, builder: LayerBuilder, name: str) -> None:
+    """Buffer `name`, when it is the (1, C, H, W) or (C, H, W) concatenation of layers'
+    rows (each layer's N channels a block), made by one copy of rows the layers write."""
+    buffer = lowered.buffers[name]
+    writers = lowered.writers().get(name, [])
+    shape = buffer.shape[1:] if len(buffer.shape) == 4 and buffer.shape[0] == 1 \
+        else buffer.shape
+    if buffer.kind != ACTIVATION or buffer.dtype != "i8" or len(shape) != 3 or \
+            not all(isinstance(lowered.instructions[index], Copy) for index in writers):
+        return
+    channels, pixels = shape[0], shape[1] * shape[2]
+    layer_of = np.full(buffer.elements, -1, np.int64)
+    origin = np.full(buffer.elements, PADDING, np.int64)
+    for index in writers:
+        copy = lowered.instructions[index]
+        assert isinstance(copy, Copy)
+        found = trace_layer_rows(lowered, copy.src.buffer, index)
+        if found is None:
+            return
+        store_view(copy.dst, layer_of, np.full(copy.dst.shape, found[0]))
+        store_view(copy.dst, origin, view_array(copy.src, found[1]))
+    channel, pixel = np.divmod(np.arange(buffer.elements), pixels)
+    # per rows buffer (a layer's own, or the rows an inner concatenation's layers wrote):
+    # its first channel here, and the layers that write it
+    blocks: dict[str, tuple[int, list[int]]] = {}
+    for position in np.unique(layer_of).tolist():
+        layer = lowered.instructions[position] if position >= 0 else None
+        if not isinstance(layer, AccelLayer) or layer.layout is not None:
+            return
+        rows = layer_rows(layer)
+        if rows.m != pixels or rows.offset or rows.buffer in blocks or \
+                lowered.buffers[rows.buffer].elements != pixels * rows.n:
+            return
+        mine = layer_of == position
+        first = int(channel[mine].min())
+        if int(mine.sum()) != pixels * rows.n or not np.array_equal(
+                origin[mine], pixel[mine] * rows.n + channel[mine] - first):
+            return
+        blocks[rows.buffer] = first, lowered.writers()[rows.buffer]
+    if not _only_feeds(lowered, list(blocks), name, set(writers)):
+        return
+    rows_view = builder.activation(f"{name}_rows", (pixels, channels))
+    for first, positions in blocks.values():
+        for position in positions:
+            layer = lowered.instructions[position]
+            assert isinstance(layer, AccelLayer)
+            column = first + (layer.dst.offset if layer.output_pitch else 0)
+            lowered.instructions[position] = replace(
+                layer, dst=View(rows_view.buffer, column,
+                                ((Axis(pixels, channels),), (Axis(layer.n, 1),))),
+                output_pitch=channels)
+    final = regroup(contiguous(name, buffer.shape), (channels, pixels))
+    assert final is not None
+    last = max(writers)
+    lowered.instructions[last] = Copy(
+        f"{lowered.instructions[last].note}: the concatenation's rows, which its layers "
+        "wrote in place, transposed", final, transpose(rows_view, (1, 0)))
+    lowered.instructions = [instruction for index, instruction
+                            in enumerate(lowered.instructions)
+                            if index == last or index not in writers]
+
+
+def _only_feeds(lowered: LoweredProgram, sources: list[str], target: str,
+                copies: set[int]) -> bool:
+    """Do the `sources` (layers' rows) reach nothing but `target`, through copies alone,
+    the last of them `copies` (so the layers may write elsewhere)?"""
+    readers = lowered.readers()
+    seen: set[str] = set()
+    pending = list(sources)
+    while pending:
+        name = pending.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        if name == lowered.output:
+            return False
+        for index in readers.get(name, []):
+            instruction = lowered.instructions[index]
+            if not isinstance(instruction, Copy):
+                return False
+            if instruction.dst.buffer == target:
+                if index not in copies:
+                    return False
+            elif lowered.buffer_of(instruction.dst).kind != ACTIVATION:
+                return False
+            else:
+                pending.append(instruction.dst.buffer)
+    return True

@@ -10,6 +10,8 @@ In order (each a module of its own, each taking and giving a `LoweredProgram`):
    windows) with its epilogue becomes a grouped `AccelLayer`; `accel_attention`: an int8
    array call of two activations (attention's Q·Kᵀ and softmax·V per head) becomes one
    too, its B operand the layer's weights, loaded from where its producer wrote it.
+1b. `accel_layout.join_concatenations`: a channel concatenation of layers' results is
+   written by the layers as its NHWC rows, each its block of columns (a row pitch).
 2. `accel_pool`: a max-pool of a layer's result, or an average pool (a window sum and its
    requantize), becomes a pooling `AccelLayer` (so a residual add reading the pool reads
    its rows).
@@ -17,7 +19,7 @@ In order (each a module of its own, each taking and giving a `LoweredProgram`):
 4. `accel_residual`: a quantized residual add after a layer moves into its epilogue (not
    a pooling layer's).
    Then `accel_pool` again: the pools of residual blocks' results, which read the layer
-   that took the add.
+   that took the add; and `join_concatenations` again (concatenations of pools).
 5. `accel_layout`: a layer whose input is an earlier layer's rows (padded) reads them.
 6. `accel_boundary`: a layer operand that is the program's NCHW input in NHWC (padded)
    is made by a layout layer on the accelerator, not by the host's copies.
@@ -40,7 +42,7 @@ from glensidec.backend.accel_attention import (
 from glensidec.backend.accel_boundary import absorb_input_layouts, absorb_result_layouts
 from glensidec.backend.accel_depthwise import fuse_accel_depthwise
 from glensidec.backend.accel_layers import fuse_accel_layers, program_accel_layers
-from glensidec.backend.accel_layout import read_layer_rows
+from glensidec.backend.accel_layout import join_concatenations, read_layer_rows
 from glensidec.backend.accel_pool import fuse_accel_pools
 from glensidec.backend.accel_residual import fuse_accel_residuals
 from glensidec.backend.accel_shared import share_requantizations
@@ -56,10 +58,11 @@ def fuse_for_accelerator(lowered: LoweredProgram, weights: dict[str, Array],
     """`lowered` run on the accelerator where it can be (a new program)."""
     layers = split_head_projections(share_requantizations(lowered, weights), weights, accel)
     layers = fuse_accel_depthwise(fuse_accel_layers(layers, weights, accel), weights, accel)
-    layers = fuse_activation_products(layers, weights, accel)
+    layers = join_concatenations(fuse_activation_products(layers, weights, accel))
     layers = fuse_accel_pools(layers, weights, accel)  # (a later residual add reads its rows)
     layers = fuse_accel_residuals(fuse_elementwise(layers), weights, accel)
     layers = fuse_accel_pools(layers, weights, accel)  # pools of the layers that took an add
+    layers = join_concatenations(layers)  # (of pools' rows too)
     layers = absorb_input_layouts(read_layer_rows(layers, weights, accel), weights, accel)
     layers = absorb_result_layouts(fold_constant_copies(layers, weights), weights, accel)
     return program_accel_layers(write_in_place(layers), weights, accel)

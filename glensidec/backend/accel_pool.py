@@ -103,11 +103,48 @@ def trace_layer_rows(lowered: LoweredProgram, name: str, before: int, depth: int
     buffer = lowered.buffers[name]
     if not writers or max(writers) >= before or depth > 8:
         return None
-    if len(writers) == 1 and isinstance(lowered.instructions[writers[0]], AccelLayer):
-        return writers[0], np.arange(buffer.elements), np.zeros(buffer.elements, np.int64)
+    if (len(writers) == 1 and isinstance(lowered.instructions[writers[0]], AccelLayer)) or \
+            joined_rows(lowered, name, writers):
+        return max(writers), np.arange(buffer.elements), np.zeros(buffer.elements, np.int64)
     if buffer.kind != ACTIVATION:
         return None
     return trace_writers(lowered, name, writers, depth, trace_layer_rows)
+
+
+@dataclass(frozen=True)
+class LayerRows:
+    """The (M, N) rows, row-major from `offset` of `buffer`, that a layer's result is
+    part of: its own rows, or a concatenation's wider rows of which it writes a block of
+    columns (`output_pitch`)."""
+
+    buffer: str
+    offset: int
+    m: int
+    n: int
+
+    def view(self, shape: tuple[int, ...]) -> View:
+        return contiguous(self.buffer, shape, self.offset)
+
+
+def layer_rows(layer: AccelLayer) -> LayerRows:
+    """The rows `layer`'s result is part of (the index trace_layer_rows gives)."""
+    if layer.output_pitch:
+        return LayerRows(layer.dst.buffer, 0, layer.m, layer.output_pitch)
+    return LayerRows(layer.dst.buffer, layer.dst.offset, layer.m, layer.n)
+
+
+def joined_rows(lowered: LoweredProgram, name: str, writers: list[int]) -> bool:
+    """Do accelerator layers alone write buffer `name`, each a block of columns of its
+    rows, together every element once (a concatenation written in place)?"""
+    buffer = lowered.buffers[name]
+    written = np.zeros(buffer.elements, np.int64)
+    for index in writers:
+        layer = lowered.instructions[index]
+        if not isinstance(layer, AccelLayer) or not layer.output_pitch or \
+                layer.output_pitch * layer.m != buffer.elements:
+            return False
+        np.add.at(written, view_array(layer.dst, np.arange(buffer.elements)).reshape(-1), 1)
+    return bool(np.all(written == 1))
 
 
 def trace_writers(lowered: LoweredProgram, name: str, writers: list[int], depth: int,
@@ -139,11 +176,14 @@ def trace_writers(lowered: LoweredProgram, name: str, writers: list[int], depth:
     return None if source is None else (source, origin, fill)
 
 
-def padded_rows(height: int, width: int, channels: int, padding: int) -> np.ndarray:
-    """What a (C, H + 2p, W + 2p) map holds when it is a layer's (H·W, C) rows in NCHW,
-    padded by p: the rows' element indices, PADDING on the border (flat)."""
+def padded_rows(height: int, width: int, channels: int, padding: int, end: int = 0
+                ) -> np.ndarray:
+    """What a (C, H + 2p + e, W + 2p + e) map holds when it is a layer's (H·W, C) rows in
+    NCHW, padded by p (and by e more below and right): the rows' element indices, PADDING
+    on the border (flat)."""
     rows = np.arange(height * width * channels).reshape(height, width, channels)
-    padded = np.pad(rows.transpose(2, 0, 1), ((0, 0), (padding, padding), (padding, padding)),
+    after = padding + end
+    padded = np.pad(rows.transpose(2, 0, 1), ((0, 0), (padding, after), (padding, after)),
                     constant_values=PADDING)
     return padded.reshape(-1)
 
@@ -164,6 +204,7 @@ def _find(lowered: LoweredProgram, index: int, summed: bool = False) -> _Pool | 
         return None  # padding that could win the max, or that a sum would add
     layer = lowered.instructions[layer_index]
     assert isinstance(layer, AccelLayer)
+    rows = layer_rows(layer)
     shape = source.shape[1:] if len(source.shape) == 4 and source.shape[0] == 1 \
         else source.shape
     out_shape = reduce.dst.shape[1:] if len(reduce.dst.shape) == 4 else reduce.dst.shape
@@ -173,20 +214,23 @@ def _find(lowered: LoweredProgram, index: int, summed: bool = False) -> _Pool | 
         return None
     channels, padded_h, padded_w = shape
     kernel = reduce.src.shape[-1]
-    if channels != layer.n:
+    if channels != rows.n:
         return None
-    for padding in range(1 if summed else kernel):
-        height, width = padded_h - 2 * padding, padded_w - 2 * padding
-        if height * width != layer.m:
+    # padding p on every side, and a ceil-mode pool's extra padding below and right
+    for padding, end in ((p, e) for p in range(1 if summed else kernel)
+                         for e in range(1 if summed else kernel)):
+        height, width = padded_h - 2 * padding - end, padded_w - 2 * padding - end
+        if height * width != rows.m or height < 1 or width < 1:
             continue
         # the padded map the reduce should see: the layer's rows (index y·W + x, channel c
         # at row·N + c) in NCHW, padded with the minimum
-        expected = padded_rows(height, width, channels, padding)
+        expected = padded_rows(height, width, channels, padding, end)
         if not np.array_equal(padded, expected):
             continue
         expected = expected.reshape(channels, padded_h, padded_w)
         for stride in range(1, max(kernel, padded_h, padded_w) + 1):  # any the map allows
-            geometry = ConvLayer("", height, width, channels, channels, kernel, stride, padding)
+            geometry = ConvLayer("", height, width, channels, channels, kernel, stride, padding,
+                                 pad_end=end)
             if geometry.out_size != tuple(out_shape[1:]):
                 continue
             windows = view_array(reduce.src, expected.reshape(-1)).reshape(-1)
@@ -227,14 +271,14 @@ def _rewrite(lowered: LoweredProgram, pool: _Pool, accel: AccelConfig) -> None:
         return
     bias = builder.constant(f"{name}_bias", "i32", np.zeros(n, np.int64))
     pooled = AccelLayer(
-        reduce.note, rows, name=name, a=contiguous(layer.dst.buffer, (geometry.height *
-                                                                     geometry.width, n)),
+        reduce.note, rows, name=name,
+        a=layer_rows(layer).view((geometry.height * geometry.width, n)),
         b=bias, bias=bias,
         multiplier=builder.constant(f"{name}_multiplier", "i32", np.ones(n, np.int64)),
         commands=builder.commands_placeholder(name), m=m, k=0, n=n,
         pre=0, post=0, zero_point=0, low=-128, high=127,
         image=(geometry.height, geometry.width, n), kernel=geometry.kernel,
-        stride=geometry.stride, pool=True, padding=geometry.padding)
+        stride=geometry.stride, pool=True, padding=geometry.padding, pad_end=geometry.pad_end)
     copy = Copy(f"{reduce.note}: the accelerator's pooled rows, transposed", final,
                 transpose(rows, (1, 0)))
     lowered.instructions[pool.reduce_index:pool.reduce_index + 1] = [pooled, copy]
@@ -312,7 +356,7 @@ def _rewrite_sum(lowered: LoweredProgram, pool: _Pool, scaled: _ScaledSum,
     bias = builder.constant(f"{name}_bias", "i32", np.full(n, scaled.bias, np.int64))
     pooled = AccelLayer(
         loop.note, rows, name=name,
-        a=contiguous(layer.dst.buffer, (geometry.height * geometry.width, n)), b=bias,
+        a=layer_rows(layer).view((geometry.height * geometry.width, n)), b=bias,
         bias=bias, multiplier=builder.constant(f"{name}_multiplier", "i32",
                                                np.full(n, scaled.multiplier, np.int64)),
         commands=builder.commands_placeholder(name), m=m, k=0, n=n,

@@ -302,6 +302,7 @@ class AccelLayer(Instruction):
     # read `pad_value` (a pool's padding never wins the max).
     padding: int = 0
     pad_value: int = 0
+    pad_end: int = 0  # a ceil-mode pool's extra padding below and right of the map
     # A grouped convolution of `image` (depthwise: groups = n): `b` is
     # commands.weight_matrix's packing for N blocks of `group_cols` columns (each block's
     # rows hold only the channels its groups read).
@@ -315,6 +316,9 @@ class AccelLayer(Instruction):
     # An element-wise non-linearity after the clip (the IR's int8 `lookup`: hardswish,
     # sigmoid …): 256 i8 entries, result = table[clipped + 128], before a residual add.
     table: View | None = None
+    # Bytes between dst's rows when the layer writes a block of columns of wider rows (a
+    # channel concatenation in NHWC, written in place); 0: its rows are n bytes apart.
+    output_pitch: int = 0
 
     @property
     def multiplies(self) -> bool:

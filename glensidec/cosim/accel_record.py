@@ -18,7 +18,13 @@ from typing import Any
 
 import numpy as np
 
-from glensidec.cosim.accel_sim import LAYERS_FILE, LayerFiles, command_capacity, write_layer
+from glensidec.cosim.accel_sim import (
+    LAYERS_FILE,
+    LayerFiles,
+    command_capacity,
+    output_rows,
+    write_layer,
+)
 from glensidec.cosim.runner import Manifest
 from glensidec.hardware.accel import EpilogueConfig, ResidualConfig, epilogue_reference
 from glensidec.hardware.accel_native import FIELDS, unpack_commands
@@ -40,7 +46,8 @@ class AccelLayerStruct(ctypes.Structure):
                 ("low", ctypes.c_int), ("high", ctypes.c_int), ("commands", ctypes.c_long),
                 ("predicted_cycles", ctypes.c_longlong), ("input_bytes", ctypes.c_long),
                 ("residual_base", ctypes.c_long),
-                *((name, ctypes.c_int) for name in RESIDUAL_FIELDS)]
+                *((name, ctypes.c_int) for name in RESIDUAL_FIELDS),
+                ("output_pitch", ctypes.c_long)]
 
     def residual_add(self) -> ResidualConfig | None:
         """The layer's residual add, or None."""
@@ -85,7 +92,8 @@ def _layer_files(accel: AccelConfig, index: int, layer: AccelLayerStruct, comman
     added = layer.residual_add()
     commands = unpack_commands(table, accel.cols, epilogue, bias.tolist(),
                                multiplier.tolist(), added)
-    output = range(layer.output_base, layer.output_base + m * n)
+    pitch = int(layer.output_pitch)  # C's rows, pitch bytes apart (a concatenation's block)
+    output = range(layer.output_base, layer.output_base + (m - 1) * pitch + n)
     end = max(output.stop, layer.residual_base + m * n)
     memory = np.zeros(end + 2 * accel.memory.bus_bytes, dtype=np.uint8)
     memory[layer.input_base:layer.input_base + a.size] = a & 0xFF
@@ -94,7 +102,8 @@ def _layer_files(accel: AccelConfig, index: int, layer: AccelLayerStruct, comman
     if added is not None:
         residual = _matrix(r_ptr, m, n).astype(np.int64)
         memory[layer.residual_base:layer.residual_base + m * n] = (residual & 0xFF).reshape(-1)
-    c_model = _matrix(c_ptr, m, n).copy()
+    c_model = np.ctypeslib.as_array(c_ptr, shape=(output.stop - output.start,))[
+        output_rows(m, n, pitch)].copy()
     # numpy's product for a matrix; for an im2col layer the C model (which glensidec diff
     # checks against numpy's convolution) is the reference
     expected = c_model if image else epilogue_reference(
@@ -104,7 +113,7 @@ def _layer_files(accel: AccelConfig, index: int, layer: AccelLayerStruct, comman
                        int(layer.predicted_cycles),
                        [encode_command(command, accel.cols) for command in commands],
                        memory, output, c_model, np.asarray(expected), accel.memory.bus_bytes,
-                       command_capacity(accel.cols))
+                       command_capacity(accel.cols), pitch)
 
 
 def record(outdir: Path, library_path: Path, directory: Path, argv: list[str]) -> int:

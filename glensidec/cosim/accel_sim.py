@@ -69,18 +69,23 @@ class LayerFiles:
     memory_words: int
     output_base: int  # bytes
     bus_bytes: int
+    pitch: int = 0  # bytes between the output's rows (0: n, compact)
+
+    @property
+    def output_end(self) -> int:
+        """The byte after the output's last row."""
+        return self.output_base + (self.m - 1) * (self.pitch or self.n) + self.n
 
     @property
     def output_words(self) -> tuple[int, int]:
         """The first and last memory word the output touches."""
-        end = self.output_base + self.m * self.n
-        return self.output_base // self.bus_bytes, (end - 1) // self.bus_bytes
+        return self.output_base // self.bus_bytes, (self.output_end - 1) // self.bus_bytes
 
     def list_line(self) -> str:
         """This layer's line of tb_ws_accel_mem's +glensidec_list file."""
         first, last = self.output_words
         return (f"{self.index} {self.commands} {self.memory_words} {first} {last} "
-                f"{self.output_base} {self.output_base + self.m * self.n}")
+                f"{self.output_base} {self.output_end}")
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -107,10 +112,15 @@ def read_hex_words(path: Path, bus_bytes: int) -> np.ndarray[Any, Any]:
     return np.ascontiguousarray(words[:, ::-1]).reshape(-1)
 
 
+def output_rows(m: int, n: int, pitch: int) -> np.ndarray[Any, Any]:
+    """The (M, N) byte offsets of a layer's result rows `pitch` bytes apart."""
+    return np.arange(m)[:, None] * pitch + np.arange(n)[None, :]
+
+
 def write_layer(directory: Path, index: int, name: str, mkn: tuple[int, int, int],
                 predicted_cycles: int, words: Sequence[int], memory: np.ndarray[Any, Any],
                 output: range, c_model: np.ndarray[Any, Any], expected: np.ndarray[Any, Any],
-                bus_bytes: int, capacity: int) -> LayerFiles:
+                bus_bytes: int, capacity: int, pitch: int = 0) -> LayerFiles:
     """Write layer `index`'s memory image, command words (at most `capacity` bits each)
     and expected results."""
     too_wide = [word for word in words if word.bit_length() > capacity]
@@ -127,7 +137,8 @@ def write_layer(directory: Path, index: int, name: str, mkn: tuple[int, int, int
     np.save(directory / f"layer_{index}.expected.npy", expected.astype(np.int8))
     m, k, n = mkn
     return LayerFiles(index, name, m, k, n, predicted_cycles, len(words),
-                      padded.size // bus_bytes, output.start, bus_bytes)
+                      padded.size // bus_bytes, output.start, bus_bytes,
+                      0 if pitch == n else pitch)
 
 
 def read_layers(directory: Path) -> tuple[int, list[LayerFiles]]:
@@ -206,7 +217,7 @@ def check_layers(layer_dir: Path, job_dir: Path, layers: Sequence[LayerFiles],
         first, _ = layer.output_words
         words = read_hex_words(job_dir / f"layer_{layer.index}.out.hex", layer.bus_bytes)
         offset = layer.output_base - first * layer.bus_bytes
-        got = words[offset:offset + layer.m * layer.n].view(np.int8).reshape(layer.m, layer.n)
+        got = words[offset + output_rows(layer.m, layer.n, layer.pitch or layer.n)].view(np.int8)
         for what in ("c_model", "expected"):
             want = np.load(layer_dir / f"layer_{layer.index}.{what}.npy")
             if not np.array_equal(got, want):

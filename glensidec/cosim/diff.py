@@ -201,7 +201,7 @@ def _accel_layer(layer: AccelLayer, read: Callable[[View], Array]) -> Array:
         height, width, channels = layer.image
         pooled = sum_pool_reference if layer.pool_sum else pool_reference
         products = pooled(ConvLayer("", height, width, channels, channels, layer.kernel,
-                                    layer.stride, layer.padding),
+                                    layer.stride, layer.padding, pad_end=layer.pad_end),
                           read(layer.a).reshape(layer.image))
     else:
         activations = read(layer.a)

@@ -197,6 +197,7 @@ class Quantizer:
         self.weight_scales: dict[str, Array] = {}
         self.host_tail = output_tail(program.root)
         self.materialized: dict[tuple[Term, Term, bytes, bytes], Q8] = {}
+        self.joined_into = _concatenated_parts(program.root)
 
     # -- helpers --------------------------------------------------------------------------
     def qtype(self, term: Term) -> AccessType:
@@ -218,6 +219,11 @@ class Quantizer:
         return name
 
     def params_of(self, term: Term) -> QParams:
+        # A tensor only a concatenation reads takes the concatenation's parameters, so the
+        # layer that makes it requantizes straight to them (one rounding) and the
+        # concatenation is copies alone, which the accelerator writes in place.
+        while term in self.joined_into:
+            term = self.joined_into[term]
         key = self.keys[term]
         if key not in self.profile.ranges:
             raise GlensideError(f"the profile has no range for {self.label(term)}")
@@ -475,6 +481,17 @@ class Quantizer:
                                multipliers.pre, multipliers.post, target.zero_point)
         self.qtype(result)
         return Q8(result, target, result)
+
+
+def _concatenated_parts(root: Term) -> dict[Term, Term]:
+    """Each term whose only reader is a concatenation → that concatenation."""
+    readers: dict[Term, set[Term]] = {}
+    for term in postorder(root):
+        for child in term.children():
+            readers.setdefault(child, set()).add(term)
+    return {term: next(iter(parents)) for term, parents in readers.items()
+            if len(parents) == 1 and next(iter(parents)).op == "access-concatenate"
+            and term.op in ("compute", "access-concatenate")}
 
 
 # -- the rewrite walk's translator tables -----------------------------------------------------

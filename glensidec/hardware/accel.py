@@ -403,12 +403,15 @@ class ConvLayer:
     # A grouped convolution: output channel n reads only the channels of its group,
     # n // (out_channels / groups); depthwise when groups = channels = out_channels.
     groups: int = 1
+    # A ceil-mode pool's extra padding after the map (below and right of it): the DMA's
+    # bounds read it as padding like the rest (pools only).
+    pad_end: int = 0
 
     @property
     def out_size(self) -> tuple[int, int]:
         return (
-            (self.height + 2 * self.padding - self.kernel) // self.stride + 1,
-            (self.width + 2 * self.padding - self.kernel) // self.stride + 1,
+            (self.height + 2 * self.padding + self.pad_end - self.kernel) // self.stride + 1,
+            (self.width + 2 * self.padding + self.pad_end - self.kernel) // self.stride + 1,
         )
 
     @property

@@ -1790,6 +1790,43 @@ def gather_pool_program(config: AccelConfig, layer: ConvLayer,
                       None if quant is None else quant.epilogue, config.cols)
 
 
+def with_output_pitch(program: LayerProgram, m: int, n: int, pitch: int,
+                      bus_bytes: int) -> LayerProgram:
+    """`program` storing its (M, N) result rows `pitch` bytes apart (a block of N columns
+    of a wider row: a channel concatenation the layers write in place), in a region of
+    its own after everything else: each store's address and row steps moved from the
+    compact N-byte rows to `pitch`-byte ones. The store DMA's strided rows are the same
+    commands, so nothing in the hardware changes; CapacityError when a store's pattern is
+    not whole rows (a layout layer's)."""
+    if pitch == n:
+        return program
+    output_base = _align(program.memory_bytes)
+    span = (m - 1) * pitch + n
+
+    def moved(address: int) -> int:
+        row, column = divmod(address - program.output_base, n)
+        return output_base + row * pitch + column
+
+    def step(stride: int, count: int) -> int:
+        if count > 1 and stride % n:
+            raise CapacityError(f"a store of {stride}-byte steps: not whole {n}-byte rows")
+        return stride // n * pitch
+
+    commands: list[Command] = []
+    for command in program.commands:
+        if isinstance(command, Store):
+            dma = command.dma
+            if not 0 <= dma.base - program.output_base < m * n or \
+                    (dma.base - program.output_base) % n + dma.length > n:
+                raise CapacityError("a store across the result's rows")
+            command = replace(command, dma=replace(
+                dma, base=moved(dma.base), stride1=step(dma.stride1, dma.count1),
+                stride2=step(dma.stride2, dma.count2)))
+        commands.append(command)
+    return replace(program, commands=commands, output_base=output_base,
+                   memory_bytes=output_base + _align(span) + 2 * bus_bytes)
+
+
 def pool_tiling(config: AccelConfig, layer: ConvLayer) -> int:
     """Output rows per chunk of a max-pool (its windows' taps fill an activation buffer);
     CapacityError naming the sizes when not even one output row fits."""
@@ -1825,7 +1862,8 @@ def pool_reference(layer: ConvLayer, feature: npt.NDArray[np.integer]) -> npt.ND
     """Max-pooling in numpy: (M, C) int8 of an (H, W, C) map, padding never winning."""
     pad, stride, kernel = layer.padding, layer.stride, layer.kernel
     out_h, out_w = layer.out_size
-    padded = np.full((layer.height + 2 * pad, layer.width + 2 * pad, layer.channels), -128,
+    end = pad + layer.pad_end
+    padded = np.full((layer.height + pad + end, layer.width + pad + end, layer.channels), -128,
                      dtype=np.int64)
     padded[pad:pad + layer.height, pad:pad + layer.width] = feature
     pooled = np.full((out_h, out_w, layer.channels), -128, dtype=np.int64)
