@@ -38,6 +38,7 @@ from glensidec.hardware.commands import (
     group_mask,
     pool_program,
     run_functional,
+    sum_pool_reference,
     weight_matrix,
     window_program,
     window_tilings,
@@ -337,8 +338,21 @@ def test_a_sum_pool_program_computes_the_scaled_window_sums(layer: ConvLayer,
     stores = [command for command in program.commands if isinstance(command, Store)]
     assert all(store.sum for store in stores)
     assert sum(isinstance(command, Config) for command in program.commands) == -(-C // 4)
-    with pytest.raises(CapacityError, match="unpadded"):
-        pool_program(config, dataclasses.replace(layer, padding=1), quant)
+    # padded (an average pool that counts its padding): the padding reads the
+    # quantization's input_zero_point, the value the program pads with
+    padded = dataclasses.replace(layer, padding=1)
+    quant = dataclasses.replace(quant, input_zero_point=3)
+    program = pool_program(config, padded, quant, schedule)
+    M = padded.out_size[0] * padded.out_size[1]
+    memory = np.zeros(program.memory_bytes, dtype=np.uint8)
+    memory[:feature.size] = feature.reshape(-1) & 0xFF
+    after = run_functional(config, program.commands, memory).astype(np.int64)
+    got = after[program.output_base:program.output_base + M * C]
+    got = np.where(got >= 128, got - 256, got).reshape(M, C)
+    expected = epilogue_reference(sum_pool_reference(padded, feature, 3),
+                                  np.array(quant.bias)[None, :], np.array(quant.multiplier),
+                                  quant.epilogue)
+    assert np.array_equal(got, expected)
 
 
 def test_a_pool_whose_window_rows_do_not_fit_names_the_sizes() -> None:

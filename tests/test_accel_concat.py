@@ -11,7 +11,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_accel_offload import _accelerated, _interpreted, _lowered_result, _random_inputs
+from test_accel_offload import (
+    CONV_THEN_AVERAGE,
+    _accelerated,
+    _interpreted,
+    _lowered_result,
+    _random_inputs,
+)
 
 from glensidec.backend.lower import Copy, Fill, Reduce
 from glensidec.hardware.accel import ConvLayer
@@ -147,13 +153,15 @@ def test_an_unpadded_first_convolution_reads_the_input_by_dma(tmp_path: Path) ->
 
 @pytest.mark.slow
 @pytest.mark.rtl
-def test_a_concatenation_in_place_and_a_ceil_mode_pool_run_on_ws_accel(
-        tmp_path: Path, sim_cache: Path) -> None:
-    """The fire module with its ceil-mode pool through the C program and `make sim`: every
-    layer on ws_accel's RTL (the two pitched stores included) with its predicted cycles
-    and bits, the result the interpreter's, and `glensidec diff` finding every
-    instruction equal."""
-    source = _fire(tmp_path, 6, "pool")
+@pytest.mark.parametrize("program", ["fire", "padded_average"])
+def test_the_new_layer_forms_run_three_ways_and_on_ws_accel(
+        program: str, tmp_path: Path, sim_cache: Path) -> None:
+    """The fire module with its ceil-mode pool (two pitched stores, the pool reading the
+    joined rows), and a padded average pool: through the C program and `make sim` every
+    layer runs on ws_accel's RTL with its predicted cycles and bits, the result is the
+    interpreter's, and `glensidec diff` finds every instruction equal."""
+    source = _fire(tmp_path, 6, "pool") if program == "fire" else \
+        _padded_average(tmp_path, 6, 3, 1)
     outdir = tmp_path / "out"
     compiled = subprocess.run([sys.executable, "-m", "glensidec", "compile", str(source),
                                "--array", "4x4", "-o", str(outdir)],
@@ -177,3 +185,40 @@ def test_a_concatenation_in_place_and_a_ceil_mode_pool_run_on_ws_accel(
     diff = subprocess.run([sys.executable, "-m", "glensidec", "diff", str(outdir), *arguments],
                           capture_output=True, text=True, timeout=600)
     assert diff.returncode == 0 and "agree: interpreter, C program" in diff.stdout, diff.stdout
+
+
+def _padded_average(root: Path, size: int, kernel: int, stride: int) -> Path:
+    """A layer, then a kernel × kernel average pool at `stride` of its result padded by 1
+    with zeros, counting the padding (a window sum, requantized)."""
+    np.savez(root / "w.npz", w=np.random.default_rng(4).integers(-128, 128, (8, 4, 1, 1))
+             .astype(np.int8))
+    padded = "(access-pad (access-pad q zero-padding 2 1 1) zero-padding 3 1 1)"
+    out = (size + 2 - kernel) // stride + 1
+    summed = (f"(compute reduce-sum (access-windows (access {padded} 2) "
+              f"(shape {kernel} {kernel}) (shape {stride} {stride})))")
+    literal = "(access-literal (literal 300 i32))"
+    for _ in range(4):
+        literal = f"(access-insert-axis {literal} 0)"
+    source = root / "padded_average.gs"
+    source.write_text(CONV_THEN_AVERAGE.format(size=size, summed=summed, shape=f"1 8 {out} {out}",
+                                               literal=literal, post=34))
+    return source
+
+
+@pytest.mark.parametrize("size,kernel,stride", [(6, 3, 1), (7, 3, 2), (5, 2, 1)])
+def test_an_average_pool_counting_its_padding_is_a_padded_sum_pooling_layer(
+        size: int, kernel: int, stride: int, tmp_path: Path) -> None:
+    """Inception's branch pool (3×3/1, padded 1, count_include_pad): a window sum over a
+    zero-padded map. The DMA reads the padding as that value, so the sum pool takes the
+    layer's rows themselves: no host fill, copy or reduce."""
+    source = _padded_average(tmp_path, size, kernel, stride)
+    lowered = _accelerated(source, "4x4")
+    pools = [layer for layer in lowered.accel_layers() if layer.pool]
+    assert len(pools) == 1 and pools[0].pool_sum and pools[0].padding == 1
+    assert not [instruction for instruction in lowered.instructions
+                if isinstance(instruction, (Fill, Reduce))]
+    for seed in range(3):
+        inputs = _random_inputs(source, seed)
+        expected = _interpreted(source, inputs)
+        got = _lowered_result(source, lowered, inputs, 4)
+        assert np.array_equal(got.reshape(expected.shape), expected)

@@ -65,6 +65,7 @@ class _Pool:
     reduce_index: int
     layer_index: int
     geometry: ConvLayer  # height, width, channels of the map; kernel, stride, padding
+    pad_value: int = -128  # what the padding holds (a sum pool's: its one fill value)
 
 
 def fuse_accel_pools(lowered: LoweredProgram, weights: dict[str, Array],
@@ -190,7 +191,8 @@ def padded_rows(height: int, width: int, channels: int, padding: int, end: int =
 
 def _find(lowered: LoweredProgram, index: int, summed: bool = False) -> _Pool | None:
     """The pool the reduce at `index` computes over a layer's rows (`summed`: a
-    reduce-sum, whose windows must be unpadded; a (1, C) result is a global pool)."""
+    reduce-sum, whose padding must be one value, which the DMA reads it as; a (1, C)
+    result is a global pool)."""
     reduce = lowered.instructions[index]
     assert isinstance(reduce, Reduce)
     source = lowered.buffer_of(reduce.src)
@@ -200,8 +202,10 @@ def _find(lowered: LoweredProgram, index: int, summed: bool = False) -> _Pool | 
     if found is None:
         return None
     layer_index, padded, fill = found
-    if np.any(fill[padded == PADDING] != -128) or (summed and np.any(padded == PADDING)):
-        return None  # padding that could win the max, or that a sum would add
+    pad_values = np.unique(fill[padded == PADDING])
+    if (not summed and np.any(pad_values != -128)) or pad_values.size > 1:
+        return None  # padding that could win the max, or a sum's of several values
+    pad_value = int(pad_values[0]) if pad_values.size else -128
     layer = lowered.instructions[layer_index]
     assert isinstance(layer, AccelLayer)
     rows = layer_rows(layer)
@@ -217,8 +221,7 @@ def _find(lowered: LoweredProgram, index: int, summed: bool = False) -> _Pool | 
     if channels != rows.n:
         return None
     # padding p on every side, and a ceil-mode pool's extra padding below and right
-    for padding, end in ((p, e) for p in range(1 if summed else kernel)
-                         for e in range(1 if summed else kernel)):
+    for padding, end in ((p, e) for p in range(kernel) for e in range(kernel)):
         height, width = padded_h - 2 * padding - end, padded_w - 2 * padding - end
         if height * width != rows.m or height < 1 or width < 1:
             continue
@@ -235,7 +238,7 @@ def _find(lowered: LoweredProgram, index: int, summed: bool = False) -> _Pool | 
                 continue
             windows = view_array(reduce.src, expected.reshape(-1)).reshape(-1)
             if np.array_equal(windows, map_windows(expected, kernel, stride)):
-                return _Pool(index, layer_index, geometry)
+                return _Pool(index, layer_index, geometry, pad_value)
     return None
 
 
@@ -342,7 +345,8 @@ def _rewrite_sum(lowered: LoweredProgram, pool: _Pool, scaled: _ScaledSum,
     geometry = pool.geometry
     m = geometry.out_size[0] * geometry.out_size[1]
     n = geometry.channels
-    quant = LayerQuant(scaled.epilogue, (scaled.bias,) * n, (scaled.multiplier,) * n)
+    quant = LayerQuant(scaled.epilogue, (scaled.bias,) * n, (scaled.multiplier,) * n,
+                       input_zero_point=pool.pad_value)
     try:
         check_fits(accel, geometry, quant, pool=True)
     except GlensideError:
@@ -363,7 +367,9 @@ def _rewrite_sum(lowered: LoweredProgram, pool: _Pool, scaled: _ScaledSum,
         pre=scaled.epilogue.pre, post=scaled.epilogue.post,
         zero_point=scaled.epilogue.zero_point, low=scaled.epilogue.low,
         high=scaled.epilogue.high, image=(geometry.height, geometry.width, n),
-        kernel=geometry.kernel, stride=geometry.stride, pool=True, pool_sum=True)
+        kernel=geometry.kernel, stride=geometry.stride, pool=True, pool_sum=True,
+        padding=geometry.padding, pad_end=geometry.pad_end,
+        pad_value=pool.pad_value if geometry.padding or geometry.pad_end else 0)
     copy = Copy(f"{loop.note}: the accelerator's pooled rows, transposed", final,
                 transpose(rows, (1, 0)))
     kept = [instruction for position, instruction in enumerate(lowered.instructions)

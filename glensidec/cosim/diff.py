@@ -199,10 +199,11 @@ def _accel_layer(layer: AccelLayer, read: Callable[[View], Array]) -> Array:
         return layout_reference(layer.layout, read(layer.a)).reshape(layer.m, layer.n)
     if layer.pool:
         height, width, channels = layer.image
-        pooled = sum_pool_reference if layer.pool_sum else pool_reference
-        products = pooled(ConvLayer("", height, width, channels, channels, layer.kernel,
-                                    layer.stride, layer.padding, pad_end=layer.pad_end),
-                          read(layer.a).reshape(layer.image))
+        geometry = ConvLayer("", height, width, channels, channels, layer.kernel,
+                             layer.stride, layer.padding, pad_end=layer.pad_end)
+        feature = read(layer.a).reshape(layer.image)
+        products = sum_pool_reference(geometry, feature, layer.pad_value) if layer.pool_sum \
+            else pool_reference(geometry, feature)
     else:
         activations = read(layer.a)
         if layer.image:  # the im2col rows the DMA reads, (ky, kx, channel) order

@@ -1609,14 +1609,13 @@ def pool_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant | None
     With `quant`, a sum pool instead (an average pool, the quantizer's scaled sum):
     pooling stores send each window's int32 sum through the epilogue of `quant` (its
     bias, multiplier and clip; a Config for each N block whose vectors differ from the
-    last one's). Its windows are unpadded.
+    last one's). Its padding, if any, reads `quant.input_zero_point` (the value the
+    program pads with: an average pool that counts its padding).
 
     `schedule` (POOL_SCHEDULES): "gather" (`gather_pool_program`) or "band"
     (`band_pool_program`, each tiling of `pool_band_tilings`), or "best": every one that
     fits, priced by `accel_cycles`, the fastest (then the fewest bytes moved) kept.
     CapacityError naming the sizes when none fits."""
-    if quant is not None and layer.padding:
-        raise CapacityError(f"layer {layer.name}: a sum pool's windows are unpadded")
     if schedule not in POOL_SCHEDULES:
         raise ValueError(f"unknown schedule {schedule!r}; one of {', '.join(POOL_SCHEDULES)}")
     if schedule == "gather":
@@ -1697,7 +1696,8 @@ def band_pool_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant |
                 base=input_base + (y0 * layer.width + x0) * channels + n0, length=block,
                 count1=width, stride1=channels, count2=(rows_here - 1) * stride + layer.kernel,
                 stride2=layer.width * channels, spad_row=buffer, bounds=True, y0=y0, y_step=1,
-                height=layer.height, x0=x0, x_step=1, width=layer.width, pad_value=-128),
+                height=layer.height, x0=x0, x_step=1, width=layer.width,
+                pad_value=-128 if quant is None else quant.input_zero_point),
                 wait_store=len(tails) >= 2, signal_store=True))
             if tails:  # the step before's stores, after this step's load
                 commands += tails[-1]
@@ -1745,8 +1745,9 @@ def gather_pool_program(config: AccelConfig, layer: ConvLayer,
     input_base = 0
     output_base = _align(layer.height * layer.width * channels)
     memory_bytes = output_base + _align(M * channels) + 2 * config.memory.bus_bytes
-    if quant is not None and layer.padding:
-        raise CapacityError(f"layer {layer.name}: a sum pool's windows are unpadded")
+    # padding never wins a max; a sum pool's padding counts as its value (an average pool
+    # counting the padding: the zero point)
+    pad_value = -128 if quant is None else quant.input_zero_point
     used = min(config.cols, channels)  # as the layer's vectors (0 bias, 1 multiplier) give it
     identity = Config(EpilogueConfig(), (0,) * config.cols,
                       (1,) * used + (0,) * (config.cols - used))
@@ -1761,7 +1762,7 @@ def gather_pool_program(config: AccelConfig, layer: ConvLayer,
             taps_of = [(ky, kx, n0, width) for ky in range(layer.kernel)
                        for kx in range(layer.kernel)]
             loads = [Load(_im2col_rows(layer, fold, oy0, rows_here, buffer + index * m_len,
-                                       input_base, -128),
+                                       input_base, pad_value),
                           wait_store=len(steps) >= 2 and index == 0,
                           signal_store=index == len(taps_of) - 1)
                      for index, fold in enumerate(taps_of)]
@@ -1843,14 +1844,16 @@ def pool_tiling(config: AccelConfig, layer: ConvLayer) -> int:
     return chunk_rows
 
 
-def sum_pool_reference(layer: ConvLayer, feature: npt.NDArray[np.integer]
+def sum_pool_reference(layer: ConvLayer, feature: npt.NDArray[np.integer], pad_value: int = 0
                        ) -> npt.NDArray[np.int64]:
-    """The int32 sums of an unpadded pool's windows: (M, C) of an (H, W, C) map (what a
-    sum pool's stores send into the epilogue)."""
-    stride, kernel = layer.stride, layer.kernel
+    """The int32 sums of a pool's windows, padding counting as `pad_value`: (M, C) of an
+    (H, W, C) map (what a sum pool's stores send into the epilogue)."""
+    stride, kernel, pad = layer.stride, layer.kernel, layer.padding
     out_h, out_w = layer.out_size
     summed = np.zeros((out_h, out_w, layer.channels), dtype=np.int64)
-    values = np.asarray(feature, np.int64)
+    end = pad + layer.pad_end
+    values = np.pad(np.asarray(feature, np.int64), ((pad, end), (pad, end), (0, 0)),
+                    constant_values=pad_value)
     for ky in range(kernel):
         for kx in range(kernel):
             summed += values[ky:ky + stride * (out_h - 1) + 1:stride,
