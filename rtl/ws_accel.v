@@ -12,7 +12,8 @@
 //   STORE   (op 2) the next count1*count2 emitted result rows, through the epilogue,
 //                  to main memory through ws_dma_store (strided)
 //   CONFIG  (op 3) the epilogue's settings, bias and multiplier vectors (store queue);
-//                  with bit 2, a chunk of the epilogue's lookup table instead
+//                  with bit 2, a chunk of the epilogue's lookup table instead, or with
+//                  bits 2 and 5 its per-column scales
 //
 // The three units run concurrently and synchronise with three token counters (as VTA
 // does), so software can double-buffer scratchpad regions and overlap load, compute
@@ -71,6 +72,9 @@
 //   CONFIG with [2] (a table chunk): [8+:8] chunk j, [48+8*i+:8] entry j*TCHUNK + i of the
 //               256-entry lookup table, i < TCHUNK = min(256, 8*COLS) (where a CONFIG has
 //               its vectors); timed as a CONFIG (it waits until the epilogue is empty)
+//   CONFIG with [2] and [5] (scales): [48+8*c+:8] column c's signed scale, which multiplies
+//               its biased sum before the requantize (a run-time channel scale: squeeze-
+//               excite's); timed as a CONFIG. Every plain CONFIG resets the scales to 1.
 //
 // Main memory: a read port (one aligned BUS_BYTES request per cycle, data LATENCY cycles
 // later) and a posted write port (one strobed beat per cycle), like AXI's channels.
@@ -442,7 +446,10 @@ module ws_accel #(
 
     localparam integer RES = 48 + 64 * COLS;    // the residual fields of CONFIG
     localparam integer TCHUNK = (8 * COLS < 256) ? 8 * COLS : 256;  // table entries a chunk
-    wire              table_chunk = sq_head[2];
+    wire              vector = sq_head[2];          // a table chunk or the scales
+    wire              table_chunk = vector && !sq_head[5];
+    wire              scales = vector && sq_head[5];
+    reg [COLS*8-1:0]  cfg_scale;
     reg [256*8-1:0]   cfg_table;
     reg               cfg_lookup;
     genvar te;
@@ -467,11 +474,13 @@ module ws_accel #(
             cfg_residual  <= 1'b0;
             cfg_res_early <= 1'b0;
             cfg_lookup    <= 1'b0;
-        end else if (config_pop && !table_chunk) begin
+        end else if (config_pop && !vector) begin
             cfg_residual  <= sq_head[5];
             cfg_res_early <= sq_head[6];
             cfg_lookup    <= sq_head[7];
         end
+        if (rst || (config_pop && !vector)) cfg_scale <= {COLS{8'd1}};
+        else if (config_pop && scales)     cfg_scale <= sq_head[48 +: COLS*8];
     end
     always @(posedge clk) begin
         if (rst) begin
@@ -492,7 +501,7 @@ module ws_accel #(
                 if (res_read) res_addr <= res_addr + 1'b1;
             end
         end
-        if (config_pop && !table_chunk) begin
+        if (config_pop && !vector) begin
             cfg_pre        <= sq_head[8 +: 6];
             cfg_post       <= sq_head[16 +: 6];
             cfg_zero_point <= sq_head[24 +: 8];
@@ -524,7 +533,7 @@ module ws_accel #(
         .cfg_res_high(cfg_res_high), .res_data(rd2_data[COLS*8-1:0]),
         .in_valid(s_pool ? q2_valid && q2_last : r_valid && s_left != 32'd0),
         .in_ready(epi_in_ready), .in_data(s_pool ? pooled_wide : r_data),
-        .in_bias(cfg_bias), .in_mult(cfg_mult),
+        .in_bias(cfg_bias), .in_mult(cfg_mult), .in_scale(cfg_scale),
         .out_valid(epi_out_valid), .out_ready(!out_full), .out_data(epi_out_data));
 
     wire [COLS*8-1:0] out_head;

@@ -3,7 +3,9 @@
 // Per result row of COLS int32 accumulators, column by column (the quantizer's exact
 // integer arithmetic, glensidec.lang.interp.requantize):
 //
-//   x   = acc + bias                                  (wraps at ACC_W bits, an i32 add)
+//   x   = (acc + bias) * scale                        (each wraps at ACC_W bits, i32; scale
+//                                                     per column, int8: a run-time channel
+//                                                     scale, squeeze-excite's, or 1)
 //   p   = (x >>> pre) * mult                          (32×32 signed, exact 64-bit result)
 //   q   = post > 0 ? (p + 2^(post-1)) >>> post : p    (round half up)
 //   y   = clamp(clamp(q + zero_point, -128, 127), low, high)   (saturate, then ReLU/clip)
@@ -77,6 +79,7 @@ module ws_epilogue #(
     input  wire [COLS*ACC_W-1:0]  in_data,         // column c at [c*ACC_W +: ACC_W]
     input  wire [COLS*ACC_W-1:0]  in_bias,
     input  wire [COLS*32-1:0]     in_mult,         // signed 32-bit multipliers
+    input  wire [COLS*OUT_W-1:0]  in_scale,        // signed per-column scales (1: none)
     // int8 rows
     output reg                    out_valid,
     input  wire                   out_ready,
@@ -123,27 +126,30 @@ module ws_epilogue #(
         for (e = 0; e < LANES; e = e + 1) begin : g_lane
             // this lane's column in each group, selected by phase
             wire [GROUPS*ACC_W-1:0] accs, biases, mults;
-            wire [GROUPS*OUT_W-1:0] residuals;
+            wire [GROUPS*OUT_W-1:0] residuals, scales;
             for (g = 0; g < GROUPS; g = g + 1) begin : g_group
                 localparam integer C = g * LANES + e;
                 assign accs[g*ACC_W +: ACC_W]      = head[C*ACC_W +: ACC_W];
                 assign residuals[g*OUT_W +: OUT_W] = head[COLS*ACC_W + C*OUT_W +: OUT_W];
                 assign biases[g*ACC_W +: ACC_W]    = in_bias[C*ACC_W +: ACC_W];
                 assign mults[g*32 +: 32]           = in_mult[C*32 +: 32];
+                assign scales[g*OUT_W +: OUT_W]    = in_scale[C*OUT_W +: OUT_W];
             end
             wire [ACC_W-1:0] acc, bias;
             wire [31:0]      mult;
-            wire signed [OUT_W-1:0] r;
+            wire signed [OUT_W-1:0] r, scale;
             if (GROUPS > 1) begin : g_select
                 assign acc  = accs[phase*ACC_W +: ACC_W];
                 assign bias = biases[phase*ACC_W +: ACC_W];
                 assign mult = mults[phase*32 +: 32];
                 assign r    = residuals[phase*OUT_W +: OUT_W];
+                assign scale = scales[phase*OUT_W +: OUT_W];
             end else begin : g_one
                 assign acc  = accs;
                 assign bias = biases;
                 assign mult = mults;
                 assign r    = residuals;
+                assign scale = scales;
             end
 
             // r · res_mult (an OUT_W × RES_W product, exact in Z_W bits) serves both
@@ -154,7 +160,13 @@ module ws_epilogue #(
             wire signed [ACC_W-1:0] summed = acc + bias
                                              + ((cfg_residual && cfg_res_early)
                                                 ? r_wide + cfg_res_offset : 32'd0);
-            wire signed [ACC_W-1:0] shifted = summed >>> cfg_pre;
+            // the channel scale: an ACC_W × OUT_W product, its low ACC_W bits (the i32 wrap)
+            /* verilator lint_off UNUSEDSIGNAL */  // the bits above the i32 wrap
+            wire [ACC_W+OUT_W-1:0] scaled_full;
+            /* verilator lint_on UNUSEDSIGNAL */
+            ws_mul #(.A_W(ACC_W), .B_W(OUT_W)) u_scale (.a(summed), .b(scale), .y(scaled_full));
+            wire signed [ACC_W-1:0] scaled = scaled_full[ACC_W-1:0];
+            wire signed [ACC_W-1:0] shifted = scaled >>> cfg_pre;
             wire signed [OUT_W-1:0] requantized, clipped;
             ws_requantize #(.OUT_W(OUT_W)) u_requantize (
                 .x(shifted), .mult(mult), .post(cfg_post),

@@ -94,10 +94,12 @@ def random_quant(rng: np.random.Generator, channels: int, residual: str,
 
 
 async def run_pool(dut: Any, config: AccelConfig, layer: ConvLayer, seed: int,
-                   summed: bool = False, schedule: str = "best", lookup: bool = False) -> int:
+                   summed: bool = False, schedule: str = "best", lookup: bool = False,
+                   scaled: bool = False) -> int:
     """Run one max-pool (or, `summed`, an average pool: window sums through a random
-    epilogue, with `lookup` a random lookup table after it) on the DUT; returns the
-    simulated cycles (checked inside)."""
+    epilogue, with `lookup` a random lookup table after it, with `scaled` random
+    per-channel scales of the sums, squeeze-excite's) on the DUT; returns the simulated
+    cycles (checked inside)."""
     rng = np.random.default_rng(seed)
     feature = rng.integers(-128, 128, (layer.height, layer.width, layer.channels))
     quant = None
@@ -106,7 +108,9 @@ async def run_pool(dut: Any, config: AccelConfig, layer: ConvLayer, seed: int,
                                           zero_point=int(rng.integers(-20, 20)),
                                           table=random_table(rng, lookup)),
                            tuple(int(v) for v in rng.integers(-3000, 3000, layer.channels)),
-                           tuple(int(v) for v in rng.integers(2**26, 2**28, layer.channels)))
+                           tuple(int(v) for v in rng.integers(2**26, 2**28, layer.channels)),
+                           scale=tuple(int(v) for v in rng.integers(-128, 128, layer.channels))
+                           if scaled else None)
     program = pool_program(config, layer, quant, schedule)
     M, C = layer.out_size[0] * layer.out_size[1], layer.channels
     memory = rng.integers(0, 256, program.memory_bytes).astype(np.uint8)  # garbage output
@@ -116,7 +120,9 @@ async def run_pool(dut: Any, config: AccelConfig, layer: ConvLayer, seed: int,
     else:
         expected = epilogue_reference(sum_pool_reference(layer, feature),
                                       np.array(quant.bias)[None, :],
-                                      np.array(quant.multiplier), quant.epilogue)
+                                      np.array(quant.multiplier), quant.epilogue,
+                                      scale=None if quant.scale is None
+                                      else np.array(quant.scale))
     return await run_and_check(dut, config, program, memory, expected,
                                f"{layer.name}: {'sum' if summed else 'max'}-pool to {M}x{C}")
 
@@ -191,11 +197,11 @@ async def layers(dut: Any) -> None:
     for seed, spec in enumerate(settings["layers"]):
         start = time.perf_counter()
         fields = {key: value for key, value in spec.items()
-                  if key not in ("residual", "pool", "schedule", "lookup")}
+                  if key not in ("residual", "pool", "schedule", "lookup", "scale")}
         if spec.get("pool"):
             cycles = await run_pool(dut, config, ConvLayer(**fields), seed,
                                     spec["pool"] == "sum", str(spec.get("schedule", "best")),
-                                    bool(spec.get("lookup")))
+                                    bool(spec.get("lookup")), bool(spec.get("scale")))
         else:
             cycles = await run_layer(dut, config, ConvLayer(**fields), seed,
                                      str(spec.get("residual", "")),

@@ -2,12 +2,13 @@
 
 Random accumulators (with the extremes), biases, per-column multipliers and shifts as
 the quantizer makes them, random lookup tables (an element-wise non-linearity after the
-clip), random residual adds within the epilogue's ranges (the residual
-row presented the cycle after its row, as the scratchpad delivers it), input gaps and
-back-pressure. The time-multiplexed pipeline is modelled here (EpiloguePipeline: stage 1,
-the FIFO of DEPTH rows, COLS / LANES cycles per row in the lanes, the output register),
-so in_ready and out_valid are checked every cycle too. Configurations change only once
-every row has left, as ws_accel's CONFIG waits for.
+clip), random per-column scales of the biased sums, random residual adds within the
+epilogue's ranges (the residual row presented the cycle after its row, as the
+scratchpad delivers it), input gaps and back-pressure. The time-multiplexed pipeline
+is modelled here (EpiloguePipeline: stage 1, the FIFO of DEPTH rows, COLS / LANES
+cycles per row in the lanes, the output register), so in_ready and out_valid are checked
+every cycle too. Configurations change only once every row has left, as ws_accel's
+CONFIG waits for.
 """
 
 from __future__ import annotations
@@ -79,6 +80,13 @@ def random_residual(rng: np.random.Generator, config: EpilogueConfig,
     return added
 
 
+def random_scale(rng: np.random.Generator, cols: int, out_width: int) -> np.ndarray:
+    """Per-column scales: 1 (none) or any signed out_width-bit values."""
+    if rng.random() < 0.5:
+        return np.ones(cols, np.int64)
+    return rng.integers(-(1 << (out_width - 1)), 1 << (out_width - 1), cols)
+
+
 def apply_config(dut: Any, config: EpilogueConfig, residual: ResidualConfig | None,
                  out_width: int) -> None:
     mask = (1 << out_width) - 1
@@ -147,6 +155,7 @@ async def random_rows(dut: Any) -> None:
     apply_config(dut, config, residual, out_width)
     bias = rng.integers(-(2**20), 2**20, cols)
     mult = rng.integers(-(2**31) + 1, 2**31, cols)
+    scale = random_scale(rng, cols, out_width)
     low_limit, high_limit = -(1 << (out_width - 1)), 1 << (out_width - 1)
     residual_row = np.zeros(cols, np.int64)  # the residual of the row in stage 1
     residuals = 0
@@ -165,6 +174,7 @@ async def random_rows(dut: Any) -> None:
             apply_config(dut, config, residual, out_width)
             bias = rng.integers(-(2**20), 2**20, cols)
             mult = rng.integers(-(2**31) + 1, 2**31, cols)
+            scale = random_scale(rng, cols, out_width)
             draining = False
         acc = rng.integers(-(2**31), 2**31, cols)
         acc = np.where(rng.random(cols) < 0.1, rng.choice([-(2**31), 2**31 - 1], cols), acc)
@@ -174,6 +184,7 @@ async def random_rows(dut: Any) -> None:
         dut.out_ready.value = int(ready)
         dut.in_data.value, dut.in_bias.value = pack(acc, ACC_W), pack(bias, ACC_W)
         dut.in_mult.value = pack(mult, 32)
+        dut.in_scale.value = pack(scale, out_width)
         dut.res_data.value = pack(residual_row, out_width)
         incoming = rng.integers(low_limit, high_limit, cols)  # this row's residual
         await settle()
@@ -188,9 +199,9 @@ async def random_rows(dut: Any) -> None:
 
         def finish(row: np.ndarray, res: np.ndarray, config: EpilogueConfig = config,
                    residual: ResidualConfig | None = residual, bias: np.ndarray = bias,
-                   mult: np.ndarray = mult) -> np.ndarray:
+                   mult: np.ndarray = mult, scale: np.ndarray = scale) -> np.ndarray:
             return epilogue_reference(row[None, :], bias[None, :], mult, config, out_width,
-                                      residual, res[None, :])[0]
+                                      residual, res[None, :], scale)[0]
 
         pipeline.clock(acc if accepted else None, residual_row, ready, finish)
         residual_row = incoming

@@ -38,7 +38,8 @@ CASES = [(2, 2, 2, 32768, 16, 8, 16, 1024, 1, 8), (4, 4, 4, 32, 4, 2, 16, 2, 4, 
 #: windows of resident input rows as 2-D patterns, and the gathered taps); and the 3×3
 #: again in today's im2col schedule; a GEMM whose epilogue maps its results through a
 #: lookup table (an element-wise non-linearity) before a residual add, and an average pool
-#: with one.
+#: with one; squeeze-excite's channel scale (1×1 sum pools whose epilogue multiplies each
+#: channel by its scale) in both pool schedules.
 LAYERS = [
     {"name": "gemm4x2x2", "height": 4, "width": 1, "channels": 2, "out_channels": 2},
     {"name": "conv3x3", "height": 5, "width": 5, "channels": 6, "out_channels": 6,
@@ -91,6 +92,11 @@ LAYERS = [
     {"name": "globalavgpool_lookup", "height": 3, "width": 3, "channels": 5,
      "out_channels": 5, "kernel": 3, "stride": 1, "padding": 0, "pool": "sum",
      "lookup": True},
+    {"name": "channel_scale", "height": 3, "width": 4, "channels": 6, "out_channels": 6,
+     "kernel": 1, "stride": 1, "padding": 0, "pool": "sum", "scale": True},
+    {"name": "gather_channel_scale", "height": 3, "width": 4, "channels": 6,
+     "out_channels": 6, "kernel": 1, "stride": 1, "padding": 0, "pool": "sum",
+     "scale": True, "schedule": "gather"},
 ]
 
 

@@ -129,7 +129,7 @@ def _conv(root: Path, zero_point: int = -37, off_by_one: bool = False) -> Path:
 # (MobileNet's): the windows of the zero-padded map times the filters broadcast over the
 # pixels, a bias per output element carrying −zp·Σ W over the taps inside the image.
 DEPTHWISE = """
-(input x i8 (shape 1 {c} 7 6))
+(input x i8 (shape 1 {c} {h} {w}))
 (weight w i8 (shape {c} 1 3 3) "depthwise.npz")
 (weight b i32 (shape {c} {oh} {ow}) "depthwise.npz")
 (weight mult i32 (shape {c}) "depthwise.npz")
@@ -155,18 +155,19 @@ DEPTHWISE = """
 
 
 def depthwise(root: Path, channels: int = 20, stride: int = 1, zero_point: int = -37,
-              off_by_one: bool = False) -> Path:
-    """DEPTHWISE on a 7×6 map padded by 1 (`off_by_one`: one border bias no zero point
-    explains, so the layer must stay on the host)."""
+              off_by_one: bool = False, height: int = 7, width: int = 6) -> Path:
+    """DEPTHWISE on a 7×6 map (or height × width) padded by 1 (`off_by_one`: one border
+    bias no zero point explains, so the layer must stay on the host)."""
     rng = np.random.default_rng(12)
     filters = rng.integers(-128, 128, (channels, 1, 3, 3))
-    out_h, out_w = (7 - 1) // stride + 1, (6 - 1) // stride + 1
+    out_h, out_w = (height - 1) // stride + 1, (width - 1) // stride + 1
     inside = np.zeros((channels, out_h, out_w), np.int64)  # Σ W over the taps inside
     for y in range(out_h):
         for x in range(out_w):
             for ky in range(3):
                 for kx in range(3):
-                    if 0 <= y * stride + ky - 1 < 7 and 0 <= x * stride + kx - 1 < 6:
+                    if 0 <= y * stride + ky - 1 < height and \
+                            0 <= x * stride + kx - 1 < width:
                         inside[:, y, x] += filters[:, 0, ky, kx]
     bias = rng.integers(-5000, 5000, (channels, 1, 1)) - zero_point * inside
     if off_by_one:
@@ -174,7 +175,8 @@ def depthwise(root: Path, channels: int = 20, stride: int = 1, zero_point: int =
     np.savez(root / "depthwise.npz", w=filters.astype(np.int8), b=bias.astype(np.int32),
              mult=rng.integers(2**14, 2**16, channels).astype(np.int32))
     path = root / "depthwise.gs"
-    path.write_text(DEPTHWISE.format(c=channels, s=stride, oh=out_h, ow=out_w))
+    path.write_text(DEPTHWISE.format(c=channels, s=stride, oh=out_h, ow=out_w, h=height,
+                                     w=width))
     return path
 
 

@@ -652,7 +652,9 @@ def layer_quant(lowered: LoweredProgram, layer: AccelLayer, weights: dict[str, A
         EpilogueConfig(layer.pre, layer.post, layer.zero_point, layer.low, layer.high, table),
         constant_vector(lowered, layer.bias, weights),
         constant_vector(lowered, layer.multiplier, weights),
-        input_zero_point=layer.pad_value, residual=layer.residual_add)
+        input_zero_point=layer.pad_value, residual=layer.residual_add,
+        # run-time scales: their count says there are some (the values come at run time)
+        scale=None if layer.scale is None else (1,) * layer.n)
 
 
 def program_accel_layers(lowered: LoweredProgram, weights: dict[str, Array],

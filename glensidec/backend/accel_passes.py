@@ -15,7 +15,9 @@ In order (each a module of its own, each taking and giving a `LoweredProgram`):
 2. `accel_pool`: a max-pool of a layer's result, or an average pool (a window sum and its
    requantize), becomes a pooling `AccelLayer` (so a residual add reading the pool reads
    its rows).
-3. `fuse_elementwise`: the host's remaining elementwise chains become one loop each.
+3. `fuse_elementwise`: the host's remaining elementwise chains become one loop each;
+   `accel_scale`: a channel scale of a layer's result (squeeze-excite's x·s[c],
+   requantized) becomes a 1×1 sum-pool layer whose epilogue scales each column.
 4. `accel_residual`: a quantized residual add after a layer moves into its epilogue (not
    a pooling layer's).
    Then `accel_pool` again: the pools of residual blocks' results, which read the layer
@@ -45,6 +47,7 @@ from glensidec.backend.accel_layers import fuse_accel_layers, program_accel_laye
 from glensidec.backend.accel_layout import join_concatenations, read_layer_rows
 from glensidec.backend.accel_pool import fuse_accel_pools
 from glensidec.backend.accel_residual import fuse_accel_residuals
+from glensidec.backend.accel_scale import fuse_accel_scales
 from glensidec.backend.accel_shared import share_requantizations
 from glensidec.backend.fold_constants import fold_constant_copies
 from glensidec.backend.fuse_elementwise import fuse_elementwise
@@ -60,7 +63,8 @@ def fuse_for_accelerator(lowered: LoweredProgram, weights: dict[str, Array],
     layers = fuse_accel_depthwise(fuse_accel_layers(layers, weights, accel), weights, accel)
     layers = join_concatenations(fuse_activation_products(layers, weights, accel))
     layers = fuse_accel_pools(layers, weights, accel)  # (a later residual add reads its rows)
-    layers = fuse_accel_residuals(fuse_elementwise(layers), weights, accel)
+    layers = fuse_accel_scales(fuse_elementwise(layers), accel)
+    layers = fuse_accel_residuals(layers, weights, accel)
     layers = fuse_accel_pools(layers, weights, accel)  # pools of the layers that took an add
     layers = join_concatenations(layers)  # (of pools' rows too)
     layers = absorb_input_layouts(read_layer_rows(layers, weights, accel), weights, accel)

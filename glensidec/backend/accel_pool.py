@@ -14,6 +14,7 @@ the reduce's NCHW destination, as for any layer.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -316,9 +317,12 @@ def _scaled_sum(lowered: LoweredProgram, index: int, weights: dict[str, Array]
     values: list[FormValue] = []
     for leaf, view in enumerate(loop.leaves):
         if view.buffer == reduce.dst.buffer:
-            if view.dims != reduce.dst.dims or view.offset != reduce.dst.offset or \
-                    loop.dst.shape != view.shape:
-                return None  # not element for element
+            # element for element: both walk the sums row-major from the start (a
+            # reshape between them, as the quantizer's (1, C) → (1, C, 1, 1), changes none)
+            if not (lowered.is_whole(view) and lowered.is_whole(reduce.dst)
+                    and math.prod(view.shape) == math.prod(loop.dst.shape)
+                    == math.prod(reduce.dst.shape)):
+                return None
             values.append(Linear(((leaf, 1),), 0))
         else:
             scalar = scalar_value(lowered, view, weights, readers[0])

@@ -368,15 +368,17 @@ class _Renderer:
         residual = "NULL" if layer.residual is None else pointer(layer.residual)
         weights = "NULL" if layer.pool else pointer(layer.b)
         table = "NULL" if layer.table is None else pointer(layer.table)
+        scale = "NULL" if layer.scale is None else pointer(layer.scale)
         call = (f"gs_accel_run(&layer, {pointer(layer.commands)}, {pointer(layer.a)}, "
                 f"{weights}, {pointer(layer.bias)}, {pointer(layer.multiplier)}, {table}, "
-                f"{residual}, {pointer(layer.dst)})")
+                f"{scale}, {residual}, {pointer(layer.dst)})")
         product = f"clip(requantize({layer.a.buffer} . {layer.b.buffer} + bias))"
         if layer.pool:
             product = (f"{'sum' if layer.pool_sum else 'max'}-pool {layer.kernel}x"
                        f"{layer.kernel} stride {layer.stride} of {layer.a.buffer}")
             if layer.pool_sum:
-                product = f"clip(requantize({product} + bias))"
+                scaled = "" if layer.scale is None else f" * {layer.scale.buffer}[channel]"
+                product = f"clip(requantize(({product} + bias){scaled}))"
         if layer.layout is not None:
             product = f"{layer.a.buffer}: {layout_text(layer.layout)}, {layer.n}-byte rows"
         if layer.table is not None:

@@ -319,6 +319,9 @@ class AccelLayer(Instruction):
     # Bytes between dst's rows when the layer writes a block of columns of wider rows (a
     # channel concatenation in NHWC, written in place); 0: its rows are n bytes apart.
     output_pitch: int = 0
+    # Per-column int8 scales of the biased sums (N, a run-time vector: squeeze-excite's
+    # channel scale s, x·s[c] requantized): a sum pool of 1×1 windows with them.
+    scale: View | None = None
 
     @property
     def multiplies(self) -> bool:
@@ -340,6 +343,8 @@ class AccelLayer(Instruction):
                                       self.commands)
         if self.table is not None:
             operands = (*operands, self.table)
+        if self.scale is not None:
+            operands = (*operands, self.scale)
         return operands if self.residual is None else (*operands, self.residual)
 
 

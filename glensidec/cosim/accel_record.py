@@ -61,12 +61,12 @@ class AccelLayerStruct(ctypes.Structure):
 
 # int (*)(const gs_accel_layer *, const int32_t *commands, const int8_t *A, const int8_t *B,
 #         const int32_t *bias, const int32_t *multiplier, const int8_t *table,
-#         const int8_t *R, int8_t *C): gs_accel_backend_fn
+#         const int8_t *scale, const int8_t *R, int8_t *C): gs_accel_backend_fn
 ACCEL_BACKEND_ARGS = (ctypes.POINTER(AccelLayerStruct), ctypes.POINTER(ctypes.c_int32),
                       ctypes.POINTER(ctypes.c_int8), ctypes.POINTER(ctypes.c_int8),
                       ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_int32),
                       ctypes.POINTER(ctypes.c_int8), ctypes.POINTER(ctypes.c_int8),
-                      ctypes.POINTER(ctypes.c_int8))
+                      ctypes.POINTER(ctypes.c_int8), ctypes.POINTER(ctypes.c_int8))
 ACCEL_BACKEND = ctypes.CFUNCTYPE(ctypes.c_int, *ACCEL_BACKEND_ARGS)
 
 
@@ -76,7 +76,7 @@ def _matrix(pointer: Any, rows: int, cols: int) -> np.ndarray[Any, Any]:
 
 def _layer_files(accel: AccelConfig, index: int, layer: AccelLayerStruct, commands_ptr: Any,
                  a_ptr: Any, b_ptr: Any, bias_ptr: Any, multiplier_ptr: Any, table_ptr: Any,
-                 r_ptr: Any, c_ptr: Any, directory: Path) -> LayerFiles:
+                 scale_ptr: Any, r_ptr: Any, c_ptr: Any, directory: Path) -> LayerFiles:
     """One layer the C model just ran: main memory before it, its commands, its results."""
     m, k, n = int(layer.m), int(layer.k), int(layer.n)
     table = np.ctypeslib.as_array(commands_ptr, shape=(layer.commands, len(FIELDS)))
@@ -90,8 +90,11 @@ def _layer_files(accel: AccelConfig, index: int, layer: AccelLayerStruct, comman
     epilogue = EpilogueConfig(layer.pre, layer.post, layer.zero_point, layer.low, layer.high,
                               table_values)
     added = layer.residual_add()
+    scale = None if not scale_ptr else np.ctypeslib.as_array(scale_ptr, shape=(n,)).astype(
+        np.int64)
     commands = unpack_commands(table, accel.cols, epilogue, bias.tolist(),
-                               multiplier.tolist(), added)
+                               multiplier.tolist(), added,
+                               None if scale is None else scale.tolist())
     pitch = int(layer.output_pitch)  # C's rows, pitch bytes apart (a concatenation's block)
     output = range(layer.output_base, layer.output_base + (m - 1) * pitch + n)
     end = max(output.stop, layer.residual_base + m * n)
@@ -108,7 +111,7 @@ def _layer_files(accel: AccelConfig, index: int, layer: AccelLayerStruct, comman
     # checks against numpy's convolution) is the reference
     expected = c_model if image else epilogue_reference(
         reference_gemm(a.reshape(m, k), b, None, 32, 8), bias[None, :], multiplier, epilogue,
-        residual=added, residual_rows=residual)
+        residual=added, residual_rows=residual, scale=scale)
     return write_layer(directory, index, layer.name.decode(), (m, k, n),
                        int(layer.predicted_cycles),
                        [encode_command(command, accel.cols) for command in commands],
@@ -127,12 +130,14 @@ def record(outdir: Path, library_path: Path, directory: Path, argv: list[str]) -
     layers: list[LayerFiles] = []
 
     def backend(layer_ptr: Any, commands_ptr: Any, a_ptr: Any, b_ptr: Any, bias_ptr: Any,
-                multiplier_ptr: Any, table_ptr: Any, r_ptr: Any, c_ptr: Any) -> int:
+                multiplier_ptr: Any, table_ptr: Any, scale_ptr: Any, r_ptr: Any,
+                c_ptr: Any) -> int:
         status = int(library.gs_accel_model(layer_ptr, commands_ptr, a_ptr, b_ptr, bias_ptr,
-                                            multiplier_ptr, table_ptr, r_ptr, c_ptr))
+                                            multiplier_ptr, table_ptr, scale_ptr, r_ptr,
+                                            c_ptr))
         layers.append(_layer_files(accel, len(layers), layer_ptr.contents, commands_ptr,
-                                   a_ptr, b_ptr, bias_ptr, multiplier_ptr, table_ptr, r_ptr,
-                                   c_ptr, directory))
+                                   a_ptr, b_ptr, bias_ptr, multiplier_ptr, table_ptr,
+                                   scale_ptr, r_ptr, c_ptr, directory))
         return status
 
     callback = ACCEL_BACKEND(backend)  # alive until the end

@@ -223,8 +223,10 @@ def _accel_layer(layer: AccelLayer, read: Callable[[View], Array]) -> Array:
     epilogue = EpilogueConfig(layer.pre, layer.post, layer.zero_point, layer.low, layer.high,
                               table)
     residual = None if layer.residual is None else read(layer.residual)
+    scale = None if layer.scale is None else read(layer.scale)
     return epilogue_reference(products, read(layer.bias)[None, :], read(layer.multiplier),
-                              epilogue, residual=layer.residual_add, residual_rows=residual)
+                              epilogue, residual=layer.residual_add, residual_rows=residual,
+                              scale=scale)
 
 
 def im2col_rows(image: Array, kernel: int, stride: int) -> Array:

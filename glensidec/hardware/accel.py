@@ -345,14 +345,16 @@ def epilogue_reference(
     out_width: int = 8,
     residual: ResidualConfig | None = None,
     residual_rows: npt.NDArray[np.integer] | None = None,
+    scale: npt.NDArray[np.integer] | None = None,
 ) -> npt.NDArray[np.int64]:
     """Bit-exact ws_epilogue (without pooling) on rows of int32 accumulators.
 
     The same arithmetic as `glensidec.lang.interp.requantize` after an i32 bias add:
     ``clip(clip(round((acc + bias) >> pre) * m >> post) + zp, int8), low, high)``, through
     the config's lookup table when it has one; with a `residual`, then the residual add of
-    `residual_rows` (same shape, int8). A residual add ws_epilogue cannot compute exactly
-    (`residual_range_error`) is a ValueError.
+    `residual_rows` (same shape, int8). `scale` (per column, int8: a run-time channel
+    scale) multiplies the biased sum before the requantize, wrapping in i32. A residual add
+    ws_epilogue cannot compute exactly (`residual_range_error`) is a ValueError.
     """
     if residual is not None:
         problem = residual_range_error(residual, config, out_width)
@@ -363,6 +365,8 @@ def epilogue_reference(
         assert residual_rows is not None
         biased = wrap_signed(biased + residual_rows.astype(np.int64) * residual.multiplier
                              + residual.offset, 32)
+    if scale is not None:
+        biased = wrap_signed(biased * np.asarray(scale, np.int64), 32)
     saturated = requantize_to_width(biased, multipliers, config.pre, config.post,
                                     config.zero_point, out_width)
     clipped: npt.NDArray[np.int64] = np.clip(saturated, config.low, config.high).astype(np.int64)

@@ -30,8 +30,9 @@ typedef struct {
                            y_step and height columns hold its window, window stride and
                            1 for a sum pool) */
   int64_t a_count1, a_stride1, a_stride2; /* COMPUTE: the activation rows' 2-D pattern */
-  int64_t table; /* CONFIG: 1 applies the lookup table; 2 is a chunk of it (timed as a
-                    CONFIG: both wait until the epilogue is empty) */
+  int64_t epilogue; /* CONFIG: 1 applies the lookup table; 2 is a chunk of it, 3 the
+                       per-column scales (all timed as a CONFIG: each waits until the
+                       epilogue is empty) */
 } gs_command;
 
 /* Results, in the order of commands.AccelTiming's fields. */

@@ -35,7 +35,7 @@ SOURCE = Path(__file__).with_name("accel_model.c")
 FIELDS = ("op", "wait", "signal", "w_row", "a_row", "m_len", "add", "emit", "base", "length",
           "count1", "stride1", "count2", "stride2", "spad_row", "bounds", "y0", "y_step",
           "height", "x0", "x_step", "width", "pad_value", "wait_store", "residual",
-          "signal_store", "a_count1", "a_stride1", "a_stride2", "table")
+          "signal_store", "a_count1", "a_stride1", "a_stride2", "epilogue")
 _DMA_FIELDS = FIELDS[8:-7]
 _WINDOW, _WINDOW_STRIDE = _DMA_FIELDS.index("y0"), _DMA_FIELDS.index("y_step")
 _SUM = _DMA_FIELDS.index("height")  # a pooling store's: 1 for a sum pool
@@ -43,10 +43,11 @@ _SUM = _DMA_FIELDS.index("height")  # a pooling store's: 1 for a sum pool
 _WINDOW_COUNT1, _WINDOW_STRIDE2, _PIXEL_STEP = (_DMA_FIELDS.index(name)
                                                 for name in ("x0", "x_step", "width"))
 _dma_fields = operator.attrgetter(*_DMA_FIELDS)  # a DmaCommand's fields, in order
-#: The `table` column of a CONFIG row: its epilogue applies the lookup table
-#: (TABLE_LOOKUP), or the row is a chunk of the table (TABLE_CHUNK: `length` entries from
-#: entry `base` of the layer's table).
-TABLE_LOOKUP, TABLE_CHUNK = 1, 2
+#: The `epilogue` column of a CONFIG row: a Config whose epilogue applies the lookup table
+#: (EPILOGUE_LOOKUP), a chunk of the table (EPILOGUE_TABLE: `length` entries from entry
+#: `base` of the layer's table), or the scales (EPILOGUE_SCALE: the layer's scale vector
+#: from column `base` on).
+EPILOGUE_LOOKUP, EPILOGUE_TABLE, EPILOGUE_SCALE = 1, 2, 3
 #: gs_timing's fields, in order.
 TIMING_FIELDS = ("cycles", "compute_rows", "load_bytes", "store_bytes", "array_stall_cycles",
                  "load_busy_cycles", "store_busy_cycles")
@@ -125,7 +126,7 @@ _LOAD_COLUMNS = [FIELDS.index(name) for name in
 
 def pack_commands(commands: Sequence[Command]) -> np.ndarray:
     """The commands as rows of int64 (gs_command, FIELDS in order)."""
-    from glensidec.hardware.commands import Compute, Config, Load, Store, Table
+    from glensidec.hardware.commands import Compute, Config, Load, Scale, Store, Table
 
     # A layer's program is hundreds of thousands of COMPUTEs and LOADs (the compile prices
     # several per layer shape): each kind's nonzero columns are gathered into one flat
@@ -134,7 +135,7 @@ def pack_commands(commands: Sequence[Command]) -> np.ndarray:
     compute_values: list[int] = []
     loads: list[int] = []
     load_values: list[int] = []
-    others: list[Config | Store | Table] = []
+    others: list[Config | Store | Table | Scale] = []
     other_positions: list[int] = []
     for position, command in enumerate(commands):
         if isinstance(command, Compute):
@@ -160,10 +161,13 @@ def pack_commands(commands: Sequence[Command]) -> np.ndarray:
         if isinstance(command, Config):  # its vectors stay in the layer; where they start
             table[position] = [3, 0, 0, 0, 0, 0, 0, 0, command.first_column, *padding[1:], 0,
                                command.residual is not None, 0, 0, 0, 0,
-                               TABLE_LOOKUP if command.epilogue.table is not None else 0]
+                               EPILOGUE_LOOKUP if command.epilogue.table is not None else 0]
         elif isinstance(command, Table):  # its entries stay in the layer's table
             table[position] = [3, 0, 0, 0, 0, 0, 0, 0, command.first, len(command.entries),
-                               *padding[2:], 0, 0, 0, 0, 0, 0, TABLE_CHUNK]
+                               *padding[2:], 0, 0, 0, 0, 0, 0, EPILOGUE_TABLE]
+        elif isinstance(command, Scale):  # its values are the layer's, at run time
+            table[position] = [3, 0, 0, 0, 0, 0, 0, 0, command.first_column, *padding[1:],
+                               0, 0, 0, 0, 0, 0, EPILOGUE_SCALE]
         else:  # a store: its pooling window where a load has y0 and y_step, and a sum
             # pool's flag where it has height (stores have no bounds)
             dma = list(_dma_fields(command.dma))
@@ -209,14 +213,15 @@ def native_cycles(native: ctypes.CDLL, config: AccelConfig,
 
 def unpack_commands(table: np.ndarray, cols: int, epilogue: EpilogueConfig,
                     bias: Sequence[int], multiplier: Sequence[int],
-                    residual: ResidualConfig | None = None) -> list[Command]:
+                    residual: ResidualConfig | None = None,
+                    scale: Sequence[int] | None = None) -> list[Command]:
     """The commands of a packed table (pack_commands' rows), whole again: a CONFIG row
     names its first column; its settings, vectors and residual add come from the layer
-    (a table chunk's entries from `epilogue.table`)."""
+    (a table chunk's entries from `epilogue.table`, the scales from `scale`)."""
     from dataclasses import replace
 
     from glensidec.hardware.accel import DmaCommand
-    from glensidec.hardware.commands import Compute, Config, Load, Store, Table
+    from glensidec.hardware.commands import Compute, Config, Load, Scale, Store, Table
 
     plain = replace(epilogue, table=None)
 
@@ -230,7 +235,12 @@ def unpack_commands(table: np.ndarray, cols: int, epilogue: EpilogueConfig,
                                     bool(field["wait"]), bool(field["signal"]),
                                     field["a_count1"], field["a_stride1"],
                                     field["a_stride2"]))
-        elif op == 3 and field["table"] == TABLE_CHUNK:
+        elif op == 3 and field["epilogue"] == EPILOGUE_SCALE:
+            assert scale is not None, "scales in a layer without a scale vector"
+            first = field["base"]
+            scales = tuple(scale[first:first + cols])
+            commands.append(Scale(first, scales + (1,) * (cols - len(scales))))
+        elif op == 3 and field["epilogue"] == EPILOGUE_TABLE:
             assert epilogue.table is not None, "a table chunk in a layer without a table"
             first = field["base"]
             commands.append(Table(first, tuple(epilogue.table[first:first + field["length"]])))
@@ -238,7 +248,7 @@ def unpack_commands(table: np.ndarray, cols: int, epilogue: EpilogueConfig,
             first = field["base"]
             width = min(cols, len(bias) - first)
             padding = (0,) * (cols - width)
-            commands.append(Config(epilogue if field["table"] == TABLE_LOOKUP else plain,
+            commands.append(Config(epilogue if field["epilogue"] == EPILOGUE_LOOKUP else plain,
                                    tuple(bias[first:first + width]) + padding,
                                    tuple(multiplier[first:first + width]) + padding,
                                    first_column=first,

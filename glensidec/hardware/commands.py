@@ -149,7 +149,19 @@ class Table:
     entries: tuple[int, ...]
 
 
-Command = Load | Compute | Store | Config | Table
+@dataclass(frozen=True)
+class Scale:
+    """CONFIG with bits 2 and 5: the epilogue's per-column scales (COLS signed int8), which
+    multiply each column's biased sum before the requantize, wrapping in i32: a run-time
+    channel scale (squeeze-excite's x·s[c]). Every plain Config resets them to 1. The
+    generated C's runtime reads them from the layer's scale vector from `first_column` on
+    (a run-time buffer: the layer before wrote it)."""
+
+    first_column: int
+    values: tuple[int, ...]
+
+
+Command = Load | Compute | Store | Config | Table | Scale
 
 #: Entries of the epilogue's lookup table (int8 results, indexed by an int8 value + 128).
 TABLE_ENTRIES = 256
@@ -167,6 +179,14 @@ def table_commands(epilogue: EpilogueConfig, cols: int) -> list[Command]:
     chunk = table_chunk(cols)
     return [Table(first, tuple(epilogue.table[first:first + chunk]))
             for first in range(0, TABLE_ENTRIES, chunk)]
+
+
+def scale_commands(quant: LayerQuant, n0: int, block: int, cols: int) -> list[Command]:
+    """The Scale of the N block of `block` columns from n0 (none without scales)."""
+    if quant.scale is None:
+        return []
+    padding = (1,) * (cols - block)
+    return [Scale(n0, tuple(quant.scale[n0:n0 + block]) + padding)]
 
 
 def with_table(program: LayerProgram, epilogue: EpilogueConfig | None, cols: int
@@ -296,6 +316,11 @@ def encode_command(command: Command, cols: int) -> int:
         for position, entry in enumerate(command.entries):
             word |= _field(entry, 48 + 8 * position, 8)
         return word
+    if isinstance(command, Scale):
+        word = OP_CONFIG | _field(1, 2, 1) | _field(1, 5, 1)
+        for column, value in enumerate(command.values):
+            word |= _field(value, 48 + 8 * column, 8)
+        return word
     if isinstance(command, Compute):
         return (OP_COMPUTE | _field(command.wait, 3, 1) | _field(command.signal, 4, 1)
                 | _field(command.w_row, 8, SPAD_ROW_BITS)
@@ -361,7 +386,7 @@ class AccelModel:
         self.commands: deque[Command] = deque()
         self.lq: deque[Load] = deque()
         self.eq: deque[Compute] = deque()
-        self.sq: deque[Store | Config | Table] = deque()
+        self.sq: deque[Store | Config | Table | Scale] = deque()
         self.aq: deque[Compute] = deque()
         self.tok_le = self.tok_el = self.tok_sl = self.tok_ls = 0
         # load unit: ws_dma_load slots (True ends a row), row write times, loads in flight
@@ -468,7 +493,7 @@ class AccelModel:
         rd2_addr = self.p_addr if pool_issue else self.res_addr
         sl_give = admit_last and self.s_signal
         # a Config waits until every earlier row has left the epilogue (not the FIFO)
-        config_pop = isinstance(head, Config | Table) and self.s_left == 0 and \
+        config_pop = isinstance(head, Config | Table | Scale) and self.s_left == 0 and \
             self.epi_rows == 0
         # -- ws_ctrl handshakes ----------------------------------------------------------------
         w_last_beat = self.w_count == rows - 1
@@ -512,7 +537,7 @@ class AccelModel:
         ls_give = track_done and self.track[0][2]
         # -- dispatcher ------------------------------------------------------------------------
         offered = self.commands[0] if self.commands else None
-        queue: deque[Load] | deque[Compute] | deque[Store | Config | Table] = (
+        queue: deque[Load] | deque[Compute] | deque[Store | Config | Table | Scale] = (
             self.lq if isinstance(offered, Load) else
             self.eq if isinstance(offered, Compute) else self.sq)
         dispatch = offered is not None and len(queue) < self.config.queue_depth
@@ -641,7 +666,7 @@ class AccelModel:
         if config_pop and isinstance(head, Config):
             self.sq.popleft()
             self.cfg_residual = head.residual is not None
-        elif config_pop:  # a table chunk: the epilogue's settings stay
+        elif config_pop:  # a table chunk or the scales: the epilogue's settings stay
             self.sq.popleft()
         if dispatch and offered is not None:
             queue.append(self.commands.popleft())  # type: ignore[arg-type]
@@ -708,6 +733,9 @@ class LayerQuant:
     multiplier: tuple[int, ...]  # N int32
     input_zero_point: int = 0  # the im2col padding value
     residual: ResidualConfig | None = None  # a residual add of an (M, N) int8 tensor
+    #: per-column int8 scales of the biased sums (N: a run-time channel scale, whose
+    #: values the commands carry only for the cycle model and run_functional), or None
+    scale: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -966,6 +994,8 @@ def conv_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
     """The commands of one convolution (or GEMM) in `schedule` (SCHEDULES); "best" prices
     every schedule that fits with `accel_cycles` and keeps the fastest (`best_conv_program`).
     CapacityError naming the sizes when the schedule asked for does not fit."""
+    if quant.scale is not None:
+        raise ValueError(f"layer {layer.name}: per-column scales are a sum pool's only")
     if schedule == "im2col":
         return im2col_program(config, layer, quant)
     if schedule == "window":
@@ -996,6 +1026,8 @@ def best_conv_table(config: AccelConfig, layer: ConvLayer, quant: LayerQuant
     generated C reads), the table the pricing made: the compile keeps it."""
     from glensidec.hardware.accel_native import pack_commands
 
+    if quant.scale is not None:
+        raise ValueError(f"layer {layer.name}: per-column scales are a sum pool's only")
     candidates: list[LayerProgram] = []
     error: CapacityError | None = None
     try:
@@ -1709,6 +1741,7 @@ def band_pool_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant |
                 if vectors != configured:
                     tail.append(Config(quant.epilogue, *vectors, first_column=n0))
                     configured = vectors
+                tail += scale_commands(quant, n0, block, config.cols)
             tail += [Store(DmaCommand(base=output_base + (oy0 + line) * out_w * channels + n0,
                                       length=block, count1=out_w, stride1=channels,
                                       spad_row=buffer + line * stride * width),
@@ -1778,6 +1811,7 @@ def gather_pool_program(config: AccelConfig, layer: ConvLayer,
                 if vectors != configured:
                     tail.insert(0, Config(quant.epilogue, *vectors, first_column=n0))
                     configured = vectors
+                tail[-1:-1] = scale_commands(quant, n0, width, config.cols)
             steps.append((loads, tail))
     commands: list[Command] = [] if quant is not None else [identity]
     for index, (loads, _) in enumerate(steps):
@@ -2109,6 +2143,7 @@ def run_functional(config: AccelConfig, commands: Sequence[Command],
     emitted: deque[npt.NDArray[np.int64]] = deque()
     config_now = Config(EpilogueConfig(), (0,) * C, (0,) * C)
     table = [0] * TABLE_ENTRIES  # the epilogue's lookup table, as the Table chunks wrote it
+    scale = np.ones(C, np.int64)  # its per-column scales (a Config resets them)
     for command in commands:
         if isinstance(command, Load):
             spad.update(dma_load_reference(memory, command.dma, row_bytes))
@@ -2126,6 +2161,9 @@ def run_functional(config: AccelConfig, commands: Sequence[Command],
                 acc[:command.m_len] = result
         elif isinstance(command, Config):
             config_now = command
+            scale = np.ones(C, np.int64)
+        elif isinstance(command, Scale):
+            scale = np.asarray(command.values, np.int64)
         elif isinstance(command, Table):
             table[command.first:command.first + len(command.entries)] = command.entries
         else:
@@ -2146,7 +2184,7 @@ def run_functional(config: AccelConfig, commands: Sequence[Command],
                                          np.asarray(config_now.bias)[None, :],
                                          np.asarray(config_now.multiplier), epilogue,
                                          residual=config_now.residual,
-                                         residual_rows=residual_row[None, :])
+                                         residual_rows=residual_row[None, :], scale=scale)
                 row = np.zeros(row_bytes, dtype=np.uint8)
                 row[:C] = out[0] & 0xFF
                 rows_out.append(row)
