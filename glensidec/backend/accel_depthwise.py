@@ -155,13 +155,17 @@ def _rewrite(lowered: LoweredProgram, found: _Depthwise, weights: dict[str, Arra
     dot = lowered.instructions[found.index]
     chain = follow_chain(lowered, found.index, dot.dst, (channels, pixels), weights,
                          lowered.readers(), lookup=True)
-    if chain is None or chain.transposed or chain.skip is not None or \
-            (chain.rows, chain.cols) != (channels, pixels):
+    # The chain reads the (C, pixels) sums channel by channel (the program's NCHW), or
+    # transposed, pixel by pixel (ConvNeXt's permute to NHWC after its depthwise 7×7):
+    # then its rows are the layer's own and no copy transposes them.
+    nhwc = chain is not None and chain.transposed
+    if chain is None or chain.skip is not None or \
+            (chain.rows, chain.cols) != ((pixels, channels) if nhwc else (channels, pixels)):
         return False
-    layer_bias = (np.zeros((channels, pixels), np.int64) if chain.bias is None
-                  else chain.bias).T  # the layer's rows: pixels × channels
+    bias = np.zeros((chain.rows, chain.cols), np.int64) if chain.bias is None else chain.bias
+    layer_bias = bias if nhwc else bias.T  # the layer's rows: pixels × channels
     bias_vector = per_column(layer_bias)
-    multiplier_vector = per_column(chain.multiplier.T)
+    multiplier_vector = per_column(chain.multiplier if nhwc else chain.multiplier.T)
     if multiplier_vector is None:
         return False
     fills: list[int] = []
@@ -198,9 +202,13 @@ def _rewrite(lowered: LoweredProgram, found: _Depthwise, weights: dict[str, Arra
     builder = LayerBuilder(lowered)
     height, width = geometry.height, geometry.width
     image = builder.activation(f"{name}_nhwc", (height, width, channels))
-    rows = builder.activation(f"{name}_transposed", (pixels, channels))
-    final = regroup(chain.dst, (channels, pixels))
-    assert final is not None
+    final: View | None = None  # the chain's result, when a copy transposes the rows into it
+    if nhwc:  # the layer writes the chain's result itself
+        rows = contiguous(chain.dst.buffer, (pixels, channels), chain.dst.offset)
+    else:
+        rows = builder.activation(f"{name}_transposed", (pixels, channels))
+        final = regroup(chain.dst, (channels, pixels))
+        assert final is not None
     last = lowered.instructions[chain.indices[-1]]
     layer = AccelLayer(
         last.note, rows, name=name, a=image,
@@ -220,8 +228,9 @@ def _rewrite(lowered: LoweredProgram, found: _Depthwise, weights: dict[str, Arra
     kept[found.index:found.index] = [
         Copy(f"{dot.note}: the feature map in NHWC for the DMA's im2col", image,
              transpose(source, (1, 2, 0))),
-        layer,
-        Copy(f"{dot.note}: the accelerator's result, transposed", final,
-             transpose(rows, (1, 0)))]
+        layer]
+    if final is not None:
+        kept.insert(found.index + 2, Copy(f"{dot.note}: the accelerator's result, transposed",
+                                          final, transpose(rows, (1, 0))))
     lowered.instructions = kept
     return True
