@@ -126,3 +126,58 @@ def test_encoder_block_in_int8_cosimulates_bit_exactly(tmp_path: Path, sim_cache
     assert relative <= 0.06
     report = check_agreement(quantized, sample, "16x16", tmp_path, sim_cache)
     assert len(report["calls"]) == 6 + 2 * HEADS
+
+
+def vit_like(size: Size, seed: int = 0) -> Any:
+    """torchvision's ViT in small, as it exports with random weights: a zero-initialised
+    class token concatenated before the patch tokens, a position embedding of N(0, 0.02),
+    one pre-norm block (LayerNorm ε 1e-6), the final LayerNorm, the class token's row
+    (Gather) and a linear head. The class token's row is about 0.02 where the patch rows
+    reach 3: far below one int8 step of the tensor until attention fills it."""
+    g = OnnxGraph(seed)
+    features = size.features
+    patches = g.input("input", [1, size.tokens - 1, features])
+    tokens = g.node("Concat", [g.const("class_token", np.zeros((1, 1, features), "f4")),
+                               patches], axis=1)
+    x = g.node("Add", [tokens, g.random("position", (1, size.tokens, features), 0.02)])
+
+    def norm(y: str) -> str:
+        return g.node("LayerNormalization", [y, g.const(f"ln_scale{g.count}", np.ones(
+            features, "f4")), g.const(f"ln_bias{g.count}", np.zeros(features, "f4"))],
+            axis=-1, epsilon=1e-6)
+
+    h = norm(x)
+    q = heads(g, linear(g, h, features, features), size)
+    k = heads(g, linear(g, h, features, features), size, key=True)
+    v = heads(g, linear(g, h, features, features), size)
+    attention = g.node("Softmax", [g.node("MatMul", [q, k])], axis=-1)
+    context = g.node("Transpose", [g.node("MatMul", [attention, v])], perm=[0, 2, 1, 3])
+    context = g.node("Reshape", [context, g.const("merge", np.array(
+        [1, size.tokens, features], np.int64))])
+    x = g.node("Add", [x, linear(g, context, features, features)])
+    x = g.node("Add", [x, linear(g, gelu(g, linear(g, norm(x), features, size.hidden)),
+                                 size.hidden, features)])
+    row = g.node("Gather", [norm(x), g.const("class_row", np.array(0, np.int64))], axis=1)
+    return g.model(linear(g, row, features, 10), [1, 10])
+
+
+def test_vits_class_token_keeps_its_precision_through_int8_layer_norm(tmp_path: Path) -> None:
+    """vit_b_16's int8 output was noise (relative L2 1.18 against float): LayerNorm, taken
+    step by step in i8 at one scale per tensor, turned the class token's row (a step or two
+    of the first block's input) into garbage that its residual stream carried to the head,
+    which reads that row alone. Normalising each row by its own peak first (the integer
+    LayerNorm of glensidec/frontends/quant_layer_norm.py) keeps it."""
+    from test_quantize import calibration_for, run_quantized, sample_list
+
+    from glensidec.frontends.quantize import quantize
+
+    program = imported(vit_like(Size(17, 64, 2, 128)), tmp_path)
+    calibration = calibration_for(program, 2)
+    quantized = quantize(program, calibration, per_channel=True, symmetric_activations=True)
+    errors = []
+    for sample in sample_list(calibration_for(program, 4, seed=11), 4):
+        expected = EXECUTORS["interp"](program, sample)
+        error = np.linalg.norm(run_quantized(quantized, sample) - expected)
+        errors.append(float(error / np.linalg.norm(expected)))
+    print(f"ViT-like int8: relative L2 {', '.join(f'{e:.3f}' for e in errors)}")
+    assert max(errors) <= 0.15  # before: 1.06–2.21

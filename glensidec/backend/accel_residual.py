@@ -34,6 +34,7 @@ from glensidec.backend.lower import (
     Copy,
     Fused,
     LoweredProgram,
+    Map,
     Step,
 )
 from glensidec.backend.views import View, contiguous
@@ -181,22 +182,29 @@ def fuse_accel_residuals(lowered: LoweredProgram, weights: dict[str, Array],
 def _with_scaled_leaf_inlined(lowered: LoweredProgram, index: int,
                               weights: dict[str, Array]) -> Fused | None:
     """The loop at `index` with its one i32 leaf that another loop alone writes as
-    cast(r)·m (r int8, m a compile-time scalar; the same view, whole) computed inside it
-    instead: the same integers, read from r. None when it has no such leaf."""
+    cast(r)·m or cast(r) (r int8, m a compile-time scalar; the same view, whole) computed
+    inside it instead: the same integers, read from r. None when it has no such leaf."""
     fused = lowered.instructions[index]
     assert isinstance(fused, Fused)
     for leaf, view in enumerate(fused.leaves):
         writers = lowered.writers().get(view.buffer, [])
         producer = lowered.instructions[writers[0]] if len(writers) == 1 else None
+        if isinstance(producer, Map) and producer.op.name == "cast":  # a loop of one step
+            producer = Fused(producer.note, producer.dst, (producer.src,),
+                             (Step(producer.op, (0,), lowered.buffer_of(producer.dst).dtype),))
         if not isinstance(producer, Fused) or producer.dst != view or \
                 lowered.buffer_of(view).dtype != "i32" or \
-                producer.dst.shape != fused.dst.shape or not lowered.is_whole(view) or \
-                [_step_name(step) for step in producer.steps] != ["cast", "elementwise-mul"]:
+                producer.dst.shape != fused.dst.shape or not lowered.is_whole(view):
+            continue
+        steps = [_step_name(step) for step in producer.steps]
+        if steps == ["cast"]:  # widened once for an integer LayerNorm and the add
+            if len(producer.leaves) == 1 and lowered.buffer_of(producer.leaves[0]).dtype == "i8":
+                return _inline(fused, leaf, producer)
             continue
         scales = [position for position, source in enumerate(producer.leaves)
                   if scalar_value(lowered, source, weights, writers[0]) is not None]
-        if len(producer.leaves) != 2 or len(scales) != 1 or \
-                lowered.buffer_of(producer.leaves[1 - scales[0]]).dtype != "i8":
+        if steps != ["cast", "elementwise-mul"] or len(producer.leaves) != 2 or \
+                len(scales) != 1 or lowered.buffer_of(producer.leaves[1 - scales[0]]).dtype != "i8":
             continue
         return _inline(fused, leaf, producer)
     return None

@@ -16,8 +16,11 @@ from glensidec.frontends.qparams import (
     activation_params,
     weight_scales,
 )
+from glensidec.frontends.quant_layer_norm import integer_layer_norm, layer_norm_parts
 from glensidec.frontends.quant_values import (
     DATA_MOVEMENT,
+    FINE_CONSTANTS,
+    FINE_SUM,
     Q8,
     Acc,
     Array,
@@ -127,7 +130,7 @@ def constant_is(q: Quantizer, term: Term, value: float) -> bool:
 
 def negate(q: Quantizer, term: Term, operand: Q8) -> Value:
     acc = q.widen(operand, operand.term)
-    return Acc(acc.term, -acc.scale, acc.offset, term)
+    return Acc(acc.term, -acc.scale, acc.offset, term, acc.fine)
 
 
 def clamp(q: Quantizer, term: Term, op: ComputeOp, operand: Value) -> Value:
@@ -329,6 +332,10 @@ def elementwise(q: Quantizer, term: Term, name: str, pair: Pair) -> Value:
     if isinstance(right, Const):
         return with_constant(q, term, name, left, right.array, constant_first=False)
     if name == "elementwise-div":
+        parts = layer_norm_parts(q, term)
+        normalised = integer_layer_norm(q, term, parts) if parts is not None else None
+        if normalised is not None:  # each row at full precision (quant_layer_norm)
+            return normalised
         check_divisor(q, term)
     if isinstance(left, Const) and name == "elementwise-div":
         return divide_constant(q, term, left.array, right)
@@ -465,6 +472,7 @@ def integer_softmax(q: Quantizer, term: Term, operand: Q8) -> Acc:
 
 def with_constant(q: Quantizer, term: Term, name: str, value: Value, constant: Array,
                   constant_first: bool, retried: bool = False) -> Value:
+    widened = isinstance(value, Q8)
     if isinstance(value, Q8):
         # ×256 so that added constants are rounded to 1/256 of an input step.
         value = q.widen(value, term, boost=256)
@@ -495,11 +503,17 @@ def with_constant(q: Quantizer, term: Term, name: str, value: Value, constant: A
         offset = offset + steps.astype(np.int64)
     if np.any(scale == 0):
         raise Unsupported("multiplying by a constant zero loses the tensor")
-    return Acc(value.term, np.array(scale), offset, term)
+    added = widened and name in ("elementwise-add", "elementwise-sub")
+    return Acc(value.term, np.array(scale), offset, term,
+               FINE_CONSTANTS if added else value.fine)
 
 
 def add_dynamic(q: Quantizer, term: Term, name: str, left: Value, right: Value) -> Value:
-    """Residual add: both sides to i8, then a common fine scale in i32 (TFLite's way)."""
+    """Residual add: both sides to i8, then a common fine scale in i32 (TFLite's way);
+    an i8 tensor plus constants joins as its accumulator (`add_fine`)."""
+    fine = add_fine(q, term, name, left, right)
+    if fine is not None:
+        return fine
     sides = []
     for side in (left, right):
         if isinstance(side, Acc):
@@ -522,6 +536,58 @@ def add_dynamic(q: Quantizer, term: Term, name: str, left: Value, right: Value) 
     summed = B.compute(name, B.op("access-pair", terms[0], terms[1]))
     full = q.qtype(summed).full
     return Acc(summed, np.full(full, common), np.full(full, offset, dtype=np.int64), term)
+
+
+# An i8 side's multiplier onto a fine sum's step is at least this (0.05 % from rounding) ...
+FINE_MULTIPLIER = 1 << 10
+# ... and every integer of the sum, at the calibrated peaks, stays below this.
+FINE_SUM_LIMIT = 1 << 29
+
+
+def add_fine(q: Quantizer, term: Term, name: str, left: Value, right: Value) -> Acc | None:
+    """x + y where x is an i8 tensor plus constants (FINE_CONSTANTS, one scale): x's own
+    integers, times 2^k, plus y's i8 times its multiplier onto x's step / 2^k, so a row
+    of x far below its i8 step (ViT's class token) keeps its value. No such side, or
+    integers that might pass FINE_SUM_LIMIT: None (both sides to i8)."""
+    sides = (left, right)
+    fine = [isinstance(s, Acc) and s.fine == FINE_CONSTANTS and np.all(s.scale == s.scale.flat[0])
+            and np.max(np.abs(s.offset), initial=0) < 2 ** 31 for s in sides]
+    if fine.count(True) != 1:
+        return None
+    index = fine.index(True)
+    accumulator, other = sides[index], sides[1 - index]
+    assert isinstance(accumulator, Acc)
+    if isinstance(other, Acc):
+        other = q.materialize(other, other.origin)
+    if not isinstance(other, Q8):
+        return None
+    no_raw_zeros(other)
+    step = abs(float(accumulator.scale.flat[0]))
+    shift = max(0, math.ceil(math.log2(FINE_MULTIPLIER * step / other.params.scale)))
+    common = step / 2 ** shift
+    multiplier = round(other.params.scale / common)
+    low, high = q.profile.ranges.get(q.keys.get(accumulator.origin, ""), (0.0, 0.0))
+    peak = max(abs(low), abs(high)) / step * 2 ** shift
+    if peak + 255 * multiplier >= FINE_SUM_LIMIT:
+        return None
+    like = q.qtype(accumulator.term)
+    integers = accumulator.term
+    if np.any(accumulator.offset != 0):
+        integers = B.compute("elementwise-add", B.op("access-pair", integers, q.spread(
+            accumulator.offset.astype(np.int32), like, "i32", f"{q.label(term)}_constants")))
+    sign = 1 if accumulator.scale.flat[0] > 0 else -1
+    terms = [B.compute("elementwise-mul", B.op("access-pair", integers, q.scalar_like(
+                 sign * 2 ** shift, "i32", like))),
+             B.compute("elementwise-mul", B.op("access-pair", B.compute(
+                 "cast", other.term, "i32"), q.scalar_like(multiplier, "i32", like)))]
+    offset = -other.params.zero_point * multiplier
+    if name == "elementwise-sub" and index == 0:  # x − y: y's zero point adds
+        offset = -offset
+    first, second = (terms[0], terms[1]) if index == 0 else (terms[1], terms[0])
+    summed = B.compute(name, B.op("access-pair", first, second))
+    full = q.qtype(summed).full
+    return Acc(summed, np.full(full, common), np.full(full, offset, dtype=np.int64), term,
+               FINE_SUM)
 
 
 def _no_integer_form(q: Quantizer, term: Term, op: ComputeOp, operand: Value) -> Value:

@@ -49,12 +49,20 @@ class Q8:
     min_padded: bool = False
 
 
+# What an accumulator's integers hold beyond its i8 form (`Acc.fine`): constants added
+# to an i8 tensor at 1/256 of its step (ViT's position embedding on its class token, a row
+# far below the tensor's step), which a residual add takes as they are; or such a sum,
+# which LayerNorm takes as it is (quant_layer_norm).
+FINE_CONSTANTS, FINE_SUM = "constants", "sum"
+
+
 @dataclass
 class Acc:
     term: Term  # i32
     scale: Array  # full shape, float64
     offset: Array  # full shape, int64
     origin: Term  # the float term whose profile describes this value
+    fine: str = ""  # "", FINE_CONSTANTS or FINE_SUM
 
 
 @dataclass

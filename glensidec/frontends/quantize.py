@@ -364,7 +364,7 @@ class Quantizer:
     def move(self, term: Term, child: Value) -> Value:
         if isinstance(child, Acc) and term.op in ACC_MOVEMENT:
             return Acc(self.rebuild(term, child.term), self.move_array(term, child.scale),
-                       self.move_array(term, child.offset), child.origin)
+                       self.move_array(term, child.offset), child.origin, child.fine)
         if isinstance(child, Acc):
             child = self.materialize(child, child.origin)
         if isinstance(child, Host):
