@@ -8,7 +8,8 @@
 //                  activation rows from a_row in a 2-D pattern (a_count1 rows a_stride1
 //                  apart per line, lines a_stride2 apart; a_count1 = 0: one line), so
 //                  a convolution's windows are read from resident input rows; accumulator
-//                  flags add / emit
+//                  flags add / emit, its rows from acc_row on (several tiles' partial
+//                  sums side by side)
 //   STORE   (op 2) the next count1*count2 emitted result rows, through the epilogue,
 //                  to main memory through ws_dma_store (strided)
 //   CONFIG  (op 3) the epilogue's settings, bias and multiplier vectors (store queue);
@@ -59,7 +60,8 @@
 //   COMPUTE:    [8+:24] w_row, [32+:24] a_row, [56+:16] m_len (>= 1), [72] add, [73] emit,
 //               [80+:16] a_count1, [96+:24] a_stride1, [120+:24] a_stride2: activation
 //               row i = i2*a_count1 + i1 is a_row + i2*a_stride2 + i1*a_stride1 (rows
-//               wrap modulo the scratchpad); a_count1 = 0 reads a_row + i*a_stride1
+//               wrap modulo the scratchpad); a_count1 = 0 reads a_row + i*a_stride1;
+//               [144+:16] acc_row: row i accumulates in accumulator row acc_row + i
 //   The row fields are 24 bits: a scratchpad holds at most 2^24 rows (SPAD_W <= 24;
 //   glensidec.hardware.commands.AccelConfig refuses more).
 //   CONFIG:     [5] residual, [6] residual early, [7] lookup (map each result through the
@@ -115,9 +117,10 @@ module ws_accel #(
     localparam integer LEN_W   = $clog2(ROW_BYTES + 1);
     localparam integer RW      = $clog2(ROWS);          // ROWS >= 2
     localparam integer TRACK   = 1 << $clog2(LATENCY + 3);  // loads in flight, never full
-    localparam integer EXEC_W  = 144;
-    // {stride2, stride1, count1, signal, emit, add, m_len, a_row}
-    localparam integer AQ_W    = 107;
+    localparam integer EXEC_W  = 160;
+    localparam integer AW      = $clog2(ACC_DEPTH);
+    // {acc_row, stride2, stride1, count1, signal, emit, add, m_len, a_row}
+    localparam integer AQ_W    = 123;
     localparam integer TOK_W   = 16;
     localparam [1:0] OP_LOAD = 2'd0, OP_COMPUTE = 2'd1, OP_CONFIG = 2'd3;
 
@@ -245,7 +248,8 @@ module ws_accel #(
     wire            a_start;
     ws_fifo #(.WIDTH(AQ_W), .DEPTH(4)) act_queue (
         .clk(clk), .rst(rst), .push(w_start),
-        .din({eq_head[120 +: 24], eq_head[96 +: 24], eq_head[80 +: 16], eq_head[4],
+        .din({eq_head[144 +: 16], eq_head[120 +: 24], eq_head[96 +: 24], eq_head[80 +: 16],
+              eq_head[4],
               eq_head[73], eq_head[72], eq_head[56 +: 16], eq_head[32 +: 24]}),
         .pop(a_start), .head(aq_head), .empty(aq_empty), .full(aq_full));
 
@@ -255,6 +259,7 @@ module ws_accel #(
     reg  [SPAD_W-1:0] a_stride1, a_stride2; // the tile's 2-D read pattern
     reg  [15:0]       a_count1, a_col;      // rows per line (0: one line), row in line
     reg  [15:0]       a_left;               // rows of the tile still to read
+    reg  [AW-1:0]     a_acc, q_acc;         // the tile's first accumulator row
     wire a_wrap = a_count1 != 16'd0 && a_col + 16'd1 == a_count1;
     reg               q_valid, q_last, q_add, q_emit, q_signal;   // the row in rd1_data
     wire              rd1_grant;
@@ -278,6 +283,7 @@ module ws_accel #(
                 a_count1  <= aq_head[43 +: 16];
                 a_stride1 <= aq_head[59 +: SPAD_W];
                 a_stride2 <= aq_head[83 +: SPAD_W];
+                a_acc     <= aq_head[107 +: AW];
                 a_col     <= 16'd0;
                 a_active  <= 1'b1;
             end else if (a_issue_last) begin
@@ -296,6 +302,7 @@ module ws_accel #(
             if (a_issued) begin
                 {q_valid, q_last, q_add, q_emit} <= {1'b1, a_left == 16'd1, a_add, a_emit};
                 q_signal <= a_signal && a_left == 16'd1;
+                q_acc    <= a_acc;
             end else if (a_consume) begin
                 q_valid <= 1'b0;
             end
@@ -325,7 +332,7 @@ module ws_accel #(
         .clk(clk), .rst(rst),
         .w_valid(w_q), .w_ready(arr_w_ready), .w_data(rd0_data[COLS*8-1:0]),
         .a_valid(q_valid), .a_ready(arr_a_ready), .a_data(rd1_data[ROWS*8-1:0]),
-        .a_last(q_last), .a_add(q_add), .a_emit(q_emit), .a_use_d(1'b0),
+        .a_last(q_last), .a_add(q_add), .a_emit(q_emit), .a_use_d(1'b0), .a_acc_row(q_acc),
         .d_valid(1'b0), .d_ready(d_ready), .d_data({COLS*32{1'b0}}),
         .r_valid(r_valid), .r_ready(r_ready), .r_data(r_data));
 

@@ -15,7 +15,9 @@
 //
 // Row bookkeeping (valid, accumulator row, add/emit flags) does not travel through the
 // PEs: every injected row reaches the bottom of the array exactly LAT cycles later, so
-// a delay line of LAT stages carries it to the accumulator.
+// a delay line of LAT stages carries it to the accumulator. A tile's row i goes to
+// accumulator row a_acc_row + i (a_acc_row comes with every row, like the flags), so
+// several tiles' partial sums can stay side by side in the accumulator.
 module ws_ctrl #(
     parameter integer ROWS      = 4,
     parameter integer COLS      = 4,
@@ -37,6 +39,7 @@ module ws_ctrl #(
     input  wire                 a_add,       // add the accumulator row (later K folds)
     input  wire                 a_emit,      // send the row to the result stream
     input  wire                 a_use_d,     // add the D row at the top of the columns
+    input  wire [$clog2(ACC_DEPTH)-1:0] a_acc_row, // accumulator row of the tile's first row
     input  wire                 d_valid,
     output wire                 d_ready,
     output wire                 a_sel,       // bank of the injected activation
@@ -121,7 +124,7 @@ module ws_ctrl #(
         if (rst) begin
             for (s = 0; s < LAT; s = s + 1) tag[s] <= {TAG{1'b0}};
         end else if (en) begin
-            tag[0] <= {a_fire, a_add, a_emit, a_row};
+            tag[0] <= {a_fire, a_add, a_emit, a_row + a_acc_row};
             for (s = 1; s < LAT; s = s + 1) tag[s] <= tag[s-1];
         end
     end

@@ -5,7 +5,8 @@
 //
 // Streams (a beat moves when valid && ready on a rising clock edge):
 //   w_*  weights, ROWS beats per tile, one row of COLS weights per beat, bottom row first
-//   a_*  activations, one row of ROWS values per beat plus per-row flags
+//   a_*  activations, one row of ROWS values per beat plus per-row flags (and the
+//        accumulator row of the tile's first row: row i of a tile is a_acc_row + i)
 //   d_*  D (bias or partial sum) rows, consumed with activation rows that set a_use_d
 //   r_*  results, one row of COLS accumulators per beat, for rows that set a_emit
 // The weights of the next tile load while the current tile streams (two weight banks).
@@ -31,6 +32,7 @@ module ws_top #(
     input  wire                  a_add,
     input  wire                  a_emit,
     input  wire                  a_use_d,
+    input  wire [$clog2(ACC_DEPTH)-1:0] a_acc_row,  // accumulator row of the tile's first row
     input  wire                  d_valid,
     output wire                  d_ready,
     input  wire [COLS*ACC_W-1:0] d_data,
@@ -50,7 +52,8 @@ module ws_top #(
         .w_valid(w_valid), .w_ready(w_ready),
         .w_shift(w_shift), .w_commit(w_commit), .w_bank(w_bank),
         .a_valid(a_valid), .a_ready(a_ready), .a_last(a_last), .a_add(a_add),
-        .a_emit(a_emit), .a_use_d(a_use_d), .d_valid(d_valid), .d_ready(d_ready),
+        .a_emit(a_emit), .a_use_d(a_use_d), .a_acc_row(a_acc_row),
+        .d_valid(d_valid), .d_ready(d_ready),
         .a_sel(a_sel), .d_inject(d_inject),
         .acc_valid(acc_valid), .acc_row(acc_row), .acc_add(acc_add), .acc_emit(acc_emit)
     );

@@ -10,8 +10,9 @@ adds a random int8 residual tensor in the epilogue (the quantized residual add),
 through the scratchpad; `"early"` adds it to the accumulator before the requantize.
 A layer's `"schedule"` picks conv_program's schedule ("im2col" gathers the windows
 from main memory, "window" keeps the input rows in the scratchpad and reads each window
-as a 2-D pattern of them: every window tiling that fits is run; default "best", the one
-the cycle model prices fastest).
+as a 2-D pattern of them: every window tiling that fits is run; "interleave" runs every
+tiling that takes several N blocks side by side in the accumulator, each COMPUTE naming its
+accumulator rows; default "best", the one the cycle model prices fastest).
 A layer with `"pool": true` is a max-pool (`commands.pool_program`: the DMA gathers the
 windows' taps, or with `"schedule": "band"` loads the input rows once and each window is a
 2-D pattern of them; pooling stores take their max), checked against `pool_reference`.
@@ -48,6 +49,7 @@ from glensidec.hardware.commands import (
     conv_reference,
     encode_command,
     group_mask,
+    interleaved_tilings,
     pool_program,
     pool_reference,
     sum_pool_reference,
@@ -156,14 +158,19 @@ async def run_layer(dut: Any, config: AccelConfig, layer: ConvLayer, seed: int,
     weights = rng.integers(-128, 128, (layer.kernel, layer.kernel, layer.channels,
                                        layer.out_channels)) * group_mask(layer)
     quant = random_quant(rng, layer.out_channels, residual, lookup)
-    if schedule == "window":
+    if schedule in ("window", "interleave"):
         tilings = window_tilings(config, layer, bool(residual))
         assert tilings, f"{layer.name}: no window tiling fits"
+        if schedule == "interleave":  # N blocks side by side in the accumulator
+            tilings = list(dict.fromkeys(
+                variant for base in [None, *tilings]
+                for variant in interleaved_tilings(config, layer, base, bool(residual))))
+            assert tilings, f"{layer.name}: no interleaved tiling fits"
         cycles = 0
         for tiling in tilings:
             cycles += await run_program(dut, config, layer, window_program(
                 config, layer, quant, tiling), rng, feature, weights, quant, residual,
-                f"window schedule, {tiling}")
+                f"{schedule} schedule, {tiling}")
         return cycles
     return await run_program(dut, config, layer, conv_program(config, layer, quant, schedule),
                              rng, feature, weights, quant, residual, f"{schedule} schedule")

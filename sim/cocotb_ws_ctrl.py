@@ -29,7 +29,7 @@ PORTS = {
 }
 
 
-def random_inputs(rng: np.random.Generator) -> CtrlInputs:
+def random_inputs(rng: np.random.Generator, depth: int) -> CtrlInputs:
     def bit(p: float) -> bool:
         return bool(rng.random() < p)
 
@@ -42,6 +42,9 @@ def random_inputs(rng: np.random.Generator) -> CtrlInputs:
         a_emit=bit(0.5),
         a_use_d=bit(0.3),
         d_valid=bit(0.6),
+        # a tile's first accumulator row (the tag adds it to the row's index, modulo the
+        # address width): 0 for half the rows, as bare GEMMs have it
+        a_acc_row=int(rng.integers(0, 1 << max(1, (depth - 1).bit_length()))) if bit(0.5) else 0,
     )
 
 
@@ -64,7 +67,7 @@ async def random_cycles(dut: Any) -> None:
     await next_cycle(dut)
     commits = 0
     for cycle in range(4000):
-        inputs = random_inputs(rng)
+        inputs = random_inputs(rng, depth)
         rst = rng.random() < 0.003
         for name, value in vars(inputs).items():
             getattr(dut, name).value = int(value)

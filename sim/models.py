@@ -116,6 +116,7 @@ class CtrlInputs:
     a_emit: bool
     a_use_d: bool
     d_valid: bool
+    a_acc_row: int = 0  # accumulator row of the tile's first row
 
 
 @dataclass
@@ -195,7 +196,8 @@ class CtrlModel:
             else:
                 self.w_count += 1
         a_fire = i.a_valid and out.a_ready
-        self.tags.appendleft((a_fire, i.a_add, i.a_emit, self.a_row))
+        rows_mask = (1 << max(1, (self.acc_depth - 1).bit_length())) - 1
+        self.tags.appendleft((a_fire, i.a_add, i.a_emit, (self.a_row + i.a_acc_row) & rows_mask))
         self.tags.pop()
         if a_fire:
             if i.a_last:
@@ -204,7 +206,7 @@ class CtrlModel:
                 self.drain[self.a_bank] = self.rows - 1
                 self.a_bank ^= 1
             else:
-                self.a_row = (self.a_row + 1) % (1 << max(1, (self.acc_depth - 1).bit_length()))
+                self.a_row = (self.a_row + 1) & rows_mask
         return out
 
 

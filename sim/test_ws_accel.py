@@ -39,7 +39,9 @@ CASES = [(2, 2, 2, 32768, 16, 8, 16, 1024, 1, 8), (4, 4, 4, 32, 4, 2, 16, 2, 4, 
 #: again in today's im2col schedule; a GEMM whose epilogue maps its results through a
 #: lookup table (an element-wise non-linearity) before a residual add, and an average pool
 #: with one; squeeze-excite's channel scale (1×1 sum pools whose epilogue multiplies each
-#: channel by its scale) in both pool schedules.
+#: channel by its scale) in both pool schedules; and a GEMM and a 3×3 whose N blocks
+#: accumulate side by side (each COMPUTE names its accumulator rows), in every such
+#: tiling that fits.
 LAYERS = [
     {"name": "gemm4x2x2", "height": 4, "width": 1, "channels": 2, "out_channels": 2},
     {"name": "conv3x3", "height": 5, "width": 5, "channels": 6, "out_channels": 6,
@@ -97,6 +99,10 @@ LAYERS = [
     {"name": "gather_channel_scale", "height": 3, "width": 4, "channels": 6,
      "out_channels": 6, "kernel": 1, "stride": 1, "padding": 0, "pool": "sum",
      "scale": True, "schedule": "gather"},
+    {"name": "interleave_gemm24x20", "height": 24, "width": 1, "channels": 20,
+     "out_channels": 20, "schedule": "interleave"},
+    {"name": "interleave3x3", "height": 5, "width": 4, "channels": 6, "out_channels": 12,
+     "kernel": 3, "stride": 1, "padding": 1, "schedule": "interleave"},
 ]
 
 

@@ -25,6 +25,7 @@ from glensidec.hardware.accel import (
 from glensidec.hardware.commands import (
     SPAD_ROW_BITS,
     AccelConfig,
+    Command,
     Compute,
     Config,
     LayerProgram,
@@ -36,6 +37,7 @@ from glensidec.hardware.commands import (
     conv_reference,
     encode_command,
     group_mask,
+    interleaved_tilings,
     pool_program,
     run_functional,
     sum_pool_reference,
@@ -395,11 +397,13 @@ def test_command_words_address_scratchpad_rows_past_16_bits() -> None:
         return (word >> offset) & ((1 << width) - 1)
 
     compute = encode_command(Compute(w_row=row, a_row=row + 1, m_len=3, add=True,
-                                     a_count1=7, a_stride1=row + 2, a_stride2=row + 3), cols=2)
+                                     a_count1=7, a_stride1=row + 2, a_stride2=row + 3,
+                                     acc_row=1000), cols=2)
     assert (bits(compute, 8, SPAD_ROW_BITS), bits(compute, 32, SPAD_ROW_BITS)) == (row, row + 1)
     assert (bits(compute, 56, 16), bits(compute, 72, 1), bits(compute, 73, 1)) == (3, 1, 0)
     assert (bits(compute, 80, 16), bits(compute, 96, SPAD_ROW_BITS),
             bits(compute, 120, SPAD_ROW_BITS)) == (7, row + 2, row + 3)
+    assert bits(compute, 144, 16) == 1000  # the accumulator row of its first row
     dma = DmaCommand(base=64, length=2, count1=4, spad_row=row, height=9)
     load = encode_command(Load(dma), cols=2)
     assert bits(load, 144, SPAD_ROW_BITS) == row and bits(load, 208, 16) == 9
@@ -540,6 +544,84 @@ def test_every_window_layout_computes_the_layer(layer: ConvLayer, residual: str)
         program = window_program(SMALL, layer, quant, tiling)
         assert np.array_equal(_run_window(program, layer, feature, weights, quant, added),
                               conv_reference(layer, feature, weights, quant, added)), tiling
+
+
+def test_computes_that_name_their_accumulator_rows_keep_their_sums_apart() -> None:
+    """Two tiles of two rows accumulate side by side (rows 0–1 and 2–3), each over two
+    folds, the folds of one taken between those of the other; then each emits its own
+    sums (tile 1 with weights twice tile 0's: a tile that lost its rows to the other
+    would emit a mix)."""
+    config = AccelConfig(2, 2, 4, MemoryConfig(row_bytes=2, scratchpad_bytes=2 * 4 * 4,
+                                               banks=4, bus_bytes=2, latency=1))
+    # A rows 0–3, then the identity and twice it (each tile's rows bottom first)
+    spad_rows = [[1, 2], [3, 4], [5, 6], [7, 8], [0, 1], [1, 0], [0, 2], [2, 0]]
+    memory = np.zeros(64, np.uint8)
+    memory[:16] = np.array(spad_rows, np.uint8).reshape(-1)
+    commands: list[Command] = [Load(DmaCommand(base=0, length=2, count1=8, stride1=2))]
+    # fold k (k = 0, 1) of tile t reads A rows 2k, 2k + 1
+    for fold, tile in ((0, 0), (0, 1), (1, 1), (1, 0)):
+        commands.append(Compute(w_row=4 + 2 * tile, a_row=2 * fold, m_len=2, add=fold == 1,
+                                emit=fold == 1, acc_row=2 * tile))
+    commands.append(Config(EpilogueConfig(post=0), (0, 0), (1, 1)))
+    commands += [Store(DmaCommand(base=32 + 4 * tile, length=2, count1=2, stride1=2))
+                 for tile in (1, 0)]  # tile 1 emitted first
+    after = run_functional(config, commands, memory)
+    # A rows 0–1 plus rows 2–3: [6, 8], [10, 12] at 32; tile 1 (stored at 36) twice that
+    assert after[32:40].tolist() == [6, 8, 10, 12, 12, 16, 20, 24]
+    assert Compute(w_row=0, a_row=0, m_len=2).acc_row == 0  # a bare tile: rows from 0
+
+
+#: Layers whose N blocks can accumulate side by side on SMALL (several blocks each).
+INTERLEAVE_LAYERS = [
+    *(layer for layer in [*WINDOW_LAYERS, *LAYOUT_LAYERS] if layer.out_channels > SMALL.cols),
+    ConvLayer("gemm24x20", 24, 1, 20, 20),
+    ConvLayer("conv3x3_20", 6, 4, 6, 20, kernel=3, stride=1, padding=1)]
+
+
+@pytest.mark.parametrize("layer", INTERLEAVE_LAYERS, ids=lambda layer: layer.name)
+def test_n_blocks_side_by_side_compute_the_layer(layer: ConvLayer) -> None:
+    """Issue 28: the tilings whose first N blocks accumulate side by side (each COMPUTE
+    naming its accumulator rows, folds taken for every block of the group while the band
+    arrives, the last piece's emits staggered) compute what numpy does, for the variants
+    of every window tiling and the chunks sized for them."""
+    feature, weights, quant = random_layer_data(layer, 11)
+    tilings = list(dict.fromkeys(
+        variant for base in [None, *window_tilings(SMALL, layer)]
+        for variant in interleaved_tilings(SMALL, layer, base)))
+    assert tilings and all(tiling.interleave > 1 for tiling in tilings)
+    for tiling in tilings:
+        program = window_program(SMALL, layer, quant, tiling)
+        assert max(command.acc_row for command in program.commands
+                   if isinstance(command, Compute)) > 0
+        assert np.array_equal(_run_window(program, layer, feature, weights, quant, None),
+                              conv_reference(layer, feature, weights, quant, None)), tiling
+
+
+def test_resnet50_1x1_layers_take_n_blocks_side_by_side_at_4_bytes_per_cycle() -> None:
+    """Issue 28: at 4 B/cycle ResNet-50's 14×14 1024 → 256 layer waited for its whole
+    200 KB band (50 k cycles) before its first N block could emit, the array idle for
+    most of it (247,406 cycles on main at 307691a, T_min 200,704). With four or five N
+    blocks taking each band plane as it arrives, their partial sums side by side in the
+    accumulator, the array computes while the band loads."""
+    from glensidec.hardware.array import ArrayConfig
+    from glensidec.hardware.commands import accel_config_for, best_conv_program
+
+    config = accel_config_for(ArrayConfig(16, 16), bus_bytes=4)
+    layer = ConvLayer("bottleneck_reduce14", 196, 1, 1024, 256)
+    quant = LayerQuant(EpilogueConfig(), (0,) * 256, (1,) * 256)
+    program, timing = best_conv_program(config, layer, quant)
+    assert max(command.acc_row for command in program.commands
+               if isinstance(command, Compute)) >= 3 * 196
+    assert timing.cycles < 0.9 * 247_406
+
+
+def test_interleaved_tilings_refuse_a_residual_add_and_a_grouped_layer() -> None:
+    """A residual add's rows alternate between two regions per Store, and a grouped
+    layer's N blocks read different bands: neither is taken side by side."""
+    layer = INTERLEAVE_LAYERS[-2]
+    assert interleaved_tilings(SMALL, layer, None)
+    assert interleaved_tilings(SMALL, layer, None, residual=True) == []
+    assert interleaved_tilings(SMALL, LAYERS[5], None) == []  # depthwise
 
 
 def test_the_window_layouts_are_offered() -> None:

@@ -22,7 +22,7 @@ import pytest
 from glensidec.backend.lower import constant_array
 from glensidec.cosim.diff import load_compiled
 from glensidec.hardware.accel import ConvLayer, EpilogueConfig
-from glensidec.hardware.accel_native import pack_commands
+from glensidec.hardware.accel_native import FIELDS, pack_commands
 from glensidec.hardware.array import ArrayConfig
 from glensidec.hardware.commands import (
     AccelModel,
@@ -41,10 +41,10 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 # A dense int8 layer: requantize-per-channel, a clip, outputs padded to the array and
 # sliced (N = 20 on 8 columns), K padded too (24 on 8 rows).
 DENSE = """
-(input x i8 (shape 5 24))
-(weight w i8 (shape 20 24) "dense.npz")
+(input x i8 (shape {m} {k}))
+(weight w i8 (shape {n} {k}) "dense.npz")
 (weight b i32 (shape {bias}) "dense.npz")
-(weight mult i32 (shape 20) "dense.npz")
+(weight mult i32 (shape {n}) "dense.npz")
 (compute (clip -50 100)
  (compute (requantize-per-channel 1 24 3)
   (access-pair
@@ -54,21 +54,24 @@ DENSE = """
       (access-cartesian-product (access (access-tensor x) 1) (access (access-tensor w) 1)))
      {bias_access}))
    (access-broadcast (access-insert-axis (access-tensor mult) 0)
-                     (access-shape (shape 5 20) (shape))))))
+                     (access-shape (shape {m} {n}) (shape))))))
 """
-PER_CHANNEL = ("20", "(access-broadcast (access-insert-axis (access-tensor b) 0) "
-                     "(access-shape (shape 5 20) (shape)))")
-PER_ELEMENT = ("5 20", "(access-tensor b)")  # a bias per output element: not the epilogue's
+PER_CHANNEL = ("{n}", "(access-broadcast (access-insert-axis (access-tensor b) 0) "
+                      "(access-shape (shape {m} {n}) (shape)))")
+PER_ELEMENT = ("{m} {n}", "(access-tensor b)")  # a bias per output element: not the epilogue's
 
 
-def _dense(root: Path, bias: tuple[str, str]) -> Path:
+def _dense(root: Path, bias: tuple[str, str], m: int = 5, k: int = 24, n: int = 20) -> Path:
+    """DENSE: x (m, k) times w (n, k)ᵀ, a bias per channel or per element."""
+    shape = {"m": m, "k": k, "n": n}
+    bias_shape, bias_access = (text.format(**shape) for text in bias)
     rng = np.random.default_rng(7)
-    np.savez(root / "dense.npz", w=rng.integers(-128, 128, (20, 24)).astype(np.int8),
-             b=rng.integers(-4000, 4000, tuple(int(v) for v in bias[0].split()))
+    np.savez(root / "dense.npz", w=rng.integers(-128, 128, (n, k)).astype(np.int8),
+             b=rng.integers(-4000, 4000, tuple(int(v) for v in bias_shape.split()))
              .astype(np.int32),
-             mult=rng.integers(2**14, 2**16, 20).astype(np.int32))
+             mult=rng.integers(2**14, 2**16, n).astype(np.int32))
     path = root / "dense.gs"
-    path.write_text(DENSE.format(bias=bias[0], bias_access=bias[1]))
+    path.write_text(DENSE.format(bias=bias_shape, bias_access=bias_access, **shape))
     return path
 
 
@@ -205,8 +208,7 @@ def _residual(root: Path, case: str) -> Path:
     copied into the layer's rows) or plus another such convolution's result
     (`conv_residual_of_a_layer`, r is that layer's rows before their transpose)."""
     if case == "dense_residual":
-        _dense(root, PER_CHANNEL)
-        layer = DENSE.format(bias=PER_CHANNEL[0], bias_access=PER_CHANNEL[1])
+        layer = _dense(root, PER_CHANNEL).read_text()
         head, body = layer.split("(compute (clip", 1)
         text = (head + "(input r i8 (shape 5 20))\n(let y (compute (clip" + body + ")\n"
                 + _residual_add("y", "(access-tensor r)", "5 20"))
@@ -385,6 +387,27 @@ def test_accelerator_layers_compute_what_the_interpreter_does(case: str, tmp_pat
     diff = subprocess.run([sys.executable, "-m", "glensidec", "diff", str(outdir),
                            *(f"{name}={outdir / name}.npy" for name in inputs)],
                           capture_output=True, text=True, timeout=600)
+    assert diff.returncode == 0 and "agree: interpreter, C program" in diff.stdout, diff.stdout
+
+
+@pytest.mark.slow
+def test_n_blocks_side_by_side_run_in_the_c_model(tmp_path: Path) -> None:
+    """Issue 28: a 16×512 by 512×64 layer at 4 B/cycle takes its N blocks side by side in
+    the accumulator (COMPUTEs naming their accumulator rows); the generated C's model of
+    ws_accel computes it bit-exactly (interpreter = C), and `glensidec diff` agrees."""
+    source = _dense(tmp_path, PER_CHANNEL, m=16, k=512, n=64)
+    outdir = tmp_path / "out"
+    compiled = _compile(source, outdir, "16x16", "--dram-bandwidth", "4")
+    assert compiled.returncode == 0, compiled.stderr
+    _, lowered = load_compiled(outdir)
+    (layer,) = lowered.accel_layers()
+    table = constant_array(lowered.buffer_of(layer.commands), {})
+    assert table[:, FIELDS.index("acc_row")].max() > 0
+    inputs = {"x": np.random.default_rng(4).integers(-128, 128, (16, 512)).astype(np.int8)}
+    got, _ = _run(outdir, inputs)
+    assert np.array_equal(got, _expected(source, inputs))
+    diff = subprocess.run([sys.executable, "-m", "glensidec", "diff", str(outdir),
+                           f"x={outdir / 'x'}.npy"], capture_output=True, text=True, timeout=600)
     assert diff.returncode == 0 and "agree: interpreter, C program" in diff.stdout, diff.stdout
 
 

@@ -37,6 +37,7 @@ from glensidec.hardware.commands import (
     Store,
     accel_config_for,
     conv_program,
+    interleaved_tilings,
     pool_program,
     window_program,
     window_tilings,
@@ -127,13 +128,21 @@ def test_the_limit_is_an_error_in_both_models() -> None:
 @pytest.mark.parametrize("layer", LAYERS, ids=lambda layer: layer.name)
 def test_window_programs_take_the_python_models_cycles(layer: ConvLayer, config_name: str,
                                                        residual: bool) -> None:
-    """Every window tiling that fits (2-D activation patterns over resident rows)."""
+    """Every window tiling that fits (2-D activation patterns over resident rows), and
+    those with N blocks side by side in the accumulator; their tables unpack to the same
+    commands (a COMPUTE's accumulator row included)."""
     config = CONFIGS[config_name]
     quant = random_layer_data(layer, 0)[2]
     if residual:
         quant = dataclasses.replace(quant, residual=random_residual(1))
-    for tiling in window_tilings(config, layer, residual):
-        _compare(config, window_program(config, layer, quant, tiling).commands)
+    tilings = window_tilings(config, layer, residual)
+    for tiling in [*tilings, *(variant for base in [None, *tilings]
+                               for variant in interleaved_tilings(config, layer, base, residual))]:
+        commands = window_program(config, layer, quant, tiling).commands
+        _compare(config, commands)
+        if tiling.interleave > 1:
+            assert unpack_commands(pack_commands(commands).astype(np.int32), config.cols,
+                                   quant.epilogue, quant.bias, quant.multiplier) == commands
 
 
 @pytest.mark.parametrize("residual", [False, True], ids=["plain", "residual"])

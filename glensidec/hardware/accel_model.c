@@ -33,6 +33,7 @@ typedef struct {
   int64_t epilogue; /* CONFIG: 1 applies the lookup table; 2 is a chunk of it, 3 the
                        per-column scales (all timed as a CONFIG: each waits until the
                        epilogue is empty) */
+  int64_t acc_row; /* COMPUTE: the accumulator row of its first row (no effect on timing) */
 } gs_command;
 
 /* Results, in the order of commands.AccelTiming's fields. */

@@ -35,8 +35,9 @@ SOURCE = Path(__file__).with_name("accel_model.c")
 FIELDS = ("op", "wait", "signal", "w_row", "a_row", "m_len", "add", "emit", "base", "length",
           "count1", "stride1", "count2", "stride2", "spad_row", "bounds", "y0", "y_step",
           "height", "x0", "x_step", "width", "pad_value", "wait_store", "residual",
-          "signal_store", "a_count1", "a_stride1", "a_stride2", "epilogue")
-_DMA_FIELDS = FIELDS[8:-7]
+          "signal_store", "a_count1", "a_stride1", "a_stride2", "epilogue",
+          "acc_row")
+_DMA_FIELDS = FIELDS[8:-8]
 _WINDOW, _WINDOW_STRIDE = _DMA_FIELDS.index("y0"), _DMA_FIELDS.index("y_step")
 _SUM = _DMA_FIELDS.index("height")  # a pooling store's: 1 for a sum pool
 #: a pooling store's window lines and pixel step, where a load has x0, x_step and width
@@ -117,7 +118,7 @@ def native_model() -> ctypes.CDLL | None:
 #: The columns a COMPUTE sets (from its attributes of the same names) and a LOAD's
 #: besides its DMA fields; every other column of theirs is 0.
 _COMPUTE_FIELDS = ("wait", "signal", "w_row", "a_row", "m_len", "add", "emit", "a_count1",
-                   "a_stride1", "a_stride2")
+                   "a_stride1", "a_stride2", "acc_row")
 _compute_fields = operator.attrgetter(*_COMPUTE_FIELDS)
 _COMPUTE_COLUMNS = [FIELDS.index(name) for name in _COMPUTE_FIELDS]
 _LOAD_COLUMNS = [FIELDS.index(name) for name in
@@ -161,13 +162,13 @@ def pack_commands(commands: Sequence[Command]) -> np.ndarray:
         if isinstance(command, Config):  # its vectors stay in the layer; where they start
             table[position] = [3, 0, 0, 0, 0, 0, 0, 0, command.first_column, *padding[1:], 0,
                                command.residual is not None, 0, 0, 0, 0,
-                               EPILOGUE_LOOKUP if command.epilogue.table is not None else 0]
+                               EPILOGUE_LOOKUP if command.epilogue.table is not None else 0, 0]
         elif isinstance(command, Table):  # its entries stay in the layer's table
             table[position] = [3, 0, 0, 0, 0, 0, 0, 0, command.first, len(command.entries),
-                               *padding[2:], 0, 0, 0, 0, 0, 0, EPILOGUE_TABLE]
+                               *padding[2:], 0, 0, 0, 0, 0, 0, EPILOGUE_TABLE, 0]
         elif isinstance(command, Scale):  # its values are the layer's, at run time
             table[position] = [3, 0, 0, 0, 0, 0, 0, 0, command.first_column, *padding[1:],
-                               0, 0, 0, 0, 0, 0, EPILOGUE_SCALE]
+                               0, 0, 0, 0, 0, 0, EPILOGUE_SCALE, 0]
         else:  # a store: its pooling window where a load has y0 and y_step, and a sum
             # pool's flag where it has height (stores have no bounds)
             dma = list(_dma_fields(command.dma))
@@ -178,7 +179,7 @@ def pack_commands(commands: Sequence[Command]) -> np.ndarray:
                 dma[_WINDOW_STRIDE2] = command.window_stride2
                 dma[_PIXEL_STEP] = command.pixel_step
             table[position] = [2, command.wait, command.signal, 0, 0, 0, 0, 0, *dma, 0, 0, 0,
-                               0, 0, 0, 0]
+                               0, 0, 0, 0, 0]
     return table
 
 
@@ -234,7 +235,7 @@ def unpack_commands(table: np.ndarray, cols: int, epilogue: EpilogueConfig,
                                     bool(field["add"]), bool(field["emit"]),
                                     bool(field["wait"]), bool(field["signal"]),
                                     field["a_count1"], field["a_stride1"],
-                                    field["a_stride2"]))
+                                    field["a_stride2"], field["acc_row"]))
         elif op == 3 and field["epilogue"] == EPILOGUE_SCALE:
             assert scale is not None, "scales in a layer without a scale vector"
             first = field["base"]

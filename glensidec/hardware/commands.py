@@ -81,6 +81,9 @@ class Compute:
     a_count1: int = 0  # activation rows per line (0: every row on one line)
     a_stride1: int = 1  # scratchpad rows between the rows of a line
     a_stride2: int = 0  # scratchpad rows between the first rows of two lines
+    #: the accumulator row of the tile's first row (row i: acc_row + i), so several
+    #: tiles' partial sums stay side by side (N blocks of one chunk taken fold by fold)
+    acc_row: int = 0
 
     def activation_rows(self) -> list[int]:
         """The scratchpad rows the tile reads, in order (unwrapped)."""
@@ -328,7 +331,8 @@ def encode_command(command: Command, cols: int) -> int:
                 | _field(command.m_len, 56, 16) | _field(command.add, 72, 1)
                 | _field(command.emit, 73, 1) | _field(command.a_count1, 80, 16)
                 | _field(command.a_stride1, 96, SPAD_ROW_BITS)
-                | _field(command.a_stride2, 120, SPAD_ROW_BITS))
+                | _field(command.a_stride2, 120, SPAD_ROW_BITS)
+                | _field(command.acc_row, 144, 16))
     epilogue = command.epilogue
     word = (OP_CONFIG | _field(epilogue.pre, 8, 6) | _field(epilogue.post, 16, 6)
             | _field(epilogue.zero_point, 24, 8) | _field(epilogue.low, 32, 8)
@@ -1013,9 +1017,11 @@ def conv_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
 def best_conv_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant
                       ) -> tuple[LayerProgram, AccelTiming]:
     """The schedule of the layer the exact model prices fastest, with its timing: today's
-    im2col program (when it fits) and every window tiling that fits; among those within
-    TRAFFIC_SLACK of the fastest, the one that moves the fewest bytes. CapacityError
-    (im2col's, naming the sizes) when none fits."""
+    im2col program (when it fits), every window tiling that fits, and the tilings that
+    take N blocks side by side (`interleaved_tilings`: the fastest window tiling's
+    variants, and chunks sized for such a group); among those within TRAFFIC_SLACK of the
+    fastest, the one that moves the fewest bytes. CapacityError (im2col's, naming the
+    sizes) when none fits."""
     program, _, timing = best_conv_table(config, layer, quant)
     return program, timing
 
@@ -1034,15 +1040,25 @@ def best_conv_table(config: AccelConfig, layer: ConvLayer, quant: LayerQuant
         candidates.append(im2col_program(config, layer, quant))
     except CapacityError as problem:
         error = problem
-    for tiling in window_tilings(config, layer, quant.residual is not None):
+    tilings = window_tilings(config, layer, quant.residual is not None)
+    for tiling in tilings:
         candidates.append(window_program(config, layer, quant, tiling))
     if not candidates:
         assert error is not None
         raise error
     priced = []
-    for program in candidates:
+
+    def price(program: LayerProgram) -> AccelTiming:
         table = pack_commands(program.commands)
         priced.append((program, table, table_cycles(config, program.commands, table)))
+        return priced[-1][2]
+
+    cycles = [price(program).cycles for program in candidates]
+    windows = cycles[len(cycles) - len(tilings):]
+    fastest_window = tilings[windows.index(min(windows))] if tilings else None
+    for tiling in interleaved_tilings(config, layer, fastest_window,
+                                      quant.residual is not None):
+        price(window_program(config, layer, quant, tiling))
     if len(priced) == 1:
         return priced[0]
     fastest = min(timing.cycles for _, _, timing in priced)
@@ -1066,7 +1082,14 @@ class WindowTiling:
     rest), or with `resident` every piece of every N block in rows of its own
     (`weight_buffer` rows in all), loaded with the first chunk and kept for the others.
     `first_rows` (> 0) makes the first chunk that many output rows (a small first band
-    starts the array sooner), the others `chunk_rows`."""
+    starts the array sooner), the others `chunk_rows`.
+
+    `interleave` (> 1): a chunk's first that many N blocks accumulate side by side (block
+    b's partial sums from accumulator row b · chunk_rows · out_w on, each COMPUTE naming
+    its rows), taking each K fold for every block of the group in turn, so the array works
+    on each band plane as it arrives instead of waiting for the whole band before the
+    first block can finish; a group's weight piece holds the folds of each of its blocks.
+    The chunk's other blocks follow one at a time (their band is in by then)."""
 
     chunk_rows: int
     double_buffered: bool
@@ -1075,6 +1098,7 @@ class WindowTiling:
     weight_buffer: int = 0
     resident: bool = False
     first_rows: int = 0
+    interleave: int = 1  # N blocks side by side in the accumulator (1: one at a time)
 
     def chunks(self, out_h: int) -> list[tuple[int, int]]:
         """(first output row, output rows) of each chunk."""
@@ -1246,6 +1270,67 @@ def window_tilings(config: AccelConfig, layer: ConvLayer, residual: bool = False
     return tilings
 
 
+def _covering_blocks(config: AccelConfig, layer: ConvLayer, band: _Band) -> int:
+    """N blocks whose computes, side by side, take as long as their band planes take to
+    arrive over the bus (each fold computes as many rows as its plane loads; a plane's
+    rows take ROW_BYTES / BUS_BYTES cycles each)."""
+    memory = config.memory
+    return -(-len(band.planes) * memory.row_bytes // (len(band.offsets) * memory.bus_bytes))
+
+
+def interleaved_tilings(config: AccelConfig, layer: ConvLayer, fastest: WindowTiling | None,
+                        residual: bool = False) -> list[WindowTiling]:
+    """Window tilings with N blocks side by side in the accumulator (`interleave`), for a
+    bus slower than the array: the `fastest` window tiling with as many blocks as the
+    accumulator holds its chunks of, and with the blocks whose computes cover their band's
+    arrival (`_covering_blocks`); and chunks small enough for that many blocks, with every
+    block's weights resident (else weight buffers of a quarter). A group's weight piece
+    holds the folds of each of its blocks. None with a residual add or for a grouped layer.
+    """
+    if residual or layer.groups != 1:
+        return []
+    R = config.rows
+    out_h, out_w = layer.out_size
+    blocks = -(-layer.out_channels // config.cols)
+    band = _band_of(layer, R)
+    folds, planes = len(band.offsets), len(band.planes)
+    covering = _covering_blocks(config, layer, band)
+    total = config.memory.scratchpad_rows
+    quarter = total // 4
+
+    def balanced(limit: int) -> int:
+        return -(-folds // -(-folds // limit))
+
+    tilings = []
+    if fastest is not None and fastest.interleave == 1:
+        most = min(blocks, config.acc_depth // (fastest.chunk_rows * out_w))
+        buffer = fastest.weight_buffer or quarter
+        for group in sorted({most, min(most, covering)}, reverse=True):
+            fit = buffer // (group * R)
+            if group < 2 or (not fastest.resident and fit < 1):
+                continue
+            piece = fastest.piece_folds if fastest.resident else \
+                min(fastest.piece_folds, balanced(fit))
+            tilings.append(replace(fastest, interleave=group, piece_folds=piece, prefetch=False))
+    resident = blocks * folds * R
+    for group in sorted({covering, covering + 1}):
+        rows = min(out_h, config.acc_depth // (group * out_w))
+        if not 2 <= group <= blocks or rows < 1:
+            continue
+        chunks = -(-out_h // rows)
+        rows = -(-out_h // chunks)
+        band_rows = band.rows(rows) * band.width * planes * (2 if chunks > 1 else 1)
+        if band_rows <= total - resident:
+            tilings.append(WindowTiling(rows, chunks > 1, balanced(min(folds, quarter // R)),
+                                        weight_buffer=resident, resident=True,
+                                        interleave=group))
+        elif band_rows <= total // 2 and quarter >= group * R:
+            tilings.append(WindowTiling(rows, chunks > 1,
+                                        balanced(min(folds, quarter // (group * R))),
+                                        interleave=group))
+    return tilings
+
+
 @dataclass
 class _WindowStep:
     """A step of the window schedule before its tokens: its loads, each with the region
@@ -1257,6 +1342,7 @@ class _WindowStep:
     computes: list[Compute]
     reads: list[set[tuple[str, int, int]]]
     tail: list[Command]
+    after: dict[int, list[Command]] = field(default_factory=dict)
 
 
 def _window_tokens(steps: list[_WindowStep]) -> list[Command]:
@@ -1308,7 +1394,7 @@ def _window_tokens(steps: list[_WindowStep]) -> list[Command]:
         [replace(compute, wait=(index, position) in compute_waits,
                  signal=index in released and position == len(step.computes) - 1)
          for position, compute in enumerate(step.computes)],
-        step.tail) for index, step in enumerate(steps)], _last_readers(steps))
+        step.tail, step.after) for index, step in enumerate(steps)], _last_readers(steps))
 
 
 def _last_readers(steps: list[_WindowStep]) -> dict[tuple[int, int], int]:
@@ -1364,6 +1450,7 @@ def _window_stream(raw: list[_WindowStep], steps: list[_Step],
                 commands.append(load)
                 sent += 1
             commands.append(compute)
+            commands += step.after.get(position, [])
         commands += step.tail
     return commands + [load for _, _, load in loads[sent:]]
 
@@ -1381,12 +1468,17 @@ def window_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
     Bands sit below the weights (`WindowTiling`: one band, or two alternating), weight
     pieces in two alternating buffers above them (or each in rows of its own, loaded
     once: `resident`); partial sums stay in the accumulator over every K fold of an
-    (M chunk, N block). Step s = (chunk, block, piece) loads the band (its chunk's first
-    step, or the chunk before's second with `prefetch`), its piece's weights (unless
-    resident and loaded) and (last piece) the block's residual rows; the tokens
-    (`_window_tokens`) make a load wait until the buffer it overwrites was read, and a
-    compute until what it reads is loaded.
+    (M chunk, N block), or of a group of the chunk's first blocks side by side
+    (`interleave`). Step s = (chunk, group of blocks, piece) loads its piece's weights
+    (unless resident and loaded), the band planes its folds are the first to read (or the
+    whole next band in the chunk before's second step, with `prefetch`) and (last piece)
+    the block's residual rows; the tokens (`_window_tokens`) make a load wait until the
+    buffer it overwrites was read, and a compute until what it reads is loaded. A block's
+    Config and Store follow its emitting compute.
     """
+    if tiling.interleave > 1 and quant.residual is not None:
+        raise ValueError("N blocks side by side take no residual add (its rows alternate "
+                         "between two regions, a Store's each)")
     R, C = config.rows, config.cols
     M, _, N = layer.gemm
     K = weight_rows(layer, C)
@@ -1435,50 +1527,74 @@ def window_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
     block_configured, w_loads, stores = -1, 0, 0
     blocks = group_blocks(layer, C)
     # a chunk of one step has no second step to load the next band with
-    prefetch = tiling.prefetch and len(blocks) * pieces > 1
+    prefetch = tiling.prefetch and -(-len(blocks) // tiling.interleave) * pieces > 1
+    group_size = tiling.interleave
+    acc_stride = tiling.chunk_rows * out_w if group_size > 1 else 0
     for chunk, (oy0, rows_here) in enumerate(chunk_list):
         m0, m_len = oy0 * out_w, rows_here * out_w
         band_base = band_buffer_of(chunk) * buffer
         first_step = len(steps)
-        for block_index, block in enumerate(blocks):
-            n0, width_n = block.n0, block.width
+        planes_loaded: set[int] = set()
+        numbered = list(enumerate(blocks))
+        for group in [numbered[:group_size]] + [[entry] for entry in numbered[group_size:]]:
             for piece in range(pieces):
                 first = piece * tiling.piece_folds
                 indices = order[first:first + tiling.piece_folds]
                 piece_folds = [folds[index] for index in indices]
                 loads: list[tuple[DmaCommand, tuple[str, int, int]]] = []
+                # per block of the group: its piece's first weight row and weight region
                 if tiling.resident:
-                    w_buffer = weight_start + (block_index * len(folds) + first) * R
-                    w_key = ("weights", block_index * pieces + piece, 0)
+                    w_rows = [weight_start + (block_index * len(folds) + first) * R
+                              for block_index, _ in group]
+                    w_keys = [("weights", block_index * pieces + piece, 0)
+                              for block_index, _ in group]
                 else:
                     w_buffer = weight_start + w_loads % 2 * weight_buffer
-                    w_key = ("weights", w_loads % 2, 0)
+                    w_rows = [w_buffer + position * len(piece_folds) * R
+                              for position in range(len(group))]
+                    w_keys = [("weights", w_loads % 2, 0)] * len(group)
                     w_loads += 1
                 if not (tiling.resident and chunk > 0):  # (resident: loaded with chunk 0)
-                    loads += [(dma, w_key) for dma in _piece_weight_loads(
-                        layer, R, piece_folds, weight_base + n0, N, width_n, w_buffer)]
-                # the band after the weights: a compute waits only for its own plane
-                if len(steps) == first_step and (chunk == 0 or not prefetch):
-                    loads += band_loads(chunk)
+                    for (_, block), w_row, w_key in zip(group, w_rows, w_keys, strict=True):
+                        loads += [(dma, w_key) for dma in _piece_weight_loads(
+                            layer, R, piece_folds, weight_base + block.n0, N, block.width,
+                            w_row)]
+                # the band after the weights, each plane in the first step that reads it
+                # (a compute waits only for its own plane; the next step's weights are
+                # not queued behind planes no compute needs yet)
+                if chunk == 0 or not prefetch:
+                    planes_here = [plane_of[index] for index in indices
+                                   if plane_of[index] not in planes_loaded]
+                    for load in band_loads(chunk):
+                        if load[1][2] in planes_here:
+                            loads.append(load)
+                            planes_loaded.add(load[1][2])
                 last_piece = piece == pieces - 1
                 residual_row = (stores % 2 * buffer + band_rows if tiling.double_buffered
                                 else band_rows + stores % 2 * m_len)
                 if residual and last_piece:
-                    loads.append((DmaCommand(base=residual_base + m0 * N + n0, length=width_n,
+                    block = group[0][1]
+                    loads.append((DmaCommand(base=residual_base + m0 * N + block.n0,
+                                             length=block.width,
                                              count1=m_len, stride1=N, spad_row=residual_row),
                                   ("residual", stores % 2, 0)))
-                computes, reads = [], []
-                for index, fold in enumerate(indices):
+                computes: list[Compute] = []
+                reads: list[set[tuple[str, int, int]]] = []
+                emits: dict[int, int] = {}  # block position → its emitting compute
+                for index, position in _group_order(len(indices), len(group), last_piece):
+                    fold = indices[index]
                     dy, dx = band.offsets[fold]
                     plane = plane_of[fold]
+                    emit = last_piece and index == len(piece_folds) - 1
+                    if emit:
+                        emits[position] = len(computes)
                     computes.append(Compute(
-                        w_row=w_buffer + index * R,
+                        w_row=w_rows[position] + index * R,
                         a_row=band_base + plane * plane_rows + dy * band.width + dx,
-                        m_len=m_len, add=piece > 0 or index > 0,
-                        emit=last_piece and index == len(piece_folds) - 1,
+                        m_len=m_len, add=piece > 0 or index > 0, emit=emit,
                         a_count1=out_w, a_stride1=band.stride_x,
-                        a_stride2=band.stride_y * band.width))
-                    reads.append({("band", band_buffer_of(chunk), plane), w_key})
+                        a_stride2=band.stride_y * band.width, acc_row=position * acc_stride))
+                    reads.append({("band", band_buffer_of(chunk), plane), w_keys[position]})
                 if residual and last_piece:  # its Store follows the emitting compute
                     reads[-1].add(("residual", stores % 2, 0))
                 # the next chunk's band after this step's own loads: its buffer was the
@@ -1486,24 +1602,41 @@ def window_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
                 if prefetch and len(steps) == first_step + 1 and chunk + 1 < len(chunk_list):
                     loads += band_loads(chunk + 1)
                 steps.append(_WindowStep(loads, computes, reads, []))
-            tail = steps[-1].tail
-            if block.n0 != block_configured:
-                padded = [0] * (C - width_n)
-                tail.append(Config(
-                    quant.epilogue, tuple(quant.bias[n0:n0 + width_n]) + tuple(padded),
-                    tuple(quant.multiplier[n0:n0 + width_n]) + tuple(padded), first_column=n0,
-                    residual=quant.residual))
-                block_configured = block.n0
-            tail.append(Store(DmaCommand(base=output_base + m0 * N + n0, length=width_n,
-                                         count1=m_len, stride1=N,
-                                         spad_row=residual_row if residual else 0),
-                              signal=residual))
-            stores += 1
+            for position, (_, block) in enumerate(group):
+                # right after its emitting compute: an in-order dispatcher would hold the
+                # Store behind the group's later computes, which wait for its rows to leave
+                tail = steps[-1].after.setdefault(emits[position], [])
+                n0, width_n = block.n0, block.width
+                if block.n0 != block_configured:
+                    padded = [0] * (C - width_n)
+                    tail.append(Config(
+                        quant.epilogue, tuple(quant.bias[n0:n0 + width_n]) + tuple(padded),
+                        tuple(quant.multiplier[n0:n0 + width_n]) + tuple(padded),
+                        first_column=n0, residual=quant.residual))
+                    block_configured = block.n0
+                tail.append(Store(DmaCommand(base=output_base + m0 * N + n0, length=width_n,
+                                             count1=m_len, stride1=N,
+                                             spad_row=residual_row if residual else 0),
+                                  signal=residual))
+                stores += 1
     return with_table(LayerProgram(_window_tokens(steps), input_base, weight_base,
                                    output_base, memory_bytes, tiling.chunk_rows * out_w,
                                    len(folds), tiling.piece_folds, pad, residual_base),
                       quant.epilogue, config.cols)
 
+
+
+def _group_order(folds: int, blocks: int, last_piece: bool) -> list[tuple[int, int]]:
+    """(fold, block position) of a group's computes in a piece: fold by fold, each fold
+    for every block of the group (their partial sums side by side in the accumulator), so
+    the blocks share each band plane as it arrives. In the last piece block b runs b folds
+    behind block 0: their emitting folds are apart, and a block's rows leave through the
+    epilogue (a row per `epilogue_cycles`, the Config between blocks waiting until the
+    previous block's rows are out) while the other blocks compute."""
+    if not last_piece:
+        return [(fold, block) for fold in range(folds) for block in range(blocks)]
+    return [(t - block, block) for t in range(folds + blocks - 1) for block in range(blocks)
+            if 0 <= t - block < folds]
 
 
 def _piece_weight_loads(layer: ConvLayer, rows: int, piece_folds: list[tuple[int, int, int, int]],
@@ -2031,6 +2164,9 @@ class _Step:
     loads: list[Load]
     computes: list[Compute]
     tail: list[Command]  # Config / Store after the computes
+    #: commands sent right after compute i (an emitting compute's Config and Store, when
+    #: more computes follow it in the step)
+    after: dict[int, list[Command]] = field(default_factory=dict)
 
 
 def _software_pipeline(steps: list[_Step]) -> list[Command]:
@@ -2153,12 +2289,13 @@ def run_functional(config: AccelConfig, commands: Sequence[Command],
             mask = config.memory.scratchpad_rows - 1
             rows = np.stack([_signed_bytes(spad.get(row & mask, zero_row)[:R])
                              for row in command.activation_rows()])
-            result = rows @ weights + (acc[:command.m_len] if command.add else 0)
+            kept = slice(command.acc_row, command.acc_row + command.m_len)
+            result = rows @ weights + (acc[kept] if command.add else 0)
             result = (result + 2**31) % 2**32 - 2**31  # the array's int32 wrap
             if command.emit:
                 emitted.extend(result)
             else:
-                acc[:command.m_len] = result
+                acc[kept] = result
         elif isinstance(command, Config):
             config_now = command
             scale = np.ones(C, np.int64)

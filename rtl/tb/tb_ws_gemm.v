@@ -107,6 +107,7 @@ module tb_ws_gemm #(
         .w_valid(w_valid), .w_ready(w_ready), .w_data(w_mem[w_ptr[$clog2(W_DEPTH)-1:0]]),
         .a_valid(a_valid), .a_ready(a_ready), .a_data(a_mem[a_addr]),
         .a_last(a_last), .a_add(tile[64]), .a_emit(tile[65]), .a_use_d(tile[66]),
+        .a_acc_row({$clog2(ACC_DEPTH){1'b0}}),
         .d_valid(d_valid), .d_ready(d_ready), .d_data(d_mem[d_ptr[$clog2(D_DEPTH)-1:0]]),
         .r_valid(r_valid), .r_ready(r_ready), .r_data(r_data)
     );
