@@ -14,12 +14,13 @@ import pytest
 from test_accel_offload import (
     CONV_THEN_AVERAGE,
     _accelerated,
+    _conv_then_pool,
     _interpreted,
     _lowered_result,
     _random_inputs,
 )
 
-from glensidec.backend.lower import Copy, Fill, Reduce
+from glensidec.backend.lower import AccelLayer, Copy, Fill, Reduce
 from glensidec.hardware.accel import ConvLayer
 from glensidec.hardware.array import ArrayConfig
 from glensidec.hardware.commands import pool_program, run_functional, with_output_pitch
@@ -153,7 +154,7 @@ def test_an_unpadded_first_convolution_reads_the_input_by_dma(tmp_path: Path) ->
 
 @pytest.mark.slow
 @pytest.mark.rtl
-@pytest.mark.parametrize("program", ["fire", "padded_average"])
+@pytest.mark.parametrize("program", ["fire", "padded_average", "requantized_pool"])
 def test_the_new_layer_forms_run_three_ways_and_on_ws_accel(
         program: str, tmp_path: Path, sim_cache: Path) -> None:
     """The fire module with its ceil-mode pool (two pitched stores, the pool reading the
@@ -161,7 +162,8 @@ def test_the_new_layer_forms_run_three_ways_and_on_ws_accel(
     layer runs on ws_accel's RTL with its predicted cycles and bits, the result is the
     interpreter's, and `glensidec diff` finds every instruction equal."""
     source = _fire(tmp_path, 6, "pool") if program == "fire" else \
-        _padded_average(tmp_path, 6, 3, 1)
+        _padded_average(tmp_path, 6, 3, 1) if program == "padded_average" else \
+        _requantized_pool(tmp_path)
     outdir = tmp_path / "out"
     compiled = subprocess.run([sys.executable, "-m", "glensidec", "compile", str(source),
                                "--array", "4x4", "-o", str(outdir)],
@@ -217,6 +219,34 @@ def test_an_average_pool_counting_its_padding_is_a_padded_sum_pooling_layer(
     assert len(pools) == 1 and pools[0].pool_sum and pools[0].padding == 1
     assert not [instruction for instruction in lowered.instructions
                 if isinstance(instruction, (Fill, Reduce))]
+    for seed in range(3):
+        inputs = _random_inputs(source, seed)
+        expected = _interpreted(source, inputs)
+        got = _lowered_result(source, lowered, inputs, 4)
+        assert np.array_equal(got.reshape(expected.shape), expected)
+
+
+def _requantized_pool(root: Path) -> Path:
+    """A layer's 3×3/2 max-pool (padded 1), then a requantize of the pooled map (as the
+    quantizer writes a pool joining a concatenation of another scale)."""
+    source = _conv_then_pool(root, 7, 3, 2, 1)
+    pool = source.read_text().strip().splitlines()
+    pool[-2] = "(compute (requantize 1234567890 0 31 4) (compute (cast i32) " + pool[-2]
+    pool[-1] += "))"
+    source.write_text("\n".join(pool) + "\n")
+    return source
+
+
+def test_a_requantize_of_a_max_pool_runs_in_the_pool_epilogue(tmp_path: Path) -> None:
+    """Inception's pool branch of a concatenation of another scale: the pooling stores
+    send each maximum through the requantize (the epilogue after the max), so no host
+    loop reads the pool's result."""
+    source = _requantized_pool(tmp_path)
+    lowered = _accelerated(source, "4x4")
+    pools = [layer for layer in lowered.accel_layers() if layer.pool]
+    assert len(pools) == 1 and not pools[0].pool_sum and pools[0].post == 31
+    assert all(isinstance(instruction, (AccelLayer, Copy))  # (the NCHW result's copy)
+               for instruction in lowered.instructions)
     for seed in range(3):
         inputs = _random_inputs(source, seed)
         expected = _interpreted(source, inputs)

@@ -676,7 +676,8 @@ def program_accel_layers(lowered: LoweredProgram, weights: dict[str, Array],
         quant = layer_quant(result, layer, weights)
         shape = (replace(geometry, name=""), layer.pool, layer.pool_sum, layer.layout,
                  quant.input_zero_point, quant.residual is not None,
-                 layer.residual is not None, layer.output_pitch)
+                 layer.residual is not None, layer.output_pitch,
+                 layer.pool and requantized_pool(quant))
         if shape not in programmed:
             program, table, timing = program_layer(accel, geometry, quant, pool=layer.pool,
                                                    pool_sum=layer.pool_sum, layout=layer.layout,
@@ -697,6 +698,13 @@ def program_accel_layers(lowered: LoweredProgram, weights: dict[str, Array],
     return result
 
 
+def requantized_pool(quant: LayerQuant) -> bool:
+    """Does a max-pool's epilogue do more than pass its maxima through (a requantize of
+    the pool's result folded into it)?"""
+    channels = len(quant.bias)
+    return quant != LayerQuant(EpilogueConfig(), (0,) * channels, (1,) * channels)
+
+
 def program_layer(accel: AccelConfig, layer: ConvLayer, quant: LayerQuant, pool: bool = False,
                   pool_sum: bool = False, layout: NhwcLayout | NchwLayout | None = None,
                   output_pitch: int = 0) -> tuple[LayerProgram, Array, AccelTiming]:
@@ -713,7 +721,9 @@ def program_layer(accel: AccelConfig, layer: ConvLayer, quant: LayerQuant, pool:
         elif layout is not None:
             program = layout_program(accel, layout)
         elif pool:
-            program = pool_program(accel, layer, quant if pool_sum else None)
+            program = pool_program(
+                accel, layer, quant if pool_sum or requantized_pool(quant) else None,
+                summed=pool_sum)
         else:  # the schedule the exact model prices fastest, its table and timing
             program, table, timing = best_conv_table(accel, layer, quant)
         if output_pitch:

@@ -21,7 +21,8 @@ In order (each a module of its own, each taking and giving a `LoweredProgram`):
 4. `accel_residual`: a quantized residual add after a layer moves into its epilogue (not
    a pooling layer's).
    Then `accel_pool` again: the pools of residual blocks' results, which read the layer
-   that took the add; and `join_concatenations` again (concatenations of pools).
+   that took the add; and `join_concatenations` again (concatenations of pools), then
+   `accel_pool` once more (pools of those concatenations: Inception's branch pools).
 5. `accel_layout`: a layer whose input is an earlier layer's rows (padded) reads them.
 6. `accel_boundary`: a layer operand that is the program's NCHW input in NHWC (padded)
    is made by a layout layer on the accelerator, not by the host's copies.
@@ -66,7 +67,8 @@ def fuse_for_accelerator(lowered: LoweredProgram, weights: dict[str, Array],
     layers = fuse_accel_scales(fuse_elementwise(layers), accel)
     layers = fuse_accel_residuals(layers, weights, accel)
     layers = fuse_accel_pools(layers, weights, accel)  # pools of the layers that took an add
-    layers = join_concatenations(layers)  # (of pools' rows too)
+    # concatenations of pools' rows too, then the pools of those concatenations
+    layers = fuse_accel_pools(join_concatenations(layers), weights, accel)
     layers = absorb_input_layouts(read_layer_rows(layers, weights, accel), weights, accel)
     layers = absorb_result_layouts(fold_constant_copies(layers, weights), weights, accel)
     return program_accel_layers(write_in_place(layers), weights, accel)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 import numpy as np
@@ -90,8 +90,48 @@ def fuse_accel_pools(lowered: LoweredProgram, weights: dict[str, Array],
                     _rewrite_sum(result, pool, scaled, accel):
                 continue  # the same index now holds the pooling layer
         index += 1
+    _fold_requantizes(result, weights)
     drop_dead_code(result)
     return result
+
+
+def _fold_requantizes(lowered: LoweredProgram, weights: dict[str, Array]) -> None:
+    """A max-pool whose result only a requantize reads (Inception's pool branch of a
+    concatenation, requantized to the concatenation's scale) takes the requantize into its
+    epilogue: the pooling stores send each maximum through it, so the transposing copy
+    writes the requantize's destination and the host loop goes."""
+    builder = LayerBuilder(lowered)
+    folded: set[int] = set()  # the requantizing loops, gone
+    for index, pool in enumerate(lowered.instructions):
+        if not isinstance(pool, AccelLayer) or not pool.pool or pool.pool_sum or \
+                pool.output_pitch or (pool.pre, pool.post, pool.zero_point) != (0, 0, 0):
+            continue
+        readers = lowered.readers().get(pool.dst.buffer, [])
+        copy = lowered.instructions[readers[0]] if len(readers) == 1 else None
+        if not isinstance(copy, Copy) or copy.src.buffer != pool.dst.buffer or \
+                lowered.writers().get(copy.dst.buffer) != [readers[0]]:
+            continue
+        scaled = _scaled_sum(lowered, readers[0], weights)
+        if scaled is None:
+            continue
+        loop = lowered.instructions[scaled.loop_index]
+        final = regroup(loop.dst, copy.dst.shape)
+        if final is None:
+            continue
+        epilogue = scaled.epilogue
+        bias = builder.constant(f"{pool.name}_requantized_bias", "i32",
+                                np.full(pool.n, scaled.bias, np.int64))
+        lowered.instructions[index] = replace(
+            pool, b=bias, bias=bias,  # (a pool has no weights: b is a placeholder)
+            multiplier=builder.constant(f"{pool.name}_requantized_multiplier", "i32",
+                                        np.full(pool.n, scaled.multiplier, np.int64)),
+            pre=epilogue.pre, post=epilogue.post, zero_point=epilogue.zero_point,
+            low=epilogue.low, high=epilogue.high)
+        lowered.instructions[readers[0]] = Copy(f"{copy.note}, requantized by the pool",
+                                                final, copy.src)
+        folded.add(scaled.loop_index)
+    lowered.instructions = [instruction for position, instruction
+                            in enumerate(lowered.instructions) if position not in folded]
 
 
 def trace_layer_rows(lowered: LoweredProgram, name: str, before: int, depth: int = 0

@@ -1767,7 +1767,7 @@ POOL_SCHEDULES = ("best", "gather", "band")
 
 
 def pool_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant | None = None,
-                 schedule: str = "best") -> LayerProgram:
+                 schedule: str = "best", summed: bool = True) -> LayerProgram:
     """Max-pooling of an NHWC int8 map as commands (`layer`: kernel, stride and padding
     of the windows; channels = out_channels; padding reads −128, so it never wins).
 
@@ -1775,7 +1775,9 @@ def pool_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant | None
     pooling stores send each window's int32 sum through the epilogue of `quant` (its
     bias, multiplier and clip; a Config for each N block whose vectors differ from the
     last one's). Its padding, if any, reads `quant.input_zero_point` (the value the
-    program pads with: an average pool that counts its padding).
+    program pads with: an average pool that counts its padding). With `quant` and not
+    `summed`, a max-pool whose maxima pass through `quant`'s epilogue (a requantize of the
+    pool's result, folded into it).
 
     `schedule` (POOL_SCHEDULES): "gather" (`gather_pool_program`) or "band"
     (`band_pool_program`, each tiling of `pool_band_tilings`), or "best": every one that
@@ -1784,8 +1786,8 @@ def pool_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant | None
     if schedule not in POOL_SCHEDULES:
         raise ValueError(f"unknown schedule {schedule!r}; one of {', '.join(POOL_SCHEDULES)}")
     if schedule == "gather":
-        return gather_pool_program(config, layer, quant)
-    candidates = [band_pool_program(config, layer, quant, rows, first)
+        return gather_pool_program(config, layer, quant, summed)
+    candidates = [band_pool_program(config, layer, quant, rows, first, summed)
                   for rows, first in pool_band_tilings(config, layer)]
     if schedule == "band":
         if not candidates:
@@ -1793,7 +1795,7 @@ def pool_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant | None
                                 "its windows do not fit half the scratchpad")
         return candidates[0]
     try:
-        candidates.append(gather_pool_program(config, layer, quant))
+        candidates.append(gather_pool_program(config, layer, quant, summed))
     except CapacityError:
         if not candidates:
             raise
@@ -1825,7 +1827,8 @@ def pool_band_tilings(config: AccelConfig, layer: ConvLayer) -> list[tuple[int, 
 
 
 def band_pool_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant | None,
-                      chunk_rows: int, first_rows: int = 0) -> LayerProgram:
+                      chunk_rows: int, first_rows: int = 0, summed: bool = True
+                      ) -> LayerProgram:
     """A pool whose input rows stay in the scratchpad: per chunk of output rows and block
     of COLS channels, the DMA loads the chunk's *band* once — the input rows its windows
     read, one scratchpad row per pixel, padding rows (−128) by its bounds without a memory
@@ -1862,7 +1865,7 @@ def band_pool_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant |
                 count1=width, stride1=channels, count2=(rows_here - 1) * stride + layer.kernel,
                 stride2=layer.width * channels, spad_row=buffer, bounds=True, y0=y0, y_step=1,
                 height=layer.height, x0=x0, x_step=1, width=layer.width,
-                pad_value=-128 if quant is None else quant.input_zero_point),
+                pad_value=-128 if quant is None or not summed else quant.input_zero_point),
                 wait_store=len(tails) >= 2, signal_store=True))
             if tails:  # the step before's stores, after this step's load
                 commands += tails[-1]
@@ -1879,7 +1882,7 @@ def band_pool_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant |
                                       length=block, count1=out_w, stride1=channels,
                                       spad_row=buffer + line * stride * width),
                            signal=line == rows_here - 1, wait=line == 0, window=taps,
-                           window_stride=1, sum=quant is not None,
+                           window_stride=1, sum=quant is not None and summed,
                            window_count1=layer.kernel, window_stride2=width,
                            pixel_step=stride)
                      for line in range(rows_here)]
@@ -1892,7 +1895,7 @@ def band_pool_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant |
 
 
 def gather_pool_program(config: AccelConfig, layer: ConvLayer,
-                        quant: LayerQuant | None = None) -> LayerProgram:
+                        quant: LayerQuant | None = None, summed: bool = True) -> LayerProgram:
     """The pool with every window's taps gathered from main memory by the DMA.
 
     Per M chunk of output rows and block of COLS channels, the DMA gathers the window's
@@ -1913,7 +1916,7 @@ def gather_pool_program(config: AccelConfig, layer: ConvLayer,
     memory_bytes = output_base + _align(M * channels) + 2 * config.memory.bus_bytes
     # padding never wins a max; a sum pool's padding counts as its value (an average pool
     # counting the padding: the zero point)
-    pad_value = -128 if quant is None else quant.input_zero_point
+    pad_value = -128 if quant is None or not summed else quant.input_zero_point
     used = min(config.cols, channels)  # as the layer's vectors (0 bias, 1 multiplier) give it
     identity = Config(EpilogueConfig(), (0,) * config.cols,
                       (1,) * used + (0,) * (config.cols - used))
@@ -1935,7 +1938,7 @@ def gather_pool_program(config: AccelConfig, layer: ConvLayer,
             store = Store(DmaCommand(base=output_base + m0 * channels + n0, length=width,
                                      count1=m_len, stride1=channels, spad_row=buffer),
                           signal=True, wait=True, window=taps, window_stride=m_len,
-                          sum=quant is not None)
+                          sum=quant is not None and summed)
             tail: list[Command] = [store]
             if quant is not None:
                 padded = (0,) * (config.cols - width)
