@@ -669,24 +669,33 @@ def program_accel_layers(lowered: LoweredProgram, weights: dict[str, Array],
     # (ResNet-50: 56 layers, 30 shapes; ResNeXt-50: 552, 31), so each is programmed once.
     programmed: dict[tuple[object, ...], tuple[LayerProgram, Array, AccelTiming,
                                                LayerTraffic]] = {}
-    for index, layer in enumerate(result.instructions):
-        if not isinstance(layer, AccelLayer):
-            continue
+    # A concatenation's layers store their rows pitched (`output_pitch`): each pitch is
+    # the same schedule with its stores moved, so the schedule is chosen once per shape
+    # and kept (commands and all) for the shapes some layer stores pitched.
+    keys = {index: _layer_key(result, layer, weights)
+            for index, layer in enumerate(result.instructions)
+            if isinstance(layer, AccelLayer)}
+    pitched_shapes = {key[:-1] for key in keys.values() if key[-1]}
+    schedules: dict[tuple[object, ...], tuple[LayerProgram, Array, AccelTiming]] = {}
+    for index, key in keys.items():
+        layer = result.instructions[index]
+        assert isinstance(layer, AccelLayer)
         geometry = layer_geometry(layer)
-        quant = layer_quant(result, layer, weights)
-        shape = (replace(geometry, name=""), layer.pool, layer.pool_sum, layer.layout,
-                 quant.input_zero_point, quant.residual is not None,
-                 layer.residual is not None, layer.output_pitch,
-                 layer.pool and requantized_pool(quant))
-        if shape not in programmed:
-            program, table, timing = program_layer(accel, geometry, quant, pool=layer.pool,
-                                                   pool_sum=layer.pool_sum, layout=layer.layout,
-                                                   output_pitch=layer.output_pitch)
+        if key not in programmed:
+            chosen = schedules.get(key[:-1])
+            if chosen is None:
+                chosen = program_layer(accel, geometry, layer_quant(result, layer, weights),
+                                       pool=layer.pool, pool_sum=layer.pool_sum,
+                                       layout=layer.layout)
+                if key[:-1] in pitched_shapes:
+                    schedules[key[:-1]] = chosen
+            program, table, timing = chosen if not layer.output_pitch else \
+                pitched_program(accel, geometry, chosen[0], layer.output_pitch)
             traffic = layer_traffic(accel, geometry, program, layer.residual is not None,
                                     layer.pool)
             # (its bases; the commands, the bulk, are in the table)
-            programmed[shape] = replace(program, commands=[]), table, timing, traffic
-        program, table, timing, traffic = programmed[shape]
+            programmed[key] = replace(program, commands=[]), table, timing, traffic
+        program, table, timing, traffic = programmed[key]
         del result.buffers[layer.commands.buffer]  # the placeholder
         result.instructions[index] = replace(
             layer, commands=builder.constant(f"{layer.name}_commands", "i32", table),
@@ -698,6 +707,34 @@ def program_accel_layers(lowered: LoweredProgram, weights: dict[str, Array],
     return result
 
 
+def _layer_key(lowered: LoweredProgram, layer: AccelLayer, weights: dict[str, Array]
+               ) -> tuple[object, ...]:
+    """What a layer's commands depend on (the layers of one key share a table), its
+    output pitch last."""
+    quant = layer_quant(lowered, layer, weights)
+    return (replace(layer_geometry(layer), name=""), layer.pool, layer.pool_sum,
+            layer.layout, quant.input_zero_point, quant.residual is not None,
+            layer.residual is not None, layer.pool and requantized_pool(quant),
+            layer.output_pitch)
+
+
+def pitched_program(accel: AccelConfig, layer: ConvLayer, program: LayerProgram, pitch: int
+                    ) -> tuple[LayerProgram, Array, AccelTiming]:
+    """`program` with its result rows stored `pitch` bytes apart
+    (commands.with_output_pitch), packed and timed again (the stores moved)."""
+    out_h, out_w = layer.out_size
+    try:
+        program = with_output_pitch(program, out_h * out_w, layer.out_channels, pitch,
+                                    accel.memory.bus_bytes)
+    except CapacityError as error:
+        raise GlensideError(f"--accel: {error}") from None
+    table = pack_commands(program.commands)
+    native = native_model()
+    timing = (native_cycles(native, accel, table, 10**12) if native is not None
+              else accel_cycles(accel, program.commands))
+    return program, table, timing
+
+
 def requantized_pool(quant: LayerQuant) -> bool:
     """Does a max-pool's epilogue do more than pass its maxima through (a requantize of
     the pool's result folded into it)?"""
@@ -706,13 +743,12 @@ def requantized_pool(quant: LayerQuant) -> bool:
 
 
 def program_layer(accel: AccelConfig, layer: ConvLayer, quant: LayerQuant, pool: bool = False,
-                  pool_sum: bool = False, layout: NhwcLayout | NchwLayout | None = None,
-                  output_pitch: int = 0) -> tuple[LayerProgram, Array, AccelTiming]:
+                  pool_sum: bool = False, layout: NhwcLayout | NchwLayout | None = None
+                  ) -> tuple[LayerProgram, Array, AccelTiming]:
     """The layer's commands (best_conv_table, or pool_program for a max-pool or,
     `pool_sum`, an average pool through `quant`'s epilogue, or layout_program for a
     `layout` change), as the packed table the C reads, and their cycles on ws_accel;
-    GlensideError when the layer does not fit the accelerator. With `output_pitch`, the
-    result rows are stored that many bytes apart (commands.with_output_pitch)."""
+    GlensideError when the layer does not fit the accelerator."""
     timing: AccelTiming | None = None
     table: Array | None = None
     try:
@@ -726,11 +762,6 @@ def program_layer(accel: AccelConfig, layer: ConvLayer, quant: LayerQuant, pool:
                 summed=pool_sum)
         else:  # the schedule the exact model prices fastest, its table and timing
             program, table, timing = best_conv_table(accel, layer, quant)
-        if output_pitch:
-            out_h, out_w = layer.out_size
-            program = with_output_pitch(program, out_h * out_w, layer.out_channels,
-                                        output_pitch, accel.memory.bus_bytes)
-            table = timing = None  # the stores moved: pack and time them again
     except CapacityError as error:
         raise GlensideError(f"--accel: {error}") from None
     if table is None:

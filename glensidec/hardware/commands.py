@@ -1801,7 +1801,12 @@ def pool_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant | None
             raise
     if len(candidates) == 1:
         return candidates[0]
-    priced = [(accel_cycles(config, program.commands), program) for program in candidates]
+    from glensidec.hardware.accel_native import pack_commands
+
+    # priced on the C model when there is one (a Python run per candidate of a large pool
+    # took seconds: Inception-v3's average pools, now on the accelerator)
+    priced = [(table_cycles(config, program.commands, pack_commands(program.commands)),
+               program) for program in candidates]
     return min(priced, key=lambda choice: (choice[0].cycles,
                                            choice[0].load_bytes + choice[0].store_bytes))[1]
 
