@@ -172,11 +172,23 @@ def test_cost_bands_keep_the_best_scored_of_similar_cost() -> None:
     records = [{"cycles": 1000, "score": 1.0}, {"cycles": 1020, "score": 2.0},
                {"cycles": 1100, "score": 0.5}, {"cycles": 1010, "score": 2.0}]
     winners = S.band_winners(records, "cycles", 0.025)
-    # 1000 and 1010 lose to 1020 (within 2.5 %); of the equal scores 1020 is earlier;
+    # 1000 and 1020 lose to 1010 (within 2.5 %); of the equal scores 1010 is cheaper;
     # 1100 is alone in its band
-    assert winners == {id(records[1]), id(records[2])}
+    assert winners == {id(records[3]), id(records[2])}
     assert S.band_winners(records, "cycles", 0.0) == {id(r) for r in records}
-    assert S.band_winners(records, "cycles", 1.0) == {id(records[1])}
+    assert S.band_winners(records, "cycles", 1.0) == {id(records[3])}
+
+
+def test_cost_band_ties_go_to_the_cheaper() -> None:
+    """The co-design scores a network once, so the same network on two machines ties: the
+    faster pair must win its band (the earlier, slower one did, and the benchmark's
+    co-design chose the reference machine over a faster one within the budget)."""
+    slow = {"cycles": 2241, "score": 0.979}
+    fast = {"cycles": 2191, "score": 0.979}
+    assert S.band_winners([slow, fast], "cycles", 0.025) == {id(fast)}
+    # equal scores and costs: the earlier
+    twin = dict(slow)
+    assert S.band_winners([slow, twin], "cycles", 0.025) == {id(slow)}
 
 
 @pytest.mark.parametrize("legality", ["fisher-init", "fisher-warm", "loss-warm"])

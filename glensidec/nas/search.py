@@ -591,12 +591,15 @@ def choose(result: Result, setup: Setup, order: list[Candidate],
 def band_winners(records: list[dict[str, Any]], cost: str, band: float) -> set[int]:
     """The records (by `id`) that no other record within +-`band` of their cost outscores:
     BlockSwap compares Fisher Potential only between networks of similar size, because a
-    capacity proxy is not comparable across sizes. Of equal scores the earlier record wins."""
+    capacity proxy is not comparable across sizes. Of equal scores the cheaper record wins
+    (the co-design's same network on a faster machine: the score is the network's), then
+    the earlier."""
     winners = set()
     for index, record in enumerate(records):
         low, high = (1 - band) * record[cost], (1 + band) * record[cost]
         beaten = any(low <= rival[cost] <= high and
-                     (rival["score"], -other) > (record["score"], -index)
+                     (rival["score"], -rival[cost], -other) >
+                     (record["score"], -record[cost], -index)
                      for other, rival in enumerate(records) if other != index)
         if not beaten:
             winners.add(id(record))
