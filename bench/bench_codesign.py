@@ -296,16 +296,18 @@ def main(fixed_file: Path | None = None, only_fixed: bool = False) -> int:
     fixed-machine search and its records), so the co-design can be rerun alone."""
     import pickle
 
+    import dask
     from dask.distributed import Client, LocalCluster
 
-    from glensidec.nas.commands import DaskMapper
+    from glensidec.nas.commands import WORKER_CONFIG, DaskMapper
 
     started = time.perf_counter()
     train_data, val = B.load("digits_train.npz"), B.load("digits_val.npz")
     fixed, memo = None, None
     if fixed_file is not None and not only_fixed:
         fixed, memo = pickle.loads(fixed_file.read_bytes())
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+    with dask.config.set(WORKER_CONFIG), \
+            LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                       dashboard_address=None) as cluster, Client(cluster) as client:
         if only_fixed and fixed_file is not None:
             program = read_program(B.EXAMPLES / "digits_cnn.gs")

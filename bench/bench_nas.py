@@ -181,9 +181,10 @@ def main(fixed_file: Path | None = None) -> int:
     OPTIONS, so the same search)."""
     import pickle
 
+    import dask
     from dask.distributed import Client, LocalCluster
 
-    from glensidec.nas.commands import DaskMapper
+    from glensidec.nas.commands import WORKER_CONFIG, DaskMapper
 
     start = time.perf_counter()
     program = read_program(EXAMPLES / "digits_cnn.gs")
@@ -191,7 +192,8 @@ def main(fixed_file: Path | None = None) -> int:
     space = S.search_space(graph, KINDS)
     train_data, val = load("digits_train.npz"), load("digits_val.npz")
     memo: dict[S.Candidate, dict[str, Any]] = {}
-    with LocalCluster(n_workers=WORKERS, threads_per_worker=1, processes=True,
+    with dask.config.set(WORKER_CONFIG), \
+            LocalCluster(n_workers=WORKERS, threads_per_worker=1, processes=True,
                       dashboard_address=None) as cluster, Client(cluster) as client:
         results, picks = searches(DaskMapper(client), format_program(program),
                                   load_weights(program), train_data, val, memo)
@@ -344,8 +346,9 @@ def completed(saved: dict[str, Any]) -> dict[str, Any]:
              "random legal pick"]
     picks = sorted(saved["picks"].items(), key=lambda item: order.index(item[0]))
     for index, (label, record) in enumerate(picks):
-        pair = accuracies[2 * index:2 * index + 2] if accuracies else (
-            [record["accuracy"]] if "accuracy" in record else [])
+        # train legality measured each candidate's seeds already (the same recipe)
+        pair = accuracies[2 * index:2 * index + 2] if accuracies else record.get(
+            "accuracies", [record["accuracy"]] if "accuracy" in record else [])
         table.append({**record, "label": label, "accuracies": pair})
     summary = {"strategy": "aging evolution", "evaluated": len(records),
                "legal": sum(1 for r in records if r.get("legal")),

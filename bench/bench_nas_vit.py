@@ -99,9 +99,10 @@ class Clock:
 
 
 def main() -> int:
+    import dask
     from dask.distributed import Client, LocalCluster
 
-    from glensidec.nas.commands import DaskMapper
+    from glensidec.nas.commands import WORKER_CONFIG, DaskMapper
 
     clock = Clock()
     program = read_program(MODEL)
@@ -109,7 +110,8 @@ def main() -> int:
     graph = lift(program, weights)
     space = S.search_space(graph, KINDS)
     train_data, val = N.load("digits_train.npz"), N.load("digits_val.npz")
-    with LocalCluster(n_workers=WORKERS, threads_per_worker=1, processes=True,
+    with dask.config.set(WORKER_CONFIG), \
+            LocalCluster(n_workers=WORKERS, threads_per_worker=1, processes=True,
                       dashboard_address=None) as cluster, Client(cluster) as client:
         result = S.run_search(format_program(program), weights, (train_data.x, train_data.y),
                               (val.x, val.y), parse_array_size(N.ARRAY), OPTIONS,

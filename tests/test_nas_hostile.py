@@ -159,3 +159,20 @@ def _descendants(pid: int) -> list[int]:
         found += map(int, children)
         frontier += map(int, children)
     return found
+
+
+def test_nas_workers_run_without_the_profiler_that_dropped_egraphs_on_its_thread() -> None:
+    """The workers' statistical profiler held the e-graph thread's frame on the event loop;
+    an e-graph freed with it there panicked ("EGraph is unsendable, but is being dropped on
+    another thread", a traceback from a worker in bench_nas's run). The local cluster's
+    workers run with it off."""
+    import dask
+
+    client = commands.dask_client(None, 1)
+    try:
+        enabled = client.run(lambda: dask.config.get("distributed.worker.profile.enabled"))
+        assert enabled and set(enabled.values()) == {False}
+        periodic = client.run(lambda dask_worker: sorted(dask_worker.periodic_callbacks))
+        assert all("profile" not in names for names in periodic.values())
+    finally:
+        commands.close_client(client)

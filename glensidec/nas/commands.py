@@ -283,6 +283,14 @@ class DaskMapper:
         return list(self.client.gather(futures))
 
 
+# The workers' statistical profiler is off. Every 10 ms it takes sys._current_frames() on
+# the worker's event loop, the e-graph thread's frame among them (cost.on_egglog_thread);
+# when that frame returns before the profiler lets go of it, its locals — an e-graph —
+# are freed on the event loop's thread and egglog panics ("EGraph is unsendable, but is
+# being dropped on another thread": a traceback from a worker in bench_nas's run).
+WORKER_CONFIG = {"distributed.worker.profile.enabled": False}
+
+
 def dask_client(scheduler: str | None, workers: int) -> Any:
     if scheduler:
         Client, _ = _dask()
@@ -302,7 +310,8 @@ def dask_client(scheduler: str | None, workers: int) -> Any:
     held: list[int] = []
     previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
     try:
-        with dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"}):
+        with dask.config.set({"distributed.worker.multiprocessing-method": "forkserver",
+                              **WORKER_CONFIG}):
             # No dashboard; the scheduler's HTTP server (always started) on a free local
             # port, not on 8787 with a warning when another cluster has it. A task's error
             # reaches us as its exception: the workers' own logs are noise (after an
