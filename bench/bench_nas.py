@@ -213,7 +213,7 @@ def main(fixed_file: Path | None = None) -> int:
         residual_row = residual(DaskMapper(client), client, train_data, val)
         stage_done("the residual CNN", start)
         save({"partial": "picks retrained", "picks": picks, "accuracies": accuracies,
-              "search records": results["cycles"].records})
+              "search records": results["cycles"].records, "residual": residual_row})
         candidates = pool(graph, space)
         pooled = client.gather([client.submit(proxies, *shared[:3], c, pure=False)
                                 for c in candidates])
