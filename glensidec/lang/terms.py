@@ -10,6 +10,7 @@ subterms is a DAG and every stage can memoise per term.
 from __future__ import annotations
 
 import os
+from collections.abc import Container
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TypeAlias
@@ -86,8 +87,9 @@ def is_matmul(term: Arg) -> bool:
             and isinstance(term.args[1], Term) and term.args[1].op == "access-cartesian-product")
 
 
-def postorder(root: Term) -> list[Term]:
-    """Every distinct subterm once, children before parents (iterative: nets are deep)."""
+def postorder(root: Term, known: Container[Term] = ()) -> list[Term]:
+    """Every distinct subterm once, children before parents (iterative: nets are deep);
+    a subterm in `known` is left out with everything below it that only it reaches."""
     order: list[Term] = []
     seen: set[Term] = set()
     stack: list[tuple[Term, bool]] = [(root, False)]
@@ -96,7 +98,7 @@ def postorder(root: Term) -> list[Term]:
         if expanded:
             order.append(term)
             continue
-        if term in seen:
+        if term in seen or term in known:
             continue
         seen.add(term)
         stack.append((term, True))

@@ -707,9 +707,10 @@ def infer(root: Term, tensors: dict[str, TensorDecl], types: TypeTable | None = 
     """Type every subterm of `root` (extending `types`); raises a located GlensideError."""
     types = {} if types is None else types
     ctx = Context(tensors)
-    for term in postorder(root):
-        if term in types:
-            continue
+    # typed terms are not walked again: the importer types each node's new term against
+    # everything typed before it, and walking the whole program each time was quadratic
+    # (swin_t: 2,500 nodes, 92 % of its import)
+    for term in postorder(root, types):
         args = [_argument_value(arg, types) for arg in term.args]
         try:
             types[term] = RULES[term.op](ctx, args)
