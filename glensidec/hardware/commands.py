@@ -1391,10 +1391,16 @@ def _window_tokens(steps: list[_WindowStep]) -> list[Command]:
               signal=(index, position) in load_signals,
               wait_store=(index, position) in store_waits)
          for position, (dma, _) in enumerate(step.loads)],
-        [replace(compute, wait=(index, position) in compute_waits,
-                 signal=index in released and position == len(step.computes) - 1)
+        [_with_tokens(compute, (index, position) in compute_waits,
+                      index in released and position == len(step.computes) - 1)
          for position, compute in enumerate(step.computes)],
         step.tail, step.after) for index, step in enumerate(steps)], _last_readers(steps))
+
+
+def _with_tokens(compute: Compute, wait: bool, signal: bool) -> Compute:
+    """`compute` with its token flags (a copy only when one is set: most computes of a
+    long layer take and give no token, and a dataclass copy costs microseconds)."""
+    return replace(compute, wait=wait, signal=signal) if wait or signal else compute
 
 
 def _last_readers(steps: list[_WindowStep]) -> dict[tuple[int, int], int]:
@@ -1535,6 +1541,7 @@ def window_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
         band_base = band_buffer_of(chunk) * buffer
         first_step = len(steps)
         planes_loaded: set[int] = set()
+        chunk_band = band_loads(chunk) if chunk == 0 or not prefetch else []
         numbered = list(enumerate(blocks))
         for group in [numbered[:group_size]] + [[entry] for entry in numbered[group_size:]]:
             for piece in range(pieces):
@@ -1563,12 +1570,9 @@ def window_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
                 # (a compute waits only for its own plane; the next step's weights are
                 # not queued behind planes no compute needs yet)
                 if chunk == 0 or not prefetch:
-                    planes_here = [plane_of[index] for index in indices
-                                   if plane_of[index] not in planes_loaded]
-                    for load in band_loads(chunk):
-                        if load[1][2] in planes_here:
-                            loads.append(load)
-                            planes_loaded.add(load[1][2])
+                    planes_here = {plane_of[index] for index in indices} - planes_loaded
+                    loads += [load for load in chunk_band if load[1][2] in planes_here]
+                    planes_loaded |= planes_here
                 last_piece = piece == pieces - 1
                 residual_row = (stores % 2 * buffer + band_rows if tiling.double_buffered
                                 else band_rows + stores % 2 * m_len)
