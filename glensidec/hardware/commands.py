@@ -1612,16 +1612,10 @@ def window_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
                 tail = steps[-1].after.setdefault(emits[position], [])
                 n0, width_n = block.n0, block.width
                 if block.n0 != block_configured:
-                    padded = [0] * (C - width_n)
-                    tail.append(Config(
-                        quant.epilogue, tuple(quant.bias[n0:n0 + width_n]) + tuple(padded),
-                        tuple(quant.multiplier[n0:n0 + width_n]) + tuple(padded),
-                        first_column=n0, residual=quant.residual))
+                    tail.append(_block_config(quant, n0, width_n, C))
                     block_configured = block.n0
-                tail.append(Store(DmaCommand(base=output_base + m0 * N + n0, length=width_n,
-                                             count1=m_len, stride1=N,
-                                             spad_row=residual_row if residual else 0),
-                                  signal=residual))
+                tail.append(_block_store(output_base + m0 * N + n0, width_n, m_len, N,
+                                         residual_row if residual else None))
                 stores += 1
     return with_table(LayerProgram(_window_tokens(steps), input_base, weight_base,
                                    output_base, memory_bytes, tiling.chunk_rows * out_w,
@@ -1747,16 +1741,10 @@ def im2col_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant) -> 
                      for index in range(len(piece_folds))], []))
             tail = steps[-1].tail
             if block != block_configured:
-                padded = [0] * (C - width)
-                tail.append(Config(
-                    quant.epilogue, tuple(quant.bias[n0:n0 + width]) + tuple(padded),
-                    tuple(quant.multiplier[n0:n0 + width]) + tuple(padded), first_column=n0,
-                    residual=quant.residual))
+                tail.append(_block_config(quant, n0, width, C))
                 block_configured = block
-            tail.append(Store(DmaCommand(base=output_base + m0 * N + n0, length=width,
-                                         count1=m_len, stride1=N,
-                                         spad_row=residual_row if residual else 0),
-                              signal=residual))
+            tail.append(_block_store(output_base + m0 * N + n0, width, m_len, N,
+                                     residual_row if residual else None))
             stores += 1
     return with_table(LayerProgram(_software_pipeline(steps), input_base, weight_base,
                                    output_base, memory_bytes, tiling.chunk_rows * out_w,
@@ -2179,6 +2167,25 @@ class _Step:
     #: commands sent right after compute i (an emitting compute's Config and Store, when
     #: more computes follow it in the step)
     after: dict[int, list[Command]] = field(default_factory=dict)
+
+
+def _block_config(quant: LayerQuant, n0: int, width: int, cols: int) -> Config:
+    """The epilogue's Config for the N block of `width` columns from `n0`: its bias and
+    multipliers, padded with zeros to the array's `cols` columns."""
+    padded = (0,) * (cols - width)
+    return Config(quant.epilogue, tuple(quant.bias[n0:n0 + width]) + padded,
+                  tuple(quant.multiplier[n0:n0 + width]) + padded, first_column=n0,
+                  residual=quant.residual)
+
+
+def _block_store(base: int, width: int, m_len: int, row_pitch: int,
+                 residual_row: int | None) -> Store:
+    """The Store of an M chunk's `m_len` rows of one N block to `base`, `row_pitch` apart;
+    with `residual_row`, the residual rows it adds from the scratchpad (then it signals
+    the Load waiting for their buffer)."""
+    return Store(DmaCommand(base=base, length=width, count1=m_len, stride1=row_pitch,
+                            spad_row=residual_row if residual_row is not None else 0),
+                 signal=residual_row is not None)
 
 
 def _software_pipeline(steps: list[_Step]) -> list[Command]:
