@@ -104,10 +104,11 @@ def candidate_of(choices: dict[str, str], layers: list[str]) -> S.Candidate:
 
 
 def retrained_accuracy(graph: Graph, layers: list[str], train_data: Data, val: Data,
-                       candidate: S.Candidate, seed: int) -> float:
+                       candidate: S.Candidate, seed: int, epochs: int = EPOCHS) -> float:
+    """A Dask task: the candidate retrained `epochs` epochs from inherited weights."""
     S.torch_threads()
     transformed = S.apply(graph, layers, candidate, T.INHERIT)
-    return accuracy(train(transformed, train_data, EPOCHS, seed,
+    return accuracy(train(transformed, train_data, epochs, seed,
                           learning_rate=S.RETRAIN_RATE), val)
 
 

@@ -40,8 +40,8 @@ from glensidec.lang.data import load_weights
 from glensidec.lang.syntax import format_program, read_program
 from glensidec.nas import search as S
 from glensidec.nas import transforms as T
-from glensidec.nas.graph import Graph, lift
-from glensidec.nas.torch_model import Data, accuracy, train
+from glensidec.nas.graph import lift
+from glensidec.nas.torch_model import train
 from glensidec.opt.extract import parse_array_size
 
 KINDS = ("bottleneck", "heads", "head-dim", "group", "low-rank", "drop")
@@ -63,15 +63,6 @@ TARGET = 2.0  # times fewer predicted cycles at <= 1 point lower accuracy (issue
 MODEL = N.EXAMPLES / "digits_vit.gs"
 RESULTS = N.RESULTS / "nas_transformer.json"
 BEGIN, END = "<!-- transformer: bench_nas_vit.py -->", "<!-- /transformer -->"
-
-
-def retrained_accuracy(graph: Graph, layers: list[str], train_data: Data, val: Data,
-                       candidate: S.Candidate, seed: int) -> float:
-    """A Dask task: the candidate retrained EPOCHS epochs from inherited weights."""
-    S.torch_threads()
-    transformed = S.apply(graph, layers, candidate, T.INHERIT)
-    return accuracy(train(transformed, train_data, EPOCHS, seed,
-                          learning_rate=S.RETRAIN_RATE), val)
 
 
 class Clock:
@@ -135,8 +126,8 @@ def main() -> int:
         candidates = N.pool(graph, space, POOL)
         pooled = client.gather([client.submit(N.proxies, *shared[:3], c, pure=False)
                                 for c in candidates])
-        pool_accuracies = client.gather([client.submit(retrained_accuracy, *shared, c,
-                                                       seed, pure=False)
+        pool_accuracies = client.gather([client.submit(N.retrained_accuracy, *shared, c,
+                                                       seed, EPOCHS, pure=False)
                                          for c in candidates for seed in SEEDS])
         clock.stage("proxies")
     for index, record in enumerate(pooled):
