@@ -155,7 +155,7 @@ async def run_layer(dut: Any, config: AccelConfig, layer: ConvLayer, seed: int,
     the simulated cycles (checked inside)."""
     rng = np.random.default_rng(seed)
     feature = rng.integers(-128, 128, (layer.height, layer.width, layer.channels))
-    weights = rng.integers(-128, 128, (layer.kernel, layer.kernel, layer.channels,
+    weights = rng.integers(-128, 128, (*layer.kernel_hw, layer.channels,
                                        layer.out_channels)) * group_mask(layer)
     quant = random_quant(rng, layer.out_channels, residual, lookup)
     if schedule in ("window", "interleave"):
@@ -203,7 +203,8 @@ async def layers(dut: Any) -> None:
     settings = testbench_settings()
     for seed, spec in enumerate(settings["layers"]):
         start = time.perf_counter()
-        fields = {key: value for key, value in spec.items()
+        fields = {key: tuple(value) if isinstance(value, list) else value  # (dilation)
+                  for key, value in spec.items()
                   if key not in ("residual", "pool", "schedule", "lookup", "scale")}
         if spec.get("pool"):
             cycles = await run_pool(dut, config, ConvLayer(**fields), seed,

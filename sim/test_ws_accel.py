@@ -41,7 +41,9 @@ CASES = [(2, 2, 2, 32768, 16, 8, 16, 1024, 1, 8), (4, 4, 4, 32, 4, 2, 16, 2, 4, 
 #: with one; squeeze-excite's channel scale (1×1 sum pools whose epilogue multiplies each
 #: channel by its scale) in both pool schedules; and a GEMM and a 3×3 whose N blocks
 #: accumulate side by side (each COMPUTE names its accumulator rows), in every such
-#: tiling that fits.
+#: tiling that fits; and windows that are not k×k with adjacent taps (issue 30): a 1×5
+#: padded along x only (Inception's 1×7 in small) in every window tiling, and a 3×3 of
+#: dilation 2 padded by 2 (FCN's) in the im2col schedule.
 LAYERS = [
     {"name": "gemm4x2x2", "height": 4, "width": 1, "channels": 2, "out_channels": 2},
     {"name": "conv3x3", "height": 5, "width": 5, "channels": 6, "out_channels": 6,
@@ -103,6 +105,10 @@ LAYERS = [
      "out_channels": 20, "schedule": "interleave"},
     {"name": "interleave3x3", "height": 5, "width": 4, "channels": 6, "out_channels": 12,
      "kernel": 3, "stride": 1, "padding": 1, "schedule": "interleave"},
+    {"name": "window1x5", "height": 3, "width": 5, "channels": 5, "out_channels": 5,
+     "kernel": 1, "kernel_w": 5, "padding": 0, "padding_w": 2, "schedule": "window"},
+    {"name": "im2col3x3d2", "height": 4, "width": 4, "channels": 5, "out_channels": 5,
+     "kernel": 3, "padding": 2, "dilation": [2, 2], "schedule": "im2col"},
 ]
 
 

@@ -410,19 +410,72 @@ class ConvLayer:
     # A ceil-mode pool's extra padding after the map (below and right of it): the DMA's
     # bounds read it as padding like the rest (pools only).
     pad_end: int = 0
+    # A convolution's window that is not square or not dense: `kernel`, `stride` and
+    # `padding` above are along y, these along x where they differ (None: the same as
+    # along y; a 1×7 is kernel 1, kernel_w 7), and `dilation` (dy, dx) spaces the taps
+    # (a dilated convolution read as strided taps, not as a zero-stuffed kernel). The
+    # DMA's im2col addressing and the window schedule's 2-D patterns take any of these;
+    # pools and packed taps are square and dense.
+    kernel_w: int | None = None
+    stride_w: int | None = None
+    padding_w: int | None = None
+    dilation: tuple[int, int] = (1, 1)
+
+    def __post_init__(self) -> None:
+        # one spelling per window: a square one never names its width (equal layers,
+        # equal keys: layers of one shape share a command table)
+        for name, along_y in (("kernel_w", self.kernel), ("stride_w", self.stride),
+                              ("padding_w", self.padding)):
+            if getattr(self, name) == along_y:
+                object.__setattr__(self, name, None)
+
+    @property
+    def kernel_hw(self) -> tuple[int, int]:
+        return self.kernel, self.kernel if self.kernel_w is None else self.kernel_w
+
+    @property
+    def stride_hw(self) -> tuple[int, int]:
+        return self.stride, self.stride if self.stride_w is None else self.stride_w
+
+    @property
+    def padding_hw(self) -> tuple[int, int]:
+        return self.padding, self.padding if self.padding_w is None else self.padding_w
+
+    @property
+    def span_hw(self) -> tuple[int, int]:
+        """The window's extent in input pixels: (k − 1)·d + 1 per axis."""
+        (kh, kw), (dy, dx) = self.kernel_hw, self.dilation
+        return (kh - 1) * dy + 1, (kw - 1) * dx + 1
+
+    @property
+    def taps(self) -> int:
+        kh, kw = self.kernel_hw
+        return kh * kw
+
+    @property
+    def square(self) -> bool:
+        """A k×k window, one stride and one padding, its taps adjacent."""
+        return self.kernel_w is None and self.stride_w is None and \
+            self.padding_w is None and self.dilation == (1, 1)
+
+    def tap_offset(self, ky: int, kx: int) -> tuple[int, int]:
+        """Where tap (ky, kx) sits in the window, in input pixels (dy, dx)."""
+        return ky * self.dilation[0], kx * self.dilation[1]
 
     @property
     def out_size(self) -> tuple[int, int]:
+        (span_h, span_w), (stride_h, stride_w) = self.span_hw, self.stride_hw
+        pad_h, pad_w = self.padding_hw
         return (
-            (self.height + 2 * self.padding + self.pad_end - self.kernel) // self.stride + 1,
-            (self.width + 2 * self.padding + self.pad_end - self.kernel) // self.stride + 1,
+            (self.height + 2 * pad_h + self.pad_end - span_h) // stride_h + 1,
+            (self.width + 2 * pad_w + self.pad_end - span_w) // stride_w + 1,
         )
 
     @property
     def gemm(self) -> tuple[int, int, int]:
         """(M, K, N) of the layer's matrix product (K unpadded)."""
         out_h, out_w = self.out_size
-        return out_h * out_w, self.kernel * self.kernel * self.channels, self.out_channels
+        return out_h * out_w, self.taps * self.channels, self.out_channels
 
 
 @dataclass(frozen=True)
@@ -456,10 +509,12 @@ def im2col_load_slots(layer: ConvLayer, rows: int, bus_bytes: int, m0: int, m_le
     pixels = np.arange(m0, m0 + m_len)
     oy, ox = pixels // out_w, pixels % out_w
     slots = 0
-    for ky in range(layer.kernel):
-        for kx in range(layer.kernel):
-            y = oy * layer.stride + ky - layer.padding
-            x = ox * layer.stride + kx - layer.padding
+    (stride_h, stride_w), (pad_h, pad_w) = layer.stride_hw, layer.padding_hw
+    for ky in range(layer.kernel_hw[0]):
+        for kx in range(layer.kernel_hw[1]):
+            dy, dx = layer.tap_offset(ky, kx)
+            y = oy * stride_h + dy - pad_h
+            x = ox * stride_w + dx - pad_w
             inside = (y >= 0) & (y < layer.height) & (x >= 0) & (x < layer.width)
             slots += int(np.count_nonzero(~inside)) * _ceil(layer.channels, rows)
             for channel0 in range(0, layer.channels, rows):
@@ -482,7 +537,7 @@ def _plan_steps(layer: ConvLayer, rows: int, cols: int, plan: LayerPlan) -> Iter
         tuple[int, int, int, int, int]]:
     """Steps in order (M chunk, N block, K piece): (chunk, block, piece, m0, m_len)."""
     M, _, N = layer.gemm
-    pieces = _ceil(layer.kernel * layer.kernel * _ceil(layer.channels, rows), plan.fold_piece)
+    pieces = _ceil(layer.taps * _ceil(layer.channels, rows), plan.fold_piece)
     for chunk, m0 in enumerate(range(0, M, plan.m_chunk)):
         for block in range(_ceil(N, cols)):
             for piece in range(pieces):
@@ -513,7 +568,7 @@ def layer_cost(
     """
     R, C = array_rows, array_cols
     M, _, N = layer.gemm
-    folds = layer.kernel * layer.kernel * _ceil(layer.channels, R)
+    folds = layer.taps * _ceil(layer.channels, R)
     buffer_rows = memory.scratchpad_rows // 4
     piece_folds = min(plan.fold_piece, folds)
     if piece_folds * R > buffer_rows or plan.m_chunk * piece_folds > buffer_rows:
@@ -593,7 +648,7 @@ def plan_layer(
     """
     R = array_rows
     M, _, _ = layer.gemm
-    folds = layer.kernel * layer.kernel * _ceil(layer.channels, R)
+    folds = layer.taps * _ceil(layer.channels, R)
     buffer_rows = memory.scratchpad_rows // 4
     best: LayerCost | None = None
     error: CapacityError | None = None

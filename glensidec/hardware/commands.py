@@ -776,7 +776,8 @@ def packs_taps(layer: ConvLayer, rows: int) -> bool:
     which the DMA's per-row bounds cannot express, so such a layer's input is stored
     padded (by the host, with the zero point) and loaded without bounds.
     """
-    return layer.kernel > 1 and 2 * layer.channels <= rows and layer.groups == 1
+    return layer.kernel > 1 and 2 * layer.channels <= rows and layer.groups == 1 and \
+        layer.square
 
 
 @dataclass(frozen=True)
@@ -810,16 +811,16 @@ def weight_rows(layer: ConvLayer, cols: int) -> int:
     taps × the most channels an N block reads (each block's rows from its first channel
     on, zero past its span: `weight_matrix`)."""
     span = max(block.span for block in group_blocks(layer, cols))
-    return layer.kernel * layer.kernel * span
+    return layer.taps * span
 
 
 def weight_matrix(layer: ConvLayer, cols: int, weights: npt.NDArray[np.integer]
                   ) -> npt.NDArray[np.int64]:
-    """The (K, N) weight matrix conv_program reads, from (kernel, kernel, C, N) weights
+    """The (K, N) weight matrix conv_program reads, from (kh, kw, C, N) weights
     (a grouped layer's zero outside each output channel's group): K ordered (ky, kx,
     channel); for a grouped layer the channels are those of the column's N block, counted
     from its first (`group_blocks`), so only the blocks' own channels are stored."""
-    taps = layer.kernel * layer.kernel
+    taps = layer.taps
     dense = np.asarray(weights, np.int64).reshape(taps, layer.channels, layer.out_channels)
     if layer.groups == 1:
         return dense.reshape(taps * layer.channels, layer.out_channels)
@@ -834,15 +835,15 @@ def weight_matrix(layer: ConvLayer, cols: int, weights: npt.NDArray[np.integer]
 
 def unpack_weight_matrix(layer: ConvLayer, cols: int, packed: npt.NDArray[np.integer]
                          ) -> npt.NDArray[np.int64]:
-    """The (kernel, kernel, C, N) weights `weight_matrix` packed (zero outside groups)."""
-    taps = layer.kernel * layer.kernel
+    """The (kh, kw, C, N) weights `weight_matrix` packed (zero outside groups)."""
+    taps = layer.taps
     rows = np.asarray(packed, np.int64).reshape(taps, -1, layer.out_channels)
     dense = np.zeros((taps, layer.channels, layer.out_channels), np.int64)
     for block in group_blocks(layer, cols):
         columns = slice(block.n0, block.n0 + block.width)
         dense[:, block.channel0:block.channel0 + block.span, columns] = \
             rows[:, :block.span, columns]
-    return dense.reshape(layer.kernel, layer.kernel, layer.channels, layer.out_channels)
+    return dense.reshape(*layer.kernel_hw, layer.channels, layer.out_channels)
 
 
 def group_mask(layer: ConvLayer) -> npt.NDArray[np.int64]:
@@ -856,20 +857,22 @@ def group_mask(layer: ConvLayer) -> npt.NDArray[np.int64]:
 
 def conv_folds(layer: ConvLayer, rows: int, block: GroupBlock | None = None
                ) -> list[tuple[int, int, int, int]]:
-    """K folds in order: (ky, kx, first channel, bytes): the channels of a tap cut into
-    ROWS, or (packs_taps) as many whole taps along x as fit a row. For a grouped layer,
-    the folds of one N block (`block`: its channels only)."""
+    """K folds in order: (ky, kx, first channel, bytes): the channels of a tap (ky, kx
+    count taps, not pixels: `tap_offset`) cut into ROWS, or (packs_taps) as many whole
+    taps along x as fit a row. For a grouped layer, the folds of one N block (`block`: its
+    channels only)."""
+    kernel_h, kernel_w = layer.kernel_hw
     if layer.groups > 1:
         assert block is not None, "a grouped layer's folds are per N block"
         return [(ky, kx, block.channel0 + c0, min(rows, block.span - c0))
-                for ky in range(layer.kernel) for kx in range(layer.kernel)
+                for ky in range(kernel_h) for kx in range(kernel_w)
                 for c0 in range(0, block.span, rows)]
     if packs_taps(layer, rows):
         group = rows // layer.channels
         return [(ky, kx, 0, min(group, layer.kernel - kx) * layer.channels)
                 for ky in range(layer.kernel) for kx in range(0, layer.kernel, group)]
     return [(ky, kx, channel0, min(rows, layer.channels - channel0))
-            for ky in range(layer.kernel) for kx in range(layer.kernel)
+            for ky in range(kernel_h) for kx in range(kernel_w)
             for channel0 in range(0, layer.channels, rows)]
 
 
@@ -1143,9 +1146,11 @@ class _Band:
     of its plane: a 2-D pattern from offset dy_f·width + dx_f.
 
     A k×k layer's planes are its channel chunks of ROWS and its band every pixel the
-    windows touch (dy, dx = ky, kx); a 1×1 layer's band only the pixels its stride
-    samples; a layer with packed taps (few channels) has a plane per group of taps along
-    x, each row the group's pixels at the stride's x positions (dy = ky, dx = 0)."""
+    windows touch (dy, dx = the tap's offset: ky, kx, or times the dilation); along an
+    axis the window has one tap (a 1×1, or the 1 of a 1×7), the band holds only the
+    pixels the stride samples; a layer with packed taps (few channels) has a plane per
+    group of taps along x, each row the group's pixels at the stride's x positions
+    (dy = ky, dx = 0)."""
 
     planes: tuple[_Plane, ...]
     offsets: tuple[tuple[int, int], ...]  # (dy, dx) per K fold
@@ -1165,7 +1170,7 @@ class _Band:
 def _band_of(layer: ConvLayer, rows: int) -> _Band:
     folds = conv_folds(layer, rows)
     out_w, stride, kernel = layer.out_size[1], layer.stride, layer.kernel
-    if packs_taps(layer, rows):  # plane g: the taps kx = g·group … of every ky
+    if packs_taps(layer, rows):  # plane g: the taps kx = g·group … of every ky (square)
         group = rows // layer.channels
         planes = tuple(_Plane(0, min(group, kernel - x0) * layer.channels, x0, tuple(
             index for index, fold in enumerate(folds) if fold[1] == x0))
@@ -1176,11 +1181,15 @@ def _band_of(layer: ConvLayer, rows: int) -> _Band:
     planes = tuple(_Plane(channel0, min(rows, layer.channels - channel0), 0, tuple(
         index for index, fold in enumerate(folds) if fold[2] == channel0))
         for channel0 in chunks)
-    offsets = tuple((fold[0], fold[1]) for fold in folds)
-    if kernel == 1:  # only the sampled pixels
-        return _Band(planes, offsets, stride, stride, 1, 1, out_w, 1, False)
-    return _Band(planes, offsets, 1, 1, stride, stride, (out_w - 1) * stride + kernel,
-                 kernel, False)
+    (kernel_h, kernel_w), (span_h, span_w) = layer.kernel_hw, layer.span_hw
+    stride_h, stride_w = layer.stride_hw
+    offsets = tuple(layer.tap_offset(fold[0], fold[1]) for fold in folds)
+    # per axis: one tap reads only the sampled pixels (band step = the stride, the
+    # pattern's step 1); several read every pixel their windows span
+    y_step, pattern_y, reach = (stride_h, 1, 1) if kernel_h == 1 else (1, stride_h, span_h)
+    x_step, pattern_x, width = (stride_w, 1, out_w) if kernel_w == 1 else \
+        (1, stride_w, (out_w - 1) * stride_w + span_w)
+    return _Band(planes, offsets, y_step, x_step, pattern_y, pattern_x, width, reach, False)
 
 
 def _window_chunkings(config: AccelConfig, layer: ConvLayer, band: _Band, residual: bool,
@@ -1518,8 +1527,8 @@ def window_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
     def band_loads(chunk: int) -> list[tuple[DmaCommand, tuple[str, int, int]]]:
         oy0, rows_here = chunk_list[chunk]
         band_base = band_buffer_of(chunk) * buffer
-        y0 = oy0 * layer.stride - layer.padding + pad
-        x0 = -layer.padding + pad
+        y0 = oy0 * layer.stride - layer.padding_hw[0] + pad
+        x0 = -layer.padding_hw[1] + pad
         return [(DmaCommand(
             base=input_base + (y0 * width + x0 + plane.x0) * layer.channels + plane.channel0,
             length=plane.length, count1=band.width, stride1=band.x_step * layer.channels,
@@ -1642,7 +1651,7 @@ def _piece_weight_loads(layer: ConvLayer, rows: int, piece_folds: list[tuple[int
     """The loads of a piece's weights, fold i's ROWS rows (bottom row first) at spad_row
     + i·ROWS: one 2-D load per run of whole folds whose first rows of K are evenly
     spaced (a plane's taps, or consecutive channel chunks), a load per fold otherwise."""
-    k_firsts = [(ky * layer.kernel + kx) * layer.channels + channel0
+    k_firsts = [(ky * layer.kernel_hw[1] + kx) * layer.channels + channel0
                 for ky, kx, channel0, _ in piece_folds]
     loads, start = [], 0
     while start < len(piece_folds):
@@ -1719,7 +1728,7 @@ def im2col_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant) -> 
                 w_buffer = (2 + w_loads % 2) * quarter
                 w_loads += 1
                 for index, (ky, kx, channel0, length) in enumerate(piece_folds):
-                    k_first = (ky * layer.kernel + kx) * (K // layer.kernel ** 2) + \
+                    k_first = (ky * layer.kernel_hw[1] + kx) * (K // layer.taps) + \
                         channel0 - group_block.channel0
                     loads.append(_weight_rows(R, k_first, length, weight_base + n0, N, width,
                                               w_buffer + index * R))
@@ -1777,6 +1786,8 @@ def pool_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant | None
     CapacityError naming the sizes when none fits."""
     if schedule not in POOL_SCHEDULES:
         raise ValueError(f"unknown schedule {schedule!r}; one of {', '.join(POOL_SCHEDULES)}")
+    if not layer.square:
+        raise ValueError(f"layer {layer.name}: a pool's windows are square and dense")
     if schedule == "gather":
         return gather_pool_program(config, layer, quant, summed)
     candidates = [band_pool_program(config, layer, quant, rows, first, summed)
@@ -2132,7 +2143,7 @@ def compulsory_bytes(layer: ConvLayer, residual: bool = False, pool: bool = Fals
     for a matrix layer the M×K matrix), a residual's M×N once, its output M×N once."""
     out_h, out_w = layer.out_size
     outputs = out_h * out_w * layer.out_channels
-    weights = 0 if pool else (layer.kernel ** 2 * (layer.channels // layer.groups)
+    weights = 0 if pool else (layer.taps * (layer.channels // layer.groups)
                               * layer.out_channels)
     inputs = layer.height * layer.width * layer.channels
     return weights + inputs + outputs * (1 + int(residual))
@@ -2229,18 +2240,20 @@ def _im2col_rows(layer: ConvLayer, fold: tuple[int, int, int, int], oy0: int, ou
     from a map stored with its padding, every row inside it."""
     ky, kx, channel0, length = fold
     stride, channels = layer.stride, layer.channels
-    if padded_input:
+    if padded_input:  # (packed taps: a square, dense window)
         width = layer.width + 2 * layer.padding
         return DmaCommand(
             base=feature_base + ((oy0 * stride + ky) * width + kx) * channels + channel0,
             length=length, count1=layer.out_size[1], stride1=stride * channels,
             count2=out_rows, stride2=stride * width * channels, spad_row=spad_row)
-    y0, x0 = oy0 * stride + ky - layer.padding, kx - layer.padding
+    (dy, dx), (stride_h, stride_w) = layer.tap_offset(ky, kx), layer.stride_hw
+    pad_h, pad_w = layer.padding_hw
+    y0, x0 = oy0 * stride_h + dy - pad_h, dx - pad_w
     return DmaCommand(
         base=feature_base + (y0 * layer.width + x0) * channels + channel0, length=length,
-        count1=layer.out_size[1], stride1=stride * channels, count2=out_rows,
-        stride2=stride * layer.width * channels, spad_row=spad_row, bounds=True, y0=y0,
-        y_step=stride, height=layer.height, x0=x0, x_step=stride, width=layer.width,
+        count1=layer.out_size[1], stride1=stride_w * channels, count2=out_rows,
+        stride2=stride_h * layer.width * channels, spad_row=spad_row, bounds=True, y0=y0,
+        y_step=stride_h, height=layer.height, x0=x0, x_step=stride_w, width=layer.width,
         pad_value=zero_point)
 
 
@@ -2249,23 +2262,24 @@ def conv_reference(layer: ConvLayer, feature: npt.NDArray[np.integer],
                    residual: npt.NDArray[np.integer] | None = None) -> npt.NDArray[np.int64]:
     """The layer in numpy and the interpreter's requantize: (M, N) int8 results.
 
-    `feature` is (H, W, C) int8, `weights` (kernel, kernel, C, N) int8; padding reads
+    `feature` is (H, W, C) int8, `weights` (kh, kw, C, N) int8; padding reads
     the input zero point; the accumulation is int32 (wrapping), then bias (i32 add),
     per-channel requantize and the clip; with quant.residual, the residual add of
     `residual` ((M, N) int8) as the epilogue does it.
     """
     from glensidec.hardware.accel import epilogue_reference
 
-    padding, stride, kernel = layer.padding, layer.stride, layer.kernel
+    (pad_h, pad_w), (stride_h, stride_w) = layer.padding_hw, layer.stride_hw
     out_h, out_w = layer.out_size
-    padded = np.full((layer.height + 2 * padding, layer.width + 2 * padding, layer.channels),
+    padded = np.full((layer.height + 2 * pad_h, layer.width + 2 * pad_w, layer.channels),
                      quant.input_zero_point, dtype=np.int64)
-    padded[padding:padding + layer.height, padding:padding + layer.width] = feature
+    padded[pad_h:pad_h + layer.height, pad_w:pad_w + layer.width] = feature
     acc = np.zeros((out_h, out_w, layer.out_channels), dtype=np.int64)
-    for ky in range(kernel):
-        for kx in range(kernel):
-            window = padded[ky:ky + stride * (out_h - 1) + 1:stride,
-                            kx:kx + stride * (out_w - 1) + 1:stride]
+    for ky in range(layer.kernel_hw[0]):
+        for kx in range(layer.kernel_hw[1]):
+            dy, dx = layer.tap_offset(ky, kx)
+            window = padded[dy:dy + stride_h * (out_h - 1) + 1:stride_h,
+                            dx:dx + stride_w * (out_w - 1) + 1:stride_w]
             acc += window @ weights[ky, kx].astype(np.int64)
     biased = wrap_signed(acc.reshape(-1, layer.out_channels) + np.asarray(quant.bias, np.int64),
                          32)
