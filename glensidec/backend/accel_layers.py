@@ -85,6 +85,7 @@ from glensidec.hardware.commands import (
     layer_traffic,
     pool_program,
     pool_tiling,
+    with_input_pitch,
     with_output_pitch,
 )
 from glensidec.hardware.layout import NchwLayout, NhwcLayout, layout_program, nchw_program
@@ -687,6 +688,9 @@ def program_accel_layers(lowered: LoweredProgram, weights: dict[str, Array],
                 chosen = program_layer(accel, geometry, layer_quant(result, layer, weights),
                                        pool=layer.pool, pool_sum=layer.pool_sum,
                                        layout=layer.layout)
+                if layer.input_pitch:
+                    chosen = input_pitched_program(accel, geometry, chosen[0],
+                                                   layer.input_pitch)
                 if key[:-1] in pitched_shapes:
                     schedules[key[:-1]] = chosen
             program, table, timing = chosen if not layer.output_pitch else \
@@ -715,7 +719,7 @@ def _layer_key(lowered: LoweredProgram, layer: AccelLayer, weights: dict[str, Ar
     return (replace(layer_geometry(layer), name=""), layer.pool, layer.pool_sum,
             layer.layout, quant.input_zero_point, quant.residual is not None,
             layer.residual is not None, layer.pool and requantized_pool(quant),
-            layer.output_pitch)
+            layer.input_pitch, layer.output_pitch)
 
 
 def pitched_program(accel: AccelConfig, layer: ConvLayer, program: LayerProgram, pitch: int
@@ -728,6 +732,23 @@ def pitched_program(accel: AccelConfig, layer: ConvLayer, program: LayerProgram,
                                     accel.memory.bus_bytes)
     except CapacityError as error:
         raise GlensideError(f"--accel: {error}") from None
+    return _timed(accel, program)
+
+
+def input_pitched_program(accel: AccelConfig, layer: ConvLayer, program: LayerProgram,
+                          pitch: int) -> tuple[LayerProgram, Array, AccelTiming]:
+    """`program` loading its input's pixels `pitch` bytes apart
+    (commands.with_input_pitch), packed and timed again (the loads moved)."""
+    try:
+        program = with_input_pitch(program, layer.height * layer.width, layer.channels,
+                                   pitch, accel.memory.bus_bytes)
+    except CapacityError as error:
+        raise GlensideError(f"--accel: {error}") from None
+    return _timed(accel, program)
+
+
+def _timed(accel: AccelConfig, program: LayerProgram
+           ) -> tuple[LayerProgram, Array, AccelTiming]:
     table = pack_commands(program.commands)
     native = native_model()
     timing = (native_cycles(native, accel, table, 10**12) if native is not None

@@ -322,6 +322,10 @@ class AccelLayer(Instruction):
     # Per-column int8 scales of the biased sums (N, a run-time vector: squeeze-excite's
     # channel scale s, x·s[c] requantized): a sum pool of 1×1 windows with them.
     scale: View | None = None
+    # Bytes between the pixels of `a` when a pool reads the first channels of wider rows
+    # (a dense block's concatenation, read in place: `a` is strided); 0: `image`'s
+    # channels apart.
+    input_pitch: int = 0
 
     @property
     def multiplies(self) -> bool:
@@ -336,6 +340,9 @@ class AccelLayer(Instruction):
             return self.layout.pixels * self.layout.channels
         if self.layout is not None:
             return self.layout.channels * self.layout.height * self.layout.width
+        if self.input_pitch:
+            *pixels, channels = self.image
+            return (math.prod(pixels) - 1) * self.input_pitch + channels
         return math.prod(self.image) if self.image else self.m * self.k
 
     def reads(self) -> tuple[View, ...]:

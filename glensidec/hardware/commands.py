@@ -2006,6 +2006,45 @@ def with_output_pitch(program: LayerProgram, m: int, n: int, pitch: int,
                    memory_bytes=output_base + _align(span) + 2 * bus_bytes)
 
 
+def with_input_pitch(program: LayerProgram, pixels: int, channels: int, pitch: int,
+                     bus_bytes: int) -> LayerProgram:
+    """`program` loading its NHWC input's pixels `pitch` bytes apart (the first `channels`
+    bytes of wider rows: a dense block's concatenation, read in place), from a region of
+    its own after everything else: each load's address and pixel steps moved from
+    compact `channels`-byte pixels to `pitch`-byte ones (`with_output_pitch`'s twin for
+    the load DMA, whose strided rows are the same commands). CapacityError when a load
+    is not whole steps of pixels (a load across pixels)."""
+    if pitch == channels:
+        return program
+    input_base = _align(program.memory_bytes)
+
+    def moved(address: int) -> int:
+        pixel, column = divmod(address - program.input_base, channels)
+        return input_base + pixel * pitch + column
+
+    def step(stride: int, count: int) -> int:
+        if count > 1 and stride % channels:
+            raise CapacityError(f"a load of {stride}-byte steps: not whole {channels}-byte "
+                                "pixels")
+        return stride // channels * pitch
+
+    end = program.input_base + pixels * channels
+    commands: list[Command] = []
+    for command in program.commands:
+        if isinstance(command, Load) and program.input_base - pixels * channels <= \
+                command.dma.base < end:
+            dma = command.dma
+            if (dma.base - program.input_base) % channels + dma.length > channels:
+                raise CapacityError("a load across the input's pixels")
+            command = replace(command, dma=replace(
+                dma, base=moved(dma.base), stride1=step(dma.stride1, dma.count1),
+                stride2=step(dma.stride2, dma.count2)))
+        commands.append(command)
+    return replace(program, commands=commands, input_base=input_base,
+                   memory_bytes=input_base + _align((pixels - 1) * pitch + channels)
+                   + 2 * bus_bytes)
+
+
 def pool_tiling(config: AccelConfig, layer: ConvLayer) -> int:
     """Output rows per chunk of a max-pool (its windows' taps fill an activation buffer);
     CapacityError naming the sizes when not even one output row fits."""
