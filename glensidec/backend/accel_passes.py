@@ -17,7 +17,10 @@ In order (each a module of its own, each taking and giving a `LoweredProgram`):
    its rows).
 3. `fuse_elementwise`: the host's remaining elementwise chains become one loop each;
    `accel_scale`: a channel scale of a layer's result (squeeze-excite's x·s[c],
-   requantized) becomes a 1×1 sum-pool layer whose epilogue scales each column.
+   requantized) becomes a 1×1 sum-pool layer whose epilogue scales each column;
+   `accel_dense`: a requantized per-channel affine of a layer's rows (DenseNet's
+   pre-activation batch-norm and ReLU) becomes one too, and a dense block's chain of
+   concatenations is written in place, once, by the layers that make its parts.
 4. `accel_residual`: a quantized residual add after a layer moves into its epilogue (not
    a pooling layer's).
    Then `accel_pool` again: the pools of residual blocks' results, which read the layer
@@ -43,6 +46,7 @@ from glensidec.backend.accel_attention import (
     write_in_place,
 )
 from glensidec.backend.accel_boundary import absorb_input_layouts, absorb_result_layouts
+from glensidec.backend.accel_dense import fuse_dense_blocks
 from glensidec.backend.accel_depthwise import fuse_accel_depthwise
 from glensidec.backend.accel_layers import fuse_accel_layers, program_accel_layers
 from glensidec.backend.accel_layout import join_concatenations, read_layer_rows
@@ -65,6 +69,7 @@ def fuse_for_accelerator(lowered: LoweredProgram, weights: dict[str, Array],
     layers = join_concatenations(fuse_activation_products(layers, weights, accel))
     layers = fuse_accel_pools(layers, weights, accel)  # (a later residual add reads its rows)
     layers = fuse_accel_scales(fuse_elementwise(layers), accel)
+    layers = fuse_dense_blocks(layers, weights, accel)
     layers = fuse_accel_residuals(layers, weights, accel)
     layers = fuse_accel_pools(layers, weights, accel)  # pools of the layers that took an add
     # concatenations of pools' rows too, then the pools of those concatenations

@@ -56,7 +56,7 @@ def as_fused(instruction: Instruction, lowered: LoweredProgram) -> Fused | None:
     return None
 
 
-def _merge(producer: Fused, consumer: Fused, leaf: int) -> Fused:
+def merge_loops(producer: Fused, consumer: Fused, leaf: int) -> Fused:
     """`consumer` with its leaf `leaf` replaced by `producer`'s steps."""
     leaves = list(consumer.leaves)
     del leaves[leaf]
@@ -131,7 +131,7 @@ def _merge_round(lowered: LoweredProgram) -> bool:
                        for position in range(written[0] + 1, index)}
             if any(leaf_view.buffer in between for leaf_view in producer.leaves):
                 continue  # its operands change before the consumer would read them
-            merged = _merge(producer, consumer, leaf)
+            merged = merge_loops(producer, consumer, leaf)
             if not co_refinable([merged.dst.dims, *(leaf.dims for leaf in merged.leaves)]):
                 continue
             instructions[index] = merged

@@ -472,6 +472,11 @@ def integer_softmax(q: Quantizer, term: Term, operand: Q8) -> Acc:
 
 def with_constant(q: Quantizer, term: Term, name: str, value: Value, constant: Array,
                   constant_first: bool, retried: bool = False) -> Value:
+    if isinstance(value, Acc) and value.origin in q.joined_into:
+        # A concatenation's part that a constant also scales (a transition's average pool
+        # that the next dense block's first batch-norm reads): the concatenation holds its
+        # i8 values anyway, so this reads them too, and the sum is requantized once.
+        value = q.materialize(value, value.origin)
     widened = isinstance(value, Q8)
     if isinstance(value, Q8):
         # ×256 so that added constants are rounded to 1/256 of an input step.

@@ -484,14 +484,25 @@ class Quantizer:
 
 
 def _concatenated_parts(root: Term) -> dict[Term, Term]:
-    """Each term whose only reader is a concatenation → that concatenation."""
+    """Each computed term or concatenation that exactly one concatenation reads (whatever
+    else reads it) → that concatenation.
+
+    A part others read too is a dense block's (DenseNet's): each layer concatenates its
+    new channels to all the earlier ones, and each concatenation is also read by its own
+    layer (a transition's average pool likewise by the next block's first layer). One
+    scale for the whole chain (the last one's, whose range holds every earlier one's
+    values) makes each concatenation the first channels of the next, so no part is
+    requantized and the accelerator writes the block once, in place."""
     readers: dict[Term, set[Term]] = {}
     for term in postorder(root):
         for child in term.children():
             readers.setdefault(child, set()).add(term)
-    return {term: next(iter(parents)) for term, parents in readers.items()
-            if len(parents) == 1 and next(iter(parents)).op == "access-concatenate"
-            and term.op in ("compute", "access-concatenate")}
+    parts: dict[Term, Term] = {}
+    for term, parents in readers.items():
+        joins = [parent for parent in parents if parent.op == "access-concatenate"]
+        if len(joins) == 1 and term.op in ("compute", "access-concatenate"):
+            parts[term] = joins[0]
+    return parts
 
 
 # -- the rewrite walk's translator tables -----------------------------------------------------
