@@ -402,18 +402,19 @@ def _quantized_lraspp(tmp_path: Path) -> Path:
     return save_quantized(quantized, tmp_path / "lraspp.q.gs")
 
 
-def test_a_dilated_depthwise_convolution_is_a_grouped_layer_of_its_span(tmp_path: Path) -> None:
+def test_a_dilated_depthwise_convolution_is_a_grouped_layer_of_dilated_taps(
+        tmp_path: Path) -> None:
     """A dilated depthwise 3×3 (MobileNetV3's segmentation blocks: dilation 2) stayed a host
     dot-product under the accelerator (its windows are gathered from a wider span, not a
-    k×k kernel's); it runs as a grouped layer of a 5×5 kernel with zeros between the taps,
-    and computes the same."""
+    k×k kernel's); it runs as a grouped layer of its 3×3 taps 2 pixels apart (not a 5×5
+    kernel with zeros between the taps: 9 taps' work, not 25), and computes the same."""
     source = _quantized_lraspp(tmp_path)
     lowered = _accelerated(source, "8x8")
     assert not any(type(instruction).__name__ == "Dot" for instruction in lowered.instructions)
     (dilated,) = [layer for layer in lowered.accel_layers() if layer.groups > 1]
-    assert (dilated.groups, dilated.kernel, dilated.stride) == (8, 5, 1)
-    weights = constant_array(lowered.buffer_of(dilated.b), {}).reshape(5, 5, -1, 8)
-    assert not weights[1::2].any() and not weights[:, 1::2].any()  # zeros between the taps
+    assert (dilated.groups, dilated.kernel, dilated.stride, dilated.dilation) == \
+        (8, 3, 1, (2, 2))
+    assert constant_array(lowered.buffer_of(dilated.b), {}).shape[0] == 3 * 3 * 8
     for seed in range(2):
         inputs = _random_inputs(source, seed)
         expected = _interpreted(source, inputs)

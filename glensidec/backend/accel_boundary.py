@@ -25,6 +25,7 @@ from glensidec.backend.accel_layers import (
     LayerBuilder,
     check_fits,
     drop_dead_code,
+    layer_geometry,
     layer_quant,
 )
 from glensidec.backend.accel_pool import PADDING, layer_rows, trace_layer_rows, trace_writers
@@ -40,7 +41,7 @@ from glensidec.backend.lower import (
 )
 from glensidec.backend.views import View, contiguous, view_array
 from glensidec.errors import GlensideError
-from glensidec.hardware.accel import CapacityError, ConvLayer
+from glensidec.hardware.accel import CapacityError
 from glensidec.hardware.commands import AccelConfig, packs_taps
 from glensidec.hardware.layout import (
     NchwLayout,
@@ -292,8 +293,8 @@ def _dma_padded(lowered: LoweredProgram, layer: AccelLayer, found: _Found, rows_
     """A convolution whose taps are not packed reading the input's unpadded rows, the DMA
     padding them (so its rows can serve a skip connection too); None when it cannot."""
     layout = found.layout
-    geometry = ConvLayer(layer.name, layout.height, layout.width, layout.channels, layer.n,
-                         layer.kernel, layer.stride, layout.padding, layer.groups)
+    geometry = replace(layer_geometry(layer), height=layout.height, width=layout.width,
+                       channels=layout.channels, padding=layout.padding, padding_w=None)
     if not layout.padding or packs_taps(geometry, accel.rows):
         return None  # already unpadded, or rows that straddle the border need the padding
     try:

@@ -32,6 +32,7 @@ from glensidec.backend.accel_layers import (
     chain_epilogue,
     chain_table,
     check_fits,
+    crop_map,
     drop_dead_code,
     evaluate_buffer,
     follow_chain,
@@ -55,9 +56,11 @@ class _Depthwise:
     index: int
     windows: View  # the member reading the map's windows
     filters: Array  # (C, k, k) int64
-    geometry: ConvLayer  # of the padded map (padding 0), groups = C; kernel: the span
+    # of the padded map (padding 0; its part the windows reach), groups = C, the taps
+    # `dilation` pixels apart
+    geometry: ConvLayer
     map: str  # the padded (C, H, W) map: the windows' buffer, or what they gather from
-    dilation: int = 1  # taps this many pixels apart (the layer's kernel spans them)
+    map_size: tuple[int, int]  # its (H, W)
 
 
 def fuse_accel_depthwise(lowered: LoweredProgram, weights: dict[str, Array],
@@ -103,13 +106,19 @@ def _depthwise(lowered: LoweredProgram, index: int, weights: dict[str, Array]
             continue  # a filter that changes across the pixels
         whole = np.arange(source.elements).reshape(channels, height, width)
         for stride, dilation in itertools.product(range(1, kernel + 1), range(1, height)):
-            span = (kernel - 1) * dilation + 1  # a dilated kernel: zeros between its taps
-            geometry = ConvLayer("", height, width, channels, channels, span, stride,
-                                 groups=channels)
-            if span <= min(height, width) and geometry.out_size == (out_h, out_w) and \
-                    np.array_equal(order, map_windows(whole, kernel, stride, dilation)):
+            geometry = ConvLayer("", height, width, channels, channels, kernel, stride,
+                                 groups=channels, dilation=(dilation, dilation))
+            span = geometry.span_hw[0]
+            if geometry.out_size != (out_h, out_w):  # the map reaches past the windows
+                # (the importer pads a dilated map d − 1 further than its taps read)
+                geometry = replace(geometry, height=(out_h - 1) * stride + span,
+                                   width=(out_w - 1) * stride + span)
+            if span <= min(geometry.height, geometry.width) and \
+                    geometry.height <= height and geometry.width <= width and np.array_equal(
+                        order, map_windows(whole[:, :geometry.height, :geometry.width],
+                                           kernel, stride, dilation)):
                 return _Depthwise(index, windows, taps[:, 0].reshape(channels, kernel, kernel),
-                                  geometry, name, dilation)
+                                  geometry, name, (height, width))
     return None
 
 
@@ -194,10 +203,8 @@ def _rewrite(lowered: LoweredProgram, found: _Depthwise, weights: dict[str, Arra
         fill = lowered.instructions[position]
         assert isinstance(fill, Fill)
         lowered.instructions[position] = replace(fill, value=zero_point)
-    span, step = geometry.kernel, found.dilation
-    dense = np.zeros((span, span, channels, channels), np.int64)
-    dense[::step, ::step, np.arange(channels), np.arange(channels)] = \
-        found.filters.transpose(1, 2, 0)
+    dense = np.zeros((kernel, kernel, channels, channels), np.int64)
+    dense[:, :, np.arange(channels), np.arange(channels)] = found.filters.transpose(1, 2, 0)
     packed = weight_matrix(geometry, accel.cols, dense)
     builder = LayerBuilder(lowered)
     height, width = geometry.height, geometry.width
@@ -218,10 +225,10 @@ def _rewrite(lowered: LoweredProgram, found: _Depthwise, weights: dict[str, Arra
                                     np.array(multiplier_vector, np.int64)),
         commands=builder.commands_placeholder(name), m=pixels, k=packed.shape[0], n=channels,
         pre=chain.pre, post=chain.post, zero_point=chain.zero_point, low=chain.low,
-        high=chain.high, image=(height, width, channels), kernel=span,
-        stride=geometry.stride, groups=channels, group_cols=accel.cols,
-        table=chain_table(builder, name, chain))
-    source = contiguous(found.map, (channels, height, width))
+        high=chain.high, image=(height, width, channels), kernel=kernel,
+        stride=geometry.stride, dilation=geometry.dilation, groups=channels,
+        group_cols=accel.cols, table=chain_table(builder, name, chain))
+    source = crop_map(contiguous(found.map, (channels, *found.map_size)), height, width)
     replaced = set(chain.indices)
     kept = [instruction for position, instruction in enumerate(lowered.instructions)
             if position not in replaced]

@@ -59,6 +59,7 @@ from glensidec.backend.views import (
     canonical,
     contiguous,
     regroup,
+    slice_view,
     store_view,
     transpose,
     view_array,
@@ -493,7 +494,7 @@ def _rewrite(lowered: LoweredProgram, index: int, chain: _Chain, weights: dict[s
     elif not flipped and rows == gemm.m:  # A is the im2col matrix, B the weights
         geometry = _im2col_geometry(lowered, gemm, "a")
     if geometry is not None:  # K past the taps (the lowering's padding) must add nothing
-        taps = geometry[0].channels * geometry[0].kernel ** 2
+        taps = geometry[0].channels * geometry[0].taps
         k_by_n = b_values if not flipped else \
             (None if a_values is None else a_values[:rows].T)
         if k_by_n is None or np.any(k_by_n[taps:, :rows if flipped else cols]):
@@ -509,12 +510,12 @@ def _rewrite(lowered: LoweredProgram, index: int, chain: _Chain, weights: dict[s
         layer, source = geometry
         m, n = (cols, rows) if flipped else (rows, cols)
         layer = replace(layer, name=name, out_channels=n)
-        kernel, channels = layer.kernel, layer.channels
+        channels = layer.channels
         known = a_values if flipped else b_values
         assert known is not None
         known_weights = known[:rows].T if flipped else known
-        taps = channels * kernel * kernel  # K past them (the lowering's padding) is zero
-        weights_kcn = known_weights[:taps, :n].reshape(channels, kernel, kernel, n)
+        taps = channels * layer.taps  # K past them (the lowering's padding) is zero
+        weights_kcn = known_weights[:taps, :n].reshape(channels, *layer.kernel_hw, n)
         b_view = builder.constant(f"{name}_weights", "i8",  # K ordered (ky, kx, channel)
                                   weights_kcn.transpose(1, 2, 0, 3).reshape(-1, n))
         image = builder.activation(f"{name}_nhwc", (layer.height, layer.width, channels))
@@ -578,7 +579,9 @@ def _rewrite(lowered: LoweredProgram, index: int, chain: _Chain, weights: dict[s
         zero_point=chain.zero_point,
         low=chain.low, high=chain.high,
         image=(layer.height, layer.width, layer.channels) if geometry is not None else (),
-        kernel=layer.kernel, stride=layer.stride, residual=residual, residual_add=added,
+        kernel=layer.kernel, stride=layer.stride, kernel_w=layer.kernel_w,
+        stride_w=layer.stride_w, dilation=layer.dilation, residual=residual,
+        residual_add=added,
         table=chain_table(builder, name, chain))
     kept = [instruction for position, instruction in enumerate(lowered.instructions)
             if position not in replaced]
@@ -639,7 +642,8 @@ def layer_geometry(layer: AccelLayer) -> ConvLayer:
     if layer.image:
         height, width, channels = layer.image
         return ConvLayer(layer.name, height, width, channels, layer.n, layer.kernel,
-                         layer.stride, layer.padding, layer.groups, layer.pad_end)
+                         layer.stride, layer.padding, layer.groups, layer.pad_end,
+                         layer.kernel_w, layer.stride_w, layer.padding_w, layer.dilation)
     return ConvLayer(layer.name, height=layer.m, width=1, channels=layer.k,
                      out_channels=layer.n)
 
@@ -900,19 +904,74 @@ def _im2col_geometry(lowered: LoweredProgram, gemm: ArrayGemm, operand: str = "b
         return None
     k_dims, p_dims = source.dims if operand == "b" else source.dims[::-1]
     channels, height, width = shape
-    kernel = math.isqrt(gemm.k // channels)
-    if channels * kernel * kernel != gemm.k:
+    if gemm.k % channels:
         return None
+    kernel = math.isqrt(gemm.k // channels)
     expected_k = canonical([Axis(channels, height * width), Axis(kernel, width),
                             Axis(kernel, 1)])
-    for stride in range(1, kernel + 2):
+    for stride in range(1, kernel + 2) if channels * kernel * kernel == gemm.k else ():
         out_h, out_w = (height - kernel) // stride + 1, (width - kernel) // stride + 1
         expected_p = canonical([Axis(out_h, stride * width), Axis(out_w, stride)])
         if out_h * out_w == pixels and canonical(k_dims) == expected_k and \
                 canonical(p_dims) == expected_p:
             layer = ConvLayer("", height, width, channels, 0, kernel, stride)
             return layer, contiguous(source.buffer, (channels, height, width))
-    return None
+    # not a k×k window at one stride over the whole map: what each element of the
+    # matrix reads, (channel, ky, kx) × (oy, ox), tells any other window
+    reads = view_array(source, np.arange(buffer.elements)).reshape(
+        (gemm.k, pixels) if operand == "b" else (pixels, gemm.k))
+    return _window_of(reads if operand == "b" else reads.T, source.buffer,
+                      (channels, height, width))
+
+
+def _window_of(reads: Array, name: str, shape: tuple[int, int, int]
+               ) -> tuple[ConvLayer, View] | None:
+    """The convolution whose im2col matrix (K ordered (channel, ky, kx), by output
+    pixel) reads the elements `reads` (flat indices) of buffer `name`, a (C, H, W) map
+    padded already: a kh×kw window with a stride per axis and dilated taps, from the
+    map's first pixel; the layer over the part of the map its windows reach (the
+    importer pads a dilated map d − 1 pixels further than its taps read), and a view of
+    that part. None when `reads` is not such a matrix."""
+    channels, height, width = shape
+    taps, pixels = reads.shape[0] // channels, reads.shape[1]
+    y, x = np.divmod(reads % (height * width), width)
+    if reads[0, 0] != 0 or taps * channels != reads.shape[0]:
+        return None
+    # the first channel's taps at the first pixel: rows of kw taps, kh rows
+    kernel_w = int(np.argmax(y[:taps, 0] != y[0, 0])) or taps
+    kernel_h = taps // kernel_w
+    # the first tap at each pixel: lines of out_w pixels
+    out_w = int(np.argmax(y[0] != y[0, 0])) or pixels
+    out_h = pixels // out_w
+    if kernel_h * kernel_w != taps or out_h * out_w != pixels:
+        return None
+    dilation = (int(y[kernel_w, 0]) if kernel_h > 1 else 1,
+                int(x[1, 0]) if kernel_w > 1 else 1)
+    stride_h = int(y[0, out_w]) if out_h > 1 else 1
+    stride_w = int(x[0, 1]) if out_w > 1 else 1
+    if min(*dilation, stride_h, stride_w) < 1:
+        return None
+    layer = ConvLayer("", height, width, channels, 0, kernel_h, stride_h, kernel_w=kernel_w,
+                      stride_w=stride_w, dilation=dilation)
+    if layer.out_size != (out_h, out_w):  # the map reaches further than the windows
+        span_h, span_w = layer.span_hw
+        layer = replace(layer, height=(out_h - 1) * stride_h + span_h,
+                        width=(out_w - 1) * stride_w + span_w)
+        if layer.height > height or layer.width > width:
+            return None
+    maps = (np.arange(height * width).reshape(height, width)[:layer.height, :layer.width]
+            + height * width * np.arange(channels)[:, None, None])
+    if not np.array_equal(reads, map_windows_kp(maps, layer)):
+        return None
+    return layer, crop_map(contiguous(name, shape), layer.height, layer.width)
+
+
+def crop_map(view: View, height: int, width: int) -> View:
+    """The first `height` rows and `width` columns of a (C, H, W) view."""
+    rows = slice_view(view, 1, 0, height)
+    part = None if rows is None else slice_view(rows, 2, 0, width)
+    assert part is not None, "a contiguous map's corner is a view"
+    return part
 
 
 def _k_padded_im2col(lowered: LoweredProgram, gemm: ArrayGemm, packer: Copy, operand: str
@@ -953,22 +1012,28 @@ def _k_padded_im2col(lowered: LoweredProgram, gemm: ArrayGemm, packer: Copy, ope
         for stride in range(1, kernel + 2):
             out_h, out_w = (height - kernel) // stride + 1, (width - kernel) // stride + 1
             # (channel, ky, kx) × (oy, ox), as conv2d_nchw's im2col orders them
-            if out_h * out_w == pixels and \
-                    np.array_equal(by_k[:taps], map_windows_kp(maps, kernel, stride)):
+            if out_h * out_w == pixels and np.array_equal(
+                    by_k[:taps], map_windows_kp(maps, ConvLayer("", height, width, channels,
+                                                                0, kernel, stride))):
                 layer = ConvLayer("", height, width, channels, 0, kernel, stride)
                 return layer, contiguous(copies[0].src.buffer, (channels, height, width))
     return None
 
 
-def map_windows_kp(maps: Array, kernel: int, stride: int) -> Array:
-    """The im2col matrix of a (C, H, W) array, unpadded: (C·k·k, OH·OW), K ordered
+def map_windows_kp(maps: Array, layer: ConvLayer) -> Array:
+    """The im2col matrix of a (C, H, W) array, unpadded, for `layer`'s window (its
+    kernel, strides and dilation; its padding is not read): (C·kh·kw, OH·OW), K ordered
     (channel, ky, kx)."""
     channels, height, width = maps.shape
-    out_h, out_w = (height - kernel) // stride + 1, (width - kernel) // stride + 1
-    y = (np.arange(kernel)[:, None, None, None] + stride * np.arange(out_h)[None, None, :, None])
-    x = (np.arange(kernel)[None, :, None, None] + stride * np.arange(out_w)[None, None, None, :])
-    gathered: Array = maps[:, y, x]  # (C, k, k, OH, OW)
-    return gathered.reshape(channels * kernel * kernel, out_h * out_w)
+    layer = replace(layer, height=height, width=width, padding=0, padding_w=None)
+    (kernel_h, kernel_w), (stride_h, stride_w) = layer.kernel_hw, layer.stride_hw
+    (out_h, out_w), (dy, dx) = layer.out_size, layer.dilation
+    y = (dy * np.arange(kernel_h)[:, None, None, None]
+         + stride_h * np.arange(out_h)[None, None, :, None])
+    x = (dx * np.arange(kernel_w)[None, :, None, None]
+         + stride_w * np.arange(out_w)[None, None, None, :])
+    gathered: Array = maps[:, y, x]  # (C, kh, kw, OH, OW)
+    return gathered.reshape(channels * kernel_h * kernel_w, out_h * out_w)
 
 
 def _only_writer(lowered: LoweredProgram, view: View) -> int | None:

@@ -19,6 +19,7 @@ copies that only fed them are then dead and go.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 
 import numpy as np
@@ -27,6 +28,7 @@ from glensidec.backend.accel_layers import (
     LayerBuilder,
     check_fits,
     drop_dead_code,
+    layer_geometry,
     layer_quant,
 )
 from glensidec.backend.accel_pool import PADDING, layer_rows, padded_rows, trace_layer_rows
@@ -41,7 +43,6 @@ from glensidec.backend.views import (
     view_array,
 )
 from glensidec.errors import GlensideError
-from glensidec.hardware.accel import ConvLayer
 from glensidec.hardware.commands import AccelConfig, packs_taps
 from glensidec.lang.dtypes import Array
 
@@ -80,14 +81,18 @@ def _reading_rows(lowered: LoweredProgram, index: int, weights: dict[str, Array]
     source = lowered.instructions[source_index]
     assert isinstance(source, AccelLayer)
     rows = layer_rows(source)
-    if rows.n != channels or layer.padding:
+    window = layer_geometry(layer)
+    if rows.n != channels or window.padding_hw != (0, 0):
         return None
-    for padding in range(layer.kernel):
-        height, width = padded_height - 2 * padding, padded_width - 2 * padding
+    span_h, span_w = window.span_hw
+    # the padding along each axis (a 1×7's only along x, a dilated window's as wide as
+    # its span), below the window's extent: the rows' map is what remains
+    for pad_h, pad_w in itertools.product(range(span_h), range(span_w)):
+        height, width = padded_height - 2 * pad_h, padded_width - 2 * pad_w
         if height * width != rows.m or height < 1 or width < 1:
             continue
         # the rows in NCHW padded, then transposed to the NHWC the layer reads
-        expected = padded_rows(height, width, channels, padding).reshape(
+        expected = padded_rows(height, width, channels, pad_h, padding_w=pad_w).reshape(
             channels, padded_height, padded_width).transpose(1, 2, 0).reshape(-1)
         if not np.array_equal(origin, expected):
             continue
@@ -95,9 +100,9 @@ def _reading_rows(lowered: LoweredProgram, index: int, weights: dict[str, Array]
         if values.size > 1:
             return None
         pad_value = int(values[0]) if values.size else 0
-        geometry = ConvLayer(layer.name, height, width, channels, layer.n, layer.kernel,
-                             layer.stride, padding)
-        if padding and packs_taps(geometry, accel.rows):
+        geometry = replace(window, height=height, width=width, padding=pad_h,
+                           padding_w=pad_w)
+        if (pad_h or pad_w) and packs_taps(geometry, accel.rows):
             return None  # rows that straddle the border need a padded map
         try:
             check_fits(accel, geometry, replace(layer_quant(lowered, layer, weights),
@@ -105,7 +110,8 @@ def _reading_rows(lowered: LoweredProgram, index: int, weights: dict[str, Array]
         except GlensideError:
             return None  # the unpadded map's tiles do not fit: keep the host's copies
         return replace(layer, a=rows.view((height * width, channels)),
-                       image=(height, width, channels), padding=padding, pad_value=pad_value)
+                       image=(height, width, channels), padding=geometry.padding,
+                       padding_w=geometry.padding_w, pad_value=pad_value)
     return None
 
 

@@ -218,14 +218,15 @@ def trace_writers(lowered: LoweredProgram, name: str, writers: list[int], depth:
     return None if source is None else (source, origin, fill)
 
 
-def padded_rows(height: int, width: int, channels: int, padding: int, end: int = 0
-                ) -> np.ndarray:
+def padded_rows(height: int, width: int, channels: int, padding: int, end: int = 0,
+                padding_w: int | None = None) -> np.ndarray:
     """What a (C, H + 2p + e, W + 2p + e) map holds when it is a layer's (H·W, C) rows in
-    NCHW, padded by p (and by e more below and right): the rows' element indices, PADDING
-    on the border (flat)."""
+    NCHW, padded by p (and by e more below and right; by `padding_w` along x when given):
+    the rows' element indices, PADDING on the border (flat)."""
     rows = np.arange(height * width * channels).reshape(height, width, channels)
-    after = padding + end
-    padded = np.pad(rows.transpose(2, 0, 1), ((0, 0), (padding, after), (padding, after)),
+    pad_w = padding if padding_w is None else padding_w
+    padded = np.pad(rows.transpose(2, 0, 1),
+                    ((0, 0), (padding, padding + end), (pad_w, pad_w + end)),
                     constant_values=PADDING)
     return padded.reshape(-1)
 

@@ -303,6 +303,13 @@ class AccelLayer(Instruction):
     padding: int = 0
     pad_value: int = 0
     pad_end: int = 0  # a ceil-mode pool's extra padding below and right of the map
+    # A convolution's window that is not square or not dense (hardware.accel.ConvLayer's
+    # fields of these names): `kernel`, `stride` and `padding` are along y, these along x
+    # where they differ (None: the same), and the taps' dilation (dy, dx).
+    kernel_w: int | None = None
+    stride_w: int | None = None
+    padding_w: int | None = None
+    dilation: tuple[int, int] = (1, 1)
     # A grouped convolution of `image` (depthwise: groups = n): `b` is
     # commands.weight_matrix's packing for N blocks of `group_cols` columns (each block's
     # rows hold only the channels its groups read).

@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from glensidec.backend.accel_layers import layer_geometry
 from glensidec.backend.accel_passes import fuse_for_accelerator
 from glensidec.backend.emit import PROGRAM_FILE as PROGRAM
 from glensidec.backend.emit import TRACE_LIBRARY
@@ -206,16 +207,15 @@ def _accel_layer(layer: AccelLayer, read: Callable[[View], Array]) -> Array:
             else pool_reference(geometry, feature)
     else:
         activations = read(layer.a)
+        geometry = layer_geometry(layer)
         if layer.image:  # the im2col rows the DMA reads, (ky, kx, channel) order
-            pad = layer.padding
-            image = np.pad(activations.reshape(layer.image), ((pad, pad), (pad, pad), (0, 0)),
+            pad_h, pad_w = geometry.padding_hw
+            image = np.pad(activations.reshape(layer.image),
+                           ((pad_h, pad_h), (pad_w, pad_w), (0, 0)),
                            constant_values=layer.pad_value)
-            activations = im2col_rows(image, layer.kernel, layer.stride)
+            activations = im2col_rows(image, geometry)
         weights = read(layer.b)
         if layer.groups > 1:  # packed per N block: the dense (K, N) matrix it stands for
-            height, width, channels = layer.image
-            geometry = ConvLayer("", height, width, channels, layer.n, layer.kernel,
-                                 layer.stride, layer.padding, layer.groups)
             weights = unpack_weight_matrix(geometry, layer.group_cols, weights).reshape(
                 -1, layer.n)
         products = matmul(activations, weights, "i8")
@@ -229,15 +229,18 @@ def _accel_layer(layer: AccelLayer, read: Callable[[View], Array]) -> Array:
                               scale=scale)
 
 
-def im2col_rows(image: Array, kernel: int, stride: int) -> Array:
-    """(output pixels, kernel·kernel·channels): each output pixel's window of an (H, W, C)
-    map, taps in (ky, kx) order and channels innermost, without padding."""
+def im2col_rows(image: Array, layer: ConvLayer) -> Array:
+    """(output pixels, kh·kw·channels): each output pixel's window of an (H, W, C) map
+    (padded already), `layer`'s kernel, strides and dilation, taps in (ky, kx) order and
+    channels innermost."""
     height, width, channels = image.shape
-    out_h, out_w = (height - kernel) // stride + 1, (width - kernel) // stride + 1
-    taps = [image[ky:ky + stride * (out_h - 1) + 1:stride,
-                  kx:kx + stride * (out_w - 1) + 1:stride]
-            for ky in range(kernel) for kx in range(kernel)]
-    stacked: Array = np.stack(taps, axis=2).reshape(out_h * out_w, kernel * kernel * channels)
+    layer = replace(layer, height=height, width=width, padding=0, padding_w=None)
+    (out_h, out_w), (stride_h, stride_w) = layer.out_size, layer.stride_hw
+    taps = [image[dy:dy + stride_h * (out_h - 1) + 1:stride_h,
+                  dx:dx + stride_w * (out_w - 1) + 1:stride_w]
+            for dy, dx in (layer.tap_offset(ky, kx) for ky in range(layer.kernel_hw[0])
+                           for kx in range(layer.kernel_hw[1]))]
+    stacked: Array = np.stack(taps, axis=2).reshape(out_h * out_w, layer.taps * channels)
     return stacked
 
 

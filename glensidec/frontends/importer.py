@@ -383,9 +383,12 @@ class DilatedConv:
 
 def dilated_taps(windows: Term, dims: tuple[int, ...], split: int,
                  geometry: DilatedConv) -> Term:
-    """Windows of the dilated extent, the last two item axes, cut to the kernel's taps
-    (every d-th element: `every_nth`, as MaxPool's dilations), so a dilated convolution
-    multiplies k_h·k_w taps, not (d·(k−1)+1)² mostly zero ones."""
+    """Windows of k·d pixels per axis (`dilated_conv`'s), the last two item axes, cut to
+    the kernel's taps (every d-th element: `every_nth`, as MaxPool's dilations), so a
+    dilated convolution multiplies k_h·k_w taps, not (d·(k−1)+1)² mostly zero ones. The
+    windows are k·d long, not (k−1)·d + 1, so that keeping every d-th is a reshape and a
+    slice of each window — a view of the padded map, which the accelerator's DMA reads
+    as a dilated window — rather than a padded copy of every window."""
     first = len(dims) - 2
     for axis, (size, dilation) in enumerate(zip(geometry.kernel, geometry.dilations,
                                                 strict=True)):
@@ -402,12 +405,17 @@ def dilated_conv(x: Term, weights: Term, geometry: DilatedConv, groups: int,
     conv2d_nchw (one per group on channel slices, as grouped_conv2d_nchw), or for a
     depthwise convolution the pair of depthwise_conv2d_nchw."""
     top, left, bottom, right = geometry.pads
-    padded = B.pad(B.pad(x, 2, top, bottom), 3, left, right)
+    # windows of k·d pixels end d − 1 pixels past the last tap: that much more padding
+    # below and right keeps the output's size (no tap reads it)
+    more_h, more_w = (dilation - 1 for dilation in geometry.dilations)
+    padded = B.pad(B.pad(x, 2, top, bottom + more_h), 3, left, right + more_w)
+    spans = (geometry.kernel[0] * geometry.dilations[0],
+             geometry.kernel[1] * geometry.dilations[1])
     out_hw, channels = geometry.out, groups * group_channels
     if groups == channels == groups * group_out and group_channels == 1:  # depthwise
-        windows = B.op("access-windows", B.access(padded, 2), B.shape(*geometry.spans),
+        windows = B.op("access-windows", B.access(padded, 2), B.shape(*spans),
                        B.shape(*geometry.strides))
-        dims = (geometry.batch, channels, *out_hw, *geometry.spans)
+        dims = (geometry.batch, channels, *out_hw, *spans)
         taps = dilated_taps(windows, dims, 4, geometry)
         filters = B.reshape(weights, (1, channels, 1, 1), geometry.kernel)
         spread = B.broadcast(filters, (geometry.batch, channels, *out_hw), geometry.kernel)
@@ -419,9 +427,9 @@ def dilated_conv(x: Term, weights: Term, geometry: DilatedConv, groups: int,
         part_w = weights if groups == 1 else B.op(
             "access-slice", weights, 0, group * group_out, (group + 1) * group_out)
         windows = B.op("access-windows", B.access(part_x, 1),
-                       B.shape(group_channels, *geometry.spans), B.shape(1, *geometry.strides))
+                       B.shape(group_channels, *spans), B.shape(1, *geometry.strides))
         squeezed = B.op("access-squeeze", windows, 1)
-        dims = (geometry.batch, *out_hw, group_channels, *geometry.spans)
+        dims = (geometry.batch, *out_hw, group_channels, *spans)
         taps = dilated_taps(squeezed, dims, 3, geometry)
         part = B.transpose(B.matmul(B.access(part_w, 1), B.access(taps, 3)), 1, 0, 2, 3)
         result = part if result is None else B.op("access-concatenate", result, part, 1)
