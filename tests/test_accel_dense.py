@@ -5,7 +5,7 @@ layer (`backend/accel_dense.py`); the quantizer gives a block's concatenations o
 The reduced network: a 3×3 stem, a dense block of three layers (BN-ReLU-conv1×1-BN-ReLU-
 conv3×3, growth 8, concatenated), a transition (BN-ReLU-conv1×1-average pool 2×2) and a
 block of two layers, then BN-ReLU, at 8×8, quantized per channel; its batch-norms shift
-by nothing (torchvision's initialisation, which bench/results/zoo.md measures), or, in
+by nothing (torchvision's initialisation, which bench/results/zoo.md measures), or, with
 `shift`, by random amounts (a trained network's)."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from onnx_models import OnnxGraph, imported
 from test_accel_offload import _accelerated, _interpreted, _lowered_result, _random_inputs
 from test_quantize import calibration_for
 
-from glensidec.backend.lower import AccelLayer, Fused
+from glensidec.backend.lower import AccelLayer
 from glensidec.frontends.quantize import quantize, save_quantized
 from glensidec.hardware.accel import ConvLayer, EpilogueConfig
 from glensidec.hardware.array import ArrayConfig
@@ -93,17 +93,21 @@ def test_a_dense_blocks_concatenations_share_one_scale_and_no_part_is_requantize
                 assert compute_name(part.children()[0]) != "cast", part
 
 
-def test_a_reduced_dense_block_leaves_nothing_on_the_host(tmp_path: Path) -> None:
-    """Every batch-norm + ReLU is an accelerator layer, each block's layers store their
-    columns into one buffer (pitched), the batch-norms read their first columns (input
-    pitch), no host loop or copy is left, and the result is the interpreter's."""
-    source = _quantized(tmp_path)
+@pytest.mark.parametrize("shift", [False, True])
+def test_a_reduced_dense_block_leaves_nothing_on_the_host(shift: bool, tmp_path: Path) -> None:
+    """Every batch-norm + ReLU is an accelerator layer — a 1×1 sum pool without shifts, a
+    depthwise 1×1 convolution (−128 on the diagonal, the shifts in its bias) with them —
+    each block's layers store their columns into one buffer (pitched), the batch-norms
+    read their first columns (input pitch), no host loop or copy is left, and the result
+    is the interpreter's."""
+    source = _quantized(tmp_path, shift)
     lowered = _accelerated(source, "8x8")
     host = [instruction for instruction in lowered.instructions
             if not isinstance(instruction, AccelLayer)]
     assert not host, host
     layers = lowered.accel_layers()
-    affine = [layer for layer in layers if layer.pool_sum and layer.kernel == 1]
+    affine = [layer for layer in layers if layer.kernel == 1 and layer.image and
+              (layer.groups == layer.n if shift else layer.pool_sum)]
     assert len(affine) == 7  # 5 dense layers, the transition, the last batch-norm
     assert sum(layer.input_pitch > 0 for layer in affine) == 5  # all but the blocks' last
     blocks = {layer.dst.buffer for layer in layers if layer.output_pitch}
@@ -115,19 +119,13 @@ def test_a_reduced_dense_block_leaves_nothing_on_the_host(tmp_path: Path) -> Non
         assert np.array_equal(got.reshape(expected.shape), expected)
 
 
-def test_a_batch_norm_shift_the_epilogue_cannot_add_stays_on_the_host_and_exact(
-        tmp_path: Path) -> None:
-    """Shifts that are not whole input steps (the quantizer's ×256 widening) cannot be
-    added before the epilogue's scale: those loops stay host loops, and the program,
-    blocks joined or not, still computes the interpreter's result."""
-    source = _quantized(tmp_path, shift=True)
-    lowered = _accelerated(source, "8x8")
-    assert any(isinstance(instruction, Fused) for instruction in lowered.instructions)
-    for seed in range(2):
-        inputs = _random_inputs(source, seed)
-        expected = _interpreted(source, inputs)
-        got = _lowered_result(source, lowered, inputs, 8)
-        assert np.array_equal(got.reshape(expected.shape), expected)
+def test_a_batch_norm_of_an_activation_is_widened_128_times(tmp_path: Path) -> None:
+    """The quantizer widens an i8 tensor ×128 for a product with a constant (×256 for a
+    sum): −128·x is what the array forms, so any shift joins the epilogue's bias."""
+    program = read_program(_quantized(tmp_path, shift=True))
+    literals = {term.args[0].args[0] for term in postorder(program.root)
+                if term.op == "access-literal"}
+    assert 128 in literals and 256 not in literals
 
 
 def test_a_pitched_load_reads_the_same_pixels_pitch_bytes_apart() -> None:
@@ -159,10 +157,12 @@ def test_a_pitched_load_reads_the_same_pixels_pitch_bytes_apart() -> None:
 
 
 @pytest.mark.slow
-def test_the_reduced_densenets_host_share_is_at_most_15_percent(tmp_path: Path) -> None:
+@pytest.mark.parametrize("shift", [False, True])
+def test_the_reduced_densenets_host_share_is_at_most_15_percent(shift: bool,
+                                                               tmp_path: Path) -> None:
     """`glensidec compile --stats` (the default target) of the reduced DenseNet prices the
     host at 0 % (target ≤ 15 %), and its C program gives the interpreter's result."""
-    source = _quantized(tmp_path)
+    source = _quantized(tmp_path, shift)
     outdir = tmp_path / "out"
     compiled = subprocess.run([sys.executable, "-m", "glensidec", "compile", str(source),
                                "--array", "8x8", "-o", str(outdir), "--stats"],
@@ -183,13 +183,15 @@ def test_the_reduced_densenets_host_share_is_at_most_15_percent(tmp_path: Path) 
 
 @pytest.mark.slow
 @pytest.mark.rtl
+@pytest.mark.parametrize("shift", [False, True])
 def test_the_reduced_densenet_runs_bit_and_cycle_exact_on_ws_accel(
-        tmp_path: Path, sim_cache: Path) -> None:
+        shift: bool, tmp_path: Path, sim_cache: Path) -> None:
     """Compiled by default, every layer of the reduced DenseNet (the pitched stores, the
-    batch-norm layers reading the blocks' first columns with an input pitch) runs on
+    batch-norm layers — sum pools, or with shifts depthwise 1×1 convolutions with negative
+    multipliers — reading the blocks' first columns with an input pitch) runs on
     ws_accel's RTL with its predicted cycles and bits, and the result is the
     interpreter's."""
-    source = _quantized(tmp_path)
+    source = _quantized(tmp_path, shift)
     outdir = tmp_path / "out"
     compiled = subprocess.run([sys.executable, "-m", "glensidec", "compile", str(source),
                                "--array", "8x8", "-o", str(outdir)],

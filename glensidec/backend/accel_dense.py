@@ -67,7 +67,7 @@ from glensidec.backend.views import (
 )
 from glensidec.errors import GlensideError
 from glensidec.hardware.accel import ConvLayer, EpilogueConfig, epilogue_reference
-from glensidec.hardware.commands import AccelConfig, LayerQuant
+from glensidec.hardware.commands import AccelConfig, LayerQuant, weight_matrix
 from glensidec.lang.dtypes import Array, requantize, wrap_signed
 
 #: The epilogue's per-column scales are int8.
@@ -104,6 +104,7 @@ class _Form:
     multiplier: tuple[int, ...]
     scale: tuple[int, ...] | None
     epilogue: EpilogueConfig
+    weight: int = 1  # ≠ 1: x times it on the array first (a grouped 1×1 layer, not a pool)
 
 
 @dataclass(frozen=True)
@@ -178,10 +179,12 @@ def _rewrite_affine(lowered: LoweredProgram, index: int, weights: dict[str, Arra
     rows = _rows_of(lowered, x, index) if lowered.is_whole(x) and x.shape == shape else None
     if rows is None or _pool_folds_it(lowered, x, index):
         return False
-    geometry = ConvLayer(fused.dst.buffer, height, width, channels, channels)
+    pooled = form.weight == 1
+    geometry = ConvLayer(fused.dst.buffer, height, width, channels, channels,
+                         groups=1 if pooled else channels)
     quant = LayerQuant(form.epilogue, form.bias, form.multiplier, scale=form.scale)
     try:
-        check_fits(accel, geometry, quant, pool=True)
+        check_fits(accel, geometry, quant, pool=pooled)
     except GlensideError:
         return False  # the host computes it
     final = regroup(fused.dst, (channels, height * width))
@@ -192,15 +195,23 @@ def _rewrite_affine(lowered: LoweredProgram, index: int, weights: dict[str, Arra
     m = height * width
     out = builder.activation(f"{name}_rows", (m, channels))
     bias = builder.constant(f"{name}_bias", "i32", np.array(form.bias, np.int64))
+    weight = bias  # (a pool has no weights: b is a placeholder)
+    if not pooled:  # a depthwise 1×1 convolution: w on the diagonal, packed per N block
+        diagonal = np.zeros((1, 1, channels, channels), np.int64)
+        diagonal[0, 0, np.arange(channels), np.arange(channels)] = form.weight
+        weight = builder.constant(f"{name}_weights", "i8",
+                                  weight_matrix(geometry, accel.cols, diagonal))
     source = View(rows.buffer, rows.offset, ((Axis(m, rows.pitch),), (Axis(channels, 1),)))
     layer = AccelLayer(
-        fused.note, out, name=name, a=source, b=bias, bias=bias,
+        fused.note, out, name=name, a=source, b=weight, bias=bias,
         multiplier=builder.constant(f"{name}_multiplier", "i32",
                                     np.array(form.multiplier, np.int64)),
-        commands=builder.commands_placeholder(name), m=m, k=0, n=channels,
+        commands=builder.commands_placeholder(name), m=m,
+        k=0 if pooled else weight.shape[0], n=channels,
         pre=form.epilogue.pre, post=form.epilogue.post,
         zero_point=form.epilogue.zero_point, low=form.epilogue.low, high=form.epilogue.high,
-        image=(height, width, channels), kernel=1, stride=1, pool=True, pool_sum=True,
+        image=(height, width, channels), kernel=1, stride=1, pool=pooled, pool_sum=pooled,
+        groups=geometry.groups, group_cols=0 if pooled else accel.cols,
         scale=None if form.scale is None else builder.constant(
             f"{name}_scale", "i8", np.array(form.scale, np.int64)),
         input_pitch=rows.pitch if rows.pitch != channels else 0)
@@ -246,27 +257,64 @@ def _epilogue_form(lowered: LoweredProgram, index: int, weights: dict[str, Array
     if len(runtime) != 1 or lowered.buffer_of(fused.leaves[runtime[0]]).dtype != "i8":
         return None
     x = runtime[0]
-    forms = []
-    for channel in range(channels):
-        values: list[FormValue] = [
-            Linear(((x, 1),), 0) if leaf == x else int(constants[leaf][channel])
-            for leaf in range(len(fused.leaves))]
-        requantized = residual_form(fused, values)
-        if requantized is None or len(requantized.linear.coefficients) != 1:
-            return None
-        forms.append(requantized)
-    shared = {(f.pre, f.post, f.zero_point, f.low, f.high) for f in forms}
-    if len(shared) != 1:
+    # The steps' structure is the same for every channel (only the constants differ):
+    # residual_form checks it on channel 0, `_per_channel` computes every channel's values.
+    values: list[FormValue] = [Linear(((x, 1),), 0) if leaf == x else
+                               int(constants[leaf][0]) for leaf in range(len(fused.leaves))]
+    first = residual_form(fused, values)
+    if first is None or len(first.linear.coefficients) != 1:
         return None
-    pre, post, zero_point, low, high = shared.pop()
-    gains = np.array([f.linear.coefficients[0][1] for f in forms], np.int64)
-    offsets = np.array([f.linear.constant for f in forms], np.int64)
-    multipliers = np.array([f.multiplier for f in forms], np.int64)
+    gains, offsets, multipliers = _per_channel(fused, x, constants, channels)
+    pre, post, zero_point, low, high = (first.pre, first.post, first.zero_point, first.low,
+                                        first.high)
     loop = EpilogueConfig(pre, post, zero_point, low, high)
-    form = _vectors(gains, offsets, multipliers, loop)
-    if form is None or not _exact(gains, offsets, multipliers, loop, form):
-        return None
-    return x, form
+    for derive in (_vectors, _array_vectors):
+        form = derive(gains, offsets, multipliers, loop)
+        if form is not None and _exact(gains, offsets, multipliers, loop, form):
+            return x, form
+    return None
+
+
+def _per_channel(fused: Fused, x: int, constants: dict[int, Array], channels: int
+                 ) -> tuple[Array, Array, Array]:
+    """(a, b, multiplier) per channel of the loop clip(requantize(a·x + b)) whose steps
+    `residual_form` accepted: its arithmetic (i32, wrapping) on vectors of the channels'
+    constants. A value is (a, b), a constant (None, c)."""
+    results: list[tuple[Array | None, Array]] = []
+    multipliers = np.ones(channels, np.int64)
+    zero = np.zeros(channels, np.int64)
+
+    def operand(index: int) -> tuple[Array | None, Array]:
+        if index >= 0:
+            return (np.ones(channels, np.int64), zero) if index == x else \
+                (None, constants[index].astype(np.int64))
+        return results[-index - 1]
+
+    for step in fused.steps:
+        name = step.op if isinstance(step.op, str) else step.op.name
+        args = [operand(index) for index in step.operands]
+        gain, offset = args[0]
+        if name in ("elementwise-add", "elementwise-sub", "elementwise-mul"):
+            (left_gain, left), (right_gain, right) = args
+            if name == "elementwise-mul":
+                factor, (gain, offset) = (left, args[1]) if left_gain is None else \
+                    (right, args[0])
+                gain = None if gain is None else wrap_signed(gain * factor, 32)
+                offset = wrap_signed(offset * factor, 32)
+            else:
+                sign = 1 if name == "elementwise-add" else -1
+                gains = [zero if g is None else g for g in (left_gain, right_gain)]
+                gain = wrap_signed(gains[0] + sign * gains[1], 32)
+                offset = wrap_signed(left + sign * right, 32)
+        elif name == "requantize":
+            assert not isinstance(step.op, str)
+            multipliers = np.full(channels, int(step.op.params[0]), np.int64)
+        elif name == "requantize-per-channel":
+            multipliers = args[1][1]
+        results.append((gain, offset))  # (cast, relu and clip keep the value)
+    gain, offset = results[-1]
+    assert gain is not None
+    return gain, offset, multipliers
 
 
 def _vectors(gains: Array, offsets: Array, multipliers: Array, config: EpilogueConfig
@@ -292,6 +340,27 @@ def _vectors(gains: Array, offsets: Array, multipliers: Array, config: EpilogueC
     return None
 
 
+def _array_vectors(gains: Array, offsets: Array, multipliers: Array,
+                   config: EpilogueConfig) -> _Form | None:
+    """The vectors for a·x + b as w·x on the array (w int8) plus a bias, its sign in the
+    multipliers: a = ±w·2^j for the fewest j, b a multiple of 2^j, j fewer bits of post
+    shift (the quantizer's batch-norm: a = 128, w = −128, any b). None when the gains
+    differ or pre shifts."""
+    gain = int(gains[0])
+    if config.pre or not np.all(gains == gain) or gain == 0:
+        return None
+    for shift in range(config.post + 1):
+        if gain % (1 << shift) or np.any(offsets % (1 << shift)):
+            return None
+        weight = gain >> shift
+        for signed, sign in ((weight, 1), (-weight, -1)):
+            if -128 <= signed <= 127:
+                return _Form(tuple(int(sign * value) >> shift for value in offsets),
+                             tuple(int(sign * value) for value in multipliers), None,
+                             replace(config, post=config.post - shift), signed)
+    return None
+
+
 def _exact(gains: Array, offsets: Array, multipliers: Array, loop: EpilogueConfig,
            form: _Form) -> bool:
     """Does the epilogue give the loop's clip(requantize(a·x + b)) (`loop`: its
@@ -300,7 +369,7 @@ def _exact(gains: Array, offsets: Array, multipliers: Array, loop: EpilogueConfi
     wanted = np.clip(requantize(wrap_signed(gains * x + offsets, 32), multipliers,
                                 loop.pre, loop.post, loop.zero_point).astype(np.int64),
                      loop.low, loop.high)
-    got = epilogue_reference(np.broadcast_to(x, wanted.shape), np.array(form.bias),
+    got = epilogue_reference(np.broadcast_to(form.weight * x, wanted.shape), np.array(form.bias),
                              np.array(form.multiplier), form.epilogue,
                              scale=None if form.scale is None else np.array(form.scale))
     return bool(np.array_equal(wanted, got))
@@ -522,7 +591,7 @@ def _moved_reads(instruction: Instruction, rows: str, n: int, pitch: int, column
     if isinstance(instruction, Copy) and instruction.src.buffer == rows:
         moved = _moved_view(instruction.src, n, pitch, column, target)
         return None if moved is None else replace(instruction, src=moved)
-    if isinstance(instruction, AccelLayer) and instruction.pool and \
+    if isinstance(instruction, AccelLayer) and _pitchable(instruction) and \
             not instruction.input_pitch and instruction.image[-1:] == (n,) and \
             instruction.a.buffer == rows and instruction.a.offset == 0 and \
             rows not in {view.buffer for view in instruction.reads()[1:]}:
@@ -531,6 +600,13 @@ def _moved_reads(instruction: Instruction, rows: str, n: int, pitch: int, column
                                                             (Axis(n, 1),))),
                        input_pitch=pitch)
     return None
+
+
+def _pitchable(layer: AccelLayer) -> bool:
+    """Can the layer read its input with a pitch (`commands.with_input_pitch`: loads of
+    whole pixels' channels)? A pool, and step 1's grouped 1×1 convolutions."""
+    return layer.pool or (layer.groups == layer.n > 1 and layer.kernel == 1 and
+                          layer.stride == 1 and not layer.padding)
 
 
 def _moved_view(view: View, n: int, pitch: int, column: int, target: str) -> View | None:

@@ -80,8 +80,10 @@ from glensidec.hardware.commands import (
     LayerProgram,
     LayerQuant,
     LayerTraffic,
+    Store,
     accel_cycles,
     best_conv_table,
+    conv_program,
     layer_tiling,
     layer_traffic,
     pool_program,
@@ -694,7 +696,8 @@ def program_accel_layers(lowered: LoweredProgram, weights: dict[str, Array],
                                        layout=layer.layout)
                 if layer.input_pitch:
                     chosen = input_pitched_program(accel, geometry, chosen[0],
-                                                   layer.input_pitch)
+                                                   layer.input_pitch,
+                                                   layer_quant(result, layer, weights))
                 if key[:-1] in pitched_shapes:
                     schedules[key[:-1]] = chosen
             program, table, timing = chosen if not layer.output_pitch else \
@@ -740,15 +743,30 @@ def pitched_program(accel: AccelConfig, layer: ConvLayer, program: LayerProgram,
 
 
 def input_pitched_program(accel: AccelConfig, layer: ConvLayer, program: LayerProgram,
-                          pitch: int) -> tuple[LayerProgram, Array, AccelTiming]:
+                          pitch: int, quant: LayerQuant
+                          ) -> tuple[LayerProgram, Array, AccelTiming]:
     """`program` loading its input's pixels `pitch` bytes apart
-    (commands.with_input_pitch), packed and timed again (the loads moved)."""
+    (commands.with_input_pitch), packed and timed again (the loads moved). A convolution
+    whose chosen schedule loads across pixels (a band of resident rows) takes the im2col
+    schedule, whose loads are each pixel's channels."""
+    pixels = layer.height * layer.width
     try:
-        program = with_input_pitch(program, layer.height * layer.width, layer.channels,
-                                   pitch, accel.memory.bus_bytes)
+        try:
+            program = with_input_pitch(program, pixels, layer.channels, pitch,
+                                       accel.memory.bus_bytes)
+        except CapacityError:
+            if program_is_pool(program):
+                raise
+            program = with_input_pitch(conv_program(accel, layer, quant, "im2col"), pixels,
+                                       layer.channels, pitch, accel.memory.bus_bytes)
     except CapacityError as error:
         raise GlensideError(f"--accel: {error}") from None
     return _timed(accel, program)
+
+
+def program_is_pool(program: LayerProgram) -> bool:
+    """Does the program pool (its stores read windows) rather than multiply?"""
+    return any(isinstance(command, Store) and command.window for command in program.commands)
 
 
 def _timed(accel: AccelConfig, program: LayerProgram

@@ -479,8 +479,12 @@ def with_constant(q: Quantizer, term: Term, name: str, value: Value, constant: A
         value = q.materialize(value, value.origin)
     widened = isinstance(value, Q8)
     if isinstance(value, Q8):
-        # ×256 so that added constants are rounded to 1/256 of an input step.
-        value = q.widen(value, term, boost=256)
+        # ×256 so that added constants are rounded to 1/256 of an input step; a product
+        # (a batch-norm's scale, its shift added next) ×128 instead: 1/128 of a step is
+        # as precise (a dense block's int8 error unchanged), and −128·x is a product the
+        # accelerator's array forms, so the shift joins the epilogue's bias whatever its
+        # value (backend/accel_dense.py).
+        value = q.widen(value, term, boost=128 if name == "elementwise-mul" else 256)
     if not isinstance(value, Acc):
         raise Unsupported(f"{name} of a {type(value).__name__}")
     constant = constant.astype(np.float64)
