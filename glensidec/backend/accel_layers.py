@@ -146,37 +146,65 @@ def _block(view: View, lowered: LoweredProgram, m: int, n: int
 
 
 def evaluate_buffer(lowered: LoweredProgram, name: str, weights: dict[str, Array],
-              before: int, all_writers: Mapping[str, list[int]] | None = None) -> Array | None:
+                    before: int, all_writers: Mapping[str, list[int]] | None = None,
+                    known: dict[str, bool] | None = None) -> Array | None:
     """The elements of buffer `name` (flat) when they are known at compile time: a
     constant, or an activation only fills and copies of such make before instruction
     `before` (the lowering pads weights at run time); else None. (`all_writers`: the
     program's `writers()`, handed down the copies: asking again for each copy compared
-    the whole instruction list each time, seconds on a vit_b_16.)"""
+    the whole instruction list each time, seconds on a vit_b_16. `known`: what
+    `_made_of_constants` found, for a caller that asks about many buffers of one
+    program.)"""
     buffer = lowered.buffers[name]
     if buffer.kind == CONSTANT:
         return constant_array(buffer, weights).reshape(-1)
     if all_writers is None:
         all_writers = lowered.writers()
-    writers = all_writers.get(name, [])
-    # Only integers are evaluated (into int64): the layers take no float data.
-    if buffer.kind != ACTIVATION or not writers or max(writers) >= before or \
-            not DTYPES[buffer.dtype].integer:
+    known = {} if known is None else known
+    # Whether it is known, before anything is made: most activations are not (a compute
+    # writes them), and zeroing the elements of each copy of one down a chain of copies
+    # first took most of fold_constants' time on a swin_t.
+    if not _evaluable(lowered, name, before, all_writers, known):
         return None
     flat = np.zeros(buffer.elements, dtype=np.int64)
-    for index in writers:
+    for index in all_writers[name]:
         writer = lowered.instructions[index]
         if isinstance(writer, Fill):
             low = integer_range(buffer.dtype)[0] if writer.minimum else writer.value
             store_view(writer.dst, flat, np.full(writer.dst.shape, low))
-        elif isinstance(writer, Copy):
-            source = evaluate_buffer(lowered, writer.src.buffer, weights, index,
-                                     all_writers)
-            if source is None:
-                return None
-            store_view(writer.dst, flat, view_array(writer.src, source))
         else:
-            return None
+            assert isinstance(writer, Copy)
+            source = evaluate_buffer(lowered, writer.src.buffer, weights, index,
+                                     all_writers, known)
+            assert source is not None  # (_evaluable said so)
+            store_view(writer.dst, flat, view_array(writer.src, source))
     return flat
+
+
+def _evaluable(lowered: LoweredProgram, name: str, before: int,
+               all_writers: Mapping[str, list[int]], known: dict[str, bool]) -> bool:
+    """Whether `evaluate_buffer` knows buffer `name` before instruction `before`."""
+    buffer = lowered.buffers[name]
+    if buffer.kind == CONSTANT:
+        return True
+    writers = all_writers.get(name, [])
+    # Only integers are evaluated (into int64): the layers take no float data.
+    return buffer.kind == ACTIVATION and bool(writers) and max(writers) < before and \
+        DTYPES[buffer.dtype].integer and _made_of_constants(lowered, name, all_writers, known)
+
+
+def _made_of_constants(lowered: LoweredProgram, name: str,
+                       all_writers: Mapping[str, list[int]], known: dict[str, bool]) -> bool:
+    """Whether every writer of activation `name` is a fill, or a copy of an evaluable
+    buffer (remembered in `known`)."""
+    answer = known.get(name)
+    if answer is None:
+        answer = known[name] = all(
+            isinstance(writer, Fill) or (isinstance(writer, Copy) and _evaluable(
+                lowered, writer.src.buffer, index, all_writers, known))
+            for index, writer in ((index, lowered.instructions[index])
+                                  for index in all_writers[name]))
+    return answer
 
 
 def _known(lowered: LoweredProgram, view: View, weights: dict[str, Array], before: int,

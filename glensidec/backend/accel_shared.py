@@ -31,8 +31,9 @@ from glensidec.backend.lower import (
     LoweredProgram,
     Map,
     RequantizePerChannel,
-    _rename,
+    Users,
     constant_array,
+    rename_buffers,
 )
 from glensidec.backend.views import View, view_array
 from glensidec.lang.dtypes import Array
@@ -51,11 +52,16 @@ def share_requantizations(lowered: LoweredProgram, weights: dict[str, Array]
                             lowered.output_shape)
     first: dict[_Key, str] = {}
     renamed: dict[str, str] = {}
+    # Renaming what an instruction reads changes no buffer's writers (a renamed buffer's
+    # one writer comes before its readers), so the program's writers hold throughout;
+    # asking for them after each renaming compared the whole program each time (10 s on a
+    # swin_t).
+    writers = result.writers()
     for index, instruction in enumerate(result.instructions):
-        for old, new in renamed.items():
-            instruction = _rename(instruction, old, new)
+        if renamed:  # (a renamed buffer maps to a first computation, never renamed itself)
+            instruction = rename_buffers(instruction, renamed)
         result.instructions[index] = instruction
-        key = _key(result, index, weights)
+        key = _key(result, index, weights, writers)
         if key is None:
             continue
         if key in first and instruction.dst.buffer != result.output:
@@ -67,7 +73,8 @@ def share_requantizations(lowered: LoweredProgram, weights: dict[str, Array]
     return result
 
 
-def _key(lowered: LoweredProgram, index: int, weights: dict[str, Array]) -> _Key | None:
+def _key(lowered: LoweredProgram, index: int, weights: dict[str, Array], writers: Users
+         ) -> _Key | None:
     """The elementwise instruction at `index` as a key, when it alone writes its whole
     result buffer."""
     instruction = lowered.instructions[index]
@@ -80,7 +87,7 @@ def _key(lowered: LoweredProgram, index: int, weights: dict[str, Array]) -> _Key
     else:
         return None
     dst = lowered.buffer_of(instruction.dst)
-    if lowered.writers().get(instruction.dst.buffer) != [index] or \
+    if writers.get(instruction.dst.buffer) != [index] or \
             not lowered.is_whole(instruction.dst):
         return None
     operands = tuple(_operand(lowered, view, weights) for view in instruction.reads())

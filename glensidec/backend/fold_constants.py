@@ -29,12 +29,13 @@ def fold_constant_copies(lowered: LoweredProgram, weights: dict[str, Array]) -> 
                             lowered.output_shape)
     writers, readers = result.writers(), result.readers()
     folded: set[str] = set()
+    known: dict[str, bool] = {}  # (a buffer folded stays known: its values are the same)
     for name, buffer in lowered.buffers.items():
         if buffer.kind != ACTIVATION or buffer.dtype not in _LITTLE_ENDIAN or \
                 name not in writers or name not in readers or \
                 max(writers[name]) >= min(readers[name]):
             continue
-        values = evaluate_buffer(result, name, weights, min(readers[name]))
+        values = evaluate_buffer(result, name, weights, min(readers[name]), writers, known)
         if values is None:
             continue
         data = np.ascontiguousarray(values).astype(_LITTLE_ENDIAN[buffer.dtype]).tobytes()

@@ -28,8 +28,9 @@ import itertools
 import math
 import operator
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any, SupportsIndex
 
 import numpy as np
 
@@ -362,12 +363,132 @@ class AccelLayer(Instruction):
         return operands if self.residual is None else (*operands, self.residual)
 
 
+class InstructionList(list[Instruction]):
+    """A program's instructions, remembering where each edit changed them: the span of
+    positions an edit touched, as how many leading and how many trailing instructions it
+    left in place (`edit_since`). LoweredProgram's `readers` and `writers` read it to
+    update their answers from the edited span alone: comparing the whole program with
+    its last snapshot at each question (a swin_t asks 12,000 times of 22,000
+    instructions while the accelerator passes edit it) took most of those passes."""
+
+    def __init__(self, items: Iterable[Instruction] = ()) -> None:
+        super().__init__(items)
+        self.version = 0
+        self._edits: list[tuple[int, int]] = []  # per version: (leading, trailing) kept
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return _restore_instructions, (list(self), self.version, list(self._edits))
+
+    def edit_since(self, version: int) -> tuple[int, int]:
+        """How many leading and trailing instructions no edit since `version` touched."""
+        edits = self._edits[version:]
+        return min(low for low, _ in edits), min(tail for _, tail in edits)
+
+    def _edit(self, start: int, stop: int, count: int) -> None:
+        """Positions [start, stop) were replaced by `count` instructions."""
+        old = len(self) - count + (stop - start)
+        self._edits.append((start, old - stop))
+        self.version += 1
+
+    def _span(self, index: SupportsIndex | slice) -> tuple[int, int] | None:
+        if isinstance(index, slice):
+            start, stop, step = index.indices(len(self))
+            return (start, max(start, stop)) if step == 1 else None
+        position = operator.index(index)
+        position += len(self) if position < 0 else 0
+        return position, position + 1
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        span = self._span(index)
+        before = len(self)
+        super().__setitem__(index, value)
+        if span is None:
+            self._edit(0, before, len(self))
+        else:
+            self._edit(span[0], span[1], span[1] - span[0] + len(self) - before)
+
+    def __delitem__(self, index: SupportsIndex | slice) -> None:
+        span = self._span(index)
+        before = len(self)
+        super().__delitem__(index)
+        if span is None:
+            self._edit(0, before, len(self))
+        else:
+            self._edit(span[0], span[1], 0)
+
+    def insert(self, index: SupportsIndex, value: Instruction) -> None:
+        self[index:index] = [value]
+
+    def append(self, value: Instruction) -> None:
+        super().append(value)
+        self._edit(len(self) - 1, len(self) - 1, 1)
+
+    def extend(self, values: Iterable[Instruction]) -> None:
+        before = len(self)
+        super().extend(values)
+        self._edit(before, before, len(self) - before)
+
+    def __iadd__(self, values: Iterable[Instruction]) -> InstructionList:  # type: ignore[override,misc]
+        self.extend(values)
+        return self
+
+    def pop(self, index: SupportsIndex = -1) -> Instruction:
+        value = self[index]
+        del self[index]
+        return value
+
+    def _whole(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        before = len(self)
+        answer = getattr(super(), method)(*args, **kwargs)
+        self._edit(0, before, len(self))
+        return answer
+
+    def remove(self, value: Instruction) -> None:
+        self._whole("remove", value)
+
+    def clear(self) -> None:
+        self._whole("clear")
+
+    def sort(self, *args: Any, **kwargs: Any) -> None:
+        self._whole("sort", *args, **kwargs)
+
+    def reverse(self) -> None:
+        self._whole("reverse")
+
+    def __imul__(self, times: SupportsIndex) -> InstructionList:
+        self._whole("__imul__", times)
+        return self
+
+
+def _restore_instructions(items: list[Instruction], version: int,
+                          edits: list[tuple[int, int]]) -> InstructionList:
+    restored = InstructionList(items)
+    restored.version, restored._edits = version, edits
+    return restored
+
+
+@dataclass(frozen=True)
+class _Seen:
+    """The instructions (the list object, its version and a snapshot) that LoweredProgram's
+    cached `readers` and `writers` answer for."""
+
+    instructions: InstructionList
+    version: int
+    snapshot: tuple[Instruction, ...]
+
+
 @dataclass
 class LoweredProgram:
     buffers: dict[str, Buffer]
-    instructions: list[Instruction]
+    instructions: list[Instruction]  # an InstructionList (what is assigned becomes one)
     output: str  # the buffer holding the program's result
     output_shape: tuple[int, ...]
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name == "instructions" and not isinstance(value, InstructionList):
+            assert isinstance(value, list)
+            value = InstructionList(value)
+        super().__setattr__(name, value)
 
     def buffer_of(self, view: View) -> Buffer:
         return self.buffers[view.buffer]
@@ -378,37 +499,53 @@ class LoweredProgram:
     def accel_layers(self) -> list[AccelLayer]:
         return [i for i in self.instructions if isinstance(i, AccelLayer)]
 
-    # The last `readers`/`writers` answers and the instructions they were computed from:
-    # the accelerator passes ask for them once per layer while rewriting `instructions` in
-    # place, and recomputing them each time made those passes quadratic in the program.
-    _users: dict[str, tuple[tuple[Instruction, ...], Users]] = field(
-        default_factory=dict, init=False, repr=False, compare=False)
+    # The `readers`/`writers` answers asked for (by name) and the instructions they answer
+    # for: the accelerator passes ask for them once per layer while rewriting
+    # `instructions` in place, and recomputing them each time made those passes quadratic
+    # in the program.
+    _users: dict[str, Users] = field(default_factory=dict, init=False, repr=False,
+                                     compare=False)
+    _seen: _Seen | None = field(default=None, init=False, repr=False, compare=False)
 
     def readers(self) -> Users:
         """Per buffer, the instructions that read it (each once), in program order
         (callers must not change the answer)."""
-        return self._cached("readers", self._readers, _read_buffers)
+        return self._cached("readers", self._readers)
 
     def writers(self) -> Users:
         """Per buffer, the instructions that write it, in program order (callers must not
         change the answer)."""
-        return self._cached("writers", self._writers, _written_buffers)
+        return self._cached("writers", self._writers)
 
-    def _cached(self, which: str, compute: Callable[[], dict[str, list[int]]],
-                buffers: Callable[[Instruction], set[str]]) -> Users:
-        # Instructions are compared by identity (a pass that changes one replaces it):
-        # snapshotting and comparing is a C loop, cheap beside walking every
-        # instruction's views in Python. When a pass replaced a few instructions in place
-        # or a short run of them by another (a layer for its chain: the program's length
-        # changes), only the lists those touch are redone (`Users.edited`).
-        snapshot = tuple(self.instructions)
-        cached = self._users.get(which)
-        answer = None if cached is None else _users_after_edit(cached[0], snapshot,
-                                                               cached[1], buffers)
+    def _cached(self, which: str, compute: Callable[[], dict[str, list[int]]]) -> Users:
+        self._catch_up()
+        answer = self._users.get(which)
         if answer is None:
-            answer = Users.of(snapshot, compute())
-        self._users[which] = snapshot, answer
+            assert self._seen is not None
+            answer = self._users[which] = Users.of(self._seen.snapshot, compute())
         return answer
+
+    def _catch_up(self) -> None:
+        """Bring the answers asked for so far up to the instructions' edits: where the
+        same list was edited, from the span its edits touched (`InstructionList`), or
+        from a comparison of the old and the new snapshots (instructions compare by
+        identity: a pass that changes one replaces it); only the lists of the buffers the
+        instructions taken out or put in use are redone (`Users.edited`)."""
+        instructions = self.instructions
+        assert isinstance(instructions, InstructionList)
+        seen = self._seen
+        if seen is not None and seen.instructions is instructions and \
+                seen.version == instructions.version:
+            return
+        snapshot = tuple(instructions)
+        if seen is not None:
+            kept = instructions.edit_since(seen.version) \
+                if seen.instructions is instructions else None
+            self._users = {which: updated for which, answer in self._users.items()
+                           if (updated := _users_after_edit(
+                               seen.snapshot, snapshot, answer, _USES[which], kept))
+                           is not None}
+        self._seen = _Seen(instructions, instructions.version, snapshot)
 
     def _readers(self) -> dict[str, list[int]]:
         readers: dict[str, list[int]] = {}
@@ -431,7 +568,8 @@ class LoweredProgram:
 
 
 #: The most instructions an edit may remove or insert for `_users_after_edit` to update
-#: an answer rather than have it recomputed.
+#: an answer rather than have it recomputed (its span, the instructions between the first
+#: and the last it changed, may be longer: those it kept are only moved).
 _EDIT_LIMIT = 64
 
 
@@ -441,26 +579,46 @@ def _identical_run(first: Sequence[Instruction], second: Sequence[Instruction]) 
 
 
 def _users_after_edit(old: tuple[Instruction, ...], new: tuple[Instruction, ...],
-                      answer: Users, buffers: Callable[[Instruction], set[str]]
-                      ) -> Users | None:
+                      answer: Users, buffers: Callable[[Instruction], set[str]],
+                      kept: tuple[int, int] | None = None) -> Users | None:
     """`answer` (readers or writers of `old`, by `buffers`) for `new`, or None when the
-    edit is too large to update (recompute). A new answer: callers may hold the old one."""
-    start = _identical_run(old, new)
-    if start == len(old) == len(new):
-        return answer
-    tail = _identical_run(old[:start - 1:-1], new[:start - 1:-1]) if start else \
-        _identical_run(old[::-1], new[::-1])
+    edit is too large to update (recompute). A new answer: callers may hold the old one.
+    `kept`: how many leading and trailing instructions the edit is known to have left in
+    place (else the two are compared).
+
+    The edit is the span between the first and the last position where the two differ.
+    A layer puts its instruction where its array call was and removes its chain's
+    instructions further on, so the span holds many instructions it only moved (a
+    vit_b_16's spans are 70-180 long): those keep their entries and get new positions;
+    only the ones taken out or put in change the lists of the buffers they use."""
+    shortest = min(len(old), len(new))
+    if kept is None:
+        start = _identical_run(old, new)
+        if start == len(old) == len(new):
+            return answer
+        tail = _identical_run(old[:start - 1:-1], new[:start - 1:-1]) if start else \
+            _identical_run(old[::-1], new[::-1])
+    else:
+        start = min(kept[0], shortest)
+        tail = min(kept[1], shortest - start)
     old_end, new_end = len(old) - tail, len(new) - tail
-    if len(old) == len(new) and new_end - start > _EDIT_LIMIT:
-        scattered = [index for index in range(start, new_end) if old[index] is not new[index]]
-        if len(scattered) > 8:
-            return None
-        return answer.edited(new, len(new), 0, [old[index] for index in scattered],
-                             {index: new[index] for index in scattered}, buffers)
-    if max(old_end, new_end) - start > _EDIT_LIMIT:
+    old_span, new_span = old[start:old_end], new[start:new_end]
+    new_ids = set(map(id, new_span))
+    if len(new_ids) != len(new_span):
+        return None  # an instruction twice
+    staying = new_ids.intersection(map(id, old_span))
+    removed = [instruction for instruction in old_span if id(instruction) not in staying]
+    added = {start + offset: instruction for offset, instruction in enumerate(new_span)
+             if id(instruction) not in staying}
+    if len(removed) + len(added) > _EDIT_LIMIT:
         return None
-    return answer.edited(new, old_end, new_end - old_end, old[start:old_end],
-                         {index: new[index] for index in range(start, new_end)}, buffers)
+    was = {id(instruction): start + offset for offset, instruction in enumerate(old_span)
+           if id(instruction) in staying}
+    moved = {start + offset: instruction for offset, instruction in enumerate(new_span)
+             if id(instruction) in staying and was[id(instruction)] != start + offset}
+    if not (removed or added or moved) and len(old) == len(new):
+        return answer  # (instructions put back where they were)
+    return answer.edited(new, old_end, new_end - old_end, removed, added, moved, buffers)
 
 
 class _Positions:
@@ -551,23 +709,28 @@ class Users(Mapping[str, list[int]]):
 
     def edited(self, program: tuple[Instruction, ...], moved_from: int, shift: int,
                removed: Sequence[Instruction], added: dict[int, Instruction],
-               buffers: Callable[[Instruction], set[str]]) -> Users | None:
+               moved: dict[int, Instruction], buffers: Callable[[Instruction], set[str]]
+               ) -> Users | None:
         """The answer for `program`: this one's with `removed` taken out and `added` (by
-        position) put in, the instructions from `moved_from` on moved by `shift`; None
-        when positions are kept (recompute)."""
+        position) put in, the instructions from `moved_from` on moved by `shift` and those
+        `moved` to their new positions; None when positions are kept or an instruction is
+        in the program twice (recompute)."""
         if self._by_buffer is None or self._where is None:
             return None
         gone = frozenset(map(id, removed))
-        if len(set(map(id, added.values()))) != len(added) or any(
-                id(user) not in gone and self._where.find(id(user)) is not None
-                for user in added.values()):
+        region = {id(user): index for index, user in added.items()}
+        if len(region) != len(added) or any(
+                self._where.find(key) is not None for key in region):
             return None  # an instruction twice
-        where = _Positions(None, self._where, moved_from, shift, gone,
-                           {id(user): index for index, user in added.items()})
+        region.update((id(user), index) for index, user in moved.items())
+        where = _Positions(None, self._where, moved_from, shift, gone, region)
         if where.depth > _POSITION_DEPTH:
             where = _Positions.of(program)
         by_buffer = dict(self._by_buffer)  # (a C copy; the lists that change are new)
-        for name in {name for user in (*removed, *added.values()) for name in buffers(user)}:
+        # (the lists of the buffers that the moved ones use keep their members, in a new
+        # order)
+        for name in {name for user in (*removed, *added.values(), *moved.values())
+                     for name in buffers(user)}:
             users = [user for user in by_buffer.get(name, []) if id(user) not in gone]
             users += [user for user in added.values() if name in buffers(user)]
             users.sort(key=where.at)
@@ -584,6 +747,11 @@ def _read_buffers(instruction: Instruction) -> set[str]:
 
 def _written_buffers(instruction: Instruction) -> set[str]:
     return {instruction.dst.buffer}
+
+
+#: Per answer of LoweredProgram, the buffers an instruction is one of the users of.
+_USES: dict[str, Callable[[Instruction], set[str]]] = {
+    "readers": _read_buffers, "writers": _written_buffers}
 
 
 @dataclass(frozen=True)
@@ -664,21 +832,37 @@ class _Lowerer:
     values: dict[Term, Value] = field(default_factory=dict)
     auto_named: set[str] = field(default_factory=set)
     note: str = ""
+    # Per buffer, the positions of the instructions and the terms whose values name it:
+    # what `adopt_name` renames (rewriting every instruction and value for each `let`
+    # took 60 % of lowering a swin_t, 22,000 instructions).
+    instructions_naming: dict[str, list[int]] = field(default_factory=dict)
+    terms_naming: dict[str, list[Term]] = field(default_factory=dict)
+    # Per base name, an index below which every `base_i` (i ≥ 1) is taken: `new_buffer`
+    # tries from there (trying from 1 each time was quadratic in a base's buffers).
+    next_suffix: dict[str, int] = field(default_factory=dict)
 
     # -- buffers --
     def new_buffer(self, base: str, dtype: str, shape: tuple[int, ...], kind: str = ACTIVATION,
                    source: ConstantSource | None = None, auto: bool = True,
                    tensor: str | None = None) -> View:
         name = c_identifier(base)
-        if name in self.buffers:
-            index = 1
-            while f"{name}_{index}" in self.buffers:
+        if name in self.buffers:  # the first free `name_i`
+            stem = name
+            index = self.next_suffix.get(stem, 1)
+            while f"{stem}_{index}" in self.buffers:
                 index += 1
-            name = f"{name}_{index}"
+            self.next_suffix[stem] = index + 1
+            name = f"{stem}_{index}"
         self.buffers[name] = Buffer(name, dtype, shape, kind, source, tensor)
         if auto:
             self.auto_named.add(name)
         return contiguous(name, shape)
+
+    def free_name(self, name: str) -> None:
+        """`name` is no longer a buffer's: a later `new_buffer` may take it again."""
+        stem, _, suffix = name.rpartition("_")
+        if stem and suffix.isdigit() and str(int(suffix)) == suffix and int(suffix) > 0:
+            self.next_suffix[stem] = min(self.next_suffix.get(stem, 1), int(suffix))
 
     def result_buffer(self, term: Term, base: str) -> View:
         """A fresh buffer for `term`'s value, named by its `let` if it has one."""
@@ -692,7 +876,14 @@ class _Lowerer:
         return self.buffers[view.buffer].dtype
 
     def emit(self, instruction: Instruction) -> None:
+        for name in _named_buffers(instruction):
+            self.instructions_naming.setdefault(name, []).append(len(self.instructions))
         self.instructions.append(instruction)
+
+    def set_value(self, term: Term, value: Value) -> None:
+        self.values[term] = value
+        for view in _value_views(value):
+            self.terms_naming.setdefault(view.buffer, []).append(term)
 
     def access_type(self, term: Term) -> AccessType:
         return access_type(self.types, term)
@@ -704,7 +895,7 @@ class _Lowerer:
                 continue
             self.note = describe(term, self.program.names)
             value = LOWERINGS[term.op](self, term)
-            self.values[term] = value
+            self.set_value(term, value)
             self.adopt_name(term, value)
         return self.finish()
 
@@ -738,9 +929,15 @@ class _Lowerer:
         self.buffers = {(new_name if key == old else key): (replace(buf, name=new_name)
                         if key == old else buf) for key, buf in self.buffers.items()}
         self.auto_named.discard(old)
-        self.instructions = [_rename(i, old, new_name) for i in self.instructions]
-        self.values = {t: _rename_value(v, old, new_name) for t, v in self.values.items()}
-        self.values[term] = _rename_value(value, old, new_name)
+        self.free_name(old)
+        positions = self.instructions_naming.pop(old, [])
+        for position in positions:
+            self.instructions[position] = _rename(self.instructions[position], old, new_name)
+        self.instructions_naming.setdefault(new_name, []).extend(positions)
+        terms = self.terms_naming.pop(old, [])
+        for named in terms:
+            self.values[named] = _rename_value(self.values[named], old, new_name)
+        self.terms_naming.setdefault(new_name, []).extend(terms)
 
     def value(self, arg: object) -> Value:
         assert isinstance(arg, Term)
@@ -1154,14 +1351,38 @@ def _rename_value(value: Value, old: str, new: str) -> Value:
                    right=_rename_view(value.right, old, new))
 
 
+def _value_views(value: Value) -> tuple[View, ...]:
+    return (value,) if isinstance(value, View) else (value.left, value.right)
+
+
+def _named_buffers(instruction: Instruction) -> set[str]:
+    """The buffers `_rename` looks at in `instruction`: its views and tuples of views."""
+    names = set()
+    for current in vars(instruction).values():
+        if isinstance(current, View):
+            names.add(current.buffer)
+        elif isinstance(current, tuple) and current and isinstance(current[0], View):
+            names.update(view.buffer for view in current)
+    return names
+
+
 def _rename(instruction: Instruction, old: str, new: str) -> Instruction:
+    return rename_buffers(instruction, {old: new})
+
+
+def rename_buffers(instruction: Instruction, names: Mapping[str, str]) -> Instruction:
+    """`instruction` with its views of each buffer of `names` viewing the buffer it maps
+    to (the same object when it views none of them)."""
     changes: dict[str, object] = {}
     for name, current in vars(instruction).items():
         if isinstance(current, View):
-            changes[name] = _rename_view(current, old, new)
-        elif isinstance(current, tuple) and current and isinstance(current[0], View):
-            changes[name] = tuple(_rename_view(v, old, new) for v in current)
-    return replace(instruction, **changes)  # type: ignore[arg-type]
+            if current.buffer in names:
+                changes[name] = replace(current, buffer=names[current.buffer])
+        elif isinstance(current, tuple) and current and isinstance(current[0], View) and \
+                any(view.buffer in names for view in current):
+            changes[name] = tuple(replace(view, buffer=names[view.buffer])
+                                  if view.buffer in names else view for view in current)
+    return replace(instruction, **changes) if changes else instruction  # type: ignore[arg-type]
 
 
 def lower_program(program: Program, types: TypeTable,
