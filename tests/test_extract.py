@@ -427,10 +427,10 @@ def test_a_region_equal_to_an_earlier_one_up_to_names_reuses_its_extraction() ->
 
 def test_the_groups_of_a_grouped_convolution_are_saturated_once() -> None:
     """A grouped convolution is one product per group, reading the activations and the
-    weights at each group's offsets (builders.grouped_conv2d_nchw). Its regions are equal
+    weights at each group's offsets (builders.sliced_grouped_conv2d_nchw). Its regions are equal
     up to those slices, so the first group's extraction serves the others: ResNeXt-50
     (16 convolutions of 32 groups) used to saturate 512 e-graphs, a fresh one each."""
-    root = B.grouped_conv2d_nchw(B.tensor("x"), B.tensor("w"), groups=4, in_per_group=2,
+    root = B.sliced_grouped_conv2d_nchw(B.tensor("x"), B.tensor("w"), groups=4, in_per_group=2,
                                  out_per_group=3, kernel=(3, 3), pads=(1, 1, 1, 1))
     program = make_program(root, {"x": ((1, 8, 6, 6), "i8"), "w": ((12, 2, 3, 3), "i8")})
     compiled = compile_program(program, hardware.ArrayConfig(8, 8))

@@ -50,14 +50,15 @@ from glensidec.lang.dtypes import Array
 
 
 @dataclass(frozen=True)
-class _Depthwise:
-    """A depthwise convolution the `Dot` at `index` computes."""
+class GroupedConv:
+    """A depthwise or grouped convolution the `Dot` at `index` computes."""
 
     index: int
     windows: View  # the member reading the map's windows
-    filters: Array  # (C, k, k) int64
-    # of the padded map (padding 0; its part the windows reach), groups = C, the taps
-    # `dilation` pixels apart
+    filters: Array  # (O, taps) int64: each output channel's taps, in the windows' item order
+    dense: Array  # (k, k, C, O) int64: the weights, zero outside each channel's group
+    # of the padded map (padding 0; its part the windows reach), with its groups, the
+    # taps `dilation` pixels apart
     geometry: ConvLayer
     map: str  # the padded (C, H, W) map: the windows' buffer, or what they gather from
     map_size: tuple[int, int]  # its (H, W)
@@ -72,7 +73,7 @@ def fuse_accel_depthwise(lowered: LoweredProgram, weights: dict[str, Array],
     index = 0
     while index < len(result.instructions):
         found = _depthwise(result, index, weights)
-        if found is not None and _rewrite(result, found, weights, accel):
+        if found is not None and rewrite_grouped(result, found, weights, accel):
             continue  # the same index now holds the layer's input copy
         index += 1
     drop_dead_code(result)
@@ -80,7 +81,7 @@ def fuse_accel_depthwise(lowered: LoweredProgram, weights: dict[str, Array],
 
 
 def _depthwise(lowered: LoweredProgram, index: int, weights: dict[str, Array]
-               ) -> _Depthwise | None:
+               ) -> GroupedConv | None:
     dot = lowered.instructions[index]
     if not (isinstance(dot, Dot) and dot.reduce_rank == 2 and len(dot.members) == 2):
         return None
@@ -91,7 +92,7 @@ def _depthwise(lowered: LoweredProgram, index: int, weights: dict[str, Array]
     _, channels, out_h, out_w = shape
     for (windows, filters), (name, order) in (
             (pair, found) for pair in (dot.members, dot.members[::-1])
-            for found in _gathered_maps(lowered, pair[0], index)):
+            for found in gathered_maps(lowered, pair[0], index)):
         source = lowered.buffers[name]
         values = evaluate_buffer(lowered, filters.buffer, weights, index)
         kernel = windows.shape[-1]
@@ -117,13 +118,16 @@ def _depthwise(lowered: LoweredProgram, index: int, weights: dict[str, Array]
                     geometry.height <= height and geometry.width <= width and np.array_equal(
                         order, map_windows(whole[:, :geometry.height, :geometry.width],
                                            kernel, stride, dilation)):
-                return _Depthwise(index, windows, taps[:, 0].reshape(channels, kernel, kernel),
-                                  geometry, name, (height, width))
+                own = taps[:, 0]  # (C, k·k): each channel's filter
+                dense = np.zeros((kernel, kernel, channels, channels), np.int64)
+                dense[:, :, np.arange(channels), np.arange(channels)] = \
+                    own.reshape(channels, kernel, kernel).transpose(1, 2, 0)
+                return GroupedConv(index, windows, own, dense, geometry, name, (height, width))
     return None
 
 
-def _gathered_maps(lowered: LoweredProgram, windows: View, before: int
-                   ) -> Iterator[tuple[str, Array]]:
+def gathered_maps(lowered: LoweredProgram, windows: View, before: int
+                  ) -> Iterator[tuple[str, Array]]:
     """(buffer, the element of it each window element reads), for the buffer the windows
     view reads and, back through the copies that gathered it (a dilated window is built
     by windowing a wider span and slicing every d-th tap), each buffer they copy from,
@@ -154,22 +158,22 @@ def _gathered_maps(lowered: LoweredProgram, windows: View, before: int
         name, before = source, min(writers)
 
 
-def _rewrite(lowered: LoweredProgram, found: _Depthwise, weights: dict[str, Array],
-             accel: AccelConfig) -> bool:
-    """Replace the Dot and its epilogue chain by the layer and its copies; False (nothing
-    changed) when the chain does not fuse or the layer does not fit."""
+def rewrite_grouped(lowered: LoweredProgram, found: GroupedConv, weights: dict[str, Array],
+                    accel: AccelConfig) -> bool:
+    """Replace the Dot and its epilogue chain by the grouped layer and its copies; False
+    (nothing changed) when the chain does not fuse or the layer does not fit."""
     geometry = found.geometry
-    channels, kernel = geometry.channels, found.filters.shape[-1]  # the taps, not the span
+    channels, out_channels = geometry.channels, geometry.out_channels
     pixels = geometry.out_size[0] * geometry.out_size[1]
     dot = lowered.instructions[found.index]
-    chain = follow_chain(lowered, found.index, dot.dst, (channels, pixels), weights,
+    chain = follow_chain(lowered, found.index, dot.dst, (out_channels, pixels), weights,
                          lowered.readers(), lookup=True)
-    # The chain reads the (C, pixels) sums channel by channel (the program's NCHW), or
+    # The chain reads the (O, pixels) sums channel by channel (the program's NCHW), or
     # transposed, pixel by pixel (ConvNeXt's permute to NHWC after its depthwise 7×7):
     # then its rows are the layer's own and no copy transposes them.
     nhwc = chain is not None and chain.transposed
-    if chain is None or chain.skip is not None or \
-            (chain.rows, chain.cols) != ((pixels, channels) if nhwc else (channels, pixels)):
+    if chain is None or chain.skip is not None or (chain.rows, chain.cols) != (
+            (pixels, out_channels) if nhwc else (out_channels, pixels)):
         return False
     bias = np.zeros((chain.rows, chain.cols), np.int64) if chain.bias is None else chain.bias
     layer_bias = bias if nhwc else bias.T  # the layer's rows: pixels × channels
@@ -183,9 +187,9 @@ def _rewrite(lowered: LoweredProgram, found: _Depthwise, weights: dict[str, Arra
         mask = zero_padding_mask(lowered, found.windows.buffer, found.index, fills)
         if mask is None or not fills:
             return False
-        padding = view_array(found.windows, mask).reshape(channels, pixels, kernel * kernel)
-        padded_weight = np.einsum("cpt,ct->pc", padding,
-                                  found.filters.reshape(channels, kernel * kernel))
+        taps = found.filters.shape[1]
+        padding = view_array(found.windows, mask).reshape(out_channels, pixels, taps)
+        padded_weight = np.einsum("opt,ot->po", padding, found.filters)
         solved = zero_point_bias(layer_bias, padded_weight,
                                  lowered.buffer_of(found.windows).dtype)
         if solved is None:
@@ -203,18 +207,16 @@ def _rewrite(lowered: LoweredProgram, found: _Depthwise, weights: dict[str, Arra
         fill = lowered.instructions[position]
         assert isinstance(fill, Fill)
         lowered.instructions[position] = replace(fill, value=zero_point)
-    dense = np.zeros((kernel, kernel, channels, channels), np.int64)
-    dense[:, :, np.arange(channels), np.arange(channels)] = found.filters.transpose(1, 2, 0)
-    packed = weight_matrix(geometry, accel.cols, dense)
+    packed = weight_matrix(geometry, accel.cols, found.dense)
     builder = LayerBuilder(lowered)
     height, width = geometry.height, geometry.width
     image = builder.activation(f"{name}_nhwc", (height, width, channels))
     final: View | None = None  # the chain's result, when a copy transposes the rows into it
     if nhwc:  # the layer writes the chain's result itself
-        rows = contiguous(chain.dst.buffer, (pixels, channels), chain.dst.offset)
+        rows = contiguous(chain.dst.buffer, (pixels, out_channels), chain.dst.offset)
     else:
-        rows = builder.activation(f"{name}_transposed", (pixels, channels))
-        final = regroup(chain.dst, (channels, pixels))
+        rows = builder.activation(f"{name}_transposed", (pixels, out_channels))
+        final = regroup(chain.dst, (out_channels, pixels))
         assert final is not None
     last = lowered.instructions[chain.indices[-1]]
     layer = AccelLayer(
@@ -223,11 +225,11 @@ def _rewrite(lowered: LoweredProgram, found: _Depthwise, weights: dict[str, Arra
         bias=builder.constant(f"{name}_bias", "i32", np.array(bias_vector, np.int64)),
         multiplier=builder.constant(f"{name}_multiplier", "i32",
                                     np.array(multiplier_vector, np.int64)),
-        commands=builder.commands_placeholder(name), m=pixels, k=packed.shape[0], n=channels,
-        pre=chain.pre, post=chain.post, zero_point=chain.zero_point, low=chain.low,
-        high=chain.high, image=(height, width, channels), kernel=kernel,
-        stride=geometry.stride, dilation=geometry.dilation, groups=channels,
-        group_cols=accel.cols, table=chain_table(builder, name, chain))
+        commands=builder.commands_placeholder(name), m=pixels, k=packed.shape[0],
+        n=out_channels, pre=chain.pre, post=chain.post, zero_point=chain.zero_point,
+        low=chain.low, high=chain.high, image=(height, width, channels),
+        kernel=geometry.kernel, stride=geometry.stride, dilation=geometry.dilation,
+        groups=geometry.groups, group_cols=accel.cols, table=chain_table(builder, name, chain))
     source = crop_map(contiguous(found.map, (channels, *found.map_size)), height, width)
     replaced = set(chain.indices)
     kept = [instruction for position, instruction in enumerate(lowered.instructions)

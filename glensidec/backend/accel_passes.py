@@ -48,6 +48,7 @@ from glensidec.backend.accel_attention import (
 from glensidec.backend.accel_boundary import absorb_input_layouts, absorb_result_layouts
 from glensidec.backend.accel_dense import fuse_dense_blocks
 from glensidec.backend.accel_depthwise import fuse_accel_depthwise
+from glensidec.backend.accel_grouped import fuse_accel_grouped
 from glensidec.backend.accel_layers import fuse_accel_layers, program_accel_layers
 from glensidec.backend.accel_layout import join_concatenations, read_layer_rows
 from glensidec.backend.accel_pool import fuse_accel_pools
@@ -66,6 +67,7 @@ def fuse_for_accelerator(lowered: LoweredProgram, weights: dict[str, Array],
     """`lowered` run on the accelerator where it can be (a new program)."""
     layers = split_head_projections(share_requantizations(lowered, weights), weights, accel)
     layers = fuse_accel_depthwise(fuse_accel_layers(layers, weights, accel), weights, accel)
+    layers = fuse_accel_grouped(layers, weights, accel)
     layers = join_concatenations(fuse_activation_products(layers, weights, accel))
     layers = fuse_accel_pools(layers, weights, accel)  # (a later residual add reads its rows)
     layers = fuse_accel_scales(fuse_elementwise(layers), accel)

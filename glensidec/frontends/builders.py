@@ -72,10 +72,39 @@ def conv2d_nchw(
 def grouped_conv2d_nchw(
     activations: Term, weights: Term, groups: int, in_per_group: int, out_per_group: int,
     kernel: tuple[int, int], strides: tuple[int, int] = (1, 1),
+    pads: tuple[int, int, int, int] = (0, 0, 0, 0), batch: int = 1,
+    size: tuple[int, int] = (0, 0),
+) -> Term:
+    """NCHW activations (batch, G·Cg, H, W) × OIHW weights (G·Og, Cg, KH, KW) →
+    ((batch, G·Og, H', W'),()) as one product: the padded map viewed as G groups of Cg
+    channels, each pixel's (Cg, KH, KW) window of its group paired with each of the
+    group's Og filters (a dot-product over an access-pair, as a depthwise convolution).
+    One term, so the quantizer sees one product with its bias and requantize, and the
+    accelerator runs it as one grouped layer (backend/accel_grouped.py); `size` is the
+    input's (H, W)."""
+    top, left, bottom, right = pads
+    height, width = size[0] + top + bottom, size[1] + left + right
+    out_hw = ((height - kernel[0]) // strides[0] + 1, (width - kernel[1]) // strides[1] + 1)
+    padded = pad(pad(activations, 2, top, bottom), 3, left, right)
+    split = reshape(padded, (batch, groups, in_per_group, height, width), ())
+    windows = op("access-windows", access(split, 2), shape(in_per_group, *kernel),
+                 shape(1, *strides))  # ((batch, G, 1, H', W'), (Cg, KH, KW))
+    item = (in_per_group, *kernel)
+    spread = broadcast(windows, (batch, groups, out_per_group, *out_hw), item)
+    filters = reshape(weights, (1, groups, out_per_group, 1, 1), item)
+    pixels = broadcast(filters, (batch, groups, out_per_group, *out_hw), item)
+    product = compute("dot-product", op("access-pair", spread, pixels))
+    return reshape(product, (batch, groups * out_per_group, *out_hw), ())
+
+
+def sliced_grouped_conv2d_nchw(
+    activations: Term, weights: Term, groups: int, in_per_group: int, out_per_group: int,
+    kernel: tuple[int, int], strides: tuple[int, int] = (1, 1),
     pads: tuple[int, int, int, int] = (0, 0, 0, 0),
 ) -> Term:
     """Glow's lowering of a grouped convolution: one conv per group on channel slices,
-    concatenated along the channels (the importer writes it; NAS lifts and lowers it)."""
+    concatenated along the channels (what the importer wrote before grouped_conv2d_nchw;
+    programs written so still compile, each group a layer of its own)."""
     result: Term | None = None
     for group in range(groups):
         x_slice = op("access-slice", activations, 1, group * in_per_group,

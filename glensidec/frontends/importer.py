@@ -344,7 +344,8 @@ def conv(imp: Importer, node: Node, folded: ConvWeights | None = None) -> Value:
     else:
         product = B.grouped_conv2d_nchw(x, imp.weight(f"{base}_w", weights), groups,
                                         group_channels, out_channels // groups, (kh, kw),
-                                        (strides[0], strides[1]), pads)
+                                        (strides[0], strides[1]), pads, batch,
+                                        (height, width))
     if params.bias is None:
         return product
     dims = imp.full_shape(product)
@@ -402,7 +403,7 @@ def dilated_conv(x: Term, weights: Term, geometry: DilatedConv, groups: int,
                  group_channels: int, group_out: int) -> Term:
     """A convolution with `dilations` as dilated windows (strided taps): the windows of
     the padded input span d·(k−1)+1 elements and keep every d-th; then the product of
-    conv2d_nchw (one per group on channel slices, as grouped_conv2d_nchw), or for a
+    conv2d_nchw (one per group on channel slices, as sliced_grouped_conv2d_nchw), or for a
     depthwise convolution the pair of depthwise_conv2d_nchw."""
     top, left, bottom, right = geometry.pads
     # windows of k·d pixels end d − 1 pixels past the last tap: that much more padding

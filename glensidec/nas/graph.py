@@ -329,8 +329,10 @@ class Builder:
             out_hw = conv_out_hw((height, width), (kh, kw), op.stride, op.pads)
             return B.depthwise_conv2d_nchw(x, weights, batch, channels, out_hw, (kh, kw),
                                            op.stride, op.pads)
+        batch, _, height, width = self.full(x)
         return B.grouped_conv2d_nchw(x, weights, op.groups, per_group,
-                                     out_channels // op.groups, (kh, kw), op.stride, op.pads)
+                                     out_channels // op.groups, (kh, kw), op.stride, op.pads,
+                                     batch, (height, width))
 
     def channel_op(self, op: ChannelOp, x: Term) -> Term:
         dims = self.full(x)
@@ -575,18 +577,25 @@ class Lifter:
         return name
 
     def grouped_conv(self, term: Term) -> tuple[Op, list[Term]]:
-        parts: list[Term] = []
-        while term.op == "access-concatenate" and term.args[2] == 1:
-            parts.insert(0, _child(term, 1))
-            term = _child(term, 0)
-        parts.insert(0, term)
-        if len(parts) < 2:
+        """builders.grouped_conv2d_nchw: a reshape of one dot-product over the pair of the
+        group-split windows and the filters, both broadcast."""
+        product = _child(term, 0)
+        pair = _child(product, 1)
+        if term.op != "access-reshape" or product.op != "compute" or \
+                product.args[0] != ComputeOp("dot-product") or pair.op != "access-pair":
             raise _NoMatch
-        x_slice, w_slice, op = self.conv_parts(parts[0])
-        if x_slice.op != "access-slice" or w_slice.op != "access-slice":
+        spread, pixels = _child(pair, 0), _child(pair, 1)
+        windows, filters = _child(spread, 0), _child(pixels, 0)
+        if windows.op != "access-windows" or filters.op != "access-reshape":
             raise _NoMatch
-        weight = self.weight_of(_child(w_slice, 0), 4)
-        return replace(op, weight=weight, groups=len(parts)), [_child(x_slice, 0)]
+        split = _child(_child(windows, 0), 0)
+        if split.op != "access-reshape":
+            raise _NoMatch
+        x, pads = _unpad(_child(split, 0), "zero-padding")
+        weight = self.weight_of(_child(filters, 0), 4)
+        groups = self.full(x)[1] // self.program.tensors[weight].shape[1]
+        stride = _ints(_child(windows, 2))[1:]
+        return Conv(weight, groups, (stride[0], stride[1]), pads), [x]
 
     def depthwise(self, term: Term) -> tuple[Op, list[Term]]:
         pair = _child(term, 1)

@@ -1,0 +1,79 @@
+"""Grouped convolutions and ShuffleNet's channel split and shuffle on the accelerator
+(issue 26: "depthwise and grouped convolutions … each group its own accelerator work, or
+block-diagonal packing"): an imported, quantized grouped block is one grouped accelerator
+layer (backend/accel_grouped.py) with no host copies, joins or epilogues left, and it
+co-simulates on ws_accel bit- and cycle-exactly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import assert_calls_match_the_model, compile_and_cosimulate
+from onnx_models import OnnxGraph, imported
+from test_quantize import calibration_for, sample_list
+
+import glensidec
+from glensidec.cosim.diff import load_compiled
+from glensidec.frontends.quantize import quantize, save_quantized
+from glensidec.lang.data import load_weights
+from glensidec.lang.interp import run_program
+from glensidec.lang.syntax import read_program
+
+Array = np.ndarray[Any, Any]
+CHANNELS, SIZE = 16, 8
+
+
+def grouped_block(groups: int, seed: int = 0) -> Any:
+    """ResNeXt's bottleneck, reduced: 1×1, grouped 3×3, 1×1 (each with batch-norm), the
+    identity added, ReLU."""
+    g = OnnxGraph(seed)
+    x = g.input("x", [1, CHANNELS, SIZE, SIZE])
+    y = g.node("Relu", [g.bn(g.conv(x, CHANNELS, CHANNELS, 1, bias=False), CHANNELS)])
+    y = g.conv(y, CHANNELS, CHANNELS, 3, pad=1, group=groups, bias=False)
+    y = g.node("Relu", [g.bn(y, CHANNELS)])
+    y = g.bn(g.conv(y, CHANNELS, CHANNELS, 1, bias=False), CHANNELS)
+    out = g.node("Relu", [g.node("Add", [y, x])])
+    return g.model(out, [1, CHANNELS, SIZE, SIZE])
+
+
+def quantized_source(model: Any, tmp_path: Path, name: str) -> tuple[Path, dict[str, Array]]:
+    """The model imported and quantized (per channel, symmetric) as `name`/model.q.gs,
+    with one int8 input sample."""
+    program = imported(model, tmp_path, name)
+    calibration = calibration_for(program, 4)
+    quantized = quantize(program, calibration, True, True)
+    path = save_quantized(quantized, tmp_path / name / "model.q.gs")
+    return path, quantized.quantize_inputs(sample_list(calibration, 1)[0])
+
+
+@pytest.mark.parametrize("groups", [2, 8])
+def test_a_grouped_block_is_one_grouped_layer_with_no_host_work(groups: int,
+                                                               tmp_path: Path) -> None:
+    source, _ = quantized_source(grouped_block(groups), tmp_path, f"g{groups}")
+    compiled = glensidec.compile(source, "16x16", tmp_path / "out")
+    assert compiled.host_cycles == 0 and compiled.accel_cycles
+    layers = load_compiled(tmp_path / "out")[1].accel_layers()
+    assert [(layer.groups, layer.n) for layer in layers if layer.groups > 1] == \
+        [(groups, CHANNELS)]
+
+
+@pytest.mark.slow
+@pytest.mark.rtl
+@pytest.mark.parametrize("groups", [2, 8])
+def test_a_grouped_block_cosimulates_bit_and_cycle_exactly(groups: int, tmp_path: Path,
+                                                          sim_cache: Path) -> None:
+    """On an 8×8 array: 2 groups of 8 are one group per N block, 8 groups of 2 four per
+    block (block-diagonal packing)."""
+    source, inputs = quantized_source(grouped_block(groups), tmp_path, f"g{groups}")
+    run = compile_and_cosimulate(source, "8x8", inputs, tmp_path, sim_cache)
+    program = read_program(source)
+    expected = run_program(program, {**load_weights(program), **inputs})
+    np.testing.assert_array_equal(run.c, expected)
+    np.testing.assert_array_equal(run.sim, expected)
+    assert_calls_match_the_model(run.report)
+    layers = load_compiled(tmp_path / "out")[1].accel_layers()
+    assert any(layer.groups == groups for layer in layers)
+    assert len([call for call in run.report["calls"] if "accel" in call]) == len(layers)
