@@ -117,11 +117,13 @@ def _reading_rows(lowered: LoweredProgram, index: int, weights: dict[str, Array]
 
 def _reading_matrix(lowered: LoweredProgram, index: int) -> AccelLayer | None:
     """The matrix layer at `index` (a 1×1 convolution: M pixels × K channels) reading an
-    earlier layer's (M, K) rows when its A operand is a copy of exactly those, else None."""
+    earlier layer's (M, C) rows when its A operand is a copy of exactly those, its columns
+    past C (K padded to the array's rows: ShuffleNet's 116 channels to 128) zero fills,
+    else None. With padding, the layer reads the C columns and the first C weight rows."""
     layer = lowered.instructions[index]
     assert isinstance(layer, AccelLayer)
     buffer = lowered.buffer_of(layer.a)
-    if layer.a.offset or buffer.elements != layer.m * layer.k:
+    if layer.a.offset or buffer.elements < layer.m * layer.k:
         return None
     found = trace_layer_rows(lowered, layer.a.buffer, index)
     if found is None:
@@ -129,10 +131,25 @@ def _reading_matrix(lowered: LoweredProgram, index: int) -> AccelLayer | None:
     source = lowered.instructions[found[0]]
     assert isinstance(source, AccelLayer)
     rows = layer_rows(source)
-    if (rows.m, rows.n) != (layer.m, layer.k) or \
-            not np.array_equal(found[1], np.arange(buffer.elements)):
+    if (rows.m, rows.n) == (layer.m, layer.k) and buffer.elements == layer.m * layer.k:
+        if not np.array_equal(found[1], np.arange(buffer.elements)):
+            return None
+        return replace(layer, a=rows.view((layer.m, layer.k)))
+    width = rows.n
+    if rows.m != layer.m or width >= layer.k:
         return None
-    return replace(layer, a=rows.view((layer.m, layer.k)))
+    origin = view_array(layer.a, found[1]).reshape(layer.m, layer.k)
+    fill = view_array(layer.a, found[2]).reshape(layer.m, layer.k)
+    expected = rows.offset + np.arange(layer.m)[:, None] * width + np.arange(width)
+    if not np.array_equal(origin[:, :width], expected) or \
+            np.any(origin[:, width:] != PADDING) or np.any(fill[:, width:] != 0):
+        return None
+    weights = contiguous(layer.b.buffer, (width, layer.n), layer.b.offset)
+    whole = np.arange(lowered.buffer_of(layer.b).elements)
+    if layer.b.shape != (layer.k, layer.n) or not np.array_equal(
+            view_array(layer.b, whole)[:width], view_array(weights, whole)):
+        return None
+    return replace(layer, a=rows.view((layer.m, width)), k=width, b=weights)
 
 
 
@@ -155,12 +172,12 @@ def join_concatenations(lowered: LoweredProgram) -> LoweredProgram:
                   if len(writers) > 1 and all(isinstance(result.instructions[index], Copy)
                                               for index in writers)]
     for name in candidates:
-        _join(result, builder, name)
+        join_concatenation(result, builder, name)
     drop_dead_code(result)
     return result
 
 
-def _join(lowered: LoweredProgram, builder: LayerBuilder, name: str) -> None:
+def join_concatenation(lowered: LoweredProgram, builder: LayerBuilder, name: str) -> None:
     """Buffer `name`, when it is the (1, C, H, W) or (C, H, W) concatenation of layers'
     rows (each layer's N channels a block), made by one copy of rows the layers write."""
     buffer = lowered.buffers[name]

@@ -24,7 +24,10 @@ In order (each a module of its own, each taking and giving a `LoweredProgram`):
 4. `accel_residual`: a quantized residual add after a layer moves into its epilogue (not
    a pooling layer's).
    Then `accel_pool` again: the pools of residual blocks' results, which read the layer
-   that took the add; and `join_concatenations` again (concatenations of pools), then
+   that took the add; `accel_gather`: a host copy that gathers channels of a layer's rows
+   (ShuffleNet's shuffle and split) reads a selection layer's rows (a 0/1 1×1
+   convolution) instead; and `join_concatenations` again (concatenations of pools and of
+   those selections), then
    `accel_pool` once more (pools of those concatenations: Inception's branch pools).
 5. `accel_layout`: a layer whose input is an earlier layer's rows (padded) reads them.
 6. `accel_boundary`: a layer operand that is the program's NCHW input in NHWC (padded)
@@ -48,6 +51,7 @@ from glensidec.backend.accel_attention import (
 from glensidec.backend.accel_boundary import absorb_input_layouts, absorb_result_layouts
 from glensidec.backend.accel_dense import fuse_dense_blocks
 from glensidec.backend.accel_depthwise import fuse_accel_depthwise
+from glensidec.backend.accel_gather import gather_channels
 from glensidec.backend.accel_grouped import fuse_accel_grouped
 from glensidec.backend.accel_layers import fuse_accel_layers, program_accel_layers
 from glensidec.backend.accel_layout import join_concatenations, read_layer_rows
@@ -74,8 +78,10 @@ def fuse_for_accelerator(lowered: LoweredProgram, weights: dict[str, Array],
     layers = fuse_dense_blocks(layers, weights, accel)
     layers = fuse_accel_residuals(layers, weights, accel)
     layers = fuse_accel_pools(layers, weights, accel)  # pools of the layers that took an add
-    # concatenations of pools' rows too, then the pools of those concatenations
-    layers = fuse_accel_pools(join_concatenations(layers), weights, accel)
+    # concatenations of pools' rows too, then the pools of those concatenations; channel
+    # gathers of layers' rows (ShuffleNet's shuffle and split) as selection layers first
+    layers = join_concatenations(gather_channels(layers, weights, accel))
+    layers = fuse_accel_pools(layers, weights, accel)
     layers = absorb_input_layouts(read_layer_rows(layers, weights, accel), weights, accel)
     layers = absorb_result_layouts(fold_constant_copies(layers, weights), weights, accel)
     return program_accel_layers(write_in_place(layers), weights, accel)
