@@ -1,5 +1,5 @@
 """DenseNet's dense blocks on the accelerator: each block's features written once, in
-place, and every pre-activation batch-norm + ReLU as a 1×1 sum-pool layer.
+place, and every pre-activation batch-norm + ReLU as an accelerator layer.
 
 A dense layer reads the concatenation of every earlier feature map of its block and
 applies batch-norm and ReLU to it (a per-channel affine, then a clip) before its 1×1
@@ -12,16 +12,16 @@ last one's: `quantize._concatenated_parts`), so the integers of each concatenati
 the first channels of the next. This pass (`compile --accel`, after `fuse_accel_scales`):
 
 1. A host loop that is clip(requantize(a·x + b)) of one int8 tensor x — a per-channel
-   affine of the quantizer's (the batch-norm's ×256 widening, its per-channel multiplier
-   and offset), or a plain requantize — and that the epilogue computes exactly becomes a
-   1×1 sum-pool layer when x is an accelerator layer's rows (x's channels: a block of
-   columns of them, `input_pitch` apart): each row through the epilogue, its column c
-   plus bias b/a, times a per-column scale a (or with a = 2^k, k fewer bits of post
-   shift), requantized by the loop's multiplier and clipped. `_epilogue_form` derives
-   those vectors from the loop's steps (`accel_residual.residual_form`, channel by
-   channel) and checks them against the loop's arithmetic on every int8 value: when
-   b is not a multiple of a (a batch-norm shift that is not a whole input step), the
-   epilogue cannot add it after the scale, and the loop stays on the host.
+   affine of the quantizer's (a batch-norm: x widened ×128, per-channel multipliers and
+   shifts), or a plain requantize — becomes an accelerator layer when x is an
+   accelerator layer's rows (x's channels: a block of columns of them, `input_pitch`
+   apart) and the epilogue computes it exactly: a 1×1 sum pool when b is a multiple of
+   a (each row through the epilogue, column c plus bias b/a, times a per-column scale a
+   or, for a = 2^k, k fewer bits of post shift), else a depthwise 1×1 convolution of
+   w·x on the array with a = ±w·2^j (the quantizer's a = 128: w = −128, the multipliers
+   negated, the bias ∓b). `_epilogue_form` derives the vectors from the loop's steps
+   (`accel_residual.residual_form` checks their structure, `_per_channel` computes them)
+   and checks them against the loop's arithmetic on every int8 value.
 2. A chain of channel concatenations, each the one before plus layers' rows, is one
    buffer of the block's final width: every layer that makes a part stores its columns
    there (`output_pitch`), and each concatenation becomes one transposing copy of its
@@ -76,7 +76,7 @@ SCALE_LIMIT = 127
 
 def fuse_dense_blocks(lowered: LoweredProgram, weights: dict[str, Array],
                       accel: AccelConfig) -> LoweredProgram:
-    """`lowered` with requantized affines of layers' rows as 1×1 sum-pool layers and
+    """`lowered` with requantized affines of layers' rows as accelerator layers and
     chains of concatenations written in place (a new program)."""
     result = LoweredProgram(dict(lowered.buffers), list(lowered.instructions), lowered.output,
                             lowered.output_shape)
@@ -93,12 +93,12 @@ def fuse_dense_blocks(lowered: LoweredProgram, weights: dict[str, Array],
     return result
 
 
-# -- 1. requantized affines as 1×1 sum-pool layers -----------------------------------------
+# -- 1. requantized affines as accelerator layers ------------------------------------------
 
 
 @dataclass(frozen=True)
 class _Form:
-    """The epilogue vectors that compute a loop: clip(requantize((x + bias)·scale))."""
+    """The epilogue vectors that compute a loop: clip(requantize((w·x + bias)·scale))."""
 
     bias: tuple[int, ...]
     multiplier: tuple[int, ...]

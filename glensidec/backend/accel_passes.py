@@ -19,7 +19,8 @@ In order (each a module of its own, each taking and giving a `LoweredProgram`):
    `accel_scale`: a channel scale of a layer's result (squeeze-excite's x·s[c],
    requantized) becomes a 1×1 sum-pool layer whose epilogue scales each column;
    `accel_dense`: a requantized per-channel affine of a layer's rows (DenseNet's
-   pre-activation batch-norm and ReLU) becomes one too, and a dense block's chain of
+   pre-activation batch-norm and ReLU) becomes one too (or, with a shift the bias cannot
+   take after the scale, a depthwise 1×1 layer), and a dense block's chain of
    concatenations is written in place, once, by the layers that make its parts.
 4. `accel_residual`: a quantized residual add after a layer moves into its epilogue (not
    a pooling layer's).
