@@ -97,7 +97,9 @@ def _layer_files(accel: AccelConfig, index: int, layer: AccelLayerStruct, comman
                                None if scale is None else scale.tolist())
     pitch = int(layer.output_pitch)  # C's rows, pitch bytes apart (a concatenation's block)
     output = range(layer.output_base, layer.output_base + (m - 1) * pitch + n)
-    end = max(output.stop, layer.residual_base + m * n)
+    # (a layer reading wider rows has its input region after everything else:
+    # commands.with_input_pitch)
+    end = max(output.stop, layer.residual_base + m * n, layer.input_base + a.size)
     memory = np.zeros(end + 2 * accel.memory.bus_bytes, dtype=np.uint8)
     memory[layer.input_base:layer.input_base + a.size] = a & 0xFF
     memory[layer.weight_base:layer.weight_base + k * n] = (b & 0xFF).reshape(-1)
@@ -128,6 +130,7 @@ def record(outdir: Path, library_path: Path, directory: Path, argv: list[str]) -
     library = ctypes.CDLL(str(library_path))
     library.gs_accel_model.argtypes = ACCEL_BACKEND_ARGS
     layers: list[LayerFiles] = []
+    failures: list[str] = []
 
     def backend(layer_ptr: Any, commands_ptr: Any, a_ptr: Any, b_ptr: Any, bias_ptr: Any,
                 multiplier_ptr: Any, table_ptr: Any, scale_ptr: Any, r_ptr: Any,
@@ -135,9 +138,14 @@ def record(outdir: Path, library_path: Path, directory: Path, argv: list[str]) -
         status = int(library.gs_accel_model(layer_ptr, commands_ptr, a_ptr, b_ptr, bias_ptr,
                                             multiplier_ptr, table_ptr, scale_ptr, r_ptr,
                                             c_ptr))
-        layers.append(_layer_files(accel, len(layers), layer_ptr.contents, commands_ptr,
-                                   a_ptr, b_ptr, bias_ptr, multiplier_ptr, table_ptr,
-                                   scale_ptr, r_ptr, c_ptr, directory))
+        try:
+            layers.append(_layer_files(accel, len(layers), layer_ptr.contents, commands_ptr,
+                                       a_ptr, b_ptr, bias_ptr, multiplier_ptr, table_ptr,
+                                       scale_ptr, r_ptr, c_ptr, directory))
+        except Exception as error:  # ctypes ignores a callback's exception: stop the program
+            failures.append(f"layer {layer_ptr.contents.name.decode()}: "
+                            f"{type(error).__name__}: {error}")
+            return 1
         return status
 
     callback = ACCEL_BACKEND(backend)  # alive until the end
@@ -145,6 +153,8 @@ def record(outdir: Path, library_path: Path, directory: Path, argv: list[str]) -
     argv_c = (ctypes.c_char_p * len(argv))(*(arg.encode() for arg in argv))
     library.gs_model_main.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
     status = int(library.gs_model_main(len(argv), argv_c))
+    if failures:  # no layers file: the co-simulation stops, naming the layer
+        raise SystemExit(f"recording an accelerator layer failed: {failures[0]}")
     (directory / LAYERS_FILE).write_text(json.dumps(
         {"status": status, "layers": [layer.to_json() for layer in layers]}, indent=1))
     return status
