@@ -519,10 +519,12 @@ def _rewrite(lowered: LoweredProgram, index: int, chain: _Chain, weights: dict[s
     after: list[Instruction] = []
     replaced = set(chain.indices)
     geometry = None
-    if flipped and cols == gemm.n:  # B is the im2col matrix, A the weights
-        geometry = _im2col_geometry(lowered, gemm)
-    elif not flipped and rows == gemm.m:  # A is the im2col matrix, B the weights
-        geometry = _im2col_geometry(lowered, gemm, "a")
+    # The chain's pixels: the call's N (or M) unless the lowering padded the pixels to the
+    # array's columns (N < cols on a wider array), the padded ones sliced away.
+    if flipped and cols <= gemm.n:  # B is the im2col matrix, A the weights
+        geometry = _im2col_geometry(lowered, gemm, "b", cols)
+    elif not flipped and rows <= gemm.m:  # A is the im2col matrix, B the weights
+        geometry = _im2col_geometry(lowered, gemm, "a", rows)
     if geometry is not None:  # K past the taps (the lowering's padding) must add nothing
         taps = geometry[0].channels * geometry[0].taps
         k_by_n = b_values if not flipped else \
@@ -673,7 +675,8 @@ def layer_geometry(layer: AccelLayer) -> ConvLayer:
         height, width, channels = layer.image
         return ConvLayer(layer.name, height, width, channels, layer.n, layer.kernel,
                          layer.stride, layer.padding, layer.groups, layer.pad_end,
-                         layer.kernel_w, layer.stride_w, layer.padding_w, layer.dilation)
+                         layer.kernel_w, layer.stride_w, layer.padding_w, layer.dilation,
+                         pack_taps=layer.pack_taps)
     return ConvLayer(layer.name, height=layer.m, width=1, channels=layer.k,
                      out_channels=layer.n)
 
@@ -921,14 +924,18 @@ def zero_point_bias(layer_bias: Array, padded_weight: Array, dtype: str
     return None if vector is None else (vector, zero_point)
 
 
-def _im2col_geometry(lowered: LoweredProgram, gemm: ArrayGemm, operand: str = "b"
-                     ) -> tuple[ConvLayer, View] | None:
+def _im2col_geometry(lowered: LoweredProgram, gemm: ArrayGemm, operand: str = "b",
+                     pixels: int | None = None) -> tuple[ConvLayer, View] | None:
     """When the call's B operand is the im2col matrix of a square convolution — one copy
     of the windows (channel, ky, kx) × (oy, ox) of a padded (1, C, H, W) map, read only
     by the call, K = C·k·k exactly — the layer (no padding left: the map is padded) and a
     (C, H, W) view of the map; else None. With `operand` "a", the same for an A operand
-    holding the windows' transpose, (oy, ox) × (channel, ky, kx)."""
+    holding the windows' transpose, (oy, ox) × (channel, ky, kx). `pixels`: the output
+    positions the chain uses, the first of the operand's (default: all of them; fewer
+    when the lowering padded them to the array's columns)."""
     view = gemm.b if operand == "b" else gemm.a
+    every = gemm.n if operand == "b" else gemm.m
+    pixels = every if pixels is None else pixels
     packer = _only_writer(lowered, view)
     copy = None if packer is None else lowered.instructions[packer]
     if not isinstance(copy, Copy):
@@ -936,15 +943,14 @@ def _im2col_geometry(lowered: LoweredProgram, gemm: ArrayGemm, operand: str = "b
             return None
         # no packing copy: the windows' copy and the K padding's fills write the operand
         # itself (a first convolution without padding, its map the program's input)
-        return _k_padded_im2col(lowered, gemm, Copy("", view, view), operand)
-    padded = _k_padded_im2col(lowered, gemm, copy, operand)
-    if padded is not None:
+        return _padded_im2col(lowered, gemm, Copy("", view, view), operand, pixels)
+    padded = _padded_im2col(lowered, gemm, copy, operand, pixels)
+    if padded is not None or pixels != every:
         return padded
     source = copy.src
     buffer = lowered.buffer_of(source)
     shape = buffer.shape[1:] if len(buffer.shape) == 4 and buffer.shape[0] == 1 \
         else buffer.shape
-    pixels = gemm.n if operand == "b" else gemm.m
     if len(shape) != 3 or source.offset != 0 or len(source.dims) != 2 or \
             copy.dst.shape != ((gemm.k, pixels) if operand == "b" else (pixels, gemm.k)):
         return None
@@ -1020,40 +1026,65 @@ def crop_map(view: View, height: int, width: int) -> View:
     return part
 
 
-def _k_padded_im2col(lowered: LoweredProgram, gemm: ArrayGemm, packer: Copy, operand: str
-                     ) -> tuple[ConvLayer, View] | None:
-    """The same for an im2col matrix whose K the lowering padded to the array (a first
-    convolution's few channels: K = C·k·k < gemm.k): the packing copy reads a buffer that
-    one copy of the windows and fills write, (pixels, C·k·k) then the fill. Evaluated
-    element by element: what each element of the operand holds, a map element's index or
-    padding. The layer reads the first C·k·k rows of K (the caller checks that the
-    weights' rows past them are zero: the fill, zero or the zero point, adds nothing)."""
-    matrix = lowered.buffer_of(packer.src)
-    writers = lowered.writers().get(packer.src.buffer, [])
-    windows = [lowered.instructions[index] for index in writers]
-    copies = [writer for writer in windows if isinstance(writer, Copy)]
-    if matrix.kind != ACTIVATION or len(copies) != 1 or len(lowered.readers().get(
-            packer.src.buffer, [])) != 1 or not all(
+def _matrix_origin(lowered: LoweredProgram, name: str, depth: int = 0
+                   ) -> tuple[str, Array] | None:
+    """(map, origin) when buffer `name` — an activation matrix one reader reads — is
+    written by one copy and zero fills, the copy reading a (1, C, H, W) or (C, H, W) map,
+    or such a matrix again (the lowering pads an im2col matrix once per axis: K to the
+    array's rows, the pixels to its columns): per element the map element it holds, or
+    -1 (a fill)."""
+    matrix = lowered.buffers[name]
+    writers = [lowered.instructions[index] for index in lowered.writers().get(name, [])]
+    copies = [writer for writer in writers if isinstance(writer, Copy)]
+    if matrix.kind != ACTIVATION or len(copies) != 1 or depth > 4 or \
+            len(lowered.readers().get(name, [])) != 1 or not all(
             isinstance(writer, Fill) and not writer.minimum
-            for writer in windows if writer is not copies[0]):
+            for writer in writers if writer is not copies[0]):
         return None
     source = lowered.buffer_of(copies[0].src)
     shape = source.shape[1:] if len(source.shape) == 4 and source.shape[0] == 1 \
         else source.shape
-    if len(shape) != 3:
+    if len(shape) == 3:
+        map_name, source_origin = copies[0].src.buffer, np.arange(source.elements)
+    elif len(shape) == 2 and source.kind == ACTIVATION:
+        inner = _matrix_origin(lowered, copies[0].src.buffer, depth + 1)
+        if inner is None:
+            return None
+        map_name, source_origin = inner
+    else:
         return None
-    channels, height, width = shape
     origin = np.full(matrix.elements, -1, dtype=np.int64)  # -1: a zero fill
-    store_view(copies[0].dst, origin, view_array(copies[0].src, np.arange(source.elements)))
-    operand_origin = np.full(gemm.k * (gemm.n if operand == "b" else gemm.m), -2, np.int64)
+    store_view(copies[0].dst, origin, view_array(copies[0].src, source_origin))
+    return map_name, origin
+
+
+def _padded_im2col(lowered: LoweredProgram, gemm: ArrayGemm, packer: Copy, operand: str,
+                   pixels: int) -> tuple[ConvLayer, View] | None:
+    """The same for an im2col matrix the lowering padded to the array: K (a first
+    convolution's few channels: K = C·k·k < gemm.k) or the pixels (`pixels` of the
+    operand's used, the rest sliced away), one fill-and-copy per padded axis after the
+    copy of the windows. Evaluated element by element: what each element of the operand
+    holds, a map element's index or padding. The layer reads the first C·k·k rows of K
+    (the caller checks that the weights' rows past them are zero: the fill, zero or the
+    zero point, adds nothing) and the first `pixels` positions."""
+    found = _matrix_origin(lowered, packer.src.buffer)
+    if found is None:
+        return None
+    map_name, origin = found
+    source = lowered.buffers[map_name]
+    shape = source.shape[1:] if len(source.shape) == 4 and source.shape[0] == 1 \
+        else source.shape
+    channels, height, width = shape
+    every = gemm.n if operand == "b" else gemm.m
+    operand_origin = np.full(gemm.k * every, -2, np.int64)
     store_view(packer.dst, operand_origin, view_array(packer.src, origin))
-    pixels = gemm.n if operand == "b" else gemm.m
-    by_k = operand_origin.reshape(gemm.k, pixels) if operand == "b" else \
-        operand_origin.reshape(pixels, gemm.k).T
+    by_k = operand_origin.reshape(gemm.k, every) if operand == "b" else \
+        operand_origin.reshape(every, gemm.k).T
+    by_k = by_k[:, :pixels]
     maps = np.arange(source.elements).reshape(channels, height, width)
     for kernel in range(2, math.isqrt(gemm.k // channels) + 1):
         taps = channels * kernel * kernel
-        if taps >= gemm.k or np.any(by_k[taps:] != -1):
+        if taps > gemm.k or np.any(by_k[taps:] != -1):
             continue  # the rows past the taps must be the lowering's zero padding
         for stride in range(1, kernel + 2):
             out_h, out_w = (height - kernel) // stride + 1, (width - kernel) // stride + 1
@@ -1062,7 +1093,7 @@ def _k_padded_im2col(lowered: LoweredProgram, gemm: ArrayGemm, packer: Copy, ope
                     by_k[:taps], map_windows_kp(maps, ConvLayer("", height, width, channels,
                                                                 0, kernel, stride))):
                 layer = ConvLayer("", height, width, channels, 0, kernel, stride)
-                return layer, contiguous(copies[0].src.buffer, (channels, height, width))
+                return layer, contiguous(map_name, (channels, height, width))
     return None
 
 

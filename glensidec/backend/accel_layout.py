@@ -103,7 +103,10 @@ def _reading_rows(lowered: LoweredProgram, index: int, weights: dict[str, Array]
         geometry = replace(window, height=height, width=width, padding=pad_h,
                            padding_w=pad_w)
         if (pad_h or pad_w) and packs_taps(geometry, accel.rows):
-            return None  # rows that straddle the border need a padded map
+            # packed rows would straddle the border, which needs a padded map (host
+            # copies of the rows, one element a cycle): one tap a row instead, padded by
+            # the DMA's bounds (a few more K folds on the array)
+            geometry = replace(geometry, pack_taps=False)
         try:
             check_fits(accel, geometry, replace(layer_quant(lowered, layer, weights),
                                                 input_zero_point=pad_value))
@@ -111,7 +114,8 @@ def _reading_rows(lowered: LoweredProgram, index: int, weights: dict[str, Array]
             return None  # the unpadded map's tiles do not fit: keep the host's copies
         return replace(layer, a=rows.view((height * width, channels)),
                        image=(height, width, channels), padding=geometry.padding,
-                       padding_w=geometry.padding_w, pad_value=pad_value)
+                       padding_w=geometry.padding_w, pad_value=pad_value,
+                       pack_taps=geometry.pack_taps)
     return None
 
 

@@ -311,6 +311,9 @@ class AccelLayer(Instruction):
     stride_w: int | None = None
     padding_w: int | None = None
     dilation: tuple[int, int] = (1, 1)
+    # False: one kernel tap a scratchpad row even for few channels (ConvLayer.pack_taps),
+    # so the DMA's bounds can pad the map
+    pack_taps: bool = True
     # A grouped convolution of `image` (depthwise: groups = n): `b` is
     # commands.weight_matrix's packing for N blocks of `group_cols` columns (each block's
     # rows hold only the channels its groups read).

@@ -420,6 +420,10 @@ class ConvLayer:
     stride_w: int | None = None
     padding_w: int | None = None
     dilation: tuple[int, int] = (1, 1)
+    # Whether a layer of few channels may pack kernel taps into a row (commands.packs_taps).
+    # False: one tap a row, so a padded layer reads its unpadded map with the DMA's bounds
+    # (an earlier layer's rows as they are) instead of a padded copy of it.
+    pack_taps: bool = True
 
     def __post_init__(self) -> None:
         # one spelling per window: a square one never names its width (equal layers,

@@ -776,8 +776,8 @@ def packs_taps(layer: ConvLayer, rows: int) -> bool:
     which the DMA's per-row bounds cannot express, so such a layer's input is stored
     padded (by the host, with the zero point) and loaded without bounds.
     """
-    return layer.kernel > 1 and 2 * layer.channels <= rows and layer.groups == 1 and \
-        layer.square
+    return layer.pack_taps and layer.kernel > 1 and 2 * layer.channels <= rows and \
+        layer.groups == 1 and layer.square
 
 
 @dataclass(frozen=True)
