@@ -181,3 +181,16 @@ def test_accel_layers_carry_pack_taps_into_their_geometry(narrow_c1: Path) -> No
     unpacked = [layer for layer in lowered.accel_layers() if not layer.pack_taps]
     assert unpacked and all(not layer_geometry(layer).pack_taps for layer in unpacked)
     assert all(isinstance(layer, AccelLayer) for layer in unpacked)
+
+
+@pytest.mark.parametrize("array", ["16x16", "16x32"])
+def test_a_dense_layer_on_the_accelerator_reads_the_pooled_rows_in_their_order(
+        digits: Path, strided: Path, array: str) -> None:
+    """The classifier, fused onto the accelerator with its epilogue, read the last pool's
+    NHWC rows through a host copy into the NCHW order its flatten reads (256 of the digits
+    CNN's 5,007 predicted cycles); it reads them as they are, its weights' rows permuted."""
+    for source in (digits, strided):
+        lowered = _accelerated(source, array)
+        assert not [instruction for instruction in lowered.instructions
+                    if isinstance(instruction, Copy | Fill)]
+        _assert_interpreters_agree(source, lowered, int(array.split("x")[0]))

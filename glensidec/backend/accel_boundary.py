@@ -236,7 +236,11 @@ def _read_rows_in_their_order(lowered: LoweredProgram, builder: LayerBuilder,
     (small_cnn's pooled NHWC rows copied to the NCHW order its flatten reads) reads the
     rows as they are, its constant B's rows permuted to match at compile time."""
     for index, gemm in enumerate(lowered.instructions):
-        if not isinstance(gemm, ArrayGemm) or gemm.m != 1 or not lowered.is_whole(gemm.a):
+        # an array call, or a dense layer already on the accelerator (its epilogue fused)
+        if not isinstance(gemm, ArrayGemm | AccelLayer) or (isinstance(gemm, AccelLayer) and (
+                not gemm.multiplies or gemm.image)):
+            continue
+        if gemm.m != 1 or not lowered.is_whole(gemm.a):
             continue
         b_buffer = lowered.buffer_of(gemm.b)
         if b_buffer.kind != CONSTANT or lowered.buffer_of(gemm.a).kind != ACTIVATION:
@@ -252,6 +256,8 @@ def _read_rows_in_their_order(lowered: LoweredProgram, builder: LayerBuilder,
                 not np.array_equal(np.sort(origin), np.arange(gemm.k)):
             continue  # padding, or not each row element once
         values = view_array(gemm.b, constant_array(b_buffer, weights).reshape(-1))
+        if values.shape[0] != gemm.k:
+            continue
         permuted = np.zeros_like(values)
         permuted[origin] = values  # B's row k now meets the row element A's k held
         lowered.instructions[index] = replace(
