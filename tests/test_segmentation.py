@@ -76,3 +76,79 @@ def test_the_int8_head_is_bit_exact_in_interpreter_c_and_rtl(name: str, tmp_path
                      / np.linalg.norm(expected))
     assert relative <= 0.05, relative
     check_agreement(quantized, sample, "8x8", tmp_path, sim_cache)
+
+
+def bilinear_head(seed: int = 0) -> Any:
+    """A stride-2 convolution with ReLU (8 channels of 4×4), then a bilinear Resize to 16×16
+    (half-pixel, as F.interpolate(mode="bilinear") exports): the imported Resize is one
+    product along the rows (moved last and back) and one along the columns."""
+    g = OnnxGraph(seed)
+    x = g.input("input", [1, 3, 8, 8])
+    x = g.node("Relu", [g.conv(x, 3, 8, 3, stride=2, pad=1)])
+    y = g.node("Resize", [x, "", "", g.const("sizes", np.array([1, 8, 16, 16], np.int64))],
+               mode="linear", coordinate_transformation_mode="half_pixel")
+    return g.model(y, [1, 8, 16, 16])
+
+
+def _quantized_bilinear_head(tmp_path: Path, name: str) -> Path:
+    from test_quantize import calibration_for
+
+    from glensidec.frontends.quantize import quantize, save_quantized
+
+    program = imported(bilinear_head(), tmp_path, name)
+    quantized = quantize(program, calibration_for(program, 8), per_channel=True,
+                         symmetric_activations=True)
+    return save_quantized(quantized, tmp_path / f"{name}.q.gs")
+
+
+@pytest.mark.parametrize("array", ["4x4", "16x16"])
+def test_a_bilinear_resize_requantizes_its_row_product_in_the_epilogue(
+        array: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression (issue 26, lraspp 16.3 % host): the row product's accumulator was moved
+    back (`access-move-axis`) before its requantize, so the multipliers (one per output row)
+    lay on an axis the epilogue does not scale and the host requantized every element.
+    Requantized before the move, both products are accelerator layers with their epilogues,
+    the host only moves data, its cycles fall, and the integers are the same as before."""
+    from test_accel_offload import _accelerated, _interpreted, _lowered_result, _random_inputs
+
+    from glensidec.backend.lower import AccelLayer, Copy, Fill
+    from glensidec.backend.report import machine_cycles
+    from glensidec.frontends import quantize as quantize_module
+    from glensidec.hardware.array import ArrayConfig
+
+    rows, cols = (int(value) for value in array.split("x"))
+    now = _quantized_bilinear_head(tmp_path, "now")
+    with monkeypatch.context() as patched:  # the quantizer's form before the fix
+        patched.setattr(quantize_module, "_product_moved", lambda term, acc: False)
+        before = _quantized_bilinear_head(tmp_path, "before")
+    lowered, lowered_before = _accelerated(now, array), _accelerated(before, array)
+    assert all(isinstance(instruction, (AccelLayer, Copy, Fill))
+               for instruction in lowered.instructions)
+    assert len(lowered.accel_layers()) >= 3  # the convolution and the two products
+    host = machine_cycles(lowered, ArrayConfig(rows, cols)).host
+    assert host < machine_cycles(lowered_before, ArrayConfig(rows, cols)).host
+    for seed in range(2):
+        inputs = _random_inputs(now, seed)
+        expected = _interpreted(now, inputs)
+        assert np.array_equal(expected, _interpreted(before, inputs))
+        got = _lowered_result(now, lowered, inputs, rows)
+        assert np.array_equal(got.reshape(expected.shape), expected)
+        assert len(np.unique(expected)) > 10  # not all clipped
+
+
+@pytest.mark.slow
+@pytest.mark.rtl
+def test_a_bilinear_resize_cosimulates_bit_and_cycle_exactly(tmp_path: Path,
+                                                             sim_cache: Path) -> None:
+    """The default compile's C program and ws_accel run both resize products with their
+    epilogues bit for bit as the interpreter, every layer in its predicted cycles."""
+    from conftest import assert_calls_match_the_model, compile_and_cosimulate
+    from test_accel_offload import _interpreted, _random_inputs
+
+    source = _quantized_bilinear_head(tmp_path, "head")
+    inputs = _random_inputs(source, 3)
+    ran = compile_and_cosimulate(source, "4x4", inputs, tmp_path, sim_cache)
+    assert_calls_match_the_model(ran.report)
+    assert len(ran.report["calls"]) >= 3  # the convolution and the two products
+    expected = _interpreted(source, inputs)
+    assert np.array_equal(ran.c, expected) and np.array_equal(ran.sim, expected)

@@ -362,7 +362,7 @@ class Quantizer:
         return Term(term.op, args)
 
     def move(self, term: Term, child: Value) -> Value:
-        if isinstance(child, Acc) and term.op in ACC_MOVEMENT:
+        if isinstance(child, Acc) and term.op in ACC_MOVEMENT and not _product_moved(term, child):
             return Acc(self.rebuild(term, child.term), self.move_array(term, child.scale),
                        self.move_array(term, child.offset), child.origin, child.fine)
         if isinstance(child, Acc):
@@ -481,6 +481,15 @@ class Quantizer:
                                multipliers.pre, multipliers.post, target.zero_point)
         self.qtype(result)
         return Q8(result, target, result)
+
+
+def _product_moved(term: Term, acc: Acc) -> bool:
+    """Whether `term` moves an axis of a matrix product's accumulator (Resize's product
+    along a middle axis, moved last and back): requantized before the move, its multipliers
+    stay on the product's output axis, where the accelerator's epilogue applies them."""
+    op = acc.term.args[0] if acc.term.op == "compute" else None
+    return (term.op == "access-move-axis" and isinstance(op, ComputeOp)
+            and op.name == "dot-product")
 
 
 def _concatenated_parts(root: Term) -> dict[Term, Term]:
