@@ -221,9 +221,17 @@ def split_head_projections(lowered: LoweredProgram, weights: dict[str, Array],
 
 def _column_block(view: View, m: int, n: int) -> tuple[int, int] | None:
     """The columns [first, stop) of an M×N buffer that `view` reads."""
-    columns = view_array(view, np.arange(m * n)).reshape(-1) % n
-    if columns.size == 0:
+    axes = view.axes()
+    if any(axis.size == 0 for axis in axes):
         return None
+    # An element's column is (offset + Σ index·stride) mod N: only the axes whose stride
+    # is not a whole number of rows move it (indexing the whole buffer to find the
+    # columns took most of this pass on a swin_t, 2,800 calls).
+    columns = np.array([view.offset % n])
+    for axis in axes:
+        if axis.stride % n:
+            steps = np.arange(axis.size) * (axis.stride % n)
+            columns = np.unique((columns[:, None] + steps[None, :]) % n)
     return int(columns.min()), int(columns.max()) + 1
 
 
