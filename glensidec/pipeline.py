@@ -20,14 +20,10 @@ it extracts, which lowering takes.
 
 from __future__ import annotations
 
-import functools
-import gc
 import re
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import ParamSpec, TypeVar
 
 from glensidec import progress
 from glensidec.backend.accel_passes import fuse_for_accelerator
@@ -42,6 +38,7 @@ from glensidec.backend.lower import (
 )
 from glensidec.backend.plan import MemoryPlan, plan_memory
 from glensidec.backend.report import MachineCycles, machine_cycles
+from glensidec.collector import without_cycle_collection
 from glensidec.errors import GlensideError
 from glensidec.hardware.array import ArrayConfig
 from glensidec.hardware.commands import AccelConfig
@@ -85,33 +82,6 @@ from glensidec.opt.regions import (
 )
 from glensidec.opt.regions import boundaries as boundaries_of
 from glensidec.opt.rewrite import RULESETS, ArrayTarget, EGraph, Limits, Profile, Stats
-
-# -- the garbage collector -------------------------------------------------------------
-
-P = ParamSpec("P")
-R = TypeVar("R")
-
-
-def without_cycle_collection(stage: Callable[P, R]) -> Callable[P, R]:
-    """`stage` run with Python's cycle collector paused (reference counting still frees
-    everything else). A compile makes millions of small objects (terms, views,
-    instructions) and keeps most of them, so the collector's passes over the survivors
-    took 40 % of a vit_b_16's compile (27.6 s CPU with it, 15.4 s without; the same peak
-    memory: the stages' data are trees and DAGs of frozen dataclasses, whose garbage
-    holds no cycles)."""
-
-    @functools.wraps(stage)
-    def run(*args: P.args, **kwargs: P.kwargs) -> R:
-        if not gc.isenabled():  # (a stage inside another)
-            return stage(*args, **kwargs)
-        gc.disable()
-        try:
-            return stage(*args, **kwargs)
-        finally:
-            gc.enable()
-
-    return run
-
 
 # -- parse, typecheck -------------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 """The package's sub-packages are the pipeline's stages, and imports point one way down it.
 
 A stage may import only from stages listed before it (and from the shared modules at the
-package's top: errors, resources, outputs, progress). A new import against the flow, or a
+package's top: errors, resources, outputs, progress, collector). A new import against the flow, or a
 cycle, fails here.
 """
 
@@ -19,7 +19,7 @@ PACKAGE = Path(glensidec.__file__).resolve().parent
 # `pipeline` (a module) strings parse … emit together, so it follows `backend`.
 STAGES = ["lang", "frontends", "hardware", "opt", "backend", "pipeline", "cosim", "nas"]
 MODULE_STAGES = {"pipeline"}
-SHARED = {"errors", "resources", "outputs", "progress"}
+SHARED = {"errors", "resources", "outputs", "progress", "collector"}
 
 
 def stage_of(module: str) -> str:

@@ -49,14 +49,15 @@ def test_compile_stages_pause_the_cycle_collector_and_turn_it_back_on(
     import gc
 
     from glensidec import pipeline
+    from glensidec.collector import without_cycle_collection
 
     seen: list[bool] = []
 
-    @pipeline.without_cycle_collection
+    @without_cycle_collection
     def inner() -> None:
         seen.append(gc.isenabled())
 
-    @pipeline.without_cycle_collection
+    @without_cycle_collection
     def outer(fail: bool) -> None:
         inner()
         seen.append(gc.isenabled())

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from glensidec.collector import without_cycle_collection
 from glensidec.errors import GlensideError
 from glensidec.frontends import builders as B
 from glensidec.lang.data import alias_line, npz_bytes
@@ -1659,6 +1660,7 @@ def import_onnx(model_path: str | Path, outdir: str | Path, force: bool = False)
     return import_model(model_path, outdir, force)[0]
 
 
+@without_cycle_collection  # (1.5 of a vit_b_16's 4.9 s CPU)
 def import_model(model_path: str | Path, outdir: str | Path,
                  force: bool = False) -> tuple[Path, dict[str, str]]:
     """`import_onnx`, also returning the inputs' names: ONNX name → program name."""
