@@ -68,9 +68,19 @@ async def run_compiled_program(dut: Any) -> None:
     calls: list[dict[str, int | bool | float | str]] = []
     progress_path = settings["progress"]
     made = [0]  # array calls the program has made so far, on any array
+    failures: list[str] = []  # an exception in a call, which ctypes would swallow
 
     def backend(m: int, k: int, n: int, a_ptr: Any, b_ptr: Any, d_ptr: Any,
                 c_ptr: Any) -> int:
+        try:
+            return call_rtl(m, k, n, a_ptr, b_ptr, d_ptr, c_ptr)
+        except Exception as error:  # ctypes would print and ignore it: stop the program
+            failures.append(f"array call {made[0] - 1} ({m}x{k}x{n}): "
+                            f"{type(error).__name__}: {error}")
+            return 1
+
+    def call_rtl(m: int, k: int, n: int, a_ptr: Any, b_ptr: Any, d_ptr: Any,
+                 c_ptr: Any) -> int:
         index = made[0]
         made[0] += 1
         if current_array.value != live:  # another array's call: this run has not its RTL
@@ -109,6 +119,7 @@ async def run_compiled_program(dut: Any) -> None:
     status = await bridge(run_main)()
     with open(settings["report"], "w") as report:
         json.dump({"status": int(status), "calls": calls}, report, indent=1)
+    assert not failures, f"co-simulating an array call failed: {failures[0]}"
     assert status == 0, f"the program returned {status}"
     assert all(call["data_ok"] and call["cycles_ok"] for call in calls), calls
 
