@@ -27,7 +27,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from glensidec.hardware.accel import EpilogueConfig, ResidualConfig
-    from glensidec.hardware.commands import AccelConfig, AccelTiming, Command
+    from glensidec.hardware.commands import AccelConfig, AccelTiming, Command, FlatCompute
 
 SOURCE = Path(__file__).with_name("accel_model.c")
 
@@ -125,8 +125,9 @@ _LOAD_COLUMNS = [FIELDS.index(name) for name in
                  ("wait", "signal", *_DMA_FIELDS, "wait_store", "signal_store")]
 
 
-def pack_commands(commands: Sequence[Command]) -> np.ndarray:
-    """The commands as rows of int64 (gs_command, FIELDS in order)."""
+def pack_commands(commands: Sequence[Command | FlatCompute]) -> np.ndarray:
+    """The commands as rows of int64 (gs_command, FIELDS in order); a COMPUTE may come
+    flat (commands.FlatCompute: its _COMPUTE_FIELDS in order)."""
     from glensidec.hardware.commands import Compute, Config, Load, Scale, Store, Table
 
     # A layer's program is hundreds of thousands of COMPUTEs and LOADs (the compile prices
@@ -134,12 +135,17 @@ def pack_commands(commands: Sequence[Command]) -> np.ndarray:
     # list and scattered into the table at once, not a row of 29 Python ints apiece.
     computes: list[int] = []
     compute_values: list[int] = []
+    flat: list[int] = []  # positions of flat COMPUTEs …
+    flat_rows: list[FlatCompute] = []  # … and their columns
     loads: list[int] = []
     load_values: list[int] = []
     others: list[Config | Store | Table | Scale] = []
     other_positions: list[int] = []
     for position, command in enumerate(commands):
-        if isinstance(command, Compute):
+        if isinstance(command, tuple):
+            flat.append(position)
+            flat_rows.append(command)
+        elif isinstance(command, Compute):
             computes.append(position)
             compute_values.extend(_compute_fields(command))
         elif isinstance(command, Load):
@@ -157,6 +163,10 @@ def pack_commands(commands: Sequence[Command]) -> np.ndarray:
             table[rows[:, None], columns] = np.array(values, dtype=np.int64).reshape(
                 len(positions), len(columns))
             table[rows, 0] = op
+    if flat:
+        rows = np.array(flat)
+        table[rows[:, None], _COMPUTE_COLUMNS] = np.array(flat_rows, dtype=np.int64)
+        table[rows, 0] = 1
     padding = [0] * len(_DMA_FIELDS)
     for position, command in zip(other_positions, others, strict=True):
         if isinstance(command, Config):  # its vectors stay in the layer; where they start

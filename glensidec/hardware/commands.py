@@ -18,8 +18,9 @@ from __future__ import annotations
 import functools
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -38,6 +39,8 @@ from glensidec.hardware.array import ArrayConfig
 from glensidec.lang.dtypes import wrap_signed
 
 OP_LOAD, OP_COMPUTE, OP_STORE, OP_CONFIG = 0, 1, 2, 3
+
+_T = TypeVar("_T", int, tuple[int, int])
 
 #: Width of the scratchpad row fields (spad_row, w_row, a_row) of a command word: a
 #: scratchpad of more rows cannot be addressed (AccelConfig refuses it).
@@ -696,7 +699,7 @@ def accel_cycles(config: AccelConfig, commands: Sequence[Command],
     return AccelModel(config).run(commands, limit=limit, trace=trace)
 
 
-def table_cycles(config: AccelConfig, commands: Sequence[Command],
+def table_cycles(config: AccelConfig, commands: Sequence[Command | FlatCompute],
                  table: npt.NDArray[np.int64], limit: int = 10**9) -> AccelTiming:
     """accel_cycles of `commands` given their pack_commands `table` (the C model reads
     the table: packing a long program costs about as much as pricing it)."""
@@ -705,7 +708,7 @@ def table_cycles(config: AccelConfig, commands: Sequence[Command],
     native = native_model()
     if native is not None:
         return native_cycles(native, config, table, limit)
-    return AccelModel(config).run(commands, limit=limit)
+    return AccelModel(config).run(commands_of(list(commands)), limit=limit)
 
 
 def timing_diagram(timing: AccelTiming, cycles_per_char: int = 1) -> str:
@@ -1037,38 +1040,57 @@ def best_conv_table(config: AccelConfig, layer: ConvLayer, quant: LayerQuant
 
     if quant.scale is not None:
         raise ValueError(f"layer {layer.name}: per-column scales are a sum pool's only")
-    candidates: list[LayerProgram] = []
+    # Each candidate is built as a stream (its computes flat), packed and priced, and
+    # dropped: only the one chosen is built again, as commands. (Built, the candidates of
+    # a long layer held gigabytes, and making their Compute objects took most of the
+    # compile: vgg11's 25088 → 4096 dense layer has five of 400 k commands and more.)
+    Maker = Callable[[], tuple[LayerProgram, Stream]]
+    priced: list[tuple[Maker, AccelTiming]] = []
+    built: dict[int, tuple[LayerProgram, Stream, npt.NDArray[np.int64]]] = {}
+
+    def price(make: Maker) -> AccelTiming:
+        program, stream = make()
+        table = pack_commands(stream)
+        timing = table_cycles(config, stream, table)
+        built.clear()  # (the last one built is kept: a layer of one candidate)
+        built[len(priced)] = program, stream, table
+        priced.append((make, timing))
+        return timing
+
+    # im2col first, then the window tilings, then the interleaved ones (ties go to the
+    # first); im2col is priced last, though, and only when it might be chosen: its load
+    # slots (`im2col_load_slots`) bound its cycles from below, and a bound past the
+    # slack of the fastest other schedule rules it out unbuilt (vgg11's dense layers).
     error: CapacityError | None = None
     try:
-        candidates.append(im2col_program(config, layer, quant))
+        im2col_slots = im2col_load_slots(config, layer, quant.residual is not None)
     except CapacityError as problem:
         error = problem
     tilings = window_tilings(config, layer, quant.residual is not None)
-    for tiling in tilings:
-        candidates.append(window_program(config, layer, quant, tiling))
-    if not candidates:
-        assert error is not None
+    if error is not None and not tilings:
         raise error
-    priced = []
-
-    def price(program: LayerProgram) -> AccelTiming:
-        table = pack_commands(program.commands)
-        priced.append((program, table, table_cycles(config, program.commands, table)))
-        return priced[-1][2]
-
-    cycles = [price(program).cycles for program in candidates]
-    windows = cycles[len(cycles) - len(tilings):]
+    windows = [price(functools.partial(window_stream, config, layer, quant, tiling)).cycles
+               for tiling in tilings]
     fastest_window = tilings[windows.index(min(windows))] if tilings else None
     for tiling in interleaved_tilings(config, layer, fastest_window,
                                       quant.residual is not None):
-        price(window_program(config, layer, quant, tiling))
-    if len(priced) == 1:
-        return priced[0]
-    fastest = min(timing.cycles for _, _, timing in priced)
-    return min((choice for choice in priced
-                if choice[2].cycles <= fastest * (1 + TRAFFIC_SLACK)),
-               key=lambda choice: (choice[2].load_bytes + choice[2].store_bytes,
-                                   choice[2].cycles))
+        price(functools.partial(window_stream, config, layer, quant, tiling))
+    others = min((timing.cycles for _, timing in priced), default=None)
+    if error is None and (others is None or im2col_slots <= others * (1 + TRAFFIC_SLACK)):
+        price(functools.partial(im2col_stream, config, layer, quant))
+        priced.insert(0, priced.pop())  # back in its place, first (the last one built)
+        built = {0: built[len(priced) - 1]}
+    fastest = min(timing.cycles for _, timing in priced)
+    chosen = min((index for index, (_, timing) in enumerate(priced)
+                  if timing.cycles <= fastest * (1 + TRAFFIC_SLACK)),
+                 key=lambda index: (priced[index][1].load_bytes + priced[index][1].store_bytes,
+                                    priced[index][1].cycles))
+    if chosen in built:
+        program, stream, table = built[chosen]
+    else:
+        program, stream = priced[chosen][0]()
+        table = pack_commands(stream)
+    return replace(program, commands=commands_of(stream)), table, priced[chosen][1]
 
 
 @dataclass(frozen=True)
@@ -1340,35 +1362,78 @@ def interleaved_tilings(config: AccelConfig, layer: ConvLayer, fastest: WindowTi
     return tilings
 
 
+#: A COMPUTE of the window schedule as the packed table's columns (accel_native's
+#: _COMPUTE_FIELDS: wait, signal, w_row, a_row, m_len, add, emit, a_count1, a_stride1,
+#: a_stride2, acc_row), not a `Compute`: a long layer's candidate schedules are hundreds
+#: of thousands of them, and the compile only packs and prices all but the one it keeps.
+FlatCompute = tuple[int, ...]
+#: A command stream whose COMPUTEs may be flat (`commands_of` makes them Computes).
+Stream = list[Command | FlatCompute]
+#: A window-schedule compute before its tokens: FlatCompute without wait and signal.
+_ComputeRow = tuple[int, ...]
+#: A region of the scratchpad a load writes and computes read, numbered (`_band_region`,
+#: `_weights_region`, `_residual_region`): the token passes look one up per compute.
+_Region = int
+_BAND, _WEIGHTS, _RESIDUAL = 0, 1, 2  # the region's kind: its number modulo 3
+
+
+def _band_region(buffer: int, plane: int) -> _Region:
+    """Band buffer `buffer` (0 or 1)'s plane `plane`."""
+    return 3 * (2 * plane + buffer) + _BAND
+
+
+def _weights_region(index: int) -> _Region:
+    """Weight buffer `index` (or a resident piece's rows)."""
+    return 3 * index + _WEIGHTS
+
+
+def _residual_region(index: int) -> _Region:
+    """Residual region `index` (0 or 1)."""
+    return 3 * index + _RESIDUAL
+
+
+def commands_of(stream: Stream) -> list[Command]:
+    """The stream with its flat COMPUTEs as `Compute`s."""
+    return [Compute(item[2], item[3], item[4], bool(item[5]), bool(item[6]), bool(item[0]),
+                    bool(item[1]), item[7], item[8], item[9], item[10])
+            if isinstance(item, tuple) else item for item in stream]
+
+
 @dataclass
 class _WindowStep:
     """A step of the window schedule before its tokens: its loads, each with the region
-    it writes (("band", buffer, plane), ("weights", i) or ("residual", i)), its computes,
-    the regions each compute reads (the emitting compute also its Store's residual
-    rows), and its tail."""
+    it writes, its computes (`_ComputeRow`s), the regions each compute reads (the
+    emitting compute also its Store's residual rows), and its tail."""
 
-    loads: list[tuple[DmaCommand, tuple[str, int, int]]]
-    computes: list[Compute]
-    reads: list[set[tuple[str, int, int]]]
+    loads: list[tuple[DmaCommand, _Region]]
+    computes: list[_ComputeRow]
+    reads: list[tuple[_Region, ...]]
     tail: list[Command]
     after: dict[int, list[Command]] = field(default_factory=dict)
 
 
-def _window_tokens(steps: list[_WindowStep]) -> list[Command]:
-    """The steps with their tokens. A load waits for the release of the last step that
-    read the region it overwrites (an exec → load token, given by that step's last
-    compute), and a compute for the last load of a region it reads (a load → exec token,
-    given by that load) — so a compute starts as soon as its band plane and weights are
-    in, not when its whole band is — each only when an earlier wait does not already
-    cover it. Tokens are counters taken in order, so the steps and loads that give them
-    are exactly those the waits name, in the same order. A residual region is reused only
-    after the Store two before read it (a store → load token, as im2col_program)."""
-    last_reader: dict[tuple[str, int, int], int] = {}
-    last_load: dict[tuple[str, int, int], tuple[int, int]] = {}
+def _step_needs(reads: list[tuple[_Region, ...]], last_load: dict[_Region, _T]) -> list[_T]:
+    """Per compute of a step, the latest of `last_load` over the regions it reads."""
+    latest = last_load.__getitem__
+    return [max(map(latest, regions)) for regions in reads]
+
+
+def _window_tokens(steps: list[_WindowStep]) -> Stream:
+    """The steps with their tokens, as a stream (`_window_stream`). A load waits for the
+    release of the last step that read the region it overwrites (an exec → load token,
+    given by that step's last compute), and a compute for the last load of a region it
+    reads (a load → exec token, given by that load) — so a compute starts as soon as its
+    band plane and weights are in, not when its whole band is — each only when an earlier
+    wait does not already cover it. Tokens are counters taken in order, so the steps and
+    loads that give them are exactly those the waits name, in the same order. A residual
+    region is reused only after the Store two before read it (a store → load token, as
+    im2col_program)."""
+    last_reader: dict[_Region, int] = {}
+    last_load: dict[_Region, tuple[int, int]] = {}
     released: set[int] = set()  # steps whose last compute signals
     load_waits: set[tuple[int, int]] = set()  # (step, load) that wait
     load_signals: set[tuple[int, int]] = set()  # (step, load) that signal
-    compute_waits: set[tuple[int, int]] = set()  # (step, compute) that wait
+    compute_waits: list[set[int]] = []  # per step, its computes that wait
     store_waits: set[tuple[int, int]] = set()  # residual loads that wait for a Store
     waited, needed = -1, (-1, -1)
     residual_loads = 0
@@ -1383,45 +1448,44 @@ def _window_tokens(steps: list[_WindowStep]) -> list[Command]:
                 released.add(release)
                 waited = release
             last_load[region] = (index, position)
-            if region[0] == "residual":
+            if region % 3 == _RESIDUAL:
                 if residual_loads >= 2:
                     store_waits.add((index, position))
                 residual_loads += 1
-        for position, reads in enumerate(step.reads):
-            need = max(last_load[region] for region in reads)
+        compute_waits.append(set())
+        for position, need in enumerate(_step_needs(step.reads, last_load)):
             if need > needed:
                 load_signals.add(need)
-                compute_waits.add((index, position))
+                compute_waits[-1].add(position)
                 needed = need
-            for region in reads:
+        # (last_reader is read by later steps' loads only: a step's computes set it alike)
+        for regions in set(step.reads):
+            for region in regions:
                 last_reader[region] = index
-    return _window_stream(steps, [_Step(
-        [Load(dma, wait=(index, position) in load_waits,
-              signal=(index, position) in load_signals,
-              wait_store=(index, position) in store_waits)
-         for position, (dma, _) in enumerate(step.loads)],
-        [_with_tokens(compute, (index, position) in compute_waits,
-                      index in released and position == len(step.computes) - 1)
-         for position, compute in enumerate(step.computes)],
-        step.tail, step.after) for index, step in enumerate(steps)], _last_readers(steps))
-
-
-def _with_tokens(compute: Compute, wait: bool, signal: bool) -> Compute:
-    """`compute` with its token flags (a copy only when one is set: most computes of a
-    long layer take and give no token, and a dataclass copy costs microseconds)."""
-    return replace(compute, wait=wait, signal=signal) if wait or signal else compute
+    loads = [[Load(dma, wait=(index, position) in load_waits,
+                   signal=(index, position) in load_signals,
+                   wait_store=(index, position) in store_waits)
+              for position, (dma, _) in enumerate(step.loads)]
+             for index, step in enumerate(steps)]
+    computes: list[list[FlatCompute]] = []
+    for index, step in enumerate(steps):
+        last = len(step.computes) - 1 if index in released else -1  # it signals
+        waits = compute_waits[index]
+        computes.append([(position in waits, position == last, *compute)
+                         for position, compute in enumerate(step.computes)])
+    return _window_stream(steps, loads, computes, _last_readers(steps))
 
 
 def _last_readers(steps: list[_WindowStep]) -> dict[tuple[int, int], int]:
     """Per (step, load) that overwrites a region, the step that read it last before."""
-    last_reader: dict[tuple[str, int, int], int] = {}
+    last_reader: dict[_Region, int] = {}
     releases: dict[tuple[int, int], int] = {}
     for index, step in enumerate(steps):
         for position, (_, region) in enumerate(step.loads):
             if region in last_reader:
                 releases[(index, position)] = last_reader[region]
-        for reads in step.reads:
-            for region in reads:
+        for regions in set(step.reads):
+            for region in regions:
                 last_reader[region] = index
     return releases
 
@@ -1432,46 +1496,58 @@ def _last_readers(steps: list[_WindowStep]) -> dict[tuple[int, int], int]:
 WINDOW_LEAD = 8
 
 
-def _window_stream(raw: list[_WindowStep], steps: list[_Step],
-                   releases: dict[tuple[int, int], int]) -> list[Command]:
+def _window_stream(raw: list[_WindowStep], step_loads: list[list[Load]],
+                   step_computes: list[list[FlatCompute]],
+                   releases: dict[tuple[int, int], int]) -> Stream:
     """The command stream of the window schedule: each compute after the loads it needs,
     and between computes one more load, of this step or the next, whose overwritten region
     every compute sent so far has finished with (as `_software_pipeline` sends step s + 1's
     loads beside step s's computes). A step's own loads are not all sent before its first
     compute: with a band of many planes, the in-order dispatcher would hold that compute
     until all but QUEUE_DEPTH of them had started."""
-    loads = [(index, position, load) for index, step in enumerate(steps)
-             for position, load in enumerate(step.loads)]
-    order = {(index, position): place for place, (index, position, _) in enumerate(loads)}
-    last_load: dict[tuple[str, int, int], int] = {}
+    loads = [(index, position, load) for index, step in enumerate(step_loads)
+             for position, load in enumerate(step)]
+    last_load: dict[_Region, int] = {}
     needs: list[list[int]] = []
-    for index, planned in enumerate(raw):
-        for position, (_, region) in enumerate(planned.loads):
-            last_load[region] = order[(index, position)]
-        needs.append([max(last_load[region] for region in reads) for reads in planned.reads])
-    commands: list[Command] = []
+    place = 0
+    for planned in raw:
+        for _, region in planned.loads:
+            last_load[region] = place
+            place += 1
+        needs.append(_step_needs(planned.reads, last_load))
+    commands: Stream = []
     sent = 0
-    for index, step in enumerate(steps):
-        for position, compute in enumerate(step.computes):
-            while sent <= needs[index][position]:
+    for index, computes in enumerate(step_computes):
+        after = raw[index].after
+        for position, compute in enumerate(computes):
+            need = needs[index][position]
+            while sent <= need:
                 commands.append(loads[sent][2])
                 sent += 1
             # and up to WINDOW_LEAD more, of this step or the next, each overwriting a
             # region whose last reader is a step whose computes are all sent
-            while sent < len(loads) and sent <= needs[index][position] + WINDOW_LEAD:
+            while sent < len(loads) and sent <= need + WINDOW_LEAD:
                 step_of, load_position, load = loads[sent]
                 if step_of > index + 1 or releases.get((step_of, load_position), -1) >= index:
                     break
                 commands.append(load)
                 sent += 1
             commands.append(compute)
-            commands += step.after.get(position, [])
-        commands += step.tail
+            if after:
+                commands += after.get(position, [])
+        commands += raw[index].tail
     return commands + [load for _, _, load in loads[sent:]]
 
 
 def window_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
                    tiling: WindowTiling) -> LayerProgram:
+    """The commands of `window_stream`'s schedule."""
+    program, stream = window_stream(config, layer, quant, tiling)
+    return replace(program, commands=commands_of(stream))
+
+
+def window_stream(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
+                  tiling: WindowTiling) -> tuple[LayerProgram, Stream]:
     """Commands of one convolution whose input rows stay in the scratchpad (the window
     schedule): M chunk → N block → K piece → K fold, like `im2col_program`, but a chunk's
     input band (`_Band`: the input rows its output rows read, one scratchpad row per pixel
@@ -1524,7 +1600,7 @@ def window_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
     def band_buffer_of(chunk: int) -> int:
         return chunk % 2 if tiling.double_buffered else 0
 
-    def band_loads(chunk: int) -> list[tuple[DmaCommand, tuple[str, int, int]]]:
+    def band_loads(chunk: int) -> list[tuple[DmaCommand, _Region]]:
         oy0, rows_here = chunk_list[chunk]
         band_base = band_buffer_of(chunk) * buffer
         y0 = oy0 * layer.stride - layer.padding_hw[0] + pad
@@ -1535,7 +1611,7 @@ def window_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
             count2=band.rows(rows_here), stride2=band.y_step * width * layer.channels,
             spad_row=band_base + index * plane_rows, bounds=not band.padded_input, y0=y0,
             y_step=band.y_step, height=height, x0=x0, x_step=band.x_step, width=width,
-            pad_value=quant.input_zero_point), ("band", band_buffer_of(chunk), index))
+            pad_value=quant.input_zero_point), _band_region(band_buffer_of(chunk), index))
             for index, plane in enumerate(band.planes)]
 
     steps: list[_WindowStep] = []
@@ -1557,18 +1633,18 @@ def window_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
                 first = piece * tiling.piece_folds
                 indices = order[first:first + tiling.piece_folds]
                 piece_folds = [folds[index] for index in indices]
-                loads: list[tuple[DmaCommand, tuple[str, int, int]]] = []
+                loads: list[tuple[DmaCommand, _Region]] = []
                 # per block of the group: its piece's first weight row and weight region
                 if tiling.resident:
                     w_rows = [weight_start + (block_index * len(folds) + first) * R
                               for block_index, _ in group]
-                    w_keys = [("weights", block_index * pieces + piece, 0)
+                    w_keys = [_weights_region(block_index * pieces + piece)
                               for block_index, _ in group]
                 else:
                     w_buffer = weight_start + w_loads % 2 * weight_buffer
                     w_rows = [w_buffer + position * len(piece_folds) * R
                               for position in range(len(group))]
-                    w_keys = [("weights", w_loads % 2, 0)] * len(group)
+                    w_keys = [_weights_region(w_loads % 2)] * len(group)
                     w_loads += 1
                 if not (tiling.resident and chunk > 0):  # (resident: loaded with chunk 0)
                     for (_, block), w_row, w_key in zip(group, w_rows, w_keys, strict=True):
@@ -1580,7 +1656,7 @@ def window_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
                 # not queued behind planes no compute needs yet)
                 if chunk == 0 or not prefetch:
                     planes_here = {plane_of[index] for index in indices} - planes_loaded
-                    loads += [load for load in chunk_band if load[1][2] in planes_here]
+                    loads += [chunk_band[plane] for plane in sorted(planes_here)]
                     planes_loaded |= planes_here
                 last_piece = piece == pieces - 1
                 residual_row = (stores % 2 * buffer + band_rows if tiling.double_buffered
@@ -1590,9 +1666,9 @@ def window_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
                     loads.append((DmaCommand(base=residual_base + m0 * N + block.n0,
                                              length=block.width,
                                              count1=m_len, stride1=N, spad_row=residual_row),
-                                  ("residual", stores % 2, 0)))
-                computes: list[Compute] = []
-                reads: list[set[tuple[str, int, int]]] = []
+                                  _residual_region(stores % 2)))
+                computes: list[_ComputeRow] = []
+                reads: list[tuple[_Region, ...]] = []
                 emits: dict[int, int] = {}  # block position → its emitting compute
                 for index, position in _group_order(len(indices), len(group), last_piece):
                     fold = indices[index]
@@ -1601,15 +1677,15 @@ def window_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
                     emit = last_piece and index == len(piece_folds) - 1
                     if emit:
                         emits[position] = len(computes)
-                    computes.append(Compute(
-                        w_row=w_rows[position] + index * R,
-                        a_row=band_base + plane * plane_rows + dy * band.width + dx,
-                        m_len=m_len, add=piece > 0 or index > 0, emit=emit,
-                        a_count1=out_w, a_stride1=band.stride_x,
-                        a_stride2=band.stride_y * band.width, acc_row=position * acc_stride))
-                    reads.append({("band", band_buffer_of(chunk), plane), w_keys[position]})
+                    computes.append((  # w_row, a_row, m_len, add, emit, its pattern …
+                        w_rows[position] + index * R,
+                        band_base + plane * plane_rows + dy * band.width + dx,
+                        m_len, piece > 0 or index > 0, emit, out_w, band.stride_x,
+                        band.stride_y * band.width, position * acc_stride))  # … acc_row
+                    reads.append((_band_region(band_buffer_of(chunk), plane),
+                                  w_keys[position]))
                 if residual and last_piece:  # its Store follows the emitting compute
-                    reads[-1].add(("residual", stores % 2, 0))
+                    reads[-1] += (_residual_region(stores % 2),)
                 # the next chunk's band after this step's own loads: its buffer was the
                 # chunk before's, read by the step before this one at the latest
                 if prefetch and len(steps) == first_step + 1 and chunk + 1 < len(chunk_list):
@@ -1626,10 +1702,10 @@ def window_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
                 tail.append(_block_store(output_base + m0 * N + n0, width_n, m_len, N,
                                          residual_row if residual else None))
                 stores += 1
-    return with_table(LayerProgram(_window_tokens(steps), input_base, weight_base,
-                                   output_base, memory_bytes, tiling.chunk_rows * out_w,
-                                   len(folds), tiling.piece_folds, pad, residual_base),
-                      quant.epilogue, config.cols)
+    program = LayerProgram([], input_base, weight_base, output_base, memory_bytes,
+                           tiling.chunk_rows * out_w, len(folds), tiling.piece_folds, pad,
+                           residual_base)
+    return program, [*table_commands(quant.epilogue, config.cols), *_window_tokens(steps)]
 
 
 
@@ -1671,7 +1747,40 @@ def _piece_weight_loads(layer: ConvLayer, rows: int, piece_folds: list[tuple[int
     return loads
 
 
+def im2col_load_slots(config: AccelConfig, layer: ConvLayer, residual: bool = False) -> int:
+    """A lower bound on the cycles of `im2col_stream`'s schedule, from its loads alone:
+    the DMA issues one load slot a cycle, a row of L bytes from memory takes at least
+    ⌈L / BUS⌉ slots and a padding row one, and the schedule's last step waits for every
+    load before its computes emit the rows the last Store writes. Counted per (chunk,
+    block) without building anything (the weights of every fold; the im2col rows of
+    every fold unless one K piece's are kept for every block; the residual rows).
+    CapacityError as im2col_program when the layer does not fit."""
+    R, bus = config.rows, config.memory.bus_bytes
+    out_h, out_w = layer.out_size
+    grouped = layer.groups > 1
+    tiling = layer_tiling(config, layer, residual)
+    slots = 0
+    for block, group_block in enumerate(group_blocks(layer, config.cols)):
+        lengths = [fold[3] for fold in conv_folds(layer, R, group_block if grouped else None)]
+        width_slots = -(-group_block.width // bus)
+        # a fold's ROWS weight rows: `length` from memory, the rest padding
+        weights = sum(length * width_slots + R - length for length in lengths)
+        loads_rows = tiling.pieces > 1 or block == 0 or grouped
+        for oy0 in range(0, out_h, tiling.chunk_rows):
+            m_len = min(tiling.chunk_rows, out_h - oy0) * out_w
+            slots += weights + (m_len * len(lengths) if loads_rows else 0) + \
+                (m_len * width_slots if residual else 0)
+    return slots
+
+
 def im2col_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant) -> LayerProgram:
+    """The commands of `im2col_stream`'s schedule."""
+    program, stream = im2col_stream(config, layer, quant)
+    return replace(program, commands=commands_of(stream))
+
+
+def im2col_stream(config: AccelConfig, layer: ConvLayer, quant: LayerQuant
+                  ) -> tuple[LayerProgram, Stream]:
     """Double-buffered commands of one convolution: M chunk → N block → K piece → K fold.
 
     The scratchpad is four quarters: two activation buffers (the im2col rows of an M
@@ -1743,10 +1852,10 @@ def im2col_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant) -> 
                           wait_store=residual and last_piece and stores >= 2
                           and index == len(loads) - 1)
                      for index, dma in enumerate(loads)],
-                    [Compute(w_row=w_buffer + index * R, a_row=a_buffer + index * m_len,
-                             m_len=m_len, add=piece > 0 or index > 0,
-                             emit=last_piece and index == len(piece_folds) - 1,
-                             wait=index == 0, signal=index == len(piece_folds) - 1)
+                    [(index == 0, index == len(piece_folds) - 1,  # wait, signal
+                      w_buffer + index * R, a_buffer + index * m_len, m_len,
+                      piece > 0 or index > 0, last_piece and index == len(piece_folds) - 1,
+                      0, 1, 0, 0)  # one line of consecutive rows, accumulator row 0
                      for index in range(len(piece_folds))], []))
             tail = steps[-1].tail
             if block != block_configured:
@@ -1755,10 +1864,10 @@ def im2col_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant) -> 
             tail.append(_block_store(output_base + m0 * N + n0, width, m_len, N,
                                      residual_row if residual else None))
             stores += 1
-    return with_table(LayerProgram(_software_pipeline(steps), input_base, weight_base,
-                                   output_base, memory_bytes, tiling.chunk_rows * out_w,
-                                   tiling.folds, tiling.piece_folds, pad, residual_base),
-                      quant.epilogue, config.cols)
+    program = LayerProgram([], input_base, weight_base, output_base, memory_bytes,
+                           tiling.chunk_rows * out_w, tiling.folds, tiling.piece_folds, pad,
+                           residual_base)
+    return program, [*table_commands(quant.epilogue, config.cols), *_software_pipeline(steps)]
 
 
 #: pool_program's schedules: "gather" (the DMA gathers every window's taps from main
@@ -2212,11 +2321,8 @@ def layer_traffic(config: AccelConfig, layer: ConvLayer, program: LayerProgram,
 @dataclass
 class _Step:
     loads: list[Load]
-    computes: list[Compute]
+    computes: list[FlatCompute]
     tail: list[Command]  # Config / Store after the computes
-    #: commands sent right after compute i (an emitting compute's Config and Store, when
-    #: more computes follow it in the step)
-    after: dict[int, list[Command]] = field(default_factory=dict)
 
 
 def _block_config(quant: LayerQuant, n0: int, width: int, cols: int) -> Config:
@@ -2238,7 +2344,7 @@ def _block_store(base: int, width: int, m_len: int, row_pitch: int,
                  signal=residual_row is not None)
 
 
-def _software_pipeline(steps: list[_Step]) -> list[Command]:
+def _software_pipeline(steps: list[_Step]) -> Stream:
     """The command stream: step s + 1's loads interleaved one for one with step s's
     computes, then step s's stores.
 
@@ -2249,7 +2355,7 @@ def _software_pipeline(steps: list[_Step]) -> list[Command]:
     drain them. (Step s + 1's loads go to the buffers step s − 1 used, so executing the
     stream in program order — `run_functional` — computes the same.)
     """
-    commands: list[Command] = list(steps[0].loads) if steps else []
+    commands: Stream = list(steps[0].loads) if steps else []
     for index, step in enumerate(steps):
         following = steps[index + 1].loads if index + 1 < len(steps) else []
         for pair in range(max(len(following), len(step.computes))):
