@@ -27,7 +27,13 @@ import numpy as np
 
 if TYPE_CHECKING:
     from glensidec.hardware.accel import EpilogueConfig, ResidualConfig
-    from glensidec.hardware.commands import AccelConfig, AccelTiming, Command, FlatCompute
+    from glensidec.hardware.commands import (
+        AccelConfig,
+        AccelTiming,
+        Command,
+        FlatCompute,
+        FlatLoad,
+    )
 
 SOURCE = Path(__file__).with_name("accel_model.c")
 
@@ -125,10 +131,19 @@ _LOAD_COLUMNS = [FIELDS.index(name) for name in
                  ("wait", "signal", *_DMA_FIELDS, "wait_store", "signal_store")]
 
 
-def pack_commands(commands: Sequence[Command | FlatCompute]) -> np.ndarray:
-    """The commands as rows of int64 (gs_command, FIELDS in order); a COMPUTE may come
-    flat (commands.FlatCompute: its _COMPUTE_FIELDS in order)."""
-    from glensidec.hardware.commands import Compute, Config, Load, Scale, Store, Table
+def pack_commands(commands: Sequence[Command | FlatCompute | FlatLoad]) -> np.ndarray:
+    """The commands as rows of int64 (gs_command, FIELDS in order); a COMPUTE or a LOAD
+    may come flat (commands.FlatCompute, FlatLoad: its _COMPUTE_FIELDS or _LOAD_COLUMNS'
+    fields in order)."""
+    from glensidec.hardware.commands import (
+        FLAT_COMPUTE_WIDTH,
+        Compute,
+        Config,
+        Load,
+        Scale,
+        Store,
+        Table,
+    )
 
     # A layer's program is hundreds of thousands of COMPUTEs and LOADs (the compile prices
     # several per layer shape): each kind's nonzero columns are gathered into one flat
@@ -137,14 +152,20 @@ def pack_commands(commands: Sequence[Command | FlatCompute]) -> np.ndarray:
     compute_values: list[int] = []
     flat: list[int] = []  # positions of flat COMPUTEs …
     flat_rows: list[FlatCompute] = []  # … and their columns
+    flat_loads: list[int] = []  # the same for flat LOADs
+    flat_load_rows: list[FlatLoad] = []
     loads: list[int] = []
     load_values: list[int] = []
     others: list[Config | Store | Table | Scale] = []
     other_positions: list[int] = []
     for position, command in enumerate(commands):
-        if isinstance(command, tuple):
-            flat.append(position)
-            flat_rows.append(command)
+        if isinstance(command, tuple):  # told apart by their widths
+            if len(command) == FLAT_COMPUTE_WIDTH:
+                flat.append(position)
+                flat_rows.append(command)
+            else:
+                flat_loads.append(position)
+                flat_load_rows.append(command)
         elif isinstance(command, Compute):
             computes.append(position)
             compute_values.extend(_compute_fields(command))
@@ -163,10 +184,12 @@ def pack_commands(commands: Sequence[Command | FlatCompute]) -> np.ndarray:
             table[rows[:, None], columns] = np.array(values, dtype=np.int64).reshape(
                 len(positions), len(columns))
             table[rows, 0] = op
-    if flat:
-        rows = np.array(flat)
-        table[rows[:, None], _COMPUTE_COLUMNS] = np.array(flat_rows, dtype=np.int64)
-        table[rows, 0] = 1
+    for positions, rows_of, columns, op in ((flat, flat_rows, _COMPUTE_COLUMNS, 1),
+                                            (flat_loads, flat_load_rows, _LOAD_COLUMNS, 0)):
+        if positions:
+            rows = np.array(positions)
+            table[rows[:, None], columns] = np.array(rows_of, dtype=np.int64)
+            table[rows, 0] = op
     padding = [0] * len(_DMA_FIELDS)
     for position, command in zip(other_positions, others, strict=True):
         if isinstance(command, Config):  # its vectors stay in the layer; where they start

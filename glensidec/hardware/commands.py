@@ -18,9 +18,9 @@ from __future__ import annotations
 import functools
 import math
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -1040,27 +1040,40 @@ def best_conv_table(config: AccelConfig, layer: ConvLayer, quant: LayerQuant
 
     if quant.scale is not None:
         raise ValueError(f"layer {layer.name}: per-column scales are a sum pool's only")
-    # Each candidate is built as a stream (its computes flat), packed and priced, and
-    # dropped: only the one chosen is built again, as commands. (Built, the candidates of
-    # a long layer held gigabytes, and making their Compute objects took most of the
-    # compile: vgg11's 25088 → 4096 dense layer has five of 400 k commands and more.)
-    Maker = Callable[[], tuple[LayerProgram, Stream]]
-    priced: list[tuple[Maker, AccelTiming]] = []
-    built: dict[int, tuple[LayerProgram, Stream, npt.NDArray[np.int64]]] = {}
+    # Each candidate is built as a stream (its computes flat), packed and priced; its
+    # stream is kept only while it might still be chosen, and the one chosen alone gets
+    # Compute objects. (Built as commands, the candidates of a long layer held gigabytes,
+    # and making their objects took most of the compile: vgg11's 25088 → 4096 dense
+    # layer has five of 400 k commands and more.)
+    priced: list[tuple[int, AccelTiming]] = []  # (place in the order, timing)
+    kept: dict[int, tuple[LayerProgram, Stream, npt.NDArray[np.int64]]] = {}
 
-    def price(make: Maker) -> AccelTiming:
-        program, stream = make()
+    def rank(entry: tuple[int, AccelTiming]) -> tuple[int, int, int]:
+        place, timing = entry  # the rule's key, ties to the first
+        return timing.load_bytes + timing.store_bytes, timing.cycles, place
+
+    def price(place: int, built: tuple[LayerProgram, Stream]) -> AccelTiming:
+        program, stream = built
         table = pack_commands(stream)
         timing = table_cycles(config, stream, table)
-        built.clear()  # (the last one built is kept: a layer of one candidate)
-        built[len(priced)] = program, stream, table
-        priced.append((make, timing))
+        priced.append((place, timing))
+        kept[place] = program, stream, table
+        # A candidate slower than the slack of the fastest so far, or beaten on the
+        # rule's key by one at most as slow (within the slack whenever it is), cannot be
+        # chosen whatever comes later.
+        fastest = min(other.cycles for _, other in priced)
+        for entry in priced:
+            if entry[0] in kept and (
+                    entry[1].cycles > fastest * (1 + TRAFFIC_SLACK) or
+                    any(other[1].cycles <= entry[1].cycles and rank(other) < rank(entry)
+                        for other in priced)):
+                del kept[entry[0]]
         return timing
 
-    # im2col first, then the window tilings, then the interleaved ones (ties go to the
-    # first); im2col is priced last, though, and only when it might be chosen: its load
-    # slots (`im2col_load_slots`) bound its cycles from below, and a bound past the
-    # slack of the fastest other schedule rules it out unbuilt (vgg11's dense layers).
+    # The order: im2col (place -1), the window tilings, the interleaved ones; im2col is
+    # priced last, though, and only when it might be chosen: its load slots
+    # (`im2col_load_slots`) bound its cycles from below, and a bound past the slack of
+    # the fastest other schedule rules it out unbuilt (vgg11's dense layers).
     error: CapacityError | None = None
     try:
         im2col_slots = im2col_load_slots(config, layer, quant.residual is not None)
@@ -1069,28 +1082,21 @@ def best_conv_table(config: AccelConfig, layer: ConvLayer, quant: LayerQuant
     tilings = window_tilings(config, layer, quant.residual is not None)
     if error is not None and not tilings:
         raise error
-    windows = [price(functools.partial(window_stream, config, layer, quant, tiling)).cycles
-               for tiling in tilings]
+    windows = [price(place, window_stream(config, layer, quant, tiling)).cycles
+               for place, tiling in enumerate(tilings)]
     fastest_window = tilings[windows.index(min(windows))] if tilings else None
-    for tiling in interleaved_tilings(config, layer, fastest_window,
-                                      quant.residual is not None):
-        price(functools.partial(window_stream, config, layer, quant, tiling))
+    for place, tiling in enumerate(interleaved_tilings(config, layer, fastest_window,
+                                                       quant.residual is not None),
+                                   start=len(tilings)):
+        price(place, window_stream(config, layer, quant, tiling))
     others = min((timing.cycles for _, timing in priced), default=None)
     if error is None and (others is None or im2col_slots <= others * (1 + TRAFFIC_SLACK)):
-        price(functools.partial(im2col_stream, config, layer, quant))
-        priced.insert(0, priced.pop())  # back in its place, first (the last one built)
-        built = {0: built[len(priced) - 1]}
+        price(-1, im2col_stream(config, layer, quant))
     fastest = min(timing.cycles for _, timing in priced)
-    chosen = min((index for index, (_, timing) in enumerate(priced)
-                  if timing.cycles <= fastest * (1 + TRAFFIC_SLACK)),
-                 key=lambda index: (priced[index][1].load_bytes + priced[index][1].store_bytes,
-                                    priced[index][1].cycles))
-    if chosen in built:
-        program, stream, table = built[chosen]
-    else:
-        program, stream = priced[chosen][0]()
-        table = pack_commands(stream)
-    return replace(program, commands=commands_of(stream)), table, priced[chosen][1]
+    place, timing = min((entry for entry in priced
+                         if entry[1].cycles <= fastest * (1 + TRAFFIC_SLACK)), key=rank)
+    program, stream, table = kept[place]
+    return replace(program, commands=commands_of(stream)), table, timing
 
 
 @dataclass(frozen=True)
@@ -1367,8 +1373,39 @@ def interleaved_tilings(config: AccelConfig, layer: ConvLayer, fastest: WindowTi
 #: a_stride2, acc_row), not a `Compute`: a long layer's candidate schedules are hundreds
 #: of thousands of them, and the compile only packs and prices all but the one it keeps.
 FlatCompute = tuple[int, ...]
-#: A command stream whose COMPUTEs may be flat (`commands_of` makes them Computes).
-Stream = list[Command | FlatCompute]
+#: A LOAD as the packed table's columns (accel_native's _LOAD_COLUMNS: wait, signal, its
+#: DMA's fields in DmaCommand's order, wait_store, signal_store). A flat command is told
+#: by its width: FLAT_COMPUTE_WIDTH or FLAT_LOAD_WIDTH ints.
+FlatLoad = tuple[int, ...]
+FLAT_COMPUTE_WIDTH, FLAT_LOAD_WIDTH = 11, 19
+#: A command stream whose COMPUTEs and LOADs may be flat (`commands_of` makes them whole).
+Stream = list[Command | FlatCompute | FlatLoad]
+_Computes = TypeVar("_Computes", Compute, FlatCompute)
+#: A DmaCommand's fields in order, as a tuple (`dma_fields`).
+DmaFields = tuple[int, ...]
+
+
+def dma_fields(base: int, length: int, count1: int = 1, stride1: int = 0, count2: int = 1,
+               stride2: int = 0, spad_row: int = 0, bounds: bool = False, y0: int = 0,
+               y_step: int = 0, height: int = 1, x0: int = 0, x_step: int = 0,
+               width: int = 1, pad_value: int = 0) -> DmaFields:
+    """DmaCommand(…)'s fields as a tuple, in order, with its defaults (a candidate's
+    thousands of loads are packed, not made into objects; DmaCommand(*fields) is one)."""
+    return (base, length, count1, stride1, count2, stride2, spad_row, bounds, y0, y_step,
+            height, x0, x_step, width, pad_value)
+
+
+def dma_command(fields: DmaFields) -> DmaCommand:
+    """The DmaCommand of `dma_fields`' tuple."""
+    (base, length, count1, stride1, count2, stride2, spad_row, bounds, y0, y_step, height, x0,
+     x_step, width, pad_value) = fields
+    return DmaCommand(base, length, count1, stride1, count2, stride2, spad_row, bool(bounds),
+                      y0, y_step, height, x0, x_step, width, pad_value)
+
+
+def _flat_load(dma: DmaFields, wait: bool = False, signal: bool = False,
+               wait_store: bool = False) -> FlatLoad:
+    return (wait, signal, *dma, wait_store, False)
 #: A window-schedule compute before its tokens: FlatCompute without wait and signal.
 _ComputeRow = tuple[int, ...]
 #: A region of the scratchpad a load writes and computes read, numbered (`_band_region`,
@@ -1393,10 +1430,14 @@ def _residual_region(index: int) -> _Region:
 
 
 def commands_of(stream: Stream) -> list[Command]:
-    """The stream with its flat COMPUTEs as `Compute`s."""
-    return [Compute(item[2], item[3], item[4], bool(item[5]), bool(item[6]), bool(item[0]),
+    """The stream with its flat COMPUTEs and LOADs as `Compute`s and `Load`s."""
+    return [item if not isinstance(item, tuple) else
+            Compute(item[2], item[3], item[4], bool(item[5]), bool(item[6]), bool(item[0]),
                     bool(item[1]), item[7], item[8], item[9], item[10])
-            if isinstance(item, tuple) else item for item in stream]
+            if len(item) == FLAT_COMPUTE_WIDTH else
+            Load(dma_command(item[2:17]), bool(item[0]),
+                 bool(item[1]), bool(item[17]), bool(item[18]))
+            for item in stream]
 
 
 @dataclass
@@ -1405,7 +1446,7 @@ class _WindowStep:
     it writes, its computes (`_ComputeRow`s), the regions each compute reads (the
     emitting compute also its Store's residual rows), and its tail."""
 
-    loads: list[tuple[DmaCommand, _Region]]
+    loads: list[tuple[DmaFields, _Region]]
     computes: list[_ComputeRow]
     reads: list[tuple[_Region, ...]]
     tail: list[Command]
@@ -1462,9 +1503,8 @@ def _window_tokens(steps: list[_WindowStep]) -> Stream:
         for regions in set(step.reads):
             for region in regions:
                 last_reader[region] = index
-    loads = [[Load(dma, wait=(index, position) in load_waits,
-                   signal=(index, position) in load_signals,
-                   wait_store=(index, position) in store_waits)
+    loads = [[_flat_load(dma, (index, position) in load_waits,
+                         (index, position) in load_signals, (index, position) in store_waits)
               for position, (dma, _) in enumerate(step.loads)]
              for index, step in enumerate(steps)]
     computes: list[list[FlatCompute]] = []
@@ -1496,7 +1536,7 @@ def _last_readers(steps: list[_WindowStep]) -> dict[tuple[int, int], int]:
 WINDOW_LEAD = 8
 
 
-def _window_stream(raw: list[_WindowStep], step_loads: list[list[Load]],
+def _window_stream(raw: list[_WindowStep], step_loads: list[list[FlatLoad]],
                    step_computes: list[list[FlatCompute]],
                    releases: dict[tuple[int, int], int]) -> Stream:
     """The command stream of the window schedule: each compute after the loads it needs,
@@ -1600,12 +1640,12 @@ def window_stream(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
     def band_buffer_of(chunk: int) -> int:
         return chunk % 2 if tiling.double_buffered else 0
 
-    def band_loads(chunk: int) -> list[tuple[DmaCommand, _Region]]:
+    def band_loads(chunk: int) -> list[tuple[DmaFields, _Region]]:
         oy0, rows_here = chunk_list[chunk]
         band_base = band_buffer_of(chunk) * buffer
         y0 = oy0 * layer.stride - layer.padding_hw[0] + pad
         x0 = -layer.padding_hw[1] + pad
-        return [(DmaCommand(
+        return [(dma_fields(
             base=input_base + (y0 * width + x0 + plane.x0) * layer.channels + plane.channel0,
             length=plane.length, count1=band.width, stride1=band.x_step * layer.channels,
             count2=band.rows(rows_here), stride2=band.y_step * width * layer.channels,
@@ -1633,7 +1673,7 @@ def window_stream(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
                 first = piece * tiling.piece_folds
                 indices = order[first:first + tiling.piece_folds]
                 piece_folds = [folds[index] for index in indices]
-                loads: list[tuple[DmaCommand, _Region]] = []
+                loads: list[tuple[DmaFields, _Region]] = []
                 # per block of the group: its piece's first weight row and weight region
                 if tiling.resident:
                     w_rows = [weight_start + (block_index * len(folds) + first) * R
@@ -1663,7 +1703,7 @@ def window_stream(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
                                 else band_rows + stores % 2 * m_len)
                 if residual and last_piece:
                     block = group[0][1]
-                    loads.append((DmaCommand(base=residual_base + m0 * N + block.n0,
+                    loads.append((dma_fields(base=residual_base + m0 * N + block.n0,
                                              length=block.width,
                                              count1=m_len, stride1=N, spad_row=residual_row),
                                   _residual_region(stores % 2)))
@@ -1723,7 +1763,7 @@ def _group_order(folds: int, blocks: int, last_piece: bool) -> list[tuple[int, i
 
 
 def _piece_weight_loads(layer: ConvLayer, rows: int, piece_folds: list[tuple[int, int, int, int]],
-                        base: int, n: int, width: int, spad_row: int) -> list[DmaCommand]:
+                        base: int, n: int, width: int, spad_row: int) -> list[DmaFields]:
     """The loads of a piece's weights, fold i's ROWS rows (bottom row first) at spad_row
     + i·ROWS: one 2-D load per run of whole folds whose first rows of K are evenly
     spaced (a plane's taps, or consecutive channel chunks), a load per fold otherwise."""
@@ -1737,12 +1777,12 @@ def _piece_weight_loads(layer: ConvLayer, rows: int, piece_folds: list[tuple[int
             while end < len(piece_folds) and piece_folds[end][3] == rows and \
                     k_firsts[end] - k_firsts[end - 1] == step and step > 0:
                 end += 1
-            loads.append(DmaCommand(
+            loads.append(dma_fields(
                 base=base + (k_firsts[start] + rows - 1) * n, length=width, count1=rows,
                 stride1=-n, count2=end - start, stride2=step * n, spad_row=spad_row + start * rows))
         else:
-            loads.append(_weight_rows(rows, k_firsts[start], piece_folds[start][3], base, n,
-                                      width, spad_row + start * rows))
+            loads.append(_weight_row_fields(rows, k_firsts[start], piece_folds[start][3], base,
+                                            n, width, spad_row + start * rows))
         start = end
     return loads
 
@@ -1814,7 +1854,7 @@ def im2col_stream(config: AccelConfig, layer: ConvLayer, quant: LayerQuant
     output_base = weight_base + _align(K * N)
     residual_base = output_base + _align(M * N) if residual else -1
     memory_bytes = output_base + _align(M * N) * (1 + residual) + 2 * config.memory.bus_bytes
-    steps: list[_Step] = []
+    steps: list[_Step[FlatCompute]] = []
     block_configured, a_loads, w_loads, stores = -1, 0, 0, 0
     a_buffer = 0
     for oy0 in range(0, out_h, tiling.chunk_rows):
@@ -1826,11 +1866,11 @@ def im2col_stream(config: AccelConfig, layer: ConvLayer, quant: LayerQuant
             pieces = -(-len(folds) // tiling.piece_folds)
             for piece in range(pieces):
                 piece_folds = folds[piece * tiling.piece_folds:(piece + 1) * tiling.piece_folds]
-                loads: list[DmaCommand] = []
+                loads: list[DmaFields] = []
                 if tiling.pieces > 1 or block == 0 or grouped:
                     a_buffer = a_loads % 2 * quarter
                     a_loads += 1
-                    loads += [_im2col_rows(layer, fold, oy0, rows_here,
+                    loads += [_im2col_row_fields(layer, fold, oy0, rows_here,
                                            a_buffer + index * m_len, input_base,
                                            quant.input_zero_point, pad > 0)
                               for index, fold in enumerate(piece_folds)]
@@ -1839,18 +1879,17 @@ def im2col_stream(config: AccelConfig, layer: ConvLayer, quant: LayerQuant
                 for index, (ky, kx, channel0, length) in enumerate(piece_folds):
                     k_first = (ky * layer.kernel_hw[1] + kx) * (K // layer.taps) + \
                         channel0 - group_block.channel0
-                    loads.append(_weight_rows(R, k_first, length, weight_base + n0, N, width,
-                                              w_buffer + index * R))
+                    loads.append(_weight_row_fields(R, k_first, length, weight_base + n0, N,
+                                                    width, w_buffer + index * R))
                 last_piece = piece == pieces - 1
                 residual_row = stores % 2 * quarter + tiling.piece_folds * tiling.chunk_rows * out_w
                 if residual and last_piece:
-                    loads.append(DmaCommand(base=residual_base + m0 * N + n0, length=width,
+                    loads.append(dma_fields(base=residual_base + m0 * N + n0, length=width,
                                             count1=m_len, stride1=N, spad_row=residual_row))
                 steps.append(_Step(
-                    [Load(dma, wait=len(steps) >= 2 and index == 0,
-                          signal=index == len(loads) - 1,
-                          wait_store=residual and last_piece and stores >= 2
-                          and index == len(loads) - 1)
+                    [_flat_load(dma, len(steps) >= 2 and index == 0, index == len(loads) - 1,
+                                residual and last_piece and stores >= 2
+                                and index == len(loads) - 1)
                      for index, dma in enumerate(loads)],
                     [(index == 0, index == len(piece_folds) - 1,  # wait, signal
                       w_buffer + index * R, a_buffer + index * m_len, m_len,
@@ -2319,9 +2358,9 @@ def layer_traffic(config: AccelConfig, layer: ConvLayer, program: LayerProgram,
 
 
 @dataclass
-class _Step:
-    loads: list[Load]
-    computes: list[FlatCompute]
+class _Step(Generic[_Computes]):
+    loads: Sequence[Load | _Computes]  # Loads, or (im2col_stream's) flat ones
+    computes: list[_Computes]  # Computes, or (im2col_stream's) flat ones
     tail: list[Command]  # Config / Store after the computes
 
 
@@ -2344,7 +2383,7 @@ def _block_store(base: int, width: int, m_len: int, row_pitch: int,
                  signal=residual_row is not None)
 
 
-def _software_pipeline(steps: list[_Step]) -> Stream:
+def _software_pipeline(steps: Sequence[_Step[_Computes]]) -> list[Command | _Computes]:
     """The command stream: step s + 1's loads interleaved one for one with step s's
     computes, then step s's stores.
 
@@ -2355,7 +2394,7 @@ def _software_pipeline(steps: list[_Step]) -> Stream:
     drain them. (Step s + 1's loads go to the buffers step s − 1 used, so executing the
     stream in program order — `run_functional` — computes the same.)
     """
-    commands: Stream = list(steps[0].loads) if steps else []
+    commands: list[Command | _Computes] = list(steps[0].loads) if steps else []
     for index, step in enumerate(steps):
         following = steps[index + 1].loads if index + 1 < len(steps) else []
         for pair in range(max(len(following), len(step.computes))):
@@ -2371,7 +2410,13 @@ def _weight_rows(rows: int, k_first: int, length: int, base: int, n: int, width:
     first. Rows past the fold's `length` reduction indices are zero: the im2col bounds
     make them padding rows of value 0 (the activations there are 0 too, but an
     unwritten scratchpad row would be unknown, X in a 4-state simulator)."""
-    return DmaCommand(
+    return dma_command(_weight_row_fields(rows, k_first, length, base, n, width, spad_row))
+
+
+def _weight_row_fields(rows: int, k_first: int, length: int, base: int, n: int, width: int,
+                       spad_row: int) -> DmaFields:
+    """_weight_rows' fields (`dma_fields`)."""
+    return dma_fields(
         base=base + (k_first + rows - 1) * n, length=width, count1=rows, stride1=-n,
         spad_row=spad_row, bounds=length < rows, x0=length - rows, x_step=1, width=rows,
         pad_value=0)
@@ -2383,18 +2428,26 @@ def _im2col_rows(layer: ConvLayer, fold: tuple[int, int, int, int], oy0: int, ou
     """The im2col load of one K fold for output rows oy0 … oy0 + out_rows (all columns),
     from the map as stored: with bounds and zero-point padding rows, or (padded_input)
     from a map stored with its padding, every row inside it."""
+    return dma_command(_im2col_row_fields(layer, fold, oy0, out_rows, spad_row, feature_base,
+                                          zero_point, padded_input))
+
+
+def _im2col_row_fields(layer: ConvLayer, fold: tuple[int, int, int, int], oy0: int,
+                       out_rows: int, spad_row: int, feature_base: int, zero_point: int,
+                       padded_input: bool = False) -> DmaFields:
+    """_im2col_rows' fields (`dma_fields`)."""
     ky, kx, channel0, length = fold
     stride, channels = layer.stride, layer.channels
     if padded_input:  # (packed taps: a square, dense window)
         width = layer.width + 2 * layer.padding
-        return DmaCommand(
+        return dma_fields(
             base=feature_base + ((oy0 * stride + ky) * width + kx) * channels + channel0,
             length=length, count1=layer.out_size[1], stride1=stride * channels,
             count2=out_rows, stride2=stride * width * channels, spad_row=spad_row)
     (dy, dx), (stride_h, stride_w) = layer.tap_offset(ky, kx), layer.stride_hw
     pad_h, pad_w = layer.padding_hw
     y0, x0 = oy0 * stride_h + dy - pad_h, dx - pad_w
-    return DmaCommand(
+    return dma_fields(
         base=feature_base + (y0 * layer.width + x0) * channels + channel0, length=length,
         count1=layer.out_size[1], stride1=stride_w * channels, count2=out_rows,
         stride2=stride_h * layer.width * channels, spad_row=spad_row, bounds=True, y0=y0,

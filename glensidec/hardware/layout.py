@@ -148,7 +148,7 @@ def layout_program(config: AccelConfig, layout: NhwcLayout) -> LayerProgram:
     used = group * C
     identity = Config(EpilogueConfig(), (0,) * config.cols,
                       (1,) * used + (0,) * (config.cols - used))
-    steps: list[_Step] = []
+    steps: list[_Step[Compute]] = []
     for line0 in range(0, height, lines):
         lines_here = min(lines, height - line0)
         m_len = lines_here * per_line
@@ -250,7 +250,7 @@ def nchw_program(config: AccelConfig, layout: NchwLayout) -> LayerProgram:
     memory_bytes = output_base + _align(P * C) + 2 * config.memory.bus_bytes
     identity = Config(EpilogueConfig(), (0,) * config.cols,
                       (1,) * group + (0,) * (config.cols - group))
-    steps: list[_Step] = []
+    steps: list[_Step[Compute]] = []
     for channel0 in range(0, C, chunk):
         channels = min(chunk, C - channel0)
         m_len = channels * blocks
