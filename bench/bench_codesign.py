@@ -344,4 +344,7 @@ if __name__ == "__main__":
     arguments = sys.argv[1:]
     if arguments[:1] in (["--fixed"], ["--only-fixed"]) and len(arguments) == 2:
         sys.exit(main(Path(arguments[1]), arguments[0] == "--only-fixed"))
+    if arguments:  # --help or a mistyped option: the usage, not a long run
+        print(__doc__)
+        sys.exit(0 if arguments in (["-h"], ["--help"]) else 2)
     sys.exit(main())

@@ -598,4 +598,7 @@ if __name__ == "__main__":
         sys.exit(report(records, saved_space))
     if sys.argv[1:2] == ["--save-fixed"] and len(sys.argv) == 3:
         sys.exit(main(Path(sys.argv[2])))
+    if sys.argv[1:]:  # --help or a mistyped option: the usage, not a 15-minute run
+        print(__doc__)
+        sys.exit(0 if sys.argv[1:] in (["-h"], ["--help"]) else 2)
     sys.exit(main())
