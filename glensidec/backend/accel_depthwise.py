@@ -22,7 +22,7 @@ per channel by padding with the input's zero point, as for any layer.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -64,15 +64,26 @@ class GroupedConv:
     map_size: tuple[int, int]  # its (H, W)
 
 
+# finds the convolution an instruction computes: (program, its index, weights) -> it or None
+FindConv = Callable[[LoweredProgram, int, dict[str, Array]], GroupedConv | None]
+
+
 def fuse_accel_depthwise(lowered: LoweredProgram, weights: dict[str, Array],
                          accel: AccelConfig) -> LoweredProgram:
     """`lowered` with every depthwise convolution and its epilogue as a grouped
     accelerator layer (a new program)."""
+    return fuse_found_convs(lowered, weights, accel, _depthwise)
+
+
+def fuse_found_convs(lowered: LoweredProgram, weights: dict[str, Array], accel: AccelConfig,
+                     find: FindConv) -> LoweredProgram:
+    """`lowered` with every convolution `find` recognises and its epilogue as a grouped
+    accelerator layer (a new program): the depthwise and the grouped passes."""
     result = LoweredProgram(dict(lowered.buffers), list(lowered.instructions), lowered.output,
                             lowered.output_shape)
     index = 0
     while index < len(result.instructions):
-        found = _depthwise(result, index, weights)
+        found = find(result, index, weights)
         if found is not None and rewrite_grouped(result, found, weights, accel):
             continue  # the same index now holds the layer's input copy
         index += 1

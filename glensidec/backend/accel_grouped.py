@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from glensidec.backend.accel_depthwise import GroupedConv, gathered_maps, rewrite_grouped
-from glensidec.backend.accel_layers import drop_dead_code, evaluate_buffer
+from glensidec.backend.accel_depthwise import GroupedConv, fuse_found_convs, gathered_maps
+from glensidec.backend.accel_layers import evaluate_buffer
 from glensidec.backend.lower import Dot, LoweredProgram
 from glensidec.backend.views import View, view_array
 from glensidec.hardware.accel import ConvLayer
@@ -36,16 +36,7 @@ def fuse_accel_grouped(lowered: LoweredProgram, weights: dict[str, Array],
                        accel: AccelConfig) -> LoweredProgram:
     """`lowered` with every grouped convolution and its epilogue as a grouped accelerator
     layer (a new program)."""
-    result = LoweredProgram(dict(lowered.buffers), list(lowered.instructions), lowered.output,
-                            lowered.output_shape)
-    index = 0
-    while index < len(result.instructions):
-        found = grouped_conv(result, index, weights)
-        if found is not None and rewrite_grouped(result, found, weights, accel):
-            continue  # the same index now holds the layer's input copy
-        index += 1
-    drop_dead_code(result)
-    return result
+    return fuse_found_convs(lowered, weights, accel, grouped_conv)
 
 
 def grouped_conv(lowered: LoweredProgram, index: int, weights: dict[str, Array]
