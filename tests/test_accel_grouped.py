@@ -92,13 +92,7 @@ def test_a_grouped_block_cosimulates_bit_and_cycle_exactly(groups: int, tmp_path
     """On an 8×8 array: 2 groups of 8 are one group per N block, 8 groups of 2 four per
     block (block-diagonal packing)."""
     source, inputs = quantized_source(grouped_block(groups), tmp_path, f"g{groups}")
-    run = compile_and_cosimulate(source, "8x8", inputs, tmp_path, sim_cache)
-    program = read_program(source)
-    expected = run_program(program, {**load_weights(program), **inputs})
-    np.testing.assert_array_equal(run.c, expected)
-    np.testing.assert_array_equal(run.sim, expected)
-    assert_calls_match_the_model(run.report)
-    layers = load_compiled(tmp_path / "out")[1].accel_layers()
+    run, layers = _cosimulated_exactly(source, inputs, tmp_path, sim_cache)
     assert any(layer.groups == groups for layer in layers)
     assert len([call for call in run.report["calls"] if "accel" in call]) == len(layers)
 
@@ -124,13 +118,7 @@ def test_shufflenets_split_and_shuffle_are_selection_layers_with_no_host_work(
 def test_shuffle_units_cosimulate_bit_and_cycle_exactly(tmp_path: Path,
                                                        sim_cache: Path) -> None:
     source, inputs = quantized_source(shuffle_units(), tmp_path, "shuffle")
-    run = compile_and_cosimulate(source, "8x8", inputs, tmp_path, sim_cache)
-    program = read_program(source)
-    expected = run_program(program, {**load_weights(program), **inputs})
-    np.testing.assert_array_equal(run.c, expected)
-    np.testing.assert_array_equal(run.sim, expected)
-    assert_calls_match_the_model(run.report)
-    layers = load_compiled(tmp_path / "out")[1].accel_layers()
+    run, layers = _cosimulated_exactly(source, inputs, tmp_path, sim_cache)
     assert any(layer.name.endswith("_gathered") for layer in layers)
     assert any(layer.b.buffer.endswith("_gathered_weights") for layer in layers)
     assert len([call for call in run.report["calls"] if "accel" in call]) == len(layers)
@@ -153,3 +141,16 @@ def test_a_depthwise_layer_of_few_channels_reads_the_previous_layers_rows(
     (pointwise,) = [layer for layer in layers if layer.groups == 1 and layer.n == 8 and
                     layer.layout is None and not layer.image]
     assert depthwise.padding == 1 and depthwise.a.buffer == pointwise.dst.buffer
+
+
+def _cosimulated_exactly(source: Path, inputs: dict[str, Any], tmp_path: Path,
+                         sim_cache: Path) -> tuple[Any, list[Any]]:
+    """The co-simulation of `source` on an 8×8 ws_accel, checked: C and RTL equal the
+    interpreter, every call its predicted cycles; (the run, the compiled layers)."""
+    run = compile_and_cosimulate(source, "8x8", inputs, tmp_path, sim_cache)
+    program = read_program(source)
+    expected = run_program(program, {**load_weights(program), **inputs})
+    np.testing.assert_array_equal(run.c, expected)
+    np.testing.assert_array_equal(run.sim, expected)
+    assert_calls_match_the_model(run.report)
+    return run, load_compiled(tmp_path / "out")[1].accel_layers()
