@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from glensidec.backend.accel_tables import unary_tail
 from glensidec.backend.lower import (
     ACTIVATION,
     CONSTANT,
@@ -329,7 +330,21 @@ def follow_chain(lowered: LoweredProgram, gemm_index: int, result: View,
         chain.table = lookup_values(found[1].op)
         chain.indices.append(found[0])
         chain.dst = found[1].dst
+    if lookup:  # int8 steps of the result alone (GELU's 1 + erf): one table
+        tail = unary_tail(lowered, chain.dst, chain.table, next_of,
+                          lambda view: _scalar(known(view)))
+        if tail is not None:
+            chain.table = tail.table
+            chain.indices.extend(tail.indices)
+            chain.dst = tail.dst
     return chain
+
+
+def _scalar(values: Array | None) -> int | None:
+    """The one value a compile-time operand holds everywhere, or None."""
+    if values is None or values.size == 0 or not np.all(values == values.flat[0]):
+        return None
+    return int(values.flat[0])
 
 
 def lookup_values(op: ComputeOp) -> Array:
@@ -463,6 +478,19 @@ def drop_dead_code(lowered: LoweredProgram) -> None:
             for view in (instruction.dst, *instruction.reads())}
     lowered.buffers = {name: buffer for name, buffer in lowered.buffers.items()
                        if name in used or buffer.kind in (INPUT, OUTPUT)}
+
+
+def chain_of_call(lowered: LoweredProgram, gemm_index: int, weights: dict[str, Array]
+                  ) -> _Chain | None:
+    """The epilogue chain `fuse_accel_layers` would make a layer of, after the array call
+    at `gemm_index`; None when it does not fuse."""
+    return _follow(lowered, gemm_index, weights, lowered.readers())
+
+
+def fusable_call(lowered: LoweredProgram, gemm: ArrayGemm, accel: AccelConfig) -> bool:
+    """Whether `fuse_accel_layers` looks at array call `gemm` (an int8 call on the
+    accelerator's array)."""
+    return _fusable(lowered, gemm, accel)
 
 
 def _fusable(lowered: LoweredProgram, gemm: ArrayGemm, accel: AccelConfig) -> bool:
@@ -752,11 +780,14 @@ def program_accel_layers(lowered: LoweredProgram, weights: dict[str, Array],
 def _layer_key(lowered: LoweredProgram, layer: AccelLayer, weights: dict[str, Array]
                ) -> tuple[object, ...]:
     """What a layer's commands depend on (the layers of one key share a table), its
-    output pitch last."""
+    output pitch last. A lookup table and run-time scales are commands of their own (the
+    CONFIG chunks that load them, timed): a layer with a table and one without of the same
+    shape shared the first one's commands, so ws_accel skipped the second one's table."""
     quant = layer_quant(lowered, layer, weights)
     return (replace(layer_geometry(layer), name=""), layer.pool, layer.pool_sum,
             layer.layout, quant.input_zero_point, quant.residual is not None,
             layer.residual is not None, layer.pool and requantized_pool(quant),
+            layer.table is not None, layer.scale is not None,
             layer.input_pitch, layer.output_pitch)
 
 

@@ -4,9 +4,13 @@ In order (each a module of its own, each taking and giving a `LoweredProgram`):
 
 0. `accel_shared`: a requantization of an array call's result written twice (MobileNet-v2's
    projections) is computed once.
+0b. `accel_recompute`: an int8 array call whose result several requantizations read
+   (ConvNeXt's and ViT's GELU: x and x/√2) is copied once per requantization, when each
+   copy's chain makes an accelerator layer.
 1. `accel_layers`: an int8 array call with its bias add, skip connection, requantize and
    clips becomes an `AccelLayer` (the DMA's im2col where an operand is a convolution's
-   im2col matrix); `accel_depthwise`: a depthwise convolution (a host dot-product over
+   im2col matrix; int8 steps of the result alone after it become one lookup table,
+   `accel_tables`); `accel_depthwise`: a depthwise convolution (a host dot-product over
    windows) with its epilogue becomes a grouped `AccelLayer`; `accel_attention`: an int8
    array call of two activations (attention's Q·Kᵀ and softmax·V per head) becomes one
    too, its B operand the layer's weights, loaded from where its producer wrote it.
@@ -57,6 +61,7 @@ from glensidec.backend.accel_grouped import fuse_accel_grouped
 from glensidec.backend.accel_layers import fuse_accel_layers, program_accel_layers
 from glensidec.backend.accel_layout import join_concatenations, read_layer_rows
 from glensidec.backend.accel_pool import fuse_accel_pools
+from glensidec.backend.accel_recompute import recompute_shared_products
 from glensidec.backend.accel_residual import fuse_accel_residuals
 from glensidec.backend.accel_scale import fuse_accel_scales
 from glensidec.backend.accel_shared import share_requantizations
@@ -71,6 +76,7 @@ def fuse_for_accelerator(lowered: LoweredProgram, weights: dict[str, Array],
                          accel: AccelConfig) -> LoweredProgram:
     """`lowered` run on the accelerator where it can be (a new program)."""
     layers = split_head_projections(share_requantizations(lowered, weights), weights, accel)
+    layers = recompute_shared_products(layers, weights, accel)
     layers = fuse_accel_depthwise(fuse_accel_layers(layers, weights, accel), weights, accel)
     layers = fuse_accel_grouped(layers, weights, accel)
     layers = join_concatenations(fuse_activation_products(layers, weights, accel))

@@ -1,0 +1,105 @@
+"""ConvNeXt's and ViT's MLP on the accelerator: LayerNorm → linear → GELU → linear → residual.
+
+PyTorch exports GELU as x · 0.5 · (1 + erf(x / √2)); the quantizer requantizes the first
+linear layer's sums twice (x, and x/√2 for the erf), looks the erf up, takes 1 + erf as an
+int8 affine, and multiplies x by it. The accelerator runs the linear layer once per
+requantization (`accel_recompute`): x's layer, and the erf's layer, whose table is the erf
+composed with the affine after it (`accel_tables`). The quick tests lower the quantized
+block with the accelerator passes and run the lowered program in numpy; the slow one
+co-simulates it on ws_accel (interpreter = C = RTL, every layer at its predicted cycles).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from onnx_models import OnnxGraph, imported
+from test_accel_offload import _accelerated, _interpreted, _lowered_result, _random_inputs
+from test_quantize import calibration_for
+from test_transformer import gelu, layer_norm, linear
+
+from glensidec.backend.lower import ArrayGemm, Map, RequantizePerChannel, constant_array
+from glensidec.frontends.quantize import quantize, save_quantized
+from glensidec.hardware.accel_native import EPILOGUE_LOOKUP, EPILOGUE_TABLE, FIELDS
+from glensidec.lang import data
+from glensidec.lang.syntax import read_program
+
+TOKENS, FEATURES, HIDDEN = 8, 16, 32
+
+
+def mlp_block(seed: int = 0) -> Any:
+    """x + linear(GELU(linear(LayerNorm(x)))), x of (1, TOKENS, FEATURES)."""
+    g = OnnxGraph(seed)
+    x = g.input("x", [1, TOKENS, FEATURES])
+    hidden = gelu(g, linear(g, layer_norm(g, x, FEATURES), FEATURES, HIDDEN))
+    y = g.node("Add", [x, linear(g, hidden, HIDDEN, FEATURES)])
+    return g.model(y, [1, TOKENS, FEATURES])
+
+
+def _quantized_block(root: Path) -> Path:
+    program = imported(mlp_block(), root)
+    quantized = quantize(program, calibration_for(program, 4), per_channel=True,
+                         symmetric_activations=True)
+    return save_quantized(quantized, root / "block.q.gs")
+
+
+def test_the_gelu_runs_in_two_accelerator_layers_and_computes_what_the_program_does(
+        tmp_path: Path) -> None:
+    """The first linear layer is two accelerator layers (x, and the erf's table composed
+    with 1 + erf), reading the same activations with the same weights; no requantize,
+    lookup or affine of the GELU is left on the host, no array call outside a layer."""
+    source = _quantized_block(tmp_path)
+    lowered = _accelerated(source, "8x8")
+    host_lookups = [instruction.op.params[0] for instruction in lowered.instructions
+                    if isinstance(instruction, Map) and instruction.op.name == "lookup"]
+    assert "erf" not in host_lookups  # (LayerNorm's sqrt stays: its statistics are)
+    assert not any(isinstance(instruction, RequantizePerChannel | ArrayGemm)
+                   for instruction in lowered.instructions)
+    by_input: dict[tuple[str, int, int, int], list[str]] = {}
+    for layer in lowered.accel_layers():
+        by_input.setdefault((layer.a.buffer, layer.m, layer.k, layer.n), []).append(layer.name)
+    twice = [names for names in by_input.values() if len(names) == 2]
+    assert len(twice) == 1, by_input
+    tables = [layer.name for layer in lowered.accel_layers() if layer.table is not None]
+    assert len(tables) == 1 and tables[0] in twice[0]  # the erf's layer, of the pair
+    for seed in range(3):
+        inputs = _random_inputs(source, seed)
+        expected = _interpreted(source, inputs)
+        got = _lowered_result(source, lowered, inputs, 8)
+        assert np.array_equal(got.reshape(expected.shape), expected), seed
+
+
+def test_a_layer_with_a_table_does_not_share_the_commands_of_one_without(
+        tmp_path: Path) -> None:
+    """x's layer and the erf's have one shape; the commands were programmed once per shape
+    (the table's presence was not in the key), so the erf's layer ran without its lookup on
+    ws_accel and the C model (found by the co-simulation below)."""
+    lowered = _accelerated(_quantized_block(tmp_path), "8x8")
+    weights = data.load_weights(read_program(tmp_path / "block.q.gs"))
+    epilogue = FIELDS.index("epilogue")
+    for layer in lowered.accel_layers():
+        commands = constant_array(lowered.buffer_of(layer.commands), weights)
+        loads_table = bool(np.any(commands[:, epilogue] == EPILOGUE_TABLE))
+        looks_up = bool(np.any(commands[:, epilogue] == EPILOGUE_LOOKUP))
+        assert loads_table == looks_up == (layer.table is not None), layer.name
+
+
+@pytest.mark.slow
+@pytest.mark.rtl
+def test_the_mlp_block_cosimulates_on_ws_accel(tmp_path: Path, sim_cache: Path) -> None:
+    """The block as `glensidec compile` builds it by default: interpreter = C = ws_accel,
+    every layer (the two of the GELU's linear layer, the erf's composed table included)
+    at its predicted cycles."""
+    from conftest import assert_calls_match_the_model, compile_and_cosimulate
+
+    source = _quantized_block(tmp_path)
+    inputs = _random_inputs(source, 4)
+    workdir = tmp_path / "compiled"
+    workdir.mkdir()
+    ran = compile_and_cosimulate(source, "8x8", inputs, workdir, sim_cache)
+    assert_calls_match_the_model(ran.report)
+    expected = _interpreted(source, inputs)
+    assert np.array_equal(ran.c, expected) and np.array_equal(ran.sim, expected)
