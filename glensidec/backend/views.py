@@ -170,21 +170,37 @@ def _single(group: Group) -> Axis | None:
     return group[0] if len(group) == 1 else None
 
 
+def _slice_group(group: Group, low: int, high: int) -> tuple[int, Group] | None:
+    """(element offset, axes) of logical indices [low, high) of a dim's axis group, or
+    None when no strides express them.
+
+    A run of whole steps of the outer axis keeps the inner axes; a run inside one step of
+    the outer axis fixes it and slices the inner axes (a merged dim's single index: the
+    window and head pairs of a transformer's (windows·heads, tokens, width) view)."""
+    if not group:
+        return 0, ()
+    outer, rest = group[0], group[1:]
+    inner = group_size(rest)
+    if low % inner == 0 and high % inner == 0:
+        return (low // inner) * outer.stride, (Axis((high - low) // inner, outer.stride),
+                                                *rest)
+    step = low // inner
+    if step != (high - 1) // inner:
+        return None
+    sliced = _slice_group(rest, low - step * inner, high - step * inner)
+    if sliced is None:
+        return None
+    return step * outer.stride + sliced[0], sliced[1]
+
+
 def slice_view(view: View, axis: int, low: int, high: int) -> View | None:
-    group = view.dims[axis]
-    single = _single(group)
-    if single is not None:
-        offset = view.offset + low * single.stride
-        new_group = canonical([Axis(high - low, single.stride)])
-    else:
-        inner = group_size(group[1:])
-        if low % inner or high % inner:
-            return None
-        offset = view.offset + (low // inner) * group[0].stride
-        new_group = canonical([Axis((high - low) // inner, group[0].stride), *group[1:]])
+    sliced = _slice_group(view.dims[axis], low, high)
+    if sliced is None:
+        return None
+    offset, axes = sliced
     dims = list(view.dims)
-    dims[axis] = new_group
-    return view.with_dims(dims, offset)
+    dims[axis] = canonical(axes)
+    return view.with_dims(dims, view.offset + offset)
 
 
 def select(view: View, axis: int, index: int) -> View:
