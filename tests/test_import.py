@@ -253,6 +253,37 @@ def test_wrong_input_name(tmp_path: Path) -> None:
         build_program(model, "w.npz", "p.gs")
 
 
+def large_weight_model(weight_shape: tuple[int, int]) -> Any:
+    """x (1, 80) · a weight of `weight_shape` (more elements than the importer's outline
+    keeps: a graph input of its type and shape for the checker and shape inference)."""
+    g = OnnxGraph()
+    x = g.input("x", [1, 80])
+    y = g.node("MatMul", [x, g.random("w", weight_shape)])
+    return g.model(y, [1, weight_shape[1]])
+
+
+def test_a_weight_left_out_of_the_checked_outline_is_still_shape_checked(
+        tmp_path: Path) -> None:
+    from glensidec.frontends.importer import OUTLINE_ELEMENTS
+
+    assert OUTLINE_ELEMENTS < 81 * 64
+    path = tmp_path / "bad.onnx"
+    path.write_bytes(large_weight_model((81, 64)).SerializeToString())  # 80 ≠ 81
+    expect_failure(path, tmp_path, "the model is inconsistent (ONNX shape inference)",
+                   "MatMul")
+
+
+def test_a_corrupt_weight_left_out_of_the_checked_outline_is_refused(tmp_path: Path) -> None:
+    model = large_weight_model((80, 64))
+    weight, = model.graph.initializer
+    weight.raw_data = weight.raw_data[:-4]  # one float short of its dims
+    path = tmp_path / "corrupt.onnx"
+    path.write_bytes(model.SerializeToString())
+    expect_failure(path, tmp_path, "corrupt.onnx", "not a valid ONNX model")
+    assert import_onnx(save(large_weight_model((80, 64)), tmp_path / "good.onnx"),
+                       tmp_path / "good").is_file()
+
+
 def test_failure_keeps_an_existing_output(tmp_path: Path) -> None:
     outdir = tmp_path / "out"
     import_onnx(save(mlp(), tmp_path / "good.onnx"), outdir)

@@ -1437,19 +1437,69 @@ def _load_model(model_path: Path) -> Any:
         raise GlensideError(f"no such model file: {model_path}")
     try:
         model = onnx.load(str(model_path))
-        onnx.checker.check_model(model)
+        outline = _outline(model)
+        onnx.checker.check_model(outline)
     except Exception as error:  # onnx raises protobuf DecodeError, ValidationError, …
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise GlensideError(f"{model_path}: not a valid ONNX model (truncated or corrupt?): "
                             f"{first}") from None
     try:  # what onnxruntime would refuse: bad attributes, mixed dtypes, impossible shapes
-        onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True,
+        onnx.shape_inference.infer_shapes(outline, check_type=True, strict_mode=True,
                                           data_prop=True)
     except Exception as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise GlensideError(f"{model_path}: the model is inconsistent (ONNX shape "
                             f"inference): {first}") from None
     return model
+
+
+#: Initializers with more elements than this are weights, not shapes, scales or indices
+#: that shape inference reads the values of (`_outline` leaves them out).
+OUTLINE_ELEMENTS = 4096
+
+
+def _outline(model: Any) -> Any:
+    """`model` with each large initializer (a weight) declared as a graph input of its type
+    and shape instead, for the checker and shape inference: both copy the whole model to
+    C++ and shape inference copies its result back (a vit_b_16's 346 MB thrice, most of its
+    import), and neither reads a weight's values. Each one left out is checked here: its
+    data must decode to its declared shape."""
+    import onnx
+    from onnx import numpy_helper
+
+    graph = model.graph
+    large = [tensor for tensor in graph.initializer
+             if math.prod(tensor.dims) > OUTLINE_ELEMENTS]
+    if not large:
+        return model
+    for tensor in large:  # (a view of its bytes: no copy)
+        numpy_helper.to_array(tensor)
+    outline = onnx.ModelProto()
+    _copy_fields(model, outline, skip="graph")
+    _copy_fields(graph, outline.graph, skip="initializer")
+    left_out = {tensor.name for tensor in large}
+    outline.graph.initializer.extend(tensor for tensor in graph.initializer
+                                     if tensor.name not in left_out)
+    declared = {value.name for value in graph.input}
+    outline.graph.input.extend(
+        onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, tensor.dims)
+        for tensor in large if tensor.name not in declared)
+    return outline
+
+
+def _copy_fields(source: Any, target: Any, skip: str) -> None:
+    """The fields of protobuf message `source` but `skip` into `target` (of its type)."""
+    for descriptor, value in source.ListFields():
+        if descriptor.name == skip:
+            continue
+        repeated = descriptor.is_repeated if hasattr(descriptor, "is_repeated") else \
+            descriptor.label == descriptor.LABEL_REPEATED  # (protobuf < 5.28)
+        if repeated:
+            getattr(target, descriptor.name).extend(value)
+        elif descriptor.message_type is not None:
+            getattr(target, descriptor.name).CopyFrom(value)
+        else:
+            setattr(target, descriptor.name, value)
 
 
 def _attributes(node_proto: Any) -> dict[str, Any]:
