@@ -1,9 +1,8 @@
 """Stage 1, parse: program text ⇄ `Program`.
 
-Reading is two steps. `read_sexprs` turns text into s-expressions with positions (by the
-grammar grammar/glenside.lark, which tests hold the hand-written reader to); `_Builder`
-then turns s-expressions into terms, checking each construct's arity and argument kinds
-against the construct table, resolving `let` names and tensor names.
+Reading is two steps. Lark (grammar/glenside.lark) turns text into s-expressions with
+positions; `_Builder` then turns s-expressions into terms, checking each construct's arity
+and argument kinds against the construct table, resolving `let` names and tensor names.
 Writing (`format_program`) is the inverse and round-trips: parse(format(p)) == p.
 """
 
@@ -13,8 +12,13 @@ import difflib
 import json
 import re
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
+from typing import cast
+
+import lark
 
 from glensidec.errors import GlensideError, Span
 from glensidec.lang import constructs as K
@@ -32,6 +36,7 @@ from glensidec.lang.terms import (
     postorder,
 )
 from glensidec.lang.typecheck import INT64_MAX, INT64_MIN, size_problem
+from glensidec.resources import resource_dir
 
 # ---------------------------------------------------------------------------------------
 # Text → s-expressions
@@ -61,20 +66,45 @@ class SList:
 SExpr = Atom | SList
 
 
-# The grammar's terminals (grammar/glenside.lark, the language's reference, which
-# tests/test_syntax_reader.py checks this reader against), tried in the order its LALR lexer
-# tries them: FLOAT (priority 2) before INT; the rest start with characters of their own.
-_SKIP = r"(?:[ \t\f\r\n]+|;[^\n]*)*"  # WS and COMMENT, which the grammar ignores
-_FLOAT = (r"[-+]?(?:[0-9]+\.[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?"
-          r"|[-+]?[0-9]+[eE][-+]?[0-9]+")
-_INT = r"[-+]?[0-9]+"
-_SYMBOL = r"[A-Za-z_][A-Za-z0-9_\-.]*"
-_STRING = r'"(?:[^"\\\n]|\\.)*"'
-# One match per token, with the ignored text before it; `bad`: a character no terminal
-# starts with (the end of the text matches the empty `end`).
-_TOKEN = re.compile(f"{_SKIP}(?:(?P<open>\\()|(?P<close>\\))|(?P<float>{_FLOAT})|"
-                    f"(?P<int>{_INT})|(?P<symbol>{_SYMBOL})|(?P<string>{_STRING})|"
-                    r"(?P<bad>[\s\S])|(?P<end>\Z))")
+def _token_span(token: lark.Token) -> Span:
+    return Span(token.line or 1, token.column or 1)
+
+
+class _ToSExpr(lark.Transformer[lark.Token, SExpr]):
+    """Builds s-expressions while Lark parses (its LALR parser calls these on each
+    reduction), so no parse tree of a large program is built and walked afterwards."""
+
+    def list(self, children: Sequence[lark.Token | SExpr]) -> SList:
+        open_paren = children[0]
+        assert isinstance(open_paren, lark.Token)
+        items = tuple(item for item in children[1:-1] if not isinstance(item, lark.Token))
+        return SList(items, _token_span(open_paren))
+
+    def int(self, children: Sequence[lark.Token]) -> Atom:
+        token = children[0]
+        value = int(token)
+        if not INT64_MIN <= value <= INT64_MAX:
+            raise GlensideError(f"integer {token} does not fit in 64 bits", _token_span(token))
+        return Atom(value, "int", _token_span(token))
+
+    def float(self, children: Sequence[lark.Token]) -> Atom:
+        return Atom(float(children[0]), "float", _token_span(children[0]))
+
+    def string(self, children: Sequence[lark.Token]) -> Atom:
+        token = children[0]
+        return Atom(_unescape(str(token)[1:-1], _token_span(token)), "string", _token_span(token))
+
+    def symbol(self, children: Sequence[lark.Token]) -> Atom:
+        return Atom(str(children[0]), "symbol", _token_span(children[0]))
+
+
+@cache
+def _lark_parser() -> lark.Lark:
+    grammar = (resource_dir("grammar") / "glenside.lark").read_text()
+    # keep_all_tokens keeps the parentheses, so even `()` knows where it was written. The
+    # basic lexer suffices (every terminal starts differently) and is the faster one.
+    return lark.Lark(grammar, parser="lalr", lexer="basic", keep_all_tokens=True,
+                     transformer=_ToSExpr())
 
 
 def _unescape(body: str, span: Span) -> str:
@@ -118,68 +148,27 @@ def _check_parentheses(text: str) -> None:
 
 
 def read_sexprs(text: str) -> list[SExpr]:
-    """Parse text into s-expressions; syntax errors are located GlensideErrors.
-
-    A hand-written reader of the grammar (a 7 MB program took Lark 2.5 s): one regular
-    expression match per token. Errors come in the order Lark's gave them: unbalanced
-    parentheses (`_check_parentheses`), then an unexpected character, then a bad atom
-    (an integer beyond 64 bits, an invalid escape), the first in the text."""
-    stack: list[tuple[list[SExpr], Span]] = []
-    items: list[SExpr] = []  # the forms of the innermost open list (the file's at the top)
-    line, line_start = 1, 0  # the line at the scan's position, and where that line starts
-    bad_atom: GlensideError | None = None  # raised when the text reads as s-expressions
-    position = 0
-    match_token = _TOKEN.match
-    while True:
-        match = match_token(text, position)
-        assert match is not None  # (`bad` and `end` match whatever is left)
-        group = match.lastindex or 0  # (the token's group: the others do not capture)
-        kind, start = match.lastgroup, match.start(group)
-        newlines = text.count("\n", position, start)
-        if newlines:
-            line, line_start = line + newlines, text.rindex("\n", position, start) + 1
-        span = Span(line, start - line_start + 1)
-        position = match.end()
-        if kind == "open":
-            stack.append((items, span))
-            items = []
-        elif kind == "close":
-            if not stack:
-                raise GlensideError("unmatched ')'", span)
-            parent, open_span = stack.pop()
-            parent.append(SList(tuple(items), open_span))
-            items = parent
-        elif kind == "end":
-            if stack:
-                raise GlensideError("'(' is never closed", stack[-1][1])
-            if bad_atom is not None:
-                raise bad_atom
-            return items
-        elif kind == "bad":
-            _check_parentheses(text)  # an unbalanced parenthesis is reported first
-            raise GlensideError(f"unexpected character {text[start]!r}", span)
-        else:
-            atom, problem = _atom(kind, match.group(group), span)
-            bad_atom = bad_atom or problem
-            items.append(atom)
-
-
-def _atom(kind: str | None, token: str, span: Span) -> tuple[Atom, GlensideError | None]:
-    """The atom a token of `kind` reads as, and what is wrong with it (or None)."""
-    if kind == "symbol":
-        return Atom(token, "symbol", span), None
-    if kind == "int":
-        value = int(token)
-        if not INT64_MIN <= value <= INT64_MAX:
-            return Atom(0, "int", span), GlensideError(
-                f"integer {token} does not fit in 64 bits", span)
-        return Atom(value, "int", span), None
-    if kind == "float":
-        return Atom(float(token), "float", span), None
+    """Parse text into s-expressions; syntax errors are located GlensideErrors."""
     try:
-        return Atom(_unescape(token[1:-1], span), "string", span), None
-    except GlensideError as error:
-        return Atom("", "string", span), error
+        tree = _lark_parser().parse(text)
+    except GlensideError:  # a bad atom, met while parsing
+        _check_parentheses(text)
+        raise
+    except lark.exceptions.UnexpectedInput as error:
+        # Unbalanced parentheses are reported where they are, more clearly than Lark
+        # would; the scan runs only on text that failed (it is slow on large programs).
+        _check_parentheses(text)
+        if isinstance(error, lark.exceptions.UnexpectedCharacters):
+            position = error.pos_in_stream or 0
+            char = text[position] if position < len(text) else "end of file"
+            span = Span(error.line, error.column)
+            raise GlensideError(f"unexpected character {char!r}", span) from None
+        if isinstance(error, lark.exceptions.UnexpectedToken):
+            token = error.token
+            raise GlensideError(f"unexpected {str(token)!r}", _token_span(token)) from None
+        raise GlensideError("unexpected end of file", Span(error.line, error.column)) from None
+    # (the transformer made every form an s-expression; `start` keeps them as its children)
+    return cast(list[SExpr], tree.children)
 
 
 # ---------------------------------------------------------------------------------------
