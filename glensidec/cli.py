@@ -159,6 +159,9 @@ def fmt(program: Path, shapes: Path | None, in_place: bool) -> None:
                    "64KiB at 16x16].")
 @click.option("--dram-bandwidth", type=click.IntRange(min=1), default=16, show_default=True,
               metavar="B", help="Main-memory bytes per cycle (a power of two).")
+@click.option("--epilogue-lanes", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Columns the epilogue requantizes a cycle (a divisor of the columns) "
+                   "[default: a quarter of them, 4 at 16x16].")
 @click.option("--bare-array", is_flag=True,
               help="Compile for the bare systolic array, the host doing everything else "
                    "(original Glenside programs, teaching), instead of the whole accelerator.")
@@ -168,8 +171,8 @@ def fmt(program: Path, shapes: Path | None, in_place: bool) -> None:
 def compile_command(program: Path, shapes: Path | None, array_size: str, emit: str | None,
                     stats: bool, verify: bool, iterations: int, max_enodes: int,
                     timeout: float, output: Path | None, force: bool, scratchpad: str,
-                    accumulator: str | None, dram_bandwidth: int, bare_array: bool,
-                    accel: bool) -> None:
+                    accumulator: str | None, dram_bandwidth: int,
+                    epilogue_lanes: int | None, bare_array: bool, accel: bool) -> None:
     """Map PROGRAM onto the accelerator around an RxC systolic array; write the C program
     to OUTDIR.
 
@@ -201,7 +204,7 @@ def compile_command(program: Path, shapes: Path | None, array_size: str, emit: s
         raise click.UsageError("--accel drives the int8 accelerator around one array: not "
                                "with an f32 array or several arrays")
     target = pipeline.choose_target(configs, bare_array, scratchpad, accumulator,
-                                    dram_bandwidth)
+                                    dram_bandwidth, epilogue_lanes or 0)
     if target.accel is None and not bare_array:  # not asked for: say so, and why
         click.echo(target.describe(), err=True)
     typed = pipeline.load(program, shapes)  # parse, typecheck
@@ -304,7 +307,8 @@ def _accelerator_lines(accel: AccelConfig, invocations: Sequence[Invocation]) ->
     yield (f"accelerator memories: scratchpad {memory.scratchpad_bytes} B ({memory.banks} banks "
            f"of {memory.bank_rows} {memory.row_bytes}-byte rows), accumulator "
            f"{accel.acc_depth} rows ({accel.acc_depth * accel.cols * 4} B), DRAM "
-           f"{memory.bus_bytes} B/cycle")
+           f"{memory.bus_bytes} B/cycle, epilogue {accel.epilogue_lanes} lanes "
+           f"({accel.epilogue_cycles} cycles a row)")
     for call in invocations:
         tiling = gemm_tiling(accel, call.m, call.k, call.n, call.op)
         yield (f"  {call.op} M={call.m} K={call.k} N={call.n}: K pieces of "

@@ -56,7 +56,7 @@ from glensidec.backend.views import Axis, View, canonical, refine
 from glensidec.hardware.accel import ResidualConfig
 from glensidec.hardware.accel_native import FIELDS
 from glensidec.hardware.array import ArrayConfig, array_for, gemm_cycles
-from glensidec.hardware.commands import AccelConfig
+from glensidec.hardware.commands import AccelConfig, default_epilogue_lanes
 from glensidec.lang.constructs import ComputeKind
 from glensidec.lang.data import aliases_text, input_aliases, npz_bytes
 from glensidec.lang.dtypes import DTYPES, Array, integer_range, lookup_table
@@ -875,10 +875,14 @@ def cosim_manifest(program: Program, lowered: LoweredProgram,
 
 
 def accel_manifest(accel: AccelConfig) -> dict[str, int]:
-    """The accelerator's sizes, as `accel_config_for` takes them."""
+    """The accelerator's sizes, as `accel_config_for` takes them (the epilogue's lanes
+    only when not the default: a default compile's manifest is what it was)."""
+    lanes = accel.epilogue_lanes
     return {"rows": accel.rows, "cols": accel.cols, "acc_depth": accel.acc_depth,
             "scratchpad_bytes": accel.memory.scratchpad_bytes,
-            "bus_bytes": accel.memory.bus_bytes, "latency": accel.memory.latency}
+            "bus_bytes": accel.memory.bus_bytes, "latency": accel.memory.latency,
+            **({} if lanes == default_epilogue_lanes(accel.cols) else
+               {"epilogue_lanes": lanes})}
 
 
 # What `make` and `make sim` create in OUTDIR: ours too, so compiling again into a built

@@ -102,7 +102,8 @@ class Manifest:
         return accel_config_for(ArrayConfig(sizes["rows"], sizes["cols"],
                                             acc_depth=sizes["acc_depth"]),
                                 sizes["scratchpad_bytes"], sizes["bus_bytes"],
-                                sizes["latency"], sizes["acc_depth"])
+                                sizes["latency"], sizes["acc_depth"],
+                                sizes.get("epilogue_lanes", 0))
 
     def calls_on(self, array: int) -> list[tuple[int, int, int]]:
         """The calls that run on array `array` (an index into `configs`)."""

@@ -2584,9 +2584,10 @@ MAX_C_STATIC_BYTES = 1 << 29
 def accel_config_for(array: ArrayConfig, scratchpad_bytes: int = DEFAULT_SCRATCHPAD_BYTES,
                      bus_bytes: int = DEFAULT_DRAM_BANDWIDTH,
                      latency: int = DEFAULT_DRAM_LATENCY,
-                     acc_depth: int | None = None) -> AccelConfig:
+                     acc_depth: int | None = None, epilogue_lanes: int = 0) -> AccelConfig:
     """ws_accel around `array`: scratchpad rows of the next power of two ≥ max(rows, cols)
-    bytes in four banks; `acc_depth` accumulator rows of COLS int32 (the array's by default).
+    bytes in four banks; `acc_depth` accumulator rows of COLS int32 (the array's by default);
+    `epilogue_lanes` columns requantized a cycle (0: default_epilogue_lanes).
 
     Raises ValueError with a message for sizes the RTL cannot have, or the generated C
     cannot link (the limits: SPAD_ROW_BITS in AccelConfig, MAX_ACC_DEPTH, MAX_BUS_BYTES,
@@ -2621,9 +2622,12 @@ def accel_config_for(array: ArrayConfig, scratchpad_bytes: int = DEFAULT_SCRATCH
     if bus_bytes > MAX_BUS_BYTES:
         raise ValueError(f"the DRAM bandwidth is at most {MAX_BUS_BYTES} bytes per cycle (the "
                          f"read port is 8·B bits wide, a Verilog integer), got {bus_bytes}")
+    if epilogue_lanes < 0 or (epilogue_lanes and array.cols % epilogue_lanes):
+        raise ValueError(f"the epilogue's lanes divide the array's {array.cols} columns, got "
+                         f"{epilogue_lanes}")
     memory = MemoryConfig(row_bytes=row_bytes, scratchpad_bytes=scratchpad_bytes, banks=banks,
                           bus_bytes=bus_bytes, latency=latency)
-    return AccelConfig(array.rows, array.cols, depth, memory)
+    return AccelConfig(array.rows, array.cols, depth, memory, epilogue_lanes=epilogue_lanes)
 
 
 def gemm_tiling(config: AccelConfig, m: int, k: int, n: int, name: str) -> LayerTiling:
