@@ -139,3 +139,10 @@ def test_a_stream_packs_as_its_commands() -> None:
             assert np.array_equal(pack_commands(stream), pack_commands(commands_of(stream)))
         program = im2col_program(SMALL, layer, quant)
         assert program.commands == commands_of(streams[0][1])
+
+
+def test_pack_commands_refuses_a_flat_command_of_another_width() -> None:
+    """A flat command is told by its width: one of neither width is an error, not a row
+    of zeros the cycle model would price as an empty load."""
+    with pytest.raises(ValueError, match="FlatCompute or a FlatLoad"):
+        pack_commands([(0, 1, 2)])

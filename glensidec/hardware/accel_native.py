@@ -20,6 +20,7 @@ import subprocess
 import tempfile
 from collections.abc import Sequence
 from functools import cache
+from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -137,6 +138,7 @@ def pack_commands(commands: Sequence[Command | FlatCompute | FlatLoad]) -> np.nd
     fields in order)."""
     from glensidec.hardware.commands import (
         FLAT_COMPUTE_WIDTH,
+        FLAT_LOAD_WIDTH,
         Compute,
         Config,
         Load,
@@ -146,27 +148,22 @@ def pack_commands(commands: Sequence[Command | FlatCompute | FlatLoad]) -> np.nd
     )
 
     # A layer's program is hundreds of thousands of COMPUTEs and LOADs (the compile prices
-    # several per layer shape): each kind's nonzero columns are gathered into one flat
-    # list and scattered into the table at once, not a row of 29 Python ints apiece.
+    # several per layer shape): each kind's columns are gathered into one flat array and
+    # scattered into the table at once, not a row of 29 Python ints apiece; flat ones
+    # (told apart by their widths) are picked out by comprehensions, not one by one.
+    widths = np.array([len(command) if type(command) is tuple else 0
+                       for command in commands], dtype=np.int64)
+    if np.isin(widths, (0, FLAT_COMPUTE_WIDTH, FLAT_LOAD_WIDTH), invert=True).any():
+        raise ValueError("a flat command is a FlatCompute or a FlatLoad")
     computes: list[int] = []
     compute_values: list[int] = []
-    flat: list[int] = []  # positions of flat COMPUTEs …
-    flat_rows: list[FlatCompute] = []  # … and their columns
-    flat_loads: list[int] = []  # the same for flat LOADs
-    flat_load_rows: list[FlatLoad] = []
     loads: list[int] = []
     load_values: list[int] = []
     others: list[Config | Store | Table | Scale] = []
     other_positions: list[int] = []
-    for position, command in enumerate(commands):
-        if isinstance(command, tuple):  # told apart by their widths
-            if len(command) == FLAT_COMPUTE_WIDTH:
-                flat.append(position)
-                flat_rows.append(command)
-            else:
-                flat_loads.append(position)
-                flat_load_rows.append(command)
-        elif isinstance(command, Compute):
+    for position in np.flatnonzero(widths == 0).tolist():
+        command = commands[position]
+        if isinstance(command, Compute):
             computes.append(position)
             compute_values.extend(_compute_fields(command))
         elif isinstance(command, Load):
@@ -174,6 +171,7 @@ def pack_commands(commands: Sequence[Command | FlatCompute | FlatLoad]) -> np.nd
             load_values.extend((command.wait, command.signal, *_dma_fields(command.dma),
                                 command.wait_store, command.signal_store))
         else:
+            assert not isinstance(command, tuple)
             others.append(command)
             other_positions.append(position)
     table = np.zeros((len(commands), len(FIELDS)), dtype=np.int64)
@@ -184,11 +182,14 @@ def pack_commands(commands: Sequence[Command | FlatCompute | FlatLoad]) -> np.nd
             table[rows[:, None], columns] = np.array(values, dtype=np.int64).reshape(
                 len(positions), len(columns))
             table[rows, 0] = op
-    for positions, rows_of, columns, op in ((flat, flat_rows, _COMPUTE_COLUMNS, 1),
-                                            (flat_loads, flat_load_rows, _LOAD_COLUMNS, 0)):
-        if positions:
-            rows = np.array(positions)
-            table[rows[:, None], columns] = np.array(rows_of, dtype=np.int64)
+    for width, columns, op in ((FLAT_COMPUTE_WIDTH, _COMPUTE_COLUMNS, 1),
+                               (FLAT_LOAD_WIDTH, _LOAD_COLUMNS, 0)):
+        rows = np.flatnonzero(widths == width)
+        if rows.size:
+            flat = [commands[position] for position in rows.tolist()]
+            table[rows[:, None], columns] = np.fromiter(
+                chain.from_iterable(flat), dtype=np.int64,  # type: ignore[arg-type]
+                count=rows.size * width).reshape(rows.size, width)
             table[rows, 0] = op
     padding = [0] * len(_DMA_FIELDS)
     for position, command in zip(other_positions, others, strict=True):

@@ -1406,8 +1406,6 @@ def dma_command(fields: DmaFields) -> DmaCommand:
 def _flat_load(dma: DmaFields, wait: bool = False, signal: bool = False,
                wait_store: bool = False) -> FlatLoad:
     return (wait, signal, *dma, wait_store, False)
-#: A window-schedule compute before its tokens: FlatCompute without wait and signal.
-_ComputeRow = tuple[int, ...]
 #: A region of the scratchpad a load writes and computes read, numbered (`_band_region`,
 #: `_weights_region`, `_residual_region`): the token passes look one up per compute.
 _Region = int
@@ -1443,11 +1441,11 @@ def commands_of(stream: Stream) -> list[Command]:
 @dataclass
 class _WindowStep:
     """A step of the window schedule before its tokens: its loads, each with the region
-    it writes, its computes (`_ComputeRow`s), the regions each compute reads (the
-    emitting compute also its Store's residual rows), and its tail."""
+    it writes, its computes (flat, neither waiting nor signalling yet), the regions each
+    compute reads (the emitting compute also its Store's residual rows), and its tail."""
 
     loads: list[tuple[DmaFields, _Region]]
-    computes: list[_ComputeRow]
+    computes: list[FlatCompute]
     reads: list[tuple[_Region, ...]]
     tail: list[Command]
     after: dict[int, list[Command]] = field(default_factory=dict)
@@ -1456,7 +1454,9 @@ class _WindowStep:
 def _step_needs(reads: list[tuple[_Region, ...]], last_load: dict[_Region, _T]) -> list[_T]:
     """Per compute of a step, the latest of `last_load` over the regions it reads."""
     latest = last_load.__getitem__
-    return [max(map(latest, regions)) for regions in reads]
+    # (a step's computes read few distinct sets of regions: each is looked up once)
+    need = {regions: max(map(latest, regions)) for regions in set(reads)}
+    return [need[regions] for regions in reads]
 
 
 def _window_tokens(steps: list[_WindowStep]) -> Stream:
@@ -1510,9 +1510,15 @@ def _window_tokens(steps: list[_WindowStep]) -> Stream:
     computes: list[list[FlatCompute]] = []
     for index, step in enumerate(steps):
         last = len(step.computes) - 1 if index in released else -1  # it signals
-        waits = compute_waits[index]
-        computes.append([(position in waits, position == last, *compute)
-                         for position, compute in enumerate(step.computes)])
+        marked = compute_waits[index] | ({last} if last >= 0 else set())
+        if not marked:  # (most steps' computes neither wait nor signal)
+            computes.append(step.computes)
+            continue
+        step_computes = list(step.computes)
+        for position in marked:
+            step_computes[position] = (position in compute_waits[index], position == last,
+                                       *step.computes[position][2:])
+        computes.append(step_computes)
     return _window_stream(steps, loads, computes, _last_readers(steps))
 
 
@@ -1661,18 +1667,35 @@ def window_stream(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
     prefetch = tiling.prefetch and -(-len(blocks) // tiling.interleave) * pieces > 1
     group_size = tiling.interleave
     acc_stride = tiling.chunk_rows * out_w if group_size > 1 else 0
+    # What a piece's steps share in every chunk and block, worked out once (a long layer
+    # has hundreds of thousands of steps): its folds, its weight loads up to their base,
+    # width and first row (`_shifted_loads`), and per fold its activation rows' offset in
+    # the band buffer and its plane.
+    piece_plans = []
+    for piece in range(pieces):
+        first = piece * tiling.piece_folds
+        indices = order[first:first + tiling.piece_folds]
+        piece_folds = [folds[index] for index in indices]
+        offsets = []
+        for fold in indices:
+            dy, dx = band.offsets[fold]
+            offsets.append(plane_of[fold] * plane_rows + dy * band.width + dx)
+        piece_plans.append((indices, _piece_weight_loads(layer, R, piece_folds, 0, N, 0, 0),
+                            offsets, [plane_of[fold] for fold in indices]))
+    pattern = (out_w, band.stride_x, band.stride_y * band.width)  # every compute's lines
+    orders: dict[tuple[int, int, bool], list[tuple[int, int]]] = {}
     for chunk, (oy0, rows_here) in enumerate(chunk_list):
         m0, m_len = oy0 * out_w, rows_here * out_w
         band_base = band_buffer_of(chunk) * buffer
+        band_keys = [_band_region(band_buffer_of(chunk), plane)
+                     for plane in range(len(band.planes))]
         first_step = len(steps)
         planes_loaded: set[int] = set()
         chunk_band = band_loads(chunk) if chunk == 0 or not prefetch else []
         numbered = list(enumerate(blocks))
         for group in [numbered[:group_size]] + [[entry] for entry in numbered[group_size:]]:
-            for piece in range(pieces):
+            for piece, (indices, weight_loads, offsets, planes) in enumerate(piece_plans):
                 first = piece * tiling.piece_folds
-                indices = order[first:first + tiling.piece_folds]
-                piece_folds = [folds[index] for index in indices]
                 loads: list[tuple[DmaFields, _Region]] = []
                 # per block of the group: its piece's first weight row and weight region
                 if tiling.resident:
@@ -1682,20 +1705,19 @@ def window_stream(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
                               for block_index, _ in group]
                 else:
                     w_buffer = weight_start + w_loads % 2 * weight_buffer
-                    w_rows = [w_buffer + position * len(piece_folds) * R
+                    w_rows = [w_buffer + position * len(indices) * R
                               for position in range(len(group))]
                     w_keys = [_weights_region(w_loads % 2)] * len(group)
                     w_loads += 1
                 if not (tiling.resident and chunk > 0):  # (resident: loaded with chunk 0)
                     for (_, block), w_row, w_key in zip(group, w_rows, w_keys, strict=True):
-                        loads += [(dma, w_key) for dma in _piece_weight_loads(
-                            layer, R, piece_folds, weight_base + block.n0, N, block.width,
-                            w_row)]
+                        loads += [(dma, w_key) for dma in _shifted_loads(
+                            weight_loads, weight_base + block.n0, block.width, w_row)]
                 # the band after the weights, each plane in the first step that reads it
                 # (a compute waits only for its own plane; the next step's weights are
                 # not queued behind planes no compute needs yet)
                 if chunk == 0 or not prefetch:
-                    planes_here = {plane_of[index] for index in indices} - planes_loaded
+                    planes_here = set(planes) - planes_loaded
                     loads += [chunk_band[plane] for plane in sorted(planes_here)]
                     planes_loaded |= planes_here
                 last_piece = piece == pieces - 1
@@ -1707,23 +1729,21 @@ def window_stream(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
                                              length=block.width,
                                              count1=m_len, stride1=N, spad_row=residual_row),
                                   _residual_region(stores % 2)))
-                computes: list[_ComputeRow] = []
+                computes: list[FlatCompute] = []
                 reads: list[tuple[_Region, ...]] = []
                 emits: dict[int, int] = {}  # block position → its emitting compute
-                for index, position in _group_order(len(indices), len(group), last_piece):
-                    fold = indices[index]
-                    dy, dx = band.offsets[fold]
-                    plane = plane_of[fold]
-                    emit = last_piece and index == len(piece_folds) - 1
+                shape = (len(indices), len(group), last_piece)
+                if shape not in orders:
+                    orders[shape] = _group_order(*shape)
+                for index, position in orders[shape]:
+                    emit = last_piece and index == len(indices) - 1
                     if emit:
                         emits[position] = len(computes)
-                    computes.append((  # w_row, a_row, m_len, add, emit, its pattern …
-                        w_rows[position] + index * R,
-                        band_base + plane * plane_rows + dy * band.width + dx,
-                        m_len, piece > 0 or index > 0, emit, out_w, band.stride_x,
-                        band.stride_y * band.width, position * acc_stride))  # … acc_row
-                    reads.append((_band_region(band_buffer_of(chunk), plane),
-                                  w_keys[position]))
+                    computes.append((  # wait, signal (`_window_tokens`), w_row, a_row,
+                        False, False, w_rows[position] + index * R,  # m_len, add, emit,
+                        band_base + offsets[index], m_len, piece > 0 or index > 0, emit,
+                        *pattern, position * acc_stride))  # its pattern, acc_row
+                    reads.append((band_keys[planes[index]], w_keys[position]))
                 if residual and last_piece:  # its Store follows the emitting compute
                     reads[-1] += (_residual_region(stores % 2),)
                 # the next chunk's band after this step's own loads: its buffer was the
@@ -1785,6 +1805,14 @@ def _piece_weight_loads(layer: ConvLayer, rows: int, piece_folds: list[tuple[int
                                             n, width, spad_row + start * rows))
         start = end
     return loads
+
+
+def _shifted_loads(loads: list[DmaFields], base: int, length: int, spad_row: int
+                   ) -> list[DmaFields]:
+    """`loads` (made with base, length and spad_row 0: `_piece_weight_loads`) moved to
+    `base` and `spad_row`, `length` bytes a row."""
+    return [(base + load[0], length, *load[2:6], spad_row + load[6], *load[7:])
+            for load in loads]
 
 
 def im2col_load_slots(config: AccelConfig, layer: ConvLayer, residual: bool = False) -> int:
