@@ -15,6 +15,8 @@
 //   z   = y * res_self + r * res_mult + res_offset    (the i32 arithmetic; see RES_W, Z_W)
 //   out = clamp(requantize(z, res_multiplier, res_pre, res_post) + res_zero_point,
 //               -128, 127, then res_low, res_high)   (the same arithmetic as above)
+//   or, with cfg_res_product, the product of the two rows instead of y's multiple:
+//   z   = y * r + r * res_mult + res_offset           (y · r: int8 × int8, exact in Z_W bits)
 //   or, early (cfg_res_early), a residual added to the accumulator before requantizing:
 //   x   = acc + bias + r * res_mult + res_offset      (i32), then y as above is the result
 //
@@ -61,6 +63,7 @@ module ws_epilogue #(
     input  wire [(OUT_W<<OUT_W)-1:0] cfg_table,    // entry i at [i*OUT_W +: OUT_W], for y = i - 2^(OUT_W-1)
     input  wire                   cfg_residual,    // add the residual row
     input  wire                   cfg_res_early,   // ... to the accumulator, before requantizing
+    input  wire                   cfg_res_product, // ... late, as y · r (res_self unused)
     /* verilator lint_off UNUSEDSIGNAL */  // bits above RES_W: zero or sign (compile check)
     input  wire [31:0]            cfg_res_self,    // signed multipliers of y and r
     input  wire [31:0]            cfg_res_mult,
@@ -176,8 +179,12 @@ module ws_epilogue #(
             assign clipped = cfg_lookup ? cfg_table[entry*OUT_W +: OUT_W] : requantized;
             // ... or after it: y · res_self (OUT_W × RES_W too) + r · res_mult + offset,
             // in Z_W bits, and the residual add's own requantize (of a Z_W-bit sum)
+            // (with cfg_res_product the same multiplier takes r, sign-extended, for
+            // res_self: y · r, an element-wise product of the two int8 rows)
             wire signed [Z_W-1:0] y_scaled;
-            ws_mul #(.A_W(RES_W), .B_W(OUT_W)) u_y_scaled (.a(res_self), .b(clipped),
+            wire signed [RES_W-1:0] y_factor = cfg_res_product
+                ? {{(RES_W-OUT_W){r[OUT_W-1]}}, r} : res_self;
+            ws_mul #(.A_W(RES_W), .B_W(OUT_W)) u_y_scaled (.a(y_factor), .b(clipped),
                                                          .y(y_scaled));
             wire signed [Z_W-1:0] res_sum = y_scaled + r_scaled + res_offset;
             wire signed [Z_W-1:0] res_shifted = res_sum >>> cfg_res_pre;

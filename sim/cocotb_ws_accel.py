@@ -7,7 +7,8 @@ region must equal `commands.conv_reference` (numpy convolution + the interpreter
 requantize) byte for byte, and the cycle of the last memory write + 1 must equal
 `commands.accel_cycles` (the control model). A layer with `"residual": "after"` also
 adds a random int8 residual tensor in the epilogue (the quantized residual add), read
-through the scratchpad; `"early"` adds it to the accumulator before the requantize.
+through the scratchpad; `"early"` adds it to the accumulator before the requantize;
+`"product"` multiplies the two rows (y·r, requantized).
 A layer's `"schedule"` picks conv_program's schedule ("im2col" gathers the windows
 from main memory, "window" keeps the input rows in the scratchpad and reads each window
 as a 2-D pattern of them: every window tiling that fits is run; "interleave" runs every
@@ -90,6 +91,13 @@ def random_quant(rng: np.random.Generator, channels: int, residual: str,
         requantize_multiplier=int(rng.integers(2**29, 2**31 - 1)), pre=0,
         post=int(rng.integers(42, 46)), zero_point=int(rng.integers(-128, 0)), low=-128,
         high=127, early=residual == "early") if residual else None
+    if residual == "product":  # y·r requantized (a GELU's x·Φ(x)): a 15-bit product
+        added = ResidualConfig(
+            self_multiplier=0, multiplier=int(rng.integers(-3, 4)),
+            offset=int(rng.integers(-100, 100)),
+            requantize_multiplier=int(rng.integers(2**29, 2**31 - 1)), pre=0,
+            post=int(rng.integers(36, 40)), zero_point=int(rng.integers(-10, 10)),
+            low=-128, high=127, product=True)
     return LayerQuant(epilogue, tuple(int(v) for v in rng.integers(-3000, 3000, channels)),
                       tuple(int(v) for v in rng.integers(2**29, 2**31 - 1, channels)),
                       input_zero_point=int(rng.integers(-128, 128)), residual=added)

@@ -59,14 +59,20 @@ def random_residual(rng: np.random.Generator, config: EpilogueConfig,
     bound = half if rng.random() < 0.4 else 2**14
     self_multiplier, multiplier = (int(v) for v in rng.integers(-bound, bound, 2))
     early = bool(rng.random() < 0.4)
+    product = not early and bool(rng.random() < 0.4)  # y·r instead of y·self_multiplier
     if early:
         offset = int(rng.integers(-(2**31), 2**31) if rng.random() < 0.3
                      else rng.integers(-(2**22), 2**22))
     else:  # the sum's range without the offset, and the offsets that keep it in Z_W bits
-        ys = [self_multiplier * y for y in config.output_range(out_width)]
-        rs = [multiplier * r for r in (low_limit, high_limit)]
         sum_half = 1 << (out_width + RESIDUAL_MULTIPLIER_BITS - 1)
-        lowest, highest = -sum_half - min(ys) - min(rs), sum_half - 1 - max(ys) - max(rs)
+        if product:  # r·(y + multiplier), at the ends of both ranges
+            terms = [r * (y + multiplier) for y in config.output_range(out_width)
+                     for r in (low_limit, high_limit)]
+            lowest, highest = -sum_half - min(terms), sum_half - 1 - max(terms)
+        else:
+            ys = [self_multiplier * y for y in config.output_range(out_width)]
+            rs = [multiplier * r for r in (low_limit, high_limit)]
+            lowest, highest = -sum_half - min(ys) - min(rs), sum_half - 1 - max(ys) - max(rs)
         choice = rng.random()
         offset = (lowest if choice < 0.2 else highest if choice < 0.4
                   else int(rng.integers(lowest, highest + 1)))
@@ -75,7 +81,7 @@ def random_residual(rng: np.random.Generator, config: EpilogueConfig,
         requantize_multiplier=int(rng.integers(-(2**31) + 1, 2**31)),
         pre=int(rng.integers(0, 4)), post=int(rng.integers(0, 63)),
         zero_point=int(rng.integers(low_limit, high_limit + 1)), low=low, high=high,
-        early=early)
+        early=early, product=product)
     assert residual_range_error(added, config, out_width) is None, added
     return added
 
@@ -97,6 +103,7 @@ def apply_config(dut: Any, config: EpilogueConfig, residual: ResidualConfig | No
     dut.cfg_table.value = pack(np.asarray(config.table or (0,) * (1 << out_width)), out_width)
     dut.cfg_residual.value = int(residual is not None)
     dut.cfg_res_early.value = int(residual is not None and residual.early)
+    dut.cfg_res_product.value = int(residual is not None and residual.product)
     res = residual or ResidualConfig()
     word = (1 << 32) - 1
     dut.cfg_res_self.value = res.self_multiplier & word

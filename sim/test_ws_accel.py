@@ -37,8 +37,9 @@ CASES = [(2, 2, 2, 32768, 16, 8, 16, 1024, 1, 8), (4, 4, 4, 32, 4, 2, 16, 2, 4, 
 #: give one band the rows tight weight buffers leave; pools forced to each schedule (the
 #: windows of resident input rows as 2-D patterns, and the gathered taps); and the 3×3
 #: again in today's im2col schedule; a GEMM whose epilogue maps its results through a
-#: lookup table (an element-wise non-linearity) before a residual add, and an average pool
-#: with one; squeeze-excite's channel scale (1×1 sum pools whose epilogue multiplies each
+#: lookup table (an element-wise non-linearity) before a residual add, one whose epilogue
+#: multiplies its (looked-up) rows by the residual rows (a GELU's x·Φ(x)), and an average
+#: pool with a table; squeeze-excite's channel scale (1×1 sum pools whose epilogue multiplies each
 #: channel by its scale) in both pool schedules; and a GEMM and a 3×3 whose N blocks
 #: accumulate side by side (each COMPUTE names its accumulator rows), in every such
 #: tiling that fits; and windows that are not k×k with adjacent taps (issue 30): a 1×5
@@ -93,6 +94,8 @@ LAYERS = [
      "kernel": 3, "stride": 1, "padding": 1, "schedule": "im2col"},
     {"name": "gemm_lookup_residual", "height": 9, "width": 1, "channels": 12,
      "out_channels": 5, "residual": "after", "lookup": True},
+    {"name": "gemm_lookup_product", "height": 9, "width": 1, "channels": 12,
+     "out_channels": 5, "residual": "product", "lookup": True},
     {"name": "globalavgpool_lookup", "height": 3, "width": 3, "channels": 5,
      "out_channels": 5, "kernel": 3, "stride": 1, "padding": 0, "pool": "sum",
      "lookup": True},

@@ -4,9 +4,11 @@ PyTorch exports GELU as x · 0.5 · (1 + erf(x / √2)); the quantizer requantiz
 linear layer's sums twice (x, and x/√2 for the erf), looks the erf up, takes 1 + erf as an
 int8 affine, and multiplies x by it. The accelerator runs the linear layer once per
 requantization (`accel_recompute`): x's layer, and the erf's layer, whose table is the erf
-composed with the affine after it (`accel_tables`). The quick tests lower the quantized
-block with the accelerator passes and run the lowered program in numpy; the slow one
-co-simulates it on ws_accel (interpreter = C = RTL, every layer at its predicted cycles).
+composed with the affine after it (`accel_tables`) and whose epilogue multiplies its rows
+by x's rows and requantizes the product (`accel_residual`, ws_epilogue's product mode).
+The quick tests lower the quantized block with the accelerator passes and run the lowered
+program in numpy; the slow one co-simulates it on ws_accel (interpreter = C = RTL, every
+layer at its predicted cycles).
 """
 
 from __future__ import annotations
@@ -21,9 +23,18 @@ from test_accel_offload import _accelerated, _interpreted, _lowered_result, _ran
 from test_quantize import calibration_for
 from test_transformer import gelu, layer_norm, linear
 
-from glensidec.backend.lower import ArrayGemm, Map, RequantizePerChannel, constant_array
+from glensidec.backend.host_reasons import DIVIDES, PER_ROW, REDUCES
+from glensidec.backend.lower import (
+    ArrayGemm,
+    Fused,
+    Map,
+    RequantizePerChannel,
+    constant_array,
+)
+from glensidec.backend.report import report_data
 from glensidec.frontends.quantize import quantize, save_quantized
 from glensidec.hardware.accel_native import EPILOGUE_LOOKUP, EPILOGUE_TABLE, FIELDS
+from glensidec.hardware.array import ArrayConfig
 from glensidec.lang import data
 from glensidec.lang.syntax import read_program
 
@@ -63,8 +74,18 @@ def test_the_gelu_runs_in_two_accelerator_layers_and_computes_what_the_program_d
         by_input.setdefault((layer.a.buffer, layer.m, layer.k, layer.n), []).append(layer.name)
     twice = [names for names in by_input.values() if len(names) == 2]
     assert len(twice) == 1, by_input
-    tables = [layer.name for layer in lowered.accel_layers() if layer.table is not None]
-    assert len(tables) == 1 and tables[0] in twice[0]  # the erf's layer, of the pair
+    tables = [layer for layer in lowered.accel_layers() if layer.table is not None]
+    assert len(tables) == 1 and tables[0].name in twice[0]  # the erf's layer, of the pair
+    # x·(1 + erf): the erf's layer (the later one) multiplies its rows by x's rows
+    (erf,) = tables
+    assert erf.residual_add is not None and erf.residual_add.product
+    (x,) = [layer for layer in lowered.accel_layers() if layer.name in twice[0]
+            and layer is not erf]
+    assert erf.residual is not None and erf.residual.buffer == x.dst.buffer
+    assert not any(isinstance(instruction, Fused) and any(
+        not isinstance(step.op, str) and step.op.name == "requantize"
+        for step in instruction.steps) and len(instruction.leaves) == 2
+        for instruction in lowered.instructions)  # no host product loop is left
     for seed in range(3):
         inputs = _random_inputs(source, seed)
         expected = _interpreted(source, inputs)
@@ -85,6 +106,21 @@ def test_a_layer_with_a_table_does_not_share_the_commands_of_one_without(
         loads_table = bool(np.any(commands[:, epilogue] == EPILOGUE_TABLE))
         looks_up = bool(np.any(commands[:, epilogue] == EPILOGUE_LOOKUP))
         assert loads_table == looks_up == (layer.table is not None), layer.name
+
+
+def test_the_report_says_why_each_host_instruction_stays_on_the_host(tmp_path: Path) -> None:
+    """What the block leaves on the host is its LayerNorm: the report names, per host
+    instruction, the reason (its row reductions, its division, its per-row mean and
+    deviation, the steps between them); the layers have none."""
+    lowered = _accelerated(_quantized_block(tmp_path), "8x8")
+    rows = report_data("block.q.gs", lowered, ArrayConfig(8, 8)).rows
+    host = [row for row in rows if row.where == "host"]
+    assert host and all(row.why_host for row in host)
+    assert all(not row.why_host for row in rows if row.where != "host")
+    reasons = {row.kind: row.why_host for row in host}
+    assert reasons["reduce"] == REDUCES
+    assert any(row.why_host == DIVIDES and "elementwise-div" in row.op for row in host)
+    assert any(row.why_host == PER_ROW and "elementwise-sub" in row.op for row in host)
 
 
 @pytest.mark.slow

@@ -61,3 +61,30 @@ def test_fusion_keeps_an_input_that_only_shape_of_reads() -> None:
     fused = fuse_elementwise(lower_program(program, check_program(program)))
     inputs = {buffer.tensor for buffer in fused.buffers.values() if buffer.kind == INPUT}
     assert inputs == {"x", "y"}
+
+
+def test_a_loop_read_through_a_reshape_merges_with_its_reader() -> None:
+    """A LayerNorm's result (1, H, W, C) read as a matrix's (H·W, C) rows by its requantize,
+    and a GELU's product read so by its own: the producer's loop walks the reader's shape
+    and both are one loop, with the same values (a broadcast operand regrouped too)."""
+    from glensidec.lang.syntax import parse_program
+
+    program = parse_program(
+        "(input x i8 (shape 1 2 3 4))\n(input s i8 (shape 4))\n"
+        "(compute (requantize 1073741824 0 31 0)\n"
+        " (access (access-reshape\n"
+        "  (compute elementwise-mul (access-pair\n"
+        "   (compute (cast i32) (access-tensor x))\n"
+        "   (compute (cast i32) (access-broadcast (access-reshape (access-tensor s)\n"
+        "     (access-shape (shape 1 1 1 4) (shape))) (access-shape (shape 1 2 3 4) (shape))))))\n"
+        "  (access-shape (shape 6 4) (shape))) 1))\n", "<test>")
+    lowered = lower_program(program, check_program(program))
+    fused = fuse_elementwise(lowered)
+    loops = [instruction for instruction in fused.instructions
+             if isinstance(instruction, Fused)]
+    assert len(loops) == 1 and [getattr(step.op, "name", step.op) for step in loops[0].steps] \
+        == ["cast", "cast", "elementwise-mul", "requantize"]
+    inputs = data.random_inputs(program, 3)
+    before = lowered_result(lowered, {}, inputs, 16)[-1]
+    after = lowered_result(fused, {}, inputs, 16)[-1]
+    assert np.array_equal(before, after)

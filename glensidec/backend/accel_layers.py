@@ -1186,6 +1186,24 @@ def accel_layer_lines(lowered: LoweredProgram, config: ArrayConfig) -> Iterator[
     yield machine_cycles(lowered, config).line()
     yield (f"host data movement (in the host's cycles): {host_data_movement(lowered)} elements "
            "copied or filled (padding, im2col matrices, layout)")
+    yield from host_reason_lines(lowered)
+
+
+def host_reason_lines(lowered: LoweredProgram) -> Iterator[str]:
+    """--stats: the host's cycles by why the accelerator does not take the work (the
+    report says it per instruction), most cycles first."""
+    from glensidec.backend.host_reasons import host_reason
+    from glensidec.backend.report import host_cycles
+
+    writers = lowered.writers()
+    cycles: dict[str, list[int]] = {}
+    for instruction in lowered.instructions:
+        if cost := host_cycles(instruction):
+            cycles.setdefault(host_reason(instruction, lowered, writers), []).append(cost)
+    if cycles:
+        yield "host work by why it stays on the host (instructions, cycles):"
+    for reason, costs in sorted(cycles.items(), key=lambda item: (-sum(item[1]), item[0])):
+        yield f"  {len(costs)} instructions, {sum(costs)} cycles: {reason}"
 
 
 def host_data_movement(lowered: LoweredProgram) -> int:

@@ -27,7 +27,8 @@ In order (each a module of its own, each taking and giving a `LoweredProgram`):
    take after the scale, a depthwise 1×1 layer), and a dense block's chain of
    concatenations is written in place, once, by the layers that make its parts.
 4. `accel_residual`: a quantized residual add after a layer moves into its epilogue (not
-   a pooling layer's).
+   a pooling layer's), and so does a requantized product of two layers' rows (GELU's
+   x·Φ(x): ws_epilogue's product mode).
    Then `accel_pool` again: the pools of residual blocks' results, which read the layer
    that took the add; `accel_gather`: a host copy that gathers channels of a layer's rows
    (ShuffleNet's shuffle and split) reads a selection layer's rows (a 0/1 1×1

@@ -5,6 +5,10 @@ tensors, the layer's result y and the skip connection r, and computes
 
     clip(requantize(y·a + r·b + c))        (i32 products and sums, scalars a, b, c)
 
+and a quantized product of two activations (a GELU's x·Φ(x), its two factors two
+layers' results) computes clip(requantize(y·r)), which the residual stage computes too
+(`ResidualConfig.product`).
+
 After `fuse_accel_layers` and `fuse_elementwise` it is one `Fused` loop reading y (or
 the NCHW copy the layer's result is transposed into) and r. This pass (`compile --accel`)
 recognises such a loop by evaluating its steps symbolically — every value a linear form
@@ -76,14 +80,23 @@ class _Requantized:
     zero_point: int
     low: int = -128
     high: int = 127
+    product: bool = False  # linear is y + r: the value requantized is y·r instead
 
 
-FormValue = int | Linear | _Requantized  # an int: a scalar constant
+@dataclass(frozen=True)
+class _Product:
+    """y·r of two run-time int8 leaves (each cast to i32): a GELU's x·Φ(x)."""
+
+    leaves: tuple[int, int]
+
+
+FormValue = int | Linear | _Product | _Requantized  # an int: a scalar constant
 
 
 def residual_form(fused: Fused, values: list[FormValue]) -> _Requantized | None:
     """The loop's result as clip(requantize(a·y + b·r + c)) of its run-time leaves, or
-    None when a step is anything else (`values`: a scalar or a leaf's Linear each)."""
+    clip(requantize(y·r)), or None when a step is anything else (`values`: a scalar or a
+    leaf's Linear each)."""
     results: list[FormValue] = []
 
     def operand(index: int) -> FormValue:
@@ -93,11 +106,16 @@ def residual_form(fused: Fused, values: list[FormValue]) -> _Requantized | None:
         name = step.op if isinstance(step.op, str) else step.op.name
         args = [operand(index) for index in step.operands]
         result: FormValue | None = None
-        if name == "cast" and step.dtype == "i32" and not isinstance(args[0], _Requantized):
+        if name == "cast" and step.dtype == "i32" and isinstance(args[0], int | Linear):
             result = args[0]
         elif name in ("elementwise-add", "elementwise-sub", "elementwise-mul") and \
                 step.dtype == "i32" and len(args) == 2:
             result = _fold(name, args[0], args[1])
+        elif name == "requantize" and step.dtype == "i8" and isinstance(args[0], _Product):
+            assert not isinstance(step.op, str)
+            multiplier, pre, post, zero_point = (int(value) for value in step.op.params)
+            both = Linear(tuple((leaf, 1) for leaf in args[0].leaves), 0)
+            result = _Requantized(both, multiplier, pre, post, zero_point, product=True)
         elif name == "requantize" and step.dtype == "i8" and isinstance(args[0], Linear):
             assert not isinstance(step.op, str)
             multiplier, pre, post, zero_point = (int(value) for value in step.op.params)
@@ -119,7 +137,7 @@ def residual_form(fused: Fused, values: list[FormValue]) -> _Requantized | None:
 
 
 def _fold(name: str, left: FormValue, right: FormValue) -> FormValue | None:
-    if isinstance(left, _Requantized) or isinstance(right, _Requantized):
+    if isinstance(left, _Requantized | _Product) or isinstance(right, _Requantized | _Product):
         return None
     if isinstance(left, int) and isinstance(right, int):
         return None  # constants only: the loop would not be a residual add
@@ -128,11 +146,24 @@ def _fold(name: str, left: FormValue, right: FormValue) -> FormValue | None:
             return right.times(left)
         if isinstance(right, int) and isinstance(left, Linear):
             return left.times(right)
-        return None  # a product of two run-time values
+        if isinstance(left, Linear) and isinstance(right, Linear):
+            return _product(left, right)
+        return None
     sign = 1 if name == "elementwise-add" else -1
     as_linear = [value if isinstance(value, Linear) else Linear((), value)
                  for value in (left, right)]
     return as_linear[0].plus(as_linear[1], sign)
+
+
+def _product(left: Linear, right: Linear) -> _Product | None:
+    """y·r when each side is one run-time leaf itself (cast, unscaled), the two distinct;
+    else None (any other product of run-time values stays on the host)."""
+    sides = [value.coefficients for value in (left, right)]
+    if left.constant or right.constant or any(len(side) != 1 or side[0][1] != 1
+                                              for side in sides):
+        return None
+    first, second = sides[0][0][0], sides[1][0][0]
+    return _Product((first, second)) if first != second else None
 
 
 @dataclass(frozen=True)
@@ -352,6 +383,8 @@ def _rewrite(lowered: LoweredProgram, found: _Found, weights: dict[str, Array],
         self_multiplier=coefficients[found.y_leaf], multiplier=coefficients[found.r_leaf],
         offset=form.linear.constant, requantize_multiplier=form.multiplier, pre=form.pre,
         post=form.post, zero_point=form.zero_point, low=form.low, high=form.high)
+    if form.product:  # y·r: neither row scaled, no offset
+        added = replace(added, self_multiplier=0, multiplier=0, offset=0, product=True)
     builder = LayerBuilder(lowered)
     name = fused.dst.buffer
     try:

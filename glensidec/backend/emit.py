@@ -364,7 +364,8 @@ class _Renderer:
                   f"{layer.input_elements}, {layer.residual_base}, {added.self_multiplier}, "
                   f"{added.multiplier}, {added.offset}, {added.requantize_multiplier}, "
                   f"{added.pre}, {added.post}, {added.zero_point}, {added.low}, {added.high}, "
-                  f"{int(added.early)}, {layer.output_pitch or layer.n}")
+                  f"{int(added.early)}, {int(added.product)}, "
+                  f"{layer.output_pitch or layer.n}")
         residual = "NULL" if layer.residual is None else pointer(layer.residual)
         weights = "NULL" if layer.pool else pointer(layer.b)
         table = "NULL" if layer.table is None else pointer(layer.table)

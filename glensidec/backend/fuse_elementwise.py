@@ -8,7 +8,8 @@ requantize-per-channel into the one that consumes its result when
 
 * the result is a buffer of its own, written whole and row-major by that one
   instruction and read whole and row-major, in the same element order, by the consumer
-  alone (not the program's output), and
+  alone (not the program's output) — through a reshape too (a LayerNorm's result read as
+  a matrix's rows: the producer's loop then walks the consumer's shape), and
 * one loop nest can walk the destination and every remaining operand together.
 
 The merged instruction (`lower.Fused`) reads its leaves once per element and keeps the
@@ -31,7 +32,7 @@ from glensidec.backend.lower import (
     RequantizePerChannel,
     Step,
 )
-from glensidec.backend.views import co_refinable
+from glensidec.backend.views import co_refinable, regroup
 
 #: Maps whose C needs a declaration of its own around the loop (lookup's table) stay apart.
 UNFUSABLE_MAPS = frozenset({"lookup"})
@@ -54,6 +55,18 @@ def as_fused(instruction: Instruction, lowered: LoweredProgram) -> Fused | None:
     if isinstance(instruction, Fused):
         return instruction
     return None
+
+
+def reshaped(fused: Fused, shape: tuple[int, ...]) -> Fused | None:
+    """`fused` walking its destination and leaves as logical dims `shape` (the same
+    elements in the same order: a consumer that reads its whole result through a reshape,
+    as a LayerNorm's requantize reads its (1, H, W, C) values as (H·W, C) rows), or None
+    when a leaf's axes do not split that way."""
+    views = [regroup(view, shape) for view in (fused.dst, *fused.leaves)]
+    if any(view is None for view in views):
+        return None
+    dst, *leaves = (view for view in views if view is not None)
+    return Fused(fused.note, dst, tuple(leaves), fused.steps)
 
 
 def merge_loops(producer: Fused, consumer: Fused, leaf: int) -> Fused:
@@ -124,9 +137,12 @@ def _merge_round(lowered: LoweredProgram) -> bool:
                 continue
             producer = as_fused(instructions[written[0]], lowered)
             if producer is None or not (lowered.is_whole(view)
-                                        and lowered.is_whole(producer.dst)
-                                        and view.shape == producer.dst.shape):
+                                        and lowered.is_whole(producer.dst)):
                 continue
+            if view.shape != producer.dst.shape:  # read through a reshape (a matrix's rows)
+                producer = reshaped(producer, view.shape)
+                if producer is None:
+                    continue
             between = {instructions[position].dst.buffer
                        for position in range(written[0] + 1, index)}
             if any(leaf_view.buffer in between for leaf_view in producer.leaves):

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 import jinja2
 from markupsafe import Markup
 
+from glensidec.backend.host_reasons import host_reason
 from glensidec.backend.lower import (
     AccelLayer,
     ArrayGemm,
@@ -83,6 +84,8 @@ class Row:
         return (self.load_bytes + self.store_bytes) / self.compulsory_bytes
     # accelerator layers: cycles a row entered the array (the rest is DMA and epilogue wait)
     busy_cycles: int = 0
+    # host instructions: why the accelerator does not take it (backend.host_reasons)
+    why_host: str = ""
 
 
 @dataclass
@@ -276,6 +279,7 @@ def report_data(source: str, lowered: LoweredProgram, config: ArrayConfig,
     """The report's rows; each array call priced on its own array (`config`, the main one,
     or one of `more_arrays`)."""
     data = ReportData(source, (config.rows, config.cols))
+    writers = lowered.writers()
     for index, instruction in enumerate(lowered.instructions):
         kind, op = _kind_and_op(instruction)
         on_array = isinstance(instruction, ArrayGemm | AccelLayer)
@@ -303,7 +307,7 @@ def report_data(source: str, lowered: LoweredProgram, config: ArrayConfig,
             "accelerator" if layer is not None else "array" if on_array else "host", cycles,
             host_cycles(instruction), ideal, utilization, instruction.note,
             busy_cycles=0 if layer is None or layer.pool else layer.compute_rows,
-            **_traffic_fields(instruction)))
+            why_host=host_reason(instruction, lowered, writers), **_traffic_fields(instruction)))
     return data
 
 

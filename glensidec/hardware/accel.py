@@ -284,7 +284,11 @@ class ResidualConfig:
 
     `early`: r·multiplier + offset is added to the accumulator with the bias instead,
     before the layer's own requantize (the other fields are then unused): a skip
-    connection added in i32 before requantizing."""
+    connection added in i32 before requantizing.
+
+    `product`: y·r takes the place of y·self_multiplier (which is then unused), an
+    element-wise product of the two int8 rows requantized with a scalar multiplier: the
+    quantizer's product of two activations (a GELU's x·Φ(x))."""
 
     self_multiplier: int = 1
     multiplier: int = 1
@@ -296,6 +300,7 @@ class ResidualConfig:
     low: int = -128
     high: int = 127
     early: bool = False
+    product: bool = False
 
 
 #: Signed width of ws_epilogue's residual multipliers (its RES_W): the quantizer's
@@ -316,7 +321,7 @@ def residual_range_error(residual: ResidualConfig, config: EpilogueConfig,
     bits = RESIDUAL_MULTIPLIER_BITS
     limit = 1 << (bits - 1)
     used = [("multiplier", residual.multiplier)]
-    if not residual.early:
+    if not (residual.early or residual.product):
         used.insert(0, ("self multiplier", residual.self_multiplier))
     for name, value in used:
         if not -limit <= value < limit:
@@ -327,10 +332,15 @@ def residual_range_error(residual: ResidualConfig, config: EpilogueConfig,
     sum_bits = out_width + bits
     type_low, type_high = -(1 << (out_width - 1)), (1 << (out_width - 1)) - 1
     y_range = config.output_range(out_width)
-    y_terms = [residual.self_multiplier * y for y in y_range]
-    r_terms = [residual.multiplier * r for r in (type_low, type_high)]
-    low = residual.offset + min(y_terms) + min(r_terms)
-    high = residual.offset + max(y_terms) + max(r_terms)
+    r_range = (type_low, type_high)
+    if residual.product:  # y·r + r·multiplier = r·(y + multiplier): at r's and y's ends
+        terms = [r * (y + residual.multiplier) for y in y_range for r in r_range]
+        low, high = residual.offset + min(terms), residual.offset + max(terms)
+    else:
+        y_terms = [residual.self_multiplier * y for y in y_range]
+        r_terms = [residual.multiplier * r for r in r_range]
+        low = residual.offset + min(y_terms) + min(r_terms)
+        high = residual.offset + max(y_terms) + max(r_terms)
     if low < -(1 << (sum_bits - 1)) or high >= 1 << (sum_bits - 1):
         return (f"the residual add's sum spans [{low}, {high}], beyond the epilogue's "
                 f"{sum_bits}-bit signed sum")
@@ -375,7 +385,9 @@ def epilogue_reference(
     if residual is None or residual.early:
         return clipped
     assert residual_rows is not None
-    summed = wrap_signed(clipped * residual.self_multiplier
+    y_factor = residual_rows.astype(np.int64) if residual.product else \
+        residual.self_multiplier
+    summed = wrap_signed(clipped * y_factor
                          + residual_rows.astype(np.int64) * residual.multiplier
                          + residual.offset, 32)
     requantized = requantize_to_width(summed, residual.requantize_multiplier, residual.pre,
