@@ -3,7 +3,8 @@
 In order (each a module of its own, each taking and giving a `LoweredProgram`):
 
 0. `accel_shared`: a requantization of an array call's result written twice (MobileNet-v2's
-   projections) is computed once.
+   projections) is computed once; `accel_swin`: the per-(window, head) requantizations
+   of Swin's qkv projection, alike for every window of a head, one loop per head.
 0b. `accel_recompute`: an int8 array call whose result several requantizations read
    (ConvNeXt's and ViT's GELU: x and x/√2) is copied once per requantization, when each
    copy's chain makes an accelerator layer.
@@ -66,6 +67,7 @@ from glensidec.backend.accel_recompute import recompute_shared_products
 from glensidec.backend.accel_residual import fuse_accel_residuals
 from glensidec.backend.accel_scale import fuse_accel_scales
 from glensidec.backend.accel_shared import share_requantizations
+from glensidec.backend.accel_swin import merge_window_requantizations
 from glensidec.backend.fold_constants import fold_constant_copies
 from glensidec.backend.fuse_elementwise import fuse_elementwise
 from glensidec.backend.lower import LoweredProgram
@@ -76,7 +78,9 @@ from glensidec.lang.dtypes import Array
 def fuse_for_accelerator(lowered: LoweredProgram, weights: dict[str, Array],
                          accel: AccelConfig) -> LoweredProgram:
     """`lowered` run on the accelerator where it can be (a new program)."""
-    layers = split_head_projections(share_requantizations(lowered, weights), weights, accel)
+    layers = merge_window_requantizations(share_requantizations(lowered, weights), weights,
+                                          accel)
+    layers = split_head_projections(layers, weights, accel)
     layers = recompute_shared_products(layers, weights, accel)
     layers = fuse_accel_depthwise(fuse_accel_layers(layers, weights, accel), weights, accel)
     layers = fuse_accel_grouped(layers, weights, accel)

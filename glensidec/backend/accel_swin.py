@@ -1,0 +1,151 @@
+"""Window attention's per-head requantizations, made once per head (Swin).
+
+Swin's attention runs per window: its qkv projection is one product over every window's
+tokens (windows·tokens × features → 3·heads·width, an int32 result), and the importer's
+unrolled batched products read it as one (tokens, width) block per (window, head) — Q, K
+and V each brought to int8 by a `requantize-per-channel` of their own (swin_t: 1,824 host
+loops of 1,568 elements, 8 M predicted cycles). Every window of one head is requantized
+with the same per-column multipliers (the quantizer's scales are the head's), so the 64
+loops of a head are one loop over the head's column block of all windows' rows.
+
+`merge_window_requantizations` (before `accel_attention.split_head_projections`) finds an
+int8 array call whose readers are such loops — several per block of columns, the same
+arithmetic (pre, post, zero point) and the same multiplier per column, together reading
+the whole block — and puts one loop per block in their place, right after the call
+(writing the block's rows as an int8 (M, width) buffer); each old loop becomes a copy of
+its (window, head) rows of that buffer. Then each block has one reader: the projection
+splits per head (`split_head_projections`), each head's projection and its loop become
+one accelerator layer (`accel_layers`), and each window's products read that layer's rows
+where it wrote them (`fuse_activation_products` traces through the copies), so the
+copies go too.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from glensidec.backend.accel_attention import _column_block, _moved, apply_edits
+from glensidec.backend.accel_layers import LayerBuilder, _fusable
+from glensidec.backend.lower import (
+    ACTIVATION,
+    CONSTANT,
+    ArrayGemm,
+    Buffer,
+    Copy,
+    Instruction,
+    LoweredProgram,
+    RequantizePerChannel,
+    constant_array,
+)
+from glensidec.backend.views import Axis, View, contiguous, view_array
+from glensidec.hardware.commands import AccelConfig
+from glensidec.lang.dtypes import Array
+
+
+def merge_window_requantizations(lowered: LoweredProgram, weights: dict[str, Array],
+                                 accel: AccelConfig) -> LoweredProgram:
+    """`lowered` with each block of columns of an int8 array call's result that several
+    equal per-channel requantizations read as one requantization of the whole block,
+    whose rows copies hand to the old loops' readers (a new program)."""
+    result = LoweredProgram(dict(lowered.buffers), list(lowered.instructions), lowered.output,
+                            lowered.output_shape)
+    builder = LayerBuilder(result)
+    edits: dict[int, list[Instruction]] = {}
+    readers = result.readers()
+    writers = result.writers()
+    for index, gemm in enumerate(lowered.instructions):
+        if isinstance(gemm, ArrayGemm) and writers.get(gemm.dst.buffer) == [index] and \
+                result.is_whole(gemm.dst) and gemm.dst.is_row_major() and \
+                _fusable(result, gemm, accel):
+            edits.update(_merged(result, builder, index, readers.get(gemm.dst.buffer, []),
+                                 weights))
+    apply_edits(result, edits)
+    return result
+
+
+def _merged(lowered: LoweredProgram, builder: LayerBuilder, index: int, readers: list[int],
+            weights: dict[str, Array]) -> dict[int, list[Instruction]]:
+    """The edits for the call at `index`: after it, one requantization per block of
+    columns that several of its readers requantize alike; those readers copies."""
+    gemm = lowered.instructions[index]
+    assert isinstance(gemm, ArrayGemm)
+    result = gemm.dst.buffer
+    blocks: dict[tuple[int, int], list[int]] = {}
+    for reader in readers:
+        instruction = lowered.instructions[reader]
+        if not isinstance(instruction, RequantizePerChannel) or \
+                instruction.members[0].buffer != result or \
+                instruction.members[1].buffer == result:
+            return {}  # a reader of another kind: the call keeps its readers
+        block = _column_block(instruction.members[0], gemm.m, gemm.n)
+        if block is None:
+            return {}
+        blocks.setdefault(block, []).append(reader)
+    if not any(len(group) > 1 for group in blocks.values()):
+        return {}
+    edits: dict[int, list[Instruction]] = {}
+    merged_loops: list[Instruction] = []
+    for (first, stop), group in sorted(blocks.items()):
+        made = _one_loop(lowered, builder, gemm, group, first, stop - first, weights)
+        if made is None:
+            continue
+        loop, copies = made
+        merged_loops.append(loop)
+        edits.update({reader: [copy] for reader, copy in copies.items()})
+    if merged_loops:
+        edits[index] = [gemm, *merged_loops]
+    return edits
+
+
+def _one_loop(lowered: LoweredProgram, builder: LayerBuilder, gemm: ArrayGemm,
+              group: list[int], first: int, width: int, weights: dict[str, Array]
+              ) -> tuple[RequantizePerChannel, dict[int, Copy]] | None:
+    """(one requantization of columns [first, first + width) of the call's M rows, each
+    reader's copy of its elements of it) when the readers in `group` compute exactly that
+    on the elements they read, together reading every element of the block; else None."""
+    m, n = gemm.m, gemm.n
+    loops = [lowered.instructions[reader] for reader in group]
+    assert all(isinstance(loop, RequantizePerChannel) for loop in loops)
+    arithmetic = {(loop.pre, loop.post, loop.zero_point) for loop in loops
+                  if isinstance(loop, RequantizePerChannel)}
+    if len(arithmetic) != 1 or len(group) < 2:
+        return None
+    multiplier = np.full(width, -1, np.int64)
+    covered = np.zeros((m, width), bool)
+    for loop in loops:
+        assert isinstance(loop, RequantizePerChannel)
+        accumulators, multipliers = loop.members
+        source = lowered.buffer_of(multipliers)
+        if source.kind != CONSTANT:
+            return None
+        indices = view_array(accumulators, np.arange(m * n)).reshape(-1)
+        values = view_array(multipliers, constant_array(source, weights).reshape(-1)
+                            ).reshape(-1)
+        rows, columns = indices // n, indices % n - first
+        known = multiplier[columns] >= 0
+        if np.any(multiplier[columns][known] != values[known]) or np.any(values < 0):
+            return None  # another multiplier for a column: not one head's loop
+        multiplier[columns] = values
+        covered[rows, columns] = True
+    if not covered.all():
+        return None  # the merged loop would requantize elements nobody reads
+    pre, post, zero_point = arithmetic.pop()
+    name = builder.name(f"{gemm.dst.buffer}_heads_{first}")
+    lowered.buffers[name] = Buffer(name, "i8", (m, width), ACTIVATION)
+    vector = builder.constant(f"{name}_multiplier", "i32", multiplier)
+    loop = RequantizePerChannel(
+        f"{loops[0].note} (one loop for the {len(group)} that requantize the same columns)",
+        contiguous(name, (m, width)),
+        (View(gemm.dst.buffer, first, ((Axis(m, n),), (Axis(width, 1),))),
+         View(vector.buffer, 0, ((Axis(m, 0),), (Axis(width, 1),)))),
+        pre, post, zero_point)
+    copies: dict[int, Copy] = {}
+    for reader, old in zip(group, loops, strict=True):
+        assert isinstance(old, RequantizePerChannel)
+        moved = _moved(old.members[0], name, m, n, first, width)
+        if moved is None:
+            del lowered.buffers[name]
+            del lowered.buffers[vector.buffer]
+            return None
+        copies[reader] = Copy(f"{old.note}: its rows of the head's loop", old.dst, moved)
+    return loop, copies

@@ -1,0 +1,181 @@
+"""Swin's window attention on the accelerator (glensidec.backend.accel_swin and the view
+algebra): a small shifted-window block — LayerNorm, the cyclic shift (Slice + Concat),
+the window partition, one qkv projection over every window, per (window, head) Q·Kᵀ plus
+the relative-position bias and the shift's mask, softmax, ·V, the heads merged, the
+output projection, the window reverse, the shift back and the residual add — quantized,
+compiled by default: each head's requantization is one loop (so each head's projection
+an accelerator layer), no (window, head) operand is a copy of the whole projection, the
+lowered program computes the interpreter's integers, and the C program and ws_accel's
+RTL agree with it bit for bit at the predicted cycles."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from onnx_models import OnnxGraph, imported
+from test_accel_offload import _accelerated, _interpreted, _lowered_result
+from test_quantize import calibration_for, sample_list
+from test_transformer import layer_norm
+
+from glensidec.backend.lower import Copy, RequantizePerChannel
+from glensidec.frontends.quantize import quantize, save_quantized
+
+
+@dataclass(frozen=True)
+class Window:
+    size: int  # the map's height and width
+    window: int  # a window's height and width
+    features: int
+    heads: int
+    shift: int  # the cyclic shift (0: a plain window block)
+
+    @property
+    def tokens(self) -> int:
+        return self.window * self.window
+
+    @property
+    def windows(self) -> int:
+        return (self.size // self.window) ** 2
+
+
+#: 4 windows of 16 tokens, 2 heads of 16 features, shifted by 2
+TINY = Window(size=8, window=4, features=32, heads=2, shift=2)
+
+
+def _roll(g: OnnxGraph, x: str, shift: int, size: int) -> str:
+    """torch.roll(x, shift, dims=(1, 2)) as PyTorch exports it: Slice and Concat per axis."""
+    for axis in (1, 2):
+        cut = (-shift) % size
+        parts = [g.node("Slice", [x, g.const(f"s{g.count}", np.array([start], np.int64)),
+                                  g.const(f"e{g.count}", np.array([stop], np.int64)),
+                                  g.const(f"a{g.count}", np.array([axis], np.int64))])
+                 for start, stop in ((cut, size), (0, cut))]
+        x = g.node("Concat", parts, axis=axis)
+    return x
+
+
+def _reshape(g: OnnxGraph, x: str, shape: list[int]) -> str:
+    return g.node("Reshape", [x, g.const(f"shape{g.count}", np.array(shape, np.int64))])
+
+
+def _mask(size: Window) -> np.ndarray:
+    """The shifted windows' attention mask (nW, 1, N, N): -100 between tokens that came
+    from different regions of the map, as torchvision's SwinTransformerBlock builds it."""
+    regions = np.zeros((size.size, size.size), np.int64)
+    cuts = (slice(0, -size.window), slice(-size.window, -size.shift),
+            slice(-size.shift, None))
+    label = 0
+    for rows in cuts:
+        for cols in cuts:
+            regions[rows, cols] = label
+            label += 1
+    count = size.size // size.window
+    windows = regions.reshape(count, size.window, count, size.window).transpose(
+        0, 2, 1, 3).reshape(size.windows, size.tokens)
+    mask = np.where(windows[:, :, None] != windows[:, None, :], -100.0, 0.0)
+    return mask[:, None].astype(np.float32)
+
+
+def swin_block(size: Window, seed: int = 0) -> Any:
+    """x + reverse(attention(partition(roll(LN(x))))), rolled back: one Swin attention
+    half-block on an NHWC map, exported the way torchvision's swin_t is."""
+    g = OnnxGraph(seed)
+    n, c, ws, heads = size.size, size.features, size.window, size.heads
+    count, width = n // ws, c // heads
+    x = g.input("input", [1, n, n, c])
+    h = layer_norm(g, x, c)
+    if size.shift:
+        h = _roll(g, h, -size.shift, n)
+    h = _reshape(g, g.node("Transpose", [_reshape(g, h, [1, count, ws, count, ws, c])],
+                           perm=[0, 1, 3, 2, 4, 5]), [size.windows, size.tokens, c])
+    w = g.random(f"w{g.count}", (c, 3 * c), (1.0 / c) ** 0.5)
+    # torchvision initialises the qkv bias to zero (the zoo's swin_t has no bias add)
+    qkv = g.node("Add", [g.node("MatMul", [h, w]), g.const("qkv_bias", np.zeros(3 * c, "f4"))])
+    qkv = g.node("Transpose", [_reshape(g, qkv, [size.windows, size.tokens, 3, heads, width])],
+                 perm=[2, 0, 3, 1, 4])
+    q, k, v = (g.node("Gather", [qkv, g.const(f"i{g.count}", np.array(i, np.int64))], axis=0)
+               for i in range(3))
+    q = g.node("Mul", [q, g.const(f"scale{g.count}", np.array(width ** -0.5, np.float32))])
+    scores = g.node("MatMul", [q, g.node("Transpose", [k], perm=[0, 1, 3, 2])])
+    scores = g.node("Add", [scores, g.random("relative_bias", (heads, size.tokens,
+                                                                size.tokens), 0.5)])
+    if size.shift:
+        scores = g.node("Add", [scores, g.const("mask", _mask(size))])
+    attention = g.node("Softmax", [scores], axis=-1)
+    context = g.node("Transpose", [g.node("MatMul", [attention, v])], perm=[0, 2, 1, 3])
+    context = _reshape(g, context, [size.windows, size.tokens, c])
+    w = g.random(f"w{g.count}", (c, c), (1.0 / c) ** 0.5)
+    out = g.node("Add", [g.node("MatMul", [context, w]), g.random(f"b{g.count}", (c,), 0.1)])
+    out = _reshape(g, g.node("Transpose", [_reshape(g, out, [1, count, count, ws, ws, c])],
+                             perm=[0, 1, 3, 2, 4, 5]), [1, n, n, c])
+    if size.shift:
+        out = _roll(g, out, size.shift, n)
+    return g.model(g.node("Add", [x, out]), [1, n, n, c])
+
+
+def _quantized_block(root: Path, size: Window = TINY) -> tuple[Path, dict[str, np.ndarray]]:
+    """The block quantized (per-channel weights, symmetric activations) and saved, with
+    one sample of its input as int8."""
+    program = imported(swin_block(size), root)
+    calibration = calibration_for(program, 4)
+    quantized = quantize(program, calibration, per_channel=True, symmetric_activations=True)
+    path = save_quantized(quantized, root / "block.q.gs")
+    return path, quantized.quantize_inputs(sample_list(calibration, 1)[0])
+
+
+def test_each_heads_requantization_is_one_loop_and_the_block_stays_exact(
+        tmp_path: Path) -> None:
+    """Before: a requantize-per-channel loop for each (window, head) operand (Q, K, V:
+    24 here, 1,824 on swin_t) and the qkv projection an array call. Now one loop per
+    head's block of columns, which its projection's layer takes: the host keeps none of
+    them, and no copy makes Q, K or V of every (window, head) (`views.slice_view`)."""
+    source, inputs = _quantized_block(tmp_path)
+    lowered = _accelerated(source, "16x16")
+    requantizations = [i for i in lowered.instructions if isinstance(i, RequantizePerChannel)]
+    assert requantizations == []
+    heads = [layer for layer in lowered.accel_layers() if "_heads_" in layer.name]
+    assert len(heads) == 3 * TINY.heads  # Q, K and V of each head
+    assert all(layer.m == TINY.windows * TINY.tokens for layer in heads)
+    one_operand_of_every_head = (TINY.windows * TINY.heads, TINY.tokens,
+                                 TINY.features // TINY.heads)
+    assert not any(isinstance(i, Copy) and i.dst.shape == one_operand_of_every_head
+                   for i in lowered.instructions)
+    expected = _interpreted(source, inputs)
+    got = _lowered_result(source, lowered, inputs, 16)
+    assert np.array_equal(got.reshape(expected.shape), expected)
+
+
+@pytest.mark.slow
+@pytest.mark.rtl
+def test_a_shifted_window_block_cosimulates_bit_exactly(tmp_path: Path,
+                                                        sim_cache: Path) -> None:
+    """The block compiled by default: the C program and `make sim` (every layer on
+    ws_accel's RTL) give the interpreter's integers, every layer its predicted cycles."""
+    source, inputs = _quantized_block(tmp_path)
+    outdir = tmp_path / "out"
+    compiled = subprocess.run([sys.executable, "-m", "glensidec", "compile", str(source),
+                               "-o", str(outdir)], capture_output=True, text=True, timeout=600)
+    assert compiled.returncode == 0, compiled.stderr
+    arguments = []
+    for name, value in inputs.items():
+        np.save(tmp_path / f"{name}.npy", value)
+        arguments.append(f"{name}={tmp_path / name}.npy")
+    expected = _interpreted(source, inputs)
+    ran = subprocess.run(["make", "-s", "-C", str(outdir), "sim", f"INPUTS={' '.join(arguments)}",
+                          f"OUTPUT={tmp_path / 'sim.npy'}"], capture_output=True, text=True,
+                         timeout=1800, env={**os.environ, "GLENSIDEC_SIM_CACHE": str(sim_cache)})
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    assert np.array_equal(np.load(tmp_path / "sim.npy").reshape(expected.shape), expected)
+    report = json.loads((outdir / "cosim_report.json").read_text())
+    # each head's Q, K and V projections, and per (window, head) Q·Kᵀ and ·V
+    assert len(report["calls"]) >= 3 * TINY.heads + 2 * TINY.windows * TINY.heads
+    assert all(call["data_ok"] and call["simulated_cycles"] == call["predicted_cycles"]
+               for call in report["calls"])
