@@ -371,8 +371,7 @@ def test_readers_and_writers_follow_instructions_changed_in_place() -> None:
     `readers` and `writers` are cached (recomputing them per layer was quadratic), so the
     cache must see a replaced, deleted or inserted instruction."""
     lowered = lower(read_program(EXAMPLES / "small_cnn.gs"))
-    fresh = LoweredProgram(lowered.buffers, list(lowered.instructions), lowered.output,
-                           lowered.output_shape)
+    fresh = lowered.copy()
     assert lowered.writers() == fresh._writers() and lowered.readers() == fresh._readers()
     first = lowered.instructions[0]
     copy = next(i for i in lowered.instructions if isinstance(i, Copy))
@@ -476,8 +475,7 @@ def test_readers_and_writers_follow_a_layer_far_from_its_chain_without_recomputi
         lowered.instructions[start] = copy.copy(lowered.instructions[start + 1])
         del lowered.instructions[start + 100]
         lowered.instructions.insert(start + 120, copy.copy(lowered.instructions[0]))
-        fresh = LoweredProgram(lowered.buffers, list(lowered.instructions), lowered.output,
-                               lowered.output_shape)
+        fresh = lowered.copy()
         assert lowered.readers() == fresh.readers() and lowered.writers() == fresh.writers()
     assert asked == []
 
@@ -540,8 +538,7 @@ def test_readers_and_writers_follow_every_kind_of_edit_of_the_instruction_list()
             edit(lowered.instructions)
         if len(lowered.instructions) < 10:
             lowered.instructions.extend(copy.copy(i) for i in pool)
-        fresh = LoweredProgram(lowered.buffers, list(lowered.instructions), lowered.output,
-                               lowered.output_shape)
+        fresh = lowered.copy()
         question = lowered.readers if step % 3 else lowered.writers
         assert dict(question()) == dict(fresh.readers() if step % 3 else fresh.writers()), step
 

@@ -14,7 +14,7 @@ from conftest import EXAMPLES
 
 import glensidec
 from glensidec import pipeline
-from glensidec.backend.lower import Copy, Fill, LoweredProgram, lower_program
+from glensidec.backend.lower import Copy, Fill, lower_program
 from glensidec.backend.report import machine_cycles, report_data
 from glensidec.hardware.array import ArrayConfig
 from glensidec.hardware.host import HOST_MOVE
@@ -142,8 +142,7 @@ def test_readers_and_writers_follow_changed_instructions() -> None:
     program = read_program(CNN)
     lowered = lower_program(program, check_program(program))
     before = {name: list(users) for name, users in lowered.writers().items()}
-    changed = LoweredProgram(lowered.buffers, list(lowered.instructions), lowered.output,
-                             lowered.output_shape)
+    changed = lowered.copy()
     assert changed.writers() == before
     first = changed.instructions.pop(0)
     assert changed.writers().get(first.dst.buffer, []) == [

@@ -71,8 +71,7 @@ def fuse_activation_products(lowered: LoweredProgram, weights: dict[str, Array],
     """`lowered` with every int8 array call of two activations whose operands are runs of
     buffers (or a transposed run, for B) and whose epilogue fits as an accelerator layer
     (a new program)."""
-    result = LoweredProgram(dict(lowered.buffers), list(lowered.instructions), lowered.output,
-                            lowered.output_shape)
+    result = lowered.copy()
     builder = LayerBuilder(result)
     # Every match is found in the program as it was (products' chains are disjoint) and
     # the edits applied at once: editing the list per match recomputed who reads what.
@@ -208,8 +207,7 @@ def split_head_projections(lowered: LoweredProgram, weights: dict[str, Array],
     program). Each then has one reader, so `accel_layers` makes each its own layer, whose
     rows the head's products read (a call of one reader, or of readers that overlap or read
     across blocks, stays as it is)."""
-    result = LoweredProgram(dict(lowered.buffers), list(lowered.instructions), lowered.output,
-                            lowered.output_shape)
+    result = lowered.copy()
     builder = LayerBuilder(result)
     edits: dict[int, list[Instruction]] = {}
     for index, gemm in enumerate(lowered.instructions):
@@ -353,8 +351,7 @@ def write_in_place(lowered: LoweredProgram) -> LoweredProgram:
     concatenations of them) writing that run themselves (a new program). The copy goes;
     nothing between the first such writer and the copy reads the buffer, and nothing else
     writes that run, so writing it earlier changes nothing."""
-    result = LoweredProgram(dict(lowered.buffers), list(lowered.instructions), lowered.output,
-                            lowered.output_shape)
+    result = lowered.copy()
     # Decided on the program as it is (who reads and writes what, computed once); a nested
     # concatenation's writers move on with each copy of theirs that goes.
     placed: dict[int, tuple[str, int]] = {}  # a moved writer's position → buffer, offset

@@ -75,8 +75,7 @@ def absorb_input_layouts(lowered: LoweredProgram, weights: dict[str, Array],
                          accel: AccelConfig) -> LoweredProgram:
     """`lowered` with every layer operand that is an NCHW input in NHWC (padded) made by a
     layout layer on the accelerator instead of the host (a new program)."""
-    result = LoweredProgram(dict(lowered.buffers), list(lowered.instructions), lowered.output,
-                            lowered.output_shape)
+    result = lowered.copy()
     builder = LayerBuilder(result)
     made: dict[tuple[str, NhwcLayout], View] = {}  # layout layers' rows, by what they hold
     new_layers: list[AccelLayer] = []
@@ -107,8 +106,7 @@ def absorb_result_layouts(lowered: LoweredProgram, weights: dict[str, Array],
     rows copied to NCHW, written by a layout layer, and a dense layer that reads a layer's
     rows through a reordering copy reading them directly, its weights reordered (a new
     program)."""
-    result = LoweredProgram(dict(lowered.buffers), list(lowered.instructions), lowered.output,
-                            lowered.output_shape)
+    result = lowered.copy()
     builder = LayerBuilder(result)
     _absorb_output_layout(result, builder, accel)
     _read_rows_in_their_order(result, builder, weights)

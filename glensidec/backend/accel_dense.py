@@ -78,8 +78,7 @@ def fuse_dense_blocks(lowered: LoweredProgram, weights: dict[str, Array],
                       accel: AccelConfig) -> LoweredProgram:
     """`lowered` with requantized affines of layers' rows as accelerator layers and
     chains of concatenations written in place (a new program)."""
-    result = LoweredProgram(dict(lowered.buffers), list(lowered.instructions), lowered.output,
-                            lowered.output_shape)
+    result = lowered.copy()
     _inline_casts(result)
     _affine_layers(result, weights, accel)
     builder = LayerBuilder(result)

@@ -79,8 +79,7 @@ def fuse_found_convs(lowered: LoweredProgram, weights: dict[str, Array], accel: 
                      find: FindConv) -> LoweredProgram:
     """`lowered` with every convolution `find` recognises and its epilogue as a grouped
     accelerator layer (a new program): the depthwise and the grouped passes."""
-    result = LoweredProgram(dict(lowered.buffers), list(lowered.instructions), lowered.output,
-                            lowered.output_shape)
+    result = lowered.copy()
     index = 0
     while index < len(result.instructions):
         found = find(result, index, weights)

@@ -58,8 +58,7 @@ def gather_channels(lowered: LoweredProgram, weights: dict[str, Array],
     """`lowered` with every host copy that gathers channels of a layer's rows reading the
     rows of a selection layer instead, or, when only a matrix layer reads what it gathers,
     that layer reading the rows with its weight rows gathered (a new program)."""
-    result = LoweredProgram(dict(lowered.buffers), list(lowered.instructions), lowered.output,
-                            lowered.output_shape)
+    result = lowered.copy()
     builder = LayerBuilder(result)
     # each identity selection layer made: (the rows it reads, σ)
     selections: dict[str, tuple[LayerRows, Array]] = {}

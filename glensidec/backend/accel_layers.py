@@ -447,8 +447,7 @@ class LayerBuilder:
 def fuse_accel_layers(lowered: LoweredProgram, weights: dict[str, Array],
                       accel: AccelConfig) -> LoweredProgram:
     """`lowered` with every fusable array call chain as an AccelLayer (a new program)."""
-    result = LoweredProgram(dict(lowered.buffers), list(lowered.instructions), lowered.output,
-                            lowered.output_shape)
+    result = lowered.copy()
     index = 0
     while index < len(result.instructions):
         instruction = result.instructions[index]
@@ -727,8 +726,7 @@ def program_accel_layers(lowered: LoweredProgram, weights: dict[str, Array],
                          accel: AccelConfig) -> LoweredProgram:
     """Every accelerator layer's commands (weights.bin's table, `<name>_commands`) and the
     figures they give: the last pass, once the layers' shapes are final (a new program)."""
-    result = LoweredProgram(dict(lowered.buffers), list(lowered.instructions), lowered.output,
-                            lowered.output_shape)
+    result = lowered.copy()
     builder = LayerBuilder(result)
     # Layers of one shape have one command table, timing and traffic (the bias and
     # multiplier vectors are the layer's, not the table's): a network repeats its shapes

@@ -51,8 +51,7 @@ def read_layer_rows(lowered: LoweredProgram, weights: dict[str, Array],
                     accel: AccelConfig) -> LoweredProgram:
     """`lowered` with every accelerator convolution whose input map is an earlier layer's
     rows, padded, reading those rows directly (a new program)."""
-    result = LoweredProgram(dict(lowered.buffers), list(lowered.instructions), lowered.output,
-                            lowered.output_shape)
+    result = lowered.copy()
     for index, instruction in enumerate(result.instructions):
         if not isinstance(instruction, AccelLayer) or instruction.pool:
             continue
@@ -169,8 +168,7 @@ def join_concatenations(lowered: LoweredProgram) -> LoweredProgram:
     concatenation (and, for the next layer's DMA, back to NHWC): after this pass one copy
     makes the NCHW map from the joined rows, and it goes too when only layers read it
     (`read_layer_rows` then reads the joined rows)."""
-    result = LoweredProgram(dict(lowered.buffers), list(lowered.instructions), lowered.output,
-                            lowered.output_shape)
+    result = lowered.copy()
     builder = LayerBuilder(result)
     candidates = [name for name, writers in result.writers().items()
                   if len(writers) > 1 and all(isinstance(result.instructions[index], Copy)

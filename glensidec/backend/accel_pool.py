@@ -73,8 +73,7 @@ def fuse_accel_pools(lowered: LoweredProgram, weights: dict[str, Array],
                      accel: AccelConfig) -> LoweredProgram:
     """`lowered` with every max-pool over an accelerator layer's result, and every
     average pool (a window sum requantized), on the accelerator (a new program)."""
-    result = LoweredProgram(dict(lowered.buffers), list(lowered.instructions), lowered.output,
-                            lowered.output_shape)
+    result = lowered.copy()
     for index, instruction in enumerate(result.instructions):
         if isinstance(instruction, Reduce) and instruction.op == "reduce-max":
             pool = _find(result, index)

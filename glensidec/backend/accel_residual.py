@@ -184,8 +184,7 @@ def fuse_accel_residuals(lowered: LoweredProgram, weights: dict[str, Array],
                          accel: AccelConfig) -> LoweredProgram:
     """`lowered` with every residual add after an accelerator layer done by its epilogue
     (a new program)."""
-    result = LoweredProgram(dict(lowered.buffers), list(lowered.instructions), lowered.output,
-                            lowered.output_shape)
+    result = lowered.copy()
     index = 0
     while index < len(result.instructions):
         instruction = result.instructions[index]

@@ -60,8 +60,7 @@ class _Found:
 def fuse_accel_scales(lowered: LoweredProgram, accel: AccelConfig) -> LoweredProgram:
     """`lowered` with every channel scale of an accelerator layer's result done by a
     1×1 sum-pool layer with per-column scales (a new program)."""
-    result = LoweredProgram(dict(lowered.buffers), list(lowered.instructions), lowered.output,
-                            lowered.output_shape)
+    result = lowered.copy()
     index = 0
     while index < len(result.instructions):
         if isinstance(result.instructions[index], Fused):

@@ -48,8 +48,7 @@ def share_requantizations(lowered: LoweredProgram, weights: dict[str, Array]
     """`lowered` with every value computed twice — an elementwise instruction (a fold, a
     map, a requantize-per-channel) of the same operands, constants compared by value —
     read from its first computation (a new program)."""
-    result = LoweredProgram(dict(lowered.buffers), list(lowered.instructions), lowered.output,
-                            lowered.output_shape)
+    result = lowered.copy()
     first: dict[_Key, str] = {}
     renamed: dict[str, str] = {}
     # Renaming what an instruction reads changes no buffer's writers (a renamed buffer's

@@ -25,8 +25,7 @@ _LITTLE_ENDIAN = {"i8": "<i1", "i32": "<i4"}
 def fold_constant_copies(lowered: LoweredProgram, weights: dict[str, Array]) -> LoweredProgram:
     """`lowered` with every buffer that is known at compile time a constant (a new
     program)."""
-    result = LoweredProgram(dict(lowered.buffers), list(lowered.instructions), lowered.output,
-                            lowered.output_shape)
+    result = lowered.copy()
     writers, readers = result.writers(), result.readers()
     folded: set[str] = set()
     known: dict[str, bool] = {}  # (a buffer folded stays known: its values are the same)

@@ -98,8 +98,7 @@ def merge_loops(producer: Fused, consumer: Fused, leaf: int) -> Fused:
 
 def fuse_elementwise(lowered: LoweredProgram) -> LoweredProgram:
     """`lowered` with chains of elementwise instructions merged (a new program)."""
-    result = LoweredProgram(lowered.buffers, list(lowered.instructions), lowered.output,
-                            lowered.output_shape)
+    result = lowered.copy()
     while _merge_round(result):
         pass
     used = {view.buffer for instruction in result.instructions

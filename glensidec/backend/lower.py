@@ -502,6 +502,12 @@ class LoweredProgram:
     def accel_layers(self) -> list[AccelLayer]:
         return [i for i in self.instructions if isinstance(i, AccelLayer)]
 
+    def copy(self) -> LoweredProgram:
+        """The same program in new containers (the buffers' dict, the instructions' list):
+        what a pass edits in place without changing the program it was given."""
+        return LoweredProgram(dict(self.buffers), list(self.instructions), self.output,
+                              self.output_shape)
+
     # The `readers`/`writers` answers asked for (by name) and the instructions they answer
     # for: the accelerator passes ask for them once per layer while rewriting
     # `instructions` in place, and recomputing them each time made those passes quadratic
