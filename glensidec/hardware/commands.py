@@ -2158,16 +2158,6 @@ def with_output_pitch(program: LayerProgram, m: int, n: int, pitch: int,
         return program
     output_base = _align(program.memory_bytes)
     span = (m - 1) * pitch + n
-
-    def moved(address: int) -> int:
-        row, column = divmod(address - program.output_base, n)
-        return output_base + row * pitch + column
-
-    def step(stride: int, count: int) -> int:
-        if count > 1 and stride % n:
-            raise CapacityError(f"a store of {stride}-byte steps: not whole {n}-byte rows")
-        return stride // n * pitch
-
     commands: list[Command] = []
     for command in program.commands:
         if isinstance(command, Store):
@@ -2175,9 +2165,8 @@ def with_output_pitch(program: LayerProgram, m: int, n: int, pitch: int,
             if not 0 <= dma.base - program.output_base < m * n or \
                     (dma.base - program.output_base) % n + dma.length > n:
                 raise CapacityError("a store across the result's rows")
-            command = replace(command, dma=replace(
-                dma, base=moved(dma.base), stride1=step(dma.stride1, dma.count1),
-                stride2=step(dma.stride2, dma.count2)))
+            command = replace(command, dma=_pitched(dma, program.output_base, output_base, n,
+                                                    pitch, "a store", "rows"))
         commands.append(command)
     return replace(program, commands=commands, output_base=output_base,
                    memory_bytes=output_base + _align(span) + 2 * bus_bytes)
@@ -2194,17 +2183,6 @@ def with_input_pitch(program: LayerProgram, pixels: int, channels: int, pitch: i
     if pitch == channels:
         return program
     input_base = _align(program.memory_bytes)
-
-    def moved(address: int) -> int:
-        pixel, column = divmod(address - program.input_base, channels)
-        return input_base + pixel * pitch + column
-
-    def step(stride: int, count: int) -> int:
-        if count > 1 and stride % channels:
-            raise CapacityError(f"a load of {stride}-byte steps: not whole {channels}-byte "
-                                "pixels")
-        return stride // channels * pitch
-
     end = program.input_base + pixels * channels
     commands: list[Command] = []
     for command in program.commands:
@@ -2213,13 +2191,30 @@ def with_input_pitch(program: LayerProgram, pixels: int, channels: int, pitch: i
             dma = command.dma
             if (dma.base - program.input_base) % channels + dma.length > channels:
                 raise CapacityError("a load across the input's pixels")
-            command = replace(command, dma=replace(
-                dma, base=moved(dma.base), stride1=step(dma.stride1, dma.count1),
-                stride2=step(dma.stride2, dma.count2)))
+            command = replace(command, dma=_pitched(dma, program.input_base, input_base,
+                                                    channels, pitch, "a load", "pixels"))
         commands.append(command)
     return replace(program, commands=commands, input_base=input_base,
                    memory_bytes=input_base + _align((pixels - 1) * pitch + channels)
                    + 2 * bus_bytes)
+
+
+def _pitched(dma: DmaCommand, base: int, new_base: int, width: int, pitch: int, transfer: str,
+             rows: str) -> DmaCommand:
+    """`dma` moved from compact `width`-byte rows at `base` to `pitch`-byte rows at
+    `new_base`: its address and its row steps (`with_output_pitch`'s stores and
+    `with_input_pitch`'s loads); CapacityError when a step is not whole rows (`transfer`
+    and `rows` name them: "a load", "pixels")."""
+
+    def step(stride: int, count: int) -> int:
+        if count > 1 and stride % width:
+            raise CapacityError(f"{transfer} of {stride}-byte steps: not whole {width}-byte "
+                                f"{rows}")
+        return stride // width * pitch
+
+    row, column = divmod(dma.base - base, width)
+    return replace(dma, base=new_base + row * pitch + column,
+                   stride1=step(dma.stride1, dma.count1), stride2=step(dma.stride2, dma.count2))
 
 
 def pool_tiling(config: AccelConfig, layer: ConvLayer) -> int:
