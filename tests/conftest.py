@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -94,13 +95,50 @@ def sim_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return cache
 
 
-def run_checked(words: list[str], timeout: int = 900,
+def run_checked(words: Sequence[str | Path], timeout: int = 900,
                 **options: Any) -> subprocess.CompletedProcess[str]:
     """Run a command; a failure shows the end of its output."""
     done = subprocess.run(words, capture_output=True, text=True, timeout=timeout, check=False,
                           **options)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done
+
+
+def save_inputs(inputs: dict[str, Any], workdir: Path) -> list[str]:
+    """Each input saved as WORKDIR/NAME.npy; the NAME=PATH arguments OUTDIR/model, `make sim`
+    and `glensidec diff` take."""
+    arguments = []
+    for name, value in inputs.items():
+        np.save(workdir / f"{name}.npy", value)
+        arguments.append(f"{name}={workdir / f'{name}.npy'}")
+    return arguments
+
+
+def run_c_program(outdir: Path, arguments: list[str], output: Path) -> np.ndarray[Any, Any]:
+    """`make` OUTDIR's C program and run it on `arguments`: its result."""
+    run_checked(["make", "-s", "-C", str(outdir), "OPT=-O1"])
+    run_checked([str(outdir / "model"), *arguments, "-o", str(output)])
+    return np.load(output)
+
+
+@dataclass
+class Cosimulation:
+    """What `make sim` computed and said."""
+
+    result: np.ndarray[Any, Any]
+    report: dict[str, Any]  # OUTDIR/cosim_report.json
+    log: str  # its standard output
+
+
+def cosimulate(outdir: Path, arguments: list[str], output: Path, sim_cache: Path,
+               *options: str) -> Cosimulation:
+    """`make -C OUTDIR sim` on `arguments` (`options`: more make variables, e.g.
+    `DEQUANTIZE=1`), its result written to `output`."""
+    done = run_checked(["make", "-C", str(outdir), "sim", f"INPUTS={' '.join(arguments)}",
+                        f"OUTPUT={output}", *options], timeout=1800,
+                       env={**os.environ, "GLENSIDEC_SIM_CACHE": str(sim_cache)})
+    report = json.loads((outdir / "cosim_report.json").read_text())
+    return Cosimulation(np.load(output), report, done.stdout)
 
 
 @dataclass
@@ -113,29 +151,31 @@ class Executions:
     log: str  # the co-simulation's standard output
 
 
-def compile_and_cosimulate(program_path: Path, array: str, inputs: dict[str, Any],
+def compile_and_cosimulate(program_path: Path, array: str | None, inputs: dict[str, Any],
                            workdir: Path, sim_cache: Path,
                            shapes: Path | None = None,
                            options: tuple[str, ...] = ()) -> Executions:
-    """`glensidec compile --array ARRAY -o OUTDIR [OPTIONS]`, `make`, run `OUTDIR/model` on
-    `inputs` and `make sim` with the same inputs: the flow a user follows, in `workdir`
-    (`options`: e.g. `--bare-array` for a test about the bare array)."""
+    """`glensidec compile [--array ARRAY] -o OUTDIR [OPTIONS]` (no `array`: the default one),
+    `make`, run `OUTDIR/model` on `inputs` and `make sim` with the same inputs: the flow a
+    user follows, in `workdir` (`options`: e.g. `--bare-array` for a test about the bare
+    array)."""
     outdir = workdir / "out"
-    command = [sys.executable, "-m", "glensidec", "compile", str(program_path), "--array", array,
+    chosen = ["--array", array] if array is not None else []
+    command = [sys.executable, "-m", "glensidec", "compile", str(program_path), *chosen,
                "-o", str(outdir), *options]
     run_checked(command + (["--shapes", str(shapes)] if shapes is not None else []))
-    arguments = []
-    for name, value in inputs.items():
-        np.save(workdir / f"{name}.npy", value)
-        arguments.append(f"{name}={workdir / f'{name}.npy'}")
-    run_checked(["make", "-s", "-C", str(outdir), "OPT=-O1"])
-    run_checked([str(outdir / "model"), *arguments, "-o", str(workdir / "c.npy")])
-    sim = run_checked(["make", "-C", str(outdir), "sim", f"INPUTS={' '.join(arguments)}",
-                       f"OUTPUT={workdir / 'sim.npy'}"],
-                      env={**os.environ, "GLENSIDEC_SIM_CACHE": str(sim_cache)})
-    report = json.loads((outdir / "cosim_report.json").read_text())
-    return Executions(np.load(workdir / "c.npy"), np.load(workdir / "sim.npy"), report,
-                      sim.stdout)
+    arguments = save_inputs(inputs, workdir)
+    c = run_c_program(outdir, arguments, workdir / "c.npy")
+    sim = cosimulate(outdir, arguments, workdir / "sim.npy", sim_cache)
+    return Executions(c, sim.result, sim.report, sim.log)
+
+
+def assert_diff_agrees(outdir: Path, arguments: list[str]) -> None:
+    """`glensidec diff OUTDIR ARGUMENTS` finds the interpreter and the C program equal at
+    every instruction."""
+    diff = subprocess.run([sys.executable, "-m", "glensidec", "diff", str(outdir), *arguments],
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert diff.returncode == 0 and "agree: interpreter, C program" in diff.stdout, diff.stdout
 
 
 def assert_calls_match_the_model(report: dict[str, Any]) -> None:

@@ -4,14 +4,13 @@ the accelerator model, RTL)."""
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import cosimulate, run_c_program, save_inputs
 
 from glensidec import pipeline
 from glensidec.errors import GlensideError
@@ -230,23 +229,14 @@ def test_a_hand_written_epilogue_runs_on_the_accelerator_three_ways(
     assert ran.returncode == 0 and "warning" not in ran.stderr, ran.stderr
     assert ", 1 accelerator layers:" in ran.stdout
     x = np.random.default_rng(2).integers(-128, 128, (5, 24)).astype(np.int8)
-    np.save(tmp_path / "x.npy", x)
-    arguments = [f"x={tmp_path / 'x.npy'}"]
+    arguments = save_inputs({"x": x}, tmp_path)
     program = read_program(source)
     expected = run_program(program, data.all_tensors(program, {"x": x}))
     assert len(np.unique(expected)) > 4
-    subprocess.run(["make", "-s", "-C", str(outdir), "OPT=-O1"], check=True,
-                   capture_output=True, timeout=600)
-    subprocess.run([str(outdir / "model"), *arguments, "-o", str(tmp_path / "c.npy")],
-                   check=True, capture_output=True, timeout=600)
-    assert np.array_equal(np.load(tmp_path / "c.npy"), expected)
-    sim = subprocess.run(["make", "-s", "-C", str(outdir), "sim", f"INPUTS={' '.join(arguments)}",
-                          f"OUTPUT={tmp_path / 'sim.npy'}"], capture_output=True, text=True,
-                         timeout=1200, env={**os.environ, "GLENSIDEC_SIM_CACHE": str(sim_cache)})
-    assert sim.returncode == 0, sim.stdout[-3000:] + sim.stderr[-3000:]
-    assert np.array_equal(np.load(tmp_path / "sim.npy"), expected)
-    report = json.loads((outdir / "cosim_report.json").read_text())
-    (layer,) = [call for call in report["calls"] if "accel" in call]
+    assert np.array_equal(run_c_program(outdir, arguments, tmp_path / "c.npy"), expected)
+    sim = cosimulate(outdir, arguments, tmp_path / "sim.npy", sim_cache)
+    assert np.array_equal(sim.result, expected)
+    (layer,) = [call for call in sim.report["calls"] if "accel" in call]
     assert layer["data_ok"] and layer["simulated_cycles"] == layer["predicted_cycles"]
 
 

@@ -18,6 +18,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import (
+    assert_calls_match_the_model,
+    assert_diff_agrees,
+    cosimulate,
+    run_checked,
+    save_inputs,
+)
 
 from glensidec.backend.lower import constant_array
 from glensidec.cosim.diff import load_compiled
@@ -251,14 +258,11 @@ def _compile(source: Path, outdir: Path, array: str, *extra: str
 
 
 def _run(outdir: Path, inputs: dict[str, np.ndarray]) -> tuple[np.ndarray, str]:
-    subprocess.run(["make", "-s", "-C", str(outdir), "OPT=-O1"], check=True,
-                   capture_output=True, timeout=600)
-    arguments = []
-    for name, value in inputs.items():
-        np.save(outdir / f"{name}.npy", value)
-        arguments.append(f"{name}={outdir / name}.npy")
-    ran = subprocess.run([str(outdir / "model"), *arguments, "-o", str(outdir / "out.npy")],
-                         capture_output=True, text=True, check=True, timeout=600)
+    """OUTDIR's C program built and run on `inputs` (saved in OUTDIR): its result and what
+    it printed."""
+    run_checked(["make", "-s", "-C", str(outdir), "OPT=-O1"])
+    ran = run_checked([str(outdir / "model"), *save_inputs(inputs, outdir), "-o",
+                       str(outdir / "out.npy")])
     return np.load(outdir / "out.npy"), ran.stdout
 
 
@@ -388,10 +392,7 @@ def test_accelerator_layers_compute_what_the_interpreter_does(case: str, tmp_pat
             assert residual.buffer == "r_nhwc"
         if case == "conv_residual_of_a_layer":  # the other layer's rows, before the copy
             assert residual.buffer == layers[0].dst.buffer
-    diff = subprocess.run([sys.executable, "-m", "glensidec", "diff", str(outdir),
-                           *(f"{name}={outdir / name}.npy" for name in inputs)],
-                          capture_output=True, text=True, timeout=600)
-    assert diff.returncode == 0 and "agree: interpreter, C program" in diff.stdout, diff.stdout
+    assert_diff_agrees(outdir, [f"{name}={outdir / name}.npy" for name in inputs])
 
 
 @pytest.mark.slow
@@ -410,9 +411,7 @@ def test_n_blocks_side_by_side_run_in_the_c_model(tmp_path: Path) -> None:
     inputs = {"x": np.random.default_rng(4).integers(-128, 128, (16, 512)).astype(np.int8)}
     got, _ = _run(outdir, inputs)
     assert np.array_equal(got, _expected(source, inputs))
-    diff = subprocess.run([sys.executable, "-m", "glensidec", "diff", str(outdir),
-                           f"x={outdir / 'x'}.npy"], capture_output=True, text=True, timeout=600)
-    assert diff.returncode == 0 and "agree: interpreter, C program" in diff.stdout, diff.stdout
+    assert_diff_agrees(outdir, [f"x={outdir / 'x'}.npy"])
 
 
 @pytest.mark.slow
@@ -522,22 +521,13 @@ def test_make_sim_runs_the_layers_on_ws_accel(case: str, tmp_path: Path,
     rng = np.random.default_rng(11)
     inputs = {name: rng.integers(-128, 128, shape).astype(np.int8)
               for name, shape in shapes.items()}
-    for name, value in inputs.items():
-        np.save(tmp_path / f"{name}.npy", value)
-    arguments = " ".join(f"{name}={tmp_path / name}.npy" for name in inputs)
-    ran = subprocess.run(["make", "-s", "-C", str(outdir), "sim", f"INPUTS={arguments}",
-                          f"OUTPUT={tmp_path / 'sim.npy'}"],
-                         capture_output=True, text=True, timeout=1200,
-                         env={**os.environ, "GLENSIDEC_SIM_CACHE": str(sim_cache)})
-    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
-    assert "co-simulation: every array result and cycle count matches" in ran.stdout
-    report = json.loads((outdir / "cosim_report.json").read_text())
-    layers = [call for call in report["calls"] if "accel" in call]
+    sim = cosimulate(outdir, save_inputs(inputs, tmp_path), tmp_path / "sim.npy", sim_cache)
+    assert "co-simulation: every array result and cycle count matches" in sim.log
+    layers = [call for call in sim.report["calls"] if "accel" in call]
     layouts = sum(layer.layout is not None for layer in load_compiled(outdir)[1].accel_layers())
     assert len(layers) == fused + layouts
-    assert all(call["data_ok"] and call["simulated_cycles"] == call["predicted_cycles"]
-               for call in report["calls"])
-    assert np.array_equal(np.load(tmp_path / "sim.npy"), _expected(source, inputs))
+    assert_calls_match_the_model(sim.report)
+    assert np.array_equal(sim.result, _expected(source, inputs))
 
 
 @pytest.mark.slow

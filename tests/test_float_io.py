@@ -5,7 +5,6 @@ quantizer does, and `--dequantize` gives float32 results."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +13,13 @@ from typing import Any
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from conftest import assert_calls_match_the_model
+from conftest import (
+    assert_calls_match_the_model,
+    cosimulate,
+    run_c_program,
+    run_checked,
+    save_inputs,
+)
 from onnx_models import MODELS, imported, run_onnxruntime
 
 import glensidec
@@ -238,21 +243,6 @@ def c_quantization_program(tmp_path: Path) -> tuple[Path, dict[str, Array]]:
     return path, inputs
 
 
-def run_checked(words: list[str | Path], **options: Any) -> str:
-    done = subprocess.run([str(w) for w in words], capture_output=True, text=True, check=False,
-                          timeout=900, **options)
-    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-    return done.stdout
-
-
-def model_arguments(inputs: dict[str, Array], folder: Path) -> list[str]:
-    arguments = []
-    for name, values in inputs.items():
-        np.save(folder / f"{name}.npy", values)
-        arguments.append(f"{name}={folder / f'{name}.npy'}")
-    return arguments
-
-
 @pytest.mark.slow
 def test_the_c_model_quantizes_and_dequantizes_bit_exactly_as_python(tmp_path: Path) -> None:
     """1,900 adversarial floats over five scales: the C harness's quantization equals
@@ -271,7 +261,7 @@ def test_the_c_model_quantizes_and_dequantizes_bit_exactly_as_python(tmp_path: P
     run_checked([sys.executable, "-m", "glensidec", "compile", program_path,
                  "--array", "8x8", "-o", outdir])
     run_checked(["make", "-s", "-C", outdir, "OPT=-O2"])
-    arguments = model_arguments(inputs, tmp_path)
+    arguments = save_inputs(inputs, tmp_path)
     run_checked([outdir / "model", *arguments, "-o", tmp_path / "c.npy"])
     run_checked([outdir / "model", *arguments, "--dequantize", "-o", tmp_path / "real.npy"])
     c = np.load(tmp_path / "c.npy")
@@ -309,19 +299,13 @@ def test_a_float_input_agrees_in_interpreter_c_and_rtl(
     outdir = tmp_path / "out"
     run_checked([sys.executable, "-m", "glensidec", "compile", saved, "--array", "8x8",
                  "-o", outdir])
-    run_checked(["make", "-s", "-C", outdir, "OPT=-O1"])
-    arguments = model_arguments({"x": x}, tmp_path)
-    run_checked([outdir / "model", *arguments, "-o", tmp_path / "c.npy"])
-    np.testing.assert_array_equal(np.load(tmp_path / "c.npy"), expected)
+    arguments = save_inputs({"x": x}, tmp_path)
+    np.testing.assert_array_equal(run_c_program(outdir, arguments, tmp_path / "c.npy"), expected)
     reference = out_params.dequantize(expected).view(np.uint32)
     run_checked([outdir / "model", *arguments, "--dequantize", "-o", tmp_path / "c_real.npy"])
     np.testing.assert_array_equal(np.load(tmp_path / "c_real.npy").view(np.uint32), reference)
-    run_checked(["make", "-C", outdir, "sim", f"INPUTS={' '.join(arguments)}",
-                 f"OUTPUT={tmp_path / 'sim_real.npy'}", "DEQUANTIZE=1"],
-                env={**os.environ, "GLENSIDEC_SIM_CACHE": str(sim_cache)})
-    sim_real = np.load(tmp_path / "sim_real.npy")
-    assert sim_real.dtype == np.float32
-    np.testing.assert_array_equal(sim_real.view(np.uint32), reference)
-    report = json.loads((outdir / "cosim_report.json").read_text())
-    assert_calls_match_the_model(report)
-    assert len(report["calls"]) == 3  # the three dense layers ran on the RTL array
+    sim = cosimulate(outdir, arguments, tmp_path / "sim_real.npy", sim_cache, "DEQUANTIZE=1")
+    assert sim.result.dtype == np.float32
+    np.testing.assert_array_equal(sim.result.view(np.uint32), reference)
+    assert_calls_match_the_model(sim.report)
+    assert len(sim.report["calls"]) == 3  # the three dense layers ran on the RTL array

@@ -13,15 +13,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from conftest import run_checked
+from conftest import cosimulate, run_checked, save_inputs
 from onnx_models import imported
 from test_quantize import calibration_for, sample_list
 
@@ -56,17 +54,9 @@ def test_the_whole_quantized_resnet18_cosimulates_bit_and_cycle_exactly(
     run_checked([sys.executable, "-m", "glensidec", "compile", str(program_path), "--array",
                  "16x16", "--accel", "--dram-bandwidth", "16", "-o", str(outdir)])
     inputs = quantized.quantize_inputs(sample_list(calibration, 1)[0])
-    arguments = []
-    for name, value in inputs.items():
-        np.save(tmp_path / f"{name}.npy", value)
-        arguments.append(f"{name}={tmp_path / f'{name}.npy'}")
-    sim = subprocess.run(["make", "-C", str(outdir), "sim", f"INPUTS={' '.join(arguments)}",
-                          f"OUTPUT={tmp_path / 'sim.npy'}"], capture_output=True, text=True,
-                         timeout=1200, env={**os.environ, "GLENSIDEC_SIM_CACHE": str(sim_cache)})
-    assert sim.returncode == 0, sim.stdout[-3000:] + sim.stderr[-3000:]
-    report = json.loads((outdir / "cosim_report.json").read_text())
-    assert report["status"] == 0
-    layers = report["calls"]
+    sim = cosimulate(outdir, save_inputs(inputs, tmp_path), tmp_path / "sim.npy", sim_cache)
+    assert sim.report["status"] == 0
+    layers = sim.report["calls"]
     manifest = json.loads((outdir / "cosim.json").read_text())
     # the input's layout (a layout layer), the stem, 19 convolutions, 2 pools, the classifier
     assert len(layers) == Manifest.read(outdir).accel_layers == 24
@@ -78,4 +68,4 @@ def test_the_whole_quantized_resnet18_cosimulates_bit_and_cycle_exactly(
     assert sum(layer["simulated_cycles"] for layer in layers) > 7_000_000
     expected = run_program(read_program(program_path),
                            {**load_weights(read_program(program_path)), **inputs})
-    np.testing.assert_array_equal(np.load(tmp_path / "sim.npy"), expected)
+    np.testing.assert_array_equal(sim.result, expected)
