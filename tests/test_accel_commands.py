@@ -80,15 +80,7 @@ def random_layer_data(layer: ConvLayer, seed: int) -> tuple[np.ndarray, np.ndarr
 def test_layer_program_computes_the_layer(layer: ConvLayer) -> None:
     feature, weights, quant = random_layer_data(layer, 1)
     program = conv_program(SMALL, layer, quant)
-    M, _, N = layer.gemm
-    memory = np.zeros(program.memory_bytes, dtype=np.uint8)
-    image = program.input_image(feature, quant.input_zero_point)
-    memory[:image.size] = image
-    stored = weight_matrix(layer, SMALL.cols, weights).reshape(-1)
-    memory[program.weight_base:program.weight_base + stored.size] = stored & 0xFF
-    after = run_functional(SMALL, program.commands, memory).astype(np.int64)
-    got = after[program.output_base:program.output_base + M * N]
-    got = np.where(got >= 128, got - 256, got).reshape(M, N)
+    got = run_layer(program, layer, feature, weights, quant, None)
     expected = conv_reference(layer, feature, weights, quant)
     assert np.array_equal(got, expected)
     assert len({value for value in expected.reshape(-1)}) > 3  # not a saturated constant
@@ -140,15 +132,7 @@ def test_a_residual_add_in_the_epilogue_computes_the_quantized_add(layer: ConvLa
     program = conv_program(SMALL, layer, with_residual)
     M, _, N = layer.gemm
     residual = np.random.default_rng(6).integers(-128, 128, (M, N))
-    memory = np.zeros(program.memory_bytes, dtype=np.uint8)
-    image = program.input_image(feature, quant.input_zero_point)
-    memory[:image.size] = image
-    stored = weight_matrix(layer, SMALL.cols, weights).reshape(-1)
-    memory[program.weight_base:program.weight_base + stored.size] = stored & 0xFF
-    memory[program.residual_base:program.residual_base + M * N] = residual.reshape(-1) & 0xFF
-    after = run_functional(SMALL, program.commands, memory).astype(np.int64)
-    got = after[program.output_base:program.output_base + M * N]
-    got = np.where(got >= 128, got - 256, got).reshape(M, N)
+    got = run_layer(program, layer, feature, weights, quant, residual)
     epilogue = quant.epilogue
     if early:
         summed = wrap_signed(_accumulators(layer, feature, weights, quant.input_zero_point)
@@ -201,15 +185,7 @@ def test_small_scratchpads_cut_k_into_pieces(layer: ConvLayer) -> None:
     feature, weights, quant = random_layer_data(layer, 3)
     program = conv_program(config, layer, quant)
     assert program.piece_folds < program.folds
-    M, _, N = layer.gemm
-    memory = np.zeros(program.memory_bytes, dtype=np.uint8)
-    image = program.input_image(feature, quant.input_zero_point)
-    memory[:image.size] = image
-    stored = weight_matrix(layer, config.cols, weights).reshape(-1)
-    memory[program.weight_base:program.weight_base + stored.size] = stored & 0xFF
-    after = run_functional(config, program.commands, memory).astype(np.int64)
-    got = after[program.output_base:program.output_base + M * N]
-    got = np.where(got >= 128, got - 256, got).reshape(M, N)
+    got = run_layer(program, layer, feature, weights, quant, None, config)
     assert np.array_equal(got, conv_reference(layer, feature, weights, quant))
     assert accel_cycles(config, program.commands).compute_rows == sum(
         command.m_len for command in program.commands if isinstance(command, Compute))
@@ -291,11 +267,7 @@ def test_a_pool_program_computes_the_max_pool(layer: ConvLayer, schedule: str) -
                                                             layer.channels))
     program = pool_program(config, layer, schedule=schedule)
     M, C = layer.out_size[0] * layer.out_size[1], layer.channels
-    memory = np.zeros(program.memory_bytes, dtype=np.uint8)
-    memory[:feature.size] = feature.reshape(-1) & 0xFF
-    after = run_functional(config, program.commands, memory).astype(np.int64)
-    got = after[program.output_base:program.output_base + M * C]
-    got = np.where(got >= 128, got - 256, got).reshape(M, C)
+    got = _run_pool(config, program, feature, M, C)
     windows = [feature[max(0, y * layer.stride - layer.padding):
                        y * layer.stride - layer.padding + layer.kernel,
                        max(0, x * layer.stride - layer.padding):
@@ -327,11 +299,7 @@ def test_a_sum_pool_program_computes_the_scaled_window_sums(layer: ConvLayer,
     feature, _, quant = random_layer_data(layer, 5)
     program = pool_program(config, layer, quant, schedule)
     M, C = layer.out_size[0] * layer.out_size[1], layer.channels
-    memory = np.zeros(program.memory_bytes, dtype=np.uint8)
-    memory[:feature.size] = feature.reshape(-1) & 0xFF
-    after = run_functional(config, program.commands, memory).astype(np.int64)
-    got = after[program.output_base:program.output_base + M * C]
-    got = np.where(got >= 128, got - 256, got).reshape(M, C)
+    got = _run_pool(config, program, feature, M, C)
     windows = np.array([feature[y * layer.stride:y * layer.stride + layer.kernel,
                                 x * layer.stride:x * layer.stride + layer.kernel].sum(axis=(0, 1))
                         for y in range(layer.out_size[0]) for x in range(layer.out_size[1])])
@@ -347,11 +315,7 @@ def test_a_sum_pool_program_computes_the_scaled_window_sums(layer: ConvLayer,
     quant = dataclasses.replace(quant, input_zero_point=3)
     program = pool_program(config, padded, quant, schedule)
     M = padded.out_size[0] * padded.out_size[1]
-    memory = np.zeros(program.memory_bytes, dtype=np.uint8)
-    memory[:feature.size] = feature.reshape(-1) & 0xFF
-    after = run_functional(config, program.commands, memory).astype(np.int64)
-    got = after[program.output_base:program.output_base + M * C]
-    got = np.where(got >= 128, got - 256, got).reshape(M, C)
+    got = _run_pool(config, program, feature, M, C)
     expected = epilogue_reference(sum_pool_reference(padded, feature, 3),
                                   np.array(quant.bias)[None, :], np.array(quant.multiplier),
                                   quant.epilogue)
@@ -500,25 +464,37 @@ def test_the_window_schedule_computes_the_layer(layer: ConvLayer, residual: str)
     assert tilings
     for tiling in tilings:
         program = window_program(SMALL, layer, quant, tiling)
-        assert np.array_equal(_run_window(program, layer, feature, weights, quant, added),
+        assert np.array_equal(run_layer(program, layer, feature, weights, quant, added),
                               conv_reference(layer, feature, weights, quant, added)), tiling
 
 
-def _run_window(program: LayerProgram, layer: ConvLayer, feature: np.ndarray,
-                weights: np.ndarray, quant: LayerQuant, added: np.ndarray | None
-                ) -> np.ndarray:
-    """The (M, N) int8 output of a program on SMALL, executed for its data."""
+def run_layer(program: LayerProgram, layer: ConvLayer, feature: np.ndarray,
+              weights: np.ndarray, quant: LayerQuant, added: np.ndarray | None,
+              config: AccelConfig = SMALL) -> np.ndarray:
+    """The (M, N) int8 output of a layer's program on `config`, executed for its data (the
+    image, the weights and the residual rows `added` put where the program reads them)."""
     M, _, N = layer.gemm
     memory = np.zeros(program.memory_bytes, dtype=np.uint8)
     image = program.input_image(feature, quant.input_zero_point)
     memory[:image.size] = image
-    stored = weight_matrix(layer, SMALL.cols, weights).reshape(-1)
+    stored = weight_matrix(layer, config.cols, weights).reshape(-1)
     memory[program.weight_base:program.weight_base + stored.size] = stored & 0xFF
     if added is not None:
         memory[program.residual_base:program.residual_base + M * N] = added.reshape(-1) & 0xFF
-    after = run_functional(SMALL, program.commands, memory).astype(np.int64)
+    after = run_functional(config, program.commands, memory).astype(np.int64)
     got = after[program.output_base:program.output_base + M * N]
     return np.where(got >= 128, got - 256, got).reshape(M, N)
+
+
+def _run_pool(config: AccelConfig, program: LayerProgram, feature: np.ndarray, m: int,
+              c: int) -> np.ndarray:
+    """The (M, C) int8 output of a pooling program on `config`, executed for `feature` (its
+    HWC bytes at address 0)."""
+    memory = np.zeros(program.memory_bytes, dtype=np.uint8)
+    memory[:feature.size] = feature.reshape(-1) & 0xFF
+    after = run_functional(config, program.commands, memory).astype(np.int64)
+    got = after[program.output_base:program.output_base + m * c]
+    return np.where(got >= 128, got - 256, got).reshape(m, c)
 
 
 #: Layers whose window tilings on SMALL include every layout: bands below weight buffers
@@ -543,7 +519,7 @@ def test_every_window_layout_computes_the_layer(layer: ConvLayer, residual: str)
     tilings = window_tilings(SMALL, layer, bool(residual))
     for tiling in tilings:
         program = window_program(SMALL, layer, quant, tiling)
-        assert np.array_equal(_run_window(program, layer, feature, weights, quant, added),
+        assert np.array_equal(run_layer(program, layer, feature, weights, quant, added),
                               conv_reference(layer, feature, weights, quant, added)), tiling
 
 
@@ -577,7 +553,7 @@ def test_non_square_and_dilated_windows_compute_the_layer_in_every_schedule(
     assert len(set(expected.reshape(-1).tolist())) > 3  # not a saturated constant
     native = native_model()
     for program in programs:
-        assert np.array_equal(_run_window(program, layer, feature, weights, quant, None),
+        assert np.array_equal(run_layer(program, layer, feature, weights, quant, None),
                               expected)
         if native is not None:
             python = AccelModel(SMALL).run(program.commands)
@@ -645,7 +621,7 @@ def test_n_blocks_side_by_side_compute_the_layer(layer: ConvLayer) -> None:
         program = window_program(SMALL, layer, quant, tiling)
         assert max(command.acc_row for command in program.commands
                    if isinstance(command, Compute)) > 0
-        assert np.array_equal(_run_window(program, layer, feature, weights, quant, None),
+        assert np.array_equal(run_layer(program, layer, feature, weights, quant, None),
                               conv_reference(layer, feature, weights, quant, None)), tiling
 
 

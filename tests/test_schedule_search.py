@@ -11,15 +11,17 @@ then the first).
 from __future__ import annotations
 
 import contextlib
+from dataclasses import replace
 
 import numpy as np
 import pytest
+from test_accel_commands import LAYERS as COMMAND_LAYERS
+from test_accel_commands import SMALL
 
 from glensidec.hardware.accel import (
     CapacityError,
     ConvLayer,
     EpilogueConfig,
-    MemoryConfig,
     ResidualConfig,
 )
 from glensidec.hardware.accel_native import pack_commands
@@ -41,18 +43,10 @@ from glensidec.hardware.commands import (
     window_tilings,
 )
 
-SMALL = AccelConfig(4, 4, 16, MemoryConfig(row_bytes=4, scratchpad_bytes=4 * 4 * 128, banks=4,
-                                            bus_bytes=4, latency=2))
-SLOW = AccelConfig(4, 4, 16, MemoryConfig(row_bytes=4, scratchpad_bytes=4 * 4 * 128, banks=4,
-                                           bus_bytes=1, latency=2))
+# test_accel_commands' array, and the same with a 1-byte bus
+SLOW = replace(SMALL, memory=replace(SMALL.memory, bus_bytes=1))
 LAYERS = [
-    ConvLayer("conv3x3", 5, 5, 6, 6, kernel=3, stride=1, padding=1),
-    ConvLayer("conv3x3s2", 7, 6, 4, 9, kernel=3, stride=2, padding=1),
-    ConvLayer("conv1x1s2", 6, 6, 8, 11, kernel=1, stride=2),
-    ConvLayer("gemm", 9, 1, 12, 5),
-    ConvLayer("rgb5x5s2", 9, 8, 1, 3, kernel=5, stride=2, padding=2),
-    ConvLayer("depthwise3x3", 6, 5, 10, 10, kernel=3, stride=1, padding=1, groups=10),
-    ConvLayer("grouped3x3s2", 7, 6, 10, 6, kernel=3, stride=2, padding=1, groups=2),
+    *COMMAND_LAYERS,
     # a dense layer of many channels (vgg11's classifier, small): its weights stream once
     # in every schedule, and im2col's rows come on top (the bound rules it out)
     ConvLayer("dense", 1, 1, 256, 32),
