@@ -15,8 +15,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import assert_calls_match_the_model, compile_and_cosimulate
-from test_accel_commands import random_layer_data
-from test_accel_offload import _accelerated, _interpreted, _lowered_result, _random_inputs
+from test_accel_commands import random_layer_data, run_layer
+from test_accel_offload import (
+    _accelerated,
+    _assert_interpreters_agree,
+    _interpreted,
+)
 
 from glensidec.backend.accel_layers import layer_geometry
 from glensidec.backend.lower import AccelLayer, Copy, Fill, LoweredProgram
@@ -29,8 +33,6 @@ from glensidec.hardware.commands import (
     conv_folds,
     conv_program,
     conv_reference,
-    run_functional,
-    weight_matrix,
 )
 from glensidec.lang import data
 from glensidec.lang.syntax import read_program
@@ -88,14 +90,6 @@ def _host_layouts(lowered: LoweredProgram) -> list[str]:
                 or ("transposed" in instruction.note and "pooled" not in instruction.note)))]
 
 
-def _assert_interpreters_agree(source: Path, lowered: LoweredProgram, rows: int) -> None:
-    for seed in range(2):
-        inputs = _random_inputs(source, seed)
-        expected = _interpreted(source, inputs)
-        got = _lowered_result(source, lowered, inputs, rows)
-        assert np.array_equal(got.reshape(expected.shape), expected)
-
-
 @pytest.mark.parametrize("array", ["16x32", "8x32"])
 def test_a_convolution_whose_pixels_are_padded_to_the_columns_runs_on_the_accelerator(
         strided: Path, array: str) -> None:
@@ -144,16 +138,8 @@ def test_an_unpacked_layer_of_few_channels_pads_with_the_dmas_bounds() -> None:
     feature, weights, quant = random_layer_data(layer, 3)
     program = conv_program(config, layer, quant)
     assert program.input_padding == 0
-    M, _, N = layer.gemm
-    memory = np.zeros(program.memory_bytes, dtype=np.uint8)
-    image = program.input_image(feature, quant.input_zero_point)
-    assert image.size == feature.size
-    memory[:image.size] = image
-    stored = weight_matrix(layer, config.cols, weights).reshape(-1)
-    memory[program.weight_base:program.weight_base + stored.size] = stored & 0xFF
-    after = run_functional(config, program.commands, memory).astype(np.int64)
-    got = after[program.output_base:program.output_base + M * N]
-    got = np.where(got >= 128, got - 256, got).reshape(M, N)
+    assert program.input_image(feature, quant.input_zero_point).size == feature.size
+    got = run_layer(program, layer, feature, weights, quant, None, config)
     assert np.array_equal(got, conv_reference(layer, feature, weights, quant))
     rows = sum(command.m_len for command in program.commands if isinstance(command, Compute))
     assert accel_cycles(config, program.commands).compute_rows == rows

@@ -8,17 +8,13 @@ predicted cycles."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from onnx_models import OnnxGraph, imported
-from test_accel_offload import _accelerated, _interpreted, _lowered_result
+from test_accel_offload import _accelerated, _checked_cosimulation, _interpreted, _lowered_result
 from test_quantize import calibration_for, sample_list
 from test_transformer import Size, encoder_block, gelu, heads, layer_norm, linear
 
@@ -138,31 +134,10 @@ def test_an_attention_block_on_the_accelerator_cosimulates_bit_exactly(
     layer on ws_accel's RTL) give the interpreter's integers, every layer its predicted
     cycles."""
     source, inputs = _quantized_block(tmp_path, pre_norm=True)
-    outdir = tmp_path / "out"
-    compiled = subprocess.run([sys.executable, "-m", "glensidec", "compile", str(source),
-                               "-o", str(outdir)], capture_output=True, text=True, timeout=600)
-    assert compiled.returncode == 0, compiled.stderr
-    arguments = []
-    for name, value in inputs.items():
-        np.save(tmp_path / f"{name}.npy", value)
-        arguments.append(f"{name}={tmp_path / name}.npy")
-    expected = _interpreted(source, inputs)
-    ran = subprocess.run(["make", "-s", "-C", str(outdir), "sim", f"INPUTS={' '.join(arguments)}",
-                          f"OUTPUT={tmp_path / 'sim.npy'}"], capture_output=True, text=True,
-                         timeout=1800, env={**os.environ, "GLENSIDEC_SIM_CACHE": str(sim_cache)})
-    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
-    report = json.loads((outdir / "cosim_report.json").read_text())
+    run = _checked_cosimulation(source, None, inputs, tmp_path, sim_cache)
     # 2 heads: 3 projections, a layout layer and 2 products each; the output projection
     # and the MLP's layers (at least the second)
-    assert len(report["calls"]) >= 6 * TINY.heads + 2
-    assert all(call["data_ok"] and call["simulated_cycles"] == call["predicted_cycles"]
-               for call in report["calls"])
-    assert np.array_equal(np.load(tmp_path / "sim.npy"), expected)
-    subprocess.run(["make", "-s", "-C", str(outdir), "OPT=-O1"], check=True, timeout=600)
-    c_result = tmp_path / "c.npy"
-    subprocess.run([str(outdir / "model"), *arguments, "-o", str(c_result)], check=True,
-                   timeout=600)
-    assert np.array_equal(np.load(c_result), expected)
+    assert len(run.report["calls"]) >= 6 * TINY.heads + 2
 
 
 def _negation(dst: View, src: View) -> Map:

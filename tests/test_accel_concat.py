@@ -3,21 +3,26 @@ ceil-mode max-pools and first convolutions without padding on the accelerator (i
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import (
+    assert_calls_match_the_model,
+    assert_diff_agrees,
+    cosimulate,
+    run_checked,
+    save_inputs,
+)
 from test_accel_offload import (
     CONV_THEN_AVERAGE,
     _accelerated,
+    _assert_interpreters_agree,
     _conv_then_pool,
     _interpreted,
-    _lowered_result,
     _random_inputs,
+    _save_conv_weights,
 )
 
 from glensidec.backend.lower import AccelLayer, Copy, Fill, Reduce
@@ -88,11 +93,7 @@ def test_a_concatenation_of_layers_is_written_in_place_as_their_rows(
             if isinstance(instruction, (Copy, Fill, Reduce))
             and instruction.dst.buffer != lowered.output]
     assert not host, host
-    for seed in range(3):
-        inputs = _random_inputs(source, seed)
-        expected = _interpreted(source, inputs)
-        got = _lowered_result(source, lowered, inputs, 4)
-        assert np.array_equal(got.reshape(expected.shape), expected)
+    _assert_interpreters_agree(source, lowered, 4, seeds=3)
 
 
 def test_a_pitched_store_writes_the_same_rows_pitch_bytes_apart() -> None:
@@ -145,11 +146,7 @@ def test_an_unpadded_first_convolution_reads_the_input_by_dma(tmp_path: Path) ->
     assert not [instruction for instruction in lowered.instructions
                 if isinstance(instruction, (Copy, Fill)) and instruction.dst.buffer !=
                 lowered.output]
-    for seed in range(2):
-        inputs = _random_inputs(source, seed)
-        expected = _interpreted(source, inputs)
-        got = _lowered_result(source, lowered, inputs, 4)
-        assert np.array_equal(got.reshape(expected.shape), expected)
+    _assert_interpreters_agree(source, lowered, 4)
 
 
 @pytest.mark.slow
@@ -165,35 +162,22 @@ def test_the_new_layer_forms_run_three_ways_and_on_ws_accel(
         _padded_average(tmp_path, 6, 3, 1) if program == "padded_average" else \
         _requantized_pool(tmp_path)
     outdir = tmp_path / "out"
-    compiled = subprocess.run([sys.executable, "-m", "glensidec", "compile", str(source),
-                               "--array", "4x4", "-o", str(outdir)],
-                              capture_output=True, text=True, timeout=600)
-    assert compiled.returncode == 0, compiled.stderr
+    run_checked([sys.executable, "-m", "glensidec", "compile", str(source), "--array", "4x4",
+                 "-o", str(outdir)])
     inputs = _random_inputs(source, 4)
-    arguments = []
-    for name, value in inputs.items():
-        np.save(tmp_path / f"{name}.npy", value)
-        arguments.append(f"{name}={tmp_path / name}.npy")
+    arguments = save_inputs(inputs, tmp_path)
     expected = _interpreted(source, inputs)
-    ran = subprocess.run(["make", "-s", "-C", str(outdir), "sim", f"INPUTS={' '.join(arguments)}",
-                          f"OUTPUT={tmp_path / 'sim.npy'}"], capture_output=True, text=True,
-                         timeout=1200, env={**os.environ, "GLENSIDEC_SIM_CACHE": str(sim_cache)})
-    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
-    report = json.loads((outdir / "cosim_report.json").read_text())
-    assert len(report["calls"]) >= 3 and all(
-        call["data_ok"] and call["simulated_cycles"] == call["predicted_cycles"]
-        for call in report["calls"])
-    assert np.array_equal(np.load(tmp_path / "sim.npy"), expected)
-    diff = subprocess.run([sys.executable, "-m", "glensidec", "diff", str(outdir), *arguments],
-                          capture_output=True, text=True, timeout=600)
-    assert diff.returncode == 0 and "agree: interpreter, C program" in diff.stdout, diff.stdout
+    sim = cosimulate(outdir, arguments, tmp_path / "sim.npy", sim_cache)
+    assert len(sim.report["calls"]) >= 3
+    assert_calls_match_the_model(sim.report)
+    assert np.array_equal(sim.result, expected)
+    assert_diff_agrees(outdir, arguments)
 
 
 def _padded_average(root: Path, size: int, kernel: int, stride: int) -> Path:
     """A layer, then a kernel × kernel average pool at `stride` of its result padded by 1
     with zeros, counting the padding (a window sum, requantized)."""
-    np.savez(root / "w.npz", w=np.random.default_rng(4).integers(-128, 128, (8, 4, 1, 1))
-             .astype(np.int8))
+    _save_conv_weights(root)
     padded = "(access-pad (access-pad q zero-padding 2 1 1) zero-padding 3 1 1)"
     out = (size + 2 - kernel) // stride + 1
     summed = (f"(compute reduce-sum (access-windows (access {padded} 2) "
@@ -219,11 +203,7 @@ def test_an_average_pool_counting_its_padding_is_a_padded_sum_pooling_layer(
     assert len(pools) == 1 and pools[0].pool_sum and pools[0].padding == 1
     assert not [instruction for instruction in lowered.instructions
                 if isinstance(instruction, (Fill, Reduce))]
-    for seed in range(3):
-        inputs = _random_inputs(source, seed)
-        expected = _interpreted(source, inputs)
-        got = _lowered_result(source, lowered, inputs, 4)
-        assert np.array_equal(got.reshape(expected.shape), expected)
+    _assert_interpreters_agree(source, lowered, 4, seeds=3)
 
 
 def _requantized_pool(root: Path) -> Path:
@@ -247,8 +227,4 @@ def test_a_requantize_of_a_max_pool_runs_in_the_pool_epilogue(tmp_path: Path) ->
     assert len(pools) == 1 and not pools[0].pool_sum and pools[0].post == 31
     assert all(isinstance(instruction, (AccelLayer, Copy))  # (the NCHW result's copy)
                for instruction in lowered.instructions)
-    for seed in range(3):
-        inputs = _random_inputs(source, seed)
-        expected = _interpreted(source, inputs)
-        got = _lowered_result(source, lowered, inputs, 4)
-        assert np.array_equal(got.reshape(expected.shape), expected)
+    _assert_interpreters_agree(source, lowered, 4, seeds=3)

@@ -11,16 +11,26 @@ by nothing (torchvision's initialisation, which bench/results/zoo.md measures), 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from conftest import (
+    assert_calls_match_the_model,
+    assert_diff_agrees,
+    cosimulate,
+    run_checked,
+    save_inputs,
+)
 from onnx_models import OnnxGraph, imported
-from test_accel_offload import _accelerated, _interpreted, _lowered_result, _random_inputs
+from test_accel_offload import (
+    _accelerated,
+    _assert_interpreters_agree,
+    _interpreted,
+    _random_inputs,
+)
 from test_quantize import calibration_for
 
 from glensidec.backend.lower import AccelLayer
@@ -112,11 +122,7 @@ def test_a_reduced_dense_block_leaves_nothing_on_the_host(shift: bool, tmp_path:
     assert sum(layer.input_pitch > 0 for layer in affine) == 5  # all but the blocks' last
     blocks = {layer.dst.buffer for layer in layers if layer.output_pitch}
     assert len(blocks) == 2
-    for seed in range(2):
-        inputs = _random_inputs(source, seed)
-        expected = _interpreted(source, inputs)
-        got = _lowered_result(source, lowered, inputs, 8)
-        assert np.array_equal(got.reshape(expected.shape), expected)
+    _assert_interpreters_agree(source, lowered, 8)
 
 
 def test_a_batch_norm_of_an_activation_is_widened_128_times(tmp_path: Path) -> None:
@@ -164,21 +170,12 @@ def test_the_reduced_densenets_host_share_is_at_most_15_percent(shift: bool,
     host at 0 % (target ≤ 15 %), and its C program gives the interpreter's result."""
     source = _quantized(tmp_path, shift)
     outdir = tmp_path / "out"
-    compiled = subprocess.run([sys.executable, "-m", "glensidec", "compile", str(source),
-                               "--array", "8x8", "-o", str(outdir), "--stats"],
-                              capture_output=True, text=True, timeout=600)
-    assert compiled.returncode == 0, compiled.stderr
+    compiled = run_checked([sys.executable, "-m", "glensidec", "compile", str(source),
+                            "--array", "8x8", "-o", str(outdir), "--stats"])
     line = next(line for line in compiled.stdout.splitlines()
                 if line.startswith("predicted cycles:"))
     assert "host 0 = 0.0%" in line, line
-    inputs = _random_inputs(source, 3)
-    arguments = []
-    for name, value in inputs.items():
-        np.save(tmp_path / f"{name}.npy", value)
-        arguments.append(f"{name}={tmp_path / name}.npy")
-    diff = subprocess.run([sys.executable, "-m", "glensidec", "diff", str(outdir), *arguments],
-                          capture_output=True, text=True, timeout=600)
-    assert diff.returncode == 0 and "agree: interpreter, C program" in diff.stdout, diff.stdout
+    assert_diff_agrees(outdir, save_inputs(_random_inputs(source, 3), tmp_path))
 
 
 @pytest.mark.slow
@@ -193,26 +190,15 @@ def test_the_reduced_densenet_runs_bit_and_cycle_exact_on_ws_accel(
     interpreter's."""
     source = _quantized(tmp_path, shift)
     outdir = tmp_path / "out"
-    compiled = subprocess.run([sys.executable, "-m", "glensidec", "compile", str(source),
-                               "--array", "8x8", "-o", str(outdir)],
-                              capture_output=True, text=True, timeout=600)
-    assert compiled.returncode == 0, compiled.stderr
+    run_checked([sys.executable, "-m", "glensidec", "compile", str(source), "--array", "8x8",
+                 "-o", str(outdir)])
     inputs = _random_inputs(source, 4)
-    arguments = []
-    for name, value in inputs.items():
-        np.save(tmp_path / f"{name}.npy", value)
-        arguments.append(f"{name}={tmp_path / name}.npy")
-    ran = subprocess.run(["make", "-s", "-C", str(outdir), "sim", f"INPUTS={' '.join(arguments)}",
-                          f"OUTPUT={tmp_path / 'sim.npy'}"], capture_output=True, text=True,
-                         timeout=1800, env={**os.environ, "GLENSIDEC_SIM_CACHE": str(sim_cache)})
-    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
-    report = json.loads((outdir / "cosim_report.json").read_text())
+    sim = cosimulate(outdir, save_inputs(inputs, tmp_path), tmp_path / "sim.npy", sim_cache)
     # every layer, the input-pitched ones too (the recorder once sized their memory image
     # without the input region moved after the output, and dropped them silently)
     layers = json.loads((outdir / "cosim.json").read_text())["accel_layers"]
-    assert len(report["calls"]) == len(layers) >= 20 and all(
-        call["data_ok"] and call["simulated_cycles"] == call["predicted_cycles"]
-        for call in report["calls"])
-    assert sum(call["simulated_cycles"] for call in report["calls"]) == \
+    assert len(sim.report["calls"]) == len(layers) >= 20
+    assert_calls_match_the_model(sim.report)
+    assert sum(call["simulated_cycles"] for call in sim.report["calls"]) == \
         sum(layer[-1] for layer in layers)
-    assert np.array_equal(np.load(tmp_path / "sim.npy"), _interpreted(source, inputs))
+    assert np.array_equal(sim.result, _interpreted(source, inputs))

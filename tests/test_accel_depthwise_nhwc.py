@@ -11,7 +11,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_accel_offload import _accelerated, _interpreted, _lowered_result, _random_inputs
+from test_accel_offload import (
+    _accelerated,
+    _checked_cosimulation,
+    _interpreted,
+    _lowered_result,
+    _random_inputs,
+)
 
 from glensidec.backend.lower import Copy, Dot
 
@@ -73,11 +79,6 @@ def test_a_depthwise_convolution_read_in_nhwc_is_a_grouped_layer_writing_it(
 @pytest.mark.rtl
 def test_a_depthwise_convolution_read_in_nhwc_cosimulates(tmp_path: Path,
                                                           sim_cache: Path) -> None:
-    from conftest import assert_calls_match_the_model, compile_and_cosimulate
-
     source = _nhwc_depthwise(tmp_path, 6)
     inputs = _random_inputs(source, 3)
-    ran = compile_and_cosimulate(source, "4x4", inputs, tmp_path, sim_cache)
-    assert_calls_match_the_model(ran.report)
-    expected = _interpreted(source, inputs)
-    assert np.array_equal(ran.c, expected) and np.array_equal(ran.sim, expected)
+    _checked_cosimulation(source, "4x4", inputs, tmp_path, sim_cache)

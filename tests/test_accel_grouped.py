@@ -11,16 +11,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import assert_calls_match_the_model, compile_and_cosimulate
 from onnx_models import OnnxGraph, imported
+from test_accel_offload import _checked_cosimulation
 from test_quantize import calibration_for, sample_list
 
 import glensidec
 from glensidec.cosim.diff import load_compiled
 from glensidec.frontends.quantize import quantize, save_quantized
-from glensidec.lang.data import load_weights
-from glensidec.lang.interp import run_program
-from glensidec.lang.syntax import read_program
 
 Array = np.ndarray[Any, Any]
 CHANNELS, SIZE = 16, 8
@@ -147,10 +144,5 @@ def _cosimulated_exactly(source: Path, inputs: dict[str, Any], tmp_path: Path,
                          sim_cache: Path) -> tuple[Any, list[Any]]:
     """The co-simulation of `source` on an 8×8 ws_accel, checked: C and RTL equal the
     interpreter, every call its predicted cycles; (the run, the compiled layers)."""
-    run = compile_and_cosimulate(source, "8x8", inputs, tmp_path, sim_cache)
-    program = read_program(source)
-    expected = run_program(program, {**load_weights(program), **inputs})
-    np.testing.assert_array_equal(run.c, expected)
-    np.testing.assert_array_equal(run.sim, expected)
-    assert_calls_match_the_model(run.report)
+    run = _checked_cosimulation(source, "8x8", inputs, tmp_path, sim_cache)
     return run, load_compiled(tmp_path / "out")[1].accel_layers()

@@ -8,9 +8,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import assert_calls_match_the_model, compile_and_cosimulate
 from onnx_models import OnnxGraph, imported
-from test_accel_offload import _accelerated, _interpreted, _lowered_result, _random_inputs
+from test_accel_offload import (
+    _accelerated,
+    _assert_interpreters_agree,
+    _checked_cosimulation,
+)
 from test_quantize import calibration_for
 
 from glensidec.backend.lower import INPUT, AccelLayer, ArrayGemm, Copy, Fill
@@ -84,11 +87,7 @@ def test_small_cnns_input_is_padded_by_the_accelerator_not_the_host() -> None:
     dense = next(i for i in lowered.instructions if isinstance(i, ArrayGemm))
     assert dense.a.buffer == lowered.accel_layers()[-1].dst.buffer
     assert not host  # no copy either: only the dense layer's bias add is left on the host
-    for seed in range(2):
-        inputs = _random_inputs(source, seed)
-        expected = _interpreted(source, inputs)
-        assert np.array_equal(_lowered_result(source, lowered, inputs, 16).reshape(
-            expected.shape), expected)
+    _assert_interpreters_agree(source, lowered, 16)
 
 
 def test_a_residual_blocks_convolution_and_skip_read_one_layout_layers_rows() -> None:
@@ -104,10 +103,7 @@ def test_a_residual_blocks_convolution_and_skip_read_one_layout_layers_rows() ->
     assert all(isinstance(instruction, AccelLayer) for instruction in lowered.instructions)
     assert (conv1.a.buffer, conv1.image, conv1.padding) == (layout.dst.buffer, (16, 16, 16), 1)
     assert conv2.residual is not None and conv2.residual.buffer == layout.dst.buffer
-    inputs = _random_inputs(source, 0)
-    expected = _interpreted(source, inputs)
-    assert np.array_equal(_lowered_result(source, lowered, inputs, 16).reshape(
-        expected.shape), expected)
+    _assert_interpreters_agree(source, lowered, 16, seeds=1)
 
 
 @pytest.mark.slow
@@ -117,11 +113,8 @@ def test_make_sim_runs_the_layout_layer_on_ws_accel(tmp_path: Path, sim_cache: P
     and cycles as predicted, the result the interpreter's."""
     source = EXAMPLES / "small_cnn.gs"
     image = np.random.default_rng(5).integers(-128, 128, (1, 1, 16, 16)).astype(np.int8)
-    ran = compile_and_cosimulate(source, "16x16", {"image": image}, tmp_path, sim_cache)
-    assert_calls_match_the_model(ran.report)
+    ran = _checked_cosimulation(source, "16x16", {"image": image}, tmp_path, sim_cache)
     assert sum("accel" in call for call in ran.report["calls"]) == 3
-    expected = _interpreted(source, {"image": image})
-    assert np.array_equal(ran.c, expected) and np.array_equal(ran.sim, expected)
 
 
 def inverted_residuals(seed: int = 0, channels: int = 24, size: int = 8) -> Any:
@@ -160,11 +153,7 @@ def test_mobilenet_v2s_residual_blocks_leave_nothing_on_the_host(tmp_path: Path)
     layers = [layer for layer in lowered.accel_layers() if layer.layout is None]
     assert len(layers) == 7 and sum(layer.residual is not None for layer in layers) == 2
     assert sum(layer.k == 24 for layer in layers) == 2  # the expansions read 24 channels
-    for seed in range(2):
-        inputs = _random_inputs(source, seed)
-        expected = _interpreted(source, inputs)
-        assert np.array_equal(_lowered_result(source, lowered, inputs, 16).reshape(
-            expected.shape), expected)
+    _assert_interpreters_agree(source, lowered, 16)
 
 
 def pooled_classifier(seed: int = 0) -> Any:
@@ -187,8 +176,4 @@ def test_a_classifier_reads_the_pooled_rows_not_a_host_padded_copy(tmp_path: Pat
     assert all(isinstance(instruction, AccelLayer) for instruction in lowered.instructions)
     pool, dense = lowered.accel_layers()[-2:]
     assert pool.pool_sum and dense.a.buffer == pool.dst.buffer and dense.m == 1
-    for seed in range(2):
-        inputs = _random_inputs(source, seed)
-        expected = _interpreted(source, inputs)
-        assert np.array_equal(_lowered_result(source, lowered, inputs, 16).reshape(
-            expected.shape), expected)
+    _assert_interpreters_agree(source, lowered, 16)

@@ -13,7 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from test_accel_layers import depthwise
-from test_accel_offload import _accelerated, _interpreted, _lowered_result, _random_inputs
+from test_accel_offload import (
+    _accelerated,
+    _assert_interpreters_agree,
+    _checked_cosimulation,
+    _random_inputs,
+)
 
 from glensidec.backend.lower import AccelLayer, Map, constant_array
 from glensidec.lang import data
@@ -80,12 +85,7 @@ def test_a_lookup_after_a_layer_runs_in_its_epilogue(make: object, array: str,
     weights = data.load_weights(read_program(source))
     table = constant_array(lowered.buffer_of(layer.table), weights)
     assert np.array_equal(table.reshape(-1), expected_table)
-    for seed in range(2):
-        inputs = _random_inputs(source, seed)
-        expected = _interpreted(source, inputs)
-        rows = int(array.split("x")[0])
-        got = _lowered_result(source, lowered, inputs, rows)
-        assert np.array_equal(got.reshape(expected.shape), expected)
+    _assert_interpreters_agree(source, lowered, int(array.split("x")[0]))
 
 
 @pytest.mark.slow
@@ -94,14 +94,9 @@ def test_layers_with_lookup_tables_cosimulate_on_ws_accel(tmp_path: Path,
                                                           sim_cache: Path) -> None:
     """The table chunks' commands and the lookup on the RTL: interpreter = C = ws_accel,
     every layer at its predicted cycles."""
-    from conftest import assert_calls_match_the_model, compile_and_cosimulate
-
     for name, source in (("gemm", _gemm_sigmoid(tmp_path)),
                          ("depthwise", _depthwise_hardswish(tmp_path, 6))):
         workdir = tmp_path / name
         workdir.mkdir()
         inputs = _random_inputs(source, 5)
-        ran = compile_and_cosimulate(source, "4x4", inputs, workdir, sim_cache)
-        assert_calls_match_the_model(ran.report)
-        expected = _interpreted(source, inputs)
-        assert np.array_equal(ran.c, expected) and np.array_equal(ran.sim, expected), name
+        _checked_cosimulation(source, "4x4", inputs, workdir, sim_cache)

@@ -9,16 +9,23 @@ be the interpreter's on the source. The slow ones build the C program and run it
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import (
+    Executions,
+    assert_calls_match_the_model,
+    assert_diff_agrees,
+    compile_and_cosimulate,
+    cosimulate,
+    run_c_program,
+    run_checked,
+    save_inputs,
+)
 from test_accel_layers import depthwise
 
 from glensidec import pipeline
@@ -104,6 +111,29 @@ def _lowered_result(source: Path, lowered: LoweredProgram,
     return values
 
 
+def _checked_cosimulation(source: Path, array: str | None, inputs: dict[str, np.ndarray],
+                          workdir: Path, sim_cache: Path) -> Executions:
+    """`compile_and_cosimulate`, checked: the C program and ws_accel give the interpreter's
+    result, every call its predicted cycles and bits."""
+    run = compile_and_cosimulate(source, array, inputs, workdir, sim_cache)
+    assert_calls_match_the_model(run.report)
+    expected = _interpreted(source, inputs)
+    np.testing.assert_array_equal(run.c, expected)
+    np.testing.assert_array_equal(run.sim, expected)
+    return run
+
+
+def _assert_interpreters_agree(source: Path, lowered: LoweredProgram, rows: int,
+                               seeds: int = 2) -> None:
+    """`lowered` (run in numpy on an array of `rows` rows) gives the interpreter's result on
+    `source` for the random inputs of each of the first `seeds` seeds."""
+    for seed in range(seeds):
+        inputs = _random_inputs(source, seed)
+        expected = _interpreted(source, inputs)
+        got = _lowered_result(source, lowered, inputs, rows)
+        assert np.array_equal(got.reshape(expected.shape), expected)
+
+
 @pytest.mark.parametrize("size", [2, 4, 6])
 def test_a_residual_add_after_an_accelerator_max_pool_is_not_dropped(
         size: int, tmp_path: Path) -> None:
@@ -113,11 +143,7 @@ def test_a_residual_add_after_an_accelerator_max_pool_is_not_dropped(
     lowered = _accelerated(source, "4x4")
     pools = [layer for layer in lowered.accel_layers() if layer.pool]
     assert len(pools) == 1 and pools[0].residual_add is None  # the pool is still on ws_accel
-    for seed in range(3):
-        inputs = _random_inputs(source, seed)
-        expected = _interpreted(source, inputs)
-        got = _lowered_result(source, lowered, inputs, 4)
-        assert np.array_equal(got.reshape(expected.shape), expected)
+    _assert_interpreters_agree(source, lowered, 4, seeds=3)
 
 
 def test_diff_runs_a_pooling_layer_through_its_whole_epilogue(tmp_path: Path) -> None:
@@ -144,28 +170,18 @@ def test_a_residual_add_after_an_accelerator_max_pool_runs_as_c(tmp_path: Path) 
     `glensidec diff` agreeing on every instruction and on the result."""
     source = _pool_then_add(tmp_path, 4)
     outdir = tmp_path / "out"
-    compiled = subprocess.run([sys.executable, "-m", "glensidec", "compile", str(source),
-                               "--array", "4x4", "--accel", "-o", str(outdir)],
-                              capture_output=True, text=True, timeout=600)
-    assert compiled.returncode == 0, compiled.stderr
-    subprocess.run(["make", "-s", "-C", str(outdir), "OPT=-O1"], check=True,
-                   capture_output=True, timeout=600)
+    run_checked([sys.executable, "-m", "glensidec", "compile", str(source), "--array", "4x4",
+                 "--accel", "-o", str(outdir)])
     inputs = _random_inputs(source, 1)
-    arguments = []
-    for name, value in inputs.items():
-        np.save(tmp_path / f"{name}.npy", value)
-        arguments.append(f"{name}={tmp_path / name}.npy")
-    subprocess.run([str(outdir / "model"), *arguments, "-o", str(tmp_path / "out.npy")],
-                   check=True, capture_output=True, timeout=600)
-    assert np.array_equal(np.load(tmp_path / "out.npy"), _interpreted(source, inputs))
-    diff = subprocess.run([sys.executable, "-m", "glensidec", "diff", str(outdir), *arguments],
-                          capture_output=True, text=True, timeout=600)
-    assert diff.returncode == 0 and "agree: interpreter, C program" in diff.stdout, diff.stdout
+    arguments = save_inputs(inputs, tmp_path)
+    c_result = run_c_program(outdir, arguments, tmp_path / "out.npy")
+    assert np.array_equal(c_result, _interpreted(source, inputs))
+    assert_diff_agrees(outdir, arguments)
 
 
-# A 1×1 convolution of 4 channels to 8 (an accelerator layer), then a max-pool of its
-# result as the importer writes one: padded with the int8 minimum when `padding` > 0.
-CONV_THEN_POOL = """
+# A 1×1 convolution of 4 channels to 8 (an accelerator layer), requantized and ReLU'd: q
+# (its weights written by `_save_conv_weights`).
+CONV_LAYER = """
 (input a i8 (shape 1 4 {size} {size}))
 (weight w i8 (shape 8 4 1 1) "w.npz")
 (let conv
@@ -177,14 +193,23 @@ CONV_THEN_POOL = """
                                             (shape 4 1 1) (shape 1 1 1)) 1) 3)))
   (list 1 0 2 3)))
 (let q (compute relu (compute (requantize 1 0 6 -3) conv)))
+"""
+# CONV_LAYER, then a max-pool of its result as the importer writes one: padded with the
+# int8 minimum when `padding` > 0.
+CONV_THEN_POOL = CONV_LAYER + """\
 (compute reduce-max (access-windows (access {padded} 2) (shape {kernel} {kernel})
                                     (shape {stride} {stride})))
 """
 
 
-def _conv_then_pool(root: Path, size: int, kernel: int, stride: int, padding: int) -> Path:
+def _save_conv_weights(root: Path) -> None:
+    """CONV_LAYER's weights, ROOT/w.npz."""
     np.savez(root / "w.npz", w=np.random.default_rng(4).integers(-128, 128, (8, 4, 1, 1))
              .astype(np.int8))
+
+
+def _conv_then_pool(root: Path, size: int, kernel: int, stride: int, padding: int) -> Path:
+    _save_conv_weights(root)
     padded = "q" if not padding else \
         f"(access-pad (access-pad q min-padding 2 {padding} {padding}) min-padding 3 " \
         f"{padding} {padding})"
@@ -210,11 +235,7 @@ def test_every_max_pool_of_a_layer_runs_on_the_accelerator(
     assert len(pools) == 1 and pools[0].kernel == kernel and pools[0].padding == padding
     assert not any(type(instruction).__name__ == "Reduce"
                    for instruction in lowered.instructions)
-    for seed in range(2):
-        inputs = _random_inputs(source, seed)
-        expected = _interpreted(source, inputs)
-        got = _lowered_result(source, lowered, inputs, 4)
-        assert np.array_equal(got.reshape(expected.shape), expected)
+    _assert_interpreters_agree(source, lowered, 4)
 
 
 @pytest.mark.parametrize("channels,stride", [(20, 1), (20, 2), (6, 1)])
@@ -237,37 +258,19 @@ def test_a_depthwise_convolution_is_one_grouped_accelerator_layer(
     assert not any(type(instruction).__name__ in ("Dot", "Fold", "Fused",
                                                   "RequantizePerChannel", "Map")
                    for instruction in lowered.instructions)
-    for seed in range(2):
-        inputs = _random_inputs(source, seed)
-        expected = _interpreted(source, inputs)
-        got = _lowered_result(source, lowered, inputs, 4)
-        assert np.array_equal(got.reshape(expected.shape), expected)
+    _assert_interpreters_agree(source, lowered, 4)
 
 
 def test_a_depthwise_bias_no_zero_point_explains_stays_on_the_host(tmp_path: Path) -> None:
     source = depthwise(tmp_path, off_by_one=True)
     lowered = _accelerated(source, "4x4")
     assert not lowered.accel_layers()
-    inputs = _random_inputs(source, 0)
-    expected = _interpreted(source, inputs)
-    got = _lowered_result(source, lowered, inputs, 4)
-    assert np.array_equal(got.reshape(expected.shape), expected)
+    _assert_interpreters_agree(source, lowered, 4, seeds=1)
 
 
-# CONV_THEN_POOL's layer, then an average pool as the quantizer writes one: the window sum
-# in i32, plus a scalar (zero-point correction), one requantize.
-CONV_THEN_AVERAGE = """
-(input a i8 (shape 1 4 {size} {size}))
-(weight w i8 (shape 8 4 1 1) "w.npz")
-(let conv
- (access-transpose
-  (compute dot-product
-   (access-cartesian-product
-    (access (access-tensor w) 1)
-    (access (access-squeeze (access-windows (access (access-tensor a) 1)
-                                            (shape 4 1 1) (shape 1 1 1)) 1) 3)))
-  (list 1 0 2 3)))
-(let q (compute relu (compute (requantize 1 0 6 -3) conv)))
+# CONV_LAYER, then an average pool as the quantizer writes one: the window sum in i32, plus
+# a scalar (zero-point correction), one requantize.
+CONV_THEN_AVERAGE = CONV_LAYER + """\
 (let summed {summed})
 (compute (requantize 1431655765 0 {post} -5)
  (compute elementwise-add
@@ -278,8 +281,7 @@ CONV_THEN_AVERAGE = """
 def _conv_then_average(root: Path, size: int, kernel: int) -> Path:
     """kernel = size: a global average pool (reduce-sum over the map, (1, C)); else a
     kernel × kernel pool at stride kernel."""
-    np.savez(root / "w.npz", w=np.random.default_rng(4).integers(-128, 128, (8, 4, 1, 1))
-             .astype(np.int8))
+    _save_conv_weights(root)
     if kernel == size:
         summed, shape, rank = "(compute reduce-sum (access q 2))", "1 8", 2
     else:
@@ -324,30 +326,18 @@ def test_an_average_pool_runs_three_ways_and_on_ws_accel(tmp_path: Path,
     `glensidec diff` finds every instruction equal."""
     source = _conv_then_average(tmp_path, 7, 7)
     outdir = tmp_path / "out"
-    compiled = subprocess.run([sys.executable, "-m", "glensidec", "compile", str(source),
-                               "--array", "4x4", "--accel", "-o", str(outdir)],
-                              capture_output=True, text=True, timeout=600)
-    assert compiled.returncode == 0, compiled.stderr
+    compiled = run_checked([sys.executable, "-m", "glensidec", "compile", str(source),
+                            "--array", "4x4", "--accel", "-o", str(outdir)])
     # the NCHW input's layout layer, the convolution and the average pool
     assert ", 3 accelerator layers:" in compiled.stdout
     inputs = _random_inputs(source, 2)
-    arguments = []
-    for name, value in inputs.items():
-        np.save(tmp_path / f"{name}.npy", value)
-        arguments.append(f"{name}={tmp_path / name}.npy")
+    arguments = save_inputs(inputs, tmp_path)
     expected = _interpreted(source, inputs)
-    ran = subprocess.run(["make", "-s", "-C", str(outdir), "sim", f"INPUTS={' '.join(arguments)}",
-                          f"OUTPUT={tmp_path / 'sim.npy'}"], capture_output=True, text=True,
-                         timeout=1200, env={**os.environ, "GLENSIDEC_SIM_CACHE": str(sim_cache)})
-    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
-    report = json.loads((outdir / "cosim_report.json").read_text())
-    assert len(report["calls"]) == 3 and all(
-        call["data_ok"] and call["simulated_cycles"] == call["predicted_cycles"]
-        for call in report["calls"])
-    assert np.array_equal(np.load(tmp_path / "sim.npy"), expected)
-    diff = subprocess.run([sys.executable, "-m", "glensidec", "diff", str(outdir), *arguments],
-                          capture_output=True, text=True, timeout=600)
-    assert diff.returncode == 0 and "agree: interpreter, C program" in diff.stdout, diff.stdout
+    sim = cosimulate(outdir, arguments, tmp_path / "sim.npy", sim_cache)
+    assert len(sim.report["calls"]) == 3
+    assert_calls_match_the_model(sim.report)
+    assert np.array_equal(sim.result, expected)
+    assert_diff_agrees(outdir, arguments)
 
 
 @pytest.mark.parametrize(("example", "array", "copies"), [
@@ -381,11 +371,7 @@ def test_a_first_convolution_whose_k_the_lowering_padded_reads_the_map_by_dma() 
     assert all(math.prod(instruction.writes().shape) < 256 * 9
                for instruction in lowered.instructions
                if type(instruction).__name__ in ("Fill", "Copy"))  # no im2col matrix
-    for seed in range(2):
-        inputs = _random_inputs(source, seed)
-        expected = _interpreted(source, inputs)
-        got = _lowered_result(source, lowered, inputs, 16)
-        assert np.array_equal(got.reshape(expected.shape), expected)
+    _assert_interpreters_agree(source, lowered, 16)
 
 
 def _quantized_lraspp(tmp_path: Path) -> Path:
@@ -415,11 +401,7 @@ def test_a_dilated_depthwise_convolution_is_a_grouped_layer_of_dilated_taps(
     assert (dilated.groups, dilated.kernel, dilated.stride, dilated.dilation) == \
         (8, 3, 1, (2, 2))
     assert constant_array(lowered.buffer_of(dilated.b), {}).shape[0] == 3 * 3 * 8
-    for seed in range(2):
-        inputs = _random_inputs(source, seed)
-        expected = _interpreted(source, inputs)
-        got = _lowered_result(source, lowered, inputs, 8)
-        assert np.array_equal(got.reshape(expected.shape), expected)
+    _assert_interpreters_agree(source, lowered, 8)
 
 
 @pytest.mark.slow
@@ -427,14 +409,9 @@ def test_a_dilated_depthwise_convolution_is_a_grouped_layer_of_dilated_taps(
 def test_a_dilated_depthwise_layer_cosimulates_on_ws_accel(tmp_path: Path,
                                                            sim_cache: Path) -> None:
     """The dilated depthwise layer's commands on the RTL: bits and cycles as predicted."""
-    from conftest import assert_calls_match_the_model, compile_and_cosimulate
-
     source = _quantized_lraspp(tmp_path)
     inputs = _random_inputs(source, 3)
-    ran = compile_and_cosimulate(source, "8x8", inputs, tmp_path, sim_cache)
-    assert_calls_match_the_model(ran.report)
-    expected = _interpreted(source, inputs)
-    assert np.array_equal(ran.c, expected) and np.array_equal(ran.sim, expected)
+    _checked_cosimulation(source, "8x8", inputs, tmp_path, sim_cache)
 
 
 # A 1×1 convolution of 2 channels and a quantized add of r·SCALE to it: after the

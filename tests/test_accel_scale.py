@@ -14,7 +14,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from test_accel_layers import depthwise
-from test_accel_offload import _accelerated, _interpreted, _lowered_result, _random_inputs
+from test_accel_offload import (
+    _accelerated,
+    _checked_cosimulation,
+    _interpreted,
+    _lowered_result,
+    _random_inputs,
+)
 
 from glensidec.backend.lower import Fused, Reduce
 
@@ -75,11 +81,6 @@ def test_a_channel_scale_and_its_average_pool_run_on_the_accelerator(
 def test_a_channel_scale_cosimulates_on_ws_accel(tmp_path: Path, sim_cache: Path) -> None:
     """The scales commands on the RTL, their values a run-time vector the pooling layer
     wrote: interpreter = C = ws_accel, every layer at its predicted cycles."""
-    from conftest import assert_calls_match_the_model, compile_and_cosimulate
-
     source = _squeeze_excite(tmp_path, 6)
     inputs = _random_inputs(source, 4)
-    ran = compile_and_cosimulate(source, "4x4", inputs, tmp_path, sim_cache)
-    assert_calls_match_the_model(ran.report)
-    expected = _interpreted(source, inputs)
-    assert np.array_equal(ran.c, expected) and np.array_equal(ran.sim, expected)
+    _checked_cosimulation(source, "4x4", inputs, tmp_path, sim_cache)

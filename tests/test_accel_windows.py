@@ -13,7 +13,13 @@ from typing import Any
 import numpy as np
 import pytest
 from onnx_models import OnnxGraph, imported
-from test_accel_offload import _accelerated, _interpreted, _lowered_result, _random_inputs
+from test_accel_offload import (
+    _accelerated,
+    _checked_cosimulation,
+    _interpreted,
+    _lowered_result,
+    _random_inputs,
+)
 from test_quantize import calibration_for
 
 from glensidec.backend.lower import AccelLayer, LoweredProgram
@@ -99,12 +105,7 @@ def test_non_square_and_dilated_convolutions_cosimulate_bit_and_cycle_exactly(
         tmp_path: Path, sim_cache: Path) -> None:
     """The default compile's C program and ws_accel agree with the interpreter bit for
     bit, every layer in its predicted cycles."""
-    from conftest import assert_calls_match_the_model, compile_and_cosimulate
-
     source = _quantized(tmp_path)
     inputs = _random_inputs(source, 3)
-    ran = compile_and_cosimulate(source, "4x4", inputs, tmp_path, sim_cache)
-    assert_calls_match_the_model(ran.report)
+    ran = _checked_cosimulation(source, "4x4", inputs, tmp_path, sim_cache)
     assert len(ran.report["calls"]) >= 5  # the five convolutions at least, on ws_accel
-    expected = _interpreted(source, inputs)
-    assert np.array_equal(ran.c, expected) and np.array_equal(ran.sim, expected)
