@@ -313,21 +313,27 @@ def test_cli_import_error_is_a_glenside_error(tmp_path: Path) -> None:
     assert os.listdir(tmp_path) == []
 
 
+def _imported_relu(tmp_path: Path, input_name: str) -> tuple[Path, str]:
+    """A ReLU of the (1, 4) input ONNX names `input_name`, imported into TMP_PATH/out:
+    (the program, what the import printed)."""
+    g = OnnxGraph()
+    g.input(input_name, [1, 4])
+    model_path = save(g.model(g.node("Relu", [input_name]), [1, 4]), tmp_path / "m.onnx")
+    result = CliRunner().invoke(import_command, [str(model_path), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    return tmp_path / "out" / "m.gs", result.output
+
+
 def test_onnx_input_named_input_keeps_its_name(tmp_path: Path) -> None:
     """PyTorch calls the input `input`: no word is reserved, so the program declares
     `input` too, with no alias line, and `glensidec run --input input=…` works."""
     from glensidec.cli import cli as main
 
-    g = OnnxGraph()
-    g.input("input", [1, 4])
-    model_path = save(g.model(g.node("Relu", ["input"]), [1, 4]), tmp_path / "m.onnx")
-    runner = CliRunner()
-    result = runner.invoke(import_command, [str(model_path), "-o", str(tmp_path / "out")])
-    assert result.exit_code == 0, result.output
-    assert "input 'input' → input\n" in result.output
-    program = tmp_path / "out" / "m.gs"
+    program, printed = _imported_relu(tmp_path, "input")
+    assert "input 'input' → input\n" in printed
     assert [d.name for d in read_program(program).inputs()] == ["input"]
     assert "onnx-input" not in program.read_text()
+    runner = CliRunner()
     x = np.array([[-1.0, 2.0, -3.0, 4.0]], np.float32)
     np.save(tmp_path / "x.npy", x)
     out = tmp_path / "y.npy"
@@ -342,15 +348,10 @@ def test_renamed_onnx_input_names_work_with_run(tmp_path: Path) -> None:
     `glensidec run --input input:0=…` still works; the import prints the mapping."""
     from glensidec.cli import cli as main
 
-    g = OnnxGraph()
-    g.input("input:0", [1, 4])
-    model_path = save(g.model(g.node("Relu", ["input:0"]), [1, 4]), tmp_path / "m.onnx")
-    runner = CliRunner()
-    result = runner.invoke(import_command, [str(model_path), "-o", str(tmp_path / "out")])
-    assert result.exit_code == 0, result.output
-    assert "input 'input:0' → input_0 (renamed" in result.output
-    program = tmp_path / "out" / "m.gs"
+    program, printed = _imported_relu(tmp_path, "input:0")
+    assert "input 'input:0' → input_0 (renamed" in printed
     assert [d.name for d in read_program(program).inputs()] == ["input_0"]
+    runner = CliRunner()
     x = np.array([[-1.0, 2.0, -3.0, 4.0]], np.float32)
     np.save(tmp_path / "x.npy", x)
     for name in ("input:0", "input_0"):
