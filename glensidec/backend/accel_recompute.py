@@ -39,8 +39,7 @@ def recompute_shared_products(lowered: LoweredProgram, weights: dict[str, Array]
                               accel: AccelConfig) -> LoweredProgram:
     """`lowered` with each int8 array call that several requantizations read copied once
     per requantization, each copy read by one (a new program)."""
-    result = LoweredProgram(dict(lowered.buffers), list(lowered.instructions), lowered.output,
-                            lowered.output_shape)
+    result = lowered.copy()
     index = 0
     while index < len(result.instructions):
         gemm = result.instructions[index]
