@@ -47,8 +47,7 @@ def merge_window_requantizations(lowered: LoweredProgram, weights: dict[str, Arr
     """`lowered` with each block of columns of an int8 array call's result that several
     equal per-channel requantizations read as one requantization of the whole block,
     whose rows copies hand to the old loops' readers (a new program)."""
-    result = LoweredProgram(dict(lowered.buffers), list(lowered.instructions), lowered.output,
-                            lowered.output_shape)
+    result = lowered.copy()
     builder = LayerBuilder(result)
     edits: dict[int, list[Instruction]] = {}
     readers = result.readers()
