@@ -88,3 +88,28 @@ def test_a_loop_read_through_a_reshape_merges_with_its_reader() -> None:
     before = lowered_result(lowered, {}, inputs, 16)[-1]
     after = lowered_result(fused, {}, inputs, 16)[-1]
     assert np.array_equal(before, after)
+
+
+def test_a_square_reads_its_operand_once() -> None:
+    """d·d (a LayerNorm's squared deviations before their mean) loads d once per element:
+    one leaf (here d = x − x merges into the square, its x read once too), and the host
+    model prices one read per element, with the same values."""
+    from glensidec.backend.report import host_cycles
+    from glensidec.lang.syntax import parse_program
+
+    program = parse_program(
+        "(input x i32 (shape 3 5))\n"
+        "(compute reduce-sum (access (compute elementwise-mul (access-pair\n"
+        " (compute elementwise-sub (access-pair (access-tensor x) (access-tensor x)))\n"
+        " (compute elementwise-sub (access-pair (access-tensor x) (access-tensor x))))) 1))\n",
+        "<test>")
+    lowered = lower_program(program, check_program(program))
+    fused = fuse_elementwise(lowered)
+    (loop,) = [instruction for instruction in fused.instructions
+               if isinstance(instruction, Fused)]
+    assert len(loop.leaves) == 1 and loop.steps[-1].operands == (-1, -1)
+    assert host_cycles(loop) == 15
+    inputs = data.random_inputs(program, 4)
+    before = lowered_result(lowered, {}, inputs, 16)[-1]
+    after = lowered_result(fused, {}, inputs, 16)[-1]
+    assert np.array_equal(before, after)

@@ -45,9 +45,12 @@ def as_fused(instruction: Instruction, lowered: LoweredProgram) -> Fused | None:
         return Fused(instruction.note, instruction.dst, (instruction.src,),
                      (Step(instruction.op, (0,), dtype),))
     if isinstance(instruction, Fold):
-        leaves = instruction.members
+        # a member read twice (a LayerNorm's squared deviations, d·d) is one leaf, loaded
+        # once per element
+        leaves = tuple(dict.fromkeys(instruction.members))
         return Fused(instruction.note, instruction.dst, leaves,
-                     (Step(instruction.op, tuple(range(len(leaves))), dtype),))
+                     (Step(instruction.op, tuple(leaves.index(member)
+                                                 for member in instruction.members), dtype),))
     if isinstance(instruction, RequantizePerChannel):
         return Fused(instruction.note, instruction.dst, instruction.members,
                      (Step("requantize-per-channel", (0, 1), dtype,
@@ -101,6 +104,12 @@ def fuse_elementwise(lowered: LoweredProgram) -> LoweredProgram:
     result = lowered.copy()
     while _merge_round(result):
         pass
+    # a fold of one operand with itself left alone (d·d before a reduction) loads it once
+    result.instructions = [
+        as_fused(instruction, result) or instruction
+        if isinstance(instruction, Fold) and len(set(instruction.members)) < len(
+            instruction.members) else instruction
+        for instruction in result.instructions]
     used = {view.buffer for instruction in result.instructions
             for view in (instruction.dst, *instruction.reads())}
     result.buffers = {name: buffer for name, buffer in lowered.buffers.items()
