@@ -178,12 +178,13 @@ def joined_rows(lowered: LoweredProgram, name: str, writers: list[int]) -> bool:
     """Do accelerator layers alone write buffer `name`, each a block of columns of its
     rows, together every element once (a concatenation written in place)?"""
     buffer = lowered.buffers[name]
+    layers = [lowered.instructions[index] for index in writers]
+    if not all(isinstance(layer, AccelLayer) and layer.output_pitch and
+               layer.output_pitch * layer.m == buffer.elements for layer in layers):
+        return False  # (before counting the elements: most buffers asked about fail here)
     written = np.zeros(buffer.elements, np.int64)
-    for index in writers:
-        layer = lowered.instructions[index]
-        if not isinstance(layer, AccelLayer) or not layer.output_pitch or \
-                layer.output_pitch * layer.m != buffer.elements:
-            return False
+    for layer in layers:
+        assert isinstance(layer, AccelLayer)
         np.add.at(written, view_array(layer.dst, np.arange(buffer.elements)).reshape(-1), 1)
     return bool(np.all(written == 1))
 
@@ -192,29 +193,42 @@ def trace_writers(lowered: LoweredProgram, name: str, writers: list[int], depth:
                   trace: Callable[[LoweredProgram, str, int, int],
                                   tuple[Source, np.ndarray, np.ndarray] | None]
                   ) -> tuple[Source, np.ndarray, np.ndarray] | None:
-    """(source, origin, fill) of buffer `name` when its `writers` are fills and copies of
-    what `trace` follows back to one source (trace_layer_rows: a layer's rows; the input
-    boundary's trace_input: a program input); else None."""
+    """(source, origin, fill) of buffer `name` when its `writers` (in program order) are
+    fills and copies of what `trace` follows back to one source (trace_layer_rows: a
+    layer's rows; the input boundary's trace_input: a program input); else None. `trace`
+    depends on its `before` only by refusing a buffer written at or after it."""
+    # The sources first, the element maps only for a trace that succeeds: most traces a
+    # pass asks for fail, and the maps are as large as the buffers (a swin_t's passes
+    # spent a third of their time filling maps of traces that then failed).
+    instructions = [lowered.instructions[index] for index in writers]
+    if not all(isinstance(writer, Fill | Copy) for writer in instructions):
+        return None
+    # per buffer copied from, its trace before its first copy here: the same before any
+    # later one (a window partition copies one buffer many times)
+    traced: dict[str, tuple[Source, np.ndarray, np.ndarray]] = {}
+    source: Source | None = None
+    for index, writer in zip(writers, instructions, strict=True):
+        if isinstance(writer, Copy) and writer.src.buffer not in traced:
+            found = trace(lowered, writer.src.buffer, index, depth + 1)
+            if found is None or (source is not None and found[0] != source):
+                return None
+            source, traced[writer.src.buffer] = found[0], found
+    if source is None:
+        return None
     buffer = lowered.buffers[name]
     origin = np.full(buffer.elements, PADDING - 1, dtype=np.int64)  # unwritten: not padding
     fill = np.zeros(buffer.elements, dtype=np.int64)
-    source: Source | None = None
-    for index in writers:
-        writer = lowered.instructions[index]
+    for writer in instructions:
         if isinstance(writer, Fill):
             value = integer_range(buffer.dtype)[0] if writer.minimum else writer.value
             store_view(writer.dst, origin, np.full(writer.dst.shape, PADDING))
             store_view(writer.dst, fill, np.full(writer.dst.shape, value))
-        elif isinstance(writer, Copy):
-            found = trace(lowered, writer.src.buffer, index, depth + 1)
-            if found is None or (source is not None and found[0] != source):
-                return None
-            source = found[0]
-            store_view(writer.dst, origin, view_array(writer.src, found[1]))
-            store_view(writer.dst, fill, view_array(writer.src, found[2]))
         else:
-            return None
-    return None if source is None else (source, origin, fill)
+            assert isinstance(writer, Copy)
+            _, origins, fills = traced[writer.src.buffer]
+            store_view(writer.dst, origin, view_array(writer.src, origins))
+            store_view(writer.dst, fill, view_array(writer.src, fills))
+    return source, origin, fill
 
 
 def padded_rows(height: int, width: int, channels: int, padding: int, end: int = 0,
