@@ -231,12 +231,6 @@ def fuse_epilogues(compiled: Compiled, config: ArrayConfig) -> Compiled:
     # One e-graph for all regions, with rules for the requantizes they hold as sentinels
     # (rules are generated per requantize text; a network has hundreds of multipliers,
     # and egglog's memory grows faster than the rule count: 64 texts took 1 GB).
-    profile = Profile.of(program.root, types)
-    region_profiles = [Profile.of(c.root, infer(c.root, c.tensors)) for _, _, c, _ in regions]
-    profile = replace(profile, requantizes=frozenset().union(
-        *(p.requantizes for p in region_profiles)), accesses=profile.accesses.union(
-        *(p.accesses for p in region_profiles)))
-    graph = graph_for(profile, target, ("epilogue",))
     # Distinct regions, saturated EPILOGUE_BATCH at a time in one fresh e-graph (a fresh
     # e-graph per region, `EGraph.fresh`, cost more than the rules' work), each region's
     # tensors prefixed so that the regions of a batch stay apart.
@@ -244,6 +238,13 @@ def fuse_epilogues(compiled: Compiled, config: ArrayConfig) -> Compiled:
     for _, _, canonical, _ in regions:
         distinct.setdefault(canonical.key([]), canonical)
     keys = list(distinct)
+    profile = Profile.of(program.root, types)
+    # (equal regions profile alike: each distinct one once)
+    region_profiles = [Profile.of(c.root, infer(c.root, c.tensors)) for c in distinct.values()]
+    profile = replace(profile, requantizes=frozenset().union(
+        *(p.requantizes for p in region_profiles)), accesses=profile.accesses.union(
+        *(p.accesses for p in region_profiles)))
+    graph = graph_for(profile, target, ("epilogue",))
     done: dict[tuple[object, ...], Term] = {}  # canonical region → its extracted term
     region_stats: list[Stats] = []
     for first in range(0, len(keys), EPILOGUE_BATCH):
@@ -387,8 +388,9 @@ def epilogue_regions(root: Term) -> list[tuple[Term, list[Term]]]:
     tops |= {boundary for operand in array_operands for boundary in boundaries_of(operand)}
     tops.add(root)
     regions = []
+    cuts = tops | array_operands  # (once: per top it was quadratic in the network)
     for top in (term for term in order if term in tops):
-        below, inside = _cut_below(top, tops | array_operands)
+        below, inside = _cut_below(top, cuts)
         if any(term.op in Group.HARDWARE for term in inside) and any(
                 compute_name(term) in _EPILOGUE_COMPUTES for term in inside):
             regions.append((top, below))
