@@ -457,8 +457,9 @@ def transform_command(model: Path, group: tuple[str, ...], bottleneck: tuple[str
 @click.option("--hardware", "hardware", is_flag=False, flag_value="", default=None,
               metavar="[SPACE]",
               help="Search the accelerator with the network: array rows x cols, scratchpad, "
-                   "accumulator rows, bus bytes (SPACE overrides the default grid, e.g. "
-                   "'rows=8,16 bus=16,32'; docs/nas.md).")
+                   "accumulator rows, bus bytes, cycles a row through the epilogue's lanes "
+                   "(SPACE overrides the default grid, e.g. 'rows=8,16 bus=16,32 "
+                   "epilogue=1,4'; docs/nas.md).")
 @click.option("--area-budget", metavar="CELLS|RxC",
               help="With --hardware: the most area a machine may have, in cell "
                    "equivalents (1.2M) or as an array RxC; default: the --array machine's.")
