@@ -153,6 +153,24 @@ def test_each_heads_requantization_is_one_loop_and_the_block_stays_exact(
     assert np.array_equal(got.reshape(expected.shape), expected)
 
 
+def test_the_heads_contexts_are_stored_in_the_output_projections_rows(tmp_path: Path) -> None:
+    """Each (window, head) context is a block of columns of the output projection's
+    (windows·tokens, features) rows: its layer stores its rows there, `features` bytes
+    apart, and no host copy interleaves the heads (`accel_swin.write_heads_in_place`)."""
+    source, inputs = _quantized_block(tmp_path)
+    lowered = _accelerated(source, "16x16")
+    contexts = [layer for layer in lowered.accel_layers()
+                if layer.output_pitch == TINY.features]
+    assert len(contexts) == TINY.windows * TINY.heads
+    assert len({layer.dst.buffer for layer in contexts}) == 1
+    (rows,) = {layer.dst.buffer for layer in contexts}
+    assert [type(i).__name__ for i in lowered.instructions if rows in
+            {view.buffer for view in i.reads()}] == ["ArrayGemm"]  # the projection alone
+    expected = _interpreted(source, inputs)
+    got = _lowered_result(source, lowered, inputs, 16)
+    assert np.array_equal(got.reshape(expected.shape), expected)
+
+
 @pytest.mark.slow
 @pytest.mark.rtl
 def test_a_shifted_window_block_cosimulates_bit_exactly(tmp_path: Path,

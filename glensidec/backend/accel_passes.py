@@ -44,7 +44,9 @@ In order (each a module of its own, each taking and giving a `LoweredProgram`):
    a layer's rows in NCHW, is written by a layout layer; a dense layer that reads a
    layer's rows reordered reads them as they are, its weights reordered.
 8. `accel_attention.write_in_place`: layers whose results a concatenation copies write
-   its runs themselves (attention's heads).
+   its runs themselves (attention's heads); `accel_swin.write_heads_in_place`: layers whose
+   results one copy rearranges into another buffer's rows (Swin's contexts interleaved
+   into the output projection's rows) store them there, rows `output_pitch` apart.
 9. `accel_layers.program_accel_layers`: every layer's commands and cycles, once, last.
 """
 
@@ -67,7 +69,7 @@ from glensidec.backend.accel_recompute import recompute_shared_products
 from glensidec.backend.accel_residual import fuse_accel_residuals
 from glensidec.backend.accel_scale import fuse_accel_scales
 from glensidec.backend.accel_shared import share_requantizations
-from glensidec.backend.accel_swin import merge_window_requantizations
+from glensidec.backend.accel_swin import merge_window_requantizations, write_heads_in_place
 from glensidec.backend.fold_constants import fold_constant_copies
 from glensidec.backend.fuse_elementwise import fuse_elementwise
 from glensidec.backend.lower import LoweredProgram
@@ -96,4 +98,5 @@ def fuse_for_accelerator(lowered: LoweredProgram, weights: dict[str, Array],
     layers = fuse_accel_pools(layers, weights, accel)
     layers = absorb_input_layouts(read_layer_rows(layers, weights, accel), weights, accel)
     layers = absorb_result_layouts(fold_constant_copies(layers, weights), weights, accel)
-    return program_accel_layers(write_in_place(layers), weights, accel)
+    layers = write_heads_in_place(write_in_place(layers))
+    return program_accel_layers(layers, weights, accel)

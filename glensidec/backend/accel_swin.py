@@ -22,19 +22,28 @@ copies go too.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
-from glensidec.backend.accel_attention import _column_block, _moved, apply_edits
-from glensidec.backend.accel_layers import LayerBuilder, _fusable
+from glensidec.backend.accel_attention import (
+    _column_block,
+    _moved,
+    _untouched_between,
+    apply_edits,
+)
+from glensidec.backend.accel_layers import LayerBuilder, _fusable, drop_dead_code
 from glensidec.backend.lower import (
     ACTIVATION,
     CONSTANT,
+    AccelLayer,
     ArrayGemm,
     Buffer,
     Copy,
     Instruction,
     LoweredProgram,
     RequantizePerChannel,
+    Users,
     constant_array,
 )
 from glensidec.backend.views import Axis, View, contiguous, view_array
@@ -148,3 +157,75 @@ def _one_loop(lowered: LoweredProgram, builder: LayerBuilder, gemm: ArrayGemm,
             return None
         copies[reader] = Copy(f"{old.note}: its rows of the head's loop", old.dst, moved)
     return loop, copies
+
+
+# -- the heads' contexts written where the output projection reads them ----------------
+
+
+def write_heads_in_place(lowered: LoweredProgram) -> LoweredProgram:
+    """`lowered` with the layers whose results one copy rearranges into another buffer
+    writing their rows there themselves, rows `output_pitch` apart (a new program).
+
+    Swin's contexts: each (window, head) product's (tokens, width) rows, written in place
+    into the heads' concatenation (`accel_attention.write_in_place`), which one copy
+    interleaves into the output projection's (windows·tokens, heads·width) rows; each
+    layer's rows land there as a block of columns of those rows, so it stores them there
+    (the store DMA's strided rows, as a channel concatenation's layers do) and the copy
+    goes. The copy must be its source's only reader, read all of it, and write a run no
+    one touches between the layers and it; a layer whose elements do not land as rows of
+    one pitch keeps the copy."""
+    result = LoweredProgram(dict(lowered.buffers), list(lowered.instructions), lowered.output,
+                            lowered.output_shape)
+    edits: dict[int, list[Instruction]] = {}
+    readers, writers = result.readers(), result.writers()
+    for index, copy in enumerate(result.instructions):
+        if isinstance(copy, Copy):
+            moved = _rows_moved(result, index, copy, readers, writers)
+            if moved is not None:
+                edits[index] = []
+                edits.update({position: [layer] for position, layer in moved.items()})
+    apply_edits(result, edits)
+    drop_dead_code(result)
+    return result
+
+
+def _rows_moved(lowered: LoweredProgram, index: int, copy: Copy,
+                readers: Users, writers: Users
+                ) -> dict[int, AccelLayer] | None:
+    """The layers that write the copy's source, each storing its rows where the copy put
+    them; None when the copy must stay."""
+    source, target = lowered.buffer_of(copy.src), lowered.buffer_of(copy.dst)
+    positions = writers.get(source.name, [])
+    if source.kind != ACTIVATION or target.kind != ACTIVATION or source.dtype != "i8" or \
+            target.dtype != "i8" or source.name == target.name or \
+            readers.get(source.name) != [index] or not positions or \
+            max(positions) >= index or not copy.dst.is_row_major() or \
+            int(np.prod(copy.src.shape)) != source.elements:
+        return None
+    layers = [lowered.instructions[position] for position in positions]
+    if not all(isinstance(layer, AccelLayer) and not layer.output_pitch and
+               layer.layout is None and layer.dst.is_row_major() for layer in layers):
+        return None
+    read = view_array(copy.src, np.arange(source.elements)).reshape(-1)
+    if np.unique(read).size != source.elements:
+        return None
+    landed = np.empty(source.elements, np.int64)  # each source element's place in target
+    landed[read] = view_array(copy.dst, np.arange(target.elements)).reshape(-1)
+    if not _untouched_between(lowered, min(positions), index, copy.dst):
+        return None
+    moved: dict[int, AccelLayer] = {}
+    for position, layer in zip(positions, layers, strict=True):
+        assert isinstance(layer, AccelLayer)
+        m, n = layer.m, layer.n
+        if int(np.prod(layer.dst.shape)) != m * n:
+            return None
+        places = landed[layer.dst.offset:layer.dst.offset + m * n].reshape(m, n)
+        base = int(places[0, 0])
+        pitch = int(places[1, 0]) - base if m > 1 else n
+        expected = base + pitch * np.arange(m)[:, None] + np.arange(n)[None, :]
+        if pitch < n or not np.array_equal(places, expected):
+            return None
+        moved[position] = replace(
+            layer, dst=View(target.name, base, ((Axis(m, pitch),), (Axis(n, 1),))),
+            output_pitch=0 if pitch == n else pitch)
+    return moved
