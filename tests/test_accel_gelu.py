@@ -13,6 +13,7 @@ layer at its predicted cycles).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from test_accel_offload import _accelerated, _interpreted, _lowered_result, _ran
 from test_quantize import calibration_for
 from test_transformer import gelu, layer_norm, linear
 
+from glensidec.backend.accel_layers import host_reason_lines
 from glensidec.backend.host_reasons import DIVIDES, PER_ROW, REDUCES
 from glensidec.backend.lower import (
     ArrayGemm,
@@ -121,6 +123,23 @@ def test_the_report_says_why_each_host_instruction_stays_on_the_host(tmp_path: P
     assert reasons["reduce"] == REDUCES
     assert any(row.why_host == DIVIDES and "elementwise-div" in row.op for row in host)
     assert any(row.why_host == PER_ROW and "elementwise-sub" in row.op for row in host)
+
+
+def test_stats_counts_the_host_instructions_of_each_reason_in_words(tmp_path: Path) -> None:
+    """--stats' host lines: one per reason, counting its instructions (\"1 instruction\",
+    not \"1 instructions\") and adding up to the report's host rows."""
+    lowered = _accelerated(_quantized_block(tmp_path), "8x8")
+    lines = list(host_reason_lines(lowered))
+    assert lines[0].startswith("host work by why it stays on the host")
+    counted = 0
+    for line in lines[1:]:
+        match = re.fullmatch(r"  (\d+) (instructions?), (\d+) cycles: (.+)", line)
+        assert match, line
+        count, word = int(match[1]), match[2]
+        assert word == ("instruction" if count == 1 else "instructions"), line
+        counted += count
+    rows = report_data("block.q.gs", lowered, ArrayConfig(8, 8)).rows
+    assert counted == sum(1 for row in rows if row.where == "host" and row.host_cycles)
 
 
 @pytest.mark.slow

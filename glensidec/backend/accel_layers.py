@@ -1201,7 +1201,8 @@ def host_reason_lines(lowered: LoweredProgram) -> Iterator[str]:
     if cycles:
         yield "host work by why it stays on the host (instructions, cycles):"
     for reason, costs in sorted(cycles.items(), key=lambda item: (-sum(item[1]), item[0])):
-        yield f"  {len(costs)} instructions, {sum(costs)} cycles: {reason}"
+        count = f"{len(costs)} instruction" + ("s" if len(costs) != 1 else "")
+        yield f"  {count}, {sum(costs)} cycles: {reason}"
 
 
 def host_data_movement(lowered: LoweredProgram) -> int:
