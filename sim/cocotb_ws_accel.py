@@ -13,7 +13,9 @@ A layer's `"schedule"` picks conv_program's schedule ("im2col" gathers the windo
 from main memory, "window" keeps the input rows in the scratchpad and reads each window
 as a 2-D pattern of them: every window tiling that fits is run; "interleave" runs every
 tiling that takes several N blocks side by side in the accumulator, each COMPUTE naming its
-accumulator rows; default "best", the one the cycle model prices fastest).
+accumulator rows; "one-band" runs every tiling whose chunks of a few output rows read one
+resident band, where the epilogue is slower than the layer's K folds; default "best", the
+one the cycle model prices fastest).
 A layer with `"pool": true` is a max-pool (`commands.pool_program`: the DMA gathers the
 windows' taps, or with `"schedule": "band"` loads the input rows once and each window is a
 2-D pattern of them; pooling stores take their max), checked against `pool_reference`.
@@ -51,6 +53,8 @@ from glensidec.hardware.commands import (
     encode_command,
     group_mask,
     interleaved_tilings,
+    layer_folds,
+    one_band_tilings,
     pool_program,
     pool_reference,
     sum_pool_reference,
@@ -166,6 +170,16 @@ async def run_layer(dut: Any, config: AccelConfig, layer: ConvLayer, seed: int,
     weights = rng.integers(-128, 128, (*layer.kernel_hw, layer.channels,
                                        layer.out_channels)) * group_mask(layer)
     quant = random_quant(rng, layer.out_channels, residual, lookup)
+    if schedule == "one-band":  # chunks of a few output rows reading one resident band
+        tilings = one_band_tilings(config, layer, bool(residual))
+        # offered wherever the epilogue takes more cycles a row than the layer has K folds
+        assert tilings or layer_folds(layer, config) >= config.epilogue_cycles, layer.name
+        cycles = 0
+        for tiling in tilings:
+            cycles += await run_program(dut, config, layer, window_program(
+                config, layer, quant, tiling), rng, feature, weights, quant, residual,
+                f"{schedule} schedule, {tiling}")
+        return cycles
     if schedule in ("window", "interleave"):
         tilings = window_tilings(config, layer, bool(residual))
         assert tilings, f"{layer.name}: no window tiling fits"

@@ -44,7 +44,10 @@ CASES = [(2, 2, 2, 32768, 16, 8, 16, 1024, 1, 8), (4, 4, 4, 32, 4, 2, 16, 2, 4, 
 #: accumulate side by side (each COMPUTE names its accumulator rows), in every such
 #: tiling that fits; and windows that are not k×k with adjacent taps (issue 30): a 1×5
 #: padded along x only (Inception's 1×7 in small) in every window tiling, and a 3×3 of
-#: dilation 2 padded by 2 (FCN's) in the im2col schedule.
+#: dilation 2 padded by 2 (FCN's) in the im2col schedule; and layers of fewer K folds than
+#: the epilogue's cycles a row (a 1×1 of 2 channels, a 1-channel 3×3 with packed taps: the
+#: digits CNN's first layer) in chunks of a few output rows reading one resident band,
+#: every such tiling (where the configuration's epilogue makes any).
 LAYERS = [
     {"name": "gemm4x2x2", "height": 4, "width": 1, "channels": 2, "out_channels": 2},
     {"name": "conv3x3", "height": 5, "width": 5, "channels": 6, "out_channels": 6,
@@ -112,6 +115,10 @@ LAYERS = [
      "kernel": 1, "kernel_w": 5, "padding": 0, "padding_w": 2, "schedule": "window"},
     {"name": "im2col3x3d2", "height": 4, "width": 4, "channels": 5, "out_channels": 5,
      "kernel": 3, "padding": 2, "dilation": [2, 2], "schedule": "im2col"},
+    {"name": "one_band1x1", "height": 5, "width": 3, "channels": 2, "out_channels": 3,
+     "schedule": "one-band"},
+    {"name": "one_band_packed3x3", "height": 6, "width": 5, "channels": 1, "out_channels": 3,
+     "kernel": 3, "stride": 1, "padding": 1, "schedule": "one-band"},
 ]
 
 

@@ -22,6 +22,7 @@ from glensidec.hardware.accel import (
     dma_load_slots,
     epilogue_reference,
 )
+from glensidec.hardware.array import ArrayConfig
 from glensidec.hardware.commands import (
     SPAD_ROW_BITS,
     AccelConfig,
@@ -33,12 +34,15 @@ from glensidec.hardware.commands import (
     LayerQuant,
     Load,
     Store,
+    accel_config_for,
     accel_cycles,
+    best_conv_table,
     conv_program,
     conv_reference,
     encode_command,
     group_mask,
     interleaved_tilings,
+    one_band_tilings,
     pool_program,
     run_functional,
     sum_pool_reference,
@@ -84,6 +88,33 @@ def test_layer_program_computes_the_layer(layer: ConvLayer) -> None:
     expected = conv_reference(layer, feature, weights, quant)
     assert np.array_equal(got, expected)
     assert len({value for value in expected.reshape(-1)}) > 3  # not a saturated constant
+
+
+def test_a_layer_the_epilogue_holds_back_emits_chunk_by_chunk_from_one_band() -> None:
+    """Regression (issue 26): the digits CNN's first layer (1 channel, a 3×3 with packed
+    taps: 3 K folds, 64 output rows) emitted its rows only after all 3 folds of all 64,
+    then the epilogue took them at 4 cycles a row: 569 cycles at 16×16. Its chunks of a few
+    output rows now read one band (loaded chunk by chunk, the weights resident), so the
+    epilogue works while the array computes: faster than every other schedule, and the
+    same result."""
+    config = accel_config_for(ArrayConfig(16, 16))
+    layer = ConvLayer("c1", 10, 10, 1, 16, kernel=3, stride=1, padding=0)
+    feature, weights, quant = random_layer_data(layer, 3)
+    tilings = one_band_tilings(config, layer)
+    assert tilings and all(t.one_band and t.chunk_rows < 8 for t in tilings)
+    _, _, chosen = best_conv_table(config, layer, quant)
+    others = [accel_cycles(config, window_program(config, layer, quant, t).commands).cycles
+              for t in window_tilings(config, layer)]
+    others.append(accel_cycles(config, conv_program(config, layer, quant, "im2col").commands
+                               ).cycles)
+    assert chosen.cycles < min(others) - 100, (chosen.cycles, others)
+    expected = conv_reference(layer, feature, weights, quant)
+    for tiling in tilings:
+        program = window_program(config, layer, quant, tiling)
+        assert np.array_equal(run_layer(program, layer, feature, weights, quant, None, config),
+                              expected), tiling
+    # a layer of as many K folds as the epilogue's cycles a row gets none
+    assert one_band_tilings(config, ConvLayer("c2", 8, 8, 16, 16, kernel=3, padding=1)) == []
 
 
 def random_residual(seed: int) -> ResidualConfig:

@@ -1097,6 +1097,14 @@ def best_conv_table(config: AccelConfig, layer: ConvLayer, quant: LayerQuant
     place, timing = min((entry for entry in priced
                          if entry[1].cycles <= fastest * (1 + TRAFFIC_SLACK)), key=rank)
     program, stream, table = kept[place]
+    # Chunks reading one band (a layer the epilogue holds back) replace that choice only
+    # when strictly faster: every other layer keeps the schedule it had
+    for tiling in one_band_tilings(config, layer, quant.residual is not None):
+        built_program, built = window_stream(config, layer, quant, tiling)
+        built_table = pack_commands(built)
+        built_timing = table_cycles(config, built, built_table)
+        if built_timing.cycles < timing.cycles:
+            program, stream, table, timing = built_program, built, built_table, built_timing
     return replace(program, commands=commands_of(stream)), table, timing
 
 
@@ -1131,6 +1139,11 @@ class WindowTiling:
     resident: bool = False
     first_rows: int = 0
     interleave: int = 1  # N blocks side by side in the accumulator (1: one at a time)
+    # chunks of `chunk_rows` output rows that all read one band of the whole output,
+    # loaded chunk by chunk (each chunk the band rows it is the first to read), with the
+    # weights resident: a layer of few K folds, whose rows the epilogue takes slower than
+    # the array makes them, starts emitting after a chunk's folds, not the whole layer's
+    one_band: bool = False
 
     def chunks(self, out_h: int) -> list[tuple[int, int]]:
         """(first output row, output rows) of each chunk."""
@@ -1306,6 +1319,36 @@ def window_tilings(config: AccelConfig, layer: ConvLayer, residual: bool = False
         if rows < out_h:  # one chunk loads the weights once anyway
             tilings += variants(rows, double, piece, resident, True)
     return tilings
+
+
+def one_band_tilings(config: AccelConfig, layer: ConvLayer, residual: bool = False
+                     ) -> list[WindowTiling]:
+    """Window tilings whose chunks of a few output rows all read one band of the whole
+    output (`WindowTiling.one_band`), for a layer whose rows the epilogue takes slower
+    than the array makes them (fewer K folds than the epilogue's cycles a row: a first
+    convolution of a few input channels). One chunk would emit its rows only after every
+    fold of the whole layer, and the epilogue's rows would follow one by one; chunks of
+    1, 2, a quarter and half the output rows emit after their own folds, so the epilogue
+    works while the array computes the next chunk. Weights resident, the band loaded
+    chunk by chunk; none when that does not fit, or with a residual add."""
+    R = config.rows
+    out_h, out_w = layer.out_size
+    band = _band_of(layer, R) if layer.groups == 1 else None
+    if band is None or residual or out_h < 2:
+        return []
+    folds = len(band.offsets)
+    quarter = config.memory.scratchpad_rows // 4
+    most = min(folds, quarter // R)
+    if most < 1 or folds >= config.epilogue_cycles:
+        return []
+    piece = -(-folds // -(-folds // most))
+    resident = -(-layer.out_channels // config.cols) * folds * R
+    band_rows = band.rows(out_h) * band.width * len(band.planes)
+    if band_rows > config.memory.scratchpad_rows - resident:
+        return []
+    sizes = sorted({1, 2, out_h // 4, out_h // 2} & set(range(1, out_h)))
+    return [WindowTiling(rows, False, piece, weight_buffer=resident, resident=True,
+                         one_band=True) for rows in sizes if rows * out_w <= config.acc_depth]
 
 
 def _covering_blocks(config: AccelConfig, layer: ConvLayer, band: _Band) -> int:
@@ -1627,7 +1670,8 @@ def window_stream(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
     weight_start = tiling.weight_start(total)
     buffer = tiling.band_buffer(total, config.memory.bank_rows if residual else 0)
     weight_buffer = tiling.weight_buffer or total // 4
-    plane_rows = band.rows(tiling.chunk_rows) * band.width
+    one_band = tiling.one_band
+    plane_rows = band.rows(out_h if one_band else tiling.chunk_rows) * band.width
     band_rows = plane_rows * len(band.planes)
     pad = layer.padding if band.padded_input else 0  # the map as stored
     height, width = layer.height + 2 * pad, layer.width + 2 * pad
@@ -1647,7 +1691,38 @@ def window_stream(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
     def band_buffer_of(chunk: int) -> int:
         return chunk % 2 if tiling.double_buffered else 0
 
+    # one_band: chunk c loads band rows slabs[c] (those no earlier chunk read)
+    slabs = [(0 if oy0 == 0 else band.rows(oy0), band.rows(oy0 + rows_here))
+             for oy0, rows_here in chunk_list]
+
+    def band_slabs(chunk: int, plane: int) -> tuple[_Region, ...]:
+        """The band regions a compute of `chunk` on `plane` reads (one_band: the slabs its
+        rows meet; else the chunk's band buffer's plane)."""
+        if not one_band:
+            return (_band_region(band_buffer_of(chunk), plane),)
+        oy0, rows_here = chunk_list[chunk]
+        low, high = oy0 * band.stride_y, (oy0 + rows_here - 1) * band.stride_y + band.reach
+        return tuple(_band_region(0, index * len(band.planes) + plane)
+                     for index, (first, end) in enumerate(slabs)
+                     if first < high and end > low)
+
+    def slab_loads(chunk: int) -> list[tuple[DmaFields, _Region]]:
+        first, end = slabs[chunk]
+        y0 = -layer.padding_hw[0] + pad + first * band.y_step
+        x0 = -layer.padding_hw[1] + pad
+        return [(dma_fields(
+            base=input_base + (y0 * width + x0 + plane.x0) * layer.channels + plane.channel0,
+            length=plane.length, count1=band.width, stride1=band.x_step * layer.channels,
+            count2=end - first, stride2=band.y_step * width * layer.channels,
+            spad_row=index * plane_rows + first * band.width, bounds=not band.padded_input,
+            y0=y0, y_step=band.y_step, height=height, x0=x0, x_step=band.x_step, width=width,
+            pad_value=quant.input_zero_point),
+            _band_region(0, chunk * len(band.planes) + index))
+            for index, plane in enumerate(band.planes)]
+
     def band_loads(chunk: int) -> list[tuple[DmaFields, _Region]]:
+        if one_band:
+            return slab_loads(chunk)
         oy0, rows_here = chunk_list[chunk]
         band_base = band_buffer_of(chunk) * buffer
         y0 = oy0 * layer.stride - layer.padding_hw[0] + pad
@@ -1688,8 +1763,9 @@ def window_stream(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
     for chunk, (oy0, rows_here) in enumerate(chunk_list):
         m0, m_len = oy0 * out_w, rows_here * out_w
         band_base = band_buffer_of(chunk) * buffer
-        band_keys = [_band_region(band_buffer_of(chunk), plane)
-                     for plane in range(len(band.planes))]
+        # the regions each plane's computes read, and (one band) the chunk's first row in it
+        band_reads = [band_slabs(chunk, plane) for plane in range(len(band.planes))]
+        band_shift = one_band * oy0 * band.stride_y * band.width
         first_step = len(steps)
         planes_loaded: set[int] = set()
         chunk_band = band_loads(chunk) if chunk == 0 or not prefetch else []
@@ -1742,9 +1818,9 @@ def window_stream(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
                         emits[position] = len(computes)
                     computes.append((  # wait, signal (`_window_tokens`), w_row, a_row,
                         False, False, w_rows[position] + index * R,  # m_len, add, emit,
-                        band_base + offsets[index], m_len, piece > 0 or index > 0, emit,
-                        *pattern, position * acc_stride))  # its pattern, acc_row
-                    reads.append((band_keys[planes[index]], w_keys[position]))
+                        band_base + band_shift + offsets[index], m_len, piece > 0 or index > 0,
+                        emit, *pattern, position * acc_stride))  # its pattern, acc_row
+                    reads.append((*band_reads[planes[index]], w_keys[position]))
                 if residual and last_piece:  # its Store follows the emitting compute
                     reads[-1] += (_residual_region(stores % 2),)
                 # the next chunk's band after this step's own loads: its buffer was the
