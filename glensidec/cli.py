@@ -448,6 +448,10 @@ def transform_command(model: Path, group: tuple[str, ...], bottleneck: tuple[str
                    "--seed + 1, ...")
 @click.option("--top", type=click.IntRange(min=1), default=3, show_default=True,
               help="Legal candidates retrained.")
+@click.option("--descent", type=click.IntRange(min=0), default=0, show_default=True,
+              help="After the strategy, judge up to this many more candidates: the "
+                   "single-layer changes of the cheapest legal ones that cost less, "
+                   "cheapest first (docs/nas.md).")
 @click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option("--strategy", type=click.Choice(["auto", "random"]), default="auto",
               show_default=True, help="auto: exhaustive if the space fits, else evolution.")
@@ -469,13 +473,14 @@ def transform_command(model: Path, group: tuple[str, ...], bottleneck: tuple[str
 def nas_command(model: Path, train_path: Path, val_path: Path, array_size: str,
                 dram_bandwidth: int, budget: int,
                 space: str, legality: str, threshold: float, band: float, cost: str,
-                train_epochs: int, train_seeds: int, top: int,
+                train_epochs: int, train_seeds: int, top: int, descent: int,
                 seed: int, strategy: str, workers: int, scheduler: str | None,
                 hardware: str | None, area_budget: str | None, output: Path) -> None:
     """Search MODEL's transformations for the fewest predicted cycles at kept accuracy."""
     nas_commands.search(model, train_path, val_path, array_size, budget, space, legality,
                         threshold, band, cost, train_epochs, top, seed, strategy, workers,
-                        scheduler, output, dram_bandwidth, hardware, area_budget, train_seeds)
+                        scheduler, output, dram_bandwidth, hardware, area_budget, train_seeds,
+                        descent)
 
 
 # Every stage walks terms recursively somewhere (parsing, printing, lowering); a program

@@ -120,6 +120,71 @@ def test_the_evolution_starts_from_the_uniform_candidates() -> None:
     assert strategy == "aging evolution" and evaluated[:2] == uniform
 
 
+def descent_world(space: S.Space, legal_below: int) -> tuple[Any, Any, Any, list[Any]]:
+    """A fake search: a candidate costs 100 minus its choices' numbers and is legal when
+    those sum to at most `legal_below`; the callbacks `descend` takes, and a log of what
+    was priced and judged."""
+    records: dict[S.Candidate, dict[str, Any]] = {}
+    log: list[Any] = []
+
+    def priced(candidate: S.Candidate) -> dict[str, Any]:
+        return {"valid": True, "cycles": 100 - sum(c.number for c in candidate)}
+
+    def price_batch(batch: list[S.Candidate]) -> None:
+        log.append(("price", len(batch)))
+        for candidate in batch:
+            records.setdefault(candidate, priced(candidate))
+
+    def judge_batch(batch: list[S.Candidate]) -> None:
+        log.append(("judge", list(batch)))
+        for candidate in batch:
+            records[candidate].update(score=1.0, legal=sum(c.number for c in candidate)
+                                      <= legal_below)
+
+    return records, price_batch, judge_batch, log
+
+
+def test_the_descent_judges_cheaper_neighbours_of_the_cheapest_legal_first() -> None:
+    """What an evolution's path misses: from the cheapest legal candidate it found (p
+    group:2), the descent prices every single-layer change, judges those cheaper than it,
+    cheapest first, and steps on from a legal one (q group:2) to the legal network two
+    changes away, never judging a network dearer than the cheapest legal one."""
+    g2, g4 = S.Choice("group", 2), S.Choice("group", 4)
+    space = S.Space(["p", "q"], [[S.KEEP, g2, g4], [S.KEEP, g2, g4]])
+    keep, start = (S.KEEP, S.KEEP), (g2, S.KEEP)
+    records, price_batch, judge_batch, log = descent_world(space, legal_below=4)
+    records[keep] = {"valid": True, "cycles": 100, "score": 1.0, "legal": True}
+    records[start] = {"valid": True, "cycles": 98, "score": 1.0, "legal": True}
+    options = S.Options(cost="cycles", descent=8)
+    judged = S.descend(space, options, [keep, start], records.__getitem__, price_batch,
+                       judge_batch)
+    # the neighbours of the start and of the original cheaper than 98, cheapest first:
+    # (g2, g4) at 94 (not legal: its numbers sum to 6), then three at 96 (legal)
+    assert log[1] == ("judge", [(g2, g4), (g4, S.KEEP), (g2, g2), (S.KEEP, g4)])
+    assert not records[(g2, g4)]["legal"] and records[(g2, g2)]["legal"]
+    # then the neighbours of those under 96 — (g4, g2) at 94, (g4, g4) at 92 — are judged
+    # and found not legal; nothing cheaper is left to price
+    assert records[(g4, g2)]["legal"] is False and records[(g4, g4)]["legal"] is False
+    cheapest_legal = min((c for c in records if records[c].get("legal")),
+                         key=lambda c: records[c]["cycles"])
+    assert records[cheapest_legal]["cycles"] == 96
+    assert all(records[c]["cycles"] < 98 for c in judged)
+    assert sum(len(entry[1]) for entry in log if entry[0] == "judge") <= options.descent
+
+
+def test_the_descent_stops_at_its_budget() -> None:
+    g2, g4 = S.Choice("group", 2), S.Choice("group", 4)
+    space = S.Space(["p", "q", "r"], [[S.KEEP, g2, g4]] * 3)
+    keep = (S.KEEP,) * 3
+    records, price_batch, judge_batch, log = descent_world(space, legal_below=100)
+    records[keep] = {"valid": True, "cycles": 100, "score": 1.0, "legal": True}
+    judged = S.descend(space, S.Options(descent=5), [keep], records.__getitem__,
+                       price_batch, judge_batch)
+    assert len(judged) == 5 == sum(len(entry[1]) for entry in log if entry[0] == "judge")
+    assert S.descend(space, S.Options(descent=0), [keep], records.__getitem__, price_batch,
+                     judge_batch) == []
+
+
 def test_a_search_on_a_two_worker_local_cluster(skip_model: Path, tmp_path: Path) -> None:
     from dask.distributed import Client, LocalCluster
 
@@ -133,11 +198,20 @@ def test_a_search_on_a_two_worker_local_cluster(skip_model: Path, tmp_path: Path
     results = []
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                       dashboard_address=None) as cluster, Client(cluster) as client:
-        for _ in range(2):
+        for search_options in (options, options, replace(options, descent=2)):
             results.append(S.run_search(
                 format_program(program), load_weights(program), (train["x"], train["y"]),
-                (val["x"], val["y"]), parse_array_size("16x16"), options, DaskMapper(client)))
-    first, second = results
+                (val["x"], val["y"]), parse_array_size("16x16"), search_options,
+                DaskMapper(client)))
+    first, second, descended = results
+    # the descent (priced on the workers, then judged) adds at most its 2 candidates, each
+    # cheaper than the cheapest legal one the evolution found, judged like the others
+    assert [r["choices"] for r in descended.records[:7]] == \
+        [r["choices"] for r in first.records]
+    added = descended.records[7:]
+    assert len(added) <= 2 and all(r["descent"] and "score" in r and r["legal"] for r in added)
+    bar = min(r["cycles"] for r in first.records if r.get("legal"))
+    assert all(r["cycles"] < bar for r in added)
     assert first.records == second.records  # same seed, same result
     assert len(first.records) == 7  # the original and six candidates
     valid = [r for r in first.records if r["valid"]]

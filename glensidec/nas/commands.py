@@ -430,7 +430,7 @@ def search(model: Path, train_path: Path, val_path: Path, array_size: str, budge
            train_epochs: int, top: int, seed: int, strategy: str, workers: int,
            scheduler: str | None, output: Path, dram_bandwidth: int = 16,
            hardware: str | None = None, area_budget: str | None = None,
-           train_seeds: int = 1) -> None:
+           train_seeds: int = 1, descent: int = 0) -> None:
     """`glensidec nas` (options as glensidec.cli's command takes them); `hardware` (a
     machine space, "" for the default one) searches the machine too (nas/hardware.py)."""
     from glensidec.nas.cost import compiled_cost, network_cost
@@ -480,7 +480,7 @@ def search(model: Path, train_path: Path, val_path: Path, array_size: str, budge
     check_fits(val_data, val_path, graph)
     options = Options(budget, kinds, legality, threshold, train_epochs, top, seed, strategy,
                       cost=cost, band=band, dram_bandwidth=dram_bandwidth,
-                      train_seeds=train_seeds)
+                      train_seeds=train_seeds, descent=descent)
     client = None
     interrupted = True
     try:

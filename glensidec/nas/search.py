@@ -358,28 +358,46 @@ def torch_threads() -> None:
 
 def evaluate(setup: Setup, candidate: Candidate) -> dict[str, Any]:
     """Transform, cost and score one candidate; an illegal transformation is recorded."""
-    from glensidec.nas import fisher
+    record = price(setup, candidate)
+    return record if not record["valid"] else {**record, **score(setup, candidate)}
+
+
+def price(setup: Setup, candidate: Candidate) -> dict[str, Any]:
+    """Transform and cost one candidate, without judging it: its choices, validity (or the
+    error), parameters, MACs and predicted cycles. A few seconds of compiling, where the
+    legality score (`score`) trains networks."""
     from glensidec.nas.cost import network_cost, params_and_macs
 
-    graph = original(setup)
     record: dict[str, Any] = {"choices": {layer: str(c) for layer, c in
                                           zip(setup.layers, candidate, strict=True)}}
     try:
-        transformed = apply(graph, setup.layers, candidate, T.INHERIT)
+        transformed = apply(original(setup), setup.layers, candidate, T.INHERIT)
     except GlensideError as error:
         return {**record, "valid": False, "error": error.message}
     cost = network_cost(transformed, setup.config, setup.dram_bandwidth)
     counted = params_and_macs(transformed)
-    if setup.legality == "train":  # the accuracy of each seed is kept with their mean
-        torch_threads()
-        record["accuracies"] = retrained(transformed, setup)[0]
-        score, per_point = float(np.mean(record["accuracies"])), None
-    else:
-        score, per_point = legality_score(transformed, setup, fisher.block_outputs(graph))
     record.update(valid=True, params=sum(p for p, _ in counted.values()),
                   macs=sum(m for _, m in counted.values()),
                   accelerator_cycles=cost.accelerator, array_cycles=cost.array,
-                  host_cycles=cost.host, cycles=cost.total, score=score)
+                  host_cycles=cost.host, cycles=cost.total)
+    return record
+
+
+def score(setup: Setup, candidate: Candidate) -> dict[str, Any]:
+    """The legality score of a valid candidate (with `train`, each seed's accuracy too; with
+    Fisher Potential, its value per measured point)."""
+    from glensidec.nas import fisher
+
+    graph = original(setup)
+    transformed = apply(graph, setup.layers, candidate, T.INHERIT)
+    record: dict[str, Any] = {}
+    if setup.legality == "train":  # the accuracy of each seed is kept with their mean
+        torch_threads()
+        record["accuracies"] = retrained(transformed, setup)[0]
+        value, per_point = float(np.mean(record["accuracies"])), None
+    else:
+        value, per_point = legality_score(transformed, setup, fisher.block_outputs(graph))
+    record["score"] = value
     if per_point is not None:
         record["fisher"] = per_point
     return record
@@ -417,6 +435,8 @@ class Options:
     start: tuple[Candidate, ...] = ()
     # seeds every retraining averages (and `train` legality): seed, seed + 1, ...
     train_seeds: int = 1
+    # candidates the descent after the strategy may judge (`descend`); 0: no descent
+    descent: int = 0
 
 
 @dataclass
@@ -488,6 +508,56 @@ def aging_evolution(space: Space, options: Options, rng: random.Random,
     return seen
 
 
+DESCENT_STARTS = 3  # the cheapest legal candidates whose neighbours the descent prices
+DESCENT_BATCH = 4  # candidates judged at once (in parallel on the workers)
+
+
+def descend(space: Space, options: Options, visited: list[Candidate],
+            record_of: Callable[[Candidate], dict[str, Any]],
+            price_batch: Callable[[list[Candidate]], None],
+            judge_batch: Callable[[list[Candidate]], None]) -> list[Candidate]:
+    """After the strategy: a cheapest-first descent from its cheapest legal candidates.
+
+    Pricing a candidate (compiling it) takes seconds and judging it (training, with `train`
+    legality) several times that, and the strategy's path decides which cheap networks it
+    ever judges: an evolution that settled on one legal network may never visit the legal
+    neighbour that is cheaper. So every single-layer change of the `DESCENT_STARTS` cheapest
+    legal candidates is priced, and those cheaper than the cheapest legal one are judged,
+    cheapest first, `DESCENT_BATCH` at a time; a legal one lowers the bar and its own
+    neighbours are priced next. It ends when no priced neighbour is cheaper than the
+    cheapest legal candidate or `options.descent` candidates were judged. `visited`: the
+    strategy's candidates, the original first (legal); returns the candidates judged or
+    found judged already (another search's, in a shared memo), in order."""
+    seen = list(dict.fromkeys(visited))
+    judged: list[Candidate] = []
+    spent = 0
+
+    def cost(candidate: Candidate) -> float:
+        return float(record_of(candidate)[options.cost])
+
+    while spent < options.descent:
+        legal = sorted((c for c in seen if record_of(c).get("legal")),
+                       key=lambda c: (cost(c), seen.index(c)))
+        bar = cost(legal[0])
+        neighbours = list(dict.fromkeys(
+            space.canonical((*start[:index], choice, *start[index + 1:]))
+            for start in legal[:DESCENT_STARTS]
+            for index, choices in enumerate(space.options)
+            for choice in choices if choice != start[index]))
+        unseen = [c for c in neighbours if c not in seen]
+        price_batch(unseen)
+        cheaper = sorted((c for c in unseen if record_of(c).get("valid") and cost(c) < bar),
+                         key=lambda c: (cost(c), unseen.index(c)))
+        if not cheaper:
+            break
+        batch = cheaper[:min(DESCENT_BATCH, options.descent - spent)]
+        spent += sum(1 for c in batch if "score" not in record_of(c))
+        judge_batch(batch)
+        seen += batch
+        judged += batch
+    return judged
+
+
 def uniform_candidates(space: Space) -> list[Candidate]:
     """For each choice two or more layers offer (bottleneck:2, group:4, ...), the candidate
     making it on every layer that offers it. Whole-network transformations of one kind are
@@ -540,19 +610,43 @@ def run_search(program_text: str, weights: dict[str, Array], train_data: tuple[A
     reference = memo[keep]
     reference["legal"] = True
 
+    def judged(record: dict[str, Any]) -> dict[str, Any]:
+        record["legal"] = bool(record.get("valid")) and \
+            record["score"] >= options.threshold * reference["score"]
+        return record
+
     def evaluate_batch(batch: list[Candidate]) -> list[dict[str, Any]]:
         new = list(dict.fromkeys(c for c in batch if c not in memo))
         for candidate, record in zip(new, mapper(evaluate, [(setup, c) for c in new]),
                                      strict=True):
-            record["legal"] = bool(record.get("valid")) and \
-                record["score"] >= options.threshold * reference["score"]
-            memo[candidate] = record
+            memo[candidate] = judged(record)
             if progress is not None:
                 progress(1)
         return [memo[c] for c in batch]
 
     strategy, evaluated = candidates_for(space, options, evaluate_batch)
-    order = list(dict.fromkeys([keep, *evaluated]))
+    descended: list[Candidate] = []
+    if options.descent:
+        priced: dict[Candidate, dict[str, Any]] = {}
+
+        def price_batch(batch: list[Candidate]) -> None:
+            new = list(dict.fromkeys(c for c in batch if c not in memo and c not in priced))
+            for candidate, record in zip(new, mapper(price, [(setup, c) for c in new]),
+                                         strict=True):
+                priced[candidate] = record
+
+        def judge_batch(batch: list[Candidate]) -> None:
+            new = [c for c in batch if c not in memo]
+            for candidate, found in zip(new, mapper(score, [(setup, c) for c in new]),
+                                        strict=True):
+                memo[candidate] = judged({**priced[candidate], **found, "descent": True})
+                if progress is not None:
+                    progress(1)
+
+        descended = descend(space, options, [keep, *evaluated],
+                            lambda c: memo[c] if c in memo else priced[c], price_batch,
+                            judge_batch)
+    order = list(dict.fromkeys([keep, *evaluated, *descended]))
     # The choice marks its own copies: a shared memo stays as the evaluations left it.
     records = {c: dict(memo[c]) for c in order}
     result = Result(space, strategy, records[keep])
@@ -676,7 +770,9 @@ def report_md(result: Result, options: Options, config_text: str, compiled: int)
         f"- legality: {options.legality} from a common fresh start, legal when score >= "
         f"{options.threshold} x the original's; cost band +-{100 * options.band:g} %; "
         f"minimised: {options.cost}; array {config_text}",
-        f"- evaluated: {len(result.records)}, legal: "
+        f"- evaluated: {len(result.records)} ("
+        f"{sum(1 for r in result.records if r.get('descent'))} by the descent of up to "
+        f"{options.descent}), legal: "
         f"{sum(1 for r in result.records if r.get('legal'))}, best of their cost band: "
         f"{sum(1 for r in result.records if r.get('band_best'))}", "",
         "| network | choices | params | MACs | predicted cycles | accelerator layers | "
