@@ -360,6 +360,7 @@ def completed(saved: dict[str, Any]) -> dict[str, Any]:
             "accuracies", [record["accuracy"]] if "accuracy" in record else [])
         table.append({**record, "label": label, "accuracies": pair})
     summary = {"strategy": "aging evolution", "evaluated": len(records),
+               "descent": sum(1 for r in records if r.get("descent")),
                "legal": sum(1 for r in records if r.get("legal")),
                "band_best": sum(1 for r in records if r.get("band_best"))}
     return {**saved, "picks": table, "searches": {"cycles": summary}}
