@@ -28,7 +28,7 @@ import numpy as np
 
 from glensidec.backend.accel_attention import (
     _column_block,
-    _moved,
+    _narrowed,
     _untouched_between,
     apply_edits,
 )
@@ -120,13 +120,17 @@ def _one_loop(lowered: LoweredProgram, builder: LayerBuilder, gemm: ArrayGemm,
         return None
     multiplier = np.full(width, -1, np.int64)
     covered = np.zeros((m, width), bool)
+    everywhere = np.arange(m * n)  # each element's own index (made once: 576 readers)
+    read: list[Array] = []
     for loop in loops:
         assert isinstance(loop, RequantizePerChannel)
         accumulators, multipliers = loop.members
         source = lowered.buffer_of(multipliers)
         if source.kind != CONSTANT:
             return None
-        indices = view_array(accumulators, np.arange(m * n)).reshape(-1)
+        indices = view_array(accumulators, everywhere)
+        read.append(indices)
+        indices = indices.reshape(-1)
         values = view_array(multipliers, constant_array(source, weights).reshape(-1)
                             ).reshape(-1)
         rows, columns = indices // n, indices % n - first
@@ -148,15 +152,30 @@ def _one_loop(lowered: LoweredProgram, builder: LayerBuilder, gemm: ArrayGemm,
          View(vector.buffer, 0, ((Axis(m, 0),), (Axis(width, 1),)))),
         pre, post, zero_point)
     copies: dict[int, Copy] = {}
-    for reader, old in zip(group, loops, strict=True):
+    narrow = np.arange(m * width)
+    for reader, old, indices in zip(group, loops, read, strict=True):
         assert isinstance(old, RequantizePerChannel)
-        moved = _moved(old.members[0], name, m, n, first, width)
+        moved = _moved_to(old.members[0], indices, name, n, first, width, narrow)
         if moved is None:
             del lowered.buffers[name]
             del lowered.buffers[vector.buffer]
             return None
         copies[reader] = Copy(f"{old.note}: its rows of the head's loop", old.dst, moved)
     return loop, copies
+
+
+def _moved_to(view: View, indices: Array, new: str, n: int, first: int, width: int,
+              narrow: Array) -> View | None:
+    """`view` of the M×N buffer (`indices`: the elements it reads) as the same elements
+    of `new`, its columns [first, first + width) (`narrow`: that buffer's indices),
+    checked element by element (`accel_attention._moved` without making the indices of
+    both buffers again for each of a head's readers)."""
+    narrowed = _narrowed(view, n, first, width)
+    if narrowed is None or narrowed.offset < 0:
+        return None
+    moved = View(new, narrowed.offset, narrowed.dims)
+    expected = (indices // n) * width + indices % n - first
+    return moved if np.array_equal(view_array(moved, narrow), expected) else None
 
 
 # -- the heads' contexts written where the output projection reads them ----------------
