@@ -47,6 +47,7 @@ from glensidec.hardware.commands import (
     AccelConfig,
     LayerProgram,
     LayerQuant,
+    WindowTiling,
     accel_cycles,
     conv_program,
     conv_reference,
@@ -161,6 +162,24 @@ async def run_and_check(dut: Any, config: AccelConfig, program: LayerProgram,
     return predicted
 
 
+def schedule_tilings(config: AccelConfig, layer: ConvLayer, residual: bool,
+                     schedule: str) -> list[WindowTiling]:
+    """The tilings a window-like schedule runs the layer in: every one the compiler offers."""
+    if schedule == "one-band":  # chunks of a few output rows reading one resident band
+        tilings = one_band_tilings(config, layer, residual)
+        # offered wherever the epilogue takes more cycles a row than the layer has K folds
+        assert tilings or layer_folds(layer, config) >= config.epilogue_cycles, layer.name
+        return list(tilings)
+    tilings = window_tilings(config, layer, residual)
+    assert tilings, f"{layer.name}: no window tiling fits"
+    if schedule == "interleave":  # N blocks side by side in the accumulator
+        tilings = list(dict.fromkeys(
+            variant for base in [None, *tilings]
+            for variant in interleaved_tilings(config, layer, base, residual)))
+        assert tilings, f"{layer.name}: no interleaved tiling fits"
+    return list(tilings)
+
+
 async def run_layer(dut: Any, config: AccelConfig, layer: ConvLayer, seed: int,
                     residual: str = "", schedule: str = "best", lookup: bool = False) -> int:
     """Run one layer on the DUT (each window tiling for the "window" schedule); returns
@@ -170,26 +189,9 @@ async def run_layer(dut: Any, config: AccelConfig, layer: ConvLayer, seed: int,
     weights = rng.integers(-128, 128, (*layer.kernel_hw, layer.channels,
                                        layer.out_channels)) * group_mask(layer)
     quant = random_quant(rng, layer.out_channels, residual, lookup)
-    if schedule == "one-band":  # chunks of a few output rows reading one resident band
-        tilings = one_band_tilings(config, layer, bool(residual))
-        # offered wherever the epilogue takes more cycles a row than the layer has K folds
-        assert tilings or layer_folds(layer, config) >= config.epilogue_cycles, layer.name
+    if schedule in ("one-band", "window", "interleave"):
         cycles = 0
-        for tiling in tilings:
-            cycles += await run_program(dut, config, layer, window_program(
-                config, layer, quant, tiling), rng, feature, weights, quant, residual,
-                f"{schedule} schedule, {tiling}")
-        return cycles
-    if schedule in ("window", "interleave"):
-        tilings = window_tilings(config, layer, bool(residual))
-        assert tilings, f"{layer.name}: no window tiling fits"
-        if schedule == "interleave":  # N blocks side by side in the accumulator
-            tilings = list(dict.fromkeys(
-                variant for base in [None, *tilings]
-                for variant in interleaved_tilings(config, layer, base, bool(residual))))
-            assert tilings, f"{layer.name}: no interleaved tiling fits"
-        cycles = 0
-        for tiling in tilings:
+        for tiling in schedule_tilings(config, layer, bool(residual), schedule):
             cycles += await run_program(dut, config, layer, window_program(
                 config, layer, quant, tiling), rng, feature, weights, quant, residual,
                 f"{schedule} schedule, {tiling}")
