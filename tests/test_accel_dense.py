@@ -24,17 +24,16 @@ from conftest import (
     run_checked,
     save_inputs,
 )
-from onnx_models import OnnxGraph, imported
+from onnx_models import OnnxGraph
 from test_accel_offload import (
     _accelerated,
     _assert_interpreters_agree,
     _interpreted,
     _random_inputs,
 )
-from test_quantize import calibration_for
+from test_quantize import saved_int8
 
 from glensidec.backend.lower import AccelLayer
-from glensidec.frontends.quantize import quantize, save_quantized
 from glensidec.hardware.accel import ConvLayer, EpilogueConfig
 from glensidec.hardware.array import ArrayConfig
 from glensidec.hardware.commands import (
@@ -83,10 +82,7 @@ def reduced_densenet(shift: bool = False, size: int = 8, stem: int = 16, growth:
 
 
 def _quantized(tmp_path: Path, shift: bool = False) -> Path:
-    program = imported(reduced_densenet(shift), tmp_path)
-    quantized = quantize(program, calibration_for(program, 4), per_channel=True,
-                         symmetric_activations=True)
-    return save_quantized(quantized, tmp_path / "dense.q.gs")
+    return saved_int8(reduced_densenet(shift), tmp_path, "dense", 4)
 
 
 def test_a_dense_blocks_concatenations_share_one_scale_and_no_part_is_requantized(

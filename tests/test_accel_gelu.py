@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from onnx_models import OnnxGraph, imported
+from onnx_models import OnnxGraph
 from test_accel_offload import _accelerated, _interpreted, _lowered_result, _random_inputs
-from test_quantize import calibration_for
+from test_quantize import saved_int8
 from test_transformer import gelu, layer_norm, linear
 
 from glensidec.backend.accel_layers import host_reason_lines
@@ -34,7 +34,6 @@ from glensidec.backend.lower import (
     constant_array,
 )
 from glensidec.backend.report import report_data
-from glensidec.frontends.quantize import quantize, save_quantized
 from glensidec.hardware.accel_native import EPILOGUE_LOOKUP, EPILOGUE_TABLE, FIELDS
 from glensidec.hardware.array import ArrayConfig
 from glensidec.lang import data
@@ -53,10 +52,7 @@ def mlp_block(seed: int = 0) -> Any:
 
 
 def _quantized_block(root: Path) -> Path:
-    program = imported(mlp_block(), root)
-    quantized = quantize(program, calibration_for(program, 4), per_channel=True,
-                         symmetric_activations=True)
-    return save_quantized(quantized, root / "block.q.gs")
+    return saved_int8(mlp_block(), root, "block", 4)
 
 
 def test_the_gelu_runs_in_two_accelerator_layers_and_computes_what_the_program_does(

@@ -376,16 +376,10 @@ def test_a_first_convolution_whose_k_the_lowering_padded_reads_the_map_by_dma() 
 
 def _quantized_lraspp(tmp_path: Path) -> Path:
     """tests/test_segmentation's LR-ASPP head (a dilated depthwise 3×3), int8."""
-    from onnx_models import imported
-    from test_quantize import calibration_for
+    from test_quantize import saved_int8
     from test_segmentation import lraspp_head
 
-    from glensidec.frontends.quantize import quantize, save_quantized
-
-    program = imported(lraspp_head(), tmp_path)
-    quantized = quantize(program, calibration_for(program, 8), per_channel=True,
-                         symmetric_activations=True)
-    return save_quantized(quantized, tmp_path / "lraspp.q.gs")
+    return saved_int8(lraspp_head(), tmp_path, "lraspp", 8)
 
 
 def test_a_dilated_depthwise_convolution_is_a_grouped_layer_of_dilated_taps(

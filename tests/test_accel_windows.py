@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from onnx_models import OnnxGraph, imported
+from onnx_models import OnnxGraph
 from test_accel_offload import (
     _accelerated,
     _checked_cosimulation,
@@ -20,11 +20,10 @@ from test_accel_offload import (
     _lowered_result,
     _random_inputs,
 )
-from test_quantize import calibration_for
+from test_quantize import saved_int8
 
 from glensidec.backend.lower import AccelLayer, LoweredProgram
 from glensidec.backend.report import machine_cycles
-from glensidec.frontends.quantize import quantize, save_quantized
 from glensidec.hardware.array import ArrayConfig
 
 #: name → (ONNX Conv attributes, the window the layer must have: kernel (h, w), padding
@@ -54,10 +53,7 @@ def windows_net(channels: int = 8, size: tuple[int, int] = (6, 7)) -> Any:
 
 
 def _quantized(tmp_path: Path) -> Path:
-    program = imported(windows_net(), tmp_path)
-    quantized = quantize(program, calibration_for(program, 8), per_channel=True,
-                         symmetric_activations=True)
-    return save_quantized(quantized, tmp_path / "windows.q.gs")
+    return saved_int8(windows_net(), tmp_path, "windows", 8)
 
 
 def _window(layer: AccelLayer) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]]:

@@ -57,6 +57,15 @@ def calibration_for(program: Program, samples: int, seed: int = 7) -> dict[str, 
             for decl in program.inputs()}
 
 
+def saved_int8(model: Any, root: Path, name: str, samples: int) -> Path:
+    """An ONNX model imported into `root`, quantized as the zoo is (per-channel weights,
+    symmetric activations, `samples` calibration inputs) and saved as `root/NAME.q.gs`."""
+    program = imported(model, root, name)
+    quantized = quantize(program, calibration_for(program, samples), per_channel=True,
+                         symmetric_activations=True)
+    return save_quantized(quantized, root / f"{name}.q.gs")
+
+
 def sample_list(calibration: dict[str, Array], count: int) -> list[dict[str, Array]]:
     return [{name: array[i] for name, array in calibration.items()} for i in range(count)]
 

@@ -91,14 +91,9 @@ def bilinear_head(seed: int = 0) -> Any:
 
 
 def _quantized_bilinear_head(tmp_path: Path, name: str) -> Path:
-    from test_quantize import calibration_for
+    from test_quantize import saved_int8
 
-    from glensidec.frontends.quantize import quantize, save_quantized
-
-    program = imported(bilinear_head(), tmp_path, name)
-    quantized = quantize(program, calibration_for(program, 8), per_channel=True,
-                         symmetric_activations=True)
-    return save_quantized(quantized, tmp_path / f"{name}.q.gs")
+    return saved_int8(bilinear_head(), tmp_path, name, 8)
 
 
 @pytest.mark.parametrize("array", ["4x4", "16x16"])
