@@ -172,6 +172,41 @@ def test_the_descent_judges_cheaper_neighbours_of_the_cheapest_legal_first() -> 
     assert sum(len(entry[1]) for entry in log if entry[0] == "judge") <= options.descent
 
 
+def test_the_descent_starts_from_distinct_costs_not_copies_of_one_network() -> None:
+    """Guards bench_nas's run that judged 1 candidate: its 3 cheapest legal starts were one
+    network and copies of it with a change the machine does not price (c1 bottlenecked),
+    and the legal network one change from the next cost (c2's pool strided) was never
+    priced. Here p's choice costs nothing; the 3 cheapest legal candidates cost 50, the
+    next 70 (the best-scored of those starts), and (keep, s, b2) at 40, one change from it,
+    is legal; (b2, s, b2), one change from the worse-scored 70, is not."""
+    b2, b4, s = S.Choice("bottleneck", 2), S.Choice("bottleneck", 4), S.Choice("stride")
+    space = S.Space(["p", "q", "r"], [[S.KEEP, b2, b4], [S.KEEP, s], [S.KEEP, b2, b4]])
+    costs = {(S.KEEP, S.KEEP): 100, (S.KEEP, b2): 70, (S.KEEP, b4): 50, (s, S.KEEP): 80,
+             (s, b2): 40, (s, b4): 30}
+    records: dict[S.Candidate, dict[str, Any]] = {}
+
+    def price_batch(batch: list[S.Candidate]) -> None:
+        for candidate in batch:
+            records.setdefault(candidate, {"valid": True, "cycles": costs[candidate[1:]]})
+
+    def judge_batch(batch: list[S.Candidate]) -> None:
+        for candidate in batch:
+            records[candidate].update(score=1.0, legal=candidate[1:] != (s, b4) and
+                                      candidate != (b2, s, b2))
+
+    visited = [(S.KEEP, S.KEEP, S.KEEP), (S.KEEP, S.KEEP, b4), (b2, S.KEEP, b4),
+               (b4, S.KEEP, b4), (b2, S.KEEP, b2), (S.KEEP, S.KEEP, b2),
+               *((p, s, b4) for p in space.options[0])]
+    price_batch(visited)
+    judge_batch(visited)
+    records[(b2, S.KEEP, b2)]["score"] = 0.9
+    judged = S.descend(space, S.Options(descent=8), visited, records.__getitem__,
+                       price_batch, judge_batch)
+    assert (S.KEEP, s, b2) in judged and records[(S.KEEP, s, b2)]["legal"]
+    assert S.distinct_costs(visited[1:6], lambda c: records[c]["cycles"]) == \
+        [(S.KEEP, S.KEEP, b4), (b2, S.KEEP, b2)]
+
+
 def test_the_descent_stops_at_its_budget() -> None:
     g2, g4 = S.Choice("group", 2), S.Choice("group", 4)
     space = S.Space(["p", "q", "r"], [[S.KEEP, g2, g4]] * 3)
@@ -363,3 +398,41 @@ def test_the_final_choice_averages_the_retraining_seeds(
     assert candidate["accuracies"] == [0.965, 0.97]
     assert candidate["score"] == pytest.approx(0.9675)
     assert judged.original["accuracies"] == [0.98, 0.96]
+
+
+def test_train_legality_retrains_only_the_chosen_network_once(
+        skip_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With `train` legality every candidate's score is the mean accuracy of the very
+    retraining the final choice makes (same epochs, rate, seeds): the choice takes the
+    finalists' accuracies from their records and trains only the chosen network again,
+    once, for its weights (bench_nas retrained the original and six finalists twice
+    each per search). Training is stubbed: a trained network's accuracy is its seed's."""
+    from glensidec.nas import torch_model
+
+    trainings: list[int] = []
+
+    def fake_train(graph: Any, data: Any, epochs: int, seed: int, learning_rate: float) -> Any:
+        trainings.append(seed)
+        return SimpleNamespace(graph=graph, seed=seed, weights=graph.weights)
+
+    monkeypatch.setattr(torch_model, "train", fake_train)
+    monkeypatch.setattr(torch_model, "accuracy",
+                        lambda trained, data: 0.9 + 0.01 * trained.seed)
+    program = read_program(skip_model)
+    train = np.load(data(tmp_path, "train", 24, 1))
+    options = S.Options(budget=4, space=("group",), legality="train", threshold=0.0,
+                        train_epochs=1, top=2, seed=0, train_seeds=2)
+    called: list[Any] = []
+
+    def here(function: Any, calls: list[Any]) -> list[Any]:
+        called.append(function)
+        return [function(*call) for call in calls]
+
+    result = S.run_search(format_program(program), load_weights(program),
+                          (train["x"], train["y"]), (train["x"], train["y"]),
+                          parse_array_size("16x16"), options, here)
+    judged = sum(1 for r in result.records if "score" in r)
+    assert S.retrain not in called and called.count(S.first_seed_weights) == 1
+    assert len(trainings) == 2 * judged + 1 and trainings[-1] == 0
+    assert result.chosen is not None
+    assert result.chosen["accuracy"] == result.chosen["score"] == pytest.approx(0.905)

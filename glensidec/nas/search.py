@@ -412,6 +412,16 @@ def retrain(setup: Setup, candidate: Candidate) -> tuple[float, dict[str, Array]
     return float(np.mean(accuracies)), weights
 
 
+def first_seed_weights(setup: Setup, candidate: Candidate) -> dict[str, Array]:
+    """The weights `retrained` keeps: the candidate retrained with the first seed."""
+    from glensidec.nas.torch_model import Data, train
+
+    torch_threads()
+    graph = apply(original(setup), setup.layers, candidate, T.INHERIT)
+    return train(graph, Data(setup.train_x, setup.train_y), setup.train_epochs, setup.seed,
+                 learning_rate=RETRAIN_RATE).weights
+
+
 # -- the search ------------------------------------------------------------------------------
 
 
@@ -508,7 +518,7 @@ def aging_evolution(space: Space, options: Options, rng: random.Random,
     return seen
 
 
-DESCENT_STARTS = 3  # the cheapest legal candidates whose neighbours the descent prices
+DESCENT_STARTS = 3  # the lowest costs of legal candidates whose neighbours the descent prices
 DESCENT_BATCH = 4  # candidates judged at once (in parallel on the workers)
 
 
@@ -521,11 +531,12 @@ def descend(space: Space, options: Options, visited: list[Candidate],
     Pricing a candidate (compiling it) takes seconds and judging it (training, with `train`
     legality) several times that, and the strategy's path decides which cheap networks it
     ever judges: an evolution that settled on one legal network may never visit the legal
-    neighbour that is cheaper. So every single-layer change of the `DESCENT_STARTS` cheapest
-    legal candidates is priced, and those cheaper than the cheapest legal one are judged,
-    cheapest first, `DESCENT_BATCH` at a time; a legal one lowers the bar and its own
-    neighbours are priced next. It ends when no priced neighbour is cheaper than the
-    cheapest legal candidate or `options.descent` candidates were judged. `visited`: the
+    neighbour that is cheaper. So every single-layer change of the legal candidates of the
+    `DESCENT_STARTS` lowest costs (the best-scored of each: `distinct_costs`) is priced,
+    and those cheaper than the cheapest legal one are judged, cheapest first,
+    `DESCENT_BATCH` at a time; a legal one lowers the bar and its own neighbours are priced
+    next. It ends when no priced neighbour is cheaper than the cheapest legal candidate or
+    `options.descent` candidates were judged. `visited`: the
     strategy's candidates, the original first (legal); returns the candidates judged or
     found judged already (another search's, in a shared memo), in order."""
     seen = list(dict.fromkeys(visited))
@@ -537,11 +548,11 @@ def descend(space: Space, options: Options, visited: list[Candidate],
 
     while spent < options.descent:
         legal = sorted((c for c in seen if record_of(c).get("legal")),
-                       key=lambda c: (cost(c), seen.index(c)))
+                       key=lambda c: (cost(c), -record_of(c)["score"], seen.index(c)))
         bar = cost(legal[0])
         neighbours = list(dict.fromkeys(
             space.canonical((*start[:index], choice, *start[index + 1:]))
-            for start in legal[:DESCENT_STARTS]
+            for start in distinct_costs(legal, cost)[:DESCENT_STARTS]
             for index, choices in enumerate(space.options)
             for choice in choices if choice != start[index]))
         unseen = [c for c in neighbours if c not in seen]
@@ -556,6 +567,21 @@ def descend(space: Space, options: Options, visited: list[Candidate],
         seen += batch
         judged += batch
     return judged
+
+
+def distinct_costs(candidates: list[Candidate],
+                   cost: Callable[[Candidate], float]) -> list[Candidate]:
+    """The first candidate of each cost, in order. Legal networks of one cost are mostly
+    one network with a change the machine does not price (on the digits CNN, c1
+    bottlenecked: its cycles are its epilogue's rows): starting the descent from them
+    prices one neighbourhood three times (bench_nas's run judged 1 candidate, and missed
+    the legal network one change from the third-lowest cost). The descent orders them
+    best-scored first within a cost: the likeliest to keep a cheaper neighbour legal (c1
+    bottlenecked or not is a point of accuracy there)."""
+    found: dict[float, Candidate] = {}
+    for candidate in candidates:
+        found.setdefault(cost(candidate), candidate)
+    return list(found.values())
 
 
 def uniform_candidates(space: Space) -> list[Candidate]:
@@ -658,8 +684,9 @@ def run_search(program_text: str, weights: dict[str, Array], train_data: tuple[A
 def choose(result: Result, setup: Setup, order: list[Candidate],
            memo: dict[Candidate, dict[str, Any]], options: Options, mapper: Mapper) -> None:
     """Retrain the original and the `top` cheapest legal candidates that are the best-scored
-    of their cost band; keep the cheapest within one point of the original's accuracy (the
-    original among them: a search never chooses a network costlier than the original)."""
+    of their cost band (with `train` legality their scores are those retrained accuracies
+    already); keep the cheapest within one point of the original's accuracy (the original
+    among them: a search never chooses a network costlier than the original)."""
     keep = order[0]
     legal = [c for c in order[1:] if memo[c].get("legal")]
     winners = band_winners([memo[c] for c in legal], options.cost, options.band)
@@ -667,17 +694,26 @@ def choose(result: Result, setup: Setup, order: list[Candidate],
         memo[candidate]["band_best"] = id(memo[candidate]) in winners
     finalists = sorted((c for c in legal if id(memo[c]) in winners),
                        key=lambda c: (memo[c][options.cost], order.index(c)))[:options.top]
-    retrained = mapper(retrain, [(setup, c) for c in [keep, *finalists]])
     weights_of: dict[Candidate, dict[str, Array]] = {}
-    for candidate, (acc, weights) in zip([keep, *finalists], retrained, strict=True):
-        memo[candidate]["accuracy"] = acc
-        weights_of[candidate] = weights
+    if setup.legality == "train":
+        # `train` legality judged every candidate by this very retraining (the same epochs,
+        # rate and seeds, deterministic): the accuracies are the scores, and only the
+        # chosen network is trained again, for its weights
+        for candidate in [keep, *finalists]:
+            memo[candidate]["accuracy"] = memo[candidate]["score"]
+    else:
+        retrained = mapper(retrain, [(setup, c) for c in [keep, *finalists]])
+        for candidate, (acc, weights) in zip([keep, *finalists], retrained, strict=True):
+            memo[candidate]["accuracy"] = acc
+            weights_of[candidate] = weights
     floor = memo[keep]["accuracy"] - 0.01
     # the original is within a point of itself: a finalist is kept only if it is cheaper
     good = [c for c in [keep, *finalists] if memo[c]["accuracy"] >= floor]
     best = min(good, key=lambda c: (memo[c][options.cost], c != keep))
     memo[best]["chosen"] = True
     result.chosen = memo[best]
+    if best not in weights_of:
+        weights_of[best] = mapper(first_seed_weights, [(setup, best)])[0]
     graph = apply(original(setup), setup.layers, best, T.INHERIT)
     result.chosen_graph = graph.with_layers(graph.layers, weights_of[best])
 
