@@ -29,9 +29,6 @@ missed.
 from __future__ import annotations
 
 import json
-import os
-import resource
-import time
 from typing import Any
 
 import bench_nas as N
@@ -65,37 +62,13 @@ RESULTS = N.RESULTS / "nas_transformer.json"
 BEGIN, END = "<!-- transformer: bench_nas_vit.py -->", "<!-- /transformer -->"
 
 
-class Clock:
-    """Each stage's wall seconds and the load average at its end."""
-
-    def __init__(self) -> None:
-        self.start = self.last = time.perf_counter()
-        self.stages: dict[str, int] = {}
-        self.loads: list[float] = []
-
-    def stage(self, name: str) -> None:
-        now = time.perf_counter()
-        self.stages[name] = round(now - self.last)
-        self.loads.append(os.getloadavg()[0])
-        self.last = now
-
-    def summary(self) -> dict[str, Any]:
-        """Wall and CPU seconds of the run; CPU counts this process and every child it
-        waited for (the Dask workers once their cluster closed, compiles, simulators)."""
-        own = resource.getrusage(resource.RUSAGE_SELF)
-        children = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpu = own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
-        return {"seconds": round(time.perf_counter() - self.start), "cpu_seconds": round(cpu),
-                "stages": self.stages, "load": round(sum(self.loads) / len(self.loads), 1)}
-
-
 def main() -> int:
     import dask
     from dask.distributed import Client, LocalCluster
 
     from glensidec.nas.commands import WORKER_CONFIG, DaskMapper
 
-    clock = Clock()
+    clock = N.Clock()
     program = read_program(MODEL)
     weights = load_weights(program)
     graph = lift(program, weights)
