@@ -51,9 +51,12 @@ if TYPE_CHECKING:
 MEAN_SUM_LIMIT = 2 ** 31
 
 
-# Integer divisions (x / y of activations, softmax's e / Σe) scale the numerator by this
+# Integer divisions (x / y of activations, LayerNorm's) scale the numerator by this
 # first: 16 fractional bits, and |x| ≤ 255 keeps the numerator below 2^24.
 DIVISION_SHIFT = 1 << 16
+
+# softmax's e = exp(d) in SOFTMAX_LEVELS steps of (0, 1] at zero point 0 (integer_softmax).
+SOFTMAX_LEVELS = 127
 
 
 def on_integers(q: Quantizer, term: Term, operand: Value,
@@ -441,10 +444,14 @@ def softmax(q: Quantizer, term: Term, operand: Value) -> Value:
     return integer_softmax(q, term, i8_activation(q, operand, "softmax"))
 
 
-def integer_softmax(q: Quantizer, term: Term, operand: Q8) -> Acc:
-    """softmax over the item in integers: d = q − max(q) ∈ [−255, 0] steps, to i8 at
-    twice the step, e = exp(d) by a lookup table onto 255 steps of (0, 1], then
-    p = e·2^16 / Σe (integer division; Σe ≥ 255, from the maximum's e = 1)."""
+def integer_softmax(q: Quantizer, term: Term, operand: Q8) -> Q8:
+    """softmax over the item in integers: d = q − max(q) ∈ [−255, 0] steps, to i8 at the
+    step with zero point 127 (exact), e = exp(d) by a lookup table onto 127 steps of
+    (0, 1] at zero point 0
+    (so that a product of e with V needs no correction), Σe per row (≥ 127, from the
+    maximum's e = 1), then per row one multiplier r = ⌊C / Σe⌋ (C = 2^post / s_p: O(rows)
+    divisions) and p = requantize(e·r) at 2^−post, to p's profiled symmetric parameters
+    (attention's softmax·V reads them as they are)."""
     x = operand.term
     like = q.qtype(x)
     shape, item = like.shape, like.item
@@ -455,19 +462,31 @@ def integer_softmax(q: Quantizer, term: Term, operand: Q8) -> Acc:
     wide_x = B.compute("cast", x, "i32")
     peak = B.compute("cast", over_item(B.compute("reduce-max", x)), "i32")
     steps = B.compute("elementwise-sub", B.op("access-pair", wide_x, peak))
-    d_params = QParams(2.0 * operand.params.scale, 127)
+    d_params = QParams(operand.params.scale, 127)
     d = q.requantize(Acc(steps, np.full(like.full, operand.params.scale),
                          np.zeros(like.full, dtype=np.int64), term), d_params)
-    e_params = QParams(1.0 / 255.0, -128)
     e = B.compute("lookup", d.term, "exp", d_params.scale, d_params.zero_point,
-                  e_params.scale, e_params.zero_point)
-    e_wide, _ = centred(q, Q8(e, e_params, e), "softmax")
-    total = over_item(B.compute("reduce-sum", e_wide))
-    numerator = B.compute("elementwise-mul", B.op(
-        "access-pair", e_wide, q.scalar_like(DIVISION_SHIFT, "i32", like)))
-    quotient = B.compute("elementwise-div", B.op("access-pair", numerator, total))
-    return Acc(quotient, np.full(like.full, 1.0 / DIVISION_SHIFT),
-               np.zeros(like.full, dtype=np.int64), term)
+                  1.0 / SOFTMAX_LEVELS, 0)
+    e_wide = B.compute("cast", e, "i32")
+    total = B.compute("reduce-sum", e_wide)
+    params = symmetric_params(q, term)
+    post = max(0, math.floor(math.log2((2 ** 31 - 1) * params.scale)))
+    dividend = round(2.0 ** post / params.scale)
+    if not 2 ** 15 <= dividend < 2 ** 31:
+        raise Unsupported(f"softmax's output scale {params.scale:g} leaves no i32 multiplier")
+    multiplier = B.compute("elementwise-div", B.op(
+        "access-pair", q.scalar_like(dividend, "i32", q.qtype(total)), total))
+    p = B.compute("requantize-per-channel", B.op("access-pair", e_wide, over_item(multiplier)),
+                  0, post, 0)
+    return Q8(p, params, p)
+
+
+def symmetric_params(q: Quantizer, term: Term) -> QParams:
+    """`term`'s profiled range as symmetric int8 parameters (zero point 0)."""
+    key = q.keys.get(term)
+    if key not in q.profile.ranges:
+        raise Unsupported("softmax with no profile")
+    return activation_params(*q.profile.ranges[key], True)
 
 
 def with_constant(q: Quantizer, term: Term, name: str, value: Value, constant: Array,
