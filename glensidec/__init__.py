@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from glensidec.collector import without_cycle_collection
+
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
@@ -130,6 +132,7 @@ def _inputs(program: Program, inputs: object, argument: str) -> dict[str, Path |
     return given
 
 
+@without_cycle_collection  # (a large program's terms survive: see glensidec.collector)
 def load(path: str | Path, shapes: str | Path | None = None) -> Program:
     """Read and type-check a program file (`shapes`: compatibility mode's JSON)."""
     from glensidec.lang.syntax import read_program
@@ -196,6 +199,7 @@ class Compilation:
     target: str = ""
 
 
+@without_cycle_collection  # (as the command's stages: the survivors are millions of objects)
 def compile(program: Program | str | Path, array: str | tuple[int, int] = "16x16",
             outdir: str | Path | None = None, *, force: bool = False, iterations: int = 30,
             max_enodes: int = 50_000, timeout: float = 10.0, bare_array: bool = False,
@@ -231,8 +235,11 @@ def compile(program: Program | str | Path, array: str | tuple[int, int] = "16x16
                     _integer(max_enodes, "max_enodes", 1, 2**62), _seconds(timeout))
     if outdir is not None:
         check_output_directory(_path(outdir, "outdir"), force=force)
-    parsed = _program(program)
-    typed = pipeline.Typed(parsed, check_program(parsed))
+    if isinstance(program, (str, os.PathLike)):  # parsed and type-checked once
+        typed = pipeline.load(_path(program, "program"))
+    else:
+        parsed = _program(program)
+        typed = pipeline.Typed(parsed, check_program(parsed))
     if outdir is not None and target.accel is None:
         pipeline.require_no_epilogue(typed.program)
     compiled = pipeline.compile_for(typed, target, limits)

@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 import glensidec.lang.typecheck as typecheck
+from glensidec import pipeline  # (imported before a test patches check_program: it keeps it)
 from glensidec.cli import cli
 from glensidec.lang.terms import Program
 from glensidec.lang.typecheck import TypeTable
@@ -41,6 +42,47 @@ def test_compile_type_checks_the_program_once(tmp_path: Path,
     assert checked == [str(source)]
 
 
+def test_api_compile_of_a_path_type_checks_the_program_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`glensidec.compile` of a file (what bench_zoo times) checked the program twice: once
+    loading it, once more for the compile."""
+    import glensidec
+
+    checked: list[str] = []
+    original = typecheck.check_program
+
+    def counting(program: Program) -> TypeTable:
+        checked.append(program.path)
+        return original(program)
+
+    for name, module in list(sys.modules.items()):
+        if name.startswith("glensidec") and getattr(module, "check_program", None) is original:
+            monkeypatch.setattr(module, "check_program", counting)
+    source = EXAMPLES / "small_cnn.gs"
+    compiled = glensidec.compile(source, "8x8", tmp_path / "out")
+    assert compiled.outdir is not None and (tmp_path / "out" / "model.c").is_file()
+    assert checked == [str(source)]
+
+
+def test_api_load_and_compile_pause_the_cycle_collector(monkeypatch: pytest.MonkeyPatch
+                                                        ) -> None:
+    """The API's `load` and `compile` parse with the cycle collector paused, as the
+    command's stages do (a swin_t's parse took twice as long with it running)."""
+    import gc
+
+    import glensidec
+    from glensidec.lang import syntax
+
+    seen: list[bool] = []
+    for module in (syntax, pipeline):
+        read = module.read_program
+        monkeypatch.setattr(module, "read_program",
+                            lambda *args, read=read: seen.append(gc.isenabled()) or read(*args))
+    glensidec.load(EXAMPLES / "matmul.gs")
+    glensidec.compile(EXAMPLES / "matmul.gs", "8x8")
+    assert seen == [False, False] and gc.isenabled()
+
+
 def test_compile_stages_pause_the_cycle_collector_and_turn_it_back_on(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The stages run without Python's cycle collector (its passes over the compiler's
@@ -48,7 +90,6 @@ def test_compile_stages_pause_the_cycle_collector_and_turn_it_back_on(
     when they return or fail; a stage inside another leaves it to the outer one."""
     import gc
 
-    from glensidec import pipeline
     from glensidec.collector import without_cycle_collection
 
     seen: list[bool] = []

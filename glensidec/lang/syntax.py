@@ -12,7 +12,7 @@ import difflib
 import json
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -276,14 +276,17 @@ class _Builder:
         return item.value
 
     def symbol(self, where: str, name: str, kind: str, item: SExpr) -> Symbol:
-        choices = {K.PAD_TYPE: list(K.PAD_TYPES), K.DTYPE: list(DTYPE_NAMES),
-                   K.FUNCTION: list(LOOKUP_FUNCTIONS), K.TENSOR: list(self.tensors)}[kind]
+        # (looked up, not listed: a program declares thousands of tensors, and listing
+        # them for every `access-tensor` made parsing quadratic in the tensor count)
+        known: Collection[str] = {K.PAD_TYPE: K.PAD_TYPES, K.DTYPE: DTYPE_NAMES,
+                                 K.FUNCTION: LOOKUP_FUNCTIONS, K.TENSOR: self.tensors}[kind]
         if not (isinstance(item, Atom) and item.kind == "symbol"):
             got = item.describe() if isinstance(item, Atom) else "a list"
             raise GlensideError(f"{where}: argument '{name}' must be a {kind} name, got {got}",
                                 item.span)
         value = str(item.value)
-        if value not in choices:
+        if value not in known:
+            choices = list(known)
             what = "tensor" if kind == K.TENSOR else kind
             extra = "" if kind == K.TENSOR else f"; one of {', '.join(choices)}"
             raise GlensideError(f"unknown {what} '{value}'{_suggest(value, choices)}{extra}",
