@@ -463,16 +463,35 @@ def fuse_accel_layers(lowered: LoweredProgram, weights: dict[str, Array],
 def drop_dead_code(lowered: LoweredProgram) -> None:
     """Remove what the layers made unneeded: instructions writing activations no one reads
     (the run-time padding of weights now packed at compile time), and unused buffers."""
-    while True:
-        read = {view.buffer for instruction in lowered.instructions
-                for view in instruction.reads()}
-        dead = {index for index, instruction in enumerate(lowered.instructions)
-                if instruction.dst.buffer not in read and instruction.dst.buffer != lowered.output
-                and lowered.buffer_of(instruction.dst).kind == ACTIVATION}
-        if not dead:
-            break
-        lowered.instructions = [instruction for index, instruction
-                                in enumerate(lowered.instructions) if index not in dead]
+    # Per buffer, how many live instructions read it; an activation buffer that none
+    # reads (not the output) takes its writers with it, which may leave the buffers they
+    # read unread in turn. (One walk of the program: removing one round of dead writers
+    # at a time walked it once per round, and the passes call this after each rewrite.)
+    instructions = lowered.instructions
+    reads = [{view.buffer for view in instruction.reads()} for instruction in instructions]
+    readers: dict[str, int] = {}
+    writers: dict[str, list[int]] = {}
+    for index, instruction in enumerate(instructions):
+        for name in reads[index]:
+            readers[name] = readers.get(name, 0) + 1
+        writers.setdefault(instruction.dst.buffer, []).append(index)
+
+    def unread(name: str) -> bool:
+        return not readers.get(name) and name != lowered.output and \
+            lowered.buffers[name].kind == ACTIVATION
+
+    dead: set[int] = set()
+    pending = [name for name in writers if unread(name)]
+    while pending:
+        for index in writers[pending.pop()]:
+            dead.add(index)
+            for name in reads[index]:
+                readers[name] -= 1
+                if name in writers and unread(name):
+                    pending.append(name)
+    if dead:
+        lowered.instructions = [instruction for index, instruction in enumerate(instructions)
+                                if index not in dead]
     used = {view.buffer for instruction in lowered.instructions
             for view in (instruction.dst, *instruction.reads())}
     lowered.buffers = {name: buffer for name, buffer in lowered.buffers.items()
@@ -642,10 +661,12 @@ def _rewrite(lowered: LoweredProgram, index: int, chain: _Chain, weights: dict[s
         stride_w=layer.stride_w, dilation=layer.dilation, residual=residual,
         residual_add=added,
         table=chain_table(builder, name, chain))
-    kept = [instruction for position, instruction in enumerate(lowered.instructions)
-            if position not in replaced]
-    kept[index:index] = [*before, fused, *after]  # where the array call was
-    lowered.instructions = kept
+    # Edited in place, not rebuilt: a copy of the whole list per layer made the pass
+    # quadratic, and the list's edits tell `readers` what changed (`InstructionList`).
+    instructions = lowered.instructions
+    for position in sorted(replaced, reverse=True):
+        del instructions[position]
+    instructions[index:index] = [*before, fused, *after]  # where the array call was
     return True
 
 

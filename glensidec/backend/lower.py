@@ -505,8 +505,16 @@ class LoweredProgram:
     def copy(self) -> LoweredProgram:
         """The same program in new containers (the buffers' dict, the instructions' list):
         what a pass edits in place without changing the program it was given."""
-        return LoweredProgram(dict(self.buffers), list(self.instructions), self.output,
-                              self.output_shape)
+        copied = LoweredProgram(dict(self.buffers), list(self.instructions), self.output,
+                                self.output_shape)
+        if self._seen is not None:  # the answers asked for so far hold for the copy too
+            self._catch_up()  # (each pass starts with a copy, and asks them again)
+            assert self._seen is not None
+            instructions = copied.instructions
+            assert isinstance(instructions, InstructionList)
+            copied._users = dict(self._users)
+            copied._seen = _Seen(instructions, instructions.version, self._seen.snapshot)
+        return copied
 
     # The `readers`/`writers` answers asked for (by name) and the instructions they answer
     # for: the accelerator passes ask for them once per layer while rewriting
@@ -679,6 +687,54 @@ class _Positions:
 _POSITION_DEPTH = 32
 
 
+class _UsersByBuffer:
+    """Per buffer, its users (instructions): a full dict, or an earlier map and the lists
+    of the buffers an edit changed (None: the buffer has no users left). Copying the full
+    dict for each edit made `Users.edited` linear in the buffers (a swin_t has 15,000), so
+    it is flattened only every _POSITION_DEPTH edits."""
+
+    def __init__(self, base: dict[str, list[Instruction]] | None,
+                 parent: _UsersByBuffer | None = None,
+                 changed: dict[str, list[Instruction] | None] | None = None) -> None:
+        self.base, self.parent, self.changed = base, parent, changed or {}
+        self.depth: int = 0 if parent is None else parent.depth + 1
+
+    def get(self, name: str) -> list[Instruction] | None:
+        level = self
+        while level.base is None:
+            if name in level.changed:
+                return level.changed[name]
+            assert level.parent is not None
+            level = level.parent
+        return level.base.get(name)
+
+    def flat(self) -> dict[str, list[Instruction]]:
+        """The full dict (kept: asked for again, it is not rebuilt)."""
+        if self.base is None:
+            edits: list[_UsersByBuffer] = []
+            level = self
+            while level.base is None:
+                edits.append(level)
+                assert level.parent is not None
+                level = level.parent
+            base = dict(level.base)  # (one copy, the edits applied in their order)
+            for edit in reversed(edits):
+                for name, users in edit.changed.items():
+                    if users is None:
+                        base.pop(name, None)
+                    else:
+                        base[name] = users
+            self.base, self.parent, self.changed = base, None, {}
+        return self.base
+
+    def edited(self, changed: dict[str, list[Instruction] | None]) -> _UsersByBuffer:
+        edited = _UsersByBuffer(None, self, changed)
+        if edited.depth > _POSITION_DEPTH:
+            edited.flat()
+            edited.depth = 0
+        return edited
+
+
 class Users(Mapping[str, list[int]]):
     """Per buffer, the positions of the instructions that use it (LoweredProgram's
     `readers` or `writers`), in program order.
@@ -689,7 +745,7 @@ class Users(Mapping[str, list[int]]):
     list of instructions stays true. (A program that holds one instruction object twice
     keeps positions, and any edit of it recomputes.)"""
 
-    def __init__(self, by_buffer: dict[str, list[Instruction]] | None, where: _Positions | None,
+    def __init__(self, by_buffer: _UsersByBuffer | None, where: _Positions | None,
                  answers: dict[str, list[int]] | None = None) -> None:
         self._by_buffer, self._where = by_buffer, where
         self._answers: dict[str, list[int]] = answers or {}
@@ -698,23 +754,30 @@ class Users(Mapping[str, list[int]]):
     def of(program: tuple[Instruction, ...], positions: dict[str, list[int]]) -> Users:
         if len(set(map(id, program))) != len(program):  # the same object twice
             return Users(None, None, positions)
-        return Users({name: [program[index] for index in users]
-                      for name, users in positions.items()}, _Positions.of(program))
+        return Users(_UsersByBuffer({name: [program[index] for index in users]
+                                     for name, users in positions.items()}),
+                     _Positions.of(program))
 
     def __getitem__(self, name: str) -> list[int]:
         answer = self._answers.get(name)
         if answer is None:
-            if self._by_buffer is None or self._where is None:
+            users = None if self._by_buffer is None else self._by_buffer.get(name)
+            if users is None or self._where is None:
                 raise KeyError(name)
             at = self._where.at
-            answer = self._answers[name] = [at(user) for user in self._by_buffer[name]]
+            answer = self._answers[name] = [at(user) for user in users]
         return answer
 
+    def __contains__(self, name: object) -> bool:
+        if self._by_buffer is None or not isinstance(name, str):
+            return name in self._answers
+        return self._by_buffer.get(name) is not None
+
     def __iter__(self) -> Iterator[str]:
-        return iter(self._answers if self._by_buffer is None else self._by_buffer)
+        return iter(self._answers if self._by_buffer is None else self._by_buffer.flat())
 
     def __len__(self) -> int:
-        return len(self._answers if self._by_buffer is None else self._by_buffer)
+        return len(self._answers if self._by_buffer is None else self._by_buffer.flat())
 
     def edited(self, program: tuple[Instruction, ...], moved_from: int, shift: int,
                removed: Sequence[Instruction], added: dict[int, Instruction],
@@ -735,19 +798,17 @@ class Users(Mapping[str, list[int]]):
         where = _Positions(None, self._where, moved_from, shift, gone, region)
         if where.depth > _POSITION_DEPTH:
             where = _Positions.of(program)
-        by_buffer = dict(self._by_buffer)  # (a C copy; the lists that change are new)
+        changed: dict[str, list[Instruction] | None] = {}  # (the lists that change are new)
         # (the lists of the buffers that the moved ones use keep their members, in a new
         # order)
         for name in {name for user in (*removed, *added.values(), *moved.values())
                      for name in buffers(user)}:
-            users = [user for user in by_buffer.get(name, []) if id(user) not in gone]
+            users = [user for user in self._by_buffer.get(name) or []
+                     if id(user) not in gone]
             users += [user for user in added.values() if name in buffers(user)]
             users.sort(key=where.at)
-            if users:
-                by_buffer[name] = users
-            else:
-                by_buffer.pop(name, None)
-        return Users(by_buffer, where)
+            changed[name] = users or None
+        return Users(self._by_buffer.edited(changed), where)
 
 
 def _read_buffers(instruction: Instruction) -> set[str]:
