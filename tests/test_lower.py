@@ -568,3 +568,67 @@ def test_a_buffer_name_a_let_frees_is_taken_again_by_the_next_buffer_of_its_base
                 index += 1
             expected = f"{base}_{index}"
         assert lowerer.new_buffer(base, "i8", (1,)).buffer == expected
+
+
+def test_drop_dead_code_removes_what_rounds_of_removal_would_in_one_walk() -> None:
+    """`drop_dead_code` (after each accelerator pass) removed one round of instructions
+    writing unread activations per walk of the program, and walked again until none was
+    left; it now counts readers and follows them down in one walk. On random programs
+    (copies and folds of earlier buffers, some reading their own destination, the output
+    anywhere) it keeps exactly what the rounds kept, in order, and the same buffers."""
+    import random
+
+    from glensidec.backend.accel_layers import drop_dead_code
+    from glensidec.backend.lower import ACTIVATION, INPUT, Buffer
+
+    def by_rounds(lowered: LoweredProgram) -> list[Instruction]:
+        instructions = list(lowered.instructions)
+        while True:
+            read = {view.buffer for instruction in instructions for view in instruction.reads()}
+            kept = [instruction for instruction in instructions
+                    if instruction.dst.buffer in read or instruction.dst.buffer == lowered.output
+                    or lowered.buffer_of(instruction.dst).kind != ACTIVATION]
+            if len(kept) == len(instructions):
+                return kept
+            instructions = kept
+
+    rng = random.Random(30)
+    for trial in range(200):
+        count = rng.randrange(1, 30)
+        buffers = {"x": Buffer("x", "i8", (4,), INPUT)}
+        buffers.update((f"b{i}", Buffer(f"b{i}", "i8", (4,), ACTIVATION)) for i in range(count))
+        names = list(buffers)
+        instructions: list[Instruction] = []
+        for _ in range(rng.randrange(1, 40)):
+            dst = contiguous(rng.choice(names[1:]), (4,))
+            sources = [contiguous(rng.choice(names), (4,)) for _ in range(2)]
+            if rng.random() < 0.1:
+                sources[0] = dst  # reads what it writes
+            instructions.append(Copy("copy", dst, sources[0]) if rng.random() < 0.5 else
+                                Fold("fold", dst, "elementwise-add", tuple(sources)))
+        lowered = LoweredProgram(buffers, instructions, rng.choice(names[1:]), (4,))
+        expected = by_rounds(lowered)
+        drop_dead_code(lowered)
+        assert list(map(id, lowered.instructions)) == list(map(id, expected)), trial
+        used = {view.buffer for instruction in expected
+                for view in (instruction.dst, *instruction.reads())}
+        assert set(lowered.buffers) == used | {"x"}, trial
+
+
+def test_element_range_is_the_lowest_and_highest_element_a_view_walks() -> None:
+    """`element_range` lets a pass skip walking a view that cannot meet a run (Swin's and
+    ViT's head concatenations checked every part against every other, element by
+    element): on random strided views (negative, zero and positive strides) it is
+    exactly the least and the greatest element `view_array` reads."""
+    import random
+
+    from glensidec.backend.views import Axis, View, element_range
+
+    rng = random.Random(26)
+    flat = np.arange(10_000)
+    for _ in range(300):
+        axes = [Axis(rng.randrange(1, 5), rng.randrange(-7, 8)) for _ in range(rng.randrange(4))]
+        low = sum(min(0, (axis.size - 1) * axis.stride) for axis in axes)
+        view = View("b", rng.randrange(-low, -low + 50), tuple((axis,) for axis in axes))
+        walked = view_array(view, flat)
+        assert element_range(view) == (int(walked.min()), int(walked.max())), view

@@ -58,7 +58,7 @@ from glensidec.backend.lower import (
     Instruction,
     LoweredProgram,
 )
-from glensidec.backend.views import Axis, View, contiguous, view_array
+from glensidec.backend.views import Axis, View, contiguous, element_range, view_array
 from glensidec.errors import GlensideError
 from glensidec.hardware.accel import CapacityError, ConvLayer, EpilogueConfig
 from glensidec.hardware.commands import AccelConfig, LayerQuant
@@ -410,9 +410,14 @@ def _untouched_between(lowered: LoweredProgram, first: int, last: int, run: View
     start, stop = run.offset, run.offset + int(np.prod(run.shape))
     if any(first <= position < last for position in lowered.readers().get(run.buffer, [])):
         return False
+    elements = None
     for position in lowered.writers().get(run.buffer, []):
-        if position != last:
-            written = view_array(lowered.instructions[position].dst, np.arange(buffer.elements))
-            if np.any((written >= start) & (written < stop)):
-                return False
+        dst = lowered.instructions[position].dst
+        low, high = element_range(dst)
+        if position == last or high < start or low >= stop:
+            continue  # (a concatenation's other parts: nothing in common; no walk needed)
+        elements = np.arange(buffer.elements) if elements is None else elements
+        written = view_array(dst, elements)
+        if np.any((written >= start) & (written < stop)):
+            return False
     return True

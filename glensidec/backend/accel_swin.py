@@ -226,7 +226,9 @@ def _rows_moved(lowered: LoweredProgram, index: int, copy: Copy,
                layer.layout is None and layer.dst.is_row_major() for layer in layers):
         return None
     read = view_array(copy.src, np.arange(source.elements)).reshape(-1)
-    if np.unique(read).size != source.elements:
+    covered = np.zeros(source.elements, bool)  # (each element read once: no sort needed)
+    covered[read] = True
+    if not covered.all():
         return None
     landed = np.empty(source.elements, np.int64)  # each source element's place in target
     landed[read] = view_array(copy.dst, np.arange(target.elements)).reshape(-1)

@@ -263,6 +263,14 @@ def co_refinable(dims_per_operand: Sequence[Sequence[Group]]) -> bool:
     return all(refine([dims[d] for dims in dims_per_operand]) is not None for d in range(rank))
 
 
+def element_range(view: View) -> tuple[int, int]:
+    """The lowest and highest element the view walks (a bound: it may skip some between)."""
+    axes = view.axes()
+    low = view.offset + sum(min(0, (axis.size - 1) * axis.stride) for axis in axes)
+    high = view.offset + sum(max(0, (axis.size - 1) * axis.stride) for axis in axes)
+    return low, high
+
+
 def view_array(view: View, flat: Array) -> Array:
     """The view's elements as a numpy array of its logical shape (reads `flat`)."""
     axes = view.axes()
