@@ -71,6 +71,8 @@
 //               [R+64+:32] res_offset, [R+96+:32] res_multiplier, [R+128+:6] res_pre,
 //               [R+134] res_product (the late residual's y · res_self is y · r instead:
 //               an element-wise product of two int8 rows, a GELU's x · Φ(x)),
+//               [R+135] res_rows (per row: the residual row's low 8 bytes are its output
+//               row's offset and multiplier, little-endian i32, ws_epilogue's per-row mode),
 //               [R+136+:6] res_post, [R+144+:8] res_zero_point, [R+152+:8] res_low,
 //               [R+160+:8] res_high
 //   CONFIG with [2] (a table chunk): [8+:8] chunk j, [48+8*i+:8] entry j*TCHUNK + i of the
@@ -475,7 +477,7 @@ module ws_accel #(
     reg [7:0]         cfg_zero_point, cfg_low, cfg_high;
     reg [7:0]         cfg_res_zero_point, cfg_res_low, cfg_res_high;
     reg [COLS*32-1:0] cfg_bias, cfg_mult;
-    reg               cfg_residual, cfg_res_early, cfg_res_product;
+    reg               cfg_residual, cfg_res_early, cfg_res_product, cfg_res_rows;
     reg [31:0]        cfg_res_self, cfg_res_mult, cfg_res_offset, cfg_res_multiplier;
     assign res_read = acc_admit && cfg_residual;
     always @(posedge clk) begin
@@ -524,6 +526,7 @@ module ws_accel #(
             cfg_res_multiplier <= sq_head[RES + 96 +: 32];
             cfg_res_pre    <= sq_head[RES + 128 +: 6];
             cfg_res_product <= sq_head[RES + 134];
+            cfg_res_rows   <= sq_head[RES + 135];
             cfg_res_post   <= sq_head[RES + 136 +: 6];
             cfg_res_zero_point <= sq_head[RES + 144 +: 8];
             cfg_res_low    <= sq_head[RES + 152 +: 8];
@@ -537,7 +540,8 @@ module ws_accel #(
         .cfg_pre(cfg_pre), .cfg_post(cfg_post), .cfg_zero_point(cfg_zero_point),
         .cfg_low(cfg_low), .cfg_high(cfg_high), .cfg_lookup(cfg_lookup), .cfg_table(cfg_table),
         .cfg_residual(cfg_residual), .cfg_res_early(cfg_res_early),
-        .cfg_res_product(cfg_res_product), .cfg_res_self(cfg_res_self), .cfg_res_mult(cfg_res_mult),
+        .cfg_res_product(cfg_res_product), .cfg_res_rows(cfg_res_rows),
+        .cfg_res_self(cfg_res_self), .cfg_res_mult(cfg_res_mult),
         .cfg_res_offset(cfg_res_offset), .cfg_res_multiplier(cfg_res_multiplier),
         .cfg_res_pre(cfg_res_pre), .cfg_res_post(cfg_res_post),
         .cfg_res_zero_point(cfg_res_zero_point), .cfg_res_low(cfg_res_low),

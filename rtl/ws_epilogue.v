@@ -19,6 +19,12 @@
 //   z   = y * r + r * res_mult + res_offset           (y · r: int8 × int8, exact in Z_W bits)
 //   or, early (cfg_res_early), a residual added to the accumulator before requantizing:
 //   x   = acc + bias + r * res_mult + res_offset      (i32), then y as above is the result
+//   or, per row (cfg_res_rows), the residual row holds two values of its output row in its
+//   low 64 bits (little-endian i32: an offset o, then a multiplier m_row) instead of an
+//   addend: x = (acc + bias) * scale + o (i32) and p = (x >>> pre) * m_row, m_row taking
+//   the place of the column's mult; y as above is the result (a division of each row by a
+//   run-time value, LayerNorm's deviation or softmax's sum, as a reciprocal per row). It
+//   needs COLS * OUT_W >= 64 (else cfg_res_rows is ignored).
 //
 // The residual's multipliers res_self and res_mult are RES_W-bit signed numbers and the late
 // sum z fits Z_W = OUT_W + RES_W bits (the quantizer's add_dynamic: multipliers up to 2^14,
@@ -64,6 +70,7 @@ module ws_epilogue #(
     input  wire                   cfg_residual,    // add the residual row
     input  wire                   cfg_res_early,   // ... to the accumulator, before requantizing
     input  wire                   cfg_res_product, // ... late, as y · r (res_self unused)
+    input  wire                   cfg_res_rows,    // ... as the row's offset and multiplier
     /* verilator lint_off UNUSEDSIGNAL */  // bits above RES_W: zero or sign (compile check)
     input  wire [31:0]            cfg_res_self,    // signed multipliers of y and r
     input  wire [31:0]            cfg_res_mult,
@@ -103,6 +110,8 @@ module ws_epilogue #(
     wire signed [RES_W-1:0] res_self = cfg_res_self[RES_W-1:0];
     wire signed [RES_W-1:0] res_mult = cfg_res_mult[RES_W-1:0];
     wire signed [Z_W-1:0]   res_offset = cfg_res_offset[Z_W-1:0];  // the late sum's (mod 2^Z_W)
+    localparam integer ROW_OK = (COLS * OUT_W >= 64) ? 1 : 0;  // room for the per-row values
+    wire per_row = cfg_residual && cfg_res_rows && ROW_OK != 0;
 
     // stage 1: the accepted row, waiting a cycle for its residual row
     reg                  s1_valid;
@@ -169,10 +178,20 @@ module ws_epilogue #(
             /* verilator lint_on UNUSEDSIGNAL */
             ws_mul #(.A_W(ACC_W), .B_W(OUT_W)) u_scale (.a(summed), .b(scale), .y(scaled_full));
             wire signed [ACC_W-1:0] scaled = scaled_full[ACC_W-1:0];
-            wire signed [ACC_W-1:0] shifted = scaled >>> cfg_pre;
+            // per row: the head row's offset joins the scaled sum, its multiplier replaces
+            // the column's (the residual row's low 64 bits: offset, then multiplier)
+            wire [63:0] row_values;
+            if (ROW_OK != 0) begin : g_row_values
+                assign row_values = head[COLS*ACC_W +: 64];
+            end else begin : g_no_row_values
+                assign row_values = 64'd0;
+            end
+            wire signed [ACC_W-1:0] row_offset = per_row ? row_values[31:0] : {ACC_W{1'b0}};
+            wire [31:0] row_mult = per_row ? row_values[63:32] : mult;
+            wire signed [ACC_W-1:0] shifted = (scaled + row_offset) >>> cfg_pre;
             wire signed [OUT_W-1:0] requantized, clipped;
             ws_requantize #(.OUT_W(OUT_W)) u_requantize (
-                .x(shifted), .mult(mult), .post(cfg_post),
+                .x(shifted), .mult(row_mult), .post(cfg_post),
                 .zero_point(cfg_zero_point), .low(cfg_low), .high(cfg_high), .y(requantized));
             // the lookup table: entry y + 2^(OUT_W-1), i.e. y with its sign bit flipped
             wire [OUT_W-1:0] entry = {~requantized[OUT_W-1], requantized[OUT_W-2:0]};
@@ -193,8 +212,8 @@ module ws_epilogue #(
                 .x(res_shifted), .mult(cfg_res_multiplier), .post(cfg_res_post),
                 .zero_point(cfg_res_zero_point), .low(cfg_res_low), .high(cfg_res_high),
                 .y(res_clipped));
-            assign lane_y[e*OUT_W +: OUT_W] = (cfg_residual && !cfg_res_early) ? res_clipped
-                                                                             : clipped;
+            assign lane_y[e*OUT_W +: OUT_W] = (cfg_residual && !cfg_res_early && !cfg_res_rows)
+                                              ? res_clipped : clipped;
         end
 
         // the groups before the last wait in `part` for the last one

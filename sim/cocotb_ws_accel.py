@@ -37,6 +37,7 @@ from cycle_bench import params
 from glensidec.cosim.accel_driver import run_commands, start_clock
 from glensidec.cosim.settings import testbench_settings
 from glensidec.hardware.accel import (
+    ROW_VALUE_BYTES,
     ConvLayer,
     EpilogueConfig,
     MemoryConfig,
@@ -96,6 +97,8 @@ def random_quant(rng: np.random.Generator, channels: int, residual: str,
         requantize_multiplier=int(rng.integers(2**29, 2**31 - 1)), pre=0,
         post=int(rng.integers(42, 46)), zero_point=int(rng.integers(-128, 0)), low=-128,
         high=127, early=residual == "early") if residual else None
+    if residual == "rows":  # per row: each residual row holds its offset and multiplier
+        added = ResidualConfig(rows=True)
     if residual == "product":  # y·r requantized (a GELU's x·Φ(x)): a 15-bit product
         added = ResidualConfig(
             self_multiplier=0, multiplier=int(rng.integers(-3, 4)),
@@ -180,6 +183,21 @@ def schedule_tilings(config: AccelConfig, layer: ConvLayer, residual: bool,
     return list(tilings)
 
 
+def per_row_values(rng: np.random.Generator, rows: int, columns: int,
+                   block: int) -> np.ndarray:
+    """An (M, N) int8 residual for the per-row mode: each row's offset (a LayerNorm's
+    mean, up to 2^15) and multiplier (a reciprocal, up to 2^31), little-endian i32, at the
+    start of every block of `block` columns (each N block reads its own)."""
+    values = np.stack([rng.integers(-(2**15), 2**15, rows),
+                       rng.integers(-(2**31), 2**31, rows)], axis=1).astype("<i4")
+    row_bytes = values.view(np.int8).astype(np.int64)  # (rows, 8)
+    added = rng.integers(-128, 128, (rows, columns))
+    for start in range(0, columns, block):
+        assert columns - start >= ROW_VALUE_BYTES, "a block too narrow for the row's values"
+        added[:, start:start + ROW_VALUE_BYTES] = row_bytes
+    return added
+
+
 async def run_layer(dut: Any, config: AccelConfig, layer: ConvLayer, seed: int,
                     residual: str = "", schedule: str = "best", lookup: bool = False) -> int:
     """Run one layer on the DUT (each window tiling for the "window" schedule); returns
@@ -211,6 +229,8 @@ async def run_program(dut: Any, config: AccelConfig, layer: ConvLayer, program: 
     stored = weight_matrix(layer, config.cols, weights).reshape(-1)  # grouped: packed
     memory[program.weight_base:program.weight_base + stored.size] = stored & 0xFF
     added = rng.integers(-128, 128, (M, N)) if residual else None
+    if residual == "rows":
+        added = per_row_values(rng, M, N, config.cols)
     if added is not None:
         memory[program.residual_base:program.residual_base + M * N] = added.reshape(-1) & 0xFF
     return await run_and_check(dut, config, program, memory,
@@ -230,6 +250,8 @@ async def layers(dut: Any) -> None:
         fields = {key: tuple(value) if isinstance(value, list) else value  # (dilation)
                   for key, value in spec.items()
                   if key not in ("residual", "pool", "schedule", "lookup", "scale")}
+        if spec.get("residual") == "rows" and config.cols < ROW_VALUE_BYTES:
+            continue  # the per-row mode needs 8 bytes of residual row (ws_epilogue's ROW_OK)
         if spec.get("pool"):
             cycles = await run_pool(dut, config, ConvLayer(**fields), seed,
                                     spec["pool"] == "sum", str(spec.get("schedule", "best")),

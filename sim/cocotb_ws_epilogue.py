@@ -46,14 +46,19 @@ def random_config(rng: np.random.Generator, out_width: int) -> EpilogueConfig:
 
 
 def random_residual(rng: np.random.Generator, config: EpilogueConfig,
-                    out_width: int) -> ResidualConfig | None:
+                    out_width: int, cols: int) -> ResidualConfig | None:
     """None (no residual) or a residual add the epilogue computes exactly
     (residual_range_error): multipliers up to 2^14 as the quantizer's, sometimes up to the
     epilogue's 16-bit limits; the late form's offset anywhere that keeps its sum in range
-    (sometimes at either end), the early form's any i32 (the i32 sum wraps)."""
+    (sometimes at either end), the early form's any i32 (the i32 sum wraps); or, where a
+    row has 64 bits, the per-row mode."""
     if rng.random() < 0.4:
         return None
     low_limit, high_limit = -(1 << (out_width - 1)), (1 << (out_width - 1)) - 1
+    if cols * out_width >= 64 and rng.random() < 0.3:
+        # the per-row mode: each residual row's low 64 bits are its row's offset and
+        # multiplier (random rows: any i32 of each)
+        return ResidualConfig(rows=True)
     low, high = sorted(int(v) for v in rng.integers(low_limit, high_limit + 1, 2))
     half = 1 << (RESIDUAL_MULTIPLIER_BITS - 1)
     bound = half if rng.random() < 0.4 else 2**14
@@ -104,6 +109,7 @@ def apply_config(dut: Any, config: EpilogueConfig, residual: ResidualConfig | No
     dut.cfg_residual.value = int(residual is not None)
     dut.cfg_res_early.value = int(residual is not None and residual.early)
     dut.cfg_res_product.value = int(residual is not None and residual.product)
+    dut.cfg_res_rows.value = int(residual is not None and residual.rows)
     res = residual or ResidualConfig()
     word = (1 << 32) - 1
     dut.cfg_res_self.value = res.self_multiplier & word
@@ -158,14 +164,14 @@ async def random_rows(dut: Any) -> None:
     rng = np.random.default_rng(cols * 100 + out_width + lanes)
     pipeline = EpiloguePipeline(cols // lanes, depth)
     config = random_config(rng, out_width)
-    residual = random_residual(rng, config, out_width)
+    residual = random_residual(rng, config, out_width, cols)
     apply_config(dut, config, residual, out_width)
     bias = rng.integers(-(2**20), 2**20, cols)
     mult = rng.integers(-(2**31) + 1, 2**31, cols)
     scale = random_scale(rng, cols, out_width)
     low_limit, high_limit = -(1 << (out_width - 1)), 1 << (out_width - 1)
     residual_row = np.zeros(cols, np.int64)  # the residual of the row in stage 1
-    residuals = 0
+    residuals = per_row = 0
     dut.rst.value = 1
     await start_clock(dut)
     await next_cycle(dut)
@@ -177,7 +183,7 @@ async def random_rows(dut: Any) -> None:
             draining = True
         if draining and pipeline.empty:  # configuration changes only between stores
             config = random_config(rng, out_width)
-            residual = random_residual(rng, config, out_width)
+            residual = random_residual(rng, config, out_width, cols)
             apply_config(dut, config, residual, out_width)
             bias = rng.integers(-(2**20), 2**20, cols)
             mult = rng.integers(-(2**31) + 1, 2**31, cols)
@@ -213,5 +219,7 @@ async def random_rows(dut: Any) -> None:
         pipeline.clock(acc if accepted else None, residual_row, ready, finish)
         residual_row = incoming
         residuals += int(accepted and residual is not None)
+        per_row += int(accepted and residual is not None and residual.rows)
     groups = cols // lanes
     assert delivered > 1000 // groups and residuals > 300 // groups, (delivered, residuals)
+    assert per_row > 0 or cols * out_width < 64, "the per-row mode never ran"

@@ -38,7 +38,9 @@ CASES = [(2, 2, 2, 32768, 16, 8, 16, 1024, 1, 8), (4, 4, 4, 32, 4, 2, 16, 2, 4, 
 #: windows of resident input rows as 2-D patterns, and the gathered taps); and the 3×3
 #: again in today's im2col schedule; a GEMM whose epilogue maps its results through a
 #: lookup table (an element-wise non-linearity) before a residual add, one whose epilogue
-#: multiplies its (looked-up) rows by the residual rows (a GELU's x·Φ(x)), and an average
+#: multiplies its (looked-up) rows by the residual rows (a GELU's x·Φ(x)), one whose
+#: epilogue takes each row's offset and multiplier from its residual row (the per-row
+#: mode: LayerNorm's normalisation; on arrays of 8 columns or more), and an average
 #: pool with a table; squeeze-excite's channel scale (1×1 sum pools whose epilogue multiplies each
 #: channel by its scale) in both pool schedules; and a GEMM and a 3×3 whose N blocks
 #: accumulate side by side (each COMPUTE names its accumulator rows), in every such
@@ -99,6 +101,8 @@ LAYERS = [
      "out_channels": 5, "residual": "after", "lookup": True},
     {"name": "gemm_lookup_product", "height": 9, "width": 1, "channels": 12,
      "out_channels": 5, "residual": "product", "lookup": True},
+    {"name": "gemm_rows", "height": 9, "width": 1, "channels": 12, "out_channels": 16,
+     "residual": "rows"},
     {"name": "globalavgpool_lookup", "height": 3, "width": 3, "channels": 5,
      "out_channels": 5, "kernel": 3, "stride": 1, "padding": 0, "pool": "sum",
      "lookup": True},

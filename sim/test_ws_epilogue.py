@@ -1,5 +1,6 @@
 """pytest entry for ws_epilogue: one and several columns, int8 and a narrower output, every
-column its own lane and lanes shared by column groups (a row over several cycles)."""
+column its own lane and lanes shared by column groups (a row over several cycles); the
+per-row mode where a row has 64 bits (16 and 8 columns of 8 bits)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from cycle_bench import params_env
 from sim_harness import build_module, run_cocotb
 
 #: (columns, output width, lanes, FIFO rows)
-CASES = [(16, 8, 4, 4), (3, 4, 1, 2), (2, 8, 2, 2)]
+CASES = [(16, 8, 4, 4), (3, 4, 1, 2), (2, 8, 2, 2), (8, 8, 2, 4)]
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda v: "-".join(map(str, v)))

@@ -364,9 +364,11 @@ class _Renderer:
                   f"{layer.input_elements}, {layer.residual_base}, {added.self_multiplier}, "
                   f"{added.multiplier}, {added.offset}, {added.requantize_multiplier}, "
                   f"{added.pre}, {added.post}, {added.zero_point}, {added.low}, {added.high}, "
-                  f"{int(added.early)}, {int(added.product)}, "
+                  f"{int(added.early)}, {int(added.product)}, {int(added.rows)}, "
                   f"{layer.output_pitch or layer.n}")
         residual = "NULL" if layer.residual is None else pointer(layer.residual)
+        if layer.residual is not None and self.lowered.buffer_of(layer.residual).dtype != "i8":
+            residual = f"(const int8_t *)({residual})"  # per-row values: the rows' bytes
         weights = "NULL" if layer.pool else pointer(layer.b)
         table = "NULL" if layer.table is None else pointer(layer.table)
         scale = "NULL" if layer.scale is None else pointer(layer.scale)

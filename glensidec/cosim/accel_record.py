@@ -34,7 +34,7 @@ from glensidec.hardware.commands import TABLE_ENTRIES, AccelConfig, encode_comma
 #: gs_accel_layer's residual fields, in ResidualConfig's order.
 RESIDUAL_FIELDS = ("res_self", "res_mult", "res_offset", "res_multiplier", "res_pre",
                    "res_post", "res_zero_point", "res_low", "res_high", "res_early",
-                   "res_product")
+                   "res_product", "res_rows")
 
 
 class AccelLayerStruct(ctypes.Structure):
@@ -55,9 +55,11 @@ class AccelLayerStruct(ctypes.Structure):
         if self.residual_base < 0:
             return None
         (self_multiplier, multiplier, offset, requantize_multiplier, pre, post, zero_point,
-         low, high, early, product) = (int(getattr(self, name)) for name in RESIDUAL_FIELDS)
+         low, high, early, product, rows) = (int(getattr(self, name))
+                                             for name in RESIDUAL_FIELDS)
         return ResidualConfig(self_multiplier, multiplier, offset, requantize_multiplier, pre,
-                              post, zero_point, low, high, bool(early), bool(product))
+                              post, zero_point, low, high, bool(early), bool(product),
+                              bool(rows))
 
 
 # int (*)(const gs_accel_layer *, const int32_t *commands, const int8_t *A, const int8_t *B,

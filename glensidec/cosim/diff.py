@@ -223,6 +223,9 @@ def _accel_layer(layer: AccelLayer, read: Callable[[View], Array]) -> Array:
     epilogue = EpilogueConfig(layer.pre, layer.post, layer.zero_point, layer.low, layer.high,
                               table)
     residual = None if layer.residual is None else read(layer.residual)
+    if residual is not None and residual.dtype != np.int8 and layer.residual_add is not None \
+            and layer.residual_add.rows:  # the per-row values: the rows' bytes
+        residual = np.asarray(residual, "<i4").view(np.int8).reshape(layer.m, -1)
     scale = None if layer.scale is None else read(layer.scale)
     return epilogue_reference(products, read(layer.bias)[None, :], read(layer.multiplier),
                               epilogue, residual=layer.residual_add, residual_rows=residual,

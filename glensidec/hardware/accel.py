@@ -288,7 +288,14 @@ class ResidualConfig:
 
     `product`: y·r takes the place of y·self_multiplier (which is then unused), an
     element-wise product of the two int8 rows requantized with a scalar multiplier: the
-    quantizer's product of two activations (a GELU's x·Φ(x))."""
+    quantizer's product of two activations (a GELU's x·Φ(x)).
+
+    `rows` (the per-row mode): the residual row is no addend but two run-time values of its
+    output row, little-endian i32 in its first 8 bytes (`row_values`): an offset o added to
+    the scaled sum and a multiplier M that replaces the column's requantize multiplier,
+    ``clip(requantize((acc + bias)·scale + o, M))``; the other fields are unused and
+    nothing is added after. A division of every row by its own run-time value (LayerNorm's
+    deviation, softmax's sum) as a per-row reciprocal the host computes once per row."""
 
     self_multiplier: int = 1
     multiplier: int = 1
@@ -301,6 +308,30 @@ class ResidualConfig:
     high: int = 127
     early: bool = False
     product: bool = False
+    rows: bool = False
+
+
+#: Bytes of a residual row that carry the per-row mode's offset and multiplier (two i32).
+ROW_VALUE_BYTES = 8
+
+
+def row_values(residual_rows: npt.NDArray[np.integer],
+               out_width: int = 8) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The per-row mode's (offset, multiplier) of each row of `residual_rows` ((rows,
+    columns) of signed out_width-bit values, as ws_epilogue's residual row: column c at bits
+    c·out_width …): the row's low 64 bits as two little-endian signed 32-bit numbers."""
+    rows, columns = residual_rows.shape
+    if columns * out_width < 64:
+        raise ValueError(f"the per-row mode needs 64 bits of residual row; {columns} "
+                         f"columns of {out_width} bits have {columns * out_width}")
+    used = -(-64 // out_width)  # the columns that hold the low 64 bits
+    fields = np.asarray(residual_rows[:, :used], np.int64) & ((1 << out_width) - 1)
+    bits = np.zeros(rows, np.uint64)
+    for column in range(used):  # (bits beyond 64 fall off the top, as the RTL's slice)
+        bits |= fields[:, column].astype(np.uint64) << np.uint64(column * out_width)
+    low = wrap_signed((bits & np.uint64(0xFFFFFFFF)).astype(np.int64), 32)
+    high = wrap_signed((bits >> np.uint64(32)).astype(np.int64), 32)
+    return low, high
 
 
 #: Signed width of ws_epilogue's residual multipliers (its RES_W): the quantizer's
@@ -318,6 +349,8 @@ def residual_range_error(residual: ResidualConfig, config: EpilogueConfig,
     arithmetic, when the multipliers fit their width and the sum's range — y within the
     layer's clip bounds, r any int8 — fits Z_W bits (nothing wraps). The quantizer's
     residual adds always do (multipliers ≤ 2^14, |sum| < 2^23)."""
+    if residual.rows:  # the residual row's values replace the offset and multiplier
+        return None
     bits = RESIDUAL_MULTIPLIER_BITS
     limit = 1 << (bits - 1)
     used = [("multiplier", residual.multiplier)]
@@ -377,12 +410,18 @@ def epilogue_reference(
                              + residual.offset, 32)
     if scale is not None:
         biased = wrap_signed(biased * np.asarray(scale, np.int64), 32)
+    per_row = residual is not None and residual.rows
+    if per_row:
+        assert residual_rows is not None
+        offsets, row_multipliers = row_values(np.asarray(residual_rows), out_width)
+        biased = wrap_signed(biased + offsets[:, None], 32)
+        multipliers = row_multipliers[:, None]
     saturated = requantize_to_width(biased, multipliers, config.pre, config.post,
                                     config.zero_point, out_width)
     clipped: npt.NDArray[np.int64] = np.clip(saturated, config.low, config.high).astype(np.int64)
     if config.table is not None:  # the non-linearity, after the clip
         clipped = np.asarray(config.table, np.int64)[clipped + (1 << (out_width - 1))]
-    if residual is None or residual.early:
+    if residual is None or residual.early or per_row:
         return clipped
     assert residual_rows is not None
     y_factor = residual_rows.astype(np.int64) if residual.product else \

@@ -351,7 +351,7 @@ def encode_command(command: Command, cols: int) -> int:
         for offset, width, value in (
                 (0, 32, residual.self_multiplier), (32, 32, residual.multiplier),
                 (64, 32, residual.offset), (96, 32, residual.requantize_multiplier),
-                (128, 6, residual.pre), (134, 1, residual.product),
+                (128, 6, residual.pre), (134, 1, residual.product), (135, 1, residual.rows),
                 (136, 6, residual.post), (144, 8, residual.zero_point),
                 (152, 8, residual.low), (160, 8, residual.high)):
             word |= _field(value, start + offset, width)
