@@ -20,11 +20,13 @@
 //   or, early (cfg_res_early), a residual added to the accumulator before requantizing:
 //   x   = acc + bias + r * res_mult + res_offset      (i32), then y as above is the result
 //   or, per row (cfg_res_rows), the residual row holds two values of its output row in its
-//   low 64 bits (little-endian i32: an offset o, then a multiplier m_row) instead of an
-//   addend: x = (acc + bias) * scale + o (i32) and p = (x >>> pre) * m_row, m_row taking
-//   the place of the column's mult; y as above is the result (a division of each row by a
-//   run-time value, LayerNorm's deviation or softmax's sum, as a reciprocal per row). It
-//   needs COLS * OUT_W >= 64 (else cfg_res_rows is ignored).
+//   low 64 bits (little-endian i32: an offset o, then p = l * 2^16 + h, h and l signed
+//   16-bit) instead of an addend, and acc becomes, before the bias,
+//   t   = (acc + o) * h + trunc((acc + o) * l / 2^cfg_res_pre)   (each product its low 32
+//                                                   bits, the i32 wrap; trunc toward zero)
+//   (a division of each row by a run-time value, LayerNorm's deviation or softmax's sum,
+//   as a fixed-point reciprocal per row: h its whole part, l its fraction); the residual add
+//   itself is off. It needs COLS * OUT_W >= 64 (else cfg_res_rows is ignored).
 //
 // The residual's multipliers res_self and res_mult are RES_W-bit signed numbers and the late
 // sum z fits Z_W = OUT_W + RES_W bits (the quantizer's add_dynamic: multipliers up to 2^14,
@@ -70,7 +72,7 @@ module ws_epilogue #(
     input  wire                   cfg_residual,    // add the residual row
     input  wire                   cfg_res_early,   // ... to the accumulator, before requantizing
     input  wire                   cfg_res_product, // ... late, as y · r (res_self unused)
-    input  wire                   cfg_res_rows,    // ... as the row's offset and multiplier
+    input  wire                   cfg_res_rows,    // ... as the row's offset and reciprocal
     /* verilator lint_off UNUSEDSIGNAL */  // bits above RES_W: zero or sign (compile check)
     input  wire [31:0]            cfg_res_self,    // signed multipliers of y and r
     input  wire [31:0]            cfg_res_mult,
@@ -169,7 +171,33 @@ module ws_epilogue #(
             wire signed [Z_W-1:0] r_scaled;
             ws_mul #(.A_W(RES_W), .B_W(OUT_W)) u_r_scaled (.a(res_mult), .b(r), .y(r_scaled));
             wire signed [ACC_W-1:0] r_wide = {{(ACC_W-Z_W){r_scaled[Z_W-1]}}, r_scaled};
-            wire signed [ACC_W-1:0] summed = acc + bias
+            // per row: the head row's offset and fixed-point reciprocal (the residual
+            // row's low 64 bits: o, then p = l·2^16 + h) scale the accumulator first
+            wire [63:0] row_values;
+            if (ROW_OK != 0) begin : g_row_values
+                assign row_values = head[COLS*ACC_W +: 64];
+            end else begin : g_no_row_values
+                assign row_values = 64'd0;
+            end
+            wire signed [ACC_W-1:0] row_x = acc + row_values[31:0];
+            wire signed [15:0] row_h = row_values[47:32];
+            // l = (p − h) / 2^16: the high half plus the borrow h's sign took from it
+            wire signed [16:0] row_l = {row_values[63], row_values[63:48]}
+                                       + {16'd0, row_values[47]};
+            /* verilator lint_off UNUSEDSIGNAL */  // the bits above the i32 wrap
+            wire [ACC_W+15:0] row_whole;
+            wire [ACC_W+16:0] row_part;
+            /* verilator lint_on UNUSEDSIGNAL */
+            ws_mul #(.A_W(ACC_W), .B_W(16)) u_row_h (.a(row_x), .b(row_h), .y(row_whole));
+            ws_mul #(.A_W(ACC_W), .B_W(17)) u_row_l (.a(row_x), .b(row_l), .y(row_part));
+            wire signed [ACC_W-1:0] part = row_part[ACC_W-1:0];
+            // a division by 2^cfg_res_pre toward zero: negative values rounded up first (all
+            // signed, so >>> shifts arithmetically)
+            wire signed [ACC_W-1:0] round_up = part[ACC_W-1]
+                ? ({{(ACC_W-1){1'b0}}, 1'b1} << cfg_res_pre) - 1'b1 : {ACC_W{1'b0}};
+            wire signed [ACC_W-1:0] part_shifted = (part + round_up) >>> cfg_res_pre;
+            wire signed [ACC_W-1:0] row_t = row_whole[ACC_W-1:0] + part_shifted;
+            wire signed [ACC_W-1:0] summed = (per_row ? row_t : acc) + bias
                                              + ((cfg_residual && cfg_res_early)
                                                 ? r_wide + cfg_res_offset : 32'd0);
             // the channel scale: an ACC_W × OUT_W product, its low ACC_W bits (the i32 wrap)
@@ -178,20 +206,10 @@ module ws_epilogue #(
             /* verilator lint_on UNUSEDSIGNAL */
             ws_mul #(.A_W(ACC_W), .B_W(OUT_W)) u_scale (.a(summed), .b(scale), .y(scaled_full));
             wire signed [ACC_W-1:0] scaled = scaled_full[ACC_W-1:0];
-            // per row: the head row's offset joins the scaled sum, its multiplier replaces
-            // the column's (the residual row's low 64 bits: offset, then multiplier)
-            wire [63:0] row_values;
-            if (ROW_OK != 0) begin : g_row_values
-                assign row_values = head[COLS*ACC_W +: 64];
-            end else begin : g_no_row_values
-                assign row_values = 64'd0;
-            end
-            wire signed [ACC_W-1:0] row_offset = per_row ? row_values[31:0] : {ACC_W{1'b0}};
-            wire [31:0] row_mult = per_row ? row_values[63:32] : mult;
-            wire signed [ACC_W-1:0] shifted = (scaled + row_offset) >>> cfg_pre;
+            wire signed [ACC_W-1:0] shifted = scaled >>> cfg_pre;
             wire signed [OUT_W-1:0] requantized, clipped;
             ws_requantize #(.OUT_W(OUT_W)) u_requantize (
-                .x(shifted), .mult(row_mult), .post(cfg_post),
+                .x(shifted), .mult(mult), .post(cfg_post),
                 .zero_point(cfg_zero_point), .low(cfg_low), .high(cfg_high), .y(requantized));
             // the lookup table: entry y + 2^(OUT_W-1), i.e. y with its sign bit flipped
             wire [OUT_W-1:0] entry = {~requantized[OUT_W-1], requantized[OUT_W-2:0]};

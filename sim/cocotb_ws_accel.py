@@ -97,8 +97,8 @@ def random_quant(rng: np.random.Generator, channels: int, residual: str,
         requantize_multiplier=int(rng.integers(2**29, 2**31 - 1)), pre=0,
         post=int(rng.integers(42, 46)), zero_point=int(rng.integers(-128, 0)), low=-128,
         high=127, early=residual == "early") if residual else None
-    if residual == "rows":  # per row: each residual row holds its offset and multiplier
-        added = ResidualConfig(rows=True)
+    if residual == "rows":  # per row: each residual row holds its offset and reciprocal
+        added = ResidualConfig(rows=True, pre=15)
     if residual == "product":  # y·r requantized (a GELU's x·Φ(x)): a 15-bit product
         added = ResidualConfig(
             self_multiplier=0, multiplier=int(rng.integers(-3, 4)),
@@ -186,10 +186,13 @@ def schedule_tilings(config: AccelConfig, layer: ConvLayer, residual: bool,
 def per_row_values(rng: np.random.Generator, rows: int, columns: int,
                    block: int) -> np.ndarray:
     """An (M, N) int8 residual for the per-row mode: each row's offset (a LayerNorm's
-    mean, up to 2^15) and multiplier (a reciprocal, up to 2^31), little-endian i32, at the
-    start of every block of `block` columns (each N block reads its own)."""
-    values = np.stack([rng.integers(-(2**15), 2**15, rows),
-                       rng.integers(-(2**31), 2**31, rows)], axis=1).astype("<i4")
+    mean, up to 2^15) and packed reciprocal l·2^16 + h (a LayerNorm's 2^30/σ at 2^-15:
+    whole part h up to 2^15, fraction l), little-endian i32, at the start of every block
+    of `block` columns (each N block reads its own)."""
+    reciprocal = rng.integers(1, 2**30, rows)
+    whole, part = -(reciprocal >> 15), -(reciprocal & (2**15 - 1))
+    values = np.stack([rng.integers(-(2**15), 2**15, rows), part * 2**16 + whole],
+                      axis=1).astype("<i4")
     row_bytes = values.view(np.int8).astype(np.int64)  # (rows, 8)
     added = rng.integers(-128, 128, (rows, columns))
     for start in range(0, columns, block):

@@ -57,8 +57,8 @@ def random_residual(rng: np.random.Generator, config: EpilogueConfig,
     low_limit, high_limit = -(1 << (out_width - 1)), (1 << (out_width - 1)) - 1
     if cols * out_width >= 64 and rng.random() < 0.3:
         # the per-row mode: each residual row's low 64 bits are its row's offset and
-        # multiplier (random rows: any i32 of each)
-        return ResidualConfig(rows=True)
+        # packed reciprocal (random rows: any i32 of each), any shift below 32
+        return ResidualConfig(rows=True, pre=int(rng.integers(0, 32)))
     low, high = sorted(int(v) for v in rng.integers(low_limit, high_limit + 1, 2))
     half = 1 << (RESIDUAL_MULTIPLIER_BITS - 1)
     bound = half if rng.random() < 0.4 else 2**14

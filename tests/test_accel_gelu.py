@@ -1,5 +1,8 @@
 """ConvNeXt's and ViT's MLP on the accelerator: LayerNorm → linear → GELU → linear → residual.
 
+The LayerNorm's normalisation is a layer in the epilogue's per-row mode
+(`accel_layer_norm`); its row sums and per-row arithmetic stay on the host.
+
 PyTorch exports GELU as x · 0.5 · (1 + erf(x / √2)); the quantizer requantizes the first
 linear layer's sums twice (x, and x/√2 for the erf), looks the erf up, takes 1 + erf as an
 int8 affine, and multiplies x by it. The accelerator runs the linear layer once per
@@ -13,6 +16,7 @@ layer at its predicted cycles).
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -27,9 +31,11 @@ from test_transformer import gelu, layer_norm, linear
 from glensidec.backend.accel_layers import host_reason_lines
 from glensidec.backend.host_reasons import DIVIDES, PER_ROW, REDUCES
 from glensidec.backend.lower import (
+    AccelLayer,
     ArrayGemm,
     Fused,
     Map,
+    Reduce,
     RequantizePerChannel,
     constant_array,
 )
@@ -107,9 +113,9 @@ def test_a_layer_with_a_table_does_not_share_the_commands_of_one_without(
 
 
 def test_the_report_says_why_each_host_instruction_stays_on_the_host(tmp_path: Path) -> None:
-    """What the block leaves on the host is its LayerNorm: the report names, per host
-    instruction, the reason (its row reductions, its division, its per-row mean and
-    deviation, the steps between them); the layers have none."""
+    """What the block leaves on the host is its LayerNorm's statistics: the report names,
+    per host instruction, the reason (its row sums, its per-row divisions for σ and the
+    reciprocal, the steps between them); the layers have none."""
     lowered = _accelerated(_quantized_block(tmp_path), "8x8")
     rows = report_data("block.q.gs", lowered, ArrayConfig(8, 8)).rows
     host = [row for row in rows if row.where == "host"]
@@ -118,7 +124,50 @@ def test_the_report_says_why_each_host_instruction_stays_on_the_host(tmp_path: P
     reasons = {row.kind: row.why_host for row in host}
     assert reasons["reduce"] == REDUCES
     assert any(row.why_host == DIVIDES and "elementwise-div" in row.op for row in host)
-    assert any(row.why_host == PER_ROW and "elementwise-sub" in row.op for row in host)
+    assert any(row.why_host == PER_ROW for row in host)  # each row's values, packed
+
+
+def test_layer_norm_normalises_every_element_on_the_accelerator(tmp_path: Path) -> None:
+    """The LayerNorm's per-element work is one depthwise layer of x·(−128) in the
+    epilogue's per-row mode (each row's mean and reciprocal from its residual row, the
+    scale and bias as the column vectors); what the host keeps per element is reading x
+    for its two sums (Σx, and Σx² from one squaring loop): every other host instruction
+    writes one value per row, or per row and N block (the packed values)."""
+    source = _quantized_block(tmp_path)
+    lowered = _accelerated(source, "8x8")
+    (normalised,) = [layer for layer in lowered.accel_layers()
+                     if layer.residual_add is not None and layer.residual_add.rows]
+    assert (normalised.m, normalised.n, normalised.groups) == (TOKENS, FEATURES, FEATURES)
+    assert normalised.residual_add is not None and normalised.residual_add.pre == 15
+    writes_every_element = [instruction for instruction in lowered.instructions
+                            if not isinstance(instruction, AccelLayer) and
+                            instruction.dst.shape and
+                            math.prod(instruction.dst.shape) >= TOKENS * FEATURES]
+    assert [type(instruction).__name__ for instruction in writes_every_element] == ["Fused"]
+    blocks = FEATURES // 8
+    assert all(math.prod(instruction.dst.shape) <= TOKENS * blocks
+               for instruction in lowered.instructions
+               if not isinstance(instruction, AccelLayer | Reduce)
+               and instruction not in writes_every_element)
+    for seed in range(3):
+        inputs = _random_inputs(source, seed)
+        expected = _interpreted(source, inputs)
+        got = _lowered_result(source, lowered, inputs, 8)
+        assert np.array_equal(got.reshape(expected.shape), expected), seed
+
+
+def test_layer_norm_stays_on_the_host_on_an_array_of_fewer_than_8_columns(
+        tmp_path: Path) -> None:
+    """The per-row values take 8 bytes of a residual row: on a 4×4 array the normalisation
+    stays a host loop, and the program still computes the interpreter's integers."""
+    source = _quantized_block(tmp_path)
+    lowered = _accelerated(source, "4x4")
+    assert not any(layer.residual_add is not None and layer.residual_add.rows
+                   for layer in lowered.accel_layers())
+    inputs = _random_inputs(source, 0)
+    expected = _interpreted(source, inputs)
+    got = _lowered_result(source, lowered, inputs, 4)
+    assert np.array_equal(got.reshape(expected.shape), expected)
 
 
 def test_stats_counts_the_host_instructions_of_each_reason_in_words(tmp_path: Path) -> None:

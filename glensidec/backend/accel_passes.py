@@ -23,6 +23,9 @@ In order (each a module of its own, each taking and giving a `LoweredProgram`):
 3. `fuse_elementwise`: the host's remaining elementwise chains become one loop each;
    `accel_scale`: a channel scale of a layer's result (squeeze-excite's x·s[c],
    requantized) becomes a 1×1 sum-pool layer whose epilogue scales each column;
+   `accel_layer_norm`: a LayerNorm's normalisation (e = m − 128·q, then each row times its
+   reciprocal, the scale and bias) becomes a depthwise 1×1 layer of q·(−128) in the
+   epilogue's per-row mode, the host packing each row's mean and reciprocal;
    `accel_dense`: a requantized per-channel affine of a layer's rows (DenseNet's
    pre-activation batch-norm and ReLU) becomes one too (or, with a shift the bias cannot
    take after the scale, a depthwise 1×1 layer), and a dense block's chain of
@@ -62,6 +65,7 @@ from glensidec.backend.accel_dense import fuse_dense_blocks
 from glensidec.backend.accel_depthwise import fuse_accel_depthwise
 from glensidec.backend.accel_gather import gather_channels
 from glensidec.backend.accel_grouped import fuse_accel_grouped
+from glensidec.backend.accel_layer_norm import fuse_layer_norms
 from glensidec.backend.accel_layers import fuse_accel_layers, program_accel_layers
 from glensidec.backend.accel_layout import join_concatenations, read_layer_rows
 from glensidec.backend.accel_pool import fuse_accel_pools
@@ -89,6 +93,7 @@ def fuse_for_accelerator(lowered: LoweredProgram, weights: dict[str, Array],
     layers = join_concatenations(fuse_activation_products(layers, weights, accel))
     layers = fuse_accel_pools(layers, weights, accel)  # (a later residual add reads its rows)
     layers = fuse_accel_scales(fuse_elementwise(layers), accel)
+    layers = fuse_layer_norms(layers, weights, accel)
     layers = fuse_dense_blocks(layers, weights, accel)
     layers = fuse_accel_residuals(layers, weights, accel)
     layers = fuse_accel_pools(layers, weights, accel)  # pools of the layers that took an add

@@ -386,7 +386,10 @@ class _Renderer:
             product = f"{layer.a.buffer}: {layout_text(layer.layout)}, {layer.n}-byte rows"
         if layer.table is not None:
             product = f"{layer.table.buffer}[{product}]"
-        if layer.residual is not None:
+        if layer.residual is not None and layer.residual_add is not None and \
+                layer.residual_add.rows:
+            product = f"{product}, each row scaled by its values in {layer.residual.buffer}"
+        elif layer.residual is not None:
             product = f"clip(requantize({product} * a + {layer.residual.buffer} * b + c))"
         what = (f"{layer.name} = {product} on the accelerator (M={layer.m} K={layer.k} "
                 f"N={layer.n}, {commands} commands, {layer.cycles} cycles)")

@@ -291,11 +291,12 @@ class ResidualConfig:
     quantizer's product of two activations (a GELU's x·Φ(x)).
 
     `rows` (the per-row mode): the residual row is no addend but two run-time values of its
-    output row, little-endian i32 in its first 8 bytes (`row_values`): an offset o added to
-    the scaled sum and a multiplier M that replaces the column's requantize multiplier,
-    ``clip(requantize((acc + bias)·scale + o, M))``; the other fields are unused and
-    nothing is added after. A division of every row by its own run-time value (LayerNorm's
-    deviation, softmax's sum) as a per-row reciprocal the host computes once per row."""
+    output row, little-endian i32 in its first 8 bytes (`row_values`): an offset o and a
+    fixed-point reciprocal p = l·2^16 + h (h, l signed 16-bit), which turn the accumulator,
+    before the bias, into ``t = (acc + o)·h + trunc((acc + o)·l / 2^pre)`` (`pre` < 32, each
+    product wrapping in i32); the other fields are unused and nothing is added after. A
+    division of every row by its own run-time value (LayerNorm's deviation, softmax's sum)
+    as a reciprocal the host computes once per row."""
 
     self_multiplier: int = 1
     multiplier: int = 1
@@ -313,6 +314,26 @@ class ResidualConfig:
 
 #: Bytes of a residual row that carry the per-row mode's offset and multiplier (two i32).
 ROW_VALUE_BYTES = 8
+
+
+def row_reciprocal(packed: npt.NDArray[np.integer]) -> tuple[npt.NDArray[np.int64],
+                                                             npt.NDArray[np.int64]]:
+    """(h, l) of the per-row mode's reciprocal p = l·2^16 + h (i32): h its low 16 bits,
+    signed, and l = (p − h) / 2^16, 17 bits (ws_epilogue decodes p the same way)."""
+    value = np.asarray(packed, np.int64)
+    whole = wrap_signed(value % (1 << 16), 16)
+    return whole, (value - whole) >> 16
+
+
+def row_scaled(acc: npt.NDArray[np.integer], offsets: npt.NDArray[np.integer],
+               packed: npt.NDArray[np.integer], shift: int) -> npt.NDArray[np.int64]:
+    """The per-row mode's t = (acc + o)·h + trunc((acc + o)·l / 2^shift), every step i32
+    (wrapping), of rows `acc` with each row's offset and packed reciprocal."""
+    whole, part = row_reciprocal(packed)
+    x = wrap_signed(np.asarray(acc, np.int64) + np.asarray(offsets, np.int64)[:, None], 32)
+    product = wrap_signed(x * part[:, None], 32)
+    divided = np.where(product < 0, -((-product) >> shift), product >> shift)
+    return wrap_signed(wrap_signed(x * whole[:, None], 32) + divided, 32)
 
 
 def row_values(residual_rows: npt.NDArray[np.integer],
@@ -349,8 +370,9 @@ def residual_range_error(residual: ResidualConfig, config: EpilogueConfig,
     arithmetic, when the multipliers fit their width and the sum's range — y within the
     layer's clip bounds, r any int8 — fits Z_W bits (nothing wraps). The quantizer's
     residual adds always do (multipliers ≤ 2^14, |sum| < 2^23)."""
-    if residual.rows:  # the residual row's values replace the offset and multiplier
-        return None
+    if residual.rows:  # the residual row's values: only its shift is checked
+        return None if 0 <= residual.pre < 32 else \
+            f"the per-row mode's shift {residual.pre} is not below 32"
     bits = RESIDUAL_MULTIPLIER_BITS
     limit = 1 << (bits - 1)
     used = [("multiplier", residual.multiplier)]
@@ -397,12 +419,19 @@ def epilogue_reference(
     the config's lookup table when it has one; with a `residual`, then the residual add of
     `residual_rows` (same shape, int8). `scale` (per column, int8: a run-time channel
     scale) multiplies the biased sum before the requantize, wrapping in i32. A residual add
-    ws_epilogue cannot compute exactly (`residual_range_error`) is a ValueError.
+    ws_epilogue cannot compute exactly (`residual_range_error`) is a ValueError. In the
+    per-row mode (`residual.rows`) each residual row holds its row's offset and reciprocal,
+    which scale the accumulator before the bias (`row_scaled`).
     """
     if residual is not None:
         problem = residual_range_error(residual, config, out_width)
         if problem is not None:
             raise ValueError(problem)
+    per_row = residual is not None and residual.rows
+    if per_row:
+        assert residual is not None and residual_rows is not None
+        offsets, packed = row_values(np.asarray(residual_rows), out_width)
+        acc = row_scaled(acc, offsets, packed, residual.pre)
     biased = wrap_signed(acc.astype(np.int64) + bias.astype(np.int64), 32)  # the i32 add wraps
     if residual is not None and residual.early:
         assert residual_rows is not None
@@ -410,12 +439,6 @@ def epilogue_reference(
                              + residual.offset, 32)
     if scale is not None:
         biased = wrap_signed(biased * np.asarray(scale, np.int64), 32)
-    per_row = residual is not None and residual.rows
-    if per_row:
-        assert residual_rows is not None
-        offsets, row_multipliers = row_values(np.asarray(residual_rows), out_width)
-        biased = wrap_signed(biased + offsets[:, None], 32)
-        multipliers = row_multipliers[:, None]
     saturated = requantize_to_width(biased, multipliers, config.pre, config.post,
                                     config.zero_point, out_width)
     clipped: npt.NDArray[np.int64] = np.clip(saturated, config.low, config.high).astype(np.int64)

@@ -2579,9 +2579,9 @@ def conv_reference(layer: ConvLayer, feature: npt.NDArray[np.integer],
             window = padded[dy:dy + stride_h * (out_h - 1) + 1:stride_h,
                             dx:dx + stride_w * (out_w - 1) + 1:stride_w]
             acc += window @ weights[ky, kx].astype(np.int64)
-    biased = wrap_signed(acc.reshape(-1, layer.out_channels) + np.asarray(quant.bias, np.int64),
-                         32)
-    return epilogue_reference(biased, np.zeros(layer.out_channels, np.int64),
+    # (the bias inside the epilogue: the per-row mode scales the sums before it)
+    return epilogue_reference(wrap_signed(acc.reshape(-1, layer.out_channels), 32),
+                              np.asarray(quant.bias, np.int64)[None, :],
                               np.asarray(quant.multiplier, np.int64), quant.epilogue,
                               residual=quant.residual, residual_rows=residual)
 
