@@ -132,10 +132,31 @@ _LOAD_COLUMNS = [FIELDS.index(name) for name in
                  ("wait", "signal", *_DMA_FIELDS, "wait_store", "signal_store")]
 
 
-def pack_commands(commands: Sequence[Command | FlatCompute | FlatLoad]) -> np.ndarray:
+class PackBuffer:
+    """Rows pack_commands may write a table into instead of new memory: the search prices
+    a layer's candidates one after another, each a table of up to hundreds of megabytes
+    read only while it is priced, and memory fresh from the system costs the kernel more
+    to hand out (its pages zeroed on first touch) than packing costs. Holds the largest
+    table so far; a table packed into it lasts until the next one."""
+
+    def __init__(self) -> None:
+        self.rows = np.zeros((0, len(FIELDS)), dtype=np.int64)
+
+    def table(self, count: int) -> np.ndarray:
+        """`count` rows of zeros (those of the previous table, overwritten)."""
+        if count > len(self.rows):
+            self.rows = np.zeros((count + count // 4, len(FIELDS)), dtype=np.int64)
+            return self.rows[:count]
+        table = self.rows[:count]
+        table.fill(0)
+        return table
+
+
+def pack_commands(commands: Sequence[Command | FlatCompute | FlatLoad],
+                  buffer: PackBuffer | None = None) -> np.ndarray:
     """The commands as rows of int64 (gs_command, FIELDS in order); a COMPUTE or a LOAD
     may come flat (commands.FlatCompute, FlatLoad: its _COMPUTE_FIELDS or _LOAD_COLUMNS'
-    fields in order)."""
+    fields in order). Into `buffer`'s rows when given (valid until its next table)."""
     from glensidec.hardware.commands import (
         FLAT_COMPUTE_WIDTH,
         FLAT_LOAD_WIDTH,
@@ -174,7 +195,8 @@ def pack_commands(commands: Sequence[Command | FlatCompute | FlatLoad]) -> np.nd
             assert not isinstance(command, tuple)
             others.append(command)
             other_positions.append(position)
-    table = np.zeros((len(commands), len(FIELDS)), dtype=np.int64)
+    table = np.zeros((len(commands), len(FIELDS)), dtype=np.int64) if buffer is None else \
+        buffer.table(len(commands))
     for positions, values, columns, op in ((computes, compute_values, _COMPUTE_COLUMNS, 1),
                                            (loads, load_values, _LOAD_COLUMNS, 0)):
         if positions:

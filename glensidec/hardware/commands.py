@@ -40,8 +40,6 @@ from glensidec.lang.dtypes import wrap_signed
 
 OP_LOAD, OP_COMPUTE, OP_STORE, OP_CONFIG = 0, 1, 2, 3
 
-_T = TypeVar("_T", int, tuple[int, int])
-
 #: Width of the scratchpad row fields (spad_row, w_row, a_row) of a command word: a
 #: scratchpad of more rows cannot be addressed (AccelConfig refuses it).
 SPAD_ROW_BITS = 24
@@ -1036,8 +1034,8 @@ def best_conv_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant
 def best_conv_table(config: AccelConfig, layer: ConvLayer, quant: LayerQuant
                     ) -> tuple[LayerProgram, npt.NDArray[np.int64], AccelTiming]:
     """best_conv_program's choice with its commands packed (pack_commands, the table the
-    generated C reads), the table the pricing made: the compile keeps it."""
-    from glensidec.hardware.accel_native import pack_commands
+    generated C reads): the compile keeps it."""
+    from glensidec.hardware.accel_native import PackBuffer, pack_commands
 
     if quant.scale is not None:
         raise ValueError(f"layer {layer.name}: per-column scales are a sum pool's only")
@@ -1045,9 +1043,11 @@ def best_conv_table(config: AccelConfig, layer: ConvLayer, quant: LayerQuant
     # stream is kept only while it might still be chosen, and the one chosen alone gets
     # Compute objects. (Built as commands, the candidates of a long layer held gigabytes,
     # and making their objects took most of the compile: vgg11's 25088 → 4096 dense
-    # layer has five of 400 k commands and more.)
+    # layer has five of 400 k commands and more.) The candidates' tables are packed into
+    # one buffer, each priced before the next is packed, and the one chosen packed again.
     priced: list[tuple[int, AccelTiming]] = []  # (place in the order, timing)
-    kept: dict[int, tuple[LayerProgram, Stream, npt.NDArray[np.int64]]] = {}
+    kept: dict[int, tuple[LayerProgram, Stream]] = {}
+    buffer = PackBuffer()
 
     def rank(entry: tuple[int, AccelTiming]) -> tuple[int, int, int]:
         place, timing = entry  # the rule's key, ties to the first
@@ -1055,10 +1055,9 @@ def best_conv_table(config: AccelConfig, layer: ConvLayer, quant: LayerQuant
 
     def price(place: int, built: tuple[LayerProgram, Stream]) -> AccelTiming:
         program, stream = built
-        table = pack_commands(stream)
-        timing = table_cycles(config, stream, table)
+        timing = table_cycles(config, stream, pack_commands(stream, buffer))
         priced.append((place, timing))
-        kept[place] = program, stream, table
+        kept[place] = program, stream
         # A candidate slower than the slack of the fastest so far, or beaten on the
         # rule's key by one at most as slow (within the slack whenever it is), cannot be
         # chosen whatever comes later.
@@ -1096,16 +1095,15 @@ def best_conv_table(config: AccelConfig, layer: ConvLayer, quant: LayerQuant
     fastest = min(timing.cycles for _, timing in priced)
     place, timing = min((entry for entry in priced
                          if entry[1].cycles <= fastest * (1 + TRAFFIC_SLACK)), key=rank)
-    program, stream, table = kept[place]
+    program, stream = kept[place]
     # Chunks reading one band (a layer the epilogue holds back) replace that choice only
     # when strictly faster: every other layer keeps the schedule it had
     for tiling in one_band_tilings(config, layer, quant.residual is not None):
         built_program, built = window_stream(config, layer, quant, tiling)
-        built_table = pack_commands(built)
-        built_timing = table_cycles(config, built, built_table)
+        built_timing = table_cycles(config, built, pack_commands(built, buffer))
         if built_timing.cycles < timing.cycles:
-            program, stream, table, timing = built_program, built, built_table, built_timing
-    return replace(program, commands=commands_of(stream)), table, timing
+            program, stream, timing = built_program, built, built_timing
+    return replace(program, commands=commands_of(stream)), pack_commands(stream), timing
 
 
 @dataclass(frozen=True)
@@ -1209,20 +1207,27 @@ class _Band:
         return (out_rows - 1) * self.stride_y + self.reach
 
 
+@functools.lru_cache(maxsize=64)
 def _band_of(layer: ConvLayer, rows: int) -> _Band:
+    # (memoised: a layer's tilings and each of its candidates' streams read its band)
     folds = conv_folds(layer, rows)
     out_w, stride, kernel = layer.out_size[1], layer.stride, layer.kernel
-    if packs_taps(layer, rows):  # plane g: the taps kx = g·group … of every ky (square)
+    # the folds of each plane, in order: by their first channel (or tap along x, packed)
+    by_key: dict[int, list[int]] = {}
+    packed = packs_taps(layer, rows)
+    for index, fold in enumerate(folds):
+        by_key.setdefault(fold[1] if packed else fold[2], []).append(index)
+    if packed:  # plane g: the taps kx = g·group … of every ky (square)
         group = rows // layer.channels
-        planes = tuple(_Plane(0, min(group, kernel - x0) * layer.channels, x0, tuple(
-            index for index, fold in enumerate(folds) if fold[1] == x0))
-            for x0 in range(0, kernel, group))
+        planes = tuple(_Plane(0, min(group, kernel - x0) * layer.channels, x0,
+                              tuple(by_key.get(x0, ())))
+                       for x0 in range(0, kernel, group))
         return _Band(planes, tuple((fold[0], 0) for fold in folds), 1, stride, stride, 1,
                      out_w, kernel, True)
     chunks = range(0, layer.channels, rows)
-    planes = tuple(_Plane(channel0, min(rows, layer.channels - channel0), 0, tuple(
-        index for index, fold in enumerate(folds) if fold[2] == channel0))
-        for channel0 in chunks)
+    planes = tuple(_Plane(channel0, min(rows, layer.channels - channel0), 0,
+                          tuple(by_key.get(channel0, ())))
+                   for channel0 in chunks)
     (kernel_h, kernel_w), (span_h, span_w) = layer.kernel_hw, layer.span_hw
     stride_h, stride_w = layer.stride_hw
     offsets = tuple(layer.tap_offset(fold[0], fold[1]) for fold in folds)
@@ -1495,14 +1500,6 @@ class _WindowStep:
     after: dict[int, list[Command]] = field(default_factory=dict)
 
 
-def _step_needs(reads: list[tuple[_Region, ...]], last_load: dict[_Region, _T]) -> list[_T]:
-    """Per compute of a step, the latest of `last_load` over the regions it reads."""
-    latest = last_load.__getitem__
-    # (a step's computes read few distinct sets of regions: each is looked up once)
-    need = {regions: max(map(latest, regions)) for regions in set(reads)}
-    return [need[regions] for regions in reads]
-
-
 def _window_tokens(steps: list[_WindowStep]) -> Stream:
     """The steps with their tokens, as a stream (`_window_stream`). A load waits for the
     release of the last step that read the region it overwrites (an exec → load token,
@@ -1513,44 +1510,63 @@ def _window_tokens(steps: list[_WindowStep]) -> Stream:
     loads that give them are exactly those the waits name, in the same order. A residual
     region is reused only after the Store two before read it (a store → load token, as
     im2col_program)."""
+    # One pass over the steps numbers the loads in stream order (a load's place: its
+    # step's, then its position's order) and finds, per load, the step that read its region
+    # last before it (its release, -1: none), and per compute the place of the last load
+    # of the regions it reads (its need). A long layer's candidates have hundreds of
+    # thousands of computes: everything per compute is a lookup, worked out once.
     last_reader: dict[_Region, int] = {}
-    last_load: dict[_Region, tuple[int, int]] = {}
+    last_load: dict[_Region, int] = {}
+    releases: list[int] = []  # per load
+    load_steps: list[int] = []  # per load, its step
+    needs: list[list[int]] = []  # per step, per compute
     released: set[int] = set()  # steps whose last compute signals
-    load_waits: set[tuple[int, int]] = set()  # (step, load) that wait
-    load_signals: set[tuple[int, int]] = set()  # (step, load) that signal
+    load_waits: set[int] = set()  # loads that wait
+    load_signals: set[int] = set()  # loads that signal
+    store_waits: set[int] = set()  # residual loads that wait for a Store
     compute_waits: list[set[int]] = []  # per step, its computes that wait
-    store_waits: set[tuple[int, int]] = set()  # residual loads that wait for a Store
-    waited, needed = -1, (-1, -1)
+    waited = needed = -1
     residual_loads = 0
     for index, step in enumerate(steps):
-        for position, (_, region) in enumerate(step.loads):
+        for _, region in step.loads:
+            place = len(releases)
             release = last_reader.get(region, -1)
             if release > waited:
                 # (the software pipeline sends a step's loads beside the computes of the
                 # step before: waiting for that step's release could deadlock)
                 assert release <= index - 2, "a load waits for a step two before at most"
-                load_waits.add((index, position))
+                load_waits.add(place)
                 released.add(release)
                 waited = release
-            last_load[region] = (index, position)
+            releases.append(release)
+            last_load[region] = place
             if region % 3 == _RESIDUAL:
                 if residual_loads >= 2:
-                    store_waits.add((index, position))
+                    store_waits.add(place)
                 residual_loads += 1
-        compute_waits.append(set())
-        for position, need in enumerate(_step_needs(step.reads, last_load)):
-            if need > needed:
-                load_signals.add(need)
-                compute_waits[-1].add(position)
-                needed = need
+        load_steps += [index] * len(step.loads)
+        # (a step's computes read few distinct sets of regions: each is looked up once)
+        distinct = set(step.reads)
+        latest = last_load.__getitem__
+        need_of = {regions: max(map(latest, regions)) for regions in distinct}
+        step_needs = list(map(need_of.__getitem__, step.reads))
+        needs.append(step_needs)
+        waits: set[int] = set()
+        if step_needs and max(step_needs) > needed:
+            for position, need in enumerate(step_needs):
+                if need > needed:
+                    load_signals.add(need)
+                    waits.add(position)
+                    needed = need
+        compute_waits.append(waits)
         # (last_reader is read by later steps' loads only: a step's computes set it alike)
-        for regions in set(step.reads):
+        for regions in distinct:
             for region in regions:
                 last_reader[region] = index
-    loads = [[_flat_load(dma, (index, position) in load_waits,
-                         (index, position) in load_signals, (index, position) in store_waits)
-              for position, (dma, _) in enumerate(step.loads)]
-             for index, step in enumerate(steps)]
+    loads = [(False, False, *dma, False, False) for step in steps for dma, _ in step.loads]
+    for place in load_waits | load_signals | store_waits:
+        loads[place] = (place in load_waits, place in load_signals, *loads[place][2:17],
+                        place in store_waits, False)
     computes: list[list[FlatCompute]] = []
     for index, step in enumerate(steps):
         last = len(step.computes) - 1 if index in released else -1  # it signals
@@ -1563,21 +1579,11 @@ def _window_tokens(steps: list[_WindowStep]) -> Stream:
             step_computes[position] = (position in compute_waits[index], position == last,
                                        *step.computes[position][2:])
         computes.append(step_computes)
-    return _window_stream(steps, loads, computes, _last_readers(steps))
-
-
-def _last_readers(steps: list[_WindowStep]) -> dict[tuple[int, int], int]:
-    """Per (step, load) that overwrites a region, the step that read it last before."""
-    last_reader: dict[_Region, int] = {}
-    releases: dict[tuple[int, int], int] = {}
-    for index, step in enumerate(steps):
-        for position, (_, region) in enumerate(step.loads):
-            if region in last_reader:
-                releases[(index, position)] = last_reader[region]
-        for regions in set(step.reads):
-            for region in regions:
-                last_reader[region] = index
-    return releases
+    # A load may go ahead of the computes of step s (`_window_stream`) once it is of step
+    # s + 1 at the latest and the region it overwrites was last read before step s.
+    earliest = [max(step - 1, release + 1) for step, release in zip(load_steps, releases,
+                                                                    strict=True)]
+    return _window_stream(steps, loads, computes, needs, earliest)
 
 
 #: Loads the window schedule's stream sends ahead of the last one the next compute needs:
@@ -1586,47 +1592,40 @@ def _last_readers(steps: list[_WindowStep]) -> dict[tuple[int, int], int]:
 WINDOW_LEAD = 8
 
 
-def _window_stream(raw: list[_WindowStep], step_loads: list[list[FlatLoad]],
-                   step_computes: list[list[FlatCompute]],
-                   releases: dict[tuple[int, int], int]) -> Stream:
-    """The command stream of the window schedule: each compute after the loads it needs,
-    and between computes one more load, of this step or the next, whose overwritten region
-    every compute sent so far has finished with (as `_software_pipeline` sends step s + 1's
-    loads beside step s's computes). A step's own loads are not all sent before its first
-    compute: with a band of many planes, the in-order dispatcher would hold that compute
-    until all but QUEUE_DEPTH of them had started."""
-    loads = [(index, position, load) for index, step in enumerate(step_loads)
-             for position, load in enumerate(step)]
-    last_load: dict[_Region, int] = {}
-    needs: list[list[int]] = []
-    place = 0
-    for planned in raw:
-        for _, region in planned.loads:
-            last_load[region] = place
-            place += 1
-        needs.append(_step_needs(planned.reads, last_load))
+def _window_stream(raw: list[_WindowStep], loads: list[FlatLoad],
+                   step_computes: list[list[FlatCompute]], needs: list[list[int]],
+                   earliest: list[int]) -> Stream:
+    """The command stream of the window schedule: each compute after the loads it needs
+    (`needs`: per step and compute, the last load it reads, counting `loads` in stream
+    order), and between computes one more load, of this step or the next, whose
+    overwritten region every compute sent so far has finished with (`earliest`: per load,
+    the first step whose computes it may go ahead of), as `_software_pipeline` sends step
+    s + 1's loads beside step s's computes. A step's own loads are not all sent before its
+    first compute: with a band of many planes, the in-order dispatcher would hold that
+    compute until all but QUEUE_DEPTH of them had started."""
     commands: Stream = []
+    total = len(loads)
     sent = 0
     for index, computes in enumerate(step_computes):
         after = raw[index].after
+        step_needs = needs[index]
         for position, compute in enumerate(computes):
-            need = needs[index][position]
-            while sent <= need:
-                commands.append(loads[sent][2])
-                sent += 1
+            need = step_needs[position]
+            if sent <= need:
+                commands += loads[sent:need + 1]
+                sent = need + 1
             # and up to WINDOW_LEAD more, of this step or the next, each overwriting a
             # region whose last reader is a step whose computes are all sent
-            while sent < len(loads) and sent <= need + WINDOW_LEAD:
-                step_of, load_position, load = loads[sent]
-                if step_of > index + 1 or releases.get((step_of, load_position), -1) >= index:
-                    break
-                commands.append(load)
+            limit, start = min(need + WINDOW_LEAD + 1, total), sent
+            while sent < limit and earliest[sent] <= index:
                 sent += 1
+            if sent > start:
+                commands += loads[start:sent]
             commands.append(compute)
             if after:
                 commands += after.get(position, [])
         commands += raw[index].tail
-    return commands + [load for _, _, load in loads[sent:]]
+    return commands + loads[sent:]
 
 
 def window_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
@@ -1806,21 +1805,20 @@ def window_stream(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
                                              length=block.width,
                                              count1=m_len, stride1=N, spad_row=residual_row),
                                   _residual_region(stores % 2)))
-                computes: list[FlatCompute] = []
-                reads: list[tuple[_Region, ...]] = []
-                emits: dict[int, int] = {}  # block position → its emitting compute
                 shape = (len(indices), len(group), last_piece)
                 if shape not in orders:
                     orders[shape] = _group_order(*shape)
-                for index, position in orders[shape]:
-                    emit = last_piece and index == len(indices) - 1
-                    if emit:
-                        emits[position] = len(computes)
-                    computes.append((  # wait, signal (`_window_tokens`), w_row, a_row,
-                        False, False, w_rows[position] + index * R,  # m_len, add, emit,
-                        band_base + band_shift + offsets[index], m_len, piece > 0 or index > 0,
-                        emit, *pattern, position * acc_stride))  # its pattern, acc_row
-                    reads.append((*band_reads[planes[index]], w_keys[position]))
+                order, a_row, last_fold = orders[shape], band_base + band_shift, len(indices) - 1
+                computes: list[FlatCompute] = [(  # wait, signal (`_window_tokens`), w_row,
+                    False, False, w_rows[position] + index * R, a_row + offsets[index],
+                    m_len, piece > 0 or index > 0,  # a_row, m_len, add, emit,
+                    last_piece and index == last_fold, *pattern,  # its pattern, acc_row
+                    position * acc_stride) for index, position in order]
+                reads = [(*band_reads[planes[index]], w_keys[position])
+                         for index, position in order]
+                # block position → its emitting compute
+                emits = {position: place for place, (index, position) in enumerate(order)
+                         if index == last_fold} if last_piece else {}
                 if residual and last_piece:  # its Store follows the emitting compute
                     reads[-1] += (_residual_region(stores % 2),)
                 # the next chunk's band after this step's own loads: its buffer was the
