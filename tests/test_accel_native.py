@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import itertools
 
 import numpy as np
 import pytest
 from test_accel_commands import LAYERS, POOLS, SMALL, random_layer_data, random_residual
 
+from glensidec.hardware import accel_native
 from glensidec.hardware.accel import ConvLayer, DmaCommand, EpilogueConfig, MemoryConfig
 from glensidec.hardware.accel_native import (
     native_cycles,
@@ -193,3 +195,58 @@ def test_sum_pool_programs_take_the_python_models_cycles_and_round_trip(config_n
     unpacked = unpack_commands(pack_commands(program.commands).astype(np.int32), config.cols,
                                quant.epilogue, quant.bias, quant.multiplier)
     assert unpacked == program.commands
+
+
+@pytest.mark.parametrize("patterns", [False, True], ids=["im2col", "window"])
+def test_long_tiles_taken_in_stretches_take_the_python_models_cycles(patterns: bool) -> None:
+    """Tiles of up to a few hundred rows, which the C model takes in stretches of plain
+    cycles (the array taking rows, nothing else moving) rather than cycle by cycle: with
+    the weight streamer's last beat held while its bank drains, and (window) 2-D patterns
+    whose stretches cross lines; every field of the timing as the Python model steps it."""
+    config = AccelConfig(4, 4, 512, MemoryConfig(row_bytes=4, scratchpad_bytes=65536,
+                                                 banks=4, bus_bytes=4, latency=3))
+    layer = ConvLayer("long", 14, 18, 6, 8, kernel=3, stride=1, padding=1)
+    quant = random_layer_data(layer, 0)[2]
+    if patterns:
+        tilings = window_tilings(config, layer)
+        programs = [window_program(config, layer, quant, tiling) for tiling in tilings[:2]]
+    else:
+        programs = [conv_program(config, layer, quant, "im2col")]
+    for program in programs:
+        assert max(command.m_len for command in program.commands
+                   if isinstance(command, Compute)) >= 100
+        _compare(config, program.commands)
+
+
+def test_the_built_library_is_named_by_its_compiler_and_flags(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A library built with other flags (or another compiler) is not taken for this one:
+    its cached file's name changed only with the source before."""
+    name = accel_native._library_name("cc")
+    assert accel_native._library_name("gcc") != name
+    monkeypatch.setattr(accel_native, "CFLAGS", (*accel_native.CFLAGS, "-O3"))
+    assert accel_native._library_name("cc") != name
+
+
+@pytest.mark.parametrize("stride", [1, 2, 3])
+def test_stretches_end_where_held_weights_collide_with_patterned_rows(stride: int) -> None:
+    """Banks of one row, tiles whose 2-D patterns cross lines and wrap around the
+    scratchpad into the weights' rows, and a third tile's weights held until the first's
+    bank drains: the stretch of plain cycles taken at once ends where that beat goes, and
+    the rows after it collide with the weight streamer exactly where stepping puts them
+    (every first row and line step, so some collide)."""
+    config = AccelConfig(4, 4, 64, MemoryConfig(row_bytes=4, scratchpad_bytes=64, banks=16,
+                                                bus_bytes=4, latency=2))
+    loads = [Load(DmaCommand(base=0, length=4, count1=16, stride1=4, spad_row=0), signal=True)]
+    tail: list[Command] = [Config(EpilogueConfig(), (0,) * 4, (1,) * 4),
+                           Store(DmaCommand(base=256, length=4, count1=49, stride1=4))]
+    stalls = 0
+    for first, line in itertools.product(range(16), range(1, 8)):
+        computes = [Compute(w_row=4 * (tile % 2), a_row=(first + 5 * tile) % 16,
+                            m_len=40 + 3 * tile, add=tile > 0, emit=tile == 3,
+                            wait=tile == 0, a_count1=3 + tile % 2, a_stride1=stride,
+                            a_stride2=line + tile)
+                    for tile in range(4)]
+        timing = _compare(config, [*loads, *computes, *tail])
+        stalls += timing.cycles - timing.compute_rows
+    assert stalls > 0

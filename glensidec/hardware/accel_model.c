@@ -104,6 +104,7 @@ typedef struct {
   int64_t w_count, w_load_bank, a_bank, bank_full[2], drain[2];
   uint8_t *tag_valid, *tag_emit; /* a delay line of lat entries; the oldest at tag_pos */
   int64_t tag_pos, tags_valid;
+  int64_t tags_emit; /* entries of the delay line that are valid and emit */
   /* store unit, epilogue, ws_dma_store */
   int64_t s_pending, s_left, epi_rows, st_beat, res_addr, out_rows;
   int64_t epi_fifo, epi_phase; /* rows in the epilogue's FIFO; the lanes' column group */
@@ -155,9 +156,35 @@ static int expand_rows(model *m, const gs_command *c, int load, gs_timing *timin
   return 0;
 }
 
-/* One cycle; returns 1 when it writes main memory, 0 when not, -1 when out of memory,
- * -3 when the program reads a residual and a weight row from one bank at once. */
-static int step(model *m, int64_t cycle, gs_timing *timing) {
+/* The activation streamer's address after `k` more rows of its tile (the per-row update of
+ * step(), k times: along a line by a_stride1, to the next line by a_stride2 after
+ * a_count1 rows, every address wrapped by the mask). */
+static void advance_rows(model *m, const gs_command *tile, int64_t k) {
+  int64_t lines, col;
+  if (!tile->a_count1) {
+    m->a_addr = (m->a_addr + k * tile->a_stride1) & m->spad_mask;
+    m->a_col += k;
+    return;
+  }
+  lines = (m->a_col + k) / tile->a_count1;
+  col = (m->a_col + k) % tile->a_count1;
+  if (lines == 0) {
+    m->a_addr = (m->a_addr + k * tile->a_stride1) & m->spad_mask;
+  } else {
+    m->a_line = (m->a_line + lines * tile->a_stride2) & m->spad_mask;
+    m->a_addr = (m->a_line + col * tile->a_stride1) & m->spad_mask;
+  }
+  m->a_col = col;
+}
+
+/* Rows a plain stretch must have left before it is taken in one go (shorter ones are
+ * stepped: checking costs about as much as a cycle). */
+#define PLAIN_MIN_ROWS 8
+
+/* One cycle, or (a plain cycle: see below) a stretch of plain cycles at once; `*cycles`
+ * is how many it took. Returns 1 when it writes main memory, 0 when not, -1 when out of
+ * memory, -3 when the program reads a residual and a weight row from one bank at once. */
+static int step(model *m, int64_t cycle, int64_t limit, gs_timing *timing, int64_t *cycles) {
   const gs_command *cmd = m->commands;
   int64_t rows = m->rows;
   /* -- store path: ws_dma_store, epilogue, admission */
@@ -240,6 +267,44 @@ static int step(model *m, int64_t cycle, gs_timing *timing) {
 
   if (w_issue && rd2 && w_bank == rd2_bank)
     return -3; /* a residual or pooled row and a weight row read from one bank */
+
+  /* A plain cycle: the array takes a row of its tile (not the tile's last, nor one that
+   * emits) and nothing else moves — the weight streamer done or held (its last beat until
+   * its bank has drained, at least), no load issuing,
+   * arriving or accepted, nothing dispatched, no row in the delay line that emits, the
+   * store path and the epilogue idle or waiting for rows. Nothing a plain cycle changes
+   * (the streamer's row count and address, the delay line, the row count) is read by
+   * these conditions, so the next cycles are plain too until the tile's last row: they
+   * are taken at once, with the state they leave (exactly what stepping would give). */
+  *cycles = 1;
+  if (a_issued && a_fire && m->a_left >= PLAIN_MIN_ROWS && !a_last && !m->q_emit &&
+      !cmd[m->a_cmd].emit && en && !w_issue && !w_fire && !w_start && !l_accept &&
+      !load_busy && !wr_en && !m->writes.count && !dispatch && !store_pop && !config_pop &&
+      !s_accept && !write && !admit && !pool_issue && !m->q2_valid && !lane_step &&
+      !epi_out_fire && !m->s1_valid && !m->epi_fifo && !m->out_rows && !m->tags_emit) {
+    int64_t k = m->a_left - 1; /* the stretch ends before the tile's last row */
+    int64_t held = m->w_q ? m->drain[m->w_load_bank] : 0;
+    if (held > 0 && k > held)
+      k = held; /* a held last weight beat goes once its bank has drained */
+    if (k > limit - cycle)
+      k = limit - cycle;
+    for (int b = 0; b < 2; ++b)
+      m->drain[b] = m->drain[b] > k ? m->drain[b] - k : 0;
+    m->q_valid = 1;
+    m->q_last = m->q_emit = m->q_signal = 0;
+    advance_rows(m, &cmd[m->a_cmd], k);
+    m->a_left -= k;
+    for (int64_t j = 0; j < k && j < m->lat; ++j) { /* k rows into the delay line */
+      int64_t position = (m->tag_pos + j) % m->lat;
+      m->tags_valid += 1 - m->tag_valid[position];
+      m->tag_valid[position] = 1;
+      m->tag_emit[position] = 0;
+    }
+    m->tag_pos = (m->tag_pos + k) % m->lat;
+    timing->compute_rows += k;
+    *cycles = k;
+    return 0;
+  }
 
   /* ==== clock edge */
   m->tok_le += le_give - (w_start && cmd[e_head].wait);
@@ -328,6 +393,7 @@ static int step(model *m, int64_t cycle, gs_timing *timing) {
       m->a_bank ^= 1;
     }
     m->tags_valid += a_fire - m->tag_valid[m->tag_pos];
+    m->tags_emit += (a_fire && a_emit) - (m->tag_valid[m->tag_pos] && m->tag_emit[m->tag_pos]);
     m->tag_valid[m->tag_pos] = (uint8_t)a_fire;
     m->tag_emit[m->tag_pos] = (uint8_t)a_emit;
     m->tag_pos = (m->tag_pos + 1) % m->lat;
@@ -463,18 +529,19 @@ int gs_accel_cycles(int64_t rows, int64_t cols, int64_t bus_bytes, int64_t laten
     status = 2;
   while (status == 0 && !idle(&m)) {
     int wrote;
+    int64_t cycles = 1;
     if (cycle >= limit) {
       status = 1;
       break;
     }
-    wrote = step(&m, cycle, timing);
+    wrote = step(&m, cycle, limit, timing, &cycles);
     if (wrote == -3)
       status = 3;
     else if (wrote < 0)
       status = 2;
     else if (wrote)
       last_write = cycle;
-    cycle += 1;
+    cycle += cycles;
   }
   timing->cycles = last_write + 1;
   release(&m);

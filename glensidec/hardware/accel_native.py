@@ -77,17 +77,26 @@ def _compiler() -> str | None:
     return None
 
 
-def _build(library: Path) -> bool:
+#: How accel_model.c is compiled (part of the built library's name: a library built with
+#: other flags is not taken for this one).
+CFLAGS = ("-O2", "-std=c99", "-shared", "-fPIC")
+
+
+def _library_name(compiler: str) -> str:
+    """The built library's file name: a digest of the source, the compiler and CFLAGS."""
+    key = hashlib.sha256(SOURCE.read_bytes())
+    key.update("\0".join((compiler, *CFLAGS)).encode())
+    return f"accel_model-{key.hexdigest()[:16]}.so"
+
+
+def _build(library: Path, compiler: str) -> bool:
     """Compiles accel_model.c into `library` (atomically: a finished file or none)."""
-    compiler = _compiler()
-    if compiler is None:
-        return False
     library.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(suffix=".so", dir=library.parent)
     os.close(handle)
     try:
         result = subprocess.run(
-            [compiler, "-O2", "-std=c99", "-shared", "-fPIC", "-o", temporary, str(SOURCE)],
+            [compiler, *CFLAGS, "-o", temporary, str(SOURCE)],
             capture_output=True, text=True, check=False)
         if result.returncode != 0:
             return False
@@ -100,10 +109,12 @@ def _build(library: Path) -> bool:
 
 @cache
 def _load() -> ctypes.CDLL | None:
-    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
-    library = _cache_dir() / f"accel_model-{digest}.so"
+    compiler = _compiler()
+    if compiler is None:
+        return None
+    library = _cache_dir() / _library_name(compiler)
     try:
-        if not library.exists() and not _build(library):
+        if not library.exists() and not _build(library, compiler):
             return None
         native = ctypes.CDLL(str(library))
     except OSError:  # an unwritable cache, a library from another machine
