@@ -1808,16 +1808,17 @@ def window_stream(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
                 shape = (len(indices), len(group), last_piece)
                 if shape not in orders:
                     orders[shape] = _group_order(*shape)
-                order, a_row, last_fold = orders[shape], band_base + band_shift, len(indices) - 1
+                group_order, last_fold = orders[shape], len(indices) - 1
+                a_row = band_base + band_shift
                 computes: list[FlatCompute] = [(  # wait, signal (`_window_tokens`), w_row,
                     False, False, w_rows[position] + index * R, a_row + offsets[index],
                     m_len, piece > 0 or index > 0,  # a_row, m_len, add, emit,
                     last_piece and index == last_fold, *pattern,  # its pattern, acc_row
-                    position * acc_stride) for index, position in order]
+                    position * acc_stride) for index, position in group_order]
                 reads = [(*band_reads[planes[index]], w_keys[position])
-                         for index, position in order]
+                         for index, position in group_order]
                 # block position → its emitting compute
-                emits = {position: place for place, (index, position) in enumerate(order)
+                emits = {position: place for place, (index, position) in enumerate(group_order)
                          if index == last_fold} if last_piece else {}
                 if residual and last_piece:  # its Store follows the emitting compute
                     reads[-1] += (_residual_region(stores % 2),)
