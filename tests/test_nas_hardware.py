@@ -293,6 +293,53 @@ def test_a_codesign_search_without_training(monkeypatch: pytest.MonkeyPatch) -> 
         chosen["machine"]).rows
 
 
+def test_the_descent_and_the_sweep_price_pairs_as_the_exact_model_does(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """After the evolution: the joint descent judges single-gene neighbours of the cheapest
+    legal pairs (a machine change of a judged network costs it no training), and the sweep
+    prices every machine within the budget for the cheapest legal network, keeping that
+    network's own front: its fastest pair is the fastest any machine of the space within
+    the budget runs that network, priced one machine at a time here."""
+    stub_training(monkeypatch)
+    program = read_program(DIGITS)
+    x = np.zeros((4, 1, 8, 8), np.float32)
+    y = np.zeros(4, np.int64)
+    reference = Machine(16, 16)
+    space = H.parse_space("rows=8,16 cols=16 scratchpad=32KiB accumulator=1024 bus=16,32 "
+                          "epilogue=1,4")
+    model = area.fitted()
+    budget = model.area(reference)
+    options = S.Options(budget=6, space=("bottleneck",), threshold=0.5, top=2,
+                        population=4, descent=2)
+    scored: list[S.Candidate] = []
+
+    def mapper(function: Any, calls: list[Any]) -> list[Any]:
+        if function is H.score_task:
+            scored.extend(call[1] for call in calls)
+        return [function(*call) for call in calls]
+
+    found = H.run_codesign(format_program(program), load_weights(program), (x, y), (x, y),
+                           reference, space, budget, options, mapper, model=model, sweep=1)
+    records = found.result.records
+    assert found.setup is not None
+    # a network is scored once, whatever machines it is priced on
+    assert len(scored) == len(set(scored))
+    for record in records:
+        if record.get("descent"):
+            assert "score" in record and "cycles" in record
+            assert record["legal"] == (record["network_legal"] and record["within_budget"])
+    (network, priced), = found.swept.items()
+    within = [m for m in H.space_machines(space) if model.area(m) <= budget]
+    assert priced == len(within) > 0
+    candidate = tuple(S.Choice.parse(c) for c in network) + tuple(S.KEEP for _ in H.GENES)
+    graph = S.apply(S.original(found.setup), found.setup.layers, candidate, T.INHERIT)
+    fastest = min(H.pair_cost(graph, m).total for m in within)
+    mine = [r for r in records if tuple(r["choices"].values()) == network
+            and r["within_budget"]]
+    assert min(r["cycles"] for r in mine) == fastest
+    assert all(r["legal"] for r in mine)
+
+
 @pytest.mark.parametrize(("words", "message"), [
     (("--area-budget", "1M"), "error: --area-budget needs --hardware"),
     (("--hardware", "banks=4"), "error: --hardware: unknown machine parameter 'banks'"),

@@ -28,6 +28,7 @@ whose retrained accuracy is within a point of the original's.
 from __future__ import annotations
 
 import gc
+import itertools
 import json
 import math
 import re
@@ -116,6 +117,20 @@ def machine_values(machine: Machine) -> dict[str, int]:
             "scratchpad": machine.scratchpad_bytes,
             "accumulator": machine.accumulator_rows, "bus": machine.bus_bytes,
             "epilogue": machine.cols // machine.epilogue_lanes}
+
+
+def space_machines(space: dict[str, tuple[int, ...]]) -> list[Machine]:
+    """Every machine of a space, in the order of its genes' values."""
+    return [Machine(rows, cols, scratchpad, depth, bus, cols // epilogue)
+            for rows, cols, scratchpad, depth, bus, epilogue in itertools.product(
+                *(space[gene] for gene in GENES))]
+
+
+def genes_of(reference: Machine, machine: Machine) -> tuple[S.Choice, ...]:
+    """The machine genes that make `machine` of `reference` (`machine_of`'s inverse)."""
+    values, kept = machine_values(machine), machine_values(reference)
+    return tuple(S.KEEP if values[gene] == kept[gene] else S.Choice(gene, values[gene])
+                 for gene in GENES)
 
 
 def machine_of(reference: Machine, genes: tuple[S.Choice, ...]) -> Machine:
@@ -270,6 +285,37 @@ def cost_task(setup: S.Setup, codesign: Codesign, candidate: S.Candidate) -> dic
             "host_cycles": cost.host, "cycles": cost.total}
 
 
+def machines_task(setup: S.Setup, codesign: Codesign, candidate: S.Candidate,
+                  machines: tuple[Machine, ...]) -> list[Cost | None]:
+    """The network of `candidate` on each machine (of one array shape: one extraction);
+    None where a compile refuses the machine."""
+    graph = S.apply(S.original(setup), setup.layers, candidate, T.INHERIT)
+    costs: list[Cost | None] = []
+    for machine in machines:
+        try:
+            costs.append(pair_cost(graph, machine))
+        except GlensideError:
+            costs.append(None)
+    return costs
+
+
+def machine_costs(setup: S.Setup, codesign: Codesign, candidates: list[S.Candidate],
+                  machines: list[Machine], mapper: S.Mapper,
+                  ) -> list[list[tuple[Machine, Cost]]]:
+    """Each candidate's network priced on every machine given that compiles, one task per
+    network and array shape (a worker extracts the network for the shape once and lowers
+    it per memory configuration), all in one batch for the workers."""
+    by_shape: dict[tuple[int, int], list[Machine]] = {}
+    for machine in machines:
+        by_shape.setdefault((machine.rows, machine.cols), []).append(machine)
+    groups = list(by_shape.values())
+    found = iter(mapper(machines_task, [(setup, codesign, candidate, tuple(group))
+                                        for candidate in candidates for group in groups]))
+    return [[(machine, cost) for group in groups
+             for machine, cost in zip(group, next(found), strict=True) if cost is not None]
+            for _ in candidates]
+
+
 # -- the search ------------------------------------------------------------------------------
 
 
@@ -282,6 +328,9 @@ class CodesignResult:
     front: list[dict[str, Any]] = field(default_factory=list)
     fixed_best: dict[str, Any] | None = None  # cheapest legal pair on the reference machine
     setup: S.Setup | None = None  # what the evaluations ran with (retraining more seeds)
+    #: the networks whose every machine within the budget was priced (`sweep_machines`),
+    #: by their choices, with how many machines that was
+    swept: dict[tuple[str, ...], int] = field(default_factory=dict)
 
 
 def network_part(candidate: S.Candidate, networks: int) -> S.Candidate:
@@ -294,10 +343,14 @@ def run_codesign(program_text: str, weights: dict[str, Array],
                  budget: float, options: S.Options, mapper: S.Mapper,
                  progress: Callable[[int], None] | None = None,
                  name: str = "<program>", model: AreaModel | None = None,
-                 known: dict[S.Candidate, dict[str, Any]] | None = None) -> CodesignResult:
+                 known: dict[S.Candidate, dict[str, Any]] | None = None,
+                 sweep: int = 0) -> CodesignResult:
     """Search networks and machines together (module docstring). `known`: records of a
     network-only search of the same program and setup (`search.run_search`'s memo), whose
-    legality scores are reused: a network's score does not depend on the machine."""
+    legality scores are reused: a network's score does not depend on the machine. After
+    the strategy, `options.descent` pairs judged by a cheapest-first descent over single
+    gene changes (`descend_pairs`), then every machine of the space within the budget
+    priced for the `sweep` cheapest legal networks (`sweep_machines`)."""
     model = model or fitted()
     graph = lift(parse_program(program_text, name), weights)
     networks = S.search_space(graph, options.space)
@@ -320,7 +373,11 @@ def run_codesign(program_text: str, weights: dict[str, Array],
     memo: dict[S.Candidate, dict[str, Any]] = {}
     keep = tuple(S.KEEP for _ in space.layers)
 
-    def evaluate_batch(batch: list[S.Candidate]) -> list[dict[str, Any]]:
+    def evaluate_batch(batch: list[S.Candidate],
+                       costs: dict[S.Candidate, dict[str, Any]] | None = None,
+                       ) -> list[dict[str, Any]]:
+        """Score each new network, then cost each new pair (`costs`: pairs priced
+        already, by the descent or the sweep)."""
         new = list(dict.fromkeys(c for c in batch if c not in memo))
         nets = list(dict.fromkeys(network_part(c, n) for c in new))
         nets = [c for c in nets if c not in scores]
@@ -332,7 +389,9 @@ def run_codesign(program_text: str, weights: dict[str, Array],
             record = pair_record(candidate, space, n, reference, model, budget,
                                  scores[network_part(candidate, n)])
             memo[candidate] = record
-            if record["valid"]:
+            if record["valid"] and costs is not None and candidate in costs:
+                record.update(costs[candidate])
+            elif record["valid"]:
                 costed.append(candidate)
         for candidate, cost in zip(costed, mapper(cost_task, [(setup, codesign, c)
                                                              for c in costed]), strict=True):
@@ -374,7 +433,16 @@ def run_codesign(program_text: str, weights: dict[str, Array],
                                                   for i, gene in enumerate(GENES)))
     options = replace(options, start=tuple(dict.fromkeys(starts)))
     strategy, evaluated = S.candidates_for(space, options, evaluate_batch)
-    order = list(dict.fromkeys([keep, *evaluated]))
+    descended = descend_pairs(space, options, [keep, *evaluated], memo, evaluate_batch,
+                              mapper, setup, codesign, model, budget, reference, scores)
+    sweeps = sweep_machines([keep, *evaluated, *descended], memo, sweep, n,
+                            space_of_machines, model, budget, mapper, setup, codesign)
+    for pairs, _ in sweeps.values():
+        evaluate_batch([c for c, _ in pairs], dict(pairs))
+    swept = [c for pairs, _ in sweeps.values() for c, _ in pairs]
+    order = list(dict.fromkeys([keep, *evaluated, *descended, *swept]))
+    for candidate in descended:
+        memo[candidate]["descent"] = True
     records = {c: dict(memo[c]) for c in order}
     result = S.Result(space, strategy, records[keep])
     result.records = [records[c] for c in order]
@@ -383,7 +451,9 @@ def run_codesign(program_text: str, weights: dict[str, Array],
         # but it stays the accuracy it must keep
         records[keep]["legal"] = False
     S.choose(result, setup, order, records, options, mapper)
-    found = CodesignResult(result, reference, budget, model, setup=setup)
+    found = CodesignResult(result, reference, budget, model, setup=setup,
+                           swept={tuple(str(c) for c in network[:n]): priced
+                                  for network, (_, priced) in sweeps.items()})
     found.front = pareto_front([r for r in result.records if r.get("network_legal")
                                 and r.get("valid")])
     retrain_front(found, setup, order, records, mapper)
@@ -391,6 +461,83 @@ def run_codesign(program_text: str, weights: dict[str, Array],
                     and r["machine"] == reference.key()]
     found.fixed_best = min(on_reference, key=lambda r: r["cycles"], default=None)
     return found
+
+
+def descend_pairs(space: S.Space, options: S.Options, visited: list[S.Candidate],
+                  memo: dict[S.Candidate, dict[str, Any]],
+                  evaluate_batch: Callable[..., list[dict[str, Any]]], mapper: S.Mapper,
+                  setup: S.Setup, codesign: Codesign, model: AreaModel, budget: float,
+                  reference: Machine, scores: dict[S.Candidate, dict[str, Any]],
+                  ) -> list[S.Candidate]:
+    """`search.descend` on the joint space: every single change of a gene (a layer's
+    choice or one machine parameter) of the cheapest legal pairs is priced — a machine
+    over the budget is not, it can never be chosen — and those cheaper than the cheapest
+    legal pair are judged. A pair whose network was judged already (the same network on
+    another machine) costs no training and no share of `options.descent`: most of a
+    pair's neighbours are machine changes."""
+    if not options.descent:
+        return []
+    n = codesign.networks
+    priced: dict[S.Candidate, dict[str, Any]] = {}
+
+    def price_batch(batch: list[S.Candidate]) -> None:
+        new = [c for c in dict.fromkeys(batch) if c not in memo and c not in priced]
+        within = []
+        for candidate in new:
+            if model.area(machine_of(reference, candidate[n:])) > budget:
+                priced[candidate] = {"valid": True, options.cost: math.inf}
+            else:
+                within.append(candidate)
+        for candidate, record in zip(within, mapper(price_task, [(setup, codesign, c)
+                                                                 for c in within]),
+                                     strict=True):
+            # a network judged already: its score with the pair's cycles
+            network = scores.get(network_part(candidate, n), {})
+            priced[candidate] = {**network, **record,
+                                 "valid": record["valid"] and network.get("valid", True)}
+
+    def judge_batch(batch: list[S.Candidate]) -> None:
+        evaluate_batch(batch, {c: priced[c] for c in batch if c in priced})
+
+    return S.descend(space, options, visited,
+                     lambda c: memo[c] if c in memo else priced[c], price_batch, judge_batch)
+
+
+def price_task(setup: S.Setup, codesign: Codesign, candidate: S.Candidate) -> dict[str, Any]:
+    """A pair's cycles without its network's score (the descent's pricing); a network
+    the transformations refuse, or a machine compile refuses, is not valid."""
+    try:
+        return {"valid": True, **cost_task(setup, codesign, candidate)}
+    except GlensideError as error:
+        return {"valid": False, "error": error.message}
+
+
+def sweep_machines(order: list[S.Candidate], memo: dict[S.Candidate, dict[str, Any]],
+                   count: int, n: int, space_of_machines: dict[str, tuple[int, ...]],
+                   model: AreaModel, budget: float, mapper: S.Mapper, setup: S.Setup,
+                   codesign: Codesign,
+                   ) -> dict[S.Candidate, tuple[list[tuple[S.Candidate, dict[str, Any]]], int]]:
+    """Every machine of the space within the budget for the `count` legal networks of the
+    cheapest legal pairs: a network's legality does not depend on the machine, and
+    pricing a pair is a lowering (the extraction is per array shape), so for the best
+    networks the machine need not be searched. Returns, per network, the pairs on its own
+    front of cycles × area (no other of its machines both faster and smaller), priced,
+    and how many machines were priced."""
+    legal = sorted((c for c in order[1:] if memo[c].get("legal")),
+                   key=lambda c: (memo[c]["cycles"], order.index(c)))
+    networks = list(dict.fromkeys(network_part(c, n) for c in legal))[:count]
+    machines = [m for m in space_machines(space_of_machines) if model.area(m) <= budget]
+    swept: dict[S.Candidate, tuple[list[tuple[S.Candidate, dict[str, Any]]], int]] = {}
+    for network, costed in zip(networks, machine_costs(setup, codesign, networks, machines,
+                                                       mapper), strict=True):
+        front = pareto_front([{"area": model.area(m), "cycles": cost.total, "machine": m,
+                               "cost": cost} for m, cost in costed])
+        pairs = [(network[:n] + genes_of(codesign.reference, record["machine"]),
+                  {"accelerator_cycles": record["cost"].accelerator,
+                   "array_cycles": record["cost"].array, "host_cycles": record["cost"].host,
+                   "cycles": record["cost"].total}) for record in front]
+        swept[network] = (pairs, len(costed))
+    return swept
 
 
 def pair_record(candidate: S.Candidate, space: S.Space, n: int, reference: Machine,
@@ -596,10 +743,7 @@ def check_estimate(found: CodesignResult) -> int:
 def budget_fits(reference: Machine, space: dict[str, tuple[int, ...]], budget: float,
                 model: AreaModel) -> None:
     """Refuse a budget no machine of the space fits (before any worker starts)."""
-    smallest = min(model.area(Machine(r, c, s, a, b, c // e))
-                   for r in space["rows"] for c in space["cols"]
-                   for s in space["scratchpad"] for a in space["accumulator"]
-                   for b in space["bus"] for e in space["epilogue"])
+    smallest = min(model.area(machine) for machine in space_machines(space))
     smallest = min(smallest, model.area(reference))
     if budget < smallest:
         raise GlensideError(f"--area-budget: {budget:,.0f} cell equivalents fits no machine "
