@@ -58,10 +58,13 @@ REFERENCE = Machine(16, 16)  # today's accelerator: 16x16, 256 KiB, 1024 rows, 1
 # The joint space is 1,152 times the network space: more pairs than networks, and a first
 # population large enough to hold the fixed search's legal networks on every array shape
 # (16) at each of the 3 epilogues (a lanes-only variant costs a lowering, not an extraction).
-CODESIGN_BUDGET = 384
-CODESIGN_OPTIONS = dataclasses.replace(B.OPTIONS, budget=CODESIGN_BUDGET, population=192,
+# Half the pairs of the last session's run (384, population 192, 4 starting networks: 35
+# minutes at load 25, mostly training the networks its children made): the machines of the
+# best networks are now swept exhaustively after the search (SWEEP), not left to it.
+CODESIGN_BUDGET = 192
+CODESIGN_OPTIONS = dataclasses.replace(B.OPTIONS, budget=CODESIGN_BUDGET, population=96,
                                        top=6)
-STARTING_NETWORKS = 4  # the fixed search's cheapest legal networks the evolution starts from
+STARTING_NETWORKS = 2  # the fixed search's cheapest legal networks the evolution starts from
 # legal networks whose every machine within the budget is priced after the search: a
 # network's legality is the machine's no matter, so for the best ones the machine is not
 # left to the evolution (a network on the ~630 machines of the default space within
@@ -143,15 +146,20 @@ def stage(mapper: Any, train_data: Data, val: Data, fixed: S.Result | None = Non
                     "started_from": [{k: str(v) for k, v in zip(fixed.space.layers, c, strict=False)
                                       if v != S.KEEP} for c in verified]}
     save(found_so_far)
-    # every pick retrained with each seed on the workers (one Setup per seed: the mapper
-    # ships one Setup per call)
-    candidates = [B.candidate_of(row["choices"], layers[:n]) + tuple(S.KEEP for _ in H.GENES)
-                  for row in rows]
+    # `train` legality retrained every pick with B.SEEDS as this table does (B.RETRAINED:
+    # the same epochs, rate and seeds, deterministic): the accuracies are their records'.
+    # A pick without them (another legality) is retrained here, one seed a call (the
+    # mapper ships one Setup per call).
     started = time.perf_counter()
     assert found.setup is not None
-    for seed in B.SEEDS:  # one seed a call: the search's setup averages two
+    for row, record in zip(rows, picks.values(), strict=True):
+        row["accuracies"] = list(record.get("accuracies", [])) if B.RETRAINED else []
+    todo = [row for row in rows if not row["accuracies"]]
+    candidates = [B.candidate_of(row["choices"], layers[:n]) + tuple(S.KEEP for _ in H.GENES)
+                  for row in todo]
+    for seed in B.SEEDS:
         setup = dataclasses.replace(found.setup, seed=seed, train_seeds=1)
-        for row, (accuracy, _) in zip(rows, mapper(S.retrain, [(setup, c)
+        for row, (accuracy, _) in zip(todo, mapper(S.retrain, [(setup, c)
                                                                for c in candidates]),
                                       strict=True):
             row["accuracies"].append(accuracy)

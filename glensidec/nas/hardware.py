@@ -262,19 +262,19 @@ class Codesign:
 
 
 def score_task(setup: S.Setup, candidate: S.Candidate) -> dict[str, Any]:
-    """The network's params, MACs and legality score (the machine genes are ignored)."""
-    from glensidec.nas import fisher
+    """The network's params, MACs and legality score (the machine genes are ignored); with
+    `train` legality each seed's accuracy too, as the network search keeps them."""
     from glensidec.nas.cost import params_and_macs
 
-    graph = S.original(setup)
     try:
-        transformed = S.apply(graph, setup.layers, candidate, T.INHERIT)
+        transformed = S.apply(S.original(setup), setup.layers, candidate, T.INHERIT)
     except GlensideError as error:
         return {"valid": False, "error": error.message}
     counted = params_and_macs(transformed)
-    score, _ = S.legality_score(transformed, setup, fisher.block_outputs(graph))
+    scored = S.score(setup, candidate)
     return {"valid": True, "params": sum(p for p, _ in counted.values()),
-            "macs": sum(m for _, m in counted.values()), "score": score}
+            "macs": sum(m for _, m in counted.values()), "score": scored["score"],
+            **({"accuracies": scored["accuracies"]} if "accuracies" in scored else {})}
 
 
 def cost_task(setup: S.Setup, codesign: Codesign, candidate: S.Candidate) -> dict[str, int]:
@@ -367,7 +367,7 @@ def run_codesign(program_text: str, weights: dict[str, Array],
     scores: dict[S.Candidate, dict[str, Any]] = {}
     for candidate, record in (known or {}).items():
         if len(candidate) == n:
-            fields = ("valid", "error", "params", "macs", "score")
+            fields = ("valid", "error", "params", "macs", "score", "accuracies")
             scores[candidate + tuple(S.KEEP for _ in GENES)] = {
                 k: record[k] for k in fields if k in record}
     memo: dict[S.Candidate, dict[str, Any]] = {}
