@@ -604,14 +604,17 @@ def epilogue_report(model: Any) -> list[str]:
              "`python bench/bench_synth.py --area-epilogue`: `ws_epilogue` synthesized alone "
              f"(the same script, DEPTH {AREA_EPILOGUE_DEPTH}) at each columns x lanes. Per "
              "module the accelerator's cells are its modules' added up, so a machine's cells "
-             "at other lanes are its cells at the default lanes with the epilogue's swapped.",
-             "", "| columns | lanes | cells | fit | error | synthesis time |",
-             "|---:|---:|---:|---:|---:|---:|"]
+             "at other lanes are its cells at the default lanes with the epilogue's swapped. "
+             "`RTL`: synthesized from today's rtl/ws_*.v or an earlier one (before GELU's "
+             "product mode, 307459d: a 16-bit multiplexer a lane); the fit uses both.",
+             "", "| columns | lanes | RTL | cells | fit | error | synthesis time |",
+             "|---:|---:|---|---:|---:|---:|---:|"]
     for (cols, lanes, cells), key in zip(rows, area.measured()["epilogue"], strict=True):
         fit = float(np.dot(model.epilogue, area.epilogue_features(cols, lanes)))
-        seconds = area.measured()["epilogue"][key]["seconds"]
-        lines.append(f"| {cols} | {lanes} | {cells:,} | {fit:,.0f} | "
-                     f"{100 * (fit / cells - 1):+.1f} % | {seconds} s |")
+        row = area.measured()["epilogue"][key]
+        lines.append(f"| {cols} | {lanes} | {'today' if area.current(row) else 'earlier'} | "
+                     f"{cells:,} | {fit:,.0f} | {100 * (fit / cells - 1):+.1f} % | "
+                     f"{row['seconds']} s |")
     whole = area.measured()["configurations"].get("16x16/262144/1024/16/16")
     epilogue = {(c, lanes): cells for c, lanes, cells in rows}
     if whole is not None and (16, 16) in epilogue and (16, 4) in epilogue:
