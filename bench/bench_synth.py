@@ -605,8 +605,8 @@ def epilogue_report(model: Any) -> list[str]:
              f"(the same script, DEPTH {AREA_EPILOGUE_DEPTH}) at each columns x lanes. Per "
              "module the accelerator's cells are its modules' added up, so a machine's cells "
              "at other lanes are its cells at the default lanes with the epilogue's swapped. "
-             "`RTL`: synthesized from today's rtl/ws_*.v or an earlier one (before GELU's "
-             "product mode, 307459d: a 16-bit multiplexer a lane); the fit uses both.",
+             "`RTL`: synthesized from today's rtl/ws_*.v or an earlier one; the fit uses "
+             "both.",
              "", "| columns | lanes | RTL | cells | fit | error | synthesis time |",
              "|---:|---:|---|---:|---:|---:|---:|"]
     for (cols, lanes, cells), key in zip(rows, area.measured()["epilogue"], strict=True):
