@@ -32,22 +32,26 @@ def attention(seed: int = 0) -> Any:
 
 
 def test_softmax_divides_once_per_row_not_per_element(tmp_path: Path) -> None:
-    """Every integer division of the quantized head has one value per row of the
-    scores (TOKENS of them), and the e·r requantization reads that per-row multiplier
-    broadcast along the row."""
+    """Every integer division of the quantized head by a computed value has one value per
+    row of the scores (TOKENS of them): the others divide by a constant power of two
+    (the per-row reciprocal's fraction, a shift in the epilogue). softmax's p is never
+    formed: the product multiplies e, the exp table's result."""
     program = imported(attention(), tmp_path)
     quantized = quantize(program, calibration_for(program, 4), per_channel=True,
                          symmetric_activations=True)
+    root = quantized.program.root
     types = check_program(quantized.program)
-    divisions = [term for term in postorder(quantized.program.root)
-                 if compute_name(term) == "elementwise-div"]
-    assert divisions
-    for term in divisions:
+    runtime = [term for term in postorder(root) if compute_name(term) == "elementwise-div"
+               and any(t.op == "compute" for t in postorder(term.children()[0].children()[1]))]
+    assert runtime
+    for term in runtime:
         result = types[term]
         assert isinstance(result, AccessType)
         assert int(np.prod(result.full)) == TOKENS
-    assert any(compute_name(term) == "requantize-per-channel"
-               for term in postorder(quantized.program.root))
+    products = [term for term in postorder(root) if compute_name(term) == "dot-product"]
+    tables = [term for term in postorder(root) if compute_name(term) == "lookup"]
+    assert len(products) == 2 and len(tables) == 1
+    assert tables[0] in postorder(products[1])  # e·V: the table's result, not p
 
 
 def test_integer_softmax_keeps_the_heads_accuracy(tmp_path: Path) -> None:

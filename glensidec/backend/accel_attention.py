@@ -30,7 +30,7 @@ LayerNormalization and GELU stay on the host (the report lists them as host rows
 
 from __future__ import annotations
 
-from dataclasses import fields, replace
+from dataclasses import dataclass, fields, replace
 from itertools import pairwise
 
 import numpy as np
@@ -60,7 +60,7 @@ from glensidec.backend.lower import (
 )
 from glensidec.backend.views import Axis, View, contiguous, element_range, view_array
 from glensidec.errors import GlensideError
-from glensidec.hardware.accel import CapacityError, ConvLayer, EpilogueConfig
+from glensidec.hardware.accel import CapacityError, ConvLayer, EpilogueConfig, ResidualConfig
 from glensidec.hardware.commands import AccelConfig, LayerQuant
 from glensidec.hardware.layout import NchwLayout, nchw_channels
 from glensidec.lang.dtypes import Array
@@ -127,10 +127,12 @@ def _run(origin: Array) -> int | None:
 
 
 def _product_layer(lowered: LoweredProgram, builder: LayerBuilder, index: int,
-                   chain: _Chain, accel: AccelConfig) -> list[Instruction] | None:
+                   chain: _Chain, accel: AccelConfig,
+                   rows_mode: RowsMode | None = None) -> list[Instruction] | None:
     """The layer that replaces the call at `index` and its chain (after a layout layer
     making B's rows, when B is a transposed run); None when the operands are not such
-    runs."""
+    runs. With `rows_mode`, the layer's epilogue runs in the per-row mode: the residual
+    rows `rows_mode.values` the instructions `rows_mode.packing` write first."""
     gemm = lowered.instructions[index]
     assert isinstance(gemm, ArrayGemm)
     if chain.transposed or chain.skip is not None:
@@ -161,7 +163,8 @@ def _product_layer(lowered: LoweredProgram, builder: LayerBuilder, index: int,
     if bias_vector is None or multiplier_vector is None:
         return None
     quant = LayerQuant(EpilogueConfig(chain.pre, chain.post, chain.zero_point, chain.low,
-                                      chain.high), tuple(bias_vector), tuple(multiplier_vector))
+                                      chain.high), tuple(bias_vector), tuple(multiplier_vector),
+                       residual=None if rows_mode is None else rows_mode.config)
     name = chain.dst.buffer
     try:
         check_fits(accel, ConvLayer(name, height=rows, width=1, channels=depth,
@@ -192,7 +195,20 @@ def _product_layer(lowered: LoweredProgram, builder: LayerBuilder, index: int,
         commands=builder.commands_placeholder(name), m=rows, k=depth, n=cols,
         pre=chain.pre, post=chain.post, zero_point=chain.zero_point, low=chain.low,
         high=chain.high)
+    if rows_mode is not None:
+        layer = replace(layer, residual=rows_mode.values, residual_add=rows_mode.config)
+        before = [*rows_mode.packing, *before]
     return [*before, layer]
+
+
+@dataclass(frozen=True)
+class RowsMode:
+    """A product layer's per-row mode (`accel_softmax`): its residual rows (each row's
+    values at the start of every N block) and the host instructions that pack them."""
+
+    values: View
+    config: ResidualConfig
+    packing: tuple[Instruction, ...]
 
 
 

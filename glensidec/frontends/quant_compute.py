@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -34,7 +35,7 @@ from glensidec.frontends.quant_values import (
     substitute,
 )
 from glensidec.lang import constructs as K
-from glensidec.lang.interp import evaluate_all
+from glensidec.lang.interp import apply_term, evaluate_all
 from glensidec.lang.terms import (
     ComputeOp,
     TensorDecl,
@@ -57,6 +58,11 @@ DIVISION_SHIFT = 1 << 16
 
 # softmax's e = exp(d) in SOFTMAX_LEVELS steps of (0, 1] at zero point 0 (integer_softmax).
 SOFTMAX_LEVELS = 127
+# softmax·V divided after the product (deferred_softmax_product): each row's reciprocal
+# 2^(RECIPROCAL_BITS + ROW_SHIFT) / Σe = 2^30 / Σe as h·2^ROW_SHIFT + l, so h < 2^15
+# (Σe ≥ 127) and a·l < 2^31 for rows of up to 260 keys (|a| ≤ 127·Σe ≤ 127²·keys).
+RECIPROCAL_BITS = 21
+ROW_SHIFT = 9
 
 
 def on_integers(q: Quantizer, term: Term, operand: Value,
@@ -251,7 +257,11 @@ def dot_product(q: Quantizer, term: Term, operand: Value) -> Value:
 def activation_product(q: Quantizer, term: Term, operand: Pair) -> Value:
     """A matrix product of two activations (attention's Q·Kᵀ, softmax·V): both sides
     to i8 with symmetric parameters from their profiles (zero point 0, so the integer
-    product needs no correction terms), one i8 dot-product in i32 at scale s_a·s_b."""
+    product needs no correction terms), one i8 dot-product in i32 at scale s_a·s_b
+    (softmax·V: e·V divided per row after it, `deferred_softmax_product`)."""
+    deferred = deferred_softmax_product(q, term, operand)
+    if deferred is not None:
+        return deferred
     members, scale = [], 1.0
     for side in (operand.left, operand.right):
         q8 = symmetric_q8(q, side)
@@ -468,7 +478,7 @@ def integer_softmax(q: Quantizer, term: Term, operand: Q8) -> Q8:
     e = B.compute("lookup", d.term, "exp", d_params.scale, d_params.zero_point,
                   1.0 / SOFTMAX_LEVELS, 0)
     e_wide = B.compute("cast", e, "i32")
-    total = B.compute("reduce-sum", e_wide)
+    total = B.compute("reduce-sum", e)  # (in i32, the accumulator's dtype)
     params = symmetric_params(q, term)
     post = max(0, math.floor(math.log2((2 ** 31 - 1) * params.scale)))
     dividend = round(2.0 ** post / params.scale)
@@ -478,7 +488,98 @@ def integer_softmax(q: Quantizer, term: Term, operand: Q8) -> Q8:
         "access-pair", q.scalar_like(dividend, "i32", q.qtype(total)), total))
     p = B.compute("requantize-per-channel", B.op("access-pair", e_wide, over_item(multiplier)),
                   0, post, 0)
+    q.softmax_rows[p] = SoftmaxRows(e, total, shape, item)
     return Q8(p, params, p)
+
+
+@dataclass(frozen=True)
+class SoftmaxRows:
+    """What a product of a softmax's p needs to divide after it instead
+    (`deferred_softmax_product`): e (i8 at zero point 0, p's shape) and Σe (one i32 per
+    row)."""
+
+    e: Term
+    total: Term
+    shape: tuple[int, ...]
+    item: tuple[int, ...]
+
+    def over_item(self, reduced: Term) -> Term:
+        """One value per row (p's shape without the item) repeated along the item."""
+        return B.broadcast(B.reshape(reduced, self.shape, (1,) * len(self.item)), self.shape,
+                           self.item)
+
+
+def deferred_softmax_product(q: Quantizer, term: Term, operand: Pair) -> Acc | None:
+    """softmax(x)·V with the division after the product: e·V, then each row times its own
+    reciprocal R = ⌊2^30 / Σe⌋ (O(rows) divisions) taken apart as R = h·2^L + l (L = 9),
+    t = a·h + trunc(a·l / 2^L) ≈ a·2^21 / Σe (a the row's sums; every product below 2^31:
+    |a| ≤ 127·Σe, Σe ≤ 127·keys), and t requantized to the product's profile. p = e / Σe is
+    never formed (nor rounded): the array multiplies e (zero point 0) by V, and t is
+    ws_epilogue's per-row mode (each row's h and l from its residual row). None when the
+    left side is not a softmax's p viewed row by row (each row of the product in one row of
+    the softmax), or its rows are longer than 260 keys."""
+    left = operand.left
+    if not (isinstance(left, Q8) and left.base in q.softmax_rows):
+        return None
+    parts = q.softmax_rows[left.base]
+    shift = ROW_SHIFT
+    if 127 * 127 * math.prod(parts.item) << shift >= 2 ** 31 or \
+            not reads_whole_rows(q, left.term, left.base, parts):
+        return None
+    value = symmetric_q8(q, operand.right)
+    dot = q.rebuild(term, Term(float_product(q, term).op,
+                               (substitute(left.term, {left.base: parts.e}), value.term)))
+    result = q.qtype(dot)
+    if len(result.shape) != 2 or result.item:
+        return None
+    dividend = 1 << (RECIPROCAL_BITS + shift)  # 2^30
+    rows = q.qtype(parts.total)
+    reciprocal = B.compute("elementwise-div", B.op(
+        "access-pair", q.scalar_like(dividend, "i32", rows), parts.total))
+    whole = B.compute("elementwise-div", B.op(
+        "access-pair", reciprocal, q.scalar_like(1 << shift, "i32", rows)))
+    fraction = B.compute("elementwise-sub", B.op("access-pair", reciprocal, B.compute(
+        "elementwise-mul", B.op("access-pair", whole, q.scalar_like(1 << shift, "i32", rows)))))
+
+    def per_row(values: Term) -> Term:  # the row's value, along the product's row
+        viewed = substitute(left.term, {left.base: parts.over_item(values)})
+        first = B.op("access-slice", viewed, 1, 0, 1)
+        return B.broadcast(B.reshape(first, (result.shape[0], 1), ()), result.shape, ())
+
+    def fold(name: str, left_term: Term, right_term: Term) -> Term:
+        return B.compute(name, B.op("access-pair", left_term, right_term))
+
+    scaled = fold("elementwise-add", fold("elementwise-mul", dot, per_row(whole)), fold(
+        "elementwise-div", fold("elementwise-mul", dot, per_row(fraction)),
+        q.scalar_like(1 << shift, "i32", result)))
+    # t ≈ a·2^21 / Σe, and the product's real value is a·s_V / Σe: an accumulator its
+    # reader requantizes once, to its own parameters (a concatenation's)
+    full = result.full
+    return Acc(scaled, np.full(full, value.params.scale / (1 << RECIPROCAL_BITS)),
+               np.zeros(full, dtype=np.int64), term)
+
+
+def reads_whole_rows(q: Quantizer, view: Term, base: Term, parts: SoftmaxRows) -> bool:
+    """Whether `view` (data movement over `base`, a softmax's p) is a matrix each of whose
+    rows lies in one row of p: the views applied to each element's row number."""
+    levels = []
+    while view != base:
+        inner = view.args[0] if view.args else None
+        if view.op not in DATA_MOVEMENT or not isinstance(inner, Term) or any(
+                K.CONSTRUCTS[arg.op].result == K.ACCESS
+                for arg in view.args[1:] if isinstance(arg, Term)):
+            return False
+        levels.append(view)
+        view = inner
+    count = int(np.prod(parts.shape, dtype=np.int64))
+    value = np.broadcast_to(np.arange(count).reshape(
+        parts.shape + (1,) * len(parts.item)), parts.shape + parts.item)
+    for level in reversed(levels):
+        q.qtype(level)
+        inner = level.args[0]
+        assert isinstance(inner, Term)
+        value = apply_term(level, q.types, {inner: value}, {})
+    return value.ndim == 2 and bool(np.all(value == value[:, :1]))
 
 
 def symmetric_params(q: Quantizer, term: Term) -> QParams:

@@ -50,7 +50,7 @@ from glensidec.frontends.qparams import (
     activation_params,
     integer_multipliers,
 )
-from glensidec.frontends.quant_compute import COMPUTE_TRANSLATORS
+from glensidec.frontends.quant_compute import COMPUTE_TRANSLATORS, SoftmaxRows
 from glensidec.frontends.quant_values import (
     ACC_MOVEMENT,
     DATA_MOVEMENT,
@@ -198,6 +198,8 @@ class Quantizer:
         self.host_tail = output_tail(program.root)
         self.materialized: dict[tuple[Term, Term, bytes, bytes], Q8] = {}
         self.joined_into = _concatenated_parts(program.root)
+        # softmax's p → its e and Σe, for a product that divides after it (quant_compute)
+        self.softmax_rows: dict[Term, SoftmaxRows] = {}
 
     # -- helpers --------------------------------------------------------------------------
     def qtype(self, term: Term) -> AccessType:
