@@ -120,9 +120,10 @@ def test_a_pre_norm_blocks_residual_adds_run_in_their_layers(tmp_path: Path) -> 
              and not layer.residual_add.rows]
     assert [(layer.m, layer.k, layer.n) for layer in added] == \
         [(TINY.tokens, TINY.features, TINY.features), (TINY.tokens, TINY.hidden, TINY.features)]
-    # both LayerNorms normalise x's rows in the epilogue's per-row mode (accel_layer_norm)
+    # both LayerNorms normalise x's rows in the epilogue's per-row mode (accel_layer_norm;
+    # each head's softmax·V is a per-row product layer too, test_accel_softmax)
     normalised = [layer for layer in lowered.accel_layers() if layer.residual_add is not None
-                  and layer.residual_add.rows]
+                  and layer.residual_add.rows and layer.groups > 1]
     assert [(layer.m, layer.n, layer.groups) for layer in normalised] == \
         [(TINY.tokens, TINY.features, TINY.features)] * 2
     # (the GELU's product x·(1 + erf) is the MLP's first layer's epilogue, test_accel_gelu)

@@ -32,7 +32,7 @@ def test_each_heads_softmax_v_is_a_layer_that_divides_its_rows(tmp_path: Path) -
     assert not any(isinstance(instruction, ArrayGemm) for instruction in lowered.instructions)
     # what the host computes for the division: each row's (offset, reciprocal), per block
     packing = [instruction for instruction in lowered.instructions
-               if isinstance(instruction, Fused) and "reciprocal" in instruction.note]
+               if isinstance(instruction, Fused) and "softmax·V" in instruction.note]
     assert len(packing) == TINY.heads
     assert all(int(np.prod(instruction.dst.shape)) == tokens * -(-width // 16)
                for instruction in packing)
