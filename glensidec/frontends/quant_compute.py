@@ -523,12 +523,13 @@ def deferred_softmax_product(q: Quantizer, term: Term, operand: Pair) -> Acc | N
         return None
     parts = q.softmax_rows[left.base]
     shift = ROW_SHIFT
-    if 127 * 127 * math.prod(parts.item) << shift >= 2 ** 31 or \
-            not reads_whole_rows(q, left.term, left.base, parts):
+    levels = view_levels(left.term, left.base)
+    if levels is None or 127 * 127 * math.prod(parts.item) << shift >= 2 ** 31 or \
+            not reads_whole_rows(q, levels, parts):
         return None
     value = symmetric_q8(q, operand.right)
     dot = q.rebuild(term, Term(float_product(q, term).op,
-                               (substitute(left.term, {left.base: parts.e}), value.term)))
+                               (viewed_over(levels, parts.e), value.term)))
     result = q.qtype(dot)
     if len(result.shape) != 2 or result.item:
         return None
@@ -542,7 +543,7 @@ def deferred_softmax_product(q: Quantizer, term: Term, operand: Pair) -> Acc | N
         "elementwise-mul", B.op("access-pair", whole, q.scalar_like(1 << shift, "i32", rows)))))
 
     def per_row(values: Term) -> Term:  # the row's value, along the product's row
-        viewed = substitute(left.term, {left.base: parts.over_item(values)})
+        viewed = viewed_over(levels, parts.over_item(values))
         first = B.op("access-slice", viewed, 1, 0, 1)
         return B.broadcast(B.reshape(first, (result.shape[0], 1), ()), result.shape, ())
 
@@ -559,18 +560,33 @@ def deferred_softmax_product(q: Quantizer, term: Term, operand: Pair) -> Acc | N
                np.zeros(full, dtype=np.int64), term)
 
 
-def reads_whole_rows(q: Quantizer, view: Term, base: Term, parts: SoftmaxRows) -> bool:
-    """Whether `view` (data movement over `base`, a softmax's p) is a matrix each of whose
-    rows lies in one row of p: the views applied to each element's row number."""
+def view_levels(view: Term, base: Term) -> list[Term] | None:
+    """The data-movement terms from `view` down to `base` (each over the next), or None
+    when `view` is not such a chain of one-operand views."""
     levels = []
     while view != base:
         inner = view.args[0] if view.args else None
         if view.op not in DATA_MOVEMENT or not isinstance(inner, Term) or any(
                 K.CONSTRUCTS[arg.op].result == K.ACCESS
                 for arg in view.args[1:] if isinstance(arg, Term)):
-            return False
+            return None
         levels.append(view)
         view = inner
+    return levels
+
+
+def viewed_over(levels: list[Term], replacement: Term) -> Term:
+    """The views `levels` (outermost first) applied to `replacement` instead of their
+    base (walking the chain only: the base's own subterms are the whole network)."""
+    term = replacement
+    for level in reversed(levels):
+        term = Term(level.op, (term, *level.args[1:]))
+    return term
+
+
+def reads_whole_rows(q: Quantizer, levels: list[Term], parts: SoftmaxRows) -> bool:
+    """Whether the views `levels` over a softmax's p make a matrix each of whose rows lies
+    in one row of p: the views applied to each element's row number."""
     count = int(np.prod(parts.shape, dtype=np.int64))
     value = np.broadcast_to(np.arange(count).reshape(
         parts.shape + (1,) * len(parts.item)), parts.shape + parts.item)
