@@ -29,7 +29,9 @@ the program's layout.
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -469,12 +471,11 @@ def drop_dead_code(lowered: LoweredProgram) -> None:
     # at a time walked it once per round, and the passes call this after each rewrite.)
     instructions = lowered.instructions
     reads = [{view.buffer for view in instruction.reads()} for instruction in instructions]
-    readers: dict[str, int] = {}
+    written = [instruction.dst.buffer for instruction in instructions]
+    readers = Counter(itertools.chain.from_iterable(reads))
     writers: dict[str, list[int]] = {}
-    for index, instruction in enumerate(instructions):
-        for name in reads[index]:
-            readers[name] = readers.get(name, 0) + 1
-        writers.setdefault(instruction.dst.buffer, []).append(index)
+    for index, name in enumerate(written):
+        writers.setdefault(name, []).append(index)
 
     def unread(name: str) -> bool:
         return not readers.get(name) and name != lowered.output and \
@@ -489,11 +490,11 @@ def drop_dead_code(lowered: LoweredProgram) -> None:
                 readers[name] -= 1
                 if name in writers and unread(name):
                     pending.append(name)
+    live: Sequence[int] = range(len(instructions))
     if dead:
-        lowered.instructions = [instruction for index, instruction in enumerate(instructions)
-                                if index not in dead]
-    used = {view.buffer for instruction in lowered.instructions
-            for view in (instruction.dst, *instruction.reads())}
+        live = [index for index in live if index not in dead]
+        lowered.instructions = [instructions[index] for index in live]
+    used = set(map(written.__getitem__, live)).union(*map(reads.__getitem__, live))
     lowered.buffers = {name: buffer for name, buffer in lowered.buffers.items()
                        if name in used or buffer.kind in (INPUT, OUTPUT)}
 

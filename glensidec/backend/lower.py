@@ -507,13 +507,16 @@ class LoweredProgram:
         what a pass edits in place without changing the program it was given."""
         copied = LoweredProgram(dict(self.buffers), list(self.instructions), self.output,
                                 self.output_shape)
-        if self._seen is not None:  # the answers asked for so far hold for the copy too
-            self._catch_up()  # (each pass starts with a copy, and asks them again)
-            assert self._seen is not None
+        seen = self._seen
+        if seen is not None:  # the answers asked for so far hold for the copy too (each
+            # pass starts with a copy, and asks them again)
+            copied._users = dict(self._users)
+            copied._seen = seen  # (edited since: the copy catches up when asked)
             instructions = copied.instructions
             assert isinstance(instructions, InstructionList)
-            copied._users = dict(self._users)
-            copied._seen = _Seen(instructions, instructions.version, self._seen.snapshot)
+            if seen.instructions is self.instructions and \
+                    seen.version == self.instructions.version:  # (an InstructionList)
+                copied._seen = _Seen(instructions, instructions.version, seen.snapshot)
         return copied
 
     # The `readers`/`writers` answers asked for (by name) and the instructions they answer
