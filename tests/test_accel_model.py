@@ -182,3 +182,49 @@ def test_a_memory_too_small_for_any_tile_is_an_error_naming_sizes() -> None:
     with pytest.raises(CapacityError, match=r"16 weight rows .* does not fit a 64-byte buffer "
                                             r"\(a quarter of the 256-byte scratchpad\)"):
         plan_layer(16, 16, 1024, tiny, ConvLayer("l", 4, 4, 16, 16, 1))
+
+
+def test_conv_reference_adds_the_bias_after_the_per_row_scaling() -> None:
+    """In the per-row mode each row's reciprocal scales the sums before the bias; the
+    reference once added the bias first (as the other modes allow), so a per-row GEMM's
+    commands, run by run_functional as ws_accel runs them, differed from it in a few
+    elements (found by sim/test_ws_accel.py's gemm_rows)."""
+    from glensidec.hardware.commands import (
+        AccelConfig,
+        LayerQuant,
+        conv_program,
+        conv_reference,
+        run_functional,
+        weight_matrix,
+    )
+
+    rng = np.random.default_rng(7)
+    config = AccelConfig(4, 8, 32, MemoryConfig(row_bytes=8, scratchpad_bytes=8 * 4 * 128,
+                                                banks=4, bus_bytes=4, latency=3))
+    layer = ConvLayer("rows", 9, 1, 12, 16)
+    feature = rng.integers(-128, 128, (9, 1, 12))
+    weights = rng.integers(-128, 128, (1, 1, 12, 16))
+    quant = LayerQuant(EpilogueConfig(pre=0, post=34, zero_point=3),
+                       tuple(int(v) for v in rng.integers(-3000, 3000, 16)),
+                       tuple(int(v) for v in rng.integers(2**20, 2**22, 16)),
+                       residual=ResidualConfig(rows=True, pre=15))
+    # each row's offset and packed reciprocal at the start of both N blocks of 8 columns
+    reciprocal = rng.integers(2**14, 2**16, 9)  # (whole parts 0 to 1: results in range)
+    packed = (reciprocal & (2**15 - 1)) * 2**16 + (reciprocal >> 15)
+    values = np.stack([rng.integers(-(2**15), 2**15, 9), packed], 1).astype("<i4")
+    residual = np.zeros((9, 16), np.int64)
+    residual[:, 0:8] = residual[:, 8:16] = values.view(np.int8)
+    program = conv_program(config, layer, quant, "best")
+    memory = np.zeros(program.memory_bytes, np.uint8)
+    image = program.input_image(feature, quant.input_zero_point)
+    memory[program.input_base:program.input_base + image.size] = image
+    stored = weight_matrix(layer, config.cols, weights).reshape(-1)
+    memory[program.weight_base:program.weight_base + stored.size] = stored & 0xFF
+    memory[program.residual_base:program.residual_base + residual.size] = \
+        residual.reshape(-1) & 0xFF
+    out = run_functional(config, program.commands, memory)
+    got = out[program.output_base:program.output_base + 9 * 16].astype(np.int64)
+    got = np.where(got >= 128, got - 256, got).reshape(9, 16)
+    expected = conv_reference(layer, feature, weights, quant, residual)
+    assert np.array_equal(got, expected)
+    assert len(np.unique(expected)) > 8  # not saturated to a few values
