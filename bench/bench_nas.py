@@ -429,8 +429,9 @@ def report(saved: dict[str, Any], space: S.Space) -> int:
             f"by {label}: {s['evaluated']} evaluated ({s.get('descent', 0)} by the descent), "
             f"{s['legal']} legal, {s['band_best']} best of their band"
             for label, s in saved["searches"].items()) + ". The descent: every single-layer "
-        "change of the 3 cheapest legal candidates priced (compiled), those cheaper than the "
-        "cheapest legal one judged cheapest first, a legal one's own changes priced next.",
+        "change of the best-scored legal candidate of each of the 3 lowest costs priced "
+        "(compiled), those cheaper than the cheapest legal one judged cheapest first, a legal "
+        "one's own changes priced next.",
         "",
         f"| pick | choices | predicted cycles | speed-up | MACs | params | {OPTIONS.legality} "
         "score / original's | accuracy (seeds 0, 1) |", "|---|---|---:|---:|---:|---:|---:|---:|"]
@@ -483,8 +484,12 @@ def write_section(lines: list[str]) -> None:
     path.write_text("\n".join(lines).rstrip("\n") + "\n\n" + rest, encoding="utf-8")
 
 
+STAGES = ("the searches", "the residual CNN", "the proxies' pool", "int8 and co-simulation")
+
+
 def stages_text(stages: dict[str, int]) -> str:
-    return ", ".join(f"{name} {seconds} s" for name, seconds in stages.items())
+    """In the run's order (the saved records sort their keys)."""
+    return ", ".join(f"{name} {stages[name]} s" for name in STAGES if name in stages)
 
 
 def legality_text(options: S.Options) -> str:
