@@ -167,6 +167,11 @@ def compile_by_region(program: Program, types: TypeTable, products: list[Term],
                  sorted((term for term in region.of_program
                          if term in rank and term not in cut), key=rank.__getitem__)}
         canonical = canonical_region(region)
+        # a named view inside a region leaf (a chunk of a tensor, regions.py) is not in the
+        # canonical region: it keeps its name where the leaf is restored, below
+        hidden = {term: name for term, name in named.items()
+                  if term not in canonical.of_region}
+        named = {term: name for term, name in named.items() if term not in hidden}
         key = canonical.key(list(named))
         result = extracted.get(key)
         if result is None:
@@ -185,6 +190,8 @@ def compile_by_region(program: Program, types: TypeTable, products: list[Term],
         spliced: dict[Term, Term] = {}
         compiled[product] = splice(region, term, operands, types, spliced)
         region_names.update((spliced[term], name) for term, name in names.items())
+        region_names.update((spliced[term], name) for term, name in hidden.items()
+                            if term in spliced)
         cost += result.cost
     root = compiled_term(program.root, compiled)
     new_types = infer(root, program.tensors)

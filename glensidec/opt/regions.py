@@ -191,6 +191,38 @@ def _slice_of_tensor(term: Term) -> bool:
         term.args[0].op == "access-tensor" and isinstance(term.args[0].args[0], Symbol)
 
 
+def _chunk_of_tensor(term: Term) -> tuple[str, tuple[int, ...]] | None:
+    """`(access-slice (access-reshape T (access-shape (shape n …) (shape))) 0 lo hi)` with T
+    a tensor under `access` splits: rows lo..hi of a row-major reshape are one contiguous
+    chunk of the tensor, a tensor of shape (hi − lo, …) to the region. Swin's and ViT's
+    softmax·V products read each (window, head) this way: 192 regions alike but for lo.
+    Returns the tensor's name and the chunk's shape."""
+    if term.op != "access-slice" or term.args[1] != 0:
+        return None
+    reshape = term.args[0]
+    if not isinstance(reshape, Term) or reshape.op != "access-reshape":
+        return None
+    inner, target = reshape.args
+    while isinstance(inner, Term) and inner.op == "access":
+        inner = inner.args[0]
+    if not (isinstance(inner, Term) and inner.op == "access-tensor"
+            and isinstance(inner.args[0], Symbol)):
+        return None
+    if not (isinstance(target, Term) and target.op == "access-shape"):
+        return None
+    shape, item = target.args
+    if not (isinstance(shape, Term) and isinstance(item, Term) and not item.args):
+        return None
+    low, high = term.args[2:]
+    assert isinstance(low, int) and isinstance(high, int)
+    dims = tuple(int(d) for d in shape.args)  # type: ignore[arg-type]
+    return inner.args[0].name, (high - low, *dims[1:])
+
+
+def _region_leaf(term: Term) -> bool:
+    return _slice_of_tensor(term) or _chunk_of_tensor(term) is not None
+
+
 def canonical_region(region: Region) -> Canonical:
     order: dict[Term, Symbol] = {}  # the region's leaf (as `access-tensor`) → canonical name
     decls: dict[str, TensorDecl] = {}
@@ -213,6 +245,9 @@ def canonical_region(region: Region) -> Canonical:
             shape = list(region.tensors[base].shape)
             shape[axis] = high - low
             return Term("access-tensor", (leaf(term, tuple(shape), base),))
+        chunk = _chunk_of_tensor(term)
+        if chunk is not None:
+            return Term("access-tensor", (leaf(term, chunk[1], chunk[0]),))
         if term.op in NAMING and isinstance(term.args[0], Symbol):
             own = term.args[0].name
             name = leaf(Term("access-tensor", (term.args[0],)), region.tensors[own].shape, own)
@@ -221,5 +256,5 @@ def canonical_region(region: Region) -> Canonical:
 
     of_region: dict[Term, Term] = {}
     # (a slice's own tensor is not visited: it is not a leaf of the region unless used bare)
-    root = rebuild(region.root, rename, stop=_slice_of_tensor, rebuilt=of_region)
+    root = rebuild(region.root, rename, stop=_region_leaf, rebuilt=of_region)
     return Canonical(root, decls, {name.name: own for own, name in order.items()}, of_region)
