@@ -91,9 +91,11 @@ def _name(step: Step) -> str:
     return step.op if isinstance(step.op, str) else step.op.name
 
 
-def _per_row(lowered: LoweredProgram, view: View, rows: int, columns: int) -> View | None:
+def per_row_vector(lowered: LoweredProgram, view: View, rows: int, columns: int
+                   ) -> View | None:
     """The (rows,) vector an i32 run-time leaf reads, one value per row broadcast along
-    it, as a contiguous view; else None."""
+    it, as a contiguous view; else None (LayerNorm's means and reciprocals, softmax's
+    reciprocals of Σe: the per-row mode's values)."""
     buffer = lowered.buffer_of(view)
     if buffer.kind != ACTIVATION or buffer.dtype != "i32":
         return None
@@ -160,7 +162,7 @@ def _find(lowered: LoweredProgram, index: int, weights: dict[str, Array]
         if constant is not None:
             values.append(_Value("const", values=constant))
             continue
-        vector = _per_row(lowered, leaf, rows, columns)
+        vector = per_row_vector(lowered, leaf, rows, columns)
         writers = lowered.writers().get(leaf.buffer, [])
         if vector is not None:
             values.append(_Value("row", vector))
@@ -261,7 +263,7 @@ def _centring(lowered: LoweredProgram, index: int, weights: dict[str, Array], ro
         if constant is not None:
             kinds.append("128" if _uniform(constant) == MEAN_FRACTION else "const")
             continue
-        vector = _per_row(lowered, leaf, rows, columns)
+        vector = per_row_vector(lowered, leaf, rows, columns)
         if vector is not None and mean is None:
             mean = vector
             kinds.append("m")

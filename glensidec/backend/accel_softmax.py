@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from glensidec.backend.accel_attention import RowsMode, _product_layer, apply_edits
+from glensidec.backend.accel_layer_norm import per_row_vector
 from glensidec.backend.accel_layers import (
     LayerBuilder,
     _block,
@@ -122,19 +123,6 @@ def _rows_mode(lowered: LoweredProgram, builder: LayerBuilder, found: _Scaled,
                     ResidualConfig(rows=True, pre=found.shift), packing)
 
 
-def _per_row(lowered: LoweredProgram, view: View, rows: int, columns: int) -> View | None:
-    """The (rows,) i32 run-time vector `view` reads one value of per row (broadcast along
-    it), as a contiguous view; else None."""
-    buffer = lowered.buffer_of(view)
-    if buffer.kind != ACTIVATION or buffer.dtype != "i32":
-        return None
-    read = view_array(view, np.arange(buffer.elements)).reshape(rows, columns)
-    first = int(read[0, 0])
-    if not np.array_equal(read, np.broadcast_to(first + np.arange(rows)[:, None], read.shape)):
-        return None
-    return contiguous(view.buffer, (rows,), first)
-
-
 def _scaled(lowered: LoweredProgram, index: int, gemm: ArrayGemm, weights: dict[str, Array],
             readers: Mapping[str, list[int]]) -> _Scaled | None:
     """The per-row scaling loop that alone reads the call's result, as the layer's parts;
@@ -163,7 +151,7 @@ def _scaled(lowered: LoweredProgram, index: int, gemm: ArrayGemm, weights: dict[
             leaves.append(("a", None))
         elif (constant := _known(lowered, leaf, weights, users[0], (rows, cols))) is not None:
             leaves.append(("const", constant))
-        elif (vector := _per_row(lowered, leaf, rows, cols)) is not None:
+        elif (vector := per_row_vector(lowered, leaf, rows, cols)) is not None:
             leaves.append(("row", vector))
         else:
             return None
