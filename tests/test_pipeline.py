@@ -21,19 +21,24 @@ from glensidec.lang.typecheck import TypeTable
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
-def test_compile_type_checks_the_program_once(tmp_path: Path,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    checked: list[str] = []
+@pytest.fixture
+def checked(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The path of every program `check_program` is called on, in order."""
+    paths: list[str] = []
     original = typecheck.check_program
 
     def counting(program: Program) -> TypeTable:
-        checked.append(program.path)
+        paths.append(program.path)
         return original(program)
 
     # Every module holding the function by name (imported with `from … import`).
     for name, module in list(sys.modules.items()):
         if name.startswith("glensidec") and getattr(module, "check_program", None) is original:
             monkeypatch.setattr(module, "check_program", counting)
+    return paths
+
+
+def test_compile_type_checks_the_program_once(tmp_path: Path, checked: list[str]) -> None:
     source = EXAMPLES / "small_cnn.gs"
     result = CliRunner().invoke(cli, ["compile", str(source), "--array", "8x8", "--verify",
                                       "--stats", "-o", str(tmp_path / "out")])
@@ -42,22 +47,12 @@ def test_compile_type_checks_the_program_once(tmp_path: Path,
     assert checked == [str(source)]
 
 
-def test_api_compile_of_a_path_type_checks_the_program_once(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_api_compile_of_a_path_type_checks_the_program_once(tmp_path: Path,
+                                                            checked: list[str]) -> None:
     """`glensidec.compile` of a file (what bench_zoo times) checked the program twice: once
     loading it, once more for the compile."""
     import glensidec
 
-    checked: list[str] = []
-    original = typecheck.check_program
-
-    def counting(program: Program) -> TypeTable:
-        checked.append(program.path)
-        return original(program)
-
-    for name, module in list(sys.modules.items()):
-        if name.startswith("glensidec") and getattr(module, "check_program", None) is original:
-            monkeypatch.setattr(module, "check_program", counting)
     source = EXAMPLES / "small_cnn.gs"
     compiled = glensidec.compile(source, "8x8", tmp_path / "out")
     assert compiled.outdir is not None and (tmp_path / "out" / "model.c").is_file()
