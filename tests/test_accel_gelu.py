@@ -34,6 +34,7 @@ from glensidec.backend.lower import (
     AccelLayer,
     ArrayGemm,
     Fused,
+    LoweredProgram,
     Map,
     Reduce,
     RequantizePerChannel,
@@ -90,11 +91,7 @@ def test_the_gelu_runs_in_two_accelerator_layers_and_computes_what_the_program_d
         not isinstance(step.op, str) and step.op.name == "requantize"
         for step in instruction.steps) and len(instruction.leaves) == 2
         for instruction in lowered.instructions)  # no host product loop is left
-    for seed in range(3):
-        inputs = _random_inputs(source, seed)
-        expected = _interpreted(source, inputs)
-        got = _lowered_result(source, lowered, inputs, 8)
-        assert np.array_equal(got.reshape(expected.shape), expected), seed
+    _assert_computes_the_interpreters(source, lowered, 8, seeds=3)
 
 
 def test_a_layer_with_a_table_does_not_share_the_commands_of_one_without(
@@ -149,11 +146,7 @@ def test_layer_norm_normalises_every_element_on_the_accelerator(tmp_path: Path) 
                for instruction in lowered.instructions
                if not isinstance(instruction, AccelLayer | Reduce)
                and instruction not in writes_every_element)
-    for seed in range(3):
-        inputs = _random_inputs(source, seed)
-        expected = _interpreted(source, inputs)
-        got = _lowered_result(source, lowered, inputs, 8)
-        assert np.array_equal(got.reshape(expected.shape), expected), seed
+    _assert_computes_the_interpreters(source, lowered, 8, seeds=3)
 
 
 def test_layer_norm_stays_on_the_host_on_an_array_of_fewer_than_8_columns(
@@ -164,10 +157,7 @@ def test_layer_norm_stays_on_the_host_on_an_array_of_fewer_than_8_columns(
     lowered = _accelerated(source, "4x4")
     assert not any(layer.residual_add is not None and layer.residual_add.rows
                    for layer in lowered.accel_layers())
-    inputs = _random_inputs(source, 0)
-    expected = _interpreted(source, inputs)
-    got = _lowered_result(source, lowered, inputs, 4)
-    assert np.array_equal(got.reshape(expected.shape), expected)
+    _assert_computes_the_interpreters(source, lowered, 4, seeds=1)
 
 
 def test_stats_counts_the_host_instructions_of_each_reason_in_words(tmp_path: Path) -> None:
@@ -203,3 +193,13 @@ def test_the_mlp_block_cosimulates_on_ws_accel(tmp_path: Path, sim_cache: Path) 
     assert_calls_match_the_model(ran.report)
     expected = _interpreted(source, inputs)
     assert np.array_equal(ran.c, expected) and np.array_equal(ran.sim, expected)
+
+
+def _assert_computes_the_interpreters(source: Path, lowered: LoweredProgram, columns: int,
+                                      seeds: int) -> None:
+    """The lowered program's result equals the interpreter's on random inputs of each seed."""
+    for seed in range(seeds):
+        inputs = _random_inputs(source, seed)
+        expected = _interpreted(source, inputs)
+        got = _lowered_result(source, lowered, inputs, columns)
+        assert np.array_equal(got.reshape(expected.shape), expected), seed
