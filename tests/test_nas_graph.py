@@ -15,33 +15,12 @@ from glensidec.errors import GlensideError
 from glensidec.lang.data import load_weights, random_inputs
 from glensidec.lang.interp import run_program
 from glensidec.lang.syntax import format_program, parse_program, read_program
-from glensidec.lang.terms import Program, Term
+from glensidec.lang.terms import Program
 from glensidec.nas.graph import Conv, Dense, lift, lower
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((REPO / "examples").glob("*.gs"))
 LAYERED_EXAMPLES = [p for p in EXAMPLES if p.stem != "matmul"]
-
-
-def same(a: Term, b: Term) -> bool:
-    """a == b, each pair of subterms compared once. Term's own == compares two equal DAGs
-    built apart path by path: exponential in a residual network's depth (every residual add
-    and LayerNorm reads its input twice)."""
-    seen: set[tuple[int, int]] = set()
-    stack = [(a, b)]
-    while stack:
-        x, y = stack.pop()
-        if x is y or (id(x), id(y)) in seen:
-            continue
-        seen.add((id(x), id(y)))
-        if hash(x) != hash(y) or x.op != y.op or len(x.args) != len(y.args):
-            return False
-        for p, q in zip(x.args, y.args, strict=True):
-            if isinstance(p, Term) and isinstance(q, Term):
-                stack.append((p, q))
-            elif p != q:
-                return False
-    return True
 
 
 def outputs(program: Program, weights: dict[str, Any], seed: int = 0) -> np.ndarray:
@@ -60,7 +39,7 @@ def round_trip(program: Program) -> tuple[Program, dict[str, Any]]:
 def test_examples_round_trip(path: Path) -> None:
     program = read_program(path)
     lowered, weights = round_trip(program)
-    assert same(lowered.root, program.root)
+    assert lowered.root == program.root
     expected = outputs(program, load_weights(program))
     np.testing.assert_array_equal(outputs(lowered, weights), expected)
 
@@ -69,7 +48,7 @@ def test_examples_round_trip(path: Path) -> None:
 def test_imported_models_round_trip(name: str, tmp_path: Path) -> None:
     program = imported(MODELS[name](), tmp_path)
     lowered, weights = round_trip(program)
-    assert same(lowered.root, program.root)
+    assert lowered.root == program.root
     expected = outputs(program, load_weights(program))
     np.testing.assert_array_equal(outputs(lowered, weights), expected)
 
@@ -112,7 +91,7 @@ def test_single_ops_round_trip_or_fail_located(name: str, tmp_path: Path) -> Non
         assert re.match(r".*model\.gs:\d+:\d+: error: ", str(error)), str(error)
         return
     lowered = lower(graph)
-    assert same(lowered.root, program.root)
+    assert lowered.root == program.root
     np.testing.assert_array_equal(outputs(lowered, graph.weights), outputs(program, weights))
 
 

@@ -58,7 +58,7 @@ class Term:
             return True
         if not isinstance(other, Term) or hash(self) != hash(other):
             return False
-        return self.op == other.op and self.args == other.args
+        return _same_structure(self, other)
 
     def arg_span(self, index: int) -> Span | None:
         """Where argument `index` was written, else where the term was."""
@@ -71,6 +71,28 @@ class Term:
 
 
 Arg: TypeAlias = Term | int | float | Symbol | ComputeOp
+
+
+def _same_structure(left: Term, right: Term) -> bool:
+    """Whether two distinct terms of equal hash are built alike. Each pair of subterms is
+    compared once: comparing the argument tuples recursively would visit a shared subterm
+    once per path to it, exponential in the depth of two equal but separately built
+    residual networks."""
+    compared: set[tuple[int, int]] = set()
+    pending = [(left, right)]
+    while pending:
+        a, b = pending.pop()
+        if a is b or (id(a), id(b)) in compared:
+            continue
+        compared.add((id(a), id(b)))
+        if a._hash != b._hash or a.op != b.op or len(a.args) != len(b.args):  # type: ignore[attr-defined]
+            return False
+        for x, y in zip(a.args, b.args, strict=True):
+            if isinstance(x, Term) and isinstance(y, Term):
+                pending.append((x, y))
+            elif isinstance(x, Term) or isinstance(y, Term) or x != y:
+                return False
+    return True
 
 
 def compute_name(term: Arg) -> str | None:
