@@ -13,12 +13,16 @@ reciprocal"): a depthwise 1×1 layer multiplies q by −128 on the array, and ea
 residual row carries m (the offset) and p = l·2^16 + h, which turn the sums into t before
 the per-column bias, multipliers and clip. So the two loops become that layer, and the
 host only packs each row's (m, p) at the start of every N block of the residual rows the
-layer reads (a copy and a loop of rows × blocks values). A loop of any other shape, or on
-an array narrower than the 8 bytes the values take, stays on the host.
+layer reads (a copy and a loop of rows × blocks values). A loop that ends at t, its
+requantize a host instruction of its own reading t through a view (ConvNeXt's LayerNorm2d
+with scale 1 and bias 0: permuted back to NCHW), is the layer with that requantize, and
+the requantize a copy of the layer's rows through the same view. A loop of any other
+shape, or on an array narrower than the 8 bytes the values take, stays on the host.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -67,6 +71,10 @@ class _Normalisation:
     bias: tuple[int, ...]
     multiplier: tuple[int, ...]
     epilogue: EpilogueConfig
+    # the host requantize that reads t (when the loop ends at t, ConvNeXt's LayerNorm2d:
+    # its requantize reads t through the permutation back to NCHW); None when the loop
+    # requantizes itself
+    requantize: int | None = None
 
 
 def fuse_layer_norms(lowered: LoweredProgram, weights: dict[str, Array],
@@ -151,8 +159,8 @@ def _find(lowered: LoweredProgram, index: int, weights: dict[str, Array]
     fused = lowered.instructions[index]
     assert isinstance(fused, Fused)
     shape = fused.dst.shape
-    if not shape or lowered.buffer_of(fused.dst).dtype != "i8":
-        return None
+    if not shape or lowered.buffer_of(fused.dst).dtype not in ("i8", "i32"):
+        return None  # (i32: t, which a requantize after the loop reads)
     columns = shape[-1]
     rows = int(np.prod(shape[:-1]))
     values: list[_Value] = []
@@ -188,6 +196,12 @@ def _find(lowered: LoweredProgram, index: int, weights: dict[str, Array]
             bias = value.values
         steps.append(value)
     result = steps[-1] if steps else None
+    requantize: int | None = None
+    if result is not None and result.kind in ("t", "t+b"):
+        after = _requantize_after(lowered, index, result, columns)
+        if after is None:
+            return None
+        requantize, result = after
     if t is None or result is None or result.kind != "y" or centring is None:
         return None
     centred = _centring(lowered, centring, weights, rows, columns)
@@ -197,7 +211,27 @@ def _find(lowered: LoweredProgram, index: int, weights: dict[str, Array]
     assert result.epilogue is not None
     return _Normalisation(centring, centred[0], centred[1], t.whole, t.vector, t.shift,
                           tuple(int(v) for v in bias),
-                          tuple(int(v) for v in result.values), result.epilogue)
+                          tuple(int(v) for v in result.values), result.epilogue, requantize)
+
+
+def _requantize_after(lowered: LoweredProgram, index: int, t: _Value, columns: int
+                      ) -> tuple[int, _Value] | None:
+    """(its index, y) when the loop at `index` writes t (or t plus a bias) whole and
+    row-major, and its one reader is a requantize to i8 of all of it, through any view
+    (LayerNorm2d's permutation back to NCHW); else None."""
+    fused = lowered.instructions[index]
+    assert isinstance(fused, Fused)
+    readers = lowered.readers().get(fused.dst.buffer, [])
+    if len(readers) != 1 or not lowered.is_whole(fused.dst):
+        return None
+    follower = lowered.instructions[readers[0]]
+    if not (isinstance(follower, Map) and follower.op.name == "requantize" and
+            lowered.buffer_of(follower.dst).dtype == "i8" and
+            follower.src.buffer == fused.dst.buffer and
+            math.prod(follower.src.shape) == lowered.buffer_of(fused.dst).elements):
+        return None
+    y = _step(Step(follower.op, (0,), "i8"), [t], columns)
+    return None if y is None else (readers[0], y)
 
 
 def _step(step: Step, args: list[_Value], columns: int) -> _Value | None:
@@ -350,7 +384,8 @@ def _rewrite(lowered: LoweredProgram, index: int, found: _Normalisation,
                    Step("elementwise-add", (-1, 2), "i32")))]
     diagonal = np.zeros((1, 1, columns, columns), np.int64)
     diagonal[0, 0, np.arange(columns), np.arange(columns)] = -MEAN_FRACTION
-    direct = _rows(lowered, fused.dst, rows, columns) if lowered.is_whole(fused.dst) else None
+    direct = _rows(lowered, fused.dst, rows, columns) \
+        if lowered.is_whole(fused.dst) and found.requantize is None else None
     out = direct if direct is not None else builder.activation(f"{name}_rows", (rows, columns))
     bias = builder.constant(f"{name}_bias", "i32", np.array(found.bias, np.int64))
     weights = builder.constant(f"{name}_weights", "i8",
@@ -366,7 +401,13 @@ def _rewrite(lowered: LoweredProgram, index: int, found: _Normalisation,
         groups=columns, group_cols=accel.cols,
         residual=contiguous(values_name, (rows, columns // 4)), residual_add=added)
     replacement: list[Instruction] = [*pack, layer]
-    if direct is None:
+    if found.requantize is not None:  # its reader reads the rows through its view
+        requantize = lowered.instructions[found.requantize]
+        assert isinstance(requantize, Map)
+        lowered.instructions[found.requantize] = Copy(
+            f"{requantize.note}: the accelerator's normalised rows", requantize.dst,
+            View(out.buffer, requantize.src.offset, requantize.src.dims))
+    elif direct is None:
         replacement.append(Copy(f"{fused.note}: the accelerator's rows", fused.dst,
                                 contiguous(out.buffer, fused.dst.shape)))
     lowered.instructions[index:index + 1] = replacement
