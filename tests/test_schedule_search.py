@@ -39,7 +39,9 @@ from glensidec.hardware.commands import (
     im2col_program,
     im2col_stream,
     interleaved_tilings,
+    layer_traffic,
     one_band_tilings,
+    table_traffic,
     window_program,
     window_stream,
     window_tilings,
@@ -148,3 +150,23 @@ def test_pack_commands_refuses_a_flat_command_of_another_width() -> None:
     of zeros the cycle model would price as an empty load."""
     with pytest.raises(ValueError, match="FlatCompute or a FlatLoad"):
         pack_commands([(0, 1, 2)])
+
+
+@pytest.mark.parametrize("config", [SMALL, SLOW], ids=["bus4", "bus1"])
+def test_the_table_alone_gives_the_choice_and_its_traffic(config: AccelConfig) -> None:
+    """best_conv_table without Command objects chooses the same table and timing, and
+    table_traffic counts from that table what layer_traffic counts from the commands
+    (the compile keeps only the table), im2col's table too."""
+    for layer in LAYERS:
+        for residual in (False, True):
+            quant = _quant(layer, residual)
+            program, table, timing = best_conv_table(config, layer, quant)
+            bare, bare_table, bare_timing = best_conv_table(config, layer, quant,
+                                                            commands=False)
+            assert bare == replace(program, commands=[])
+            assert bare_timing == timing and np.array_equal(bare_table, table)
+            assert table_traffic(config, layer, bare, bare_table, residual) == \
+                layer_traffic(config, layer, program, residual)
+            im2col = im2col_program(config, layer, quant)
+            assert table_traffic(config, layer, im2col, pack_commands(im2col.commands),
+                                 residual) == layer_traffic(config, layer, im2col, residual)

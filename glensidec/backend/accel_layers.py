@@ -91,6 +91,7 @@ from glensidec.hardware.commands import (
     layer_traffic,
     pool_program,
     pool_tiling,
+    table_traffic,
     with_input_pitch,
     with_output_pitch,
 )
@@ -211,12 +212,17 @@ def _made_of_constants(lowered: LoweredProgram, name: str,
 
 
 def _known(lowered: LoweredProgram, view: View, weights: dict[str, Array], before: int,
-           shape: tuple[int, int]) -> Array | None:
-    """A compile-time operand's values as int64 of `shape` (None: known only at run time)."""
+           shape: tuple[int, int], widen: bool = True) -> Array | None:
+    """A compile-time operand's values as int64 of `shape` (None: known only at run time);
+    without `widen`, in the integers they are stored in (a caller that only reads and
+    copies them: a classifier's int8 weights are tens of millions of elements, and
+    widening them took most of this pass on alexnet and vgg11)."""
     flat = evaluate_buffer(lowered, view.buffer, weights, before)
     if flat is None:
         return None
-    values: Array = view_array(view, flat).astype(np.int64).reshape(shape)
+    values: Array = view_array(view, flat).reshape(shape)
+    if widen or not np.issubdtype(values.dtype, np.integer):
+        values = values.astype(np.int64)
     return values
 
 
@@ -527,8 +533,9 @@ def _rewrite(lowered: LoweredProgram, index: int, chain: _Chain, weights: dict[s
     assert isinstance(gemm, ArrayGemm)
     # the block of the call's result the chain uses
     rows, cols = (chain.cols, chain.rows) if chain.transposed else (chain.rows, chain.cols)
-    b_values = _known(lowered, gemm.b, weights, index, (gemm.k, gemm.n))
-    a_values = _known(lowered, gemm.a, weights, index, (gemm.m, gemm.k))
+    # (only read and copied below: kept in their own integers)
+    b_values = _known(lowered, gemm.b, weights, index, (gemm.k, gemm.n), widen=False)
+    a_values = _known(lowered, gemm.a, weights, index, (gemm.m, gemm.k), widen=False)
     # The layer computes the block (weights B) or its transpose (weights Aᵀ); the one the
     # chain reads needs no copy back.
     options = [option for option in (chain.transposed, not chain.transposed)
@@ -770,9 +777,12 @@ def program_accel_layers(lowered: LoweredProgram, weights: dict[str, Array],
         if key not in programmed:
             chosen = schedules.get(key[:-1])
             if chosen is None:
+                # (a convolution's Command objects only where its loads or stores move)
                 chosen = program_layer(accel, geometry, layer_quant(result, layer, weights),
                                        pool=layer.pool, pool_sum=layer.pool_sum,
-                                       layout=layer.layout)
+                                       layout=layer.layout,
+                                       commands=bool(layer.input_pitch)
+                                       or key[:-1] in pitched_shapes)
                 if layer.input_pitch:
                     chosen = input_pitched_program(accel, geometry, chosen[0],
                                                    layer.input_pitch,
@@ -782,7 +792,8 @@ def program_accel_layers(lowered: LoweredProgram, weights: dict[str, Array],
             program, table, timing = chosen if not layer.output_pitch else \
                 pitched_program(accel, geometry, chosen[0], layer.output_pitch)
             traffic = layer_traffic(accel, geometry, program, layer.residual is not None,
-                                    layer.pool)
+                                    layer.pool) if program.commands else \
+                table_traffic(accel, geometry, program, table, layer.residual is not None)
             # (its bases; the commands, the bulk, are in the table)
             programmed[key] = replace(program, commands=[]), table, timing, traffic
         program, table, timing, traffic = programmed[key]
@@ -868,12 +879,13 @@ def requantized_pool(quant: LayerQuant) -> bool:
 
 
 def program_layer(accel: AccelConfig, layer: ConvLayer, quant: LayerQuant, pool: bool = False,
-                  pool_sum: bool = False, layout: NhwcLayout | NchwLayout | None = None
-                  ) -> tuple[LayerProgram, Array, AccelTiming]:
+                  pool_sum: bool = False, layout: NhwcLayout | NchwLayout | None = None,
+                  commands: bool = True) -> tuple[LayerProgram, Array, AccelTiming]:
     """The layer's commands (best_conv_table, or pool_program for a max-pool or,
     `pool_sum`, an average pool through `quant`'s epilogue, or layout_program for a
     `layout` change), as the packed table the C reads, and their cycles on ws_accel;
-    GlensideError when the layer does not fit the accelerator."""
+    GlensideError when the layer does not fit the accelerator. Without `commands`, a
+    convolution's program has none (its table has them: `table_traffic` counts it)."""
     timing: AccelTiming | None = None
     table: Array | None = None
     try:
@@ -886,7 +898,7 @@ def program_layer(accel: AccelConfig, layer: ConvLayer, quant: LayerQuant, pool:
                 accel, layer, quant if pool_sum or requantized_pool(quant) else None,
                 summed=pool_sum)
         else:  # the schedule the exact model prices fastest, its table and timing
-            program, table, timing = best_conv_table(accel, layer, quant)
+            program, table, timing = best_conv_table(accel, layer, quant, commands)
     except CapacityError as error:
         raise GlensideError(f"--accel: {error}") from None
     if table is None:

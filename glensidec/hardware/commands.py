@@ -1031,33 +1031,44 @@ def best_conv_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant
     return program, timing
 
 
-def best_conv_table(config: AccelConfig, layer: ConvLayer, quant: LayerQuant
+def best_conv_table(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
+                    commands: bool = True
                     ) -> tuple[LayerProgram, npt.NDArray[np.int64], AccelTiming]:
     """best_conv_program's choice with its commands packed (pack_commands, the table the
-    generated C reads): the compile keeps it."""
+    generated C reads): the compile keeps it. Without `commands` the program's command
+    list is empty (a caller that reads only the table: making hundreds of thousands of
+    Command objects cost a long layer's search as much as pricing a candidate)."""
     from glensidec.hardware.accel_native import PackBuffer, pack_commands
 
     if quant.scale is not None:
         raise ValueError(f"layer {layer.name}: per-column scales are a sum pool's only")
     # Each candidate is built as a stream (its computes flat), packed and priced; its
-    # stream is kept only while it might still be chosen, and the one chosen alone gets
-    # Compute objects. (Built as commands, the candidates of a long layer held gigabytes,
-    # and making their objects took most of the compile: vgg11's 25088 → 4096 dense
-    # layer has five of 400 k commands and more.) The candidates' tables are packed into
-    # one buffer, each priced before the next is packed, and the one chosen packed again.
+    # table (and, for `commands`, its stream) is kept only while it might still be
+    # chosen, and the one chosen alone gets Compute objects. (Built as commands, the
+    # candidates of a long layer held gigabytes, and making their objects took most of
+    # the compile: vgg11's 25088 → 4096 dense layer has five of 400 k commands and more.)
+    # Each table is packed into a buffer of its own, taken back when its candidate is
+    # ruled out: memory fresh from the system costs the kernel more to hand out (its
+    # pages zeroed on first touch) than packing costs, and the one chosen is not packed
+    # again.
     priced: list[tuple[int, AccelTiming]] = []  # (place in the order, timing)
-    kept: dict[int, tuple[LayerProgram, Stream]] = {}
-    buffer = PackBuffer()
+    kept: dict[int, tuple[LayerProgram, Stream | None, npt.NDArray[np.int64], PackBuffer]] = {}
+    spare: list[PackBuffer] = []
 
     def rank(entry: tuple[int, AccelTiming]) -> tuple[int, int, int]:
         place, timing = entry  # the rule's key, ties to the first
         return timing.load_bytes + timing.store_bytes, timing.cycles, place
 
+    def packed(stream: Stream) -> tuple[npt.NDArray[np.int64], PackBuffer]:
+        buffer = spare.pop() if spare else PackBuffer()
+        return pack_commands(stream, buffer), buffer
+
     def price(place: int, built: tuple[LayerProgram, Stream]) -> AccelTiming:
         program, stream = built
-        timing = table_cycles(config, stream, pack_commands(stream, buffer))
+        table, buffer = packed(stream)
+        timing = table_cycles(config, stream, table)
         priced.append((place, timing))
-        kept[place] = program, stream
+        kept[place] = program, stream if commands else None, table, buffer
         # A candidate slower than the slack of the fastest so far, or beaten on the
         # rule's key by one at most as slow (within the slack whenever it is), cannot be
         # chosen whatever comes later.
@@ -1067,7 +1078,7 @@ def best_conv_table(config: AccelConfig, layer: ConvLayer, quant: LayerQuant
                     entry[1].cycles > fastest * (1 + TRAFFIC_SLACK) or
                     any(other[1].cycles <= entry[1].cycles and rank(other) < rank(entry)
                         for other in priced)):
-                del kept[entry[0]]
+                spare.append(kept.pop(entry[0])[3])
         return timing
 
     # The order: im2col (place -1), the window tilings, the interleaved ones; im2col is
@@ -1095,15 +1106,24 @@ def best_conv_table(config: AccelConfig, layer: ConvLayer, quant: LayerQuant
     fastest = min(timing.cycles for _, timing in priced)
     place, timing = min((entry for entry in priced
                          if entry[1].cycles <= fastest * (1 + TRAFFIC_SLACK)), key=rank)
-    program, stream = kept[place]
+    program, stream, table, buffer = kept.pop(place)
+    spare += [entry[3] for entry in kept.values()]
     # Chunks reading one band (a layer the epilogue holds back) replace that choice only
     # when strictly faster: every other layer keeps the schedule it had
     for tiling in one_band_tilings(config, layer, quant.residual is not None):
         built_program, built = window_stream(config, layer, quant, tiling)
-        built_timing = table_cycles(config, built, pack_commands(built, buffer))
+        built_table, built_buffer = packed(built)
+        built_timing = table_cycles(config, built, built_table)
         if built_timing.cycles < timing.cycles:
-            program, stream, timing = built_program, built, built_timing
-    return replace(program, commands=commands_of(stream)), pack_commands(stream), timing
+            spare.append(buffer)
+            program, timing, table, buffer = built_program, built_timing, built_table, \
+                built_buffer
+            stream = built if commands else None
+        else:
+            spare.append(built_buffer)
+    if stream is not None:
+        program = replace(program, commands=commands_of(stream))
+    return program, table, timing
 
 
 @dataclass(frozen=True)
@@ -2454,6 +2474,61 @@ def layer_traffic(config: AccelConfig, layer: ConvLayer, program: LayerProgram,
             loaded[tensor] += _bus_bytes_of(command.dma, bus)
     return LayerTraffic(loaded["input"], loaded["weights"], loaded["residual"], stored,
                         compulsory_bytes(layer, residual, pool))
+
+
+def table_traffic(config: AccelConfig, layer: ConvLayer, program: LayerProgram,
+                  table: npt.NDArray[np.int64], residual: bool = False) -> LayerTraffic:
+    """`layer_traffic` of a convolution's program from its packed table (`program`'s
+    bases; its commands may be left out): the same sums, over the table's LOAD and STORE
+    rows at once instead of over Command objects (a long layer has hundreds of thousands
+    of them). Not for a pool: a pooling store's table row holds its window where a
+    DmaCommand has y0."""
+    from glensidec.hardware.accel_native import FIELDS
+
+    bus = config.memory.bus_bytes
+    dma_columns = [FIELDS.index(name) for name in (
+        "base", "length", "count1", "stride1", "count2", "stride2", "bounds", "y0",
+        "y_step", "height", "x0", "x_step", "width")]
+    op = table[:, FIELDS.index("op")]
+    rows = np.flatnonzero((op == 0) | (op == 2))
+    (base, length, count1, stride1, count2, stride2, bounds, y0, y_step, height, x0,
+     x_step, width) = table[rows][:, dma_columns].T
+    if np.any((op[rows] == 2) & (y0 != 0)):
+        raise ValueError("table_traffic: a pooling store (layer_traffic counts a pool)")
+    if not len(rows):
+        return LayerTraffic(0, 0, 0, 0, compulsory_bytes(layer, residual))
+    first2, inside2 = _inside_rows(y0, y_step, count2, height, bounds != 0)
+    first1, inside1 = _inside_rows(x0, x_step, count1, width, bounds != 0)
+    start = (base + first2 * stride2 + first1 * stride1) % bus
+    keys = np.stack([start, length, stride1 % bus, inside1, stride2 % bus, inside2], axis=1)
+    # equal keys, equal bytes: each distinct one is counted once (`_residue_beats`)
+    distinct, which = np.unique(keys, axis=0, return_inverse=True)
+    per_key = np.array([bus * _residue_beats(*(int(value) for value in key), bus)
+                        if key[3] and key[5] else 0 for key in distinct], dtype=np.int64)
+    moved = per_key[which.reshape(-1)]
+    tensor = np.where(op[rows] == 2, 3,
+                      np.where((program.residual_base >= 0) & (base >= program.residual_base),
+                               2, np.where(base >= program.weight_base, 1, 0)))
+    sums = [int(moved[tensor == kind].sum()) for kind in range(4)]
+    return LayerTraffic(sums[0], sums[1], sums[2], sums[3], compulsory_bytes(layer, residual))
+
+
+def _inside_rows(start: npt.NDArray[np.int64], step: npt.NDArray[np.int64],
+                 count: npt.NDArray[np.int64], limit: npt.NDArray[np.int64],
+                 bounded: npt.NDArray[np.bool_]
+                 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """`_inside` of each row's (start, step, count, limit, bounded), at once."""
+    safe = np.where(step == 0, 1, step)
+    low = np.where(step > 0, -(start // safe), (start - limit) // np.where(
+        step < 0, -safe, 1) + 1)
+    high = np.where(step > 0, -((start - limit) // safe), start // np.where(
+        step < 0, -safe, 1) + 1)
+    low, high = np.maximum(low, 0), np.minimum(high, count)
+    zero_step_inside = (start >= 0) & (start < limit)
+    first = np.where(step == 0, 0, low)
+    many = np.where(step == 0, np.where(zero_step_inside, count, 0),
+                    np.maximum(high - low, 0))
+    return np.where(bounded, first, 0), np.where(bounded, many, count)
 
 
 @dataclass
