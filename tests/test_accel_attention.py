@@ -59,10 +59,11 @@ def pre_norm_block(size: Size) -> Any:
     return g.model(x, [1, size.tokens, size.features])
 
 
-def _quantized_block(root: Path, pre_norm: bool = False) -> tuple[Path, dict[str, np.ndarray]]:
+def _quantized_block(root: Path, pre_norm: bool = False, size: Size = TINY
+                     ) -> tuple[Path, dict[str, np.ndarray]]:
     """The block quantized (per-channel weights, symmetric activations) and saved, with
     one sample of its input as int8."""
-    model = pre_norm_block(TINY) if pre_norm else encoder_block(size=TINY)
+    model = pre_norm_block(size) if pre_norm else encoder_block(size=size)
     program = imported(model, root)
     calibration = calibration_for(program, 4)
     quantized = quantize(program, calibration, per_channel=True, symmetric_activations=True)

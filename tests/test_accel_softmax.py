@@ -11,10 +11,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 from test_accel_attention import TINY, _quantized_block
-from test_accel_offload import _accelerated, _interpreted, _lowered_result
+from test_accel_offload import _accelerated, _checked_cosimulation, _interpreted, _lowered_result
+from test_transformer import Size
 
-from glensidec.backend.lower import ArrayGemm, Fused
+from glensidec.backend.lower import ArrayGemm, Fused, Map
 
 
 def test_each_heads_softmax_v_is_a_layer_that_divides_its_rows(tmp_path: Path) -> None:
@@ -39,3 +41,47 @@ def test_each_heads_softmax_v_is_a_layer_that_divides_its_rows(tmp_path: Path) -
     expected = _interpreted(source, inputs)
     actual = _lowered_result(source, lowered, inputs, 16)
     np.testing.assert_array_equal(actual.reshape(expected.shape), expected)
+
+
+@pytest.mark.parametrize("tokens", [21, 24])
+def test_softmaxs_exponentials_are_a_layer_in_the_per_row_mode(tmp_path: Path,
+                                                               tokens: int) -> None:
+    """e = exp_table[requantize(q − max q)] of every head is one depthwise layer in the
+    per-row mode (offset −max per row) with the exp table: of 21 keys the whole block of
+    16 on the accelerator (rows 21 bytes apart) and the other 5 on the host; of 24 (a
+    last block of 8, room for a row's values) all of them. No host loop over every score
+    subtracts or looks up; the lowered program gives the interpreter's integers."""
+    size = Size(tokens, TINY.features, TINY.heads, TINY.hidden)
+    source, inputs = _quantized_block(tmp_path, pre_norm=True, size=size)
+    lowered = _accelerated(source, "16x16")
+    scores = TINY.heads * tokens
+    exponentials = [layer for layer in lowered.accel_layers() if layer.table is not None
+                    and layer.residual_add is not None and layer.residual_add.rows]
+    assert [(layer.m, layer.n, layer.groups) for layer in exponentials] == \
+        [(scores, 16, 16)] if tokens == 21 else [(scores, 24, 24)]
+    assert exponentials[0].input_pitch == exponentials[0].output_pitch == \
+        (tokens if tokens == 21 else 0)
+    # the host's loops over scores: only the 5 columns after the layer's
+    host = [instruction.dst.shape for instruction in lowered.instructions
+            if isinstance(instruction, (Map, Fused)) and
+            instruction.dst.shape[:-1] == (1, TINY.heads, tokens)]
+    assert host == ([(1, TINY.heads, tokens, 5)] * 2 if tokens == 21 else []), host
+    expected = _interpreted(source, inputs)
+    actual = _lowered_result(source, lowered, inputs, 16)
+    np.testing.assert_array_equal(actual.reshape(expected.shape), expected)
+
+
+@pytest.mark.slow
+@pytest.mark.rtl
+def test_softmaxs_exponential_layer_cosimulates_bit_exactly(tmp_path: Path,
+                                                            sim_cache: Path) -> None:
+    """The pre-norm block of 21 tokens compiled by default: its exponentials layer (input
+    and output pitch 21, the per-row offsets, the exp table) and the host's last 5
+    columns give the interpreter's integers in the C program and on ws_accel's RTL, every
+    layer at its predicted cycles."""
+    size = Size(21, TINY.features, TINY.heads, TINY.hidden)
+    source, inputs = _quantized_block(tmp_path, pre_norm=True, size=size)
+    run = _checked_cosimulation(source, None, inputs, tmp_path, sim_cache)
+    # the exponentials: both heads' rows, the block of 16 keys
+    assert [(call["m"], call["k"], call["n"]) for call in run.report["calls"]].count(
+        (TINY.heads * 21, 16, 16)) == 1

@@ -28,6 +28,8 @@ In order (each a module of its own, each taking and giving a `LoweredProgram`):
    epilogue's per-row mode, the host packing each row's mean and reciprocal;
    `accel_softmax`: softmax·V divided after the product (e·V, then each row times its
    reciprocal) becomes a product layer in the epilogue's per-row mode;
+   `accel_softmax_exp`: softmax's e = exp_table[requantize(q − max q)] becomes a
+   depthwise 1×1 layer of q·1 in the per-row mode (offset −max) with the table;
    `accel_dense`: a requantized per-channel affine of a layer's rows (DenseNet's
    pre-activation batch-norm and ReLU) becomes one too (or, with a shift the bias cannot
    take after the scale, a depthwise 1×1 layer), and a dense block's chain of
@@ -76,6 +78,7 @@ from glensidec.backend.accel_residual import fuse_accel_residuals
 from glensidec.backend.accel_scale import fuse_accel_scales
 from glensidec.backend.accel_shared import share_requantizations
 from glensidec.backend.accel_softmax import fuse_row_scaled_products
+from glensidec.backend.accel_softmax_exp import fuse_softmax_exponentials
 from glensidec.backend.accel_swin import merge_window_requantizations, write_heads_in_place
 from glensidec.backend.fold_constants import fold_constant_copies
 from glensidec.backend.fuse_elementwise import fuse_elementwise
@@ -98,6 +101,7 @@ def fuse_for_accelerator(lowered: LoweredProgram, weights: dict[str, Array],
     layers = fuse_accel_scales(fuse_elementwise(layers), accel)
     layers = fuse_layer_norms(layers, weights, accel)
     layers = fuse_row_scaled_products(layers, weights, accel)
+    layers = fuse_softmax_exponentials(layers, weights, accel)
     layers = fuse_dense_blocks(layers, weights, accel)
     layers = fuse_accel_residuals(layers, weights, accel)
     layers = fuse_accel_pools(layers, weights, accel)  # pools of the layers that took an add
