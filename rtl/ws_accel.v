@@ -22,7 +22,11 @@
 // (bit 4) gives one when it is done:
 //   LOAD     wait: a buffer was freed (exec -> load); bit 5: a residual buffer was read
 //            (store -> load);  signal: after its last row is written; bit 6: the same
-//            for the store unit (load -> store: rows a pooling STORE reads are there)
+//            for the store unit (load -> store: rows a pooling STORE reads are there);
+//            bit 7 (fence): every STORE sent before it has written its last beat to
+//            main memory, so it reads what they wrote (a layer's input that the layer
+//            before it stored: the next layer's commands can be queued, and its loads
+//            without the fence run, while this one's results drain)
 //   COMPUTE  wait: its operands are loaded (load -> exec, taken when its weights start);
 //            signal: after its last activation row entered the array (its buffers are free)
 //   STORE    wait: rows to pool are loaded (load -> store, taken when it starts);
@@ -62,6 +66,8 @@
 //               row i = i2*a_count1 + i1 is a_row + i2*a_stride2 + i1*a_stride1 (rows
 //               wrap modulo the scratchpad); a_count1 = 0 reads a_row + i*a_stride1;
 //               [144+:16] acc_row: row i accumulates in accumulator row acc_row + i
+//   (A fenced LOAD's queue entry keeps, in its unused bits [280+:16], the count of STOREs
+//   sent before it, so CMD_W >= 296.)
 //   The row fields are 24 bits: a scratchpad holds at most 2^24 rows (SPAD_W <= 24;
 //   glensidec.hardware.commands.AccelConfig refuses more).
 //   CONFIG:     [5] residual, [6] residual early, [7] lookup (map each result through the
@@ -101,7 +107,7 @@ module ws_accel #(
     parameter integer OUT_DEPTH   = 16,    // int8 result rows waiting for the store DMA (2^n)
     parameter integer EPI_LANES   = COLS,  // the epilogue's lanes: a row takes COLS/EPI_LANES cycles
     parameter integer EPI_DEPTH   = 2,     // accumulator rows waiting for them (2^n, >= 2)
-    parameter integer CMD_W       = (216 + 64 * COLS > 280) ? 216 + 64 * COLS : 280
+    parameter integer CMD_W       = (216 + 64 * COLS > 296) ? 216 + 64 * COLS : 296
 ) (
     input  wire                   clk,
     input  wire                   rst,            // synchronous, active high
@@ -126,7 +132,8 @@ module ws_accel #(
     // {acc_row, stride2, stride1, count1, signal, emit, add, m_len, a_row}
     localparam integer AQ_W    = 123;
     localparam integer TOK_W   = 16;
-    localparam [1:0] OP_LOAD = 2'd0, OP_COMPUTE = 2'd1, OP_CONFIG = 2'd3;
+    localparam [1:0] OP_LOAD = 2'd0, OP_COMPUTE = 2'd1, OP_STORE = 2'd2, OP_CONFIG = 2'd3;
+    localparam integer STAMP = 280;                 // a fenced LOAD's count of earlier STOREs
 
     // ---- dispatcher -------------------------------------------------------------------
     wire [1:0] cmd_op = cmd_data[1:0];
@@ -160,15 +167,34 @@ module ws_accel #(
     wire [CMD_W-1:0] lq_head;
     /* verilator lint_on UNUSEDSIGNAL */
     wire             lq_empty, l_cmd_ready, track_empty, track_full;
+    // the fence: STOREs sent (st_sent) and written (st_written), 16-bit counts; a fenced
+    // LOAD waits until st_written has reached the st_sent of its dispatch (modulo 2^16:
+    // fewer than 2^15 STOREs are ever outstanding, the queues are far shorter)
+    reg  [15:0]      st_sent, st_written;
+    wire             st_cmd_done;             // ws_dma_store wrote a STORE's last beat
+    wire [15:0]      st_behind = lq_head[STAMP +: 16] - st_written;
+    wire             fence_ok = !lq_head[7] || st_behind == 16'd0 || st_behind[15];
     wire             l_tok_ok = (!lq_head[3] || tok_el != {TOK_W{1'b0}})
-                                && (!lq_head[5] || tok_sl != {TOK_W{1'b0}});
+                                && (!lq_head[5] || tok_sl != {TOK_W{1'b0}}) && fence_ok;
+    wire [CMD_W-1:0] stamp_mask = {{(CMD_W-16){1'b0}}, 16'hFFFF} << STAMP;
+    wire [CMD_W-1:0] stamped    = (cmd_data & ~stamp_mask)
+                                  | ({{(CMD_W-16){1'b0}}, st_sent} << STAMP);
+    always @(posedge clk) begin
+        if (rst) begin
+            st_sent    <= 16'd0;
+            st_written <= 16'd0;
+        end else begin
+            if (cmd_fire && cmd_op == OP_STORE) st_sent <= st_sent + 16'd1;
+            if (st_cmd_done) st_written <= st_written + 16'd1;
+        end
+    end
     wire             l_valid  = !lq_empty && l_tok_ok && !track_full;
     wire             l_accept = l_valid && l_cmd_ready;
     assign el_take = l_accept && lq_head[3];
     assign sl_take = l_accept && lq_head[5];
 
     ws_fifo #(.WIDTH(CMD_W), .DEPTH(QUEUE_DEPTH)) load_queue (
-        .clk(clk), .rst(rst), .push(cmd_fire && to_load), .din(cmd_data),
+        .clk(clk), .rst(rst), .push(cmd_fire && to_load), .din(cmd_data[7] ? stamped : cmd_data),
         .pop(l_accept), .head(lq_head), .empty(lq_empty), .full(lq_full));
 
     wire                 spad_wr_en;
@@ -571,7 +597,7 @@ module ws_accel #(
         .cmd_count2(s_cmd[96 +: 16]), .cmd_stride2(s_cmd[112 +: 32]),
         .in_valid(!out_empty), .in_ready(st_in_ready), .in_data(st_row),
         .mem_wr_valid(mem_wr_valid), .mem_wr_addr(mem_wr_addr), .mem_wr_data(mem_wr_data),
-        .mem_wr_strb(mem_wr_strb), .busy(st_busy));
+        .mem_wr_strb(mem_wr_strb), .busy(st_busy), .cmd_done(st_cmd_done));
 
     // ---- idle: every command done and every emitted row stored -------------------------------
     reg [31:0] emit_rows;   // emitting rows inside the array, not yet admitted

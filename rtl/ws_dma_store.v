@@ -8,6 +8,7 @@
 //
 //   command accepted in cycle 0, beats in cycles 1..B (B = beats of all rows),
 //   the next command accepted in its predecessor's last beat (gap-free).
+// `cmd_done` is high in a command's last beat (its last write), for ws_accel's fence.
 //
 // glensidec.hardware.accel.dma_store_cycles is this count; sim/test_ws_dma_store.py checks it.
 module ws_dma_store #(
@@ -32,7 +33,8 @@ module ws_dma_store #(
     output wire [31:0]                    mem_wr_addr,
     output reg  [BUS_BYTES*8-1:0]         mem_wr_data,
     output reg  [BUS_BYTES-1:0]           mem_wr_strb,
-    output wire                           busy
+    output wire                           busy,
+    output wire                           cmd_done
 );
     localparam integer LEN_W = $clog2(ROW_BYTES + 1);
     localparam integer K_W   = $clog2(ROW_BYTES + 2);      // beat index within a row
@@ -62,6 +64,7 @@ module ws_dma_store #(
     assign mem_wr_valid = active && in_valid;
     assign mem_wr_addr  = (row_addr & ~(BUS_BYTES - 1)) + {{(32-K_W){1'b0}}, beat} * BUS_BYTES;
     assign busy = active;
+    assign cmd_done = cmd_last;
 
     ws_dma_agen #(.COUNT_W(COUNT_W), .SPAD_W(1)) agen (
         .clk(clk), .start(accept), .step(active && in_valid && beat_last && !last_row),

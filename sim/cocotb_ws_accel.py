@@ -16,6 +16,13 @@ tiling that takes several N blocks side by side in the accumulator, each COMPUTE
 accumulator rows; "one-band" runs every tiling whose chunks of a few output rows read one
 resident band, where the epilogue is slower than the layer's K folds; default "best", the
 one the cycle model prices fastest).
+A layer with `"chain": K` is followed, in the same command stream and without a reset,
+by a K×K stride-K max-pool of its result: the pool's first LOAD is fenced (it waits until
+the convolution's STOREs have written their last beats), its addresses moved so that it
+reads the convolution's output in place; the pool's output must equal the pooled
+reference and the cycles `AccelModel`'s of the whole stream (the log says how many
+outputs the same stream without the fence gets wrong: on most configurations the pool
+then reads rows before they are written).
 A layer with `"pool": true` is a max-pool (`commands.pool_program`: the DMA gathers the
 windows' taps, or with `"schedule": "band"` loads the input rows once and each window is a
 2-D pattern of them; pooling stores take their max), checked against `pool_reference`.
@@ -27,6 +34,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -46,8 +54,11 @@ from glensidec.hardware.accel import (
 )
 from glensidec.hardware.commands import (
     AccelConfig,
+    AccelModel,
     LayerProgram,
     LayerQuant,
+    Load,
+    Store,
     WindowTiling,
     accel_cycles,
     conv_program,
@@ -221,6 +232,63 @@ async def run_layer(dut: Any, config: AccelConfig, layer: ConvLayer, seed: int,
                              rng, feature, weights, quant, residual, f"{schedule} schedule")
 
 
+def moved(program: LayerProgram, offset: int, fence: bool) -> list[Any]:
+    """The program's commands with every main-memory address `offset` bytes further,
+    its first LOAD fenced when `fence`."""
+    commands: list[Any] = []
+    for command in program.commands:
+        if isinstance(command, Load | Store):
+            command = replace(command, dma=replace(command.dma, base=command.dma.base + offset))
+        if isinstance(command, Load) and fence and not any(
+                isinstance(earlier, Load) for earlier in commands):
+            command = replace(command, fence=True)
+        commands.append(command)
+    return commands
+
+
+async def run_chain(dut: Any, config: AccelConfig, layer: ConvLayer, pool_size: int,
+                    seed: int) -> int:
+    """The convolution `layer`, then a pool_size × pool_size stride pool_size max-pool of
+    its output, in one command stream (module docstring); returns the simulated cycles."""
+    rng = np.random.default_rng(seed)
+    feature = rng.integers(-128, 128, (layer.height, layer.width, layer.channels))
+    weights = rng.integers(-128, 128, (*layer.kernel_hw, layer.channels, layer.out_channels))
+    quant = random_quant(rng, layer.out_channels, "")
+    conv = conv_program(config, layer, quant)
+    out_h, out_w = layer.out_size
+    pool_layer = ConvLayer(f"{layer.name}_pool", out_h, out_w, layer.out_channels,
+                           layer.out_channels, pool_size, pool_size)
+    pool = pool_program(config, pool_layer)
+    offset = conv.output_base - pool.input_base  # the pool reads the conv's output in place
+    (pool_h, pool_w), N = pool_layer.out_size, layer.out_channels
+    output = offset + pool.output_base
+    size = max(conv.memory_bytes, offset + pool.memory_bytes)
+    expected = pool_reference(pool_layer, conv_reference(layer, feature, weights, quant)
+                              .reshape(out_h, out_w, N))
+    results = []
+    for fence in (True, False):
+        memory = np.random.default_rng(seed).integers(0, 256, size).astype(np.uint8)
+        image = conv.input_image(feature, quant.input_zero_point)
+        memory[conv.input_base:conv.input_base + image.size] = image
+        stored = weight_matrix(layer, config.cols, weights).reshape(-1)
+        memory[conv.weight_base:conv.weight_base + stored.size] = stored & 0xFF
+        commands = conv.commands + moved(pool, offset, fence)
+        words = [encode_command(command, config.cols) for command in commands]
+        cycles = await run_commands(dut, words, memory, range(conv.output_base, size),
+                                    config.memory.bus_bytes, config.memory.latency)
+        got = memory[output:output + expected.size].astype(np.int64)
+        got = np.where(got >= 128, got - 256, got).reshape(expected.shape)
+        results.append((cycles, int(np.count_nonzero(got != expected))))
+    (cycles, mismatches), (_, unfenced_mismatches) = results
+    what = f"{layer.name} then a {pool_size}x{pool_size} max-pool to {pool_h * pool_w}x{N}"
+    assert mismatches == 0, f"{what}: {mismatches} of {expected.size} outputs differ"
+    predicted = AccelModel(config).run(conv.commands + moved(pool, offset, True)).cycles
+    assert cycles == predicted, f"{what}: simulated {cycles} cycles, predicted {predicted}"
+    dut._log.info(f"{what}, chained with a fence: {predicted} cycles (predicted = simulated);"
+                  f" {unfenced_mismatches} outputs wrong without it")
+    return predicted
+
+
 async def run_program(dut: Any, config: AccelConfig, layer: ConvLayer, program: LayerProgram,
                       rng: np.random.Generator, feature: np.ndarray, weights: np.ndarray,
                       quant: LayerQuant, residual: str, what: str) -> int:
@@ -252,10 +320,12 @@ async def layers(dut: Any) -> None:
         start = time.perf_counter()
         fields = {key: tuple(value) if isinstance(value, list) else value  # (dilation)
                   for key, value in spec.items()
-                  if key not in ("residual", "pool", "schedule", "lookup", "scale")}
+                  if key not in ("residual", "pool", "schedule", "lookup", "scale", "chain")}
         if spec.get("residual") == "rows" and config.cols < ROW_VALUE_BYTES:
             continue  # the per-row mode needs 8 bytes of residual row (ws_epilogue's ROW_OK)
-        if spec.get("pool"):
+        if spec.get("chain"):
+            cycles = await run_chain(dut, config, ConvLayer(**fields), int(spec["chain"]), seed)
+        elif spec.get("pool"):
             cycles = await run_pool(dut, config, ConvLayer(**fields), seed,
                                     spec["pool"] == "sum", str(spec.get("schedule", "best")),
                                     bool(spec.get("lookup")), bool(spec.get("scale")))

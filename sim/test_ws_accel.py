@@ -49,7 +49,9 @@ CASES = [(2, 2, 2, 32768, 16, 8, 16, 1024, 1, 8), (4, 4, 4, 32, 4, 2, 16, 2, 4, 
 #: dilation 2 padded by 2 (FCN's) in the im2col schedule; and layers of fewer K folds than
 #: the epilogue's cycles a row (a 1×1 of 2 channels, a 1-channel 3×3 with packed taps: the
 #: digits CNN's first layer) in chunks of a few output rows reading one resident band,
-#: every such tiling (where the configuration's epilogue makes any).
+#: every such tiling (where the configuration's epilogue makes any); and a 3×3 followed in
+#: the same command stream by a 2×2 max-pool of its result, the pool's first load fenced
+#: (it waits for the convolution's stores: reads the result in place, in memory).
 LAYERS = [
     {"name": "gemm4x2x2", "height": 4, "width": 1, "channels": 2, "out_channels": 2},
     {"name": "conv3x3", "height": 5, "width": 5, "channels": 6, "out_channels": 6,
@@ -123,6 +125,8 @@ LAYERS = [
      "schedule": "one-band"},
     {"name": "one_band_packed3x3", "height": 6, "width": 5, "channels": 1, "out_channels": 3,
      "kernel": 3, "stride": 1, "padding": 1, "schedule": "one-band"},
+    {"name": "chain3x3_maxpool", "height": 4, "width": 4, "channels": 5, "out_channels": 6,
+     "kernel": 3, "stride": 1, "padding": 1, "chain": 2},
 ]
 
 

@@ -199,6 +199,9 @@ def pack_commands(commands: Sequence[Command | FlatCompute | FlatLoad],
             computes.append(position)
             compute_values.extend(_compute_fields(command))
         elif isinstance(command, Load):
+            if command.fence:
+                raise ValueError("a fenced LOAD: the packed table has no fence field "
+                                 "(commands.AccelModel prices fenced commands)")
             loads.append(position)
             load_values.extend((command.wait, command.signal, *_dma_fields(command.dma),
                                 command.wait_store, command.signal_store))

@@ -62,6 +62,10 @@ class Load:
     signal: bool = False  # give a load → exec token once its last row is written
     wait_store: bool = False  # take a store → load token first (residual rows were read)
     signal_store: bool = False  # give a load → store token once its last row is written
+    # start only once every Store sent before it has written its last beat to main memory
+    # (the fence: a layer's input that the layer before it stored; the C port of the
+    # model and the packed tables do not take it yet, AccelModel does)
+    fence: bool = False
 
 
 @dataclass(frozen=True)
@@ -250,7 +254,7 @@ class AccelConfig:
 
     @property
     def command_width(self) -> int:
-        return max(280, 216 + 64 * self.cols)
+        return max(296, 216 + 64 * self.cols)  # a fenced LOAD's entry keeps a count at 280
 
     def rtl_parameters(self) -> dict[str, int]:
         """Verilog parameters of ws_accel."""
@@ -302,7 +306,8 @@ def encode_command(command: Command, cols: int) -> int:
         for name, (offset, width) in DMA_FIELDS.items():
             word |= _field(getattr(command.dma, name), offset, width)
         if isinstance(command, Load):
-            return word | _field(command.wait_store, 5, 1) | _field(command.signal_store, 6, 1)
+            return (word | _field(command.wait_store, 5, 1) | _field(command.signal_store, 6, 1)
+                    | _field(command.fence, 7, 1))
         if command.window:  # a pooling store: its window where a load has y0, y_step (and
             # height: the stride is a scratchpad row count, as wide as the row fields)
             word &= ~(((1 << (16 + SPAD_ROW_BITS)) - 1) << DMA_FIELDS["y0"][0])
@@ -391,6 +396,8 @@ class AccelModel:
         # dispatcher and queues
         self.commands: deque[Command] = deque()
         self.lq: deque[Load] = deque()
+        self.lq_sent: deque[int] = deque()  # each queued load's count of earlier Stores
+        self.st_sent = self.st_written = 0  # Stores dispatched; Stores whose last beat is written
         self.eq: deque[Compute] = deque()
         self.sq: deque[Store | Config | Table | Scale] = deque()
         self.aq: deque[Compute] = deque()
@@ -535,6 +542,7 @@ class AccelModel:
         self.dma_slots_before = len(self.dma_slots)
         l_valid = (l_head is not None and (not l_head.wait or self.tok_el > 0)
                    and (not l_head.wait_store or self.tok_sl > 0)
+                   and (not l_head.fence or self.st_written >= self.lq_sent[0])
                    and len(self.track) < self.track_depth)
         l_accept = l_valid and (not self.dma_slots or dma_last)
         wr_en = bool(self.writes) and self.writes[0] == 0
@@ -564,6 +572,7 @@ class AccelModel:
             self.track_written += 1
         if l_accept and l_head is not None:
             self.lq.popleft()
+            self.lq_sent.popleft()
             self.track.append((l_head.signal, l_head.dma.rows, l_head.signal_store))
             for row in dma_rows(l_head.dma):
                 beats = 1 if row.padding else row_beats(row.addr, l_head.dma.length,
@@ -626,6 +635,7 @@ class AccelModel:
         if lane_step:
             self.epi_phase = 0 if lane_last else self.epi_phase + 1
         self.out_valid = lane_done or (self.out_valid and out_full)
+        self.st_written += int(st_cmd_last)
         if write:
             if st_beat_last:
                 self.st_rows.popleft()
@@ -675,6 +685,9 @@ class AccelModel:
         elif config_pop:  # a table chunk or the scales: the epilogue's settings stay
             self.sq.popleft()
         if dispatch and offered is not None:
+            if isinstance(offered, Load):
+                self.lq_sent.append(self.st_sent)
+            self.st_sent += int(isinstance(offered, Store))
             queue.append(self.commands.popleft())  # type: ignore[arg-type]
         timing.load_busy_cycles += int(bool(self.dma_slots_before))
         timing.store_busy_cycles += int(write)
