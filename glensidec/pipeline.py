@@ -43,7 +43,7 @@ from glensidec.errors import GlensideError
 from glensidec.hardware.array import ArrayConfig
 from glensidec.hardware.commands import AccelConfig
 from glensidec.lang import data
-from glensidec.lang.constructs import Group
+from glensidec.lang.constructs import ACCESS, CONSTRUCTS, Group
 from glensidec.lang.dtypes import Array
 from glensidec.lang.expand import expand_accelerated, expand_program, needs_expansion
 from glensidec.lang.syntax import read_program
@@ -379,10 +379,10 @@ _EPILOGUE_COMPUTES = frozenset({"requantize", "requantize-per-channel", "clip", 
 
 def epilogue_regions(root: Term) -> list[tuple[Term, list[Term]]]:
     """The neighbourhoods the epilogue rules run in, in post-order: (region root, the terms
-    below it that are placeholders). The program is cut at every array call's operands and
-    at every computed term with several users (each such term roots a region of its own);
-    a region is kept only if it holds an array call and a compute that could fuse into its
-    epilogue."""
+    below it that are placeholders). The program is cut at every array call's operands, at
+    every computed term with several users (each such term roots a region of its own) and
+    at every side branch without an array call (`_array_free_branches`); a region is kept
+    only if it holds an array call and a compute that could fuse into its epilogue."""
     users: dict[Term, int] = {}
     array_operands: set[Term] = set()
     order = list(postorder(root))
@@ -395,13 +395,36 @@ def epilogue_regions(root: Term) -> list[tuple[Term, list[Term]]]:
     tops |= {boundary for operand in array_operands for boundary in boundaries_of(operand)}
     tops.add(root)
     regions = []
-    cuts = tops | array_operands  # (once: per top it was quadratic in the network)
+    # (once: per top it was quadratic in the network)
+    cuts = tops | array_operands
+    cuts |= _array_free_branches(order, cuts)
     for top in (term for term in order if term in tops):
         below, inside = _cut_below(top, cuts)
         if any(term.op in Group.HARDWARE for term in inside) and any(
                 compute_name(term) in _EPILOGUE_COMPUTES for term in inside):
             regions.append((top, below))
     return regions
+
+
+def _array_free_branches(order: list[Term], cuts: set[Term]) -> set[Term]:
+    """The maximal access subterms without an array call between them and `cuts` below a
+    term with one (tensors and literals aside): placeholders of the epilogue regions. No
+    epilogue rule rewrites such a branch (each fused form has an array call's rows inside,
+    `array-rows`): a bias, a multiplier or a residual is copied into the fused form whole,
+    so the region needs only its type. Without the cut, Swin's 408 softmax·V regions (each
+    (window, head) divides by its own row of Σe: a slice at its own offset) were 408
+    distinct saturations."""
+    has_array: dict[Term, bool] = {}  # an array call in its region (above the cuts)
+    branches: set[Term] = set()
+    for term in order:  # (post-order: the children first)
+        children = term.children()
+        has_array[term] = term.op in Group.HARDWARE or any(
+            has_array[child] for child in children if child not in cuts)
+        if has_array[term]:
+            branches.update(child for child in children
+                            if not has_array[child] and child.op not in Group.LEAF
+                            and CONSTRUCTS[child.op].result == ACCESS)
+    return branches
 
 
 def _cut_below(top: Term, cuts: set[Term]) -> tuple[list[Term], list[Term]]:

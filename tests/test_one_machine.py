@@ -138,6 +138,49 @@ def test_epilogue_regions_keep_each_layers_own_multiplier() -> None:
     validate(program, fused.program, seeds=(0, 1), types=(check_program(program), fused.types))
 
 
+# Two layers, the second reading the first; each adds its own row of `s` (a slice of a
+# transpose: no region leaf) along its rows, as Swin's softmax·V divides by its row of Σe.
+ROW_BIASED_LAYERS = """
+(input x i8 (shape 4 16))
+(input w1 i8 (shape 16 16))
+(input w2 i8 (shape 16 16))
+(input s i32 (shape 2 4))
+(let rows (access-transpose (access-tensor s) (list 1 0)))
+(let one (compute (requantize 1234 0 12 0) (compute elementwise-add (access-pair
+  (compute dot-product (access-cartesian-product (access (access-tensor x) 1)
+                                                 (access (access-tensor w1) 1)))
+  (access-broadcast (access-slice rows 1 0 1) (access-shape (shape 4 16) (shape)))))))
+(compute (requantize 1234 0 12 0) (compute elementwise-add (access-pair
+  (compute dot-product (access-cartesian-product (access one 1) (access (access-tensor w2) 1)))
+  (access-broadcast (access-slice rows 1 1 2) (access-shape (shape 4 16) (shape))))))
+"""
+
+
+def test_epilogue_regions_alike_but_for_a_side_branch_are_saturated_once() -> None:
+    """A term without an array call below a region's array call (a bias, a multiplier, a
+    residual) is a placeholder of the region: no epilogue rule looks inside it. So two
+    layers that differ only in which row of `s` they add are one canonical region (Swin's
+    408 softmax·V regions per model were 408 saturations), and each fused epilogue keeps
+    its own row."""
+    from glensidec.opt.regions import canonical_region, cut_region
+
+    program = parse_program(ROW_BIASED_LAYERS, "rows.gs")
+    config = ArrayConfig(8, 8)
+    compiled = pipeline.compile_program(program, config, types=check_program(program))
+    root, types = compiled.program.root, compiled.types
+    regions = pipeline.epilogue_regions(root)
+    keys = {canonical_region(cut_region(top, below, types, compiled.program.tensors)).key([])
+            for top, below in regions}
+    assert (len(regions), len(keys)) == (2, 1)
+    fused = pipeline.fuse_epilogues(compiled, config)
+    epilogues = [t for t in postorder(fused.program.root) if t.op == "accel-epilogue"]
+    assert len(epilogues) == 2
+    slices = {(t.args[2], t.args[3]) for t in postorder(fused.program.root)
+              if t.op == "access-slice"}
+    assert slices == {(0, 1), (1, 2)}
+    validate(program, fused.program, seeds=(0, 1), types=(check_program(program), fused.types))
+
+
 def test_readers_and_writers_follow_changed_instructions() -> None:
     program = read_program(CNN)
     lowered = lower_program(program, check_program(program))
