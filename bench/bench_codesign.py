@@ -72,7 +72,7 @@ STARTING_NETWORKS = 2  # the fixed search's cheapest legal networks the evolutio
 # network's legality is the machine's no matter, so for the best ones the machine is not
 # left to the evolution (a network on the ~630 machines of the default space within
 # today's budget: ~16 extractions and ~630 lowerings, about a minute of CPU)
-SWEEP = 3
+SWEEP = H.DEFAULT_SWEEP  # 3, as `glensidec nas --hardware` sweeps
 INT8_IMAGES = 100  # validation images the int8 interpreter runs (the bench's first ones)
 PARTIAL = B.RESULTS / "nas_codesign.json"
 TARGET = 1.5  # times faster than the best network on the fixed machine (issue 31)

@@ -467,6 +467,10 @@ def transform_command(model: Path, group: tuple[str, ...], bottleneck: tuple[str
 @click.option("--area-budget", metavar="CELLS|RxC",
               help="With --hardware: the most area a machine may have, in cell "
                    "equivalents (1.2M) or as an array RxC; default: the --array machine's.")
+@click.option("--sweep", type=click.IntRange(min=0), default=None, metavar="N",
+              help="With --hardware: after the search, price every machine of the space "
+                   "within the budget for the N cheapest legal networks (default 3; 0: "
+                   "none).")
 @click.option("-o", "--output", required=True, type=click.Path(path_type=Path),
               help="OUTDIR: chosen.gs/.npz, candidates.json, report.md, pareto.png "
                    "(and machine.json with --hardware).")
@@ -475,12 +479,13 @@ def nas_command(model: Path, train_path: Path, val_path: Path, array_size: str,
                 space: str, legality: str, threshold: float, band: float, cost: str,
                 train_epochs: int, train_seeds: int, top: int, descent: int,
                 seed: int, strategy: str, workers: int, scheduler: str | None,
-                hardware: str | None, area_budget: str | None, output: Path) -> None:
+                hardware: str | None, area_budget: str | None, sweep: int | None,
+                output: Path) -> None:
     """Search MODEL's transformations for the fewest predicted cycles at kept accuracy."""
     nas_commands.search(model, train_path, val_path, array_size, budget, space, legality,
                         threshold, band, cost, train_epochs, top, seed, strategy, workers,
                         scheduler, output, dram_bandwidth, hardware, area_budget, train_seeds,
-                        descent)
+                        descent, sweep)
 
 
 # Every stage walks terms recursively somewhere (parsing, printing, lowering); a program

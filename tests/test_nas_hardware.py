@@ -347,6 +347,7 @@ def test_the_descent_and_the_sweep_price_pairs_as_the_exact_model_does(
      "equivalents"),
     (("--hardware", "", "--area-budget", "10"), "error: --area-budget: 10 cell equivalents "
      "fits no machine of the space"),
+    (("--sweep", "2"), "error: --sweep needs --hardware"),
 ])
 def test_nas_hardware_refuses_bad_options_in_one_line_before_any_dask_work(
         tmp_path: Path, no_dask: None, words: tuple[str, ...], message: str) -> None:  # noqa: F811
@@ -384,6 +385,61 @@ def test_nas_hardware_writes_the_front_and_the_machine(tmp_path: Path) -> None:
         machine["accumulator_rows"], machine["bus_bytes"], machine["epilogue_lanes"]).key()
     assert chosen[0]["area"] <= machine["budget"]
     assert "network-machine pairs; chosen" in result.output
+
+
+@pytest.mark.parametrize(("words", "sweep"), [((), H.DEFAULT_SWEEP), (("--sweep", "1"), 1),
+                                             (("--sweep", "0"), 0)])
+def test_nas_hardware_sweeps_the_machines_of_the_best_networks_as_the_bench_does(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, words: tuple[str, ...],
+        sweep: int) -> None:
+    """`glensidec nas --hardware` ends with the machine sweep bench_codesign runs (before,
+    only the bench passed it): by default the bench's 3 networks, `--sweep N` N; the
+    report names how many networks were swept on how many machines within the budget. No
+    training (stubbed) and no cluster (in-process)."""
+    from click.testing import CliRunner
+
+    from glensidec.cli import cli
+    from glensidec.nas import commands
+
+    stub_training(monkeypatch)
+
+    def in_process(function: Any, calls: list[Any]) -> list[Any]:
+        return [function(*call) for call in calls]
+
+    monkeypatch.setattr(commands, "dask_client", lambda scheduler, workers: None)
+    monkeypatch.setattr(commands, "DaskMapper", lambda client: in_process)
+    monkeypatch.setattr(commands, "close_client", lambda client: None)
+    passed: list[int] = []
+    search = H.run_codesign
+
+    def spy(*args: Any, **kwargs: Any) -> H.CodesignResult:
+        passed.append(kwargs["sweep"])
+        return search(*args, **kwargs)
+
+    monkeypatch.setattr(H, "run_codesign", spy)
+    with np.load(DIGITS.with_name("digits_train.npz")) as archive:
+        np.savez(tmp_path / "train.npz", x=archive["x"][:8], y=archive["y"][:8])
+    outdir = tmp_path / "codesign"
+    space = "rows=8,16 cols=16 scratchpad=32KiB accumulator=1024 bus=16,32"
+    result = CliRunner().invoke(cli, [
+        "nas", str(DIGITS), "--data", str(tmp_path / "train.npz"), "--val",
+        str(tmp_path / "train.npz"), "--budget", "4", "--space", "bottleneck",
+        "--threshold", "0.5", "--top", "1", "--hardware", space, *words, "-o", str(outdir)])
+    assert result.exit_code == 0, result.output
+    assert passed == [sweep]
+    report = (outdir / "report.md").read_text()
+    (line,) = [x for x in report.splitlines() if x.startswith("- machine sweep:")]
+    records = json.loads((outdir / "candidates.json").read_text())["candidates"]
+    if sweep == 0:
+        assert line == "- machine sweep: none (`--sweep 0`)"
+        return
+    model = area.fitted()
+    within = [m for m in H.space_machines(H.parse_space(space))
+              if model.area(m) <= model.area(Machine(16, 16))]
+    legal_networks = {tuple(r["choices"].values())[:3] for r in records if r.get("legal")}
+    swept = min(sweep, len(legal_networks))
+    assert line.startswith(f"- machine sweep: {swept} legal networks (")
+    assert line.endswith(f"({', '.join([str(len(within))] * swept)} machines priced)")
 
 
 def test_the_evolution_starts_from_the_given_candidates_then_the_uniform_ones() -> None:

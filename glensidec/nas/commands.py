@@ -430,9 +430,11 @@ def search(model: Path, train_path: Path, val_path: Path, array_size: str, budge
            train_epochs: int, top: int, seed: int, strategy: str, workers: int,
            scheduler: str | None, output: Path, dram_bandwidth: int = 16,
            hardware: str | None = None, area_budget: str | None = None,
-           train_seeds: int = 1, descent: int = 0) -> None:
+           train_seeds: int = 1, descent: int = 0, sweep: int | None = None) -> None:
     """`glensidec nas` (options as glensidec.cli's command takes them); `hardware` (a
-    machine space, "" for the default one) searches the machine too (nas/hardware.py)."""
+    machine space, "" for the default one) searches the machine too (nas/hardware.py),
+    then prices every machine within the budget for the `sweep` cheapest legal networks
+    (None: hardware.DEFAULT_SWEEP)."""
     from glensidec.nas.cost import compiled_cost, network_cost
     from glensidec.nas.search import (
         Options,
@@ -464,6 +466,9 @@ def search(model: Path, train_path: Path, val_path: Path, array_size: str, budge
     if area_budget is not None and hardware is None:
         raise GlensideError("--area-budget needs --hardware (the machine is searched only "
                             "with it)")
+    if sweep is not None and hardware is None:
+        raise GlensideError("--sweep needs --hardware (it prices networks on the machines "
+                            "of the space)")
     codesign = None if hardware is None else _codesign_inputs(config, dram_bandwidth,
                                                               hardware, area_budget)
     names = ("chosen.gs", "chosen.npz", "candidates.json", "report.md", "pareto.png")
@@ -489,7 +494,8 @@ def search(model: Path, train_path: Path, val_path: Path, array_size: str, budge
             found = _hardware().run_codesign(
                 format_program(program), weights, (train_data.x, train_data.y),
                 (val_data.x, val_data.y), *codesign, options, DaskMapper(client),
-                _progress(budget), name=str(model))
+                _progress(budget), name=str(model),
+                sweep=_hardware().DEFAULT_SWEEP if sweep is None else sweep)
         else:
             result = run_search(format_program(program), weights,
                                 (train_data.x, train_data.y), (val_data.x, val_data.y),

@@ -62,6 +62,9 @@ DEFAULT_SPACE: dict[str, tuple[int, ...]] = {
     # layer's output rows queue for the lanes (c1 of the digits CNN: 64 rows at 4 cycles)
     "epilogue": (1, 2, 4),
 }
+#: legal networks whose every machine within the budget is priced after the search
+#: (`sweep_machines`): `glensidec nas --hardware --sweep`'s default and bench_codesign's
+DEFAULT_SWEEP = 3
 HELP_SPACE = ("rows=4,8,16,32 cols=8,16,32,64 scratchpad=16KiB,64KiB,256KiB "
               "accumulator=256,1024 bus=8,16,32,64 epilogue=1,2,4")
 
@@ -662,6 +665,18 @@ def pick_row(label: str, record: dict[str, Any]) -> str:
             f"{'-' if accuracy is None else f'{100 * accuracy:.1f} %'} |")
 
 
+def sweep_lines(found: CodesignResult) -> list[str]:
+    """The report's line on the machine sweep: which networks had every machine within
+    the budget priced, and how many machines that was."""
+    if not found.swept:
+        return ["- machine sweep: none (`--sweep 0`)"]
+    networks = "; ".join(", ".join(c for c in network if c != "keep") or "the original"
+                         for network in found.swept)
+    return [f"- machine sweep: {len(found.swept)} legal networks ({networks}) each on every "
+            f"machine within the budget ({', '.join(map(str, found.swept.values()))} "
+            "machines priced)"]
+
+
 def report_md(found: CodesignResult, options: S.Options, compiled: int) -> bytes:
     from glensidec.hardware.area import describe_model
 
@@ -680,7 +695,7 @@ def report_md(found: CodesignResult, options: S.Options, compiled: int) -> bytes
         f"- evaluated: {len(result.records)}, network legal: "
         f"{sum(1 for r in result.records if r.get('network_legal'))}, legal: "
         f"{sum(1 for r in result.records if r.get('legal'))}; the front: {len(found.front)} "
-        "pairs", "",
+        "pairs", *sweep_lines(found), "",
         *describe_model(found.model), "",
         "| pick | network | machine | area | predicted cycles | host | score | accuracy |",
         "|---|---|---|---:|---:|---:|---:|---:|"]
