@@ -588,7 +588,7 @@ def _moved_reads(instruction: Instruction, rows: str, n: int, pitch: int, column
     worth of columns that the move keeps in place. (A pool reading the rows, step 1's
     layer, reads the block's columns with the input pitch.)"""
     if isinstance(instruction, Copy) and instruction.src.buffer == rows:
-        moved = _moved_view(instruction.src, n, pitch, column, target)
+        moved = moved_view(instruction.src, n, pitch, column, target)
         return None if moved is None else replace(instruction, src=moved)
     if isinstance(instruction, AccelLayer) and _pitchable(instruction) and \
             not instruction.input_pitch and instruction.image[-1:] == (n,) and \
@@ -608,7 +608,10 @@ def _pitchable(layer: AccelLayer) -> bool:
                           layer.stride == 1 and not layer.padding)
 
 
-def _moved_view(view: View, n: int, pitch: int, column: int, target: str) -> View | None:
+def moved_view(view: View, n: int, pitch: int, column: int, target: str) -> View | None:
+    """`view` of compact (M, n) rows as the same elements of `target`, whose rows are
+    `pitch` apart and hold the n columns from `column`; None when an axis of the view
+    neither steps whole rows nor stays inside one."""
     row, first = divmod(view.offset, n)
     reach = first
     dims = []

@@ -54,6 +54,10 @@ In order (each a module of its own, each taking and giving a `LoweredProgram`):
    its runs themselves (attention's heads); `accel_swin.write_heads_in_place`: layers whose
    results one copy rearranges into another buffer's rows (Swin's contexts interleaved
    into the output projection's rows) store them there, rows `output_pitch` apart.
+   Then `accel_softmax_exp.fuse_softmax_maxima`: softmax's row maximum of scores the
+   heads' layers write is a max-pool of their rows re-laid as squares of pixels (the
+   layers writing and reading them at a row pitch), the host's maximum over a few block
+   maxima a row.
 9. `accel_layers.program_accel_layers`: every layer's commands and cycles, once, last.
 """
 
@@ -78,7 +82,7 @@ from glensidec.backend.accel_residual import fuse_accel_residuals
 from glensidec.backend.accel_scale import fuse_accel_scales
 from glensidec.backend.accel_shared import share_requantizations
 from glensidec.backend.accel_softmax import fuse_row_scaled_products
-from glensidec.backend.accel_softmax_exp import fuse_softmax_exponentials
+from glensidec.backend.accel_softmax_exp import fuse_softmax_exponentials, fuse_softmax_maxima
 from glensidec.backend.accel_swin import merge_window_requantizations, write_heads_in_place
 from glensidec.backend.fold_constants import fold_constant_copies
 from glensidec.backend.fuse_elementwise import fuse_elementwise
@@ -112,4 +116,6 @@ def fuse_for_accelerator(lowered: LoweredProgram, weights: dict[str, Array],
     layers = absorb_input_layouts(read_layer_rows(layers, weights, accel), weights, accel)
     layers = absorb_result_layouts(fold_constant_copies(layers, weights), weights, accel)
     layers = write_heads_in_place(write_in_place(layers))
+    # (once the heads write the scores in place: their rows re-laid for the pool)
+    layers = fuse_softmax_maxima(layers, weights, accel)
     return program_accel_layers(layers, weights, accel)

@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from glensidec.backend.accel_dense import moved_view
 from glensidec.backend.accel_layers import (
     LayerBuilder,
     check_fits,
@@ -40,12 +41,14 @@ from glensidec.backend.lower import (
     ACTIVATION,
     AccelLayer,
     Buffer,
+    Copy,
     Fill,
     Fold,
     Fused,
     Instruction,
     LoweredProgram,
     Map,
+    Reduce,
     Step,
 )
 from glensidec.backend.views import Axis, View, view_array
@@ -319,3 +322,200 @@ def _rewrite(lowered: LoweredProgram, found: _Exponentials, accel: AccelConfig) 
         lowered.instructions[position:position + 1] = edits[position]
     lowered.instructions[found.index:found.index + 1] = replacement
     return len(replacement) - 1
+
+
+# The row maximum: block maxima by a pool, the host's maximum over them.
+
+@dataclass(frozen=True)
+class _Blocks:
+    """A row of `keys` scores laid out as a k×k square of pixels of `channels` bytes
+    (padded with the minimum to `channels`·k² bytes): a k×k, stride-k max-pool of such
+    rows leaves `channels` maxima a row."""
+
+    channels: int
+    side: int
+
+    @property
+    def pitch(self) -> int:
+        return self.channels * self.side * self.side
+
+
+def row_blocks(keys: int, cols: int) -> _Blocks | None:
+    """The squares that price a row's maximum lowest, counting a pool's cycle a tap per
+    block of COLS channels, the host's fill of the padding and its maximum over the
+    block maxima; None when none beats the host's maximum over the keys (a cycle each)."""
+    best: tuple[int, _Blocks] | None = None
+    for side in range(1, 17):
+        channels = -(-keys // (side * side))
+        if channels > 4 * cols:
+            continue
+        blocks = _Blocks(channels, side)
+        cost = side * side * -(-channels // cols) + (blocks.pitch - keys) + channels
+        if best is None or cost < best[0]:
+            best = (cost, blocks)
+    return best[1] if best is not None and best[0] < keys else None
+
+
+def fuse_softmax_maxima(lowered: LoweredProgram, weights: dict[str, Array],
+                        accel: AccelConfig) -> LoweredProgram:
+    """`lowered` with each row maximum of int8 scores that only accelerator layers write
+    taken by a max-pool layer of their rows (rows re-laid `_Blocks.pitch` bytes apart,
+    padded with −128) and the host's maximum of each row's few block maxima (a new
+    program)."""
+    result = lowered.copy()
+    index = 0
+    while index < len(result.instructions):
+        reduce = result.instructions[index]
+        if isinstance(reduce, Reduce) and reduce.op == "reduce-max" and \
+                reduce.reduce_rank == 1:
+            index += _pool_maximum(result, index, accel)
+        index += 1
+    drop_dead_code(result)
+    return result
+
+
+def _pool_maximum(lowered: LoweredProgram, index: int, accel: AccelConfig) -> int:
+    """The reduce at `index` as a pool layer and a reduce of its block maxima (the score
+    rows re-laid for it): the number of instructions added; 0 when it stays."""
+    reduce = lowered.instructions[index]
+    assert isinstance(reduce, Reduce)
+    shape = reduce.src.shape
+    keys = shape[-1] if shape else 0
+    rows = int(np.prod(shape[:-1])) if shape else 0
+    buffer = lowered.buffer_of(reduce.src)
+    if keys == 0 or buffer.dtype != "i8" or buffer.kind != ACTIVATION or \
+            buffer.elements != rows * keys or reduce.src.buffer == lowered.output or \
+            _rows(lowered, reduce.src, rows, keys) != View(buffer.name, 0, (
+                (Axis(rows, keys),), (Axis(keys, 1),))):
+        return 0
+    maxima = _row_vector(lowered, reduce.dst, rows)
+    blocks = row_blocks(keys, accel.cols)
+    if maxima is None or blocks is None:
+        return 0
+    geometry = ConvLayer(f"{reduce.dst.buffer}_blocks", rows * blocks.side, blocks.side,
+                         blocks.channels, blocks.channels, kernel=blocks.side,
+                         stride=blocks.side)
+    quant = LayerQuant(EpilogueConfig(), (0,) * blocks.channels, (1,) * blocks.channels)
+    try:
+        check_fits(accel, geometry, quant, pool=True)
+    except GlensideError:
+        return 0
+    builder = LayerBuilder(lowered)
+    padded = buffer.name
+    added = 0  # instructions added before the reduce (copies gone: negative)
+    if blocks.pitch > keys:  # the rows re-laid, `pitch` bytes apart
+        padded = builder.name(f"{buffer.name}_blocks")
+        moved = _relaid(lowered, buffer.name, keys, blocks.pitch, padded)
+        if moved is None:
+            return 0
+        lowered.buffers[padded] = Buffer(padded, "i8", (rows, blocks.pitch), ACTIVATION)
+        for position in sorted(moved, reverse=True):
+            lowered.instructions[position:position + 1] = moved[position]
+        gone = sum(len(moved[position]) - 1 for position in moved if position < index)
+        index += gone
+        added += gone
+    name = geometry.name
+    out = builder.activation(name, (rows, blocks.channels))
+    zeros = builder.constant(f"{name}_bias", "i32", np.zeros(blocks.channels, np.int64))
+    note = f"{reduce.note}: each row's maximum"
+    replacement: list[Instruction] = []
+    if blocks.pitch > keys:
+        replacement.append(Fill(f"{note}: the padding after the scores, the minimum",
+                                View(padded, keys, ((Axis(rows, blocks.pitch),),
+                                                    (Axis(blocks.pitch - keys, 1),))),
+                                minimum=True))
+    replacement += [
+        AccelLayer(f"{note}, {blocks.channels} at a time by a {blocks.side}×{blocks.side} "
+                   "max-pool of its scores as a square of pixels", out, name=name,
+                   a=View(padded, 0, ((Axis(rows * blocks.side * blocks.side,
+                                            blocks.channels),), (Axis(blocks.channels, 1),))),
+                   b=zeros, bias=zeros,
+                   multiplier=builder.constant(f"{name}_multiplier", "i32",
+                                               np.ones(blocks.channels, np.int64)),
+                   commands=builder.commands_placeholder(name), m=rows, k=0,
+                   n=blocks.channels, pre=0, post=0, zero_point=0, low=-128, high=127,
+                   image=(rows * blocks.side, blocks.side, blocks.channels),
+                   kernel=blocks.side, stride=blocks.side, pool=True),
+        Reduce(f"{note}: the maximum of its block maxima", maxima, "reduce-max",
+               View(out.buffer, 0, ((Axis(rows, blocks.channels),),
+                                    (Axis(blocks.channels, 1),))), 1)]
+    lowered.instructions[index:index + 1] = replacement
+    return added + len(replacement) - 1
+
+
+def _row_vector(lowered: LoweredProgram, view: View, rows: int) -> View | None:
+    """`view` as (rows,) contiguous elements of its buffer, or None."""
+    read = view_array(view, np.arange(lowered.buffer_of(view).elements)).reshape(-1)
+    if read.size != rows or not np.array_equal(read, read[0] + np.arange(rows)):
+        return None
+    return View(view.buffer, int(read[0]), ((Axis(rows, 1),),))
+
+
+def _relaid(lowered: LoweredProgram, name: str, keys: int, pitch: int, target: str
+            ) -> dict[int, list[Instruction]] | None:
+    """Every instruction that reads or writes the (rows, keys) buffer `name`, reading and
+    writing `target`'s rows `pitch` apart instead (each position's replacement): accelerator
+    layers that write whole rows of it (an output pitch: attention's heads, written in
+    place) or read them (an input pitch), and host instructions whose views move; None
+    when one does not."""
+    if name == lowered.output:
+        return None
+    moved: dict[int, list[Instruction]] = {}
+    for position, instruction in enumerate(lowered.instructions):
+        views = [*instruction.reads(), instruction.dst]
+        if all(view.buffer != name for view in views):
+            continue
+        if isinstance(instruction, AccelLayer):
+            layer = _relaid_layer(instruction, name, keys, pitch, target)
+            if layer is None:
+                return None
+            moved[position] = [layer]
+            continue
+        if not isinstance(instruction, (Fused, Map, Fold, Reduce, Copy)):
+            return None
+        changed: dict[str, object] = {}
+        for field in ("dst", "src"):
+            view = getattr(instruction, field, None)
+            if isinstance(view, View) and view.buffer == name:
+                found = moved_view(view, keys, pitch, 0, target)
+                if found is None:
+                    return None
+                changed[field] = found
+        for field in ("leaves", "members"):
+            group = getattr(instruction, field, None)
+            if group is not None:
+                views_moved = tuple(view if view.buffer != name else
+                                    moved_view(view, keys, pitch, 0, target)
+                                    for view in group)
+                if any(view is None for view in views_moved):
+                    return None
+                changed[field] = views_moved
+        moved[position] = [replace(instruction, **changed)]  # type: ignore[arg-type]
+    return moved
+
+
+def _relaid_layer(layer: AccelLayer, name: str, keys: int, pitch: int, target: str
+                  ) -> AccelLayer | None:
+    """`layer` writing or reading `target`'s rows instead of `name`'s (see _relaid)."""
+    if any(view.buffer == name for view in layer.reads()[1:]):
+        return None
+    changed: dict[str, object] = {}
+    if layer.dst.buffer == name:
+        if layer.output_pitch or layer.n != keys or layer.pool:
+            return None
+        dst = moved_view(layer.dst, keys, pitch, 0, target)
+        if dst is None:
+            return None
+        changed.update(dst=dst, output_pitch=pitch)
+    if layer.a.buffer == name:
+        width = layer.image[-1] if layer.image else layer.k
+        if layer.pool or layer.layout is not None or \
+                layer.input_pitch not in (0, keys) or \
+                (layer.input_pitch == 0 and width != keys) or layer.kernel != 1 or \
+                layer.padding or not layer.groups == layer.n > 1:  # commands.with_input_pitch
+            return None
+        a = moved_view(layer.a, keys, pitch, 0, target)
+        if a is None:
+            return None
+        changed.update(a=a, input_pitch=pitch)
+    return replace(layer, **changed)  # type: ignore[arg-type]
