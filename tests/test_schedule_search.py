@@ -41,6 +41,8 @@ from glensidec.hardware.commands import (
     interleaved_tilings,
     layer_traffic,
     one_band_tilings,
+    table_cycles,
+    table_cycles_within,
     table_traffic,
     window_program,
     window_stream,
@@ -170,3 +172,24 @@ def test_the_table_alone_gives_the_choice_and_its_traffic(config: AccelConfig) -
             im2col = im2col_program(config, layer, quant)
             assert table_traffic(config, layer, im2col, pack_commands(im2col.commands),
                                  residual) == layer_traffic(config, layer, im2col, residual)
+
+
+@pytest.mark.parametrize("config", [SMALL, SLOW], ids=["bus4", "bus1"])
+def test_table_cycles_within_is_none_exactly_when_slower_than_the_bound(
+        config: AccelConfig) -> None:
+    """The early stop the search prices with: the exact timing at or under the bound,
+    None over it (a run that ends in the bound's own cycle once passed for one under it:
+    regnet_x_400mf's first layers took a slower one-band tiling)."""
+    for layer in LAYERS:
+        quant = _quant(layer, False)
+        streams = [window_stream(config, layer, quant, tiling)[1] for tiling in
+                   window_tilings(config, layer) + one_band_tilings(config, layer)]
+        with contextlib.suppress(CapacityError):
+            streams.append(im2col_stream(config, layer, quant)[1])
+        for stream in streams:
+            table = pack_commands(stream)
+            timing = table_cycles(config, stream, table)
+            for bound in (timing.cycles // 2, timing.cycles - 1, timing.cycles,
+                          timing.cycles + 1):
+                within = table_cycles_within(config, stream, table, bound)
+                assert within == (timing if timing.cycles <= bound else None)

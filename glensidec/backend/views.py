@@ -280,7 +280,9 @@ def view_array(view: View, flat: Array) -> Array:
     strided = np.lib.stride_tricks.as_strided(
         flat[view.offset:], shape=[a.size for a in axes], strides=[a.stride * item for a in axes],
         writeable=False)
-    return np.array(strided).reshape(view.shape)
+    # (in C order: a copy in the strides' order, numpy's default, is copied once more by
+    # every reshape of it, the callers' reshape(-1) included)
+    return np.array(strided, order="C").reshape(view.shape)
 
 
 def store_view(view: View, flat: Array, values: Array) -> None:

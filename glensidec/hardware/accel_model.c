@@ -40,6 +40,7 @@ typedef struct {
 typedef struct {
   int64_t cycles, compute_rows, load_bytes, store_bytes, array_stall_cycles;
   int64_t load_busy_cycles, store_busy_cycles; /* cycles with a load slot / a store beat */
+  int64_t dispatched; /* commands dispatched when the run ended (a stopped run: how far) */
 } gs_timing;
 
 /* A FIFO of int64 that grows as needed (the Python model's deques). */
@@ -544,6 +545,7 @@ int gs_accel_cycles(int64_t rows, int64_t cols, int64_t bus_bytes, int64_t laten
     cycle += cycles;
   }
   timing->cycles = last_write + 1;
+  timing->dispatched = m.next_command;
   release(&m);
   return status;
 }

@@ -56,9 +56,10 @@ _dma_fields = operator.attrgetter(*_DMA_FIELDS)  # a DmaCommand's fields, in ord
 #: `base` of the layer's table), or the scales (EPILOGUE_SCALE: the layer's scale vector
 #: from column `base` on).
 EPILOGUE_LOOKUP, EPILOGUE_TABLE, EPILOGUE_SCALE = 1, 2, 3
-#: gs_timing's fields, in order.
+#: gs_timing's fields, in order (the last, how many commands were dispatched, is not
+#: AccelTiming's: `native_cycles_within` reads it).
 TIMING_FIELDS = ("cycles", "compute_rows", "load_bytes", "store_bytes", "array_stall_cycles",
-                 "load_busy_cycles", "store_busy_cycles")
+                 "load_busy_cycles", "store_busy_cycles", "dispatched")
 
 
 class _Timing(ctypes.Structure):
@@ -257,9 +258,35 @@ def native_cycles(native: ctypes.CDLL, config: AccelConfig,
                   commands: Sequence[Command] | np.ndarray, limit: int) -> AccelTiming:
     """`commands` (or their pack_commands table) on the C model: the Python model's
     AccelTiming (without a trace)."""
-    from glensidec.hardware.commands import AccelTiming
-
     table = commands if isinstance(commands, np.ndarray) else pack_commands(commands)
+    status, timing = _run(native, config, table, limit)
+    if status == 1:
+        raise RuntimeError(f"the command sequence did not finish in {limit} cycles")
+    return _accel_timing(timing)
+
+
+def native_cycles_within(native: ctypes.CDLL, config: AccelConfig, table: np.ndarray,
+                         bound: int) -> AccelTiming | None:
+    """native_cycles of a packed table, or None when it takes more than `bound` cycles:
+    the run stops at `bound` cycles, and if the last STORE that writes has not been
+    dispatched by then, the last write comes later (None, known without running on).
+    A run stopped with that store dispatched is run again to the end (rare: a STORE is
+    the last command a schedule's computes wait for)."""
+    stores = np.flatnonzero((table[:, 0] == 2) & (table[:, FIELDS.index("count1")] *
+                                                  table[:, FIELDS.index("count2")] > 0))
+    status, timing = _run(native, config, table, bound)
+    if status == 1 and stores.size and timing.dispatched <= stores[-1]:
+        return None
+    # (a run that ends before `bound` cycles may still write in its last one, cycle bound)
+    result = _accel_timing(timing) if status == 0 else \
+        native_cycles(native, config, table, 10**12)
+    return result if result.cycles <= bound else None
+
+
+def _run(native: ctypes.CDLL, config: AccelConfig, table: np.ndarray, limit: int
+         ) -> tuple[int, _Timing]:
+    """gs_accel_cycles' status (0, or 1: `limit` cycles passed first) and its timing;
+    the errors it reports raised."""
     packed = np.ascontiguousarray(table, dtype=np.int64)
     timing = _Timing()
     memory = config.memory
@@ -269,12 +296,16 @@ def native_cycles(native: ctypes.CDLL, config: AccelConfig,
         config.queue_depth, config.out_depth, config.epilogue_depth,
         config.epilogue_cycles, packed.ctypes.data, len(packed), limit,
         ctypes.byref(timing))
-    if status == 1:
-        raise RuntimeError(f"the command sequence did not finish in {limit} cycles")
     if status == 3:
         raise ValueError("a residual row and a weight row read from one scratchpad bank")
-    if status != 0:
+    if status not in (0, 1):
         raise MemoryError("the accelerator's C cycle model ran out of memory")
+    return status, timing
+
+
+def _accel_timing(timing: _Timing) -> AccelTiming:
+    from glensidec.hardware.commands import AccelTiming
+
     return AccelTiming(cycles=timing.cycles, compute_rows=timing.compute_rows,
                        load_bytes=timing.load_bytes, store_bytes=timing.store_bytes,
                        array_stall_cycles=timing.array_stall_cycles,

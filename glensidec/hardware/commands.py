@@ -723,6 +723,19 @@ def table_cycles(config: AccelConfig, commands: Sequence[Command | FlatCompute],
     return AccelModel(config).run(commands_of(list(commands)), limit=limit)
 
 
+def table_cycles_within(config: AccelConfig, commands: Sequence[Command | FlatCompute],
+                        table: npt.NDArray[np.int64], bound: int) -> AccelTiming | None:
+    """table_cycles, or None when the commands take more than `bound` cycles (the C model
+    stops early when it can tell: `accel_native.native_cycles_within`)."""
+    from glensidec.hardware.accel_native import native_cycles_within, native_model
+
+    native = native_model()
+    if native is not None:
+        return native_cycles_within(native, config, table, bound)
+    timing = AccelModel(config).run(commands_of(list(commands)))
+    return timing if timing.cycles <= bound else None
+
+
 def timing_diagram(timing: AccelTiming, cycles_per_char: int = 1) -> str:
     """Three text lanes of a traced run: load slots, array rows, store beats.
 
@@ -1076,10 +1089,20 @@ def best_conv_table(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
         buffer = spare.pop() if spare else PackBuffer()
         return pack_commands(stream, buffer), buffer
 
-    def price(place: int, built: tuple[LayerProgram, Stream]) -> AccelTiming:
+    def price(place: int, built: tuple[LayerProgram, Stream]) -> AccelTiming | None:
+        """The candidate's timing, or None when it is slower than the slack of the
+        fastest so far (then it cannot be chosen, and its run stops early)."""
         program, stream = built
         table, buffer = packed(stream)
-        timing = table_cycles(config, stream, table)
+        if priced:
+            bound = min(other.cycles for _, other in priced) * (1 + TRAFFIC_SLACK)
+            within = table_cycles_within(config, stream, table, math.floor(bound))
+            if within is None:
+                spare.append(buffer)
+                return None
+            timing = within
+        else:
+            timing = table_cycles(config, stream, table)
         priced.append((place, timing))
         kept[place] = program, stream if commands else None, table, buffer
         # A candidate slower than the slack of the fastest so far, or beaten on the
@@ -1106,8 +1129,9 @@ def best_conv_table(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
     tilings = window_tilings(config, layer, quant.residual is not None)
     if error is not None and not tilings:
         raise error
-    windows = [price(place, window_stream(config, layer, quant, tiling)).cycles
-               for place, tiling in enumerate(tilings)]
+    # (a window tiling ruled out while priced is not the fastest)
+    windows = [getattr(price(place, window_stream(config, layer, quant, tiling)), "cycles",
+                       math.inf) for place, tiling in enumerate(tilings)]
     fastest_window = tilings[windows.index(min(windows))] if tilings else None
     for place, tiling in enumerate(interleaved_tilings(config, layer, fastest_window,
                                                        quant.residual is not None),
@@ -1126,8 +1150,8 @@ def best_conv_table(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
     for tiling in one_band_tilings(config, layer, quant.residual is not None):
         built_program, built = window_stream(config, layer, quant, tiling)
         built_table, built_buffer = packed(built)
-        built_timing = table_cycles(config, built, built_table)
-        if built_timing.cycles < timing.cycles:
+        built_timing = table_cycles_within(config, built, built_table, timing.cycles - 1)
+        if built_timing is not None:  # strictly faster
             spare.append(buffer)
             program, timing, table, buffer = built_program, built_timing, built_table, \
                 built_buffer
