@@ -72,30 +72,33 @@ def _token_span(token: lark.Token) -> Span:
 
 class _ToSExpr(lark.Transformer[lark.Token, SExpr]):
     """Builds s-expressions while Lark parses (its LALR parser calls these on each
-    reduction), so no parse tree of a large program is built and walked afterwards."""
+    reduction), so no parse tree of a large program is built and walked afterwards. An
+    atom is a token of its list (or of the file), made an `Atom` here."""
+
+    def start(self, children: Sequence[lark.Token | SExpr]) -> list[SExpr]:
+        return [_atom(item) if isinstance(item, lark.Token) else item for item in children]
 
     def list(self, children: Sequence[lark.Token | SExpr]) -> SList:
         open_paren = children[0]
         assert isinstance(open_paren, lark.Token)
-        items = tuple(item for item in children[1:-1] if not isinstance(item, lark.Token))
+        items = tuple(_atom(item) if isinstance(item, lark.Token) else item
+                      for item in children[1:-1])
         return SList(items, _token_span(open_paren))
 
-    def int(self, children: Sequence[lark.Token]) -> Atom:
-        token = children[0]
+
+def _atom(token: lark.Token) -> Atom:
+    """The atom a FLOAT, INT, STRING or SYMBOL token writes."""
+    span = _token_span(token)
+    if token.type == "SYMBOL":
+        return Atom(str(token), "symbol", span)
+    if token.type == "INT":
         value = int(token)
         if not INT64_MIN <= value <= INT64_MAX:
-            raise GlensideError(f"integer {token} does not fit in 64 bits", _token_span(token))
-        return Atom(value, "int", _token_span(token))
-
-    def float(self, children: Sequence[lark.Token]) -> Atom:
-        return Atom(float(children[0]), "float", _token_span(children[0]))
-
-    def string(self, children: Sequence[lark.Token]) -> Atom:
-        token = children[0]
-        return Atom(_unescape(str(token)[1:-1], _token_span(token)), "string", _token_span(token))
-
-    def symbol(self, children: Sequence[lark.Token]) -> Atom:
-        return Atom(str(children[0]), "symbol", _token_span(children[0]))
+            raise GlensideError(f"integer {token} does not fit in 64 bits", span)
+        return Atom(value, "int", span)
+    if token.type == "FLOAT":
+        return Atom(float(token), "float", span)
+    return Atom(_unescape(str(token)[1:-1], span), "string", span)
 
 
 @cache
@@ -167,8 +170,8 @@ def read_sexprs(text: str) -> list[SExpr]:
             token = error.token
             raise GlensideError(f"unexpected {str(token)!r}", _token_span(token)) from None
         raise GlensideError("unexpected end of file", Span(error.line, error.column)) from None
-    # (the transformer made every form an s-expression; `start` keeps them as its children)
-    return cast(list[SExpr], tree.children)
+    # (the transformer made every form an s-expression, and `start` the list of them)
+    return cast(list[SExpr], tree)
 
 
 # ---------------------------------------------------------------------------------------
