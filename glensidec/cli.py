@@ -6,31 +6,36 @@ Exit codes: 0 success, 1 an error in the user's input (one line on stderr, no tr
 
 from __future__ import annotations
 
-import math
-import os
-import sys
-from collections.abc import Iterator, Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from glensidec.outputs import interrupts_held_while_loading
 
-import click
-import numpy as np
+# Loading what the commands need takes a moment (most of a second on a loaded machine):
+# a Ctrl-C meanwhile ends the command as any interrupt does, one line and exit 130.
+with interrupts_held_while_loading():
+    import math
+    import os
+    import sys
+    from collections.abc import Iterator, Sequence
+    from pathlib import Path
+    from typing import TYPE_CHECKING, NoReturn
 
-from glensidec import __version__
-from glensidec.errors import GlensideError
-from glensidec.lang import data
-from glensidec.lang.interp import evaluate_result
-from glensidec.lang.syntax import format_program, read_program
-from glensidec.lang.terms import Program
-from glensidec.lang.typecheck import check_program, describe_value, require_access_result
-from glensidec.nas import commands as nas_commands
-from glensidec.outputs import (
-    Terminated,
-    check_output_directory,
-    check_writable_file,
-    raise_on_sigterm,
-    write_file,
-)
+    import click
+    import numpy as np
+
+    from glensidec import __version__
+    from glensidec.errors import GlensideError
+    from glensidec.lang import data
+    from glensidec.lang.interp import evaluate_result
+    from glensidec.lang.syntax import format_program, read_program
+    from glensidec.lang.terms import Program
+    from glensidec.lang.typecheck import check_program, describe_value, require_access_result
+    from glensidec.nas import commands as nas_commands
+    from glensidec.outputs import (
+        Terminated,
+        check_output_directory,
+        check_writable_file,
+        raise_on_sigterm,
+        write_file,
+    )
 
 if TYPE_CHECKING:
     from glensidec.hardware.commands import AccelConfig

@@ -19,14 +19,17 @@ Failures are GlensideErrors naming the path (one line, no traceback). An interru
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import shutil
 import signal
 import stat
+import sys
 import tempfile
-from collections.abc import Iterable
+import threading
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from types import FrameType
 
@@ -46,6 +49,32 @@ def raise_on_sigterm() -> None:
         raise Terminated()
 
     signal.signal(signal.SIGTERM, handler)
+
+
+@contextlib.contextmanager
+def interrupts_held_while_loading() -> Iterator[None]:
+    """Note Ctrl-C while the CLI's modules load, and end then as any interrupted command
+    ends ("interrupted", exit 130), not with an import's traceback.
+
+    Python's own handler raises KeyboardInterrupt wherever the signal lands; during an
+    import that is a traceback, or inside one of importlib's weakref callbacks, where it is
+    printed and dropped and the command runs on. Only a default SIGINT in the main thread
+    is held: an ignored one (a background job) and other handlers are left alone.
+    """
+    noted: list[int] = []
+    hold = (threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+    if hold:
+        signal.signal(signal.SIGINT, lambda signum, frame: noted.append(signum))
+    try:
+        yield
+    finally:
+        if hold:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+    if noted:
+        sys.stderr.write("interrupted\n")
+        sys.stderr.flush()
+        os._exit(130)
 
 
 def _reason(error: OSError) -> str:

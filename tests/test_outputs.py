@@ -326,6 +326,31 @@ def test_interrupted_compile_exits_with_the_signal_code(signum: int, code: int,
     assert list(tmp_path.iterdir()) == [program]
 
 
+# A Ctrl-C that lands while the command's modules load (the hook below sends it as
+# `click` is imported, deterministically) used to print an import's traceback and die by
+# SIGINT, or, inside one of importlib's weakref callbacks, be dropped with the compile
+# running on.
+INTERRUPT_WHILE_LOADING = """
+import os, signal, sys
+class InterruptAtClick:
+    def find_spec(self, name, path=None, target=None):
+        if name == "click":
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+sys.meta_path.insert(0, InterruptAtClick())
+sys.argv = ["glensidec", "--version"]
+from glensidec.cli import main
+main()
+"""
+
+
+def test_ctrl_c_while_the_cli_loads_is_one_line_and_exit_130() -> None:
+    process = subprocess.run(
+        [sys.executable, "-c", INTERRUPT_WHILE_LOADING], capture_output=True, text=True,
+        timeout=120, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert (process.returncode, process.stdout, process.stderr) == (130, "", "interrupted\n")
+
+
 # -- the property: nothing the tool did not create is ever changed -----------------------------
 
 NAMES = ["tiny.gs", "tiny.npz", "main.c", "model.h", "notes.txt", MANIFEST, "q.gs", "q.npz",
