@@ -58,7 +58,10 @@ In order (each a module of its own, each taking and giving a `LoweredProgram`):
    heads' layers write is a max-pool of their rows re-laid as squares of pixels (the
    layers writing and reading them at a row pitch), the host's maximum over a few block
    maxima a row.
-9. `accel_layers.program_accel_layers`: every layer's commands and cycles, once, last.
+9. `accel_row_sums`: a LayerNorm's row sums Σq and Σq² of its int8 rows become array
+   calls (q times a column of ones; each block of rows times its transpose, the host
+   copying the transposes in and the diagonals out).
+10. `accel_layers.program_accel_layers`: every layer's commands and cycles, once, last.
 """
 
 from __future__ import annotations
@@ -79,6 +82,7 @@ from glensidec.backend.accel_layout import join_concatenations, read_layer_rows
 from glensidec.backend.accel_pool import fuse_accel_pools
 from glensidec.backend.accel_recompute import recompute_shared_products
 from glensidec.backend.accel_residual import fuse_accel_residuals
+from glensidec.backend.accel_row_sums import sum_rows_on_the_array
 from glensidec.backend.accel_scale import fuse_accel_scales
 from glensidec.backend.accel_shared import share_requantizations
 from glensidec.backend.accel_softmax import fuse_row_scaled_products
@@ -118,4 +122,5 @@ def fuse_for_accelerator(lowered: LoweredProgram, weights: dict[str, Array],
     layers = write_heads_in_place(write_in_place(layers))
     # (once the heads write the scores in place: their rows re-laid for the pool)
     layers = fuse_softmax_maxima(layers, weights, accel)
+    layers = sum_rows_on_the_array(layers, accel)
     return program_accel_layers(layers, weights, accel)
