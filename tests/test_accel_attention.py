@@ -19,6 +19,7 @@ from test_quantize import calibration_for, sample_list
 from test_transformer import Size, encoder_block, gelu, heads, layer_norm, linear
 
 from glensidec.backend.accel_attention import write_in_place
+from glensidec.backend.accel_row_sums import ROW_SUMS
 from glensidec.backend.lower import (
     ACTIVATION,
     INPUT,
@@ -100,9 +101,10 @@ def test_every_attention_product_is_an_accelerator_layer(tmp_path: Path) -> None
     assert len({layer.dst.buffer for layer in contexts}) == 1
     assert all(lowered.buffers[name].kind == "activation" for name in weights)
     # No array call multiplies two activations any more (the MLP's first layer, whose
-    # result GELU reads twice, may stay an array call: it has constant weights).
+    # result GELU reads twice, may stay an array call: it has constant weights), but a
+    # LayerNorm's Σq² (each block of its rows times its transpose, accel_row_sums).
     assert all(lowered.buffers[gemm.b.buffer].kind == "constant" or
-               lowered.buffers[gemm.a.buffer].kind == "constant"
+               lowered.buffers[gemm.a.buffer].kind == "constant" or ROW_SUMS in gemm.note
                for gemm in lowered.instructions if isinstance(gemm, ArrayGemm))
     expected = _interpreted(source, inputs)
     actual = _lowered_result(source, lowered, inputs, 16)

@@ -38,6 +38,10 @@ from glensidec.backend.lower import (
 from glensidec.backend.views import Axis, View, contiguous
 from glensidec.hardware.commands import AccelConfig
 
+#: What the notes of the array calls this pass makes say (so a reader, or a test, can tell
+#: them from the program's own products).
+ROW_SUMS = "a LayerNorm's row sums"
+
 
 @dataclass(frozen=True)
 class _RowSums:
@@ -117,7 +121,7 @@ def _rewrite(lowered: LoweredProgram, found: _RowSums, block: int) -> int:
     rows, columns = found.x.shape
     ones = builder.constant(f"{total.dst.buffer}_ones", "i8", np.ones((columns, 1), np.int64))
     lowered.instructions[found.total] = ArrayGemm(
-        f"{total.note}: each row's sum on the array, its rows times a column of ones",
+        f"{total.note}: {ROW_SUMS}, Σq: its rows times a column of ones",
         contiguous(total.dst.buffer, (rows, 1)), found.x, ones, rows, columns, 1)
     # q_bᵀ of every block of `block` rows (the last may be shorter), one after the other
     name = reduce.dst.buffer
@@ -147,7 +151,8 @@ def _rewrite(lowered: LoweredProgram, found: _RowSums, block: int) -> int:
     for number, (start, size) in enumerate(blocks):
         corner = number * block * block
         calls.append(ArrayGemm(
-            f"{reduce.note}: rows {start}..{start + size - 1} times their transpose",
+            f"{reduce.note}: {ROW_SUMS}, Σq²: rows {start}..{start + size - 1} times their "
+            "transpose",
             contiguous(gram, (size, size), corner),
             contiguous(found.x.buffer, (size, columns), found.x.offset + start * columns),
             contiguous(transposed, (columns, size), start * columns),
