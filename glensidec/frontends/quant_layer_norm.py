@@ -33,8 +33,9 @@ product below 2^30). On an i8 row, d is written negated, `e = m − 128·q` (m t
 mean ×128) with h and l negated too: that is the accelerator epilogue's per-row mode
 as it is (docs/hardware.md) on the layer q·(−128) of the tensor's int8 rows, the row's
 m and packed reciprocal its residual row, LayerNorm's scale and bias after it the
-epilogue's per-column multipliers and bias (`accel_layer_norm`). Only σ's O(rows) work and
-the two sums stay on the host.
+epilogue's per-column multipliers and bias (`accel_layer_norm`), and the two sums are
+array calls (`accel_row_sums`). Only σ's O(rows) work stays on the host (and a copy of the
+rows, transposed for Σq²'s products).
 """
 
 from __future__ import annotations
