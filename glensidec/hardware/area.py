@@ -129,7 +129,7 @@ def sram_bits(machine: Machine) -> int:
     config = accel_config_for(machine.array(), machine.scratchpad_bytes, machine.bus_bytes,
                               acc_depth=machine.accumulator_rows,
                               epilogue_lanes=machine.epilogue_lanes)
-    cmd_w = max(216 + 64 * machine.cols, 280)
+    cmd_w = config.command_width  # the load and store queues' entries
     track = 1 << (LATENCY + 3 - 1).bit_length()
     queues = 2 * QUEUE_DEPTH * cmd_w + QUEUE_DEPTH * EXEC_W + 4 * AQ_W + track * TRACK_W
     fifos = (config.epilogue_depth * 40 + config.out_depth * 8) * machine.cols
