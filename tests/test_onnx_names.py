@@ -19,6 +19,7 @@ from conftest import compile_and_cosimulate, run_checked
 from onnx_models import OnnxGraph, run_onnxruntime, save
 
 import glensidec
+from glensidec.frontends.importer import onnx_input_names
 
 GLENSIDEC = [sys.executable, "-m", "glensidec"]
 
@@ -109,3 +110,27 @@ def test_renamed_onnx_input_names_reach_the_quantized_program_and_outdir(
     # the C string escapes the quote and the question mark (a trigraph could start there)
     assert '{"in_put__0", 0, 0, 4, { 1, 2, 6, 6 }, "<i1", 1, "in\\042put\\077:0"},' in (
         tmp_path / "out" / "model.c").read_text()
+
+
+def test_an_onnx_name_the_language_spells_is_never_taken_by_a_renamed_input(
+        tmp_path: Path) -> None:
+    """(quick) `a:b` (renamed) and `a_b` (a name the language spells) in one model: `a_b`
+    keeps its name, and each input is calibrated from its own array of the .npz keyed by
+    the ONNX names. `a:b` used to take `a_b`, the model's `a_b` became `a_b_2`, and both
+    inputs were calibrated from the array `a_b`."""
+    from test_outputs import run_cli
+
+    g = OnnxGraph(3)
+    first, second = g.input("a:b", [1, 4]), g.input("a_b", [1, 4])
+    model = g.model(g.node("Add", [first, second]), [1, 4])
+    assert onnx_input_names(model) == {"a:b": "a_b_2", "a_b": "a_b"}
+    assert run_cli("import", save(model, tmp_path / "two.onnx"), "-o", "imported",
+                   cwd=tmp_path) == 0
+    # the ONNX input `a:b` spans ±1, `a_b` ±100: their scales differ by 100x
+    ramp = np.linspace(-1.0, 1.0, 8, dtype=np.float32).reshape(2, 1, 4)
+    np.savez(tmp_path / "calib.npz", **{"a:b": ramp, "a_b": 100 * ramp})
+    assert run_cli("quantize", "imported/two.gs", "--calibrate", "calib.npz", "-o", "q/two.gs",
+                   cwd=tmp_path) == 0
+    scales = {d.name: d.quantization.scale for d in glensidec.load(tmp_path / "q" / "two.gs")
+              .inputs() if d.quantization is not None}
+    assert scales["a_b"] == pytest.approx(100 * scales["a_b_2"])

@@ -27,7 +27,7 @@ from glensidec.errors import GlensideError
 from glensidec.frontends import builders as B
 from glensidec.lang.data import alias_line, npz_bytes
 from glensidec.lang.dtypes import F32_MAX, INTEGER_NAMES, integer_range
-from glensidec.lang.syntax import format_program
+from glensidec.lang.syntax import NAME_PATTERN, format_program
 from glensidec.lang.terms import Program, Symbol, TensorDecl, Term
 from glensidec.lang.typecheck import TypeTable, infer, infer_access
 from glensidec.outputs import check_output_directory, write_directory
@@ -1512,11 +1512,16 @@ def onnx_input_names(model: Any) -> dict[str, str]:
     """The graph's runtime inputs: ONNX name → the program's input name (sanitized, unique).
 
     Inputs are the first names given out, so this is the same in every import of the model.
+    An ONNX name the language can spell is kept, and only then are the others renamed: a
+    renamed input's ONNX name is then never another input's program name, which every
+    command that takes per-input data would read as that other input (`a:b` sanitized
+    first to `a_b` had pushed the model's own `a_b` to `a_b_2`, and quantize calibrated
+    both from the .npz's `a_b`).
     """
     initializers = {i.name for i in model.graph.initializer}
-    names = Names()
-    return {v.name: names.fresh(v.name) for v in model.graph.input
-            if v.name not in initializers}
+    runtime = [v.name for v in model.graph.input if v.name not in initializers]
+    names = Names({name for name in runtime if NAME_PATTERN.fullmatch(name)})
+    return {name: name if name in names.taken else names.fresh(name) for name in runtime}
 
 
 # ONNX element types a program's input can have (TensorProto.FLOAT, INT8, INT16, INT32).
