@@ -56,6 +56,7 @@ from glensidec.errors import GlensideError
 from glensidec.hardware.accel import ROW_VALUE_BYTES, ConvLayer, EpilogueConfig, ResidualConfig
 from glensidec.hardware.commands import AccelConfig, LayerQuant, weight_matrix
 from glensidec.lang.dtypes import Array
+from glensidec.lang.terms import ComputeOp
 
 
 @dataclass(frozen=True)
@@ -280,14 +281,12 @@ def _rewrite(lowered: LoweredProgram, found: _Exponentials, accel: AccelConfig) 
     blocks = -(-columns // accel.cols)
     placed = ((Axis(rows, columns // 4),), (Axis(blocks, accel.cols // 4),))
     spread = ((Axis(rows, 1),), (Axis(blocks, 0),))
-    negate = builder.constant(f"{name}_minus_one", "i32", np.array([-1], np.int64))
     note = "softmax's exponentials"
     packing: list[Instruction] = [
         Fused(f"{note}: each row's offset −max, at the start of its N blocks",
-              View(values, 0, placed),
-              (View(found.peak.buffer, found.peak.offset, spread),
-               View(negate.buffer, 0, ((Axis(rows, 0),), (Axis(blocks, 0),)))),
-              (Step("cast", (0,), "i32"), Step("elementwise-mul", (-1, 1), "i32"))),
+              View(values, 0, placed), (View(found.peak.buffer, found.peak.offset, spread),),
+              (Step(ComputeOp("cast", ("i32",)), (0,), "i32"),
+               Step(ComputeOp("negative", ()), (-1,), "i32"))),
         Fill(f"{note}: each row's reciprocal 1 (h = 1, l = 0)", View(values, 1, placed),
              minimum=False, value=1)]
     diagonal = np.zeros((1, 1, columns, columns), np.int64)
