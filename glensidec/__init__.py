@@ -247,15 +247,12 @@ def compile(program: Program | str | Path, array: str | tuple[int, int] = "16x16
                                         target.accel is not None)
     written, instructions, layers = None, None, None
     if outdir is not None:
-        from glensidec.backend.report import report_data
-
         arrays = arrays_for_c(compiled, target.arrays)
         result = pipeline.compile_to_directory(compiled.program, compiled.types, outdir,
                                                arrays[0], force=force, more_arrays=arrays[1:],
                                                accel=target.accel)
         written, instructions = result.outdir, len(result.lowered.instructions)
-        layers = report_data(Path(compiled.program.path).name, result.lowered, arrays[0],
-                             arrays[1:])
+        layers = result.report  # (report.json's rows)
         cycles = result.cycles
     else:
         cycles = pipeline.predicted_machine_cycles(compiled, target,

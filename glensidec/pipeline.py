@@ -37,7 +37,13 @@ from glensidec.backend.lower import (
     lower_program,
 )
 from glensidec.backend.plan import MemoryPlan, plan_memory
-from glensidec.backend.report import MachineCycles, machine_cycles
+from glensidec.backend.report import (
+    MachineCycles,
+    ReportData,
+    machine_cycles,
+    report_data,
+    totals,
+)
 from glensidec.collector import without_cycle_collection
 from glensidec.errors import GlensideError
 from glensidec.hardware.array import ArrayConfig
@@ -697,6 +703,7 @@ class CompileResult:
     # layer took in (e.g. a bias that varies down a column, weights that are not constant)
     host_epilogues: int = 0
     cycles: MachineCycles = field(default_factory=lambda: MachineCycles(0, 0, 0))
+    report: ReportData | None = None  # report.json's rows
 
 
 @without_cycle_collection
@@ -721,8 +728,11 @@ def compile_to_directory(program: Program, types: TypeTable, outdir: str | Path,
     weights = data.load_weights(program) if weights is None else weights
     lowered = lower_for(program, types, config, accel, weights, options)
     plan = plan_memory(lowered)
+    # the report's rows, made once: report.json, the totals and the API's `report_data`
+    # (a swin_t's 18,000 instructions took a third of a second each time)
+    report = report_data(Path(program.path).name, lowered, config, more_arrays)
     emit_directory(program, lowered, plan, Path(outdir), config, weights, force, more_arrays,
-                   accel)
+                   accel, report)
     return CompileResult(Path(outdir), lowered, plan,
                          predicted_cycles(lowered, config, more_arrays),
                          sum(layer.cycles for layer in lowered.accel_layers()),
@@ -730,7 +740,7 @@ def compile_to_directory(program: Program, types: TypeTable, outdir: str | Path,
                              if instruction.note.startswith(ACCELERATOR_NOTES)
                              # a layout copy of the layer's rows is no epilogue work
                              and not isinstance(instruction, AccelLayer | Copy | Fill)),
-                         machine_cycles(lowered, config, more_arrays))
+                         totals(report), report)
 
 
 # How the notes of an accelerator construct's instructions begin (`lower.describe`).

@@ -50,7 +50,7 @@ from glensidec.backend.lower import (
     constant_array,
 )
 from glensidec.backend.plan import MemoryPlan
-from glensidec.backend.report import layout_text, report_data
+from glensidec.backend.report import ReportData, layout_text, report_data
 from glensidec.backend.report import render_files as report_files
 from glensidec.backend.views import Axis, View, canonical, refine
 from glensidec.hardware.accel import ResidualConfig
@@ -786,7 +786,10 @@ def weights_blob(lowered: LoweredProgram, plan: MemoryPlan, weights: dict[str, A
 def render_files(program: Program, lowered: LoweredProgram, plan: MemoryPlan,
                  config: ArrayConfig, weights: dict[str, Array],
                  more_arrays: tuple[ArrayConfig, ...] = (),
-                 accel: AccelConfig | None = None) -> dict[str, bytes]:
+                 accel: AccelConfig | None = None,
+                 report: ReportData | None = None) -> dict[str, bytes]:
+    """OUTDIR's files but the compiled program's (`report`: the report's rows, when the
+    caller has made them: `report_data` of `program`'s name)."""
     arrays = (config, *more_arrays)
     runtime = accel if lowered.accel_layers() else None  # the accelerator's C runtime
     renderer = _Renderer(lowered, arrays)
@@ -824,8 +827,9 @@ def render_files(program: Program, lowered: LoweredProgram, plan: MemoryPlan,
              for name in names}
     files["weights.bin"] = constants
     files["cosim.json"] = cosim_manifest(program, lowered, arrays, accel).encode()
-    files.update(report_files(report_data(Path(program.path).name, lowered, config,
-                                          more_arrays)))
+    if report is None:
+        report = report_data(Path(program.path).name, lowered, config, more_arrays)
+    files.update(report_files(report))
     return files
 
 
@@ -909,11 +913,13 @@ def write_directory_atomically(outdir: Path, files: dict[str, bytes],
 def emit_directory(program: Program, lowered: LoweredProgram, plan: MemoryPlan, outdir: Path,
                    config: ArrayConfig, weights: dict[str, Array], force: bool = False,
                    more_arrays: tuple[ArrayConfig, ...] = (),
-                   accel: AccelConfig | None = None) -> None:
+                   accel: AccelConfig | None = None,
+                   report: ReportData | None = None) -> None:
     """Write the C program of a lowered, planned `program` to `outdir` (see the module
     docstring); `force`: replace glensidec's own files in an OUTDIR that also holds others;
-    `more_arrays`: the program's further arrays, when it uses several."""
-    files = render_files(program, lowered, plan, config, weights, more_arrays, accel)
+    `more_arrays`: the program's further arrays, when it uses several; `report`: the
+    report's rows, when the caller has them."""
+    files = render_files(program, lowered, plan, config, weights, more_arrays, accel, report)
     files.update(program_files(program, weights))
     write_directory_atomically(outdir, files, force)
 
