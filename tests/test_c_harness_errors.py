@@ -84,3 +84,33 @@ def test_every_error_exit_is_one_line_and_leaks_nothing_under_asan(tmp_path: Pat
         assert message in done.stderr.splitlines()[0], (args, done.stderr)
         assert "Sanitizer" not in done.stderr and "runtime error" not in done.stderr, done.stderr
         assert not (tmp_path / "o.npy").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("program", "name", "shape", "dtype"),
+                         [("small_cnn.gs", "image", (1, 1, 16, 16), np.int8),
+                          ("matmul.gs", "a", (32, 64), np.float32)])
+def test_a_fortran_order_npy_is_read_as_the_interpreter_reads_it(
+        program: str, name: str, shape: tuple[int, ...], dtype: type, tmp_path: Path) -> None:
+    """numpy saves a transposed array in Fortran order; `glensidec run` took such a .npy and
+    the C harness refused it ("only C-order arrays are supported"), so diff and make sim did
+    too."""
+    import glensidec
+
+    outdir = tmp_path / "out"
+    assert run_cli("compile", EXAMPLES / program, "-o", outdir, cwd=tmp_path) == 0
+    subprocess.run(["make", "-s", "-C", str(outdir)], check=True, timeout=600,
+                   capture_output=True)
+    rng = np.random.default_rng(3)
+    given = {decl.name: rng.integers(-100, 100, decl.shape).astype(dtype)
+             for decl in glensidec.load(EXAMPLES / program).inputs()}
+    assert given[name].shape == shape
+    for each, array in given.items():
+        np.save(tmp_path / f"{each}.npy", np.asfortranarray(array))
+    assert np.load(tmp_path / f"{name}.npy").flags.f_contiguous
+    done = subprocess.run([str(outdir / "model"), *(f"{n}={tmp_path / n}.npy" for n in given),
+                           "-o", str(tmp_path / "c.npy")], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "c.npy"),
+                                  glensidec.run(EXAMPLES / program, given))
