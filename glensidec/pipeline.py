@@ -110,6 +110,20 @@ def load(path: str | Path, shapes: str | Path | None = None) -> Typed:
 # -- rewrite, extract -------------------------------------------------------------------
 
 
+#: A program is saturated whole only while, written out as a tree, it has at most this many
+#: terms: egglog's extraction materialises the tree, and a DAG that reads a term twice per
+#: level (a residual chain) doubles it with every level (40 levels took 16 GB).
+WHOLE_TREE_LIMIT = 100_000
+
+
+def tree_size(root: Term, limit: int) -> int:
+    """How many terms `root` has written out as a tree, counted up to just past `limit`."""
+    sizes: dict[Term, int] = {}
+    for term in postorder(root):
+        sizes[term] = min(limit + 1, 1 + sum(sizes[child] for child in term.children()))
+    return sizes[root]
+
+
 def compile_program(program: Program, config: ArrayConfig, limits: Limits | None = None,
                     rulesets: tuple[str, ...] = RULESETS,
                     types: TypeTable | None = None,
@@ -122,6 +136,8 @@ def compile_program(program: Program, config: ArrayConfig, limits: Limits | None
     views it reads is saturated in an e-graph of its own (`compile_by_region`): every rule
     matches one product and views below it, so nothing is lost, and the e-graph, the
     limits and the time grow with the largest layer instead of with the whole network.
+    So is a program too deep to extract whole (`WHOLE_TREE_LIMIT`), with one product or
+    none: what is not a product's region is kept as written.
     """
     start = time.perf_counter()
     target = array_target(config, more_arrays)
@@ -131,7 +147,7 @@ def compile_program(program: Program, config: ArrayConfig, limits: Limits | None
     types = check_program(program) if types is None else types
     products = [term for term in postorder(program.root) if is_product(term)]
     graph = new_graph(program, types, products, target, rulesets)
-    if len(products) > 1:
+    if len(products) > 1 or tree_size(program.root, WHOLE_TREE_LIMIT) > WHOLE_TREE_LIMIT:
         return compile_by_region(program, types, products, graph, config, limits or Limits(),
                                  start, target)
     root_name = graph.add(program.root, types)
