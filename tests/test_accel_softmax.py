@@ -84,6 +84,9 @@ def test_softmaxs_exponentials_and_maxima_are_layers(tmp_path: Path,
             if isinstance(instruction, (Map, Fused)) and
             instruction.dst.shape[:-1] == (1, TINY.heads, tokens)]
     assert host == ([(1, TINY.heads, tokens, 5)] * 2 if tokens == 21 else []), host
+    # Σe: the exponentials' rows times a column of ones, one array call
+    assert [(gemm.m, gemm.k, gemm.n) for gemm in lowered.instructions
+            if isinstance(gemm, ArrayGemm) and "Σe" in gemm.note] == [(scores, tokens, 1)]
     expected = _interpreted(source, inputs)
     actual = _lowered_result(source, lowered, inputs, 16)
     np.testing.assert_array_equal(actual.reshape(expected.shape), expected)

@@ -86,7 +86,11 @@ from glensidec.backend.accel_row_sums import sum_rows_on_the_array
 from glensidec.backend.accel_scale import fuse_accel_scales
 from glensidec.backend.accel_shared import share_requantizations
 from glensidec.backend.accel_softmax import fuse_row_scaled_products
-from glensidec.backend.accel_softmax_exp import fuse_softmax_exponentials, fuse_softmax_maxima
+from glensidec.backend.accel_softmax_exp import (
+    fuse_softmax_exponentials,
+    fuse_softmax_maxima,
+    sum_exponentials_on_the_array,
+)
 from glensidec.backend.accel_swin import merge_window_requantizations, write_heads_in_place
 from glensidec.backend.fold_constants import fold_constant_copies
 from glensidec.backend.fuse_elementwise import fuse_elementwise
@@ -109,7 +113,7 @@ def fuse_for_accelerator(lowered: LoweredProgram, weights: dict[str, Array],
     layers = fuse_accel_scales(fuse_elementwise(layers), accel)
     layers = fuse_layer_norms(layers, weights, accel)
     layers = fuse_row_scaled_products(layers, weights, accel)
-    layers = fuse_softmax_exponentials(layers, weights, accel)
+    layers = sum_exponentials_on_the_array(fuse_softmax_exponentials(layers, weights, accel))
     layers = fuse_dense_blocks(layers, weights, accel)
     layers = fuse_accel_residuals(layers, weights, accel)
     layers = fuse_accel_pools(layers, weights, accel)  # pools of the layers that took an add

@@ -40,6 +40,7 @@ from glensidec.backend.accel_tables import unary_tail
 from glensidec.backend.lower import (
     ACTIVATION,
     AccelLayer,
+    ArrayGemm,
     Buffer,
     Copy,
     Fill,
@@ -518,3 +519,37 @@ def _relaid_layer(layer: AccelLayer, name: str, keys: int, pitch: int, target: s
             return None
         changed.update(a=a, input_pitch=pitch)
     return replace(layer, **changed)  # type: ignore[arg-type]
+
+
+# Σe: the exponentials' rows times a column of ones (as accel_row_sums takes Σq).
+
+def sum_exponentials_on_the_array(lowered: LoweredProgram) -> LoweredProgram:
+    """`lowered` with each row sum of the exponentials an exponentials layer writes (the
+    i32 Σe softmax·V divides by) an array call of their int8 rows and a column of ones,
+    whose i32 sums are exact (a new program)."""
+    result = lowered.copy()
+    writers = result.writers()
+    for index, reduce in enumerate(result.instructions):
+        if not (isinstance(reduce, Reduce) and reduce.op == "reduce-sum" and
+                reduce.reduce_rank == 1 and result.buffer_of(reduce.src).dtype == "i8" and
+                result.buffer_of(reduce.dst).dtype == "i32" and reduce.src.shape):
+            continue
+        made_by = [result.instructions[position]
+                   for position in writers.get(reduce.src.buffer, [])]
+        if not any(isinstance(layer, AccelLayer) and layer.table is not None and
+                   layer.residual_add is not None and layer.residual_add.rows
+                   for layer in made_by):
+            continue
+        keys = reduce.src.shape[-1]
+        rows = int(np.prod(reduce.src.shape[:-1]))
+        exponentials = _rows(result, reduce.src, rows, keys)
+        sums = _row_vector(result, reduce.dst, rows)
+        if exponentials is None or sums is None:
+            continue
+        ones = LayerBuilder(result).constant(f"{reduce.dst.buffer}_ones", "i8",
+                                             np.ones((keys, 1), np.int64))
+        result.instructions[index] = ArrayGemm(
+            f"{reduce.note}: softmax's Σe, its rows times a column of ones",
+            View(sums.buffer, sums.offset, ((Axis(rows, 1),), (Axis(1, 1),))),
+            exponentials, ones, rows, keys, 1)
+    return result
