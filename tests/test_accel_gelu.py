@@ -24,7 +24,13 @@ from typing import Any
 import numpy as np
 import pytest
 from onnx_models import OnnxGraph
-from test_accel_offload import _accelerated, _interpreted, _lowered_result, _random_inputs
+from test_accel_offload import (
+    _accelerated,
+    _checked_cosimulation,
+    _interpreted,
+    _lowered_result,
+    _random_inputs,
+)
 from test_quantize import saved_int8
 from test_transformer import gelu, layer_norm, linear
 
@@ -193,16 +199,11 @@ def test_the_mlp_block_cosimulates_on_ws_accel(tmp_path: Path, sim_cache: Path) 
     """The block as `glensidec compile` builds it by default: interpreter = C = ws_accel,
     every layer (the two of the GELU's linear layer, the erf's composed table included)
     at its predicted cycles."""
-    from conftest import assert_calls_match_the_model, compile_and_cosimulate
-
     source = _quantized_block(tmp_path)
     inputs = _random_inputs(source, 4)
     workdir = tmp_path / "compiled"
     workdir.mkdir()
-    ran = compile_and_cosimulate(source, "8x8", inputs, workdir, sim_cache)
-    assert_calls_match_the_model(ran.report)
-    expected = _interpreted(source, inputs)
-    assert np.array_equal(ran.c, expected) and np.array_equal(ran.sim, expected)
+    _checked_cosimulation(source, "8x8", inputs, workdir, sim_cache)
 
 
 def _assert_computes_the_interpreters(source: Path, lowered: LoweredProgram, columns: int,

@@ -17,7 +17,13 @@ from typing import Any
 import numpy as np
 import pytest
 from onnx_models import OnnxGraph
-from test_accel_offload import _accelerated, _interpreted, _lowered_result, _random_inputs
+from test_accel_offload import (
+    _accelerated,
+    _checked_cosimulation,
+    _interpreted,
+    _lowered_result,
+    _random_inputs,
+)
 from test_quantize import saved_int8
 
 from glensidec.backend.lower import AccelLayer, Fused, Map
@@ -69,13 +75,8 @@ def test_the_layer_norm_2d_block_cosimulates_on_ws_accel(tmp_path: Path,
                                                          sim_cache: Path) -> None:
     """As `glensidec compile` builds it: interpreter = C = ws_accel, every layer at its
     predicted cycles."""
-    from conftest import assert_calls_match_the_model, compile_and_cosimulate
-
     source = saved_int8(layer_norm_2d_block(), tmp_path, "ln2d", 4)
     inputs = _random_inputs(source, 4)
     workdir = tmp_path / "compiled"
     workdir.mkdir()
-    ran = compile_and_cosimulate(source, "8x8", inputs, workdir, sim_cache)
-    assert_calls_match_the_model(ran.report)
-    expected = _interpreted(source, inputs)
-    assert np.array_equal(ran.c, expected) and np.array_equal(ran.sim, expected)
+    _checked_cosimulation(source, "8x8", inputs, workdir, sim_cache)

@@ -23,6 +23,7 @@ shape, or on an array narrower than the 8 bytes the values take, stays on the ho
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -81,21 +82,33 @@ def fuse_layer_norms(lowered: LoweredProgram, weights: dict[str, Array],
                      accel: AccelConfig) -> LoweredProgram:
     """`lowered` with every LayerNorm normalisation loop on an accelerator layer in the
     epilogue's per-row mode (a new program; unchanged on arrays of fewer than 8 columns)."""
+    def rewrite_at(result: LoweredProgram, index: int) -> int:
+        found = _find(result, index, weights)
+        return 0 if found is None else _rewrite(result, index, found, accel)
+
+    return rewrite_per_row_loops(lowered, accel, rewrite_at)
+
+
+def rewrite_per_row_loops(lowered: LoweredProgram, accel: AccelConfig,
+                          rewrite_at: Callable[[LoweredProgram, int], int]) -> LoweredProgram:
+    """A copy of `lowered` in which `rewrite_at(copy, index)` has been tried on every fused
+    loop in turn; it returns the number of instructions it added (0 when it changed
+    nothing). Unchanged on arrays whose rows cannot hold a row's per-row values (fewer
+    than 8 bytes, or not a multiple of 4 columns), where the epilogue has no per-row mode."""
     if accel.cols < ROW_VALUE_BYTES or accel.cols % 4:
         return lowered
     result = lowered.copy()
     index = 0
     while index < len(result.instructions):
         if isinstance(result.instructions[index], Fused):
-            found = _find(result, index, weights)
-            if found is not None:
-                index += _rewrite(result, index, found, accel)
+            index += rewrite_at(result, index)
         index += 1
     drop_dead_code(result)
     return result
 
 
-def _name(step: Step) -> str:
+def step_name(step: Step) -> str:
+    """A fused step's operation by name: an elementwise op's, or a compute type's."""
     return step.op if isinstance(step.op, str) else step.op.name
 
 
@@ -237,7 +250,7 @@ def _requantize_after(lowered: LoweredProgram, index: int, t: _Value, columns: i
 def _step(step: Step, args: list[_Value], columns: int) -> _Value | None:
     """A step of the second loop on its operands' values, or None when it is not the
     normalisation's (see _Value)."""
-    name = _name(step)
+    name = step_name(step)
     kinds = sorted(arg.kind for arg in args)
     first = args[0] if args else _Value("")
 
@@ -311,7 +324,7 @@ def _centring(lowered: LoweredProgram, index: int, weights: dict[str, Array], ro
             return None
     steps: list[str] = []
     for step in fused.steps:
-        name = _name(step)
+        name = step_name(step)
         args = [kinds[position] if position >= 0 else steps[-position - 1]
                 for position in step.operands]
         if name == "cast" and args == ["q"] and step.dtype == "i32":

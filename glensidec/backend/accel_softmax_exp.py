@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from glensidec.backend.accel_dense import moved_view
+from glensidec.backend.accel_layer_norm import rewrite_per_row_loops, step_name
 from glensidec.backend.accel_layers import (
     LayerBuilder,
     check_fits,
@@ -80,22 +81,11 @@ def fuse_softmax_exponentials(lowered: LoweredProgram, weights: dict[str, Array]
     """`lowered` with every softmax's exp(q − max q) loop and lookup as a depthwise layer in
     the epilogue's per-row mode (a new program; unchanged on arrays narrower than the 8
     bytes of a row's values)."""
-    if accel.cols < ROW_VALUE_BYTES or accel.cols % 4:
-        return lowered
-    result = lowered.copy()
-    index = 0
-    while index < len(result.instructions):
-        if isinstance(result.instructions[index], Fused):
-            found = _find(result, index, weights)
-            if found is not None:
-                index += _rewrite(result, found, accel)
-        index += 1
-    drop_dead_code(result)
-    return result
+    def rewrite_at(result: LoweredProgram, index: int) -> int:
+        found = _find(result, index, weights)
+        return 0 if found is None else _rewrite(result, found, accel)
 
-
-def _name(step: Step) -> str:
-    return step.op if isinstance(step.op, str) else step.op.name
+    return rewrite_per_row_loops(lowered, accel, rewrite_at)
 
 
 def _find(lowered: LoweredProgram, index: int, weights: dict[str, Array]
@@ -160,7 +150,7 @@ def _steps(steps: tuple[Step, ...], kinds: list[str]) -> tuple[EpilogueConfig | 
     config: EpilogueConfig | None = None
     multiplier = 0
     for step in steps:
-        name = _name(step)
+        name = step_name(step)
         args = [kinds[i] if i >= 0 else values[-i - 1] for i in step.operands]
         if name == "cast" and step.dtype == "i32" and args in (["q"], ["max"]):
             values.append(f"wide {args[0]}")
