@@ -290,7 +290,7 @@ def _per_channel(fused: Fused, x: int, constants: dict[int, Array], channels: in
         return results[-index - 1]
 
     for step in fused.steps:
-        name = step.op if isinstance(step.op, str) else step.op.name
+        name = step.name
         args = [operand(index) for index in step.operands]
         gain, offset = args[0]
         if name in ("elementwise-add", "elementwise-sub", "elementwise-mul"):

@@ -107,11 +107,6 @@ def rewrite_per_row_loops(lowered: LoweredProgram, accel: AccelConfig,
     return result
 
 
-def step_name(step: Step) -> str:
-    """A fused step's operation by name: an elementwise op's, or a compute type's."""
-    return step.op if isinstance(step.op, str) else step.op.name
-
-
 def per_row_vector(lowered: LoweredProgram, view: View, rows: int, columns: int
                    ) -> View | None:
     """The (rows,) vector an i32 run-time leaf reads, one value per row broadcast along
@@ -250,7 +245,7 @@ def _requantize_after(lowered: LoweredProgram, index: int, t: _Value, columns: i
 def _step(step: Step, args: list[_Value], columns: int) -> _Value | None:
     """A step of the second loop on its operands' values, or None when it is not the
     normalisation's (see _Value)."""
-    name = step_name(step)
+    name = step.name
     kinds = sorted(arg.kind for arg in args)
     first = args[0] if args else _Value("")
 
@@ -324,7 +319,7 @@ def _centring(lowered: LoweredProgram, index: int, weights: dict[str, Array], ro
             return None
     steps: list[str] = []
     for step in fused.steps:
-        name = step_name(step)
+        name = step.name
         args = [kinds[position] if position >= 0 else steps[-position - 1]
                 for position in step.operands]
         if name == "cast" and args == ["q"] and step.dtype == "i32":

@@ -103,7 +103,7 @@ def residual_form(fused: Fused, values: list[FormValue]) -> _Requantized | None:
         return values[index] if index >= 0 else results[-index - 1]
 
     for step in fused.steps:
-        name = step.op if isinstance(step.op, str) else step.op.name
+        name = step.name
         args = [operand(index) for index in step.operands]
         result: FormValue | None = None
         if name == "cast" and step.dtype == "i32" and isinstance(args[0], int | Linear):
@@ -226,7 +226,7 @@ def _with_scaled_leaf_inlined(lowered: LoweredProgram, index: int,
                 lowered.buffer_of(view).dtype != "i32" or \
                 producer.dst.shape != fused.dst.shape or not lowered.is_whole(view):
             continue
-        steps = [_step_name(step) for step in producer.steps]
+        steps = [step.name for step in producer.steps]
         if steps == ["cast"]:  # widened once for an integer LayerNorm and the add
             if len(producer.leaves) == 1 and lowered.buffer_of(producer.leaves[0]).dtype == "i8":
                 return _inline(fused, leaf, producer)
@@ -238,10 +238,6 @@ def _with_scaled_leaf_inlined(lowered: LoweredProgram, index: int,
             continue
         return _inline(fused, leaf, producer)
     return None
-
-
-def _step_name(step: Step) -> str:
-    return step.op if isinstance(step.op, str) else step.op.name
 
 
 def _inline(fused: Fused, leaf: int, producer: Fused) -> Fused:

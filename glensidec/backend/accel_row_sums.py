@@ -99,7 +99,7 @@ def _squared(lowered: LoweredProgram, loop: Fused, index: int) -> View | None:
     """q's view when `loop` writes cast(q)·cast(q) of an int8 q, whole; else None."""
     if not lowered.is_whole(loop.dst) or len(loop.leaves) != 1:
         return None
-    steps = [(step.op if isinstance(step.op, str) else step.op.name, step.operands)
+    steps = [(step.name, step.operands)
              for step in loop.steps]
     (leaf,) = loop.leaves
     if steps == [("cast", (0,)), ("elementwise-mul", (-1, -1))] and \

@@ -31,7 +31,7 @@ from glensidec.backend.accel_layers import (
     drop_dead_code,
 )
 from glensidec.backend.accel_pool import padded_rows, trace_layer_rows
-from glensidec.backend.lower import AccelLayer, Copy, Fused, LoweredProgram, Step
+from glensidec.backend.lower import AccelLayer, Copy, Fused, LoweredProgram
 from glensidec.backend.views import View, contiguous, regroup, transpose, view_array
 from glensidec.errors import GlensideError
 from glensidec.hardware.accel import ConvLayer, EpilogueConfig
@@ -72,10 +72,6 @@ def fuse_accel_scales(lowered: LoweredProgram, accel: AccelConfig) -> LoweredPro
     return result
 
 
-def _step_name(step: Step) -> str:
-    return step.op if isinstance(step.op, str) else step.op.name
-
-
 def scale_loop(fused: Fused, leaf_dtypes: list[str]) -> _ScaleLoop | None:
     """The loop as clip(requantize(cast(x)·cast(s))) of its two int8 leaves, or None when
     it computes anything else. (A step's operand i ≥ 0 is leaf i, −k the k-th step's
@@ -85,7 +81,7 @@ def scale_loop(fused: Fused, leaf_dtypes: list[str]) -> _ScaleLoop | None:
     requantize: tuple[int, int, int, int] | None = None
     low, high = -128, 127
     for position, step in enumerate(fused.steps):
-        name, operands = _step_name(step), step.operands
+        name, operands = step.name, step.operands
         previous = -position  # the step just before this one, as an operand
         if name == "cast" and step.dtype == "i32" and product is None and \
                 len(operands) == 1 and operands[0] >= 0 and leaf_dtypes[operands[0]] == "i8":

@@ -201,7 +201,7 @@ class _Y:
 def _step(step: Step, args: list[tuple[str, object]]) -> tuple[str, object] | None:
     """A step of the loop on its operands' kinds: "a·row" (the row's vector), "a·row/2^L"
     ((vector, L)), "t", "y"; None for anything else."""
-    name = step.op if isinstance(step.op, str) else step.op.name
+    name = step.name
     kinds = sorted(kind for kind, _ in args)
 
     def of(kind: str) -> object:

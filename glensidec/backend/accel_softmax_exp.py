@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from glensidec.backend.accel_dense import moved_view
-from glensidec.backend.accel_layer_norm import rewrite_per_row_loops, step_name
+from glensidec.backend.accel_layer_norm import rewrite_per_row_loops
 from glensidec.backend.accel_layers import (
     LayerBuilder,
     check_fits,
@@ -150,7 +150,7 @@ def _steps(steps: tuple[Step, ...], kinds: list[str]) -> tuple[EpilogueConfig | 
     config: EpilogueConfig | None = None
     multiplier = 0
     for step in steps:
-        name = step_name(step)
+        name = step.name
         args = [kinds[i] if i >= 0 else values[-i - 1] for i in step.operands]
         if name == "cast" and step.dtype == "i32" and args in (["q"], ["max"]):
             values.append(f"wide {args[0]}")

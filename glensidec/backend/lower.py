@@ -233,6 +233,11 @@ class Step:
     dtype: str
     params: tuple[int, ...] = ()
 
+    @property
+    def name(self) -> str:
+        """The operation by name: a map's compute type, a fold's or a requantize's op."""
+        return self.op if isinstance(self.op, str) else self.op.name
+
 
 @dataclass(frozen=True)
 class Fused(Instruction):
