@@ -46,6 +46,7 @@ from glensidec.hardware.commands import AccelConfig, packs_taps
 from glensidec.hardware.layout import (
     NchwLayout,
     NhwcLayout,
+    layout_bias,
     layout_group,
     layout_lines,
     layout_weights,
@@ -386,7 +387,7 @@ def _layout_layer(lowered: LoweredProgram, builder: LayerBuilder, found: _Found,
     return AccelLayer(
         NOTE, dst, name, contiguous(found.input, lowered.buffers[found.input].shape),
         builder.constant(f"{name}_weights", "i8", layout_weights(layout, accel)),
-        builder.constant(f"{name}_bias", "i32", np.zeros(n, np.int64)),
+        builder.constant(f"{name}_bias", "i32", layout_bias(layout, accel)),
         builder.constant(f"{name}_multiplier", "i32", np.ones(n, np.int64)),
         builder.commands_placeholder(name), m=m, k=layout.channels * accel.rows, n=n,
         pre=0, post=0, zero_point=0, low=-128, high=127, layout=layout)
