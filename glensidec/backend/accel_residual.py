@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from glensidec.backend.accel_layers import (
     LayerBuilder,
     check_fits,
@@ -41,7 +43,7 @@ from glensidec.backend.lower import (
     Map,
     Step,
 )
-from glensidec.backend.views import View, contiguous
+from glensidec.backend.views import Group, View, contiguous, transpose, view_array
 from glensidec.errors import GlensideError
 from glensidec.hardware.accel import ResidualConfig
 from glensidec.hardware.commands import AccelConfig
@@ -199,11 +201,22 @@ def fuse_accel_residuals(lowered: LoweredProgram, weights: dict[str, Array],
                 found = _find(result, index, weights)
                 if found is None:
                     result.instructions[index] = instruction
-        if found is not None:
-            if _rewrite(result, found, weights, accel):
-                index = found.layer_index  # the loop is gone; look again after the layer
-            else:
-                result.instructions[index] = instruction
+        requantize = None
+        if found is None and isinstance(instruction, Fused):
+            # an i32 loop requantized by the next instruction in another order (ConvNeXt's
+            # stage-end add, requantized after its permutation back to NHWC): one loop in
+            # the requantize's order, which may read both layers' rows as they are
+            merged = _requantized_in_its_order(result, index)
+            if merged is not None:
+                requantize = result.instructions[index + 1]
+                result.instructions[index:index + 2] = [merged]
+                found = _find(result, index, weights)
+        if found is not None and _rewrite(result, found, weights, accel):
+            index = found.layer_index  # the loop is gone; look again after the layer
+        elif requantize is not None:
+            result.instructions[index:index + 1] = [instruction, requantize]
+        elif found is not None:
+            result.instructions[index] = instruction
         index += 1
     drop_dead_code(result)
     return result
@@ -238,6 +251,45 @@ def _with_scaled_leaf_inlined(lowered: LoweredProgram, index: int,
             continue
         return _inline(fused, leaf, producer)
     return None
+
+
+def _requantized_in_its_order(lowered: LoweredProgram, index: int) -> Fused | None:
+    """The i32 loop at `index` and the requantize after it as one loop, when that
+    requantize alone reads the loop's whole result, its axes permuted: the loop's steps
+    then the requantize, over the leaves read in the requantize's order (element-wise
+    steps commute with the permutation); else None."""
+    fused = lowered.instructions[index]
+    following = lowered.instructions[index + 1] if index + 1 < len(lowered.instructions) \
+        else None
+    assert isinstance(fused, Fused)
+    if not (isinstance(following, Map) and following.op.name == "requantize" and
+            following.src.buffer == fused.dst.buffer and fused.steps[-1].dtype == "i32" and
+            lowered.is_whole(fused.dst) and following.src.offset == fused.dst.offset and
+            lowered.readers().get(fused.dst.buffer) == [index + 1] and
+            lowered.writers().get(fused.dst.buffer) == [index]):
+        return None
+    permutation = _permutation(fused.dst.dims, following.src.dims)
+    if permutation is None or any(len(leaf.dims) != len(permutation) for leaf in fused.leaves):
+        return None
+    requantize = Step(following.op, (-len(fused.steps),),
+                      lowered.buffer_of(following.dst).dtype)
+    return Fused(following.note, following.dst,
+                 tuple(transpose(leaf, permutation) for leaf in fused.leaves),
+                 (*fused.steps, requantize))
+
+
+def _permutation(dims: tuple[Group, ...], permuted: tuple[Group, ...]
+                 ) -> list[int] | None:
+    """The order of `dims` that `permuted` is (each position once), or None."""
+    unused = list(range(len(dims)))
+    order = []
+    for group in permuted:
+        match = next((position for position in unused if dims[position] == group), None)
+        if match is None:
+            return None
+        unused.remove(match)
+        order.append(match)
+    return order if not unused else None
 
 
 def _inline(fused: Fused, leaf: int, producer: Fused) -> Fused:
@@ -319,7 +371,67 @@ def _find(lowered: LoweredProgram, index: int, weights: dict[str, Array]) -> _Fo
         if found is not None:
             residual, copy = found
             return _Found(index, layer_index, copy_index, residual, copy, form, y_leaf, r_leaf)
+        rows = _rows_in_order(lowered, index, layer_index, y_leaf, r_leaf)
+        if rows is not None:  # the layer writes the loop's result (y's copy goes dead)
+            return _Found(index, layer_index, None, rows, None, form, y_leaf, r_leaf)
     return None
+
+
+def _layer_positions(lowered: LoweredProgram, view: View, before: int
+                     ) -> tuple[int, np.ndarray] | None:
+    """(layer index, positions) when only copies of one accelerator layer's rows make what
+    `view` reads before instruction `before`: per element of the view (row-major), its
+    index in the layer's (M, N) rows; else None."""
+    # (here, not at the top: accel_pool reads this module's residual forms)
+    from glensidec.backend.accel_pool import PADDING, trace_layer_rows
+    found = trace_layer_rows(lowered, view.buffer, before)
+    if found is None:
+        return None
+    layer_index, origin, _ = found
+    layer = lowered.instructions[layer_index]
+    positions = view_array(view, origin).reshape(-1)
+    if not isinstance(layer, AccelLayer) or layer.output_pitch or \
+            bool(np.any(positions == PADDING)):
+        return None
+    return layer_index, positions
+
+
+def _earlier_rows_alike(lowered: LoweredProgram, index: int, layer_index: int,
+                        y_positions: np.ndarray, r_view: View) -> View | None:
+    """The rows of an accelerator layer before the one at `layer_index` when r's elements
+    are that layer's rows at `y_positions` (the positions of y's elements in its layer's
+    rows: r then is in the layer's row order as it is); else None."""
+    layer = lowered.instructions[layer_index]
+    assert isinstance(layer, AccelLayer)
+    traced = _layer_positions(lowered, r_view, index)
+    if traced is None or traced[0] >= layer_index or \
+            not np.array_equal(traced[1], y_positions):
+        return None
+    source = lowered.instructions[traced[0]]
+    assert isinstance(source, AccelLayer)
+    if source.m * source.n != layer.m * layer.n:
+        return None
+    return contiguous(source.dst.buffer, (layer.m, layer.n), source.dst.offset)
+
+
+def _rows_in_order(lowered: LoweredProgram, index: int, layer_index: int, y_leaf: int,
+                   r_leaf: int) -> View | None:
+    """r's rows when the loop at `index` walks the layer's rows in their order, through
+    the copy that transposes them (a loop requantized in the other layout), writes its
+    whole result in that order, and reads r as an earlier layer's rows in the same order:
+    the layer then writes the loop's result itself; else None."""
+    fused = lowered.instructions[index]
+    layer = lowered.instructions[layer_index]
+    assert isinstance(fused, Fused) and isinstance(layer, AccelLayer)
+    y_view = fused.leaves[y_leaf]
+    if not lowered.is_whole(fused.dst) or lowered.buffer_of(fused.dst).elements != \
+            layer.m * layer.n or lowered.readers().get(y_view.buffer) != [index]:
+        return None
+    traced = _layer_positions(lowered, y_view, index)
+    in_order = np.arange(layer.m * layer.n)
+    if traced is None or traced[0] != layer_index or not np.array_equal(traced[1], in_order):
+        return None
+    return _earlier_rows_alike(lowered, index, layer_index, in_order, fused.leaves[r_leaf])
 
 
 def _residual_rows(lowered: LoweredProgram, index: int, layer_index: int,
@@ -352,6 +464,13 @@ def _residual_rows(lowered: LoweredProgram, index: int, layer_index: int,
         if _renamed(other.dst, transposing.dst) and _renamed(other.src, transposing.src) and \
                 lowered.buffer_of(other.src).elements == layer.m * layer.n:
             return contiguous(other.src.buffer, (layer.m, layer.n)), None
+    traced = _layer_positions(lowered, y_view, index)
+    if traced is not None and traced[0] == layer_index:
+        # r: an earlier layer's rows, copied in the same order as y's (a block's input,
+        # a LayerNorm's rows in NCHW): the layer reads those rows themselves
+        rows_alike = _earlier_rows_alike(lowered, index, layer_index, traced[1], r_view)
+        if rows_alike is not None:
+            return rows_alike, None
     builder = LayerBuilder(lowered)
     rows = builder.activation(f"{layer.name}_residual", (layer.m, layer.n))
     copy = Copy(f"{fused.note}: the residual in the accelerator layer's rows",
