@@ -365,6 +365,8 @@ def _rewrite(lowered: LoweredProgram, index: int, found: _Normalisation,
     fused = lowered.instructions[index]
     assert isinstance(fused, Fused)
     rows, columns = found.x.shape
+    if columns % 4 or 0 < columns % accel.cols < ROW_VALUE_BYTES:
+        return 0  # a block of columns too narrow for its rows' values: the host normalises
     name = fused.dst.buffer
     geometry = ConvLayer(name, rows, 1, columns, columns, groups=columns)
     added = ResidualConfig(rows=True, pre=found.shift)

@@ -1,20 +1,27 @@
-"""LayerNorm's row sums Σq and Σq² on the array.
+"""LayerNorm's row sums Σq and Σq² on the accelerator.
 
 The quantizer's LayerNorm of an int8 tensor q (`frontends/quant_layer_norm.py`) needs two
 sums of every row of q, in i32: Σq, and Σq² (`_row_mean_square`). Lowered, they are three
 host passes over q: a reduce-sum of q, a loop writing cast(q)², and a reduce-sum of that.
-Both are products the array computes exactly (its accumulators are i32):
 
-* Σq = q · 1, an array call of the (rows, C) int8 rows and a (C, 1) column of ones;
-* Σq² is the diagonal of q_b · q_bᵀ for each block q_b of B rows (B the array's columns):
-  one array call per block, its weights q_bᵀ (C, B), which a host copy writes from q's rows
-  (the array's operands are row-major, and q_bᵀ is q's rows read down their columns);
-  the host then copies the B diagonal sums of each block out (one value per row).
+* Σq = q · 1, an array call of the (rows, C) int8 rows and a (C, 1) column of ones.
+* Σq²: q² (0 … 16384) is two int8 digits in base 128, q² = 128·h + l with h = q² >> 7
+  (0 … 128) and l = q² & 127, and each digit is a 256-entry table of q. Two depthwise 1×1
+  layers of q·1 (identity epilogue) map q through the tables −h and l (−128 … 0 and
+  0 … 127: int8) and write them side by side, rows of [−h | l]; one array call then sums
+  each row with the weights −128 (for −h) and 1 (for l): Σq² = Σ(−128·−h + l), exactly.
+  The host does nothing for every element.
 
-So the host's three passes over every element become one copy of them (q_bᵀ), and the
-array's work is about rows·C/16 cycles for Σq and 2·C cycles per block of 16 rows for Σq²
-at 16×16. The pair is taken together, and only where both sums are of one int8 tensor's
-rows (a LayerNorm's statistics), so other row sums (softmax's Σe, pools) are left alone.
+  Before (and still where a row's C channels are not whole blocks of the array's columns,
+  which the depthwise layers need): Σq² as the diagonal of q_b · q_bᵀ for each block q_b
+  of B rows (B the array's columns), one array call per block whose weights q_bᵀ a host
+  copy wrote (the array's operands are row-major; q_bᵀ is q's rows read down their
+  columns), and a host copy of the diagonals out: the host's copy of every element
+  (convnext_tiny 3.0 M cycles, vit_b_16 3.5 M) against the two layers' epilogues, about
+  half a cycle an element at four lanes.
+
+The pair is taken together, and only where both sums are of one int8 tensor's rows (a
+LayerNorm's statistics), so other row sums (softmax's Σe, pools) are left alone.
 """
 
 from __future__ import annotations
@@ -24,9 +31,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from glensidec.backend.accel_layer_norm import _rows, _widened
-from glensidec.backend.accel_layers import LayerBuilder, drop_dead_code
+from glensidec.backend.accel_layers import LayerBuilder, check_fits, drop_dead_code
 from glensidec.backend.lower import (
     ACTIVATION,
+    AccelLayer,
     ArrayGemm,
     Buffer,
     Copy,
@@ -36,7 +44,9 @@ from glensidec.backend.lower import (
     Reduce,
 )
 from glensidec.backend.views import Axis, View, contiguous
-from glensidec.hardware.commands import AccelConfig
+from glensidec.errors import GlensideError
+from glensidec.hardware.accel import ConvLayer, EpilogueConfig
+from glensidec.hardware.commands import AccelConfig, LayerQuant, weight_matrix
 
 #: What the notes of the array calls this pass makes say (so a reader, or a test, can tell
 #: them from the program's own products).
@@ -61,7 +71,7 @@ def sum_rows_on_the_array(lowered: LoweredProgram, accel: AccelConfig) -> Lowere
     while index < len(result.instructions):
         found = _find(result, index)
         if found is not None:
-            index += _rewrite(result, found, accel.cols)
+            index += _rewrite(result, found, accel)
         index += 1
     drop_dead_code(result)
     return result
@@ -110,12 +120,11 @@ def _squared(lowered: LoweredProgram, loop: Fused, index: int) -> View | None:
     return None
 
 
-def _rewrite(lowered: LoweredProgram, found: _RowSums, block: int) -> int:
-    """The three instructions become the array calls and copies: the number of
-    instructions added at the position of the last of them."""
+def _rewrite(lowered: LoweredProgram, found: _RowSums, accel: AccelConfig) -> int:
+    """The three instructions become the array calls, and the layers or copies: the number
+    of instructions added at the position of the last of them."""
     builder = LayerBuilder(lowered)
     total = lowered.instructions[found.total]
-    squares = lowered.instructions[found.squares]
     reduce = lowered.instructions[found.sum_of_squares]
     assert isinstance(total, Reduce) and isinstance(reduce, Reduce)
     rows, columns = found.x.shape
@@ -123,6 +132,80 @@ def _rewrite(lowered: LoweredProgram, found: _RowSums, block: int) -> int:
     lowered.instructions[found.total] = ArrayGemm(
         f"{total.note}: {ROW_SUMS}, Σq: its rows times a column of ones",
         contiguous(total.dst.buffer, (rows, 1)), found.x, ones, rows, columns, 1)
+    digits = _digit_layers(lowered, found, accel)
+    if digits is None:
+        return _rewrite_by_blocks(lowered, found, accel.cols)
+    name = reduce.dst.buffer
+    weights = np.concatenate([np.full(columns, -128), np.ones(columns, np.int64)])
+    sums = ArrayGemm(f"{reduce.note}: {ROW_SUMS}, Σq²: each row's digits −h and l times "
+                     "−128 and 1", contiguous(name, (rows, 1)), digits[0].dst.with_dims(
+                         ((Axis(rows, 2 * columns),), (Axis(2 * columns, 1),)), 0),
+                     builder.constant(f"{name}_weights", "i8", weights.reshape(-1, 1)),
+                     rows, 2 * columns, 1)
+    lowered.instructions[found.squares:found.squares + 1] = list(digits)
+    at = found.sum_of_squares + len(digits) - 1
+    lowered.instructions[at:at + 1] = [sums]
+    return len(digits) - 1
+
+
+#: The base-128 digits of q² (q = −128 … 127, in that order: a table's index is q + 128):
+#: −h = −(q² >> 7) and l = q² & 127, both int8.
+_SQUARES = np.arange(-128, 128, dtype=np.int64) ** 2
+SQUARE_DIGITS = (-(_SQUARES >> 7), _SQUARES & 127)
+
+
+def _digit_layers(lowered: LoweredProgram, found: _RowSums, accel: AccelConfig
+                  ) -> tuple[AccelLayer, AccelLayer] | None:
+    """The two depthwise 1×1 layers of q·1 that write each row's digits of q², rows of
+    [−h | l] (2C bytes, each layer its C columns at that pitch); None when C is not whole
+    blocks of the array's columns or the layers do not fit."""
+    rows, columns = found.x.shape
+    if columns % accel.cols:
+        return None
+    geometry = ConvLayer("digits", rows, 1, columns, columns, groups=columns)
+    quants = [LayerQuant(EpilogueConfig(table=tuple(int(v) for v in table)), (0,) * columns,
+                         (1,) * columns) for table in SQUARE_DIGITS]
+    try:
+        for quant in quants:
+            check_fits(accel, geometry, quant)
+    except GlensideError:
+        return None
+    layers = []
+    builder = LayerBuilder(lowered)
+    squares = lowered.instructions[found.squares]
+    name = builder.name(f"{lowered.instructions[found.sum_of_squares].dst.buffer}_digits")
+    lowered.buffers[name] = Buffer(name, "i8", (rows, 2 * columns), ACTIVATION)
+    diagonal = np.zeros((1, 1, columns, columns), np.int64)
+    diagonal[0, 0, np.arange(columns), np.arange(columns)] = 1
+    weights = builder.constant(f"{name}_weights", "i8",
+                               weight_matrix(geometry, accel.cols, diagonal))
+    for number, (digit, table) in enumerate(zip(("−h = −(q² >> 7)", "l = q² & 127"),
+                                                SQUARE_DIGITS, strict=True)):
+        layer_name = f"{name}_{'hl'[number]}"
+        layers.append(AccelLayer(
+            f"{squares.note}: {ROW_SUMS}, Σq²'s digit {digit} of each element, a table",
+            View(name, number * columns, ((Axis(rows, 2 * columns),), (Axis(columns, 1),))),
+            name=layer_name, a=found.x, b=weights,
+            bias=builder.constant(f"{layer_name}_bias", "i32", np.zeros(columns, np.int64)),
+            multiplier=builder.constant(f"{layer_name}_multiplier", "i32",
+                                        np.ones(columns, np.int64)),
+            commands=builder.commands_placeholder(layer_name), m=rows, k=weights.shape[0],
+            n=columns,
+            pre=0, post=0, zero_point=0, low=-128, high=127, image=(rows, 1, columns),
+            kernel=1, stride=1, groups=columns, group_cols=accel.cols,
+            table=builder.constant(f"{layer_name}_table", "i8", table),
+            output_pitch=2 * columns))
+    return layers[0], layers[1]
+
+
+def _rewrite_by_blocks(lowered: LoweredProgram, found: _RowSums, block: int) -> int:
+    """Σq² as the diagonals of the blocks' products with their transposes (the host copying
+    the transposes in and the diagonals out): the number of instructions added."""
+    builder = LayerBuilder(lowered)
+    squares = lowered.instructions[found.squares]
+    reduce = lowered.instructions[found.sum_of_squares]
+    assert isinstance(reduce, Reduce)
+    rows, columns = found.x.shape
     # q_bᵀ of every block of `block` rows (the last may be shorter), one after the other
     name = reduce.dst.buffer
     blocks = [(start, min(block, rows - start)) for start in range(0, rows, block)]
