@@ -17,7 +17,7 @@ from glensidec.errors import GlensideError
 from glensidec.hardware.array import ArrayConfig
 from glensidec.lang import data
 from glensidec.lang.interp import run_program
-from glensidec.lang.syntax import parse_program, read_program
+from glensidec.lang.syntax import format_program, parse_program, read_program
 from glensidec.lang.terms import Program, Term, compute_name, postorder
 from glensidec.lang.typecheck import check_program
 from glensidec.opt.extract import validate
@@ -119,6 +119,38 @@ def test_the_rules_fuse_the_examples_per_tensor_requantizes(example: str,
     fused = _fused(typed.program, "16x16")
     assert [_clip_text(term) for term in _epilogues(fused)] == fused_clips
     validate(typed.program, fused)
+
+
+@pytest.mark.parametrize("example", ["small_cnn.gs", "resnet_block.gs"])
+def test_the_regions_no_epilogue_rule_matches_are_skipped_with_the_same_result(
+        example: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # (swin_t: 46 of its 49 distinct regions are skipped, 90 % of the saturation's time)
+    program = pipeline.load(EXAMPLES / example).program
+    may_match = pipeline._epilogue_may_match
+    answers: list[bool] = []
+
+    def recorded(root: Term) -> bool:
+        answers.append(may_match(root))
+        return answers[-1]
+
+    monkeypatch.setattr(pipeline, "_epilogue_may_match", recorded)
+    filtered = format_program(_fused(program, "16x16"))
+    monkeypatch.setattr(pipeline, "_epilogue_may_match", lambda root: True)
+    assert format_program(_fused(program, "16x16")) == filtered
+    assert True in answers
+    if example == "resnet_block.gs":  # conv2's skip connection: no rule fuses its chain
+        assert False in answers
+
+
+def test_the_epilogue_filter_sees_the_bias_add_of_an_array_calls_rows() -> None:
+    fused = _fused(_dense("relu"))
+    assert _epilogues(fused)
+    accumulator = parse_program("(input acc i32 (shape 5 20))\n" + DENSE.format(
+        open="(compute relu", close=")", product="(access-tensor acc)"), "acc.gs")
+    assert not pipeline._epilogue_may_match(accumulator.root)
+    compiled = pipeline.compile_program(_dense("relu"), ArrayConfig(8, 8),
+                                        types=check_program(_dense("relu")))
+    assert pipeline._epilogue_may_match(compiled.program.root)
 
 
 def _expanded(requantize: str, clip: str) -> str:
