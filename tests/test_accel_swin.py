@@ -25,7 +25,7 @@ from test_accel_offload import _accelerated, _interpreted, _lowered_result
 from test_quantize import calibration_for, sample_list
 from test_transformer import layer_norm
 
-from glensidec.backend.lower import ACTIVATION, Copy, RequantizePerChannel
+from glensidec.backend.lower import ACTIVATION, Copy, Fused, RequantizePerChannel
 from glensidec.frontends.quantize import quantize, save_quantized
 
 
@@ -36,6 +36,9 @@ class Window:
     features: int
     heads: int
     shift: int  # the cyclic shift (0: a plain window block)
+    # LayerNorm's scale 1 and bias 0, as torchvision initialises them (the zoo's swin_t):
+    # the normalised rows are requantized where the cyclic shift's slices read them
+    plain_norm: bool = False
 
     @property
     def tokens(self) -> int:
@@ -48,6 +51,12 @@ class Window:
 
 #: 4 windows of 16 tokens, 2 heads of 16 features, shifted by 2
 TINY = Window(size=8, window=4, features=32, heads=2, shift=2)
+#: 9 windows of 25 tokens, shifted by 2, LayerNorm as initialised: the row maximum's pool
+#: pads each row of scores to 28 bytes, so the bias add's layers write (and read) rows
+#: with gaps, one per run of windows with the same mask (2, 1, 2, 1, 2, 1 windows)
+PADDED = Window(size=15, window=5, features=32, heads=2, shift=2, plain_norm=True)
+#: PADDED unshifted: every window has the same bias, one layer of all of them
+UNSHIFTED = Window(size=10, window=5, features=32, heads=2, shift=0)
 
 
 def _roll(g: OnnxGraph, x: str, shift: int, size: int) -> str:
@@ -91,7 +100,12 @@ def swin_block(size: Window, seed: int = 0) -> Any:
     n, c, ws, heads = size.size, size.features, size.window, size.heads
     count, width = n // ws, c // heads
     x = g.input("input", [1, n, n, c])
-    h = layer_norm(g, x, c)
+    if size.plain_norm:
+        h = g.node("LayerNormalization", [x, g.const("ln_scale", np.ones(c, "f4")),
+                                          g.const("ln_bias", np.zeros(c, "f4"))],
+                   axis=-1, epsilon=1e-5)
+    else:
+        h = layer_norm(g, x, c)
     if size.shift:
         h = _roll(g, h, -size.shift, n)
     h = _reshape(g, g.node("Transpose", [_reshape(g, h, [1, count, ws, count, ws, c])],
@@ -173,13 +187,71 @@ def test_the_heads_contexts_are_stored_in_the_output_projections_rows(tmp_path: 
     assert np.array_equal(got.reshape(expected.shape), expected)
 
 
+def test_a_shifted_blocks_layer_norm_is_a_layer_whose_rows_the_shift_copies(
+        tmp_path: Path) -> None:
+    """With LayerNorm's initial scale and bias its normalised rows t are requantized by the
+    cyclic shift's two slices (a requantize each, no loop after t): the normalisation is
+    one layer in the epilogue's per-row mode, its requantize in the epilogue, and each
+    slice a copy of its part of the layer's rows; no host loop over every element is left
+    of it (`accel_layer_norm`). The lowered program gives the interpreter's integers."""
+    source, inputs = _quantized_block(tmp_path, PADDED)
+    lowered = _accelerated(source, "16x16")
+    pixels = PADDED.size * PADDED.size
+    norms = [layer for layer in lowered.accel_layers() if layer.residual_add is not None
+             and layer.residual_add.rows and (layer.m, layer.n) == (pixels, PADDED.features)]
+    assert len(norms) == 1
+    shifted = [i for i in lowered.instructions if isinstance(i, Copy) and
+               i.src.buffer == norms[0].dst.buffer]
+    assert len(shifted) == 2 and sum(int(np.prod(i.dst.shape)) for i in shifted) == \
+        pixels * PADDED.features
+    whole = pixels * PADDED.features
+    assert not any(isinstance(i, Fused) and int(np.prod(i.dst.shape)) == whole and
+                   any(step.name == "elementwise-div" for step in i.steps)
+                   for i in lowered.instructions)
+    expected = _interpreted(source, inputs)
+    got = _lowered_result(source, lowered, inputs, 16)
+    assert np.array_equal(got.reshape(expected.shape), expected)
+
+
+@pytest.mark.parametrize(("size", "runs"), [(TINY, [1, 1, 1, 1]), (UNSHIFTED, [4]),
+                                            (PADDED, [2, 1, 2, 1, 2, 1])],
+                         ids=["shifted", "unshifted", "padded"])
+def test_the_position_bias_add_is_a_layer_per_run_of_windows(
+        tmp_path: Path, size: Window, runs: list[int]) -> None:
+    """requantize(256·s + b) of the scores s and the relative-position bias b (with the
+    shifted windows' mask: a b per window) is no host loop: one depthwise layer per run of
+    windows with the same b, a window's scores one row, b its per-column bias and 256·s
+    the array's s plus the early residual 255·s; the lowered program gives the
+    interpreter's integers. Unshifted windows share b: one layer of all of them. Of 25
+    keys, the rows (and the scores the heads' layers write) are padded for the row
+    maximum's pool."""
+    source, inputs = _quantized_block(tmp_path, size)
+    lowered = _accelerated(source, "16x16")
+    added = [layer for layer in lowered.accel_layers()
+             if layer.residual_add is not None and layer.residual_add.early]
+    assert [layer.m for layer in added] == runs
+    width = size.heads * size.tokens * size.tokens
+    pitch = -(-size.tokens // 4) * 4  # (16: as they are; 25: 28, row_blocks' padding)
+    assert all(layer.n == width // size.tokens * pitch and layer.residual == layer.a and
+               layer.residual_add is not None and layer.residual_add.multiplier == 255
+               for layer in added)
+    assert not any(isinstance(i, Fused) and [step.name for step in i.steps] ==
+                   ["cast", "elementwise-mul", "elementwise-add", "requantize"]
+                   for i in lowered.instructions)
+    expected = _interpreted(source, inputs)
+    got = _lowered_result(source, lowered, inputs, 16)
+    assert np.array_equal(got.reshape(expected.shape), expected)
+
+
 @pytest.mark.slow
 @pytest.mark.rtl
-def test_a_shifted_window_block_cosimulates_bit_exactly(tmp_path: Path,
-                                                        sim_cache: Path) -> None:
+@pytest.mark.parametrize("size", [TINY, PADDED], ids=["shifted", "padded"])
+def test_a_window_block_cosimulates_bit_exactly(tmp_path: Path, sim_cache: Path,
+                                                size: Window) -> None:
     """The block compiled by default: the C program and `make sim` (every layer on
-    ws_accel's RTL) give the interpreter's integers, every layer its predicted cycles."""
-    source, inputs = _quantized_block(tmp_path)
+    ws_accel's RTL) give the interpreter's integers, every layer its predicted cycles;
+    shifted (TINY) and with the scores' rows padded (PADDED)."""
+    source, inputs = _quantized_block(tmp_path, size)
     outdir = tmp_path / "out"
     compiled = subprocess.run([sys.executable, "-m", "glensidec", "compile", str(source),
                                "-o", str(outdir)], capture_output=True, text=True, timeout=600)
@@ -196,6 +268,6 @@ def test_a_shifted_window_block_cosimulates_bit_exactly(tmp_path: Path,
     assert np.array_equal(np.load(tmp_path / "sim.npy").reshape(expected.shape), expected)
     report = json.loads((outdir / "cosim_report.json").read_text())
     # each head's Q, K and V projections, and per (window, head) Q·Kᵀ and ·V
-    assert len(report["calls"]) >= 3 * TINY.heads + 2 * TINY.windows * TINY.heads
+    assert len(report["calls"]) >= 3 * size.heads + 2 * size.windows * size.heads
     assert all(call["data_ok"] and call["simulated_cycles"] == call["predicted_cycles"]
                for call in report["calls"])

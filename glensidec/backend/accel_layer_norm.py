@@ -16,7 +16,9 @@ host only packs each row's (m, p) at the start of every N block of the residual 
 layer reads (a copy and a loop of rows × blocks values). A loop that ends at t, its
 requantize a host instruction of its own reading t through a view (ConvNeXt's LayerNorm2d
 with scale 1 and bias 0: permuted back to NCHW), is the layer with that requantize, and
-the requantize a copy of the layer's rows through the same view. A loop of any other
+the requantize a copy of the layer's rows through the same view; so is a loop whose t
+several equal requantizes read, each a part of it (Swin's shifted blocks: the cyclic
+shift's slices), each then a copy of its part of the rows. A loop of any other
 shape, or on an array narrower than the 8 bytes the values take, stays on the host.
 """
 
@@ -72,10 +74,10 @@ class _Normalisation:
     bias: tuple[int, ...]
     multiplier: tuple[int, ...]
     epilogue: EpilogueConfig
-    # the host requantize that reads t (when the loop ends at t, ConvNeXt's LayerNorm2d:
-    # its requantize reads t through the permutation back to NCHW); None when the loop
-    # requantizes itself
-    requantize: int | None = None
+    # the host requantizes that read t (when the loop ends at t, ConvNeXt's LayerNorm2d:
+    # its requantize reads t through the permutation back to NCHW; Swin's shifted blocks:
+    # one per slice of the cyclic shift); () when the loop requantizes itself
+    requantize: tuple[int, ...] = ()
 
 
 def fuse_layer_norms(lowered: LoweredProgram, weights: dict[str, Array],
@@ -204,7 +206,7 @@ def _find(lowered: LoweredProgram, index: int, weights: dict[str, Array]
             bias = value.values
         steps.append(value)
     result = steps[-1] if steps else None
-    requantize: int | None = None
+    requantize: tuple[int, ...] = ()
     if result is not None and result.kind in ("t", "t+b"):
         after = _requantize_after(lowered, index, result, columns)
         if after is None:
@@ -223,23 +225,34 @@ def _find(lowered: LoweredProgram, index: int, weights: dict[str, Array]
 
 
 def _requantize_after(lowered: LoweredProgram, index: int, t: _Value, columns: int
-                      ) -> tuple[int, _Value] | None:
-    """(its index, y) when the loop at `index` writes t (or t plus a bias) whole and
-    row-major, and its one reader is a requantize to i8 of all of it, through any view
-    (LayerNorm2d's permutation back to NCHW); else None."""
+                      ) -> tuple[tuple[int, ...], _Value] | None:
+    """(their indices, y) when the loop at `index` writes t (or t plus a bias) whole and
+    row-major, and its readers are equal requantizes to i8 that together read each of its
+    elements once, through any views (LayerNorm2d's permutation back to NCHW, a cyclic
+    shift's slices); else None."""
     fused = lowered.instructions[index]
     assert isinstance(fused, Fused)
     readers = lowered.readers().get(fused.dst.buffer, [])
-    if len(readers) != 1 or not lowered.is_whole(fused.dst):
+    if not readers or not lowered.is_whole(fused.dst):
         return None
-    follower = lowered.instructions[readers[0]]
-    if not (isinstance(follower, Map) and follower.op.name == "requantize" and
-            lowered.buffer_of(follower.dst).dtype == "i8" and
-            follower.src.buffer == fused.dst.buffer and
-            math.prod(follower.src.shape) == lowered.buffer_of(fused.dst).elements):
+    followers = [lowered.instructions[reader] for reader in readers]
+    elements = lowered.buffer_of(fused.dst).elements
+    first = followers[0]
+    if not all(isinstance(follower, Map) and follower.op == first.op and  # type: ignore
+               follower.op.name == "requantize" and
+               lowered.buffer_of(follower.dst).dtype == "i8" and
+               follower.src.buffer == fused.dst.buffer for follower in followers):
         return None
-    y = _step(Step(follower.op, (0,), "i8"), [t], columns)
-    return None if y is None else (readers[0], y)
+    if len(followers) > 1:  # (one reader of all of t: a permutation, read once)
+        read = np.concatenate([view_array(follower.src, np.arange(elements)).reshape(-1)
+                               for follower in followers if isinstance(follower, Map)])
+        if read.size != elements or np.unique(read).size != elements:
+            return None
+    elif math.prod(first.src.shape) != elements:  # type: ignore[attr-defined]
+        return None
+    assert isinstance(first, Map)
+    y = _step(Step(first.op, (0,), "i8"), [t], columns)
+    return None if y is None else (tuple(readers), y)
 
 
 def _step(step: Step, args: list[_Value], columns: int) -> _Value | None:
@@ -395,7 +408,7 @@ def _rewrite(lowered: LoweredProgram, index: int, found: _Normalisation,
     diagonal = np.zeros((1, 1, columns, columns), np.int64)
     diagonal[0, 0, np.arange(columns), np.arange(columns)] = -MEAN_FRACTION
     direct = _rows(lowered, fused.dst, rows, columns) \
-        if lowered.is_whole(fused.dst) and found.requantize is None else None
+        if lowered.is_whole(fused.dst) and not found.requantize else None
     out = direct if direct is not None else builder.activation(f"{name}_rows", (rows, columns))
     bias = builder.constant(f"{name}_bias", "i32", np.array(found.bias, np.int64))
     weights = builder.constant(f"{name}_weights", "i8",
@@ -411,13 +424,13 @@ def _rewrite(lowered: LoweredProgram, index: int, found: _Normalisation,
         groups=columns, group_cols=accel.cols,
         residual=contiguous(values_name, (rows, columns // 4)), residual_add=added)
     replacement: list[Instruction] = [*pack, layer]
-    if found.requantize is not None:  # its reader reads the rows through its view
-        requantize = lowered.instructions[found.requantize]
+    for position in found.requantize:  # each reader reads the rows through its view
+        requantize = lowered.instructions[position]
         assert isinstance(requantize, Map)
-        lowered.instructions[found.requantize] = Copy(
+        lowered.instructions[position] = Copy(
             f"{requantize.note}: the accelerator's normalised rows", requantize.dst,
             View(out.buffer, requantize.src.offset, requantize.src.dims))
-    elif direct is None:
+    if direct is None and not found.requantize:
         replacement.append(Copy(f"{fused.note}: the accelerator's rows", fused.dst,
                                 contiguous(out.buffer, fused.dst.shape)))
     lowered.instructions[index:index + 1] = replacement

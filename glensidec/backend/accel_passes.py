@@ -57,7 +57,10 @@ In order (each a module of its own, each taking and giving a `LoweredProgram`):
    Then `accel_softmax_exp.fuse_softmax_maxima`: softmax's row maximum of scores the
    heads' layers write is a max-pool of their rows re-laid as squares of pixels (the
    layers writing and reading them at a row pitch), the host's maximum over a few block
-   maxima a row.
+   maxima a row. `accel_swin.fuse_position_biases`: Swin's relative-position bias added to
+   the scores (requantize(256·s + b)) becomes depthwise 1×1 layers, a window's scores
+   one row and b a per-column bias, 256·s the array's s plus the epilogue's early
+   residual 255·s, writing the rows where the maxima's pool reads them.
 9. `accel_row_sums`: a LayerNorm's row sums Σq and Σq² of its int8 rows become array
    calls (q times a column of ones; each block of rows times its transpose, the host
    copying the transposes in and the diagonals out).
@@ -91,7 +94,11 @@ from glensidec.backend.accel_softmax_exp import (
     fuse_softmax_maxima,
     sum_exponentials_on_the_array,
 )
-from glensidec.backend.accel_swin import merge_window_requantizations, write_heads_in_place
+from glensidec.backend.accel_swin import (
+    fuse_position_biases,
+    merge_window_requantizations,
+    write_heads_in_place,
+)
 from glensidec.backend.fold_constants import fold_constant_copies
 from glensidec.backend.fuse_elementwise import fuse_elementwise
 from glensidec.backend.lower import LoweredProgram
@@ -126,5 +133,7 @@ def fuse_for_accelerator(lowered: LoweredProgram, weights: dict[str, Array],
     layers = write_heads_in_place(write_in_place(layers))
     # (once the heads write the scores in place: their rows re-laid for the pool)
     layers = fuse_softmax_maxima(layers, weights, accel)
+    # (then the scores' bias add, writing the rows where the maxima's pool reads them)
+    layers = fuse_position_biases(layers, weights, accel)
     layers = sum_rows_on_the_array(layers, accel)
     return program_accel_layers(layers, weights, accel)

@@ -22,7 +22,7 @@ copies go too.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -32,7 +32,15 @@ from glensidec.backend.accel_attention import (
     _untouched_between,
     apply_edits,
 )
-from glensidec.backend.accel_layers import LayerBuilder, _fusable, drop_dead_code
+from glensidec.backend.accel_layers import (
+    LayerBuilder,
+    _fusable,
+    check_fits,
+    drop_dead_code,
+    evaluate_buffer,
+    scalar_value,
+)
+from glensidec.backend.accel_softmax_exp import _relaid
 from glensidec.backend.lower import (
     ACTIVATION,
     CONSTANT,
@@ -40,6 +48,8 @@ from glensidec.backend.lower import (
     ArrayGemm,
     Buffer,
     Copy,
+    Fill,
+    Fused,
     Instruction,
     LoweredProgram,
     RequantizePerChannel,
@@ -47,7 +57,9 @@ from glensidec.backend.lower import (
     constant_array,
 )
 from glensidec.backend.views import Axis, View, contiguous, view_array
-from glensidec.hardware.commands import AccelConfig
+from glensidec.errors import GlensideError
+from glensidec.hardware.accel import ConvLayer, EpilogueConfig, ResidualConfig
+from glensidec.hardware.commands import AccelConfig, LayerQuant, weight_rows
 from glensidec.lang.dtypes import Array
 
 
@@ -250,3 +262,209 @@ def _rows_moved(lowered: LoweredProgram, index: int, copy: Copy,
             layer, dst=View(target.name, base, ((Axis(m, pitch),), (Axis(n, 1),))),
             output_pitch=0 if pitch == n else pitch)
     return moved
+
+
+# -- the relative-position bias added to the scores, on the accelerator ------------------
+
+#: The bias of columns no score lands in (the max-pool's padding between rows): low
+#: enough that the requantize saturates to −128, as the padding's fill writes it.
+GAP_BIAS = -(1 << 30)
+
+
+@dataclass(frozen=True)
+class _BiasAdd:
+    """requantize(c·cast(s) + b) of int8 scores s and a constant i32 b, as rows (one
+    per window: the loop's outermost axis) of `n` columns in both buffers."""
+
+    scores: str  # s's buffer
+    dst: str
+    score_bases: Array  # (rows,): where each row starts in s's buffer
+    dst_bases: Array  # (rows,): in dst's buffer
+    columns: Array  # (elements per row,): each element's column, the same in both buffers
+    bias: Array  # (rows, elements per row): b
+    factor: int  # c
+    n: int
+    multiplier: int
+    epilogue: EpilogueConfig
+
+
+def fuse_position_biases(lowered: LoweredProgram, weights: dict[str, Array],
+                         accel: AccelConfig) -> LoweredProgram:
+    """`lowered` with each host loop requantize(c·cast(s) + b) of an int8 s and a constant
+    i32 b (Swin's relative-position bias, and the shifted windows' mask, added to the
+    scores at a finer scale) as depthwise 1×1 layers, one per run of windows with the same
+    bias: a window's scores are one row, so b is a per-column bias, and c·s, wider than an
+    int8 weight, is s on the array plus (c − 1)·s as the epilogue's early residual add
+    (a new program)."""
+    result = lowered.copy()
+    index = 0
+    while index < len(result.instructions):
+        if isinstance(result.instructions[index], Fused):
+            found = _bias_add(result, index, weights)
+            if found is not None:
+                index += _bias_layers(result, index, found, accel)
+        index += 1
+    drop_dead_code(result)
+    return result
+
+
+def _bias_add(lowered: LoweredProgram, index: int, weights: dict[str, Array]
+              ) -> _BiasAdd | None:
+    """The loop at `index` as requantize(c·cast(s) + b) in rows of windows, the scores'
+    buffer re-laid as the result's rows when they are (the row maximum's padding); else
+    None."""
+    fused = lowered.instructions[index]
+    assert isinstance(fused, Fused)
+    if [step.name for step in fused.steps] != ["cast", "elementwise-mul", "elementwise-add",
+                                               "requantize"] or \
+            lowered.buffer_of(fused.dst).dtype != "i8" or len(fused.dst.shape) < 2:
+        return None
+    cast, scale, add, requantize = fused.steps
+    if cast.operands[0] < 0 or sorted(scale.operands)[0] != -1 or \
+            sorted(add.operands)[0] != -2 or requantize.operands != (-3,) or \
+            isinstance(requantize.op, str):
+        return None
+    scores = fused.leaves[cast.operands[0]]
+    factor_leaf = fused.leaves[max(scale.operands)]
+    bias_leaf = fused.leaves[max(add.operands)]
+    if lowered.buffer_of(scores).dtype != "i8" or \
+            lowered.buffer_of(scores).kind != ACTIVATION:
+        return None
+    factor = scalar_value(lowered, factor_leaf, weights, index)
+    flat = evaluate_buffer(lowered, bias_leaf.buffer, weights, index)
+    if factor is None or flat is None or not 1 < factor < 1 << 14:
+        return None
+    multiplier, pre, post, zero_point = (int(v) for v in requantize.op.params)
+    rows = fused.dst.shape[0]
+    bias = view_array(bias_leaf, flat).reshape(rows, -1).astype(np.int64)
+    layout = _row_layout(lowered, fused.dst, scores, rows)
+    if layout is None:
+        relaid = _relay_scores(lowered, fused.dst, scores)
+        if not relaid:
+            return None
+        fused = lowered.instructions[index]
+        assert isinstance(fused, Fused)
+        scores = fused.leaves[cast.operands[0]]
+        layout = _row_layout(lowered, fused.dst, scores, rows)
+        if layout is None:
+            return None
+    score_bases, dst_bases, columns, n = layout
+    if not _gaps_are_padding(lowered, index, fused.dst.buffer, columns, n):
+        return None
+    return _BiasAdd(scores.buffer, fused.dst.buffer, score_bases, dst_bases, columns, bias,
+                    factor, n, multiplier, EpilogueConfig(pre, post, zero_point))
+
+
+def _row_layout(lowered: LoweredProgram, dst: View, scores: View, rows: int
+                ) -> tuple[Array, Array, Array, int] | None:
+    """(where each row starts in the scores, in dst, each element's column, the row's
+    columns n) when every row of both views reads the same columns of a row n wide, rows
+    n apart; else None."""
+    read = view_array(scores, np.arange(lowered.buffer_of(scores).elements)).reshape(rows, -1)
+    written = view_array(dst, np.arange(lowered.buffer_of(dst).elements)).reshape(rows, -1)
+    score_bases, dst_bases = read.min(axis=1), written.min(axis=1)
+    columns = written[0] - dst_bases[0]
+    if not (np.array_equal(read - score_bases[:, None], written - dst_bases[:, None]) and
+            np.array_equal(written - dst_bases[:, None],
+                           np.broadcast_to(columns, written.shape))):
+        return None
+    n = int(columns.max()) + 1
+    if rows > 1:
+        pitch = int(dst_bases[1] - dst_bases[0])
+        if pitch < n or \
+                not np.array_equal(dst_bases, dst_bases[0] + pitch * np.arange(rows)) or \
+                not np.array_equal(score_bases, score_bases[0] + pitch * np.arange(rows)):
+            return None
+        n = pitch  # (the gaps after a row's last score: the padding's too)
+    if len(np.unique(columns)) != columns.size:
+        return None
+    return score_bases, dst_bases, columns, n
+
+
+def _relay_scores(lowered: LoweredProgram, dst: View, scores: View) -> bool:
+    """Re-lay the scores' buffer as the result's rows are (`fuse_softmax_maxima`'s padded
+    rows, the layers that write the scores writing them that far apart): whether it did."""
+    target = lowered.buffer_of(dst)
+    source = lowered.buffer_of(scores)
+    keys, pitch = source.shape[-1], target.shape[-1]
+    if pitch <= keys or source.elements % keys or \
+            target.elements != source.elements // keys * pitch:
+        return False
+    name = LayerBuilder(lowered).name(f"{source.name}_blocks")
+    moved = _relaid(lowered, source.name, keys, pitch, name)
+    if moved is None:
+        return False
+    lowered.buffers[name] = Buffer(name, "i8", (source.elements // keys, pitch), ACTIVATION)
+    for position, replacement in moved.items():
+        assert len(replacement) == 1
+        lowered.instructions[position] = replacement[0]
+    return True
+
+
+def _gaps_are_padding(lowered: LoweredProgram, index: int, dst: str, columns: Array,
+                      n: int) -> bool:
+    """Whether the columns of dst's rows that the loop does not write may be written with
+    −128: none, or only fills of the minimum write that buffer besides the loop."""
+    if columns.size == n:
+        return True
+    others = [lowered.instructions[position] for position in lowered.writers().get(dst, [])
+              if position != index]
+    return all(isinstance(fill, Fill) and fill.minimum for fill in others)
+
+
+def _bias_layers(lowered: LoweredProgram, index: int, found: _BiasAdd,
+                 accel: AccelConfig) -> int:
+    """The loop at `index` as one layer per run of rows with the same bias: the number of
+    instructions added; 0 (nothing changed) when a layer does not fit."""
+    rows = found.bias.shape[0]
+    n = found.n
+    starts = [0] + [row for row in range(1, rows)
+                    if not np.array_equal(found.bias[row], found.bias[row - 1])]
+    runs = list(zip(starts, [*starts[1:], rows], strict=True))
+    added = ResidualConfig(multiplier=found.factor - 1, early=True)
+    layers: list[Instruction] = []
+    builder = LayerBuilder(lowered)
+    fused = lowered.instructions[index]
+    assert isinstance(fused, Fused)
+    diagonal = np.zeros(n, np.int64)
+    diagonal[found.columns] = 1  # s·1 on the array (the gaps: 0)
+    for start, stop in runs:
+        bias = np.full(n, GAP_BIAS, np.int64)
+        bias[found.columns] = found.bias[start]
+        m = stop - start
+        name = found.dst
+        geometry = ConvLayer(name, m, 1, n, n, groups=n)
+        quant = LayerQuant(found.epilogue, tuple(int(v) for v in bias),
+                           (found.multiplier,) * n, residual=added)
+        try:
+            check_fits(accel, geometry, quant)
+        except GlensideError:
+            return 0  # the host adds the bias
+        rows_of = ((Axis(m, n),), (Axis(n, 1),))
+        scores = View(found.scores, int(found.score_bases[start]), rows_of)
+        packed = depthwise_weights(geometry, accel.cols, diagonal)
+        layers.append(AccelLayer(
+            f"{fused.note}: windows {start}..{stop - 1}, the bias per column, c·s as s "
+            f"plus the early residual {found.factor - 1}·s",
+            View(found.dst, int(found.dst_bases[start]), rows_of), name=name,
+            a=scores, b=builder.constant(f"{name}_weights", "i8", packed),
+            bias=builder.constant(f"{name}_bias", "i32", bias),
+            multiplier=builder.constant(f"{name}_multiplier", "i32",
+                                        np.full(n, found.multiplier, np.int64)),
+            commands=builder.commands_placeholder(name), m=m, k=packed.shape[0], n=n,
+            pre=found.epilogue.pre, post=found.epilogue.post,
+            zero_point=found.epilogue.zero_point, low=found.epilogue.low,
+            high=found.epilogue.high, image=(m, 1, n), kernel=1, stride=1, groups=n,
+            group_cols=accel.cols, residual=scores, residual_add=added))
+    lowered.instructions[index:index + 1] = layers
+    return len(layers) - 1
+
+
+def depthwise_weights(layer: ConvLayer, cols: int, diagonal: Array) -> Array:
+    """`commands.weight_matrix` of a depthwise 1×1 layer whose channel c is multiplied by
+    diagonal[c], without the (C, C) matrix it unpacks (Swin's rows are 30,576 wide)."""
+    assert layer.groups == layer.channels == layer.out_channels and layer.taps == 1
+    packed = np.zeros((weight_rows(layer, cols), layer.out_channels), np.int64)
+    channels = np.arange(layer.out_channels)
+    packed[channels % cols, channels] = diagonal
+    return packed
