@@ -100,9 +100,22 @@ def test_every_attention_product_is_an_accelerator_layer(tmp_path: Path) -> None
     assert len({layer.dst.buffer for layer in scores}) == 1
     assert len({layer.dst.buffer for layer in contexts}) == 1
     assert all(lowered.buffers[name].kind == "activation" for name in weights)
+    # the output projection, a matrix layer, reads the contexts as the heads stored them:
+    # each head its block of columns of the projection's rows (accel_heads; the compiled
+    # program reads them interleaved, a copy of every element on the host before)
+    (projection,) = [layer for layer in _products(layers) if (layer.m, layer.k) ==
+                     (tokens, TINY.features) and layer.a.buffer in
+                     {context.dst.buffer for context in contexts}]
+    assert not projection.image
+    assert sorted((context.dst.offset, context.output_pitch) for context in contexts) == \
+        [(head * width, TINY.features) for head in range(heads)]
+    assert not any(isinstance(instruction, Copy) and
+                   (instruction.src.buffer == projection.a.buffer or
+                    instruction.dst.buffer == projection.a.buffer)
+                   for instruction in lowered.instructions)
     # No array call multiplies two activations any more (the MLP's first layer, whose
     # result GELU reads twice, may stay an array call: it has constant weights), but a
-    # LayerNorm's Σq² (each block of its rows times its transpose, accel_row_sums).
+    # LayerNorm's row sums (accel_row_sums).
     assert all(lowered.buffers[gemm.b.buffer].kind == "constant" or
                lowered.buffers[gemm.a.buffer].kind == "constant" or ROW_SUMS in gemm.note
                for gemm in lowered.instructions if isinstance(gemm, ArrayGemm))

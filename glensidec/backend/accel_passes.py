@@ -51,7 +51,9 @@ In order (each a module of its own, each taking and giving a `LoweredProgram`):
    a layer's rows in NCHW, is written by a layout layer; a dense layer that reads a
    layer's rows reordered reads them as they are, its weights reordered.
 8. `accel_attention.write_in_place`: layers whose results a concatenation copies write
-   its runs themselves (attention's heads); `accel_swin.write_heads_in_place`: layers whose
+   its runs themselves (attention's heads); `accel_heads`: a product whose rows a copy
+   interleaves from such a stack of heads (vit_b_16's output projection) reads them in the
+   stack's order, its weights' rows permuted; `accel_swin.write_heads_in_place`: layers whose
    results one copy rearranges into another buffer's rows (Swin's contexts interleaved
    into the output projection's rows) store them there, rows `output_pitch` apart.
    Then `accel_softmax_exp.fuse_softmax_maxima`: softmax's row maximum of scores the
@@ -79,6 +81,7 @@ from glensidec.backend.accel_dense import fuse_dense_blocks
 from glensidec.backend.accel_depthwise import fuse_accel_depthwise
 from glensidec.backend.accel_gather import gather_channels
 from glensidec.backend.accel_grouped import fuse_accel_grouped
+from glensidec.backend.accel_heads import read_heads_in_stack_order
 from glensidec.backend.accel_layer_norm import fuse_layer_norms
 from glensidec.backend.accel_layers import fuse_accel_layers, program_accel_layers
 from glensidec.backend.accel_layout import join_concatenations, read_layer_rows
@@ -130,7 +133,8 @@ def fuse_for_accelerator(lowered: LoweredProgram, weights: dict[str, Array],
     layers = fuse_accel_pools(layers, weights, accel)
     layers = absorb_input_layouts(read_layer_rows(layers, weights, accel), weights, accel)
     layers = absorb_result_layouts(fold_constant_copies(layers, weights), weights, accel)
-    layers = write_heads_in_place(write_in_place(layers))
+    layers = write_heads_in_place(read_heads_in_stack_order(write_in_place(layers), weights,
+                                                            accel))
     # (once the heads write the scores in place: their rows re-laid for the pool)
     layers = fuse_softmax_maxima(layers, weights, accel)
     # (then the scores' bias add, writing the rows where the maxima's pool reads them)
