@@ -250,3 +250,45 @@ def test_stretches_end_where_held_weights_collide_with_patterned_rows(stride: in
         timing = _compare(config, [*loads, *computes, *tail])
         stalls += timing.cycles - timing.compute_rows
     assert stalls > 0
+
+
+def _chained(first: list[Command], second: list[Command]) -> list[Command]:
+    """`second` queued behind `first` in one stream, its first LOAD fenced (it starts once
+    every STORE of `first` has written its last beat), as sim/cocotb_ws_accel.py's
+    chain3x3_maxpool runs a convolution and a pool of its result on the RTL."""
+    at = next(i for i, command in enumerate(second) if isinstance(command, Load))
+    fenced = dataclasses.replace(second[at], fence=True)  # type: ignore[arg-type]
+    return [*first, *second[:at], fenced, *second[at + 1:]]
+
+
+@pytest.mark.parametrize("config_name", sorted(CONFIGS))
+@pytest.mark.parametrize("pool", POOLS[:3], ids=lambda layer: layer.name)
+def test_a_fenced_load_takes_the_python_models_cycles_and_round_trips(
+        pool: ConvLayer, config_name: str) -> None:
+    """The C port and the packed tables take the fenced LOAD (issue 26: layers chained in
+    one stream; the table's `emit` column, unused by loads, holds it): a convolution, then
+    a max-pool queued behind it (and the reverse), the pool's first load fenced."""
+    config = CONFIGS[config_name]
+    conv = LAYERS[0]
+    commands = conv_program(config, conv, random_layer_data(conv, 0)[2]).commands
+    pooled = pool_program(config, pool).commands
+    for stream in (_chained(commands, pooled), _chained(pooled, commands)):
+        assert sum(isinstance(c, Load) and c.fence for c in stream) == 1
+        _compare(config, stream)
+        table = pack_commands(stream)
+        assert np.count_nonzero((table[:, 0] == 0) & (table[:, accel_native.FENCE] == 1)) == 1
+        assert native_cycles(_native(), config, table, 10**8).cycles == \
+            AccelModel(config).run(stream).cycles
+
+
+def test_a_table_without_fences_is_unchanged_by_the_fence_column() -> None:
+    """Loads keep 0 in the fence's column unless fenced: every table compiled before the
+    fence existed packs to the same rows."""
+    program = conv_program(SMALL, LAYERS[0], random_layer_data(LAYERS[0], 0)[2])
+    table = pack_commands(program.commands)
+    assert not table[table[:, 0] == 0, accel_native.FENCE].any()
+    quant = random_layer_data(LAYERS[0], 0)[2]
+    fenced = _chained(program.commands, program.commands)
+    unpacked = unpack_commands(pack_commands(fenced).astype(np.int32), SMALL.cols,
+                               quant.epilogue, quant.bias, quant.multiplier)
+    assert unpacked == fenced

@@ -21,7 +21,9 @@ enum { OP_LOAD = 0, OP_COMPUTE = 1, OP_STORE = 2, OP_CONFIG = 3 };
 /* One command, flattened by accel_native.pack_commands: every field is an int64. */
 typedef struct {
   int64_t op, wait, signal;
-  int64_t w_row, a_row, m_len, add, emit; /* COMPUTE */
+  int64_t w_row, a_row, m_len, add; /* COMPUTE */
+  int64_t emit; /* COMPUTE: send the rows to the store path; LOAD: the fence (start once
+                   every STORE dispatched before it has written its last beat) */
   int64_t base, length, count1, stride1, count2, stride2, spad_row, bounds; /* LOAD/STORE */
   int64_t y0, y_step, height, x0, x_step, width, pad_value;
   int64_t wait_store; /* LOAD: take a store -> load token */
@@ -95,6 +97,10 @@ typedef struct {
   /* dispatcher queues (command indices) and the tokens */
   fifo lq, eq, sq, aq;
   int64_t tok_le, tok_el, tok_sl, tok_ls;
+  /* the fence: per queued load, the STOREs dispatched before it; STOREs dispatched and
+     STOREs whose last beat is written */
+  fifo lq_sent;
+  int64_t st_sent, st_written;
   /* load unit: slots (1 ends a row), due cycles of row writes, loads in flight */
   fifo dma_slots, writes, track_signal, track_rows, track_signal_store;
   int64_t track_written;
@@ -255,6 +261,7 @@ static int step(model *m, int64_t cycle, int64_t limit, gs_timing *timing, int64
   int load_busy = m->dma_slots.count > 0;
   int l_valid = l_head >= 0 && (!cmd[l_head].wait || m->tok_el > 0) &&
                 (!cmd[l_head].wait_store || m->tok_sl > 0) &&
+                (!cmd[l_head].emit || m->st_written >= fifo_front(&m->lq_sent)) &&
                 m->track_rows.count < m->track_depth;
   int l_accept = l_valid && (m->dma_slots.count == 0 || dma_last);
   int wr_en = m->writes.count && fifo_front(&m->writes) == cycle;
@@ -328,6 +335,7 @@ static int step(model *m, int64_t cycle, int64_t limit, gs_timing *timing, int64
   }
   if (l_accept) {
     const gs_command *load = &cmd[fifo_pop(&m->lq)];
+    fifo_pop(&m->lq_sent);
     if (fifo_push(&m->track_signal, load->signal) ||
         fifo_push(&m->track_signal_store, load->signal_store) ||
         fifo_push(&m->track_rows, load->count1 * load->count2) ||
@@ -410,6 +418,7 @@ static int step(model *m, int64_t cycle, int64_t limit, gs_timing *timing, int64
   if (lane_step)
     m->epi_phase = lane_last ? 0 : m->epi_phase + 1;
   m->out_valid = lane_done || (m->out_valid && out_full);
+  m->st_written += st_cmd_last;
   if (write) {
     if (st_beat_last) {
       fifo_pop(&m->st_rows);
@@ -476,6 +485,9 @@ static int step(model *m, int64_t cycle, int64_t limit, gs_timing *timing, int64
     m->cfg_residual = (int)cmd[head].residual;
   }
   if (dispatch) {
+    if (cmd[offered].op == OP_LOAD && fifo_push(&m->lq_sent, m->st_sent))
+      return -1;
+    m->st_sent += cmd[offered].op == OP_STORE;
     if (fifo_push(queue, offered))
       return -1;
     m->next_command += 1;
@@ -486,7 +498,7 @@ static int step(model *m, int64_t cycle, int64_t limit, gs_timing *timing, int64
 }
 
 static void release(model *m) {
-  fifo *fifos[] = {&m->lq, &m->eq, &m->sq, &m->aq, &m->dma_slots, &m->writes,
+  fifo *fifos[] = {&m->lq, &m->lq_sent, &m->eq, &m->sq, &m->aq, &m->dma_slots, &m->writes,
                    &m->track_signal, &m->track_rows, &m->track_signal_store, &m->st_rows};
   for (size_t i = 0; i < sizeof fifos / sizeof fifos[0]; ++i)
     free(fifos[i]->items);

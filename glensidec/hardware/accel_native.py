@@ -51,6 +51,9 @@ _SUM = _DMA_FIELDS.index("height")  # a pooling store's: 1 for a sum pool
 _WINDOW_COUNT1, _WINDOW_STRIDE2, _PIXEL_STEP = (_DMA_FIELDS.index(name)
                                                 for name in ("x0", "x_step", "width"))
 _dma_fields = operator.attrgetter(*_DMA_FIELDS)  # a DmaCommand's fields, in order
+#: A LOAD's fence (commands.Load.fence) sits in the `emit` column, which loads do not use
+#: otherwise: tables without fenced loads are unchanged.
+FENCE = FIELDS.index("emit")
 #: The `epilogue` column of a CONFIG row: a Config whose epilogue applies the lookup table
 #: (EPILOGUE_LOOKUP), a chunk of the table (EPILOGUE_TABLE: `length` entries from entry
 #: `base` of the layer's table), or the scales (EPILOGUE_SCALE: the layer's scale vector
@@ -192,6 +195,7 @@ def pack_commands(commands: Sequence[Command | FlatCompute | FlatLoad],
     compute_values: list[int] = []
     loads: list[int] = []
     load_values: list[int] = []
+    fenced: list[int] = []  # fenced LOADs: 1 in their `emit` column (FENCE)
     others: list[Config | Store | Table | Scale] = []
     other_positions: list[int] = []
     for position in np.flatnonzero(widths == 0).tolist():
@@ -201,8 +205,7 @@ def pack_commands(commands: Sequence[Command | FlatCompute | FlatLoad],
             compute_values.extend(_compute_fields(command))
         elif isinstance(command, Load):
             if command.fence:
-                raise ValueError("a fenced LOAD: the packed table has no fence field "
-                                 "(commands.AccelModel prices fenced commands)")
+                fenced.append(position)
             loads.append(position)
             load_values.extend((command.wait, command.signal, *_dma_fields(command.dma),
                                 command.wait_store, command.signal_store))
@@ -228,6 +231,7 @@ def pack_commands(commands: Sequence[Command | FlatCompute | FlatLoad],
                 chain.from_iterable(flat), dtype=np.int64,  # type: ignore[arg-type]
                 count=rows.size * width).reshape(rows.size, width)
             table[rows, 0] = op
+    table[fenced, FENCE] = 1
     padding = [0] * len(_DMA_FIELDS)
     for position, command in zip(other_positions, others, strict=True):
         if isinstance(command, Config):  # its vectors stay in the layer; where they start
@@ -360,7 +364,8 @@ def unpack_commands(table: np.ndarray, cols: int, epilogue: EpilogueConfig,
             if op == 0:
                 dma = DmaCommand(**{**values, "bounds": bool(values["bounds"])})
                 commands.append(Load(dma, bool(field["wait"]), bool(field["signal"]),
-                                     bool(field["wait_store"]), bool(field["signal_store"])))
+                                     bool(field["wait_store"]), bool(field["signal_store"]),
+                                     bool(field["emit"])))
             else:
                 pooling = field["y0"] > 0  # its window, stride and sum flag, lines, step
                 pattern = {"x0": DmaCommand.x0, "x_step": DmaCommand.x_step,

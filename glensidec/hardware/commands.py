@@ -63,8 +63,8 @@ class Load:
     wait_store: bool = False  # take a store → load token first (residual rows were read)
     signal_store: bool = False  # give a load → store token once its last row is written
     # start only once every Store sent before it has written its last beat to main memory
-    # (the fence: a layer's input that the layer before it stored; the C port of the
-    # model and the packed tables do not take it yet, AccelModel does)
+    # (the fence: a layer's input that the layer before it stored; packed tables keep it
+    # in a load's `emit` column, accel_native.FENCE, and the C model prices it)
     fence: bool = False
 
 
