@@ -40,7 +40,13 @@ import bench_nas  # noqa: E402
 from glensidec import pipeline  # noqa: E402
 from glensidec.backend.lower import AccelLayer, constant_array  # noqa: E402
 from glensidec.hardware.accel import EpilogueConfig  # noqa: E402
-from glensidec.hardware.accel_native import FIELDS, unpack_commands  # noqa: E402
+from glensidec.hardware.accel_native import (  # noqa: E402
+    FIELDS,
+    native_cycles,
+    native_model,
+    pack_commands,
+    unpack_commands,
+)
 from glensidec.hardware.commands import (  # noqa: E402
     AccelConfig,
     AccelModel,
@@ -136,6 +142,10 @@ def chained(accel: AccelConfig, layers: list[Layer], parity: int, fence: bool
         stream += commands
         before = rows_loaded(commands)
         totals.append(AccelModel(accel).run(stream).cycles)
+    native = native_model()  # the C port prices the fence too: the compile's model
+    if native is not None and native_cycles(native, accel, pack_commands(stream),
+                                            10**9).cycles != totals[-1]:
+        raise SystemExit("the C cycle model and AccelModel differ on a chained stream")
     return totals
 
 
@@ -154,9 +164,10 @@ def main() -> int:
     lines = ["# Chaining the digits CNN's layers on ws_accel (a what-if, issue 26)", "",
              *(__doc__ or "").split("\n\n")[1:3], "",
              "Made by `python bench/bench_nas_chain.py`: every figure is `AccelModel`'s "
-             "(exact to the RTL; the fence is checked by sim/test_ws_accel.py). The "
-             "compiler does not chain layers yet: `glensidec compile` predicts the "
-             "'alone' column.", ""]
+             "(exact to the RTL; the fence is checked by sim/test_ws_accel.py), and the C "
+             "port of it, which the compile uses, gives the same chained totals (the "
+             "benchmark stops otherwise). The compiler does not chain layers yet: "
+             "`glensidec compile` predicts the 'alone' column.", ""]
     for label, (layers, alone, fenced, unfenced) in rows.items():
         choices = ", ".join(f"{k} {v}" for k, v in picks[label].items() if v != "keep")
         lines += [f"## {label}{': ' + choices if choices else ''}", "",
