@@ -1,7 +1,7 @@
 """ws_accel's fence (LOAD bit 7): a load that waits until every STORE sent before it has
 written its last beat, so a layer queued behind another reads that layer's result from
 memory. The RTL against AccelModel, data and cycles, is sim/test_ws_accel.py's
-chain3x3_maxpool; here the model's ordering, the command word and the packed table."""
+chain3x3_maxpool; here the model's ordering, the command word, the packed table and the C model."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from test_accel_commands import SMALL, random_layer_data
 
 from glensidec.hardware.accel import ConvLayer
-from glensidec.hardware.accel_native import pack_commands
+from glensidec.hardware.accel_native import FENCE, native_cycles, native_model, pack_commands
 from glensidec.hardware.commands import (
     AccelModel,
     Command,
@@ -95,8 +95,17 @@ def test_the_fence_is_bit_7_of_a_load_word() -> None:
     assert encode_command(dataclasses.replace(load, fence=True), SMALL.cols) == word | 1 << 7
 
 
-def test_the_packed_table_refuses_a_fenced_load() -> None:
-    """The C port of the model reads packed tables, which have no fence field yet: a
-    fenced program is priced by AccelModel, never silently without its fence."""
-    with pytest.raises(ValueError, match="fenced"):
-        pack_commands(chained(True)[0])
+def test_the_packed_table_keeps_a_fenced_load_and_the_c_model_prices_it() -> None:
+    """The C port of the model reads packed tables: the fence is a load's `emit` column
+    (was: pack_commands refused a fenced load), and the C model's cycles with it are
+    AccelModel's — later than the same stream without the fence."""
+    native = native_model()
+    if native is None:
+        pytest.fail("the C cycle model did not build (is a C compiler on PATH?)")
+    fenced, plain = chained(True)[0], chained(False)[0]
+    table = pack_commands(fenced)
+    loads = [command for command in fenced if isinstance(command, Load)]
+    assert table[table[:, 0] == 0, FENCE].tolist() == [int(load.fence) for load in loads]
+    cycles = native_cycles(native, SMALL, table, 10**8).cycles
+    assert cycles == AccelModel(SMALL).run(fenced).cycles
+    assert cycles > native_cycles(native, SMALL, pack_commands(plain), 10**8).cycles
