@@ -50,7 +50,13 @@ from glensidec.backend.lower import (
 )
 from glensidec.backend.views import Axis, View, contiguous, view_array
 from glensidec.errors import GlensideError
-from glensidec.hardware.accel import ROW_VALUE_BYTES, ConvLayer, EpilogueConfig, ResidualConfig
+from glensidec.hardware.accel import (
+    ROW_VALUE_BYTES,
+    ConvLayer,
+    EpilogueConfig,
+    ResidualConfig,
+    holds_row_values,
+)
 from glensidec.hardware.commands import AccelConfig, LayerQuant, weight_matrix
 from glensidec.lang.dtypes import Array
 
@@ -378,8 +384,8 @@ def _rewrite(lowered: LoweredProgram, index: int, found: _Normalisation,
     fused = lowered.instructions[index]
     assert isinstance(fused, Fused)
     rows, columns = found.x.shape
-    if columns % 4 or 0 < columns % accel.cols < ROW_VALUE_BYTES:
-        return 0  # a block of columns too narrow for its rows' values: the host normalises
+    if not holds_row_values(columns, accel.cols):
+        return 0  # the host normalises: the rows cannot carry their values
     name = fused.dst.buffer
     geometry = ConvLayer(name, rows, 1, columns, columns, groups=columns)
     added = ResidualConfig(rows=True, pre=found.shift)

@@ -49,7 +49,7 @@ from glensidec.backend.lower import (
     Step,
 )
 from glensidec.backend.views import Axis, View, contiguous, view_array
-from glensidec.hardware.accel import ROW_VALUE_BYTES, ResidualConfig
+from glensidec.hardware.accel import ROW_VALUE_BYTES, ResidualConfig, holds_row_values
 from glensidec.hardware.commands import AccelConfig
 from glensidec.lang.dtypes import Array
 
@@ -86,7 +86,7 @@ def fuse_row_scaled_products(lowered: LoweredProgram, weights: dict[str, Array],
                 and _known(result, gemm.b, weights, index, (gemm.k, gemm.n)) is None):
             continue
         found = _scaled(result, index, gemm, weights, readers)
-        if found is None or found.chain.cols % 4:
+        if found is None or not holds_row_values(found.chain.cols, accel.cols):
             continue
         layer = _product_layer(result, builder, index, found.chain, accel,
                                _rows_mode(result, builder, found, accel))

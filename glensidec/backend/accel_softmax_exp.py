@@ -55,7 +55,12 @@ from glensidec.backend.lower import (
 )
 from glensidec.backend.views import Axis, View, view_array
 from glensidec.errors import GlensideError
-from glensidec.hardware.accel import ROW_VALUE_BYTES, ConvLayer, EpilogueConfig, ResidualConfig
+from glensidec.hardware.accel import (
+    ConvLayer,
+    EpilogueConfig,
+    ResidualConfig,
+    holds_row_values,
+)
 from glensidec.hardware.commands import AccelConfig, LayerQuant, weight_matrix
 from glensidec.lang.dtypes import Array
 from glensidec.lang.terms import ComputeOp
@@ -241,10 +246,7 @@ def _narrowed(instruction: Instruction, first: int, count: int) -> Instruction:
 def layer_columns(keys: int, cols: int) -> int:
     """How many of a row's `keys` columns the layer takes: all when they are a multiple of
     4 whose last N block holds a row's 8 bytes of values, else the whole blocks."""
-    last = keys % cols
-    if keys % 4 == 0 and (last == 0 or last >= ROW_VALUE_BYTES):
-        return keys
-    return keys - last
+    return keys if holds_row_values(keys, cols) else keys - keys % cols
 
 
 def _rewrite(lowered: LoweredProgram, found: _Exponentials, accel: AccelConfig) -> int:

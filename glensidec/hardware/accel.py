@@ -316,6 +316,15 @@ class ResidualConfig:
 ROW_VALUE_BYTES = 8
 
 
+def holds_row_values(columns: int, cols: int) -> bool:
+    """Whether a per-row layer of `columns` int8 output columns on an array of `cols` can
+    carry each row's values: its residual rows, `columns` bytes apart, are written as i32
+    (so a multiple of 4 columns), and ws_epilogue reads the values from the first 8 bytes
+    of every N block's own residual row, the last block's too (whole, or 8 columns)."""
+    last = columns % cols
+    return columns % 4 == 0 and (last == 0 or last >= ROW_VALUE_BYTES)
+
+
 def row_reciprocal(packed: npt.NDArray[np.integer]) -> tuple[npt.NDArray[np.int64],
                                                              npt.NDArray[np.int64]]:
     """(h, l) of the per-row mode's reciprocal p = l·2^16 + h (i32): h its low 16 bits,
