@@ -809,3 +809,14 @@ def test_what_only_a_concatenation_reads_is_quantized_to_its_parameters(
     inputs = sample_list(calibration, 2)
     errors = layer_errors(quantized, program, inputs)
     assert all(error.arithmetic <= 0.52 for error in errors)
+
+
+def test_quantizing_a_program_of_integer_inputs_alone_says_there_is_nothing_to_quantize(
+        ) -> None:
+    """An imported model whose one input is int32 (x·3 − 7, clipped) computes on integers
+    only: the error says so, where it used to say the result did not depend on an input."""
+    program = parse_program("(input x i32 (shape 2 3))"
+                            "(compute (clip -100 100) (access-tensor x))")
+    calibration = {"x": np.arange(24, dtype=np.int32).reshape(4, 2, 3)}
+    with pytest.raises(GlensideError, match="computed from integer inputs alone"):
+        quantize(program, calibration)

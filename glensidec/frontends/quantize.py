@@ -289,6 +289,10 @@ class Quantizer:
                 no_raw_zeros(root)
             except Unsupported as error:
                 raise GlensideError(f"quantize: the result: {error}") from None
+        if isinstance(root, Int):  # nothing in float to quantize
+            raise GlensideError("quantize: the program's result is computed from integer "
+                                "inputs alone: it has nothing to quantize (compile or run "
+                                "it as it is)")
         if not isinstance(root, (Q8, Host)):
             raise GlensideError("quantize: the program's result does not depend on an input")
         return root.term, root
