@@ -6,6 +6,7 @@ Integers must match exactly and in the documented dtype; floats at 1e-5.
 from __future__ import annotations
 
 import itertools
+import warnings
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ from conftest import EXAMPLES, assert_matches, make_program, run_with
 from glensidec.frontends import builders as b
 from glensidec.lang.data import random_inputs
 from glensidec.lang.interp import run_program
-from glensidec.lang.syntax import read_program
+from glensidec.lang.syntax import parse_program, read_program
 from glensidec.lang.terms import Symbol
 from glensidec.lang.typecheck import check_program, root_type
 
@@ -394,3 +395,23 @@ def test_scalar_result_keeps_its_empty_shape() -> None:
     x = np.arange(6, dtype=np.int8).reshape(2, 3)
     result, _ = run_with(program, x=x)
     assert result.shape == () and result.dtype == np.int32 and int(result) == 15
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("(compute softmax (access (access-tensor x) 1))", [[np.nan] * 3, [0.0, 0.5, 0.5]]),
+    ("(compute elementwise-sub (access-pair (access-tensor x) (access-tensor x)))",
+     [[np.nan, np.nan, 0.0], [np.nan, 0.0, 0.0]]),
+    ("(compute reduce-sum (access (access-tensor x) 1))", [np.nan, -np.inf]),
+    ("(compute dot-product (access-cartesian-product (access (access-tensor x) 1) "
+     "(access (access-tensor x) 1)))", [[np.inf, np.nan], [np.nan, np.inf]]),
+])
+def test_f32_infinities_give_nan_and_inf_without_warnings(text: str, expected: object) -> None:
+    """IEEE arithmetic as the generated C and the frameworks do it (torch.softmax of a row
+    holding inf is NaN): inf − inf is NaN, silently. The interpreter used to print numpy's
+    RuntimeWarning ('invalid value encountered in subtract') from `glensidec run`."""
+    program = parse_program(f"(input x f32 (shape 2 3)) {text}")
+    x = np.array([[np.inf, -np.inf, 2.0], [-np.inf, 0.0, 0.0]], np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = run_program(program, {"x": x})
+    np.testing.assert_array_equal(got, np.array(expected, np.float32))

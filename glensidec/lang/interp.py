@@ -539,7 +539,17 @@ def evaluate_all(root: Term, types: TypeTable, tensors: dict[str, Array],
 def apply_term(term: Term, types: TypeTable, values: dict[Term, Array],
                tensors: dict[str, Array], lazy: Set[Term] = frozenset()) -> Array:
     """One construct applied to its arguments' values (`values` holds the access ones);
-    `lazy` cartesian products were never materialised and are fused into their dot-product."""
+    `lazy` cartesian products were never materialised and are fused into their dot-product.
+
+    f32 is IEEE arithmetic, as in the generated C and the frameworks: inf − inf and 0·inf
+    are NaN, an overflow is inf, silently (softmax of a row holding inf is NaN, not a
+    RuntimeWarning); integers never reach numpy's checks (they wrap in int64, x/0 is 0)."""
+    with np.errstate(all="ignore"):
+        return _apply_term(term, types, values, tensors, lazy)
+
+
+def _apply_term(term: Term, types: TypeTable, values: dict[Term, Array],
+                tensors: dict[str, Array], lazy: Set[Term]) -> Array:
     result = access_type(types, term)
     product = term.args[1] if term.op == "compute" else None
     if isinstance(product, Term) and product in lazy:
