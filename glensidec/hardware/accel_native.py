@@ -142,8 +142,8 @@ def native_model() -> ctypes.CDLL | None:
 _COMPUTE_FIELDS = ("wait", "signal", "w_row", "a_row", "m_len", "add", "emit", "a_count1",
                    "a_stride1", "a_stride2", "acc_row")
 _compute_fields = operator.attrgetter(*_COMPUTE_FIELDS)
-_COMPUTE_COLUMNS = [FIELDS.index(name) for name in _COMPUTE_FIELDS]
-_LOAD_COLUMNS = [FIELDS.index(name) for name in
+COMPUTE_COLUMNS = [FIELDS.index(name) for name in _COMPUTE_FIELDS]
+LOAD_COLUMNS = [FIELDS.index(name) for name in
                  ("wait", "signal", *_DMA_FIELDS, "wait_store", "signal_store")]
 
 
@@ -170,7 +170,7 @@ class PackBuffer:
 def pack_commands(commands: Sequence[Command | FlatCompute | FlatLoad],
                   buffer: PackBuffer | None = None) -> np.ndarray:
     """The commands as rows of int64 (gs_command, FIELDS in order); a COMPUTE or a LOAD
-    may come flat (commands.FlatCompute, FlatLoad: its _COMPUTE_FIELDS or _LOAD_COLUMNS'
+    may come flat (commands.FlatCompute, FlatLoad: its _COMPUTE_FIELDS or LOAD_COLUMNS'
     fields in order). Into `buffer`'s rows when given (valid until its next table)."""
     from glensidec.hardware.commands import (
         FLAT_COMPUTE_WIDTH,
@@ -215,15 +215,15 @@ def pack_commands(commands: Sequence[Command | FlatCompute | FlatLoad],
             other_positions.append(position)
     table = np.zeros((len(commands), len(FIELDS)), dtype=np.int64) if buffer is None else \
         buffer.table(len(commands))
-    for positions, values, columns, op in ((computes, compute_values, _COMPUTE_COLUMNS, 1),
-                                           (loads, load_values, _LOAD_COLUMNS, 0)):
+    for positions, values, columns, op in ((computes, compute_values, COMPUTE_COLUMNS, 1),
+                                           (loads, load_values, LOAD_COLUMNS, 0)):
         if positions:
             rows = np.array(positions)
             table[rows[:, None], columns] = np.array(values, dtype=np.int64).reshape(
                 len(positions), len(columns))
             table[rows, 0] = op
-    for width, columns, op in ((FLAT_COMPUTE_WIDTH, _COMPUTE_COLUMNS, 1),
-                               (FLAT_LOAD_WIDTH, _LOAD_COLUMNS, 0)):
+    for width, columns, op in ((FLAT_COMPUTE_WIDTH, COMPUTE_COLUMNS, 1),
+                               (FLAT_LOAD_WIDTH, LOAD_COLUMNS, 0)):
         rows = np.flatnonzero(widths == width)
         if rows.size:
             flat = [commands[position] for position in rows.tolist()]

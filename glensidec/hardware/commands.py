@@ -18,9 +18,9 @@ from __future__ import annotations
 import functools
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -37,6 +37,9 @@ from glensidec.hardware.accel import (
 )
 from glensidec.hardware.array import ArrayConfig
 from glensidec.lang.dtypes import wrap_signed
+
+if TYPE_CHECKING:
+    from glensidec.hardware.accel_native import PackBuffer
 
 OP_LOAD, OP_COMPUTE, OP_STORE, OP_CONFIG = 0, 1, 2, 3
 
@@ -711,8 +714,12 @@ def accel_cycles(config: AccelConfig, commands: Sequence[Command],
     return AccelModel(config).run(commands, limit=limit, trace=trace)
 
 
-def table_cycles(config: AccelConfig, commands: Sequence[Command | FlatCompute],
-                 table: npt.NDArray[np.int64], limit: int = 10**9) -> AccelTiming:
+def _made(commands: CommandsOf) -> list[Command]:
+    return commands_of(list(commands() if callable(commands) else commands))
+
+
+def table_cycles(config: AccelConfig, commands: CommandsOf, table: npt.NDArray[np.int64],
+                 limit: int = 10**9) -> AccelTiming:
     """accel_cycles of `commands` given their pack_commands `table` (the C model reads
     the table: packing a long program costs about as much as pricing it)."""
     from glensidec.hardware.accel_native import native_cycles, native_model
@@ -720,10 +727,10 @@ def table_cycles(config: AccelConfig, commands: Sequence[Command | FlatCompute],
     native = native_model()
     if native is not None:
         return native_cycles(native, config, table, limit)
-    return AccelModel(config).run(commands_of(list(commands)), limit=limit)
+    return AccelModel(config).run(_made(commands), limit=limit)
 
 
-def table_cycles_within(config: AccelConfig, commands: Sequence[Command | FlatCompute],
+def table_cycles_within(config: AccelConfig, commands: CommandsOf,
                         table: npt.NDArray[np.int64], bound: int) -> AccelTiming | None:
     """table_cycles, or None when the commands take more than `bound` cycles (the C model
     stops early when it can tell: `accel_native.native_cycles_within`)."""
@@ -732,7 +739,7 @@ def table_cycles_within(config: AccelConfig, commands: Sequence[Command | FlatCo
     native = native_model()
     if native is not None:
         return native_cycles_within(native, config, table, bound)
-    timing = AccelModel(config).run(commands_of(list(commands)))
+    timing = AccelModel(config).run(_made(commands))
     return timing if timing.cycles <= bound else None
 
 
@@ -1068,32 +1075,38 @@ def best_conv_table(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
 
     if quant.scale is not None:
         raise ValueError(f"layer {layer.name}: per-column scales are a sum pool's only")
-    # Each candidate is built as a stream (its computes flat), packed and priced; its
-    # table (and, for `commands`, its stream) is kept only while it might still be
-    # chosen, and the one chosen alone gets Compute objects. (Built as commands, the
-    # candidates of a long layer held gigabytes, and making their objects took most of
-    # the compile: vgg11's 25088 → 4096 dense layer has five of 400 k commands and more.)
+    # Each candidate is built as its packed table (a window schedule's straight from its
+    # steps, `window_table`; im2col's from a stream whose computes are flat) and priced;
+    # its table is kept only while it might still be chosen, and the one chosen alone
+    # gets Command objects (with `commands`). (Built as commands, the candidates of a
+    # long layer held gigabytes, and making their objects took most of the compile:
+    # vgg11's 25088 → 4096 dense layer has five of 400 k commands and more.)
     # Each table is packed into a buffer of its own, taken back when its candidate is
     # ruled out: memory fresh from the system costs the kernel more to hand out (its
     # pages zeroed on first touch) than packing costs, and the one chosen is not packed
     # again.
     priced: list[tuple[int, AccelTiming]] = []  # (place in the order, timing)
-    kept: dict[int, tuple[LayerProgram, Stream | None, npt.NDArray[np.int64], PackBuffer]] = {}
+    kept: dict[int, _Candidate] = {}
     spare: list[PackBuffer] = []
 
     def rank(entry: tuple[int, AccelTiming]) -> tuple[int, int, int]:
         place, timing = entry  # the rule's key, ties to the first
         return timing.load_bytes + timing.store_bytes, timing.cycles, place
 
-    def packed(stream: Stream) -> tuple[npt.NDArray[np.int64], PackBuffer]:
+    def window(tiling: WindowTiling) -> _Candidate:
         buffer = spare.pop() if spare else PackBuffer()
-        return pack_commands(stream, buffer), buffer
+        program, table, others = window_table(config, layer, quant, tiling, buffer)
+        return _Candidate(program, table, buffer, lambda: stream_of_table(table, others))
 
-    def price(place: int, built: tuple[LayerProgram, Stream]) -> AccelTiming | None:
+    def im2col() -> _Candidate:
+        program, stream = im2col_stream(config, layer, quant)
+        buffer = spare.pop() if spare else PackBuffer()
+        return _Candidate(program, pack_commands(stream, buffer), buffer, lambda: stream)
+
+    def price(place: int, built: _Candidate) -> AccelTiming | None:
         """The candidate's timing, or None when it is slower than the slack of the
         fastest so far (then it cannot be chosen, and its run stops early)."""
-        program, stream = built
-        table, buffer = packed(stream)
+        table, buffer, stream = built.table, built.buffer, built.stream
         if priced:
             bound = min(other.cycles for _, other in priced) * (1 + TRAFFIC_SLACK)
             within = table_cycles_within(config, stream, table, math.floor(bound))
@@ -1104,7 +1117,7 @@ def best_conv_table(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
         else:
             timing = table_cycles(config, stream, table)
         priced.append((place, timing))
-        kept[place] = program, stream if commands else None, table, buffer
+        kept[place] = built
         # A candidate slower than the slack of the fastest so far, or beaten on the
         # rule's key by one at most as slow (within the slack whenever it is), cannot be
         # chosen whatever comes later.
@@ -1114,7 +1127,7 @@ def best_conv_table(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
                     entry[1].cycles > fastest * (1 + TRAFFIC_SLACK) or
                     any(other[1].cycles <= entry[1].cycles and rank(other) < rank(entry)
                         for other in priced)):
-                spare.append(kept.pop(entry[0])[3])
+                spare.append(kept.pop(entry[0]).buffer)
         return timing
 
     # The order: im2col (place -1), the window tilings, the interleaved ones; im2col is
@@ -1130,37 +1143,48 @@ def best_conv_table(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
     if error is not None and not tilings:
         raise error
     # (a window tiling ruled out while priced is not the fastest)
-    windows = [getattr(price(place, window_stream(config, layer, quant, tiling)), "cycles",
-                       math.inf) for place, tiling in enumerate(tilings)]
+    windows = [getattr(price(place, window(tiling)), "cycles", math.inf)
+               for place, tiling in enumerate(tilings)]
     fastest_window = tilings[windows.index(min(windows))] if tilings else None
     for place, tiling in enumerate(interleaved_tilings(config, layer, fastest_window,
                                                        quant.residual is not None),
                                    start=len(tilings)):
-        price(place, window_stream(config, layer, quant, tiling))
+        price(place, window(tiling))
     others = min((timing.cycles for _, timing in priced), default=None)
     if error is None and (others is None or im2col_slots <= others * (1 + TRAFFIC_SLACK)):
-        price(-1, im2col_stream(config, layer, quant))
+        price(-1, im2col())
     fastest = min(timing.cycles for _, timing in priced)
     place, timing = min((entry for entry in priced
                          if entry[1].cycles <= fastest * (1 + TRAFFIC_SLACK)), key=rank)
-    program, stream, table, buffer = kept.pop(place)
-    spare += [entry[3] for entry in kept.values()]
+    chosen = kept.pop(place)
+    spare += [entry.buffer for entry in kept.values()]
     # Chunks reading one band (a layer the epilogue holds back) replace that choice only
     # when strictly faster: every other layer keeps the schedule it had
     for tiling in one_band_tilings(config, layer, quant.residual is not None):
-        built_program, built = window_stream(config, layer, quant, tiling)
-        built_table, built_buffer = packed(built)
-        built_timing = table_cycles_within(config, built, built_table, timing.cycles - 1)
+        built = window(tiling)
+        built_timing = table_cycles_within(config, built.stream, built.table,
+                                           timing.cycles - 1)
         if built_timing is not None:  # strictly faster
-            spare.append(buffer)
-            program, timing, table, buffer = built_program, built_timing, built_table, \
-                built_buffer
-            stream = built if commands else None
+            spare.append(chosen.buffer)
+            chosen, timing = built, built_timing
         else:
-            spare.append(built_buffer)
-    if stream is not None:
-        program = replace(program, commands=commands_of(stream))
-    return program, table, timing
+            spare.append(built.buffer)
+    program = chosen.program
+    if commands:
+        program = replace(program, commands=commands_of(chosen.stream()))
+    return program, chosen.table, timing
+
+
+@dataclass
+class _Candidate:
+    """A schedule best_conv_table prices: its program (without commands), its packed
+    table (in `buffer`'s rows) and how to make its stream (for the Python cycle model,
+    and the chosen one's commands)."""
+
+    program: LayerProgram
+    table: npt.NDArray[np.int64]
+    buffer: PackBuffer
+    stream: Callable[[], Stream]
 
 
 @dataclass(frozen=True)
@@ -1479,13 +1503,16 @@ def interleaved_tilings(config: AccelConfig, layer: ConvLayer, fastest: WindowTi
 #: a_stride2, acc_row), not a `Compute`: a long layer's candidate schedules are hundreds
 #: of thousands of them, and the compile only packs and prices all but the one it keeps.
 FlatCompute = tuple[int, ...]
-#: A LOAD as the packed table's columns (accel_native's _LOAD_COLUMNS: wait, signal, its
+#: A LOAD as the packed table's columns (accel_native's LOAD_COLUMNS: wait, signal, its
 #: DMA's fields in DmaCommand's order, wait_store, signal_store). A flat command is told
 #: by its width: FLAT_COMPUTE_WIDTH or FLAT_LOAD_WIDTH ints.
 FlatLoad = tuple[int, ...]
 FLAT_COMPUTE_WIDTH, FLAT_LOAD_WIDTH = 11, 19
 #: A command stream whose COMPUTEs and LOADs may be flat (`commands_of` makes them whole).
 Stream = list[Command | FlatCompute | FlatLoad]
+#: Commands, or what makes them when they are needed (a table's stream, made only for the
+#: Python model: the C model reads the table).
+CommandsOf = Sequence[Command | FlatCompute] | Callable[[], Sequence[Command | FlatCompute]]
 _Computes = TypeVar("_Computes", Compute, FlatCompute)
 #: A DmaCommand's fields in order, as a tuple (`dma_fields`).
 DmaFields = tuple[int, ...]
@@ -1545,144 +1572,231 @@ def commands_of(stream: Stream) -> list[Command]:
 
 
 @dataclass
-class _WindowStep:
-    """A step of the window schedule before its tokens: its loads, each with the region
-    it writes, its computes (flat, neither waiting nor signalling yet), the regions each
-    compute reads (the emitting compute also its Store's residual rows), and its tail."""
+class _WindowSteps:
+    """The window schedule's steps before their tokens, as columns (`_window_table`): a
+    long layer's candidates have hundreds of thousands of computes, each made by numpy
+    from what its step shares with them (its piece's folds, its group's blocks), not one
+    Python tuple apiece.
 
-    loads: list[tuple[DmaFields, _Region]]
-    computes: list[FlatCompute]
-    reads: list[tuple[_Region, ...]]
-    tail: list[Command]
-    after: dict[int, list[Command]] = field(default_factory=dict)
+    Per load, in stream order (step by step): its fields, the region it writes and its
+    step. Per step: its group order (an index into `orders`: per compute, its fold in the
+    piece and its block's position in the group), its piece, the chunk's first band row,
+    rows per compute, whether it is the blocks' last piece, its chunk, per block position
+    the first weight row and the weights' region, and the residual region its last
+    compute's Store reads (-1: none). `after`: (step, place of the compute, the Config and
+    Store that follow it)."""
+
+    loads: list[DmaFields] = field(default_factory=list)
+    load_regions: list[_Region] = field(default_factory=list)
+    load_steps: list[int] = field(default_factory=list)
+    orders: list[int] = field(default_factory=list)
+    pieces: list[int] = field(default_factory=list)
+    a_rows: list[int] = field(default_factory=list)
+    m_lens: list[int] = field(default_factory=list)
+    last_pieces: list[bool] = field(default_factory=list)
+    chunks: list[int] = field(default_factory=list)
+    w_rows: list[list[int]] = field(default_factory=list)
+    w_keys: list[list[_Region]] = field(default_factory=list)
+    residual_reads: list[_Region] = field(default_factory=list)
+    after: list[tuple[int, int, list[Command]]] = field(default_factory=list)
 
 
-def _window_tokens(steps: list[_WindowStep]) -> Stream:
-    """The steps with their tokens, as a stream (`_window_stream`). A load waits for the
-    release of the last step that read the region it overwrites (an exec → load token,
-    given by that step's last compute), and a compute for the last load of a region it
-    reads (a load → exec token, given by that load) — so a compute starts as soon as its
-    band plane and weights are in, not when its whole band is — each only when an earlier
-    wait does not already cover it. Tokens are counters taken in order, so the steps and
-    loads that give them are exactly those the waits name, in the same order. A residual
-    region is reused only after the Store two before read it (a store → load token, as
-    im2col_program)."""
-    # One pass over the steps numbers the loads in stream order (a load's place: its
-    # step's, then its position's order) and finds, per load, the step that read its region
-    # last before it (its release, -1: none), and per compute the place of the last load
-    # of the regions it reads (its need). A long layer's candidates have hundreds of
-    # thousands of computes: everything per compute is a lookup, worked out once.
-    last_reader: dict[_Region, int] = {}
-    last_load: dict[_Region, int] = {}
-    releases: list[int] = []  # per load
-    load_steps: list[int] = []  # per load, its step
-    needs: list[list[int]] = []  # per step, per compute
-    released: set[int] = set()  # steps whose last compute signals
-    load_waits: set[int] = set()  # loads that wait
-    load_signals: set[int] = set()  # loads that signal
-    store_waits: set[int] = set()  # residual loads that wait for a Store
-    compute_waits: list[set[int]] = []  # per step, its computes that wait
-    waited = needed = -1
-    residual_loads = 0
-    for index, step in enumerate(steps):
-        for _, region in step.loads:
-            place = len(releases)
-            release = last_reader.get(region, -1)
-            if release > waited:
-                # (the software pipeline sends a step's loads beside the computes of the
-                # step before: waiting for that step's release could deadlock)
-                assert release <= index - 2, "a load waits for a step two before at most"
-                load_waits.add(place)
-                released.add(release)
-                waited = release
-            releases.append(release)
-            last_load[region] = place
-            if region % 3 == _RESIDUAL:
-                if residual_loads >= 2:
-                    store_waits.add(place)
-                residual_loads += 1
-        load_steps += [index] * len(step.loads)
-        # (a step's computes read few distinct sets of regions: each is looked up once)
-        distinct = set(step.reads)
-        latest = last_load.__getitem__
-        need_of = {regions: max(map(latest, regions)) for regions in distinct}
-        step_needs = list(map(need_of.__getitem__, step.reads))
-        needs.append(step_needs)
-        waits: set[int] = set()
-        if step_needs and max(step_needs) > needed:
-            for position, need in enumerate(step_needs):
-                if need > needed:
-                    load_signals.add(need)
-                    waits.add(position)
-                    needed = need
-        compute_waits.append(waits)
-        # (last_reader is read by later steps' loads only: a step's computes set it alike)
-        for regions in distinct:
-            for region in regions:
-                last_reader[region] = index
-    loads = [(False, False, *dma, False, False) for step in steps for dma, _ in step.loads]
-    for place in load_waits | load_signals | store_waits:
-        loads[place] = (place in load_waits, place in load_signals, *loads[place][2:17],
-                        place in store_waits, False)
-    computes: list[list[FlatCompute]] = []
-    for index, step in enumerate(steps):
-        last = len(step.computes) - 1 if index in released else -1  # it signals
-        marked = compute_waits[index] | ({last} if last >= 0 else set())
-        if not marked:  # (most steps' computes neither wait nor signal)
-            computes.append(step.computes)
-            continue
-        step_computes = list(step.computes)
-        for position in marked:
-            step_computes[position] = (position in compute_waits[index], position == last,
-                                       *step.computes[position][2:])
-        computes.append(step_computes)
-    # A load may go ahead of the computes of step s (`_window_stream`) once it is of step
-    # s + 1 at the latest and the region it overwrites was last read before step s.
-    earliest = [max(step - 1, release + 1) for step, release in zip(load_steps, releases,
-                                                                    strict=True)]
-    return _window_stream(steps, loads, computes, needs, earliest)
+@dataclass(frozen=True)
+class _WindowShape:
+    """What every step of a window schedule reads from: per group order (`_group_order`
+    of a shape) its folds and block positions; per piece its folds' activation offsets
+    and band planes (flat, from `piece_starts`); per chunk and plane the band regions a
+    compute reads (padded by repeating the first); each compute's 2-D pattern and the
+    accumulator rows between the blocks of a group."""
+
+    order_folds: list[npt.NDArray[np.int64]]
+    order_blocks: list[npt.NDArray[np.int64]]
+    piece_starts: npt.NDArray[np.int64]
+    offsets: npt.NDArray[np.int64]
+    planes: npt.NDArray[np.int64]
+    band_regions: npt.NDArray[np.int64]  # chunk × plane × regions
+    rows: int
+    pattern: tuple[int, int, int]
+    acc_stride: int
+
+
+def _last_loads(keys: npt.NDArray[np.int64], order: npt.NDArray[np.int64],
+                regions: npt.NDArray[np.int64], steps: npt.NDArray[np.int64], span: int
+                ) -> npt.NDArray[np.int64]:
+    """Per (region, step): the place of the last load of the region in that step or one
+    before (`keys`: the loads' region · span + step, sorted; `order`: their places)."""
+    at = np.searchsorted(keys, regions * span + steps, side="right") - 1
+    places = order[at]
+    assert (at >= 0).all() and (keys[at] // span == regions).all(), "a read before its load"
+    return places
+
+
+#: Rows of a table `_scatter` writes at a time: a long layer's table is hundreds of
+#: megabytes, and written a column at a time it would pass through the caches a column
+#: at a time.
+SCATTER_ROWS = 4096
+
+
+def _scatter(table: npt.NDArray[np.int64], rows: npt.NDArray[np.int64],
+             columns: list[tuple[int, npt.NDArray[np.generic] | int]]) -> None:
+    """table[rows, column] = values for each (column, values), a block of rows at a time."""
+    for start in range(0, len(rows), SCATTER_ROWS):
+        block = rows[start:start + SCATTER_ROWS]
+        for place, values in columns:
+            table[block, place] = values if isinstance(values, int) else \
+                values[start:start + SCATTER_ROWS]
+
+
+def _window_table(steps: _WindowSteps, shape: _WindowShape, prefix: list[Command],
+                  buffer: PackBuffer | None = None
+                  ) -> tuple[npt.NDArray[np.int64], list[tuple[int, Command]]]:
+    """The packed table of the window schedule's steps with their tokens, and its Config,
+    Store and Table commands by row.
+
+    Tokens: a load waits for the release of the last step that read the region it
+    overwrites (an exec → load token, given by that step's last compute), and a compute
+    for the last load of a region it reads (a load → exec token, given by that load) — so
+    a compute starts as soon as its band plane and weights are in, not when its whole
+    band is — each only when an earlier wait does not already cover it (tokens are
+    counters taken in order: a wait past the latest one waited for). A residual region is
+    reused only after the Store two before read it (a store → load token, as
+    im2col_program).
+
+    Order: each compute after the loads it needs, then up to WINDOW_LEAD more, of this
+    step or the next, each overwriting a region whose last reader is a step whose
+    computes are all sent (a load of step s + 1 may go beside the computes of step s, as
+    `_software_pipeline` sends them, once the step that read its region last is before
+    s); a compute's Config and Store right after it; the loads left at the end. A step's
+    own loads are not all sent before its first compute: with a band of many planes, the
+    in-order dispatcher would hold that compute until all but QUEUE_DEPTH of them had
+    started."""
+    from glensidec.hardware.accel_native import FIELDS, LOAD_COLUMNS, pack_commands
+
+    step_orders = np.array(steps.orders, dtype=np.int64)
+    order_sizes = np.array([len(folds) for folds in shape.order_folds], dtype=np.int64)
+    order_starts = np.cumsum(order_sizes) - order_sizes
+    order_folds = np.concatenate(shape.order_folds)
+    order_blocks = np.concatenate(shape.order_blocks)
+    counts = order_sizes[step_orders]  # computes per step
+    firsts = np.cumsum(counts) - counts  # each step's first compute
+    total = int(counts.sum())
+    step_of = np.repeat(np.arange(len(counts)), counts)
+    within = np.arange(total) - firsts[step_of]
+    at = np.repeat(order_starts[step_orders], counts) + within
+    fold, block = order_folds[at], order_blocks[at]
+    pieces = np.array(steps.pieces, dtype=np.int64)
+    piece = pieces[step_of]
+    in_piece = shape.piece_starts[piece] + fold
+    group = max(map(len, steps.w_rows))
+    w_rows = np.array([rows + [0] * (group - len(rows)) for rows in steps.w_rows],
+                      dtype=np.int64)
+    w_keys = np.array([keys + [0] * (group - len(keys)) for keys in steps.w_keys],
+                      dtype=np.int64)
+    last_piece = np.array(steps.last_pieces, dtype=bool)[step_of]
+    # (a step's folds: its order's largest fold + 1)
+    step_last_fold = np.array([int(folds.max()) for folds in shape.order_folds],
+                              dtype=np.int64)[step_orders]
+
+    # what each compute reads: its band plane's regions, its block's weights, and (the
+    # step's last compute, whose Store adds them) the residual rows
+    band = shape.band_regions[np.array(steps.chunks, dtype=np.int64)[step_of],
+                              shape.planes[in_piece]]
+    weights = w_keys[step_of, block]
+    residual_steps = np.flatnonzero(np.array(steps.residual_reads, dtype=np.int64) >= 0)
+    residual_computes = firsts[residual_steps] + counts[residual_steps] - 1
+    residual_regions = np.array(steps.residual_reads, dtype=np.int64)[residual_steps]
+
+    load_regions = np.array(steps.load_regions, dtype=np.int64)
+    load_steps = np.array(steps.load_steps, dtype=np.int64)
+    loads = len(load_regions)
+    span = len(counts) + 1
+    load_keys = load_regions * span + load_steps
+    load_order = np.argsort(load_keys, kind="stable")
+    sorted_keys = load_keys[load_order]
+    need = _last_loads(sorted_keys, load_order, weights, step_of, span)
+    for regions in band.T:
+        np.maximum(need, _last_loads(sorted_keys, load_order, regions, step_of, span),
+                   out=need)
+    if residual_computes.size:
+        need[residual_computes] = np.maximum(need[residual_computes], _last_loads(
+            sorted_keys, load_order, residual_regions, residual_steps, span))
+    # per load, the last step before its own that read its region (-1: none)
+    read_keys = np.sort(np.concatenate(
+        [weights * span + step_of, *(regions * span + step_of for regions in band.T),
+         residual_regions * span + residual_steps]))
+    earlier = np.searchsorted(read_keys, load_keys, side="left") - 1
+    found = read_keys[np.maximum(earlier, 0)]
+    release = np.where((earlier >= 0) & (found // span == load_regions), found % span, -1)
+
+    def past_the_latest(values: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+        """Where a value exceeds every one before it (and -1): a wait not yet covered."""
+        before = np.maximum.accumulate(np.concatenate([[-1], values[:-1]]))
+        return values > before
+
+    compute_waits = past_the_latest(need)
+    load_waits = past_the_latest(release)
+    # (the computes send a step's loads beside the step before's computes: waiting for
+    # that step's release could deadlock)
+    assert (release[load_waits] <= load_steps[load_waits] - 2).all(), \
+        "a load waits for a step two before at most"
+    load_signals = np.zeros(loads, dtype=bool)
+    load_signals[need[compute_waits]] = True
+    released = np.unique(release[load_waits])
+    compute_signals = np.zeros(total, dtype=bool)
+    compute_signals[firsts[released] + counts[released] - 1] = True
+    residual_loads = np.flatnonzero(load_regions % 3 == _RESIDUAL)
+    store_waits = np.zeros(loads, dtype=bool)
+    store_waits[residual_loads[2:]] = True
+
+    # loads sent by each compute: first those it needs, then up to WINDOW_LEAD more as
+    # far as the first load that may not yet go (its region's last reader is this step or
+    # later; loads before it all may: sent ones were free earlier or needed)
+    earliest = np.maximum(load_steps - 1, release + 1)
+    first_held = np.searchsorted(np.maximum.accumulate(earliest), step_of, side="right")
+    sent = np.maximum.accumulate(np.maximum(
+        need + 1, np.minimum(np.minimum(need + WINDOW_LEAD + 1, loads), first_held)))
+
+    after_counts = np.zeros(total, dtype=np.int64)
+    for step, place, commands in steps.after:
+        after_counts[firsts[step] + place] += len(commands)
+    afters = np.cumsum(after_counts) - after_counts  # Configs and Stores before a compute
+    compute_rows = len(prefix) + np.arange(total) + sent + afters
+    after_all = np.append(afters, afters[-1] + after_counts[-1])
+    computes_before = np.searchsorted(sent, np.arange(loads), side="right")
+    load_rows = len(prefix) + np.arange(loads) + computes_before + after_all[computes_before]
+    others: list[tuple[int, Command]] = list(enumerate(prefix))
+    for step, place, commands in steps.after:
+        row = int(compute_rows[firsts[step] + place])
+        others += [(row + 1 + offset, command) for offset, command in enumerate(commands)]
+
+    size = len(prefix) + loads + total + int(after_all[-1])
+    table = np.zeros((size, len(FIELDS)), dtype=np.int64) if buffer is None else \
+        buffer.table(size)
+    column = FIELDS.index
+    _scatter(table, compute_rows, [
+        (0, 1), (column("wait"), compute_waits), (column("signal"), compute_signals),
+        (column("w_row"), w_rows[step_of, block] + fold * shape.rows),
+        (column("a_row"), np.array(steps.a_rows, dtype=np.int64)[step_of]
+         + shape.offsets[in_piece]),
+        (column("m_len"), np.array(steps.m_lens, dtype=np.int64)[step_of]),
+        (column("add"), (piece > 0) | (fold > 0)),
+        (column("emit"), last_piece & (fold == step_last_fold[step_of])),
+        (column("a_count1"), shape.pattern[0]), (column("a_stride1"), shape.pattern[1]),
+        (column("a_stride2"), shape.pattern[2]), (column("acc_row"), block * shape.acc_stride)])
+    dma = np.array(steps.loads, dtype=np.int64)
+    _scatter(table, load_rows, [
+        (column("wait"), load_waits), (column("signal"), load_signals),
+        *((place, dma[:, index]) for index, place in enumerate(LOAD_COLUMNS[2:-2])),
+        (column("wait_store"), store_waits)])
+    if others:
+        table[[row for row, _ in others]] = pack_commands([command for _, command in others])
+    return table, others
 
 
 #: Loads the window schedule's stream sends ahead of the last one the next compute needs:
 #: enough to keep the DMA busy, few enough that a full load queue (QUEUE_DEPTH) does not
 #: hold back the computes behind them in the in-order dispatcher.
 WINDOW_LEAD = 8
-
-
-def _window_stream(raw: list[_WindowStep], loads: list[FlatLoad],
-                   step_computes: list[list[FlatCompute]], needs: list[list[int]],
-                   earliest: list[int]) -> Stream:
-    """The command stream of the window schedule: each compute after the loads it needs
-    (`needs`: per step and compute, the last load it reads, counting `loads` in stream
-    order), and between computes one more load, of this step or the next, whose
-    overwritten region every compute sent so far has finished with (`earliest`: per load,
-    the first step whose computes it may go ahead of), as `_software_pipeline` sends step
-    s + 1's loads beside step s's computes. A step's own loads are not all sent before its
-    first compute: with a band of many planes, the in-order dispatcher would hold that
-    compute until all but QUEUE_DEPTH of them had started."""
-    commands: Stream = []
-    total = len(loads)
-    sent = 0
-    for index, computes in enumerate(step_computes):
-        after = raw[index].after
-        step_needs = needs[index]
-        for position, compute in enumerate(computes):
-            need = step_needs[position]
-            if sent <= need:
-                commands += loads[sent:need + 1]
-                sent = need + 1
-            # and up to WINDOW_LEAD more, of this step or the next, each overwriting a
-            # region whose last reader is a step whose computes are all sent
-            limit, start = min(need + WINDOW_LEAD + 1, total), sent
-            while sent < limit and earliest[sent] <= index:
-                sent += 1
-            if sent > start:
-                commands += loads[start:sent]
-            commands.append(compute)
-            if after:
-                commands += after.get(position, [])
-        commands += raw[index].tail
-    return commands + loads[sent:]
 
 
 def window_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
@@ -1694,8 +1808,36 @@ def window_program(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
 
 def window_stream(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
                   tiling: WindowTiling) -> tuple[LayerProgram, Stream]:
+    """`window_table`'s schedule as a stream (its COMPUTEs and LOADs flat)."""
+    program, table, others = window_table(config, layer, quant, tiling)
+    return program, stream_of_table(table, others)
+
+
+def stream_of_table(table: npt.NDArray[np.int64], others: list[tuple[int, Command]]
+                    ) -> Stream:
+    """The stream a packed table was made of: its COMPUTE and LOAD rows flat, and `others`
+    (the table's other commands, by row) as they are."""
+    from glensidec.hardware.accel_native import COMPUTE_COLUMNS, LOAD_COLUMNS
+
+    objects = dict(others)
+    stream: Stream = []
+    for row, values in enumerate(table.tolist()):
+        command = objects.get(row)
+        if command is not None:
+            stream.append(command)
+        else:
+            stream.append(tuple(values[column] for column in
+                                (COMPUTE_COLUMNS if values[0] == 1 else LOAD_COLUMNS)))
+    return stream
+
+
+def window_table(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
+                 tiling: WindowTiling, buffer: PackBuffer | None = None
+                 ) -> tuple[LayerProgram, npt.NDArray[np.int64], list[tuple[int, Command]]]:
     """Commands of one convolution whose input rows stay in the scratchpad (the window
-    schedule): M chunk → N block → K piece → K fold, like `im2col_program`, but a chunk's
+    schedule), packed (accel_native.pack_commands' rows; into `buffer` when given), with
+    the table's Config, Store and Table commands by row: M chunk → N block → K piece → K
+    fold, like `im2col_program`, but a chunk's
     input band (`_Band`: the input rows its output rows read, one scratchpad row per pixel
     and plane) is loaded once — padding rows by the DMA's bounds, not from memory — and
     every K fold is a COMPUTE whose 2-D activation pattern reads the fold's shifted view
@@ -1709,10 +1851,19 @@ def window_stream(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
     (`interleave`). Step s = (chunk, group of blocks, piece) loads its piece's weights
     (unless resident and loaded), the band planes its folds are the first to read (or the
     whole next band in the chunk before's second step, with `prefetch`) and (last piece)
-    the block's residual rows; the tokens (`_window_tokens`) make a load wait until the
+    the block's residual rows; the tokens (`_window_table`) make a load wait until the
     buffer it overwrites was read, and a compute until what it reads is loaded. A block's
     Config and Store follow its emitting compute.
     """
+    program, steps, shape = _window_steps(config, layer, quant, tiling)
+    table, others = _window_table(steps, shape, table_commands(quant.epilogue, config.cols),
+                                  buffer)
+    return program, table, others
+
+
+def _window_steps(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
+                  tiling: WindowTiling) -> tuple[LayerProgram, _WindowSteps, _WindowShape]:
+    """`window_table`'s program (without commands) and its steps before their tokens."""
     if tiling.interleave > 1 and quant.residual is not None:
         raise ValueError("N blocks side by side take no residual add (its rows alternate "
                          "between two regions, a Store's each)")
@@ -1792,7 +1943,8 @@ def window_stream(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
             pad_value=quant.input_zero_point), _band_region(band_buffer_of(chunk), index))
             for index, plane in enumerate(band.planes)]
 
-    steps: list[_WindowStep] = []
+    steps = _WindowSteps()
+    after: dict[tuple[int, int], list[Command]] = {}  # (step, place) → its Config, Store
     block_configured, w_loads, stores = -1, 0, 0
     blocks = group_blocks(layer, C)
     # a chunk of one step has no second step to load the next band with
@@ -1814,20 +1966,23 @@ def window_stream(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
             offsets.append(plane_of[fold] * plane_rows + dy * band.width + dx)
         piece_plans.append((indices, _piece_weight_loads(layer, R, piece_folds, 0, N, 0, 0),
                             offsets, [plane_of[fold] for fold in indices]))
+    band_regions: list[list[tuple[_Region, ...]]] = []  # per chunk and plane
     pattern = (out_w, band.stride_x, band.stride_y * band.width)  # every compute's lines
-    orders: dict[tuple[int, int, bool], list[tuple[int, int]]] = {}
+    orders: dict[tuple[int, int, bool], int] = {}  # a shape's group order: its number
+    group_orders: list[list[tuple[int, int]]] = []
+    emitting: list[dict[int, int]] = []  # per group order: block position → emitting place
     for chunk, (oy0, rows_here) in enumerate(chunk_list):
         m0, m_len = oy0 * out_w, rows_here * out_w
         band_base = band_buffer_of(chunk) * buffer
         # the regions each plane's computes read, and (one band) the chunk's first row in it
-        band_reads = [band_slabs(chunk, plane) for plane in range(len(band.planes))]
+        band_regions.append([band_slabs(chunk, plane) for plane in range(len(band.planes))])
         band_shift = one_band * oy0 * band.stride_y * band.width
-        first_step = len(steps)
+        first_step = len(steps.pieces)
         planes_loaded: set[int] = set()
         chunk_band = band_loads(chunk) if chunk == 0 or not prefetch else []
         numbered = list(enumerate(blocks))
         for group in [numbered[:group_size]] + [[entry] for entry in numbered[group_size:]]:
-            for piece, (indices, weight_loads, offsets, planes) in enumerate(piece_plans):
+            for piece, (indices, weight_loads, _, planes) in enumerate(piece_plans):
                 first = piece * tiling.piece_folds
                 loads: list[tuple[DmaFields, _Region]] = []
                 # per block of the group: its piece's first weight row and weight region
@@ -1864,30 +2019,36 @@ def window_stream(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
                                   _residual_region(stores % 2)))
                 shape = (len(indices), len(group), last_piece)
                 if shape not in orders:
-                    orders[shape] = _group_order(*shape)
-                group_order, last_fold = orders[shape], len(indices) - 1
-                a_row = band_base + band_shift
-                computes: list[FlatCompute] = [(  # wait, signal (`_window_tokens`), w_row,
-                    False, False, w_rows[position] + index * R, a_row + offsets[index],
-                    m_len, piece > 0 or index > 0,  # a_row, m_len, add, emit,
-                    last_piece and index == last_fold, *pattern,  # its pattern, acc_row
-                    position * acc_stride) for index, position in group_order]
-                reads = [(*band_reads[planes[index]], w_keys[position])
-                         for index, position in group_order]
-                # block position → its emitting compute
-                emits = {position: place for place, (index, position) in enumerate(group_order)
-                         if index == last_fold} if last_piece else {}
-                if residual and last_piece:  # its Store follows the emitting compute
-                    reads[-1] += (_residual_region(stores % 2),)
+                    orders[shape] = len(group_orders)
+                    group_orders.append(_group_order(*shape))
+                    # block position → its emitting compute
+                    emitting.append({position: place for place, (index, position)
+                                     in enumerate(group_orders[-1])
+                                     if index == len(indices) - 1} if last_piece else {})
                 # the next chunk's band after this step's own loads: its buffer was the
                 # chunk before's, read by the step before this one at the latest
-                if prefetch and len(steps) == first_step + 1 and chunk + 1 < len(chunk_list):
+                if prefetch and len(steps.pieces) == first_step + 1 and \
+                        chunk + 1 < len(chunk_list):
                     loads += band_loads(chunk + 1)
-                steps.append(_WindowStep(loads, computes, reads, []))
+                steps.loads += [dma for dma, _ in loads]
+                steps.load_regions += [region for _, region in loads]
+                steps.load_steps += [len(steps.pieces)] * len(loads)
+                steps.orders.append(orders[shape])
+                steps.pieces.append(piece)
+                steps.a_rows.append(band_base + band_shift)
+                steps.m_lens.append(m_len)
+                steps.last_pieces.append(last_piece)
+                steps.chunks.append(chunk)
+                steps.w_rows.append(w_rows)
+                steps.w_keys.append(w_keys)
+                # (its Store follows the emitting compute)
+                steps.residual_reads.append(_residual_region(stores % 2)
+                                            if residual and last_piece else -1)
+            emits = emitting[steps.orders[-1]]
             for position, (_, block) in enumerate(group):
                 # right after its emitting compute: an in-order dispatcher would hold the
                 # Store behind the group's later computes, which wait for its rows to leave
-                tail = steps[-1].after.setdefault(emits[position], [])
+                tail = after.setdefault((len(steps.pieces) - 1, emits[position]), [])
                 n0, width_n = block.n0, block.width
                 if block.n0 != block_configured:
                     tail.append(_block_config(quant, n0, width_n, C))
@@ -1895,11 +2056,22 @@ def window_stream(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
                 tail.append(_block_store(output_base + m0 * N + n0, width_n, m_len, N,
                                          residual_row if residual else None))
                 stores += 1
+    steps.after = [(step, place, commands) for (step, place), commands in after.items()]
+    widest = max(map(len, (regions for chunk in band_regions for regions in chunk)))
+    shape_of = _WindowShape(
+        [np.array([index for index, _ in entry], dtype=np.int64) for entry in group_orders],
+        [np.array([position for _, position in entry], dtype=np.int64)
+         for entry in group_orders],
+        np.cumsum([0] + [len(plan[0]) for plan in piece_plans[:-1]], dtype=np.int64),
+        np.array([offset for plan in piece_plans for offset in plan[2]], dtype=np.int64),
+        np.array([plane for plan in piece_plans for plane in plan[3]], dtype=np.int64),
+        np.array([[regions + (regions[0],) * (widest - len(regions)) for regions in chunk]
+                  for chunk in band_regions], dtype=np.int64),
+        R, pattern, acc_stride)
     program = LayerProgram([], input_base, weight_base, output_base, memory_bytes,
                            tiling.chunk_rows * out_w, len(folds), tiling.piece_folds, pad,
                            residual_base)
-    return program, [*table_commands(quant.epilogue, config.cols), *_window_tokens(steps)]
-
+    return program, steps, shape_of
 
 
 def _group_order(folds: int, blocks: int, last_piece: bool) -> list[tuple[int, int]]:
