@@ -184,28 +184,27 @@ module ws_epilogue #(
             // l = (p − h) / 2^16: the high half plus the borrow h's sign took from it
             wire signed [16:0] row_l = {row_values[63], row_values[63:48]}
                                        + {16'd0, row_values[47]};
-            /* verilator lint_off UNUSEDSIGNAL */  // the bits above the i32 wrap
-            wire [ACC_W+15:0] row_whole;
-            wire [ACC_W+16:0] row_part;
-            /* verilator lint_on UNUSEDSIGNAL */
-            ws_mul #(.A_W(ACC_W), .B_W(16)) u_row_h (.a(row_x), .b(row_h), .y(row_whole));
-            ws_mul #(.A_W(ACC_W), .B_W(17)) u_row_l (.a(row_x), .b(row_l), .y(row_part));
-            wire signed [ACC_W-1:0] part = row_part[ACC_W-1:0];
+            // each product only its low ACC_W bits (the i32 wrap): ws_mul's Y_W builds no
+            // bit above them
+            wire [ACC_W-1:0] row_whole;
+            wire signed [ACC_W-1:0] part;
+            ws_mul #(.A_W(ACC_W), .B_W(16), .Y_W(ACC_W)) u_row_h (.a(row_x), .b(row_h),
+                                                               .y(row_whole));
+            ws_mul #(.A_W(ACC_W), .B_W(17), .Y_W(ACC_W)) u_row_l (.a(row_x), .b(row_l),
+                                                               .y(part));
             // a division by 2^cfg_res_pre toward zero: negative values rounded up first (all
             // signed, so >>> shifts arithmetically)
             wire signed [ACC_W-1:0] round_up = part[ACC_W-1]
                 ? ({{(ACC_W-1){1'b0}}, 1'b1} << cfg_res_pre) - 1'b1 : {ACC_W{1'b0}};
             wire signed [ACC_W-1:0] part_shifted = (part + round_up) >>> cfg_res_pre;
-            wire signed [ACC_W-1:0] row_t = row_whole[ACC_W-1:0] + part_shifted;
+            wire signed [ACC_W-1:0] row_t = row_whole + part_shifted;
             wire signed [ACC_W-1:0] summed = (per_row ? row_t : acc) + bias
                                              + ((cfg_residual && cfg_res_early)
                                                 ? r_wide + cfg_res_offset : 32'd0);
             // the channel scale: an ACC_W × OUT_W product, its low ACC_W bits (the i32 wrap)
-            /* verilator lint_off UNUSEDSIGNAL */  // the bits above the i32 wrap
-            wire [ACC_W+OUT_W-1:0] scaled_full;
-            /* verilator lint_on UNUSEDSIGNAL */
-            ws_mul #(.A_W(ACC_W), .B_W(OUT_W)) u_scale (.a(summed), .b(scale), .y(scaled_full));
-            wire signed [ACC_W-1:0] scaled = scaled_full[ACC_W-1:0];
+            wire signed [ACC_W-1:0] scaled;
+            ws_mul #(.A_W(ACC_W), .B_W(OUT_W), .Y_W(ACC_W)) u_scale (.a(summed), .b(scale),
+                                                                  .y(scaled));
             wire signed [ACC_W-1:0] shifted = scaled >>> cfg_pre;
             wire signed [OUT_W-1:0] requantized, clipped;
             ws_requantize #(.OUT_W(OUT_W)) u_requantize (

@@ -30,7 +30,8 @@ module ws_requantize #(
 
     localparam integer P_W = X_W + 32;  // the exact product's width
     wire signed [P_W-1:0] product;
-    ws_mul #(.A_W(X_W), .B_W(32)) u_product (.a(x), .b(mult), .y(product));
+    // x recoded (Booth's b): a narrower x makes fewer partial-product rows
+    ws_mul #(.A_W(32), .B_W(X_W)) u_product (.a(mult), .b(x), .y(product));
     wire signed [P_W:0] t = $signed({product, 1'b0}) >>> post;
     wire fits = (t[P_W:SMALL_W-1] == {(P_W+2-SMALL_W){t[P_W]}});
     wire signed [SMALL_W:0] t_small = {t[SMALL_W-1], t[SMALL_W-1:0]};
