@@ -497,11 +497,17 @@ def area_table(command: list[str], roles: tuple[str, ...] = ("fit", "held out"),
             counts = synthesize(command, "ws_accel", parameters, script=AREA_SCRIPT)
             if not counts.get("cells") or not counts.get("memory bits"):
                 raise RuntimeError(f"no statistics parsed for {key}")
+            seconds = round(time.perf_counter() - start)
+            # its epilogue alone on the same RTL: a later epilogue change swaps these cells
+            # for its own (area.cells_today) instead of synthesizing the grid again
+            epilogue = synthesize(command, "ws_epilogue", {
+                "COLS": machine.cols, "OUT_W": 8, "LANES": machine.epilogue_lanes,
+                "DEPTH": AREA_EPILOGUE_DEPTH}, script=AREA_SCRIPT)
             measured = read()  # with what another run added meanwhile
             measured.setdefault("configurations", {})[key] = {
                 "role": role, "cells": counts["cells"], "memory_bits": counts["memory bits"],
                 "flip_flops": sum(v for k, v in counts.items() if "DFF" in k.upper()),
-                "seconds": round(time.perf_counter() - start), "rtl": rtl_digest()}
+                "epilogue_cells": epilogue["cells"], "seconds": seconds, "rtl": rtl_digest()}
             measured["yosys"] = version
             print(key, measured["configurations"][key], flush=True)
             AREA_JSON.write_text(json.dumps(measured, indent=1, sort_keys=True) + "\n",
@@ -562,21 +568,32 @@ def area_report() -> None:
              "each distinct module once, `stat -top` adding up the hierarchy). Per module, "
              "optimization stops at module boundaries (bench/results/synth.md compares). "
              "`RTL`: whether the configuration was synthesized from today's rtl/ws_*.v "
-             "(`area.rtl_digest`) or an earlier one; the fit uses both. The five fitted "
-             "configurations were synthesized on main's RTL at 75e09c2 (since the "
+             "(`area.rtl_digest`) or an earlier one; the fit uses both. The 16×16 was "
+             "synthesized again after the epilogue's products were narrowed to the bits "
+             "used (branch codesign, session 35); the other fitted configurations on "
+             "main's RTL at 75e09c2 (since the "
              "epilogue's per-row mode, 4bbbbba: two 32×16 products a lane), just before "
              "the load fence (718ce8a: two 16-bit counts of STOREs, their compare and the "
              "stamp's multiplexer in ws_accel, a cmd_done wire out of ws_dma_store), which "
-             "they do not count; the held-out ones were synthesized after it.", "",
+             "they do not count; the held-out ones were synthesized after it. `today's "
+             "epilogue`: an earlier configuration's cells with its `ws_epilogue` (synthesized "
+             "alone on its RTL at its columns and lanes, DEPTH "
+             f"{AREA_EPILOGUE_DEPTH}: `epilogue_cells`) swapped for today's epilogue fit "
+             "(`area.cells_today`; per module the cells add up by module): what the fit and "
+             "the errors use.", "",
              *area.describe_model(model), "",
-             "| configuration | role | RTL | cells | predicted | error | SRAM bits | "
-             "predicted | synthesis time |", "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+             "| configuration | role | RTL | cells | its epilogue | today's epilogue | "
+             "predicted | error | SRAM bits | predicted | synthesis time |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for key, row in area.measured()["configurations"].items():
         machine = area.Machine.parse_key(key)
         cells, bits = model.logic_cells(machine), area.sram_bits(machine)
+        today = area.cells_today(key, row, model.epilogue)
+        own = f"{row['epilogue_cells']:,}" if "epilogue_cells" in row else "-"
         lines.append(f"| {machine.describe()} | {row['role']} | "
                      f"{'today' if area.current(row) else 'earlier'} | {row['cells']:,} | "
-                     f"{cells:,.0f} | {100 * (cells / row['cells'] - 1):+.1f} % | "
+                     f"{own} | {today:,.0f} | "
+                     f"{cells:,.0f} | {100 * (cells / today - 1):+.1f} % | "
                      f"{row['memory_bits']:,} | {bits:,} | {row['seconds']} s |")
     quality = area.quality(model)
     lines += ["", f"Logic cells, fitted configurations: largest error "

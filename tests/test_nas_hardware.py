@@ -137,6 +137,19 @@ def test_the_lanes_cost_what_the_epilogue_synthesized_alone_costs() -> None:
         assert abs(model.logic_cells(Machine.parse_key(key)) / row["cells"] - 1) < 0.15, key
 
 
+def test_an_earlier_configuration_counts_todays_epilogue_in_place_of_its_own() -> None:
+    """A configuration synthesized from an earlier RTL, its epilogue measured alone on that
+    RTL, is fitted with today's epilogue instead (per module the cells add up); one of
+    today's RTL, or without its epilogue's count, as synthesized."""
+    epilogue = (1000.0, 10.0, 100.0)  # a lane, a column, the rest
+    key = "16x16/262144/1024/16"  # 16 columns, 4 lanes: today's epilogue 4,260 cells
+    earlier = {"cells": 50_000, "epilogue_cells": 9_000, "rtl": "an earlier digest"}
+    assert area.cells_today(key, earlier, epilogue) == 50_000 - 9_000 + 4_260
+    assert area.cells_today(key, {**earlier, "rtl": area.rtl_digest()}, epilogue) == 50_000
+    assert area.cells_today(key, {"cells": 50_000, "rtl": "an earlier digest"},
+                            epilogue) == 50_000
+
+
 def test_machines_beyond_the_synthesized_arrays_are_marked_extrapolated() -> None:
     """The area model measured arrays up to the largest synthesized rows and columns; a
     64-column machine of the default space is its extrapolation (the co-design's tables

@@ -5,7 +5,10 @@ no ABC) for a grid of configurations and writes what it measured to `area_cells.
 beside this module: each configuration's logic cells and its memory bits. The model here
 is fitted to the configurations marked "fit" on every import (least squares on relative
 error, so small and large machines weigh alike); the "held out" ones are only predicted,
-and bench/results/area.md states both errors.
+and bench/results/area.md states both errors. A configuration synthesized from an earlier
+RTL counts today's epilogue in place of its own (`cells_today`: per module, the cells add
+up by module, and `ws_epilogue` is measured alone on both RTLs), so an epilogue change
+does not take the whole grid's hours of synthesis again.
 
 Area is one number in *cell equivalents*: the logic cells the model predicts plus the
 memories' bits (scratchpad, accumulator, command queues, the epilogue's and the output
@@ -203,15 +206,28 @@ def measured() -> dict[str, Any]:
     return data
 
 
-def fit(rows: list[tuple[Machine, int]]) -> tuple[float, ...]:
+def fit(rows: list[tuple[Machine, float]]) -> tuple[float, ...]:
     """Least squares on relative error: every configuration weighs alike."""
     return _least_squares([features(m) for m, _ in rows], [cells for _, cells in rows])
 
 
-def _least_squares(rows: list[list[float]], cells: list[int]) -> tuple[float, ...]:
+def _least_squares(rows: list[list[float]], cells: list[float]) -> tuple[float, ...]:
     matrix = np.array([[f / c for f in row] for row, c in zip(rows, cells, strict=True)])
     solution, *_ = np.linalg.lstsq(matrix, np.ones(len(rows)), rcond=None)
     return tuple(float(x) for x in solution)
+
+
+def cells_today(key: str, row: dict[str, Any], epilogue: tuple[float, ...]) -> float:
+    """A synthesized configuration's cells with today's epilogue. Per module the
+    accelerator's cells are its modules' added up, so one synthesized from an earlier RTL
+    whose `ws_epilogue` alone was measured on that RTL too (`epilogue_cells`: its columns
+    at its lanes, the same script) has those cells swapped for today's epilogue fit's;
+    the rest of the accelerator is as synthesized. Others: as synthesized."""
+    if current(row) or "epilogue_cells" not in row:
+        return float(row["cells"])
+    machine = Machine.parse_key(key)
+    today = float(np.dot(epilogue, epilogue_features(machine.cols, machine.epilogue_lanes)))
+    return float(row["cells"]) - float(row["epilogue_cells"]) + today
 
 
 def epilogue_rows() -> list[tuple[int, int, int]]:
@@ -231,12 +247,13 @@ def fit_epilogue(rows: list[tuple[int, int, int]]) -> tuple[float, ...]:
 @cache
 def fitted(sram_cells_per_bit: float = SRAM_CELLS_PER_BIT) -> AreaModel:
     """The model fitted to the configurations the bench marked "fit"."""
-    rows = [(Machine.parse_key(key), row["cells"])
+    epilogue = fit_epilogue(epilogue_rows())
+    rows = [(Machine.parse_key(key), cells_today(key, row, epilogue))
             for key, row in measured()["configurations"].items() if row["role"] == "fit"]
     if len(rows) < len(FEATURES):
         raise GlensideError(f"{AREA_DATA}: {len(rows)} fitted configurations, the area model "
                             f"needs at least {len(FEATURES)}")
-    return AreaModel(fit(rows), sram_cells_per_bit, fit_epilogue(epilogue_rows()))
+    return AreaModel(fit(rows), sram_cells_per_bit, epilogue)
 
 
 def quality(model: AreaModel) -> dict[str, float]:
@@ -249,10 +266,11 @@ def quality(model: AreaModel) -> dict[str, float]:
     configurations = measured()["configurations"]
     for key, row in configurations.items():
         machine = Machine.parse_key(key)
-        errors[row["role"]].append(100 * abs(model.logic_cells(machine) / row["cells"] - 1))
+        cells = cells_today(key, row, model.epilogue)
+        errors[row["role"]].append(100 * abs(model.logic_cells(machine) / cells - 1))
         exact += current(row) and sram_bits(machine) == row["memory_bits"]
-    fitted_rows = [(Machine.parse_key(k), r["cells"]) for k, r in configurations.items()
-                   if r["role"] == "fit"]
+    fitted_rows = [(Machine.parse_key(k), cells_today(k, r, model.epilogue))
+                   for k, r in configurations.items() if r["role"] == "fit"]
     # leave one out: each fit configuration predicted by the model of the others
     left_out = [100 * abs(AreaModel(fit(fitted_rows[:i] + fitted_rows[i + 1:]),
                                     epilogue=model.epilogue)
