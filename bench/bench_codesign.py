@@ -25,6 +25,7 @@ the same search finds on the fixed 16x16 machine.
 
     python bench/bench_codesign.py   → the co-design section of bench/results/nas.md,
                                        nas_codesign.png, nas_codesign.json (exit 1: missed)
+    python bench/bench_codesign.py [--workers N]   N Dask workers (default 2, a core each)
     python bench/bench_codesign.py --report-only   re-tabulates nas_codesign.json
     python bench/bench_codesign.py --bound   no search, no training: the committed fixed
         search's pick and cheapest legal networks on every machine within the budget
@@ -547,10 +548,13 @@ def write_section(section: list[str]) -> None:
     path.write_text(text, encoding="utf-8")
 
 
-def main(fixed_file: Path | None = None, only_fixed: bool = False) -> int:
+def main(fixed_file: Path | None = None, only_fixed: bool = False,
+         workers: int = B.WORKERS) -> int:
     """`--fixed FILE`: step 1 saved by an earlier `--only-fixed FILE` run (a pickle of the
-    fixed-machine search and its records), so the co-design can be rerun alone."""
+    fixed-machine search and its records), so the co-design can be rerun alone.
+    `--workers N`: Dask worker processes (default bench_nas's, one a core)."""
     import pickle
+    import resource
 
     import dask
     from dask.distributed import Client, LocalCluster
@@ -563,8 +567,8 @@ def main(fixed_file: Path | None = None, only_fixed: bool = False) -> int:
     if fixed_file is not None and not only_fixed:
         fixed, memo = pickle.loads(fixed_file.read_bytes())
     with dask.config.set(WORKER_CONFIG), \
-            LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=None) as cluster, Client(cluster) as client:
+            LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                         dashboard_address=None) as cluster, Client(cluster) as client:
         if only_fixed and fixed_file is not None:
             program = read_program(B.EXAMPLES / "digits_cnn.gs")
             memo = {}
@@ -578,11 +582,18 @@ def main(fixed_file: Path | None = None, only_fixed: bool = False) -> int:
         found = stage(DaskMapper(client), train_data, val, fixed, memo)
     found["seconds"] = round(time.perf_counter() - started)
     found["load"] = os.getloadavg()[0]
+    # this process and the Dask workers (children waited for once their cluster closed)
+    used = [resource.getrusage(who) for who in (resource.RUSAGE_SELF,
+                                                resource.RUSAGE_CHILDREN)]
+    found["cpu_seconds"] = round(sum(u.ru_utime + u.ru_stime for u in used))
+    found["workers"] = workers
     save(found)
     section = lines(found)
-    section.insert(-2, f"This section alone: `python bench/bench_codesign.py` in "
-                   f"{found['seconds']} s on 2 cores shared with other jobs (load average "
-                   f"{found['load']:.1f} at the end), 2 Dask workers.\n")
+    section.insert(-2, f"This section alone: `python bench/bench_codesign.py --workers "
+                   f"{workers}` in {found['seconds']} s of wall time and "
+                   f"{found['cpu_seconds']} CPU seconds (this process and its Dask workers) "
+                   f"on 2 cores shared with other jobs (load average {found['load']:.1f} at "
+                   f"the end), {workers} Dask workers.\n")
     write_section(section)
     print("\n".join(section))
     return 0 if met(found)[0] else 1
@@ -596,9 +607,12 @@ if __name__ == "__main__":
         write_section(with_bound(lines(saved)))
         sys.exit(0 if met(saved)[0] else 1)
     arguments = sys.argv[1:]
+    workers = B.WORKERS
+    if arguments[-2:-1] == ["--workers"] and arguments[-1].isdigit() and int(arguments[-1]):
+        workers, arguments = int(arguments[-1]), arguments[:-2]
     if arguments[:1] in (["--fixed"], ["--only-fixed"]) and len(arguments) == 2:
-        sys.exit(main(Path(arguments[1]), arguments[0] == "--only-fixed"))
-    if arguments:  # --help or a mistyped option: the usage, not a long run
-        print(__doc__)
-        sys.exit(0 if arguments in (["-h"], ["--help"]) else 2)
-    sys.exit(main())
+        sys.exit(main(Path(arguments[1]), arguments[0] == "--only-fixed", workers))
+    if not arguments:
+        sys.exit(main(workers=workers))
+    print(__doc__)  # --help or a mistyped option: the usage, not a long run
+    sys.exit(0 if arguments in (["-h"], ["--help"]) else 2)
