@@ -476,7 +476,7 @@ def drop_dead_code(lowered: LoweredProgram) -> None:
     # read unread in turn. (One walk of the program: removing one round of dead writers
     # at a time walked it once per round, and the passes call this after each rewrite.)
     instructions = lowered.instructions
-    reads = [{view.buffer for view in instruction.reads()} for instruction in instructions]
+    reads = [instruction.read_buffers for instruction in instructions]
     written = [instruction.dst.buffer for instruction in instructions]
     readers = Counter(itertools.chain.from_iterable(reads))
     writers: dict[str, list[int]] = {}

@@ -24,11 +24,12 @@ view algebra of backend/views.py applied to terms).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import operator
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 from typing import Any, SupportsIndex
 
@@ -113,6 +114,12 @@ class Instruction:
 
     def writes(self) -> View:
         return self.dst
+
+    @functools.cached_property
+    def read_buffers(self) -> frozenset[str]:
+        """The buffers it reads (once per instruction: the accelerator passes ask after
+        every edit of a program, of every instruction)."""
+        return frozenset(view.buffer for view in self.reads())
 
 
 @dataclass(frozen=True)
@@ -604,7 +611,7 @@ def _identical_run(first: Sequence[Instruction], second: Sequence[Instruction]) 
 
 
 def _users_after_edit(old: tuple[Instruction, ...], new: tuple[Instruction, ...],
-                      answer: Users, buffers: Callable[[Instruction], set[str]],
+                      answer: Users, buffers: Callable[[Instruction], Set[str]],
                       kept: tuple[int, int] | None = None) -> Users | None:
     """`answer` (readers or writers of `old`, by `buffers`) for `new`, or None when the
     edit is too large to update (recompute). A new answer: callers may hold the old one.
@@ -789,7 +796,7 @@ class Users(Mapping[str, list[int]]):
 
     def edited(self, program: tuple[Instruction, ...], moved_from: int, shift: int,
                removed: Sequence[Instruction], added: dict[int, Instruction],
-               moved: dict[int, Instruction], buffers: Callable[[Instruction], set[str]]
+               moved: dict[int, Instruction], buffers: Callable[[Instruction], Set[str]]
                ) -> Users | None:
         """The answer for `program`: this one's with `removed` taken out and `added` (by
         position) put in, the instructions from `moved_from` on moved by `shift` and those
@@ -819,8 +826,8 @@ class Users(Mapping[str, list[int]]):
         return Users(self._by_buffer.edited(changed), where)
 
 
-def _read_buffers(instruction: Instruction) -> set[str]:
-    return {view.buffer for view in instruction.reads()}
+def _read_buffers(instruction: Instruction) -> frozenset[str]:
+    return instruction.read_buffers
 
 
 def _written_buffers(instruction: Instruction) -> set[str]:
@@ -828,7 +835,7 @@ def _written_buffers(instruction: Instruction) -> set[str]:
 
 
 #: Per answer of LoweredProgram, the buffers an instruction is one of the users of.
-_USES: dict[str, Callable[[Instruction], set[str]]] = {
+_USES: dict[str, Callable[[Instruction], Set[str]]] = {
     "readers": _read_buffers, "writers": _written_buffers}
 
 

@@ -202,6 +202,7 @@ class _Builder:
         self.tensors = tensors
         self.bindings: dict[str, Term] = {}
         self.binding_spans: dict[str, Span] = {}
+        self.interned: dict[Term, Term] = {}  # each distinct term, the first one built
 
     # -- terms --------------------------------------------------------------------------
     def term(self, sexpr: SExpr) -> Term:
@@ -248,7 +249,11 @@ class _Builder:
             name, kind = params[index] if index < len(params) else ("dim", construct.variadic)
             assert kind is not None
             args.append(self.argument(construct.name, name, kind, item))
-        return Term(construct.name, tuple(args), sexpr.span, tuple(item.span for item in given))
+        term = Term(construct.name, tuple(args), sexpr.span, tuple(item.span for item in given))
+        # Equal terms are one object (the first written): every later stage's walks and
+        # dicts compare them by identity first, and a structural comparison of two equal
+        # copies walks both (swin_t's text writes 114,000 terms, 60,000 of them distinct).
+        return self.interned.setdefault(term, term)
 
     def argument(self, where: str, name: str, kind: str, item: SExpr) -> Arg:
         if kind in (K.NAT, K.INT, K.NUMBER):
