@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from glensidec.errors import Span
-from glensidec.lang.terms import Symbol, Term
+from glensidec.lang.syntax import parse_program
+from glensidec.lang.terms import Symbol, Term, postorder
 
 
 def residual_chain(depth: int, leaf: int = -1) -> Term:
@@ -38,3 +39,25 @@ def test_terms_with_different_numbers_or_ops_are_unequal() -> None:
     assert Term("access", (Symbol("x"), 1)) != Term("access", (Symbol("x"), 2))
     assert Term("access", (Symbol("x"), 1)) != Term("access-flatten", (Symbol("x"), 1))
     assert Term("access", (Symbol("x"), 1)) != Term("access", (Symbol("x"), 1, 2))
+
+
+def test_a_parsed_program_holds_each_distinct_term_once() -> None:
+    # the same broadcast literal written in two lets (as the quantizer writes its constants)
+    # is one object: later walks find it by identity, not by comparing the two copies
+    constant = ("(access-broadcast (access-literal (literal 3 i32)) "
+                "(access-shape (shape 2) (shape)))")
+    program = parse_program(f"""
+(input x i32 (shape 2))
+(let a (compute elementwise-add (access-pair (access-tensor x) {constant})))
+(compute elementwise-mul (access-pair a {constant}))
+""")
+    terms = postorder(program.root)
+    objects: dict[int, Term] = {}
+    stack = [program.root]
+    while stack:
+        term = stack.pop()
+        if id(term) not in objects:
+            objects[id(term)] = term
+            stack.extend(term.children())
+    assert len(objects) == len(terms)
+    assert sum(1 for term in terms if term.op == "access-broadcast") == 1
