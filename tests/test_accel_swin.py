@@ -25,7 +25,7 @@ from test_accel_offload import _accelerated, _interpreted, _lowered_result
 from test_quantize import calibration_for, sample_list
 from test_transformer import layer_norm
 
-from glensidec.backend.lower import ACTIVATION, Copy, Fused, RequantizePerChannel
+from glensidec.backend.lower import ACTIVATION, Copy, Fused, Map, RequantizePerChannel
 from glensidec.frontends.quantize import quantize, save_quantized
 
 
@@ -271,3 +271,52 @@ def test_a_window_block_cosimulates_bit_exactly(tmp_path: Path, sim_cache: Path,
     assert len(report["calls"]) >= 3 * size.heads + 2 * size.windows * size.heads
     assert all(call["data_ok"] and call["simulated_cycles"] == call["predicted_cycles"]
                for call in report["calls"])
+
+
+def patch_merging_after_a_residual_block(features: int = 16, size: int = 4, seed: int = 0
+                                         ) -> Any:
+    """x + x·W (a block's last residual add, an NHWC map), then Swin's patch merging: the
+    four pixels of each 2×2 square as strided slices, concatenated along the channels."""
+    g = OnnxGraph(seed)
+    x = g.input("input", [1, size, size, features])
+    w = g.random("w", (features, features), (1.0 / features) ** 0.5)
+    y = g.node("Add", [x, g.node("Add", [g.node("MatMul", [x, w]),
+                                         g.random("b", (features,), 0.1)])])
+    parts = []
+    for start_y, start_x in ((0, 0), (1, 0), (0, 1), (1, 1)):
+        parts.append(g.node("Slice", [
+            y, g.const(f"s{g.count}", np.array([start_y, start_x], np.int64)),
+            g.const(f"e{g.count}", np.array([size, size], np.int64)),
+            g.const(f"a{g.count}", np.array([1, 2], np.int64)),
+            g.const(f"t{g.count}", np.array([2, 2], np.int64))]))
+    merged = g.node("Concat", parts, axis=-1)
+    return g.model(merged, [1, size // 2, size // 2, 4 * features])
+
+
+def _quantized(model: Any, root: Path) -> tuple[Path, dict[str, np.ndarray]]:
+    program = imported(model, root)
+    calibration = calibration_for(program, 4)
+    quantized = quantize(program, calibration, per_channel=True, symmetric_activations=True)
+    path = save_quantized(quantized, root / "model.q.gs")
+    return path, quantized.quantize_inputs(sample_list(calibration, 1)[0])
+
+
+def test_a_residual_add_that_patch_merging_slices_is_the_layers_epilogue(
+        tmp_path: Path) -> None:
+    """x + x·W, which only patch merging's strided slices read: the quantizer requantizes
+    the i32 sum in each slice (requantizes of parts of it, no loop after the add).
+    The add's loop takes that requantize (`accel_swin.requantize_in_loops`), so the
+    product's layer adds x in its epilogue and the slices are copies of parts of the
+    layer's rows; no host loop is left. The lowered program gives the interpreter's
+    integers."""
+    source, inputs = _quantized(patch_merging_after_a_residual_block(), tmp_path)
+    lowered = _accelerated(source, "16x16")
+    added = [layer for layer in lowered.accel_layers() if layer.residual_add is not None]
+    assert len(added) == 1 and not added[0].residual_add.early  # type: ignore[union-attr]
+    assert not any(isinstance(i, Fused | Map) for i in lowered.instructions)
+    slices = [i for i in lowered.instructions
+              if added[0].dst.buffer in {view.buffer for view in i.reads()}]
+    assert slices and all(isinstance(i, Copy) for i in slices)
+    expected = _interpreted(source, inputs)
+    got = _lowered_result(source, lowered, inputs, 16)
+    assert np.array_equal(got.reshape(expected.shape), expected)

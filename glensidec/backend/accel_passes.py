@@ -34,7 +34,10 @@ In order (each a module of its own, each taking and giving a `LoweredProgram`):
    pre-activation batch-norm and ReLU) becomes one too (or, with a shift the bias cannot
    take after the scale, a depthwise 1×1 layer), and a dense block's chain of
    concatenations is written in place, once, by the layers that make its parts.
-4. `accel_residual`: a quantized residual add after a layer moves into its epilogue (not
+4. `accel_swin.requantize_in_loops`: a loop whose i32 sum only equal requantizes of its
+   parts read (a Swin stage's last residual add, which patch merging's slices read) ends
+   in that requantize, the readers copies of its result; then
+   `accel_residual`: a quantized residual add after a layer moves into its epilogue (not
    a pooling layer's), and so does a requantized product of two layers' rows (GELU's
    x·Φ(x): ws_epilogue's product mode).
    Then `accel_pool` again: the pools of residual blocks' results, which read the layer
@@ -100,6 +103,7 @@ from glensidec.backend.accel_softmax_exp import (
 from glensidec.backend.accel_swin import (
     fuse_position_biases,
     merge_window_requantizations,
+    requantize_in_loops,
     write_heads_in_place,
 )
 from glensidec.backend.fold_constants import fold_constant_copies
@@ -125,7 +129,7 @@ def fuse_for_accelerator(lowered: LoweredProgram, weights: dict[str, Array],
     layers = fuse_row_scaled_products(layers, weights, accel)
     layers = sum_exponentials_on_the_array(fuse_softmax_exponentials(layers, weights, accel))
     layers = fuse_dense_blocks(layers, weights, accel)
-    layers = fuse_accel_residuals(layers, weights, accel)
+    layers = fuse_accel_residuals(requantize_in_loops(layers), weights, accel)
     layers = fuse_accel_pools(layers, weights, accel)  # pools of the layers that took an add
     # concatenations of pools' rows too, then the pools of those concatenations; channel
     # gathers of layers' rows (ShuffleNet's shuffle and split) as selection layers first

@@ -52,7 +52,9 @@ from glensidec.backend.lower import (
     Fused,
     Instruction,
     LoweredProgram,
+    Map,
     RequantizePerChannel,
+    Step,
     Users,
     constant_array,
 )
@@ -468,3 +470,43 @@ def depthwise_weights(layer: ConvLayer, cols: int, diagonal: Array) -> Array:
     channels = np.arange(layer.out_channels)
     packed[channels % cols, channels] = diagonal
     return packed
+
+
+# -- a sum that several requantizes read in parts, requantized in its loop ----------------
+
+
+def requantize_in_loops(lowered: LoweredProgram) -> LoweredProgram:
+    """`lowered` with each host loop whose i32 result only equal requantizes to int8 read
+    (each a part of it, through a view: the slices of Swin's patch merging after a block's
+    last residual add) ending in that requantize itself, its int8 result a buffer of its
+    own that each reader copies its part of (a new program). The loop is then a quantized
+    residual add like any other, which `accel_residual` gives to the layer before it; the
+    copies are what the readers' views move."""
+    result = lowered.copy()
+    readers, writers = result.readers(), result.writers()
+    builder = LayerBuilder(result)
+    for index, loop in enumerate(lowered.instructions):
+        if not isinstance(loop, Fused) or result.buffer_of(loop.dst).dtype != "i32" or \
+                writers.get(loop.dst.buffer) != [index] or not result.is_whole(loop.dst):
+            continue
+        users = readers.get(loop.dst.buffer, [])
+        maps = [result.instructions[position] for position in users]
+        first = maps[0] if maps else None
+        if not isinstance(first, Map) or min(users) < index or not all(
+                isinstance(reader, Map) and reader.op == first.op and
+                reader.op.name == "requantize" and
+                result.buffer_of(reader.dst).dtype == "i8" for reader in maps):
+            continue
+        source = result.buffer_of(loop.dst)
+        name = builder.name(f"{source.name}_requantized")
+        result.buffers[name] = Buffer(name, "i8", source.shape, ACTIVATION)
+        result.instructions[index] = replace(
+            loop, dst=View(name, loop.dst.offset, loop.dst.dims),
+            steps=(*loop.steps, Step(first.op, (-len(loop.steps),), "i8")))
+        for position, reader in zip(users, maps, strict=True):
+            assert isinstance(reader, Map)
+            result.instructions[position] = Copy(
+                f"{reader.note}: its part of the loop's requantized result", reader.dst,
+                View(name, reader.src.offset, reader.src.dims))
+    drop_dead_code(result)
+    return result
