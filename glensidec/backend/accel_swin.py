@@ -476,12 +476,12 @@ def depthwise_weights(layer: ConvLayer, cols: int, diagonal: Array) -> Array:
 
 
 def requantize_in_loops(lowered: LoweredProgram) -> LoweredProgram:
-    """`lowered` with each host loop whose i32 result only equal requantizes to int8 read
-    (each a part of it, through a view: the slices of Swin's patch merging after a block's
-    last residual add) ending in that requantize itself, its int8 result a buffer of its
-    own that each reader copies its part of (a new program). The loop is then a quantized
-    residual add like any other, which `accel_residual` gives to the layer before it; the
-    copies are what the readers' views move."""
+    """`lowered` with each host loop whose i32 result only equal requantizes to int8 read,
+    two or more (each a part of it, through a view: the slices of Swin's patch merging
+    after a block's last residual add), ending in that requantize itself, its int8
+    result a buffer of its own that each reader copies its part of (a new program). The
+    loop is then a quantized residual add like any other, which `accel_residual` gives to
+    the layer before it; the copies are what the readers' views move."""
     result = lowered.copy()
     readers, writers = result.readers(), result.writers()
     builder = LayerBuilder(result)
@@ -492,7 +492,9 @@ def requantize_in_loops(lowered: LoweredProgram) -> LoweredProgram:
         users = readers.get(loop.dst.buffer, [])
         maps = [result.instructions[position] for position in users]
         first = maps[0] if maps else None
-        if not isinstance(first, Map) or min(users) < index or not all(
+        # (one reader of all of it, through a permutation: `accel_residual` writes the
+        # loop in the reader's order instead, with no copy after it)
+        if not isinstance(first, Map) or len(users) < 2 or min(users) < index or not all(
                 isinstance(reader, Map) and reader.op == first.op and
                 reader.op.name == "requantize" and
                 result.buffer_of(reader.dst).dtype == "i8" for reader in maps):
