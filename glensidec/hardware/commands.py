@@ -1902,16 +1902,19 @@ def _window_steps(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
     slabs = [(0 if oy0 == 0 else band.rows(oy0), band.rows(oy0 + rows_here))
              for oy0, rows_here in chunk_list]
 
-    def band_slabs(chunk: int, plane: int) -> tuple[_Region, ...]:
-        """The band regions a compute of `chunk` on `plane` reads (one_band: the slabs its
-        rows meet; else the chunk's band buffer's plane)."""
+    def band_slabs(chunk: int) -> list[tuple[_Region, ...]]:
+        """Per plane, the band regions a compute of `chunk` on it reads (one_band: the
+        slabs its rows meet, found once for every plane; else the chunk's band buffer's
+        plane)."""
+        planes = range(len(band.planes))
         if not one_band:
-            return (_band_region(band_buffer_of(chunk), plane),)
+            return [(_band_region(band_buffer_of(chunk), plane),) for plane in planes]
         oy0, rows_here = chunk_list[chunk]
         low, high = oy0 * band.stride_y, (oy0 + rows_here - 1) * band.stride_y + band.reach
-        return tuple(_band_region(0, index * len(band.planes) + plane)
-                     for index, (first, end) in enumerate(slabs)
-                     if first < high and end > low)
+        meeting = [index for index, (first, end) in enumerate(slabs)
+                   if first < high and end > low]
+        return [tuple(_band_region(0, index * len(band.planes) + plane) for index in meeting)
+                for plane in planes]
 
     def slab_loads(chunk: int) -> list[tuple[DmaFields, _Region]]:
         first, end = slabs[chunk]
@@ -1975,7 +1978,7 @@ def _window_steps(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
         m0, m_len = oy0 * out_w, rows_here * out_w
         band_base = band_buffer_of(chunk) * buffer
         # the regions each plane's computes read, and (one band) the chunk's first row in it
-        band_regions.append([band_slabs(chunk, plane) for plane in range(len(band.planes))])
+        band_regions.append(band_slabs(chunk))
         band_shift = one_band * oy0 * band.stride_y * band.width
         first_step = len(steps.pieces)
         planes_loaded: set[int] = set()
