@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from glensidec.cosim.diff import DiffResult
     from glensidec.frontends.quantize import QuantizedProgram
     from glensidec.lang.terms import Program
-    from glensidec.lang.typecheck import AccessType
+    from glensidec.lang.typecheck import TypeValue
 
 __all__ = ["Compilation", "check", "compile", "diff", "import_onnx", "load", "quantize", "run"]
 
@@ -144,19 +144,22 @@ def load(path: str | Path, shapes: str | Path | None = None) -> Program:
     return program
 
 
-def check(program: Program | str | Path) -> AccessType:
-    """The type of the program's result: its access shape and dtype."""
-    from glensidec.lang.typecheck import check_program, root_type
+def check(program: Program | str | Path) -> TypeValue:
+    """The type of the program's result, as `glensidec check` describes it: for a tensor
+    (every program that computes one) an `AccessType`, its access shape and dtype; else
+    a shape's dims, a literal's or a tuple's type."""
+    from glensidec.lang.typecheck import check_program
 
     parsed = _program(program)
-    return root_type(parsed, check_program(parsed))
+    return check_program(parsed)[parsed.root]
 
 
 def run(program: Program | str | Path,
         inputs: Mapping[str, Any] | list[Any] | tuple[Any, ...] | None = None,
         seed: int | None = None, *, dequantize: bool = False) -> Any:
     """Run with the reference interpreter on `inputs`, or on seeded random inputs when
-    `seed` (0 ≤ seed < 2**63) is given; returns the result as a numpy array.
+    `seed` (0 ≤ seed < 2**63) is given; returns the result as a numpy array (a tuple of
+    them for a tuple; a shape-valued program's dims, as `check` gives them).
 
     `inputs`: a dict of input name → numpy array or the path of a .npy file (as `run
     --input NAME=FILE.npy`), or a list of them in the order the program declares its
@@ -164,8 +167,8 @@ def run(program: Program | str | Path,
     declared); `dequantize` returns a `(quantized-output …)` program's result as float32."""
     from glensidec.errors import GlensideError
     from glensidec.lang import data
-    from glensidec.lang.interp import run_program
-    from glensidec.lang.typecheck import check_program
+    from glensidec.lang.interp import evaluate_result
+    from glensidec.lang.typecheck import check_program, require_access_result
 
     parsed = _program(program)
     if seed is not None and inputs is not None:
@@ -177,8 +180,14 @@ def run(program: Program | str | Path,
         given = data.load_inputs(parsed, _inputs(parsed, {} if inputs is None else inputs,
                                                   "inputs"),  # ONNX names too
                                  "inputs={name: array or .npy path} or seed=N")
-    result = run_program(parsed, data.all_tensors(parsed, given), types)
-    return data.dequantize_result(parsed, result) if dequantize else result
+    if dequantize:
+        require_access_result(parsed, types, "run(dequantize=True)")
+    result = evaluate_result(parsed, data.all_tensors(parsed, given), types)
+    if result is None:  # a shape, known from the types alone
+        return types[parsed.root]
+    if dequantize and not isinstance(result, tuple):
+        return data.dequantize_result(parsed, result)
+    return result
 
 
 @dataclass
@@ -217,7 +226,7 @@ def compile(program: Program | str | Path, array: str | tuple[int, int] = "16x16
     from glensidec import pipeline
     from glensidec.errors import GlensideError
     from glensidec.lang import data
-    from glensidec.lang.typecheck import check_program
+    from glensidec.lang.typecheck import check_program, require_access_result
     from glensidec.opt.extract import arrays_for_c, parse_arrays
     from glensidec.opt.rewrite import Limits
     from glensidec.outputs import check_output_directory
@@ -240,6 +249,7 @@ def compile(program: Program | str | Path, array: str | tuple[int, int] = "16x16
     else:
         parsed = _program(program)
         typed = pipeline.Typed(parsed, check_program(parsed))
+    require_access_result(typed.program, typed.types, "compile")
     if outdir is not None and target.accel is None:
         pipeline.require_no_epilogue(typed.program)
     compiled = pipeline.compile_for(typed, target, limits)

@@ -158,3 +158,48 @@ def test_diff_takes_name_equals_file_words_and_arrays(tmp_path: Path) -> None:
     assert glensidec.diff(outdir, {"a": a, "b": tmp_path / "b.npy"}).agree
     with pytest.raises(GlensideError, match="'x' is not an input of"):
         glensidec.diff(outdir, "x=x.npy")
+
+
+@pytest.mark.parametrize(("text", "kind", "checked"), [
+    ("(shape 1 2 3)", "shape", (1, 2, 3)),
+    ("(literal 3.5)", "literal", "LiteralValue(value=3.5, dtype='f32')"),
+    ("(input a f32 (shape 2 3))\n(construct-tuple (access-tensor a) (access-tensor a))",
+     "tuple", "(tuple ((2,3),()) f32 ((2,3),()) f32)"),
+])
+def test_the_api_takes_a_result_that_is_not_a_tensor_as_the_commands_do(
+        text: str, kind: str, checked: object, tmp_path: Path) -> None:
+    """`glensidec check` and `run` print such a result, `compile` and `quantize` refuse it
+    with one located line; the API's check and run raised AssertionError and compile a
+    KeyError or TypeError."""
+    source = tmp_path / "p.gs"
+    source.write_text(text + "\n")
+    typed = glensidec.check(source)
+    assert (typed if isinstance(typed, tuple) else str(typed) if kind == "tuple"
+            else repr(typed)) == checked
+    value = glensidec.run(source, seed=0)
+    if kind == "shape":
+        assert value == (1, 2, 3)
+    elif kind == "literal":
+        assert float(value) == 3.5
+    else:
+        assert isinstance(value, tuple) and len(value) == 2
+        np.testing.assert_array_equal(value[0], value[1])
+    samples = {"a": np.zeros((4, 2, 3), np.float32)}
+    for call, command in ((lambda: glensidec.compile(source), "compile"),
+                          (lambda: glensidec.quantize(source, samples), "quantize")):
+        with pytest.raises(GlensideError, match=f"{command} needs an access-valued result; "
+                                                f"this program's result is a {kind}"):
+            call()
+
+
+def test_the_api_quantizes_a_tuple_get_item_program_as_the_command_does(
+        tmp_path: Path) -> None:
+    """`glensidec quantize` expands tuples (and conv2d modes) first; the API's quantize
+    did not and raised a KeyError."""
+    source = tmp_path / "p.gs"
+    source.write_text("(input a f32 (shape 2 3))\n(tuple-get-item (construct-tuple "
+                      "(access-tensor a) (compute relu (access-tensor a))) 1)\n")
+    samples = {"a": np.random.default_rng(0).standard_normal((4, 2, 3)).astype(np.float32)}
+    glensidec.quantize(source, samples, tmp_path / "q" / "q.gs")
+    got = glensidec.run(tmp_path / "q" / "q.gs", {"a": samples["a"][0]}, dequantize=True)
+    np.testing.assert_allclose(got, np.maximum(samples["a"][0], 0), atol=0.02)

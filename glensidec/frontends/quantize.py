@@ -571,7 +571,8 @@ def quantize(program: Program, calibration: dict[str, Array] | str | Path | Prof
     weight arrays (`save_quantized` writes both). `weights_file` is the .npz name the
     program's weight declarations refer to (default: `<program stem>.q.npz`).
     """
-    check_program(program)
+    require_access_result(program, check_program(program), "quantize")
+    program = expand_program(program)  # tuples and conv2d modes become what it knows
     for decl in program.tensors.values():
         # i16/i32 tensors are token ids and their row numbers; i8 means already quantized
         if decl.dtype not in ("f32", "i16", "i32"):
