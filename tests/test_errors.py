@@ -190,3 +190,14 @@ def test_random_text_gives_a_result_or_a_clean_error(text: str) -> None:
 @given(st.text(max_size=60))
 def test_arbitrary_unicode_gives_a_clean_error(text: str) -> None:
     parse_and_check(text)
+
+
+def test_an_undeclared_tensor_in_a_bare_glenside_expression_points_to_shapes() -> None:
+    """Glenside's own glenside-programs/ examples are bare expressions: run without
+    --shapes, the error said only "unknown tensor 'weights'"; it now says how to declare
+    it. A program that declares tensors keeps the short message."""
+    with pytest.raises(GlensideError, match=r"unknown tensor 'w': declare it with \(input …\), "
+                                            r"or .* with --shapes FILE.json"):
+        parse_program("(access (access-tensor w) 1)")
+    with pytest.raises(GlensideError, match=r"unknown tensor 'w'$"):
+        parse_program("(input a f32 (shape 2))\n(access (access-tensor w) 1)")

@@ -297,6 +297,9 @@ class _Builder:
             choices = list(known)
             what = "tensor" if kind == K.TENSOR else kind
             extra = "" if kind == K.TENSOR else f"; one of {', '.join(choices)}"
+            if kind == K.TENSOR and not self.tensors:  # a bare original-Glenside expression
+                extra = (": declare it with (input …), or give an original Glenside "
+                         "expression's tensors with --shapes FILE.json")
             raise GlensideError(f"unknown {what} '{value}'{_suggest(value, choices)}{extra}",
                                 item.span)
         return Symbol(value)
