@@ -135,14 +135,20 @@ def swin_block(size: Window, seed: int = 0) -> Any:
     return g.model(g.node("Add", [x, out]), [1, n, n, c])
 
 
+def _quantized(model: Any, root: Path, name: str = "model") -> tuple[Path, dict[str, np.ndarray]]:
+    """`model` imported, quantized (per-channel weights, symmetric activations) and saved
+    as root/NAME.q.gs, with one sample of its input as int8."""
+    program = imported(model, root)
+    calibration = calibration_for(program, 4)
+    quantized = quantize(program, calibration, per_channel=True, symmetric_activations=True)
+    path = save_quantized(quantized, root / f"{name}.q.gs")
+    return path, quantized.quantize_inputs(sample_list(calibration, 1)[0])
+
+
 def _quantized_block(root: Path, size: Window = TINY) -> tuple[Path, dict[str, np.ndarray]]:
     """The block quantized (per-channel weights, symmetric activations) and saved, with
     one sample of its input as int8."""
-    program = imported(swin_block(size), root)
-    calibration = calibration_for(program, 4)
-    quantized = quantize(program, calibration, per_channel=True, symmetric_activations=True)
-    path = save_quantized(quantized, root / "block.q.gs")
-    return path, quantized.quantize_inputs(sample_list(calibration, 1)[0])
+    return _quantized(swin_block(size), root, "block")
 
 
 def test_each_heads_requantization_is_one_loop_and_the_block_stays_exact(
@@ -291,14 +297,6 @@ def patch_merging_after_a_residual_block(features: int = 16, size: int = 4, seed
             g.const(f"t{g.count}", np.array([2, 2], np.int64))]))
     merged = g.node("Concat", parts, axis=-1)
     return g.model(merged, [1, size // 2, size // 2, 4 * features])
-
-
-def _quantized(model: Any, root: Path) -> tuple[Path, dict[str, np.ndarray]]:
-    program = imported(model, root)
-    calibration = calibration_for(program, 4)
-    quantized = quantize(program, calibration, per_channel=True, symmetric_activations=True)
-    path = save_quantized(quantized, root / "model.q.gs")
-    return path, quantized.quantize_inputs(sample_list(calibration, 1)[0])
 
 
 def test_a_residual_add_that_patch_merging_slices_is_the_layers_epilogue(
