@@ -39,6 +39,7 @@ from glensidec.hardware.commands import (
     best_conv_table,
     conv_program,
     conv_reference,
+    depthwise_weight_matrix,
     encode_command,
     group_mask,
     interleaved_tilings,
@@ -822,3 +823,19 @@ def test_the_traffic_count_of_a_dma_is_dma_load_bytes_over_every_kind_of_row_pat
             width=rng.randrange(0, 9))
         bus = rng.choice([1, 2, 4, 8, 16, 64])
         assert _bus_bytes_of(dma, bus) == dma_load_bytes(dma, bus), (dma, bus)
+
+
+@pytest.mark.parametrize("channels", [1, 5, 8, 16, 21, 40])
+@pytest.mark.parametrize("cols", [4, 8, 16])
+def test_the_depthwise_weight_matrix_is_weight_matrix_of_the_diagonal(channels: int,
+                                                                      cols: int) -> None:
+    """The passes pack a depthwise 1×1 layer's diagonal without its (C, C) matrix."""
+    layer = ConvLayer("depthwise", 3, 1, channels, channels, groups=channels)
+    values = np.random.default_rng(channels * cols).integers(-128, 128, channels)
+    dense = np.zeros((1, 1, channels, channels), np.int64)
+    dense[0, 0, np.arange(channels), np.arange(channels)] = values
+    assert np.array_equal(depthwise_weight_matrix(layer, cols, values),
+                          weight_matrix(layer, cols, dense))
+    dense[0, 0, np.arange(channels), np.arange(channels)] = -7
+    assert np.array_equal(depthwise_weight_matrix(layer, cols, -7),
+                          weight_matrix(layer, cols, dense))

@@ -67,7 +67,7 @@ from glensidec.backend.views import (
 )
 from glensidec.errors import GlensideError
 from glensidec.hardware.accel import ConvLayer, EpilogueConfig, epilogue_reference
-from glensidec.hardware.commands import AccelConfig, LayerQuant, weight_matrix
+from glensidec.hardware.commands import AccelConfig, LayerQuant, depthwise_weight_matrix
 from glensidec.lang.dtypes import Array, requantize, wrap_signed
 
 #: The epilogue's per-column scales are int8.
@@ -196,10 +196,8 @@ def _rewrite_affine(lowered: LoweredProgram, index: int, weights: dict[str, Arra
     bias = builder.constant(f"{name}_bias", "i32", np.array(form.bias, np.int64))
     weight = bias  # (a pool has no weights: b is a placeholder)
     if not pooled:  # a depthwise 1×1 convolution: w on the diagonal, packed per N block
-        diagonal = np.zeros((1, 1, channels, channels), np.int64)
-        diagonal[0, 0, np.arange(channels), np.arange(channels)] = form.weight
         weight = builder.constant(f"{name}_weights", "i8",
-                                  weight_matrix(geometry, accel.cols, diagonal))
+                                  depthwise_weight_matrix(geometry, accel.cols, form.weight))
     source = View(rows.buffer, rows.offset, ((Axis(m, rows.pitch),), (Axis(channels, 1),)))
     layer = AccelLayer(
         fused.note, out, name=name, a=source, b=weight, bias=bias,

@@ -57,7 +57,11 @@ from glensidec.hardware.accel import (
     ResidualConfig,
     holds_row_values,
 )
-from glensidec.hardware.commands import AccelConfig, LayerQuant, weight_matrix
+from glensidec.hardware.commands import (
+    AccelConfig,
+    LayerQuant,
+    depthwise_weight_matrix,
+)
 from glensidec.lang.dtypes import Array
 
 #: The quantizer's mean fraction: e = m − 128·q, so q times −128 on the array.
@@ -411,14 +415,12 @@ def _rewrite(lowered: LoweredProgram, index: int, found: _Normalisation,
                    View(found.whole.buffer, found.whole.offset, spread)),
                   (Step("elementwise-mul", (0, 1), "i32"),
                    Step("elementwise-add", (-1, 2), "i32")))]
-    diagonal = np.zeros((1, 1, columns, columns), np.int64)
-    diagonal[0, 0, np.arange(columns), np.arange(columns)] = -MEAN_FRACTION
     direct = _rows(lowered, fused.dst, rows, columns) \
         if lowered.is_whole(fused.dst) and not found.requantize else None
     out = direct if direct is not None else builder.activation(f"{name}_rows", (rows, columns))
     bias = builder.constant(f"{name}_bias", "i32", np.array(found.bias, np.int64))
     weights = builder.constant(f"{name}_weights", "i8",
-                               weight_matrix(geometry, accel.cols, diagonal))
+                               depthwise_weight_matrix(geometry, accel.cols, -MEAN_FRACTION))
     layer = AccelLayer(
         f"{fused.note}: each row normalised in the epilogue's per-row mode", out, name=name,
         a=found.x, b=weights, bias=bias, multiplier=builder.constant(f"{name}_multiplier", "i32",

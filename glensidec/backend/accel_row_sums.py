@@ -46,7 +46,11 @@ from glensidec.backend.lower import (
 from glensidec.backend.views import Axis, View, contiguous
 from glensidec.errors import GlensideError
 from glensidec.hardware.accel import ConvLayer, EpilogueConfig
-from glensidec.hardware.commands import AccelConfig, LayerQuant, weight_matrix
+from glensidec.hardware.commands import (
+    AccelConfig,
+    LayerQuant,
+    depthwise_weight_matrix,
+)
 
 #: What the notes of the array calls this pass makes say (so a reader, or a test, can tell
 #: them from the program's own products).
@@ -175,10 +179,8 @@ def _digit_layers(lowered: LoweredProgram, found: _RowSums, accel: AccelConfig
     squares = lowered.instructions[found.squares]
     name = builder.name(f"{lowered.instructions[found.sum_of_squares].dst.buffer}_digits")
     lowered.buffers[name] = Buffer(name, "i8", (rows, 2 * columns), ACTIVATION)
-    diagonal = np.zeros((1, 1, columns, columns), np.int64)
-    diagonal[0, 0, np.arange(columns), np.arange(columns)] = 1
     weights = builder.constant(f"{name}_weights", "i8",
-                               weight_matrix(geometry, accel.cols, diagonal))
+                               depthwise_weight_matrix(geometry, accel.cols, 1))
     for number, (digit, table) in enumerate(zip(("−h = −(q² >> 7)", "l = q² & 127"),
                                                 SQUARE_DIGITS, strict=True)):
         layer_name = f"{name}_{'hl'[number]}"

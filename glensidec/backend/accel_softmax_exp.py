@@ -61,7 +61,11 @@ from glensidec.hardware.accel import (
     ResidualConfig,
     holds_row_values,
 )
-from glensidec.hardware.commands import AccelConfig, LayerQuant, weight_matrix
+from glensidec.hardware.commands import (
+    AccelConfig,
+    LayerQuant,
+    depthwise_weight_matrix,
+)
 from glensidec.lang.dtypes import Array
 from glensidec.lang.terms import ComputeOp
 
@@ -282,8 +286,6 @@ def _rewrite(lowered: LoweredProgram, found: _Exponentials, accel: AccelConfig) 
                Step(ComputeOp("negative", ()), (-1,), "i32"))),
         Fill(f"{note}: each row's reciprocal 1 (h = 1, l = 0)", View(values, 1, placed),
              minimum=False, value=1)]
-    diagonal = np.zeros((1, 1, columns, columns), np.int64)
-    diagonal[0, 0, np.arange(columns), np.arange(columns)] = 1
     pitch = keys if columns != keys else 0
     layer = AccelLayer(
         f"{fused.note}: q − max, requantized and exp's table, in the epilogue's per-row mode",
@@ -292,7 +294,7 @@ def _rewrite(lowered: LoweredProgram, found: _Exponentials, accel: AccelConfig) 
         a=View(found.scores.buffer, found.scores.offset,
                ((Axis(rows, keys),), (Axis(columns, 1),))),
         b=builder.constant(f"{name}_weights", "i8",
-                           weight_matrix(geometry, accel.cols, diagonal)),
+                           depthwise_weight_matrix(geometry, accel.cols, 1)),
         bias=builder.constant(f"{name}_bias", "i32", np.zeros(columns, np.int64)),
         multiplier=builder.constant(f"{name}_multiplier", "i32",
                                     np.full(columns, found.multiplier, np.int64)),

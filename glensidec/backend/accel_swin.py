@@ -61,7 +61,7 @@ from glensidec.backend.lower import (
 from glensidec.backend.views import Axis, View, contiguous, view_array
 from glensidec.errors import GlensideError
 from glensidec.hardware.accel import ConvLayer, EpilogueConfig, ResidualConfig
-from glensidec.hardware.commands import AccelConfig, LayerQuant, weight_rows
+from glensidec.hardware.commands import AccelConfig, LayerQuant, depthwise_weight_matrix
 from glensidec.lang.dtypes import Array
 
 
@@ -444,7 +444,7 @@ def _bias_layers(lowered: LoweredProgram, index: int, found: _BiasAdd,
             return 0  # the host adds the bias
         rows_of = ((Axis(m, n),), (Axis(n, 1),))
         scores = View(found.scores, int(found.score_bases[start]), rows_of)
-        packed = depthwise_weights(geometry, accel.cols, diagonal)
+        packed = depthwise_weight_matrix(geometry, accel.cols, diagonal)
         layers.append(AccelLayer(
             f"{fused.note}: windows {start}..{stop - 1}, the bias per column, c·s as s "
             f"plus the early residual {found.factor - 1}·s",
@@ -460,16 +460,6 @@ def _bias_layers(lowered: LoweredProgram, index: int, found: _BiasAdd,
             group_cols=accel.cols, residual=scores, residual_add=added))
     lowered.instructions[index:index + 1] = layers
     return len(layers) - 1
-
-
-def depthwise_weights(layer: ConvLayer, cols: int, diagonal: Array) -> Array:
-    """`commands.weight_matrix` of a depthwise 1×1 layer whose channel c is multiplied by
-    diagonal[c], without the (C, C) matrix it unpacks (Swin's rows are 30,576 wide)."""
-    assert layer.groups == layer.channels == layer.out_channels and layer.taps == 1
-    packed = np.zeros((weight_rows(layer, cols), layer.out_channels), np.int64)
-    channels = np.arange(layer.out_channels)
-    packed[channels % cols, channels] = diagonal
-    return packed
 
 
 # -- a sum that several requantizes read in parts, requantized in its loop ----------------

@@ -868,6 +868,18 @@ def weight_matrix(layer: ConvLayer, cols: int, weights: npt.NDArray[np.integer]
     return packed.reshape(taps * span, layer.out_channels)
 
 
+def depthwise_weight_matrix(layer: ConvLayer, cols: int, diagonal: npt.ArrayLike
+                            ) -> npt.NDArray[np.int64]:
+    """`weight_matrix` of a depthwise 1×1 layer whose channel c is multiplied by diagonal[c]
+    (or all by one value), without the (C, C) matrix it would unpack (Swin's rows are
+    30,576 wide)."""
+    assert layer.groups == layer.channels == layer.out_channels and layer.taps == 1
+    packed = np.zeros((weight_rows(layer, cols), layer.out_channels), np.int64)
+    channels = np.arange(layer.out_channels)
+    packed[channels % cols, channels] = diagonal
+    return packed
+
+
 def unpack_weight_matrix(layer: ConvLayer, cols: int, packed: npt.NDArray[np.integer]
                          ) -> npt.NDArray[np.int64]:
     """The (kh, kw, C, N) weights `weight_matrix` packed (zero outside groups)."""
