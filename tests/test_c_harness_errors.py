@@ -114,3 +114,47 @@ def test_a_fortran_order_npy_is_read_as_the_interpreter_reads_it(
     assert done.returncode == 0, done.stderr
     np.testing.assert_array_equal(np.load(tmp_path / "c.npy"),
                                   glensidec.run(EXAMPLES / program, given))
+
+
+@pytest.mark.slow
+def test_an_integer_input_takes_integers_of_another_width_as_run_does(tmp_path: Path) -> None:
+    """INT64 token ids (what PyTorch and numpy give) for an i32 input: `glensidec run` took
+    them (each value must fit), the C harness refused the dtype ('<i8', expected '<i4'), so
+    the compiled token encoder's program, make sim and diff could not be given its ids."""
+    import glensidec
+
+    program = tmp_path / "ids.gs"
+    program.write_text("(input ids i32 (shape 2 3))\n"
+                       "(compute relu (access (access-tensor ids) 0))\n")
+    outdir = tmp_path / "out"
+    assert run_cli("compile", program, "--bare-array", "-o", outdir, cwd=tmp_path) == 0
+    subprocess.run(["make", "-s", "-C", str(outdir)], check=True, timeout=600,
+                   capture_output=True)
+    values = np.array([[-7, 0, 3], [2**31 - 1, -(2**31), 11]])
+
+    def model(array: np.ndarray) -> subprocess.CompletedProcess[str]:
+        np.save(tmp_path / "ids.npy", array)
+        (tmp_path / "c.npy").unlink(missing_ok=True)
+        return subprocess.run([str(outdir / "model"), f"ids={tmp_path / 'ids.npy'}", "-o",
+                               str(tmp_path / "c.npy")], capture_output=True, text=True,
+                              timeout=120)
+
+    for dtype in ("<i8", ">i8", ">i4"):
+        done = model(values.astype(dtype))
+        assert done.returncode == 0, (dtype, done.stderr)
+        np.testing.assert_array_equal(np.load(tmp_path / "c.npy"),
+                                      glensidec.run(program, {"ids": values.astype(dtype)}))
+    for dtype in ("<i2", "|u1", "<u8"):
+        small = np.abs(values % 100).astype(dtype)
+        assert model(small).returncode == 0, dtype
+        np.testing.assert_array_equal(np.load(tmp_path / "c.npy"), small.astype(np.int32))
+    for array, shown in [(np.full((2, 3), 2**40, np.int64), "1099511627776 at element 0"),
+                         (np.full((2, 3), -(2**31) - 1, np.int64), "-2147483649 at element 0"),
+                         (np.full((2, 3), 2**32 - 1, np.uint32), "4294967295 at element 0")]:
+        done = model(array)
+        assert done.returncode == 1 and not (tmp_path / "c.npy").exists()
+        assert done.stderr == (f"model: input 'ids': {tmp_path / 'ids.npy'} holds {shown}, "
+                               "outside '<i4' (-2147483648..2147483647)\n"), done.stderr
+    done = model(values.astype("<f8"))
+    assert done.returncode == 1
+    assert "has dtype '<f8', expected '<i4' (or integers of another width" in done.stderr
