@@ -22,7 +22,7 @@ with interrupts_held_while_loading():
     import numpy as np
 
     from glensidec import __version__
-    from glensidec.errors import GlensideError
+    from glensidec.errors import GlensideError, quoted
     from glensidec.lang import data
     from glensidec.lang.interp import evaluate_result
     from glensidec.lang.syntax import format_program, read_program
@@ -336,7 +336,7 @@ def import_command(model: Path, outdir: Path, force: bool) -> None:
     click.echo(f"wrote {program} and {program.with_suffix('.npz')}")
     for original, name in input_names.items():
         note = "" if original == name else " (renamed: --input accepts either name)"
-        click.echo(f"input '{original}' → {name}{note}")
+        click.echo(f"input {quoted(original)} → {name}{note}")
 
 
 @cli.command("quantize")

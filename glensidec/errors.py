@@ -41,3 +41,18 @@ class GlensideError(Exception):
         if self.span is not None:
             where = f"{where}:{self.span}"
         return f"{where}: error: {self.message}"
+
+
+def escaped(text: str) -> str:
+    """`text` with a backslash, a single quote and every character that is not printable
+    escaped as Python escapes it (a newline as \\n, an escape as \\x1b)."""
+    return "".join(char if char.isprintable() and char not in "\\'"
+                   else "\\" + char if char in "\\'"
+                   else char.encode("unicode_escape").decode("ascii") for char in text)
+
+
+def quoted(name: str) -> str:
+    """`name` in single quotes for a message, escaped: a name from a model (an ONNX input,
+    node or tensor) may hold a newline, a quote or a terminal escape, which would break the
+    one-line message or the terminal showing it."""
+    return f"'{escaped(name)}'"

@@ -134,3 +134,47 @@ def test_an_onnx_name_the_language_spells_is_never_taken_by_a_renamed_input(
     scales = {d.name: d.quantization.scale for d in glensidec.load(tmp_path / "q" / "two.gs")
               .inputs() if d.quantization is not None}
     assert scales["a_b"] == pytest.approx(100 * scales["a_b_2"])
+
+
+def test_import_prints_each_onnx_name_escaped_on_its_own_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """(quick) An ONNX name is any string: `import` printed it raw, so a newline split its
+    line in two, and a terminal escape (which click also strips when piped) was lost or
+    acted on. Each name is printed quoted, escaped as Python escapes it; the error that
+    names an unknown input escapes the aliases too."""
+    from test_outputs import run_cli
+
+    g = OnnxGraph(3)
+    first, second = g.input("in\nput", [1, 4]), g.input("p'1\x1b[31m\u2028é", [1, 4])
+    model = g.model(g.node("Add", [first, second]), [1, 4])
+    capsys.readouterr()
+    assert run_cli("import", save(model, tmp_path / "two.onnx"), "-o", "imported",
+                   cwd=tmp_path) == 0
+    assert capsys.readouterr().out.splitlines()[1:] == [
+        "input 'in\\nput' → in_put (renamed: --input accepts either name)",
+        "input 'p\\'1\\x1b[31m\\u2028é' → p_1__31m (renamed: --input accepts either name)"]
+    np.save(tmp_path / "x.npy", np.zeros((1, 4), np.float32))
+    assert run_cli("run", "imported/two.gs", "--input", "in\nput=x.npy", "--input",
+                   "nope=x.npy", cwd=tmp_path) == 1
+    assert capsys.readouterr().err == (
+        "error: 'nope' is not an input of imported/two.gs (inputs: in_put, p_1__31m "
+        "('in\\nput' is in_put) ('p\\'1\\x1b[31m\\u2028é' is p_1__31m))\n")
+
+
+def test_a_newline_in_the_model_or_producer_name_stays_in_the_header_comment(
+        tmp_path: Path) -> None:
+    """(quick) The imported program's first line names the model file and its producer;
+    a newline in either ended the comment, and the rest was read as program text (here a
+    second input declaration, or a syntax error)."""
+    from test_outputs import run_cli
+
+    g = OnnxGraph(3)
+    model = g.model(g.node("Relu", [g.input("x", [1, 4])]), [1, 4])
+    model.producer_name = "tool\n(input injected f32 (shape 1))"
+    assert run_cli("import", save(model, tmp_path / "we\nird.onnx"), "-o", "imported",
+                   cwd=tmp_path) == 0
+    program = tmp_path / "imported" / "we_ird.gs"
+    assert program.read_text().splitlines()[0] == (
+        "; Imported from we\\nird.onnx by glensidec import (ONNX opset 13, producer "
+        "tool\\n(input injected f32 (shape 1))).")
+    assert [decl.name for decl in glensidec.load(program).inputs()] == ["x"]

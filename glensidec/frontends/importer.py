@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from glensidec.collector import without_cycle_collection
-from glensidec.errors import GlensideError
+from glensidec.errors import GlensideError, escaped, quoted
 from glensidec.frontends import builders as B
 from glensidec.lang.data import alias_line, npz_bytes
 from glensidec.lang.dtypes import F32_MAX, INTEGER_NAMES, integer_range
@@ -82,7 +82,7 @@ class Node:
     proto: Any = field(default=None, compare=False, repr=False)  # the NodeProto, for folding
 
     def where(self) -> str:
-        return f"node '{self.name}' ({self.op})"
+        return f"node {quoted(self.name)} ({escaped(self.op)})"
 
 
 class Importer:
@@ -107,15 +107,15 @@ class Importer:
     def dynamic(self, node: Node, index: int) -> Term:
         value = self.value(node, index)
         if not isinstance(value, Term):
-            raise GlensideError(f"{node.where()}: input {index} ('{node.inputs[index]}') is a "
-                                f"constant; the importer needs a computed tensor here")
+            raise GlensideError(f"{node.where()}: input {index} ({quoted(node.inputs[index])}) "
+                                "is a constant; the importer needs a computed tensor here")
         return value
 
     def constant(self, node: Node, index: int) -> Array:
         value = self.value(node, index)
         if isinstance(value, Term):
-            raise GlensideError(f"{node.where()}: input {index} ('{node.inputs[index]}') must be "
-                                f"a constant (an initializer or Constant node)")
+            raise GlensideError(f"{node.where()}: input {index} ({quoted(node.inputs[index])}) "
+                                "must be a constant (an initializer or Constant node)")
         return value
 
     def value(self, node: Node, index: int) -> Value:
@@ -140,7 +140,7 @@ class Importer:
         if array.size == 1:
             number = array.reshape(()).item()
             if not math.isfinite(number):
-                raise GlensideError(f"constant '{name}' is {number}: only finite numbers")
+                raise GlensideError(f"constant {quoted(name)} is {number}: only finite numbers")
             literal = B.op("access-literal", B.op("literal", number) if dtype == "f32" else
                            B.op("literal", number, Symbol(dtype)))
             if array.ndim == 0:
@@ -163,8 +163,8 @@ def integer_constant(name: str, array: Array, dtype: str) -> Array:
     values = np.asarray(array)
     if not (np.all(np.isfinite(values)) and np.all(values == np.round(values))
             and values.min(initial=low) >= low and values.max(initial=high) <= high):
-        raise GlensideError(f"constant '{name}' does not fit {dtype}, the dtype of the tensor "
-                            f"it is combined with")
+        raise GlensideError(f"constant {quoted(name)} does not fit {dtype}, the dtype of the "
+                            "tensor it is combined with")
     return np.ascontiguousarray(values.astype(np.int64).astype(np.dtype(dtype.replace(
         "i", "int"))))
 
@@ -229,7 +229,7 @@ def ints(node: Node, name: str, default: list[int]) -> list[int]:
 def check_attributes(node: Node, known: set[str]) -> None:
     unknown = sorted(set(node.attributes) - known)
     if unknown:
-        raise GlensideError(f"{node.where()}: attribute '{unknown[0]}' is not supported "
+        raise GlensideError(f"{node.where()}: attribute {quoted(unknown[0])} is not supported "
                             f"(supported: {', '.join(sorted(known)) or 'none'})")
 
 
@@ -255,7 +255,7 @@ def padding(node: Node, sizes: tuple[int, ...], kernel: tuple[int, ...],
         large = tuple(t - t // 2 for t in totals)
         return (small, large) if auto_pad == "SAME_UPPER" else (large, small)
     if auto_pad not in ("NOTSET", "VALID"):
-        raise GlensideError(f"{node.where()}: auto_pad '{auto_pad}' is not supported")
+        raise GlensideError(f"{node.where()}: auto_pad {quoted(str(auto_pad))} is not supported")
     pads = ints(node, "pads", [0] * 2 * rank) if auto_pad == "NOTSET" else [0] * 2 * rank
     if len(pads) != 2 * rank or any(p < 0 for p in pads):
         raise GlensideError(f"{node.where()}: pads {pads} must be {2 * rank} non-negative "
@@ -675,7 +675,8 @@ def gelu(imp: Importer, node: Node) -> Value:
         inner = B.compute("tanh", combine(imp, node, "elementwise-mul", cubic,
                                           scalar(math.sqrt(2.0 / math.pi))))
     else:
-        raise GlensideError(f"{node.where()}: approximate '{approximate}' is not supported")
+        raise GlensideError(f"{node.where()}: approximate {quoted(str(approximate))} is not "
+                            "supported")
     half = combine(imp, node, "elementwise-mul", x, scalar(0.5))
     return combine(imp, node, "elementwise-mul", half,
                    combine(imp, node, "elementwise-add", inner, scalar(1.0)))
@@ -961,8 +962,8 @@ def pad(imp: Importer, node: Node) -> Value:
     mode = node.attributes.get("mode", b"constant")
     mode = mode.decode() if isinstance(mode, bytes) else str(mode)
     if mode not in ("constant", "edge", "reflect", "wrap"):
-        raise GlensideError(f"{node.where()}: mode '{mode}' is not supported (only constant, "
-                            f"edge, reflect and wrap)")
+        raise GlensideError(f"{node.where()}: mode {quoted(str(mode))} is not supported (only "
+                            "constant, edge, reflect and wrap)")
     x = imp.dynamic(node, 0)
     rank = len(imp.full_shape(x))
     if imp.has_input(node, 1):
@@ -1257,7 +1258,8 @@ def embedding(imp: Importer, node: Node) -> Value:
                             f"constant table; axis {axis} of {table.shape} is not supported")
     kind = imp.dtype(ids)
     if kind not in INTEGER_NAMES:
-        raise GlensideError(f"{node.where()}: indices '{node.inputs[1]}' are {kind}, not integers")
+        raise GlensideError(f"{node.where()}: indices {quoted(node.inputs[1])} are {kind}, "
+                            "not integers")
     dims = imp.full_shape(ids)
     rows = int(table.shape[0])
     spread = (*dims, rows)
@@ -1544,20 +1546,20 @@ def _input_decl(imp: Importer, value_info: Any, name: str) -> TensorDecl:
     dtype = INPUT_DTYPES.get(tensor_type.elem_type)
     if dtype is None:
         kind = onnx.TensorProto.DataType.Name(tensor_type.elem_type)
-        raise GlensideError(f"input '{value_info.name}' is {kind}: only float inputs and "
+        raise GlensideError(f"input {quoted(value_info.name)} is {kind}: only float inputs and "
                             f"signed 8-, 16-, 32- and 64-bit integers")
     if not tensor_type.HasField("shape"):
-        raise GlensideError(f"input '{value_info.name}' has no shape; static shapes needed")
+        raise GlensideError(f"input {quoted(value_info.name)} has no shape; static shapes needed")
     dims = []
     for index, dim in enumerate(tensor_type.shape.dim):
         if dim.HasField("dim_value") and dim.dim_value <= 0:
-            raise GlensideError(f"input '{value_info.name}' has dim {index} = "
+            raise GlensideError(f"input {quoted(value_info.name)} has dim {index} = "
                                 f"{dim.dim_value}: an empty tensor (a program's tensors have no "
                                 "zero dims)")
         if not dim.HasField("dim_value"):
             symbolic = dim.dim_param or "unknown"
-            raise GlensideError(f"input '{value_info.name}' has a dynamic shape: dim {index} "
-                                f"is '{symbolic}'; export the model with static shapes")
+            raise GlensideError(f"input {quoted(value_info.name)} has a dynamic shape: dim {index} "
+                                f"is {quoted(str(symbolic))}; export the model with static shapes")
         dims.append(int(dim.dim_value))
     imp.symbols.taken.add(name)
     return TensorDecl(name, tuple(dims), dtype, "input")
@@ -1615,7 +1617,7 @@ def build_program(model: Any, weights_file: str, program_path: str) -> tuple[Pro
         raise GlensideError(f"the model has {len(graph.output)} outputs; a program has one")
     result = imp.values.get(graph.output[0].name)
     if not isinstance(result, Term):
-        raise GlensideError(f"output '{graph.output[0].name}' is not computed from an input")
+        raise GlensideError(f"output {quoted(graph.output[0].name)} is not computed from an input")
     names = {term: name for term, name in imp.names.items()}
     program = Program(program_path, dict(imp.tensors), result, names)
     infer(result, program.tensors, imp.types)
@@ -1624,10 +1626,10 @@ def build_program(model: Any, weights_file: str, program_path: str) -> tuple[Pro
 
 def _translate(imp: Importer, node: Node, fused: dict[str, Node], opset: int) -> None:
     if node.domain not in ("", "ai.onnx"):
-        raise GlensideError(f"{node.where()}: op domain '{node.domain}' is not supported")
+        raise GlensideError(f"{node.where()}: op domain {quoted(node.domain)} is not supported")
     for name in node.inputs:
         if name and name not in imp.values:
-            raise GlensideError(f"{node.where()}: input '{name}' is not defined by any graph "
+            raise GlensideError(f"{node.where()}: input {quoted(name)} is not defined by any graph "
                                 f"input, initializer or earlier node")
     if node.op == "Constant":
         imp.values[node.outputs[0]] = _constant_value(node)
@@ -1638,7 +1640,7 @@ def _translate(imp: Importer, node: Node, fused: dict[str, Node], opset: int) ->
         return
     translator = TRANSLATORS.get(node.op)
     if translator is None:
-        raise GlensideError(f"{node.where()}: unsupported op '{node.op}' (supported: "
+        raise GlensideError(f"{node.where()}: unsupported op {quoted(node.op)} (supported: "
                             f"{', '.join(sorted(TRANSLATORS))})")
     if node.op not in INTEGER_OPS:
         refuse_integer_operands(imp, node)
@@ -1664,7 +1666,7 @@ def refuse_integer_operands(imp: Importer, node: Node) -> None:
     for name in node.inputs:
         operand = imp.values.get(name) if name else None
         if isinstance(operand, Term) and imp.dtype(operand) != "f32":
-            raise GlensideError(f"{node.where()}: input '{name}' is {imp.dtype(operand)}: "
+            raise GlensideError(f"{node.where()}: input {quoted(name)} is {imp.dtype(operand)}: "
                                 f"only float inputs for {node.op}")
 
 
@@ -1724,8 +1726,9 @@ def import_model(model_path: str | Path, outdir: str | Path,
     check_output_directory(outdir, [f"{stem}.gs", f"{stem}.npz"], force)
     model = _load_model(model_path)
     program, weights = build_program(model, f"{stem}.npz", str(outdir / f"{stem}.gs"))
-    header = (f"; Imported from {model_path.name} by glensidec import "
-              f"(ONNX opset {_opset(model)}, producer {model.producer_name or 'unknown'}).\n"
+    # escaped: a newline in the file's or the producer's name would end the comment
+    header = (f"; Imported from {escaped(model_path.name)} by glensidec import (ONNX opset "
+              f"{_opset(model)}, producer {escaped(model.producer_name or 'unknown')}).\n"
               f"; Weights: {stem}.npz. Float (f32) program; `glensidec quantize` makes an "
               f"int8 one.\n")
     renamed = {o: n for o, n in onnx_input_names(model).items() if o != n}

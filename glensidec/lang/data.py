@@ -15,7 +15,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from glensidec.errors import GlensideError
+from glensidec.errors import GlensideError, escaped, quoted
 from glensidec.lang.dtypes import DTYPES, INTEGER_NAMES, Array, integer_range
 from glensidec.lang.quantization import check_float_input
 from glensidec.lang.terms import Program, TensorDecl
@@ -73,14 +73,13 @@ def read_arrays(path: Path, keys: list[str | None]) -> dict[str | None, Array]:
                     if key is None and len(archive.files) == 1:  # a .npz given for a .npy
                         arrays[key] = np.asarray(archive[archive.files[0]])
                         continue
+                    held = ", ".join(map(escaped, archive.files)) or "none"
                     if key is None:
                         raise GlensideError(f"{path}: an .npz holding "
-                                            f"{len(archive.files)} arrays "
-                                            f"({', '.join(archive.files) or 'none'}); give "
+                                            f"{len(archive.files)} arrays ({held}); give "
                                             "a .npy file")
                     if key not in archive.files:
-                        raise GlensideError(f"{path}: no array '{key}' (it has: "
-                                            f"{', '.join(archive.files) or 'none'})")
+                        raise GlensideError(f"{path}: no array {quoted(key)} (it has: {held})")
                     arrays[key] = np.asarray(archive[key])
                 return arrays
         with open(path, "rb") as handle:
@@ -135,9 +134,9 @@ def parse_input_options(options: tuple[str, ...] | list[str],
     for text in options:
         name, equals, path = text.partition("=")
         if not equals or not name or not path:
-            raise GlensideError(f"{option} takes NAME=FILE.npy, got '{text}'")
+            raise GlensideError(f"{option} takes NAME=FILE.npy, got {quoted(text)}")
         if name in given:
-            raise GlensideError(f"input '{name}' is given twice")
+            raise GlensideError(f"input {quoted(name)} is given twice")
         given[name] = Path(path)
     return given
 
@@ -177,8 +176,9 @@ def by_program_name(program: Program, given: dict[str, Any]) -> dict[str, Any]:
     for name, value in given.items():
         if name not in declared and name not in aliases:
             known = ", ".join(declared) or "none"
-            known += "".join(f" ('{a}' is {n})" for a, n in aliases.items())
-            raise GlensideError(f"'{name}' is not an input of {program.path} (inputs: {known})")
+            known += "".join(f" ({quoted(a)} is {n})" for a, n in aliases.items())
+            raise GlensideError(f"{quoted(name)} is not an input of {program.path} "
+                                f"(inputs: {known})")
         target = aliases.get(name, name)
         if target in renamed:
             raise GlensideError(f"input '{target}' is given twice")
