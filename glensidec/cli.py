@@ -283,7 +283,9 @@ def _write_rewritten(compiled: Compiled, emit: str, output: Path | None) -> None
         click.echo(text, nl=False)
 
 
-@cli.command("diff")
+# An input's name may start with '-' (an ONNX input named "-1"): such a NAME=FILE.npy is an
+# input, not an unknown option; a word with no '=' is still refused as an option.
+@cli.command("diff", context_settings={"ignore_unknown_options": True})
 @click.argument("outdir", type=click.Path(file_okay=False, path_type=Path))
 @click.argument("inputs", nargs=-1, metavar="NAME=FILE.npy...")
 @click.option("--rtl", is_flag=True,
@@ -296,6 +298,10 @@ def diff_command(outdir: Path, inputs: tuple[str, ...], rtl: bool) -> None:
     program. Exit 0 when all agree, 1 at a divergence (or an error).
     """
     from glensidec.cosim.diff import diff
+
+    unknown = next((word for word in inputs if word.startswith("-") and "=" not in word), None)
+    if unknown is not None:
+        raise click.NoSuchOption(unknown)
 
     result = diff(outdir, inputs, rtl)
     for line in result.lines():

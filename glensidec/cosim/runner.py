@@ -481,7 +481,9 @@ def add_to_report(outdir: Path, result: CosimResult) -> Path | None:
     return outdir / REPORT_HTML if update_own_file(outdir, REPORT_HTML, page) else None
 
 
-def main(argv: list[str] | None = None) -> int:
+def argument_parser() -> argparse.ArgumentParser:
+    """`make sim`'s command line (OUTDIR's Makefile puts OUTDIR and the inputs after `--`:
+    an input's name may start with '-')."""
     parser = argparse.ArgumentParser(
         prog="python -m glensidec.cosim",
         description="Co-simulate a compiled program: its array calls run on the RTL.")
@@ -499,6 +501,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="1: every accelerator layer in one process, in program order")
     parser.add_argument("--scheduler", default="",
                         help="accelerator layers: run on this Dask scheduler (ADDRESS)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argument_parser()
     args = parser.parse_args(argv)
     if args.jobs not in ("", "auto") and not args.jobs.isdigit():
         parser.error(f"--jobs: a number or auto, not {args.jobs!r}")
