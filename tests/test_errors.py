@@ -201,3 +201,20 @@ def test_an_undeclared_tensor_in_a_bare_glenside_expression_points_to_shapes() -
         parse_program("(access (access-tensor w) 1)")
     with pytest.raises(GlensideError, match=r"unknown tensor 'w'$"):
         parse_program("(input a f32 (shape 2))\n(access (access-tensor w) 1)")
+
+
+def test_an_error_in_a_term_written_twice_names_both_places() -> None:
+    """Parsing makes equal terms one object, which carries its first place: an error in a
+    term written twice was reported at the first, here a `let` nothing reads (so it is not
+    checked otherwise), without a word of the place that made the program fail."""
+    text = ("(input a i8 (shape 2 3))\n"
+            "(let unused (compute relu (access (access-tensor a) 7)))\n"
+            "(compute relu (access (access-tensor a) 7))\n")
+    with pytest.raises(GlensideError) as caught:
+        check_program(parse_program(text, "p.gs"))
+    assert str(caught.value) == ("p.gs:2:53: error: access: axis 7 is out of range for "
+                                 "((2,3),()) (rank 2) (written again at 3:15)")
+    # a `let` nothing reads is not checked: alone it is no error
+    check_program(parse_program(text.replace("\n(compute relu (access (access-tensor a) 7))",
+                                             "\n(compute relu (access (access-tensor a) 0))"),
+                                "p.gs"))

@@ -203,6 +203,7 @@ class _Builder:
         self.bindings: dict[str, Term] = {}
         self.binding_spans: dict[str, Span] = {}
         self.interned: dict[Term, Term] = {}  # each distinct term, the first one built
+        self.repeated: dict[Term, list[Span]] = {}  # where a term is written again
 
     # -- terms --------------------------------------------------------------------------
     def term(self, sexpr: SExpr) -> Term:
@@ -253,7 +254,10 @@ class _Builder:
         # Equal terms are one object (the first written): every later stage's walks and
         # dicts compare them by identity first, and a structural comparison of two equal
         # copies walks both (swin_t's text writes 114,000 terms, 60,000 of them distinct).
-        return self.interned.setdefault(term, term)
+        first = self.interned.setdefault(term, term)
+        if first is not term:
+            self.repeated.setdefault(first, []).append(sexpr.span)
+        return first
 
     def argument(self, where: str, name: str, kind: str, item: SExpr) -> Arg:
         if kind in (K.NAT, K.INT, K.NUMBER):
@@ -485,7 +489,7 @@ def _parse_program(text: str, path: str, shapes: dict[str, TensorDecl]) -> Progr
         raise GlensideError("a program has exactly one result expression; this is a second one",
                             results[1].span)
     return Program(path, tensors, _result(builder, results[0]), names,
-                   _output_quantization(forms))
+                   _output_quantization(forms), builder.repeated)
 
 
 def _result(builder: _Builder, form: SExpr) -> Term:

@@ -157,6 +157,9 @@ class Program:
     names: dict[Term, str] = field(default_factory=dict)
     # `(quantized-output SCALE ZERO_POINT)`: what the i8 result means as real numbers.
     output_quantization: Quantization | None = None
+    # Where the text writes a term again after its first time (equal terms are one object,
+    # which carries the first one's place): a type error in it names these places too.
+    repeated: dict[Term, list[Span]] = field(default_factory=dict, compare=False)
 
     def inputs(self) -> list[TensorDecl]:
         return [t for t in self.tensors.values() if t.role == "input"]

@@ -19,7 +19,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from glensidec.errors import GlensideError
+from glensidec.errors import GlensideError, Span
 from glensidec.lang import constructs as K
 from glensidec.lang.dtypes import (
     F32_MAX,
@@ -703,8 +703,10 @@ def _argument_value(arg: object, types: TypeTable) -> ArgValue:
     return arg
 
 
-def infer(root: Term, tensors: dict[str, TensorDecl], types: TypeTable | None = None) -> TypeTable:
-    """Type every subterm of `root` (extending `types`); raises a located GlensideError."""
+def infer(root: Term, tensors: dict[str, TensorDecl], types: TypeTable | None = None,
+          repeated: dict[Term, list[Span]] | None = None) -> TypeTable:
+    """Type every subterm of `root` (extending `types`); raises a located GlensideError.
+    The error names the term's first place in the text; `repeated`: its other places."""
     types = {} if types is None else types
     ctx = Context(tensors)
     # typed terms are not walked again: the importer types each node's new term against
@@ -721,14 +723,17 @@ def infer(root: Term, tensors: dict[str, TensorDecl], types: TypeTable | None = 
                     raise Mistake(problem)
         except Mistake as mistake:
             span = term.arg_span(mistake.argument) if mistake.argument is not None else term.span
-            raise GlensideError(f"{term.op}: {mistake.message}", span) from None
+            # the first place may be a `let` nothing reads (one that is not checked)
+            again = (repeated or {}).get(term, [])
+            also = f" (written again at {', '.join(map(str, again))})" if again else ""
+            raise GlensideError(f"{term.op}: {mistake.message}{also}", span) from None
     return types
 
 
 def check_program(program: Program) -> TypeTable:
     """Type a whole program; errors name the program's file."""
     try:
-        types = infer(program.root, program.tensors)
+        types = infer(program.root, program.tensors, repeated=program.repeated)
     except GlensideError as error:
         raise error.located(program.path) from None
     if program.output_quantization is not None:
