@@ -393,3 +393,31 @@ def test_an_epilogue_over_a_cast_of_min_padded_floats_compiles(tmp_path: Path) -
     result = pipeline.compile_to_directory(program, check_program(program), tmp_path / "out",
                                            config, accel=pipeline.accelerator_for(config))
     assert result.host_epilogues > 0 and (tmp_path / "out" / "model.c").is_file()
+
+
+def test_the_epilogue_filter_knows_every_kind_of_epilogue_rule() -> None:
+    """pipeline._epilogue_may_match restates the epilogue rules by hand, so that regions
+    no rule can match are not saturated: a rule of a kind it does not know would silently
+    never fire there. Each kind here is one the filter accounts for (a requantize of a bias
+    add of `array-rows`, or a rule matching an accelerator construct); a new kind fails
+    until the filter (and this list) say how it matches."""
+    import re
+    from dataclasses import replace
+
+    from glensidec.lang.constructs import Group
+    from glensidec.opt.rewrite import ROW_VIEWS, Profile, epilogue_rules
+
+    typed = pipeline.load(EXAMPLES / "small_cnn.gs")
+    profile = replace(Profile.of(typed.program.root, typed.types),
+                      requantizes=frozenset({("(requantize 1 0 4 0)", 4),
+                                             ("(requantize-per-channel 1 24 3)", 2)}),
+                      clips=frozenset({"relu", "(clip -3 7)"}))
+    names = re.findall(r':name "([^"]*)"', "\n".join(epilogue_rules(profile)))
+    known = ([f"array-rows-{array}" for array in sorted(Group.HARDWARE)]
+             + [f"array-rows-{view}" for view in ROW_VIEWS]
+             + [f"epilogue-{text}-{side}" for text in ("(requantize 1 0 4 0)-4",
+                                                       "(requantize-per-channel 1 24 3)")
+                for side in "xb"]
+             + ["epilogue-clip-relu", "epilogue-clip-(clip -3 7)",
+                "epilogue-max-pool-padded", "epilogue-max-pool-unpadded"])
+    assert sorted(names) == sorted(known)

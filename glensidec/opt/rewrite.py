@@ -664,6 +664,12 @@ def _block_diagonal_rule(target: ArrayTarget, rank: int, item_rank: int, axis: i
 IDENTITY_CLIP = "(clip -128 127)"  # an epilogue's clip when nothing clips (all of i8)
 
 
+# The views of an array call's result that keep its rows as they leave the array
+# (`array-rows`): the epilogue rules', and pipeline._epilogue_may_match's.
+ROW_VIEWS = {"transpose": "(access-transpose x p)", "reshape": "(access-reshape x p)",
+             "access": "(access x p)", "slice": "(access-slice x p l h)"}
+
+
 def epilogue_rules(profile: Profile) -> list[str]:
     """Requantizes (with their bias add) and clips after an array call, into its epilogue;
     a square max-pool of such an epilogue's result, into the accelerator's pooling stores.
@@ -679,10 +685,8 @@ def epilogue_rules(profile: Profile) -> list[str]:
     """
     rules = [_rule(f"array-rows-{array}", "epilogue", f"(= e ({array} r c a b))",
                    "(array-rows e)") for array in sorted(K.Group.HARDWARE)]
-    views = {"transpose": "(access-transpose x p)", "reshape": "(access-reshape x p)",
-             "access": "(access x p)", "slice": "(access-slice x p l h)"}
     rules += [_rule(f"array-rows-{name}", "epilogue", f"(= e {view}) (array-rows x)",
-                    "(array-rows e)") for name, view in views.items()]
+                    "(array-rows e)") for name, view in ROW_VIEWS.items()]
     fused = f"(accel-epilogue {{q}} {quote(IDENTITY_CLIP)} x b {{m}})"
     per_channel_texts = {text for text, _ in profile.requantizes
                          if text.startswith("(requantize-per-channel ")}
