@@ -124,7 +124,9 @@ def fmt(program: Path, shapes: Path | None, in_place: bool) -> None:
     """Print PROGRAM in canonical form (it parses back to the same program)."""
     parsed = _load(program, shapes)
     check_program(parsed)
-    text = format_program(parsed)
+    # the `; onnx-input` lines are a comment that means something: the ONNX input names
+    # every command takes (fmt -i had dropped them, and those names with them)
+    text = data.aliases_text(parsed) + format_program(parsed)
     if in_place:
         write_file(program, text)
     else:
@@ -276,7 +278,7 @@ def _write_rewritten(compiled: Compiled, emit: str, output: Path | None) -> None
         text = egraph_svg(text) if output is not None and output.suffix == ".svg" else text
     else:
         rewritten = compiled.program if output is None else compiled.program.moved_to(output)
-        text = format_program(rewritten)
+        text = data.aliases_text(compiled.program) + format_program(rewritten)
     if output is not None:
         write_file(output, text)
     else:

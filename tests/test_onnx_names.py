@@ -211,3 +211,20 @@ def test_an_input_named_like_an_option_is_an_input_of_diff_and_make_sim(
     parsed = argument_parser().parse_args(words[words.index("glensidec.cosim") + 1:])
     assert (parsed.outdir, parsed.inputs, parsed.output) == (Path("."), ["-1=a.npy", "x=b.npy"],
                                                              "o.npy")
+
+
+def test_fmt_and_the_rewritten_program_keep_the_onnx_names(tmp_path: Path) -> None:
+    """(quick) The `; onnx-input` lines are comments that mean something: `fmt -i` and
+    `compile --emit rewritten -o` dropped them, and the ONNX names stopped working."""
+    from test_outputs import run_cli
+
+    _, model_path = _model_with_an_input_named("input:0", tmp_path)
+    assert run_cli("import", model_path, "-o", "imported", cwd=tmp_path) == 0
+    np.save(tmp_path / "x.npy", np.zeros((1, 2, 6, 6), np.float32))
+    assert run_cli("fmt", "imported/net.gs", "-i", cwd=tmp_path) == 0
+    assert run_cli("compile", "imported/net.gs", "--bare-array", "--iterations", "1",
+                   "--emit", "rewritten", "-o", "imported/rewritten.gs", cwd=tmp_path) == 0
+    for program in ("imported/net.gs", "imported/rewritten.gs"):
+        assert '; onnx-input "input:0" input_0\n' in (tmp_path / program).read_text()
+        assert run_cli("run", program, "--input", "input:0=x.npy", "-o", "out.npy",
+                       cwd=tmp_path) == 0
