@@ -343,7 +343,9 @@ def import_command(model: Path, outdir: Path, force: bool) -> None:
     program, input_names = import_model(model, outdir, force)
     click.echo(f"wrote {program} and {program.with_suffix('.npz')}")
     for original, name in input_names.items():
-        note = "" if original == name else " (renamed: --input accepts either name)"
+        note = ("" if original == name else " (renamed: --input accepts either name)"
+                if "=" not in original else f" (renamed: give it as {name}: a NAME=FILE "
+                "ends the name at its first '=')")
         click.echo(f"input {quoted(original)} → {name}{note}")
 
 

@@ -146,19 +146,23 @@ def test_import_prints_each_onnx_name_escaped_on_its_own_line(
 
     g = OnnxGraph(3)
     first, second = g.input("in\nput", [1, 4]), g.input("p'1\x1b[31m\u2028é", [1, 4])
-    model = g.model(g.node("Add", [first, second]), [1, 4])
+    third = g.input("a=b", [1, 4])
+    model = g.model(g.node("Add", [g.node("Add", [first, second]), third]), [1, 4])
     capsys.readouterr()
     assert run_cli("import", save(model, tmp_path / "two.onnx"), "-o", "imported",
                    cwd=tmp_path) == 0
     assert capsys.readouterr().out.splitlines()[1:] == [
         "input 'in\\nput' → in_put (renamed: --input accepts either name)",
-        "input 'p\\'1\\x1b[31m\\u2028é' → p_1__31m (renamed: --input accepts either name)"]
+        "input 'p\\'1\\x1b[31m\\u2028é' → p_1__31m (renamed: --input accepts either name)",
+        # NAME=FILE ends the name at its first '=': only the program's name can be given
+        "input 'a=b' → a_b (renamed: give it as a_b: a NAME=FILE ends the name at its first "
+        "'=')"]
     np.save(tmp_path / "x.npy", np.zeros((1, 4), np.float32))
     assert run_cli("run", "imported/two.gs", "--input", "in\nput=x.npy", "--input",
                    "nope=x.npy", cwd=tmp_path) == 1
     assert capsys.readouterr().err == (
-        "error: 'nope' is not an input of imported/two.gs (inputs: in_put, p_1__31m "
-        "('in\\nput' is in_put) ('p\\'1\\x1b[31m\\u2028é' is p_1__31m))\n")
+        "error: 'nope' is not an input of imported/two.gs (inputs: in_put, p_1__31m, a_b "
+        "('in\\nput' is in_put) ('p\\'1\\x1b[31m\\u2028é' is p_1__31m) ('a=b' is a_b))\n")
 
 
 def test_a_newline_in_the_model_or_producer_name_stays_in_the_header_comment(
