@@ -26,10 +26,13 @@ the same search finds on the fixed 16x16 machine.
     python bench/bench_codesign.py   → the co-design section of bench/results/nas.md,
                                        nas_codesign.png, nas_codesign.json (exit 1: missed)
     python bench/bench_codesign.py [--workers N]   N Dask workers (default 2, a core each)
+    python bench/bench_codesign.py --scheduler ADDRESS   on an existing Dask cluster instead
+        (with any of the modes below)
     python bench/bench_codesign.py --report-only   re-tabulates nas_codesign.json
-    python bench/bench_codesign.py --bound   no search, no training: the committed fixed
-        search's pick and cheapest legal networks on every machine within the budget
-        (nas_codesign_bound.json), the fastest pair co-simulated; its table heads the section
+    python bench/bench_codesign.py --bound [--workers N]   no search, no training: the
+        committed fixed search's pick and cheapest legal networks on every machine within
+        the budget (nas_codesign_bound.json), the fastest pair co-simulated; its table
+        heads the section
 
 `stage` is this benchmark's steps 1-4 for a caller that has run the fixed search already;
 `python bench/bench_nas.py` (the CNN's benchmark) no longer runs it: this script alone does.
@@ -37,11 +40,13 @@ the same search finds on the fixed 16x16 machine.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -363,6 +368,12 @@ def bound_run_lines(found: dict[str, Any]) -> list[str]:
                 f"`{' '.join(found['compile_options'])}`.)", ""]
     out.append("Its stages: " + ", ".join(f"{k} {v} s" for k, v in
                                           found["stage_seconds"].items()) + ".")
+    if "cpu_seconds" in found:
+        where = (f"--workers {found['workers']}" if isinstance(found["workers"], int)
+                 else f"--scheduler {found['workers']}")
+        out += ["", f"`python bench/bench_codesign.py --bound {where}`: "
+                f"{found['cpu_seconds']} CPU seconds (this process, its Dask workers and the "
+                f"simulator), load average {found['load']:.1f} at its end."]
     return [*out, ""]
 
 
@@ -527,22 +538,47 @@ def with_bound(section: list[str]) -> list[str]:
             "chunks; the bound above is today's.)", "", *section[4:]]
 
 
-def bound_main() -> None:
+@contextlib.contextmanager
+def dask_mapper(workers: int, scheduler: str | None) -> Iterator[Any]:
+    """A DaskMapper on `workers` local worker processes, or on the cluster of an existing
+    scheduler (`--scheduler ADDRESS`: Dask is how the benchmark scales out; the CPU
+    seconds it reports are then this process's and its simulator's only)."""
     import dask
     from dask.distributed import Client, LocalCluster
 
     from glensidec.nas.commands import WORKER_CONFIG, DaskMapper
 
+    if scheduler is not None:
+        with Client(scheduler, timeout=10) as client:
+            yield DaskMapper(client)
+        return
+    with dask.config.set(WORKER_CONFIG), \
+            LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                         dashboard_address=None) as cluster, Client(cluster) as client:
+        yield DaskMapper(client)
+
+
+def bound_main(workers: int = B.WORKERS, scheduler: str | None = None) -> None:
     train_data, val = B.load("digits_train.npz"), B.load("digits_val.npz")
     started = time.perf_counter()
-    with dask.config.set(WORKER_CONFIG), \
-            LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                         dashboard_address=None) as cluster, Client(cluster) as client:
-        found = bound_run(DaskMapper(client), train_data, val)
+    with dask_mapper(workers, scheduler) as mapper:
+        found = bound_run(mapper, train_data, val)
+    found["workers"] = workers if scheduler is None else scheduler
     found["seconds"] = round(time.perf_counter() - started)
     found["load"] = os.getloadavg()[0]
+    found["cpu_seconds"] = cpu_seconds()
     found["stage_seconds"]["the whole run"] = found["seconds"]
     save_bound(found)
+
+
+def cpu_seconds() -> int:
+    """CPU seconds of this process and its children (the Dask workers, waited for once
+    their cluster closed; the co-simulation's simulator)."""
+    import resource
+
+    used = [resource.getrusage(who) for who in (resource.RUSAGE_SELF,
+                                                resource.RUSAGE_CHILDREN)]
+    return round(sum(u.ru_utime + u.ru_stime for u in used))
 
 
 def write_section(section: list[str]) -> None:
@@ -559,43 +595,32 @@ def write_section(section: list[str]) -> None:
 
 
 def main(fixed_file: Path | None = None, only_fixed: bool = False,
-         workers: int = B.WORKERS) -> int:
+         workers: int = B.WORKERS, scheduler: str | None = None) -> int:
     """`--fixed FILE`: step 1 saved by an earlier `--only-fixed FILE` run (a pickle of the
     fixed-machine search and its records), so the co-design can be rerun alone.
     `--workers N`: Dask worker processes (default bench_nas's, one a core)."""
     import pickle
-    import resource
-
-    import dask
-    from dask.distributed import Client, LocalCluster
-
-    from glensidec.nas.commands import WORKER_CONFIG, DaskMapper
 
     started = time.perf_counter()
     train_data, val = B.load("digits_train.npz"), B.load("digits_val.npz")
     fixed, memo = None, None
     if fixed_file is not None and not only_fixed:
         fixed, memo = pickle.loads(fixed_file.read_bytes())
-    with dask.config.set(WORKER_CONFIG), \
-            LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                         dashboard_address=None) as cluster, Client(cluster) as client:
+    with dask_mapper(workers, scheduler) as mapper:
         if only_fixed and fixed_file is not None:
             program = read_program(B.EXAMPLES / "digits_cnn.gs")
             memo = {}
             fixed = S.run_search(format_program(program), load_weights(program),
                                  (train_data.x, train_data.y), (val.x, val.y),
-                                 REFERENCE.array(), B.OPTIONS, DaskMapper(client), memo=memo)
+                                 REFERENCE.array(), B.OPTIONS, mapper, memo=memo)
             fixed.chosen_graph = None
             fixed_file.write_bytes(pickle.dumps((fixed, memo)))
             print(fixed.chosen, f"{time.perf_counter() - started:.0f} s")
             return 0
-        found = stage(DaskMapper(client), train_data, val, fixed, memo)
+        found = stage(mapper, train_data, val, fixed, memo)
     found["seconds"] = round(time.perf_counter() - started)
     found["load"] = os.getloadavg()[0]
-    # this process and the Dask workers (children waited for once their cluster closed)
-    used = [resource.getrusage(who) for who in (resource.RUSAGE_SELF,
-                                                resource.RUSAGE_CHILDREN)]
-    found["cpu_seconds"] = round(sum(u.ru_utime + u.ru_stime for u in used))
+    found["cpu_seconds"] = cpu_seconds()
     found["workers"] = workers
     save(found)
     section = lines(found)
@@ -609,20 +634,37 @@ def main(fixed_file: Path | None = None, only_fixed: bool = False,
     return 0 if met(found)[0] else 1
 
 
+def options_of(arguments: list[str]) -> tuple[list[str], int, str | None] | None:
+    """(the other arguments, --workers N, --scheduler ADDRESS) wherever those two stand;
+    None for a malformed one (the usage is printed)."""
+    rest, workers, scheduler = [], B.WORKERS, None
+    words = iter(arguments)
+    for word in words:
+        if word in ("--workers", "--scheduler"):
+            value = next(words, "")
+            if word == "--workers" and value.isdigit() and int(value):
+                workers = int(value)
+            elif word == "--scheduler" and value and not value.startswith("-"):
+                scheduler = value
+            else:
+                return None
+        else:
+            rest.append(word)
+    return rest, workers, scheduler
+
+
 if __name__ == "__main__":
-    if sys.argv[1:] in (["--report-only"], ["--bound"]):
+    parsed = options_of(sys.argv[1:])
+    arguments, workers, scheduler = parsed if parsed is not None else (["--help?"], 0, None)
+    if arguments in (["--report-only"], ["--bound"]):
         saved = json.loads((B.RESULTS / "nas_codesign.json").read_text())
-        if sys.argv[1] == "--bound":
-            bound_main()
+        if arguments[0] == "--bound":
+            bound_main(workers, scheduler)
         write_section(with_bound(lines(saved)))
         sys.exit(0 if met(saved)[0] else 1)
-    arguments = sys.argv[1:]
-    workers = B.WORKERS
-    if arguments[-2:-1] == ["--workers"] and arguments[-1].isdigit() and int(arguments[-1]):
-        workers, arguments = int(arguments[-1]), arguments[:-2]
     if arguments[:1] in (["--fixed"], ["--only-fixed"]) and len(arguments) == 2:
-        sys.exit(main(Path(arguments[1]), arguments[0] == "--only-fixed", workers))
+        sys.exit(main(Path(arguments[1]), arguments[0] == "--only-fixed", workers, scheduler))
     if not arguments:
-        sys.exit(main(workers=workers))
+        sys.exit(main(workers=workers, scheduler=scheduler))
     print(__doc__)  # --help or a mistyped option: the usage, not a long run
     sys.exit(0 if arguments in (["-h"], ["--help"]) else 2)

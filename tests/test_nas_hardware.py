@@ -327,8 +327,8 @@ def test_the_descent_and_the_sweep_price_pairs_as_the_exact_model_does(
     scored: list[S.Candidate] = []
 
     def mapper(function: Any, calls: list[Any]) -> list[Any]:
-        if function is H.score_task:
-            scored.extend(call[1] for call in calls)
+        if function is H.round_task:
+            scored.extend(call[3] for call in calls if call[2] != "pair")
         return [function(*call) for call in calls]
 
     found = H.run_codesign(format_program(program), load_weights(program), (x, y), (x, y),
@@ -468,3 +468,46 @@ def test_the_evolution_starts_from_the_given_candidates_then_the_uniform_ones() 
     S.candidates_for(space, S.Options(budget=5, population=4, start=start), evaluate_batch)
     b2 = S.Choice("bottleneck", 2)
     assert seen[:2] == [start[0], (b2, b2)]  # the given one, then the uniform bottleneck
+
+
+def test_a_round_scores_each_seed_apart_and_prices_the_pairs_beside_them(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`evaluate_round`: with `train` legality each seed of a new network is a task of its
+    own, beside the pairs' pricing, in one round on the workers; merged, the seeds give
+    `score_task`'s record (the mean of the seeds' accuracies, in seed order) and a pair
+    costs what `cost_task` prices. Retraining stubbed: a seeded function of the network."""
+    from glensidec.nas.cost import params_and_macs
+
+    def retrained(graph: Any, setup: S.Setup) -> tuple[list[float], dict[str, Any]]:
+        macs = sum(m for _, m in params_and_macs(graph).values())
+        return [0.9 + macs / 6e7 + seed / 100
+                for seed in range(setup.seed, setup.seed + setup.train_seeds)], {}
+
+    monkeypatch.setattr(S, "retrained", retrained)
+    program = read_program(DIGITS)
+    x = np.zeros((4, 1, 8, 8), np.float32)
+    y = np.zeros(4, np.int64)
+    graph = lift(program, load_weights(program))
+    layers = S.search_space(graph, ("bottleneck",)).layers
+    setup = S.Setup(format_program(program), load_weights(program),
+                    layers + list(H.GENE_NAMES), Machine(16, 16).array(), "train", x, y, x,
+                    y, 3, 1, "digits_cnn.gs", 16, 2)
+    b2 = S.Choice("bottleneck", 2)
+    networks = [(b2,) + (S.KEEP,) * (len(layers) - 1 + len(H.GENES)),
+                (S.KEEP, b2) + (S.KEEP,) * (len(layers) - 2 + len(H.GENES))]
+    pair = networks[0][:len(layers)] + (S.Choice("rows", 8),) + (S.KEEP,) * 5
+    calls: list[tuple[Any, ...]] = []
+
+    def mapper(function: Any, given: list[Any]) -> list[Any]:
+        calls.extend(given)
+        return [function(*call) for call in given]
+
+    codesign = H.Codesign(Machine(16, 16), len(layers))
+    scores, costs = H.evaluate_round(setup, codesign, networks, [pair], mapper)
+    assert [call[2:] for call in calls] == [("seed", networks[0], 3), ("seed", networks[0], 4),
+                                           ("seed", networks[1], 3), ("seed", networks[1], 4),
+                                           ("pair", pair, 0)]
+    for network in networks:
+        whole = H.score_task(setup, network)
+        assert scores[network] == whole and len(whole["accuracies"]) == 2
+    assert costs[pair] == H.cost_task(setup, codesign, pair)

@@ -38,6 +38,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from glensidec.errors import GlensideError
 from glensidec.hardware.area import AreaModel, Machine, fitted, measured, size_text
 from glensidec.lang.syntax import parse_program
@@ -280,6 +282,65 @@ def score_task(setup: S.Setup, candidate: S.Candidate) -> dict[str, Any]:
             **({"accuracies": scored["accuracies"]} if "accuracies" in scored else {})}
 
 
+def seed_task(setup: S.Setup, candidate: S.Candidate, seed: int) -> dict[str, Any]:
+    """`score_task` of `train` legality for one seed: the network retrained with `seed`
+    alone (its accuracy; the seeds train independently, deterministically on one thread,
+    so their mean is `score_task`'s score)."""
+    one = replace(setup, seed=seed, train_seeds=1)
+    record = score_task(one, candidate)
+    if record["valid"]:
+        record["accuracy"] = record.pop("accuracies")[0]
+        del record["score"]
+    return record
+
+
+def merged_seeds(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """`score_task`'s record from `seed_task`'s records of one network, seeds in order."""
+    if not all(r["valid"] for r in records):
+        return next(r for r in records if not r["valid"])
+    accuracies = [r["accuracy"] for r in records]
+    return {"valid": True, "params": records[0]["params"], "macs": records[0]["macs"],
+            "score": float(np.mean(accuracies)), "accuracies": accuracies}
+
+
+def round_task(setup: S.Setup, codesign: Codesign, kind: str, candidate: S.Candidate,
+               seed: int) -> dict[str, Any]:
+    """One task of `evaluate_round`: a network's score ('network'), one seed of it
+    ('seed') or a pair's cycles ('pair')."""
+    if kind == "pair":
+        return price_task(setup, codesign, candidate)
+    if kind == "seed":
+        return seed_task(setup, candidate, seed)
+    return score_task(setup, candidate)
+
+
+def evaluate_round(setup: S.Setup, codesign: Codesign, networks: list[S.Candidate],
+                   pairs: list[S.Candidate], mapper: S.Mapper,
+                   ) -> tuple[dict[S.Candidate, dict[str, Any]],
+                              dict[S.Candidate, dict[str, Any]]]:
+    """The networks' scores and the pairs' cycles in one round of tasks: with `train`
+    legality each seed of a network is a task of its own, so a batch of a few children
+    keeps every worker busy instead of one network's two seeds keeping one worker busy
+    while the pairs wait for the next round. Returns (scores by network, cycles by pair; a
+    pair a compile or a transformation refuses is not valid)."""
+    seeds = (range(setup.seed, setup.seed + setup.train_seeds) if setup.legality == "train"
+             else range(0))
+    calls: list[tuple[Any, ...]] = []
+    for network in networks:
+        calls += ([(setup, codesign, "seed", network, seed) for seed in seeds] if seeds
+                  else [(setup, codesign, "network", network, 0)])
+    calls += [(setup, codesign, "pair", pair, 0) for pair in pairs]
+    found = iter(mapper(round_task, calls))
+    scores = {network: (merged_seeds([next(found) for _ in seeds]) if seeds else next(found))
+              for network in networks}
+    costs = {}
+    for pair in pairs:
+        record = next(found)
+        costs[pair] = {k: v for k, v in record.items() if k != "valid"} if record["valid"] \
+            else record
+    return scores, costs
+
+
 def cost_task(setup: S.Setup, codesign: Codesign, candidate: S.Candidate) -> dict[str, int]:
     graph = S.apply(S.original(setup), setup.layers, candidate, T.INHERIT)
     machine = machine_of(codesign.reference, candidate[codesign.networks:])
@@ -379,15 +440,16 @@ def run_codesign(program_text: str, weights: dict[str, Array],
     def evaluate_batch(batch: list[S.Candidate],
                        costs: dict[S.Candidate, dict[str, Any]] | None = None,
                        ) -> list[dict[str, Any]]:
-        """Score each new network, then cost each new pair (`costs`: pairs priced
-        already, by the descent or the sweep)."""
+        """Score each new network and cost each new pair (`costs`: pairs priced already,
+        by the descent or the sweep), all in one round of tasks on the workers."""
         new = list(dict.fromkeys(c for c in batch if c not in memo))
         nets = list(dict.fromkeys(network_part(c, n) for c in new))
         nets = [c for c in nets if c not in scores]
-        for net, record in zip(nets, mapper(score_task, [(setup, c) for c in nets]),
-                               strict=True):
-            scores[net] = record
-        costed = []
+        refused = {c: machine_refusal(machine_of(reference, c[n:])) for c in new}
+        to_cost = [c for c in new if refused[c] is None and (costs is None or c not in costs)
+                   and scores.get(network_part(c, n), {}).get("valid", True)]
+        found_scores, found_costs = evaluate_round(setup, codesign, nets, to_cost, mapper)
+        scores.update(found_scores)
         for candidate in new:
             record = pair_record(candidate, space, n, reference, model, budget,
                                  scores[network_part(candidate, n)])
@@ -395,10 +457,7 @@ def run_codesign(program_text: str, weights: dict[str, Array],
             if record["valid"] and costs is not None and candidate in costs:
                 record.update(costs[candidate])
             elif record["valid"]:
-                costed.append(candidate)
-        for candidate, cost in zip(costed, mapper(cost_task, [(setup, codesign, c)
-                                                             for c in costed]), strict=True):
-            memo[candidate].update(cost)
+                record.update(found_costs[candidate])
         reference_score = memo[keep]["score"] if keep in memo else None
         for candidate in new:
             record = memo[candidate]
@@ -543,6 +602,16 @@ def sweep_machines(order: list[S.Candidate], memo: dict[S.Candidate, dict[str, A
     return swept
 
 
+def machine_refusal(machine: Machine) -> str | None:
+    """Why compile refuses the machine (e.g. a scratchpad too small for one tile of its
+    array), or None."""
+    try:
+        target(machine)
+    except GlensideError as error:
+        return error.message
+    return None
+
+
 def pair_record(candidate: S.Candidate, space: S.Space, n: int, reference: Machine,
                 model: AreaModel, budget: float, scored: dict[str, Any]) -> dict[str, Any]:
     machine = machine_of(reference, candidate[n:])
@@ -554,11 +623,9 @@ def pair_record(candidate: S.Candidate, space: S.Space, n: int, reference: Machi
         **scored}
     # the unrounded area: the reference machine is within a budget of its own area
     record["within_budget"] = model.area(machine) <= budget
-    if record["valid"]:
-        try:
-            target(machine)
-        except GlensideError as error:
-            record.update(valid=False, error=error.message)
+    refused = machine_refusal(machine) if record["valid"] else None
+    if refused is not None:
+        record.update(valid=False, error=refused)
     return record
 
 
