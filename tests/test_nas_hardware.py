@@ -511,3 +511,23 @@ def test_a_round_scores_each_seed_apart_and_prices_the_pairs_beside_them(
         whole = H.score_task(setup, network)
         assert scores[network] == whole and len(whole["accuracies"]) == 2
     assert costs[pair] == H.cost_task(setup, codesign, pair)
+
+
+def test_a_worker_reads_the_extraction_another_worker_shared(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch
+                                                             ) -> None:
+    """`pair_cost` with a shared directory: the first extraction of a network for an array
+    shape is written there; another process (its memos empty) reads it instead of
+    extracting, and prices every machine of that shape as its own extraction would."""
+    program = read_program(DIGITS)
+    graph = lift(program, load_weights(program))
+    first, other = Machine(16, 32), Machine(16, 32, 16 * 1024, 256, 64, 16)
+    cost = H.pair_cost(graph, first, str(tmp_path))
+    assert len(list(tmp_path.glob("*.pickle"))) == 1
+    monkeypatch.setattr(H, "_EXTRACTED", {})
+    monkeypatch.setattr(H, "_PAIRS", {})
+    monkeypatch.setattr(H, "extract", lambda *args: pytest.fail("extracted again"))
+    assert H.pair_cost(graph, first, str(tmp_path)) == cost
+    shared = H.pair_cost(graph, other, str(tmp_path))
+    monkeypatch.undo()
+    assert shared == H.compiled_pair_cost(graph, other)

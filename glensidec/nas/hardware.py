@@ -28,9 +28,12 @@ whose retrained accuracy is within a point of the original's.
 from __future__ import annotations
 
 import gc
+import hashlib
 import itertools
 import json
 import math
+import os
+import pickle
 import re
 import tempfile
 from collections.abc import Callable
@@ -202,36 +205,68 @@ _EXTRACTED: dict[tuple[object, ...], Extracted] = {}
 _PAIRS: dict[tuple[object, ...], Cost] = {}
 
 
-def pair_cost(graph: Graph, machine: Machine) -> Cost:
+def pair_cost(graph: Graph, machine: Machine, shared: str | None = None) -> Cost:
     """`compile --stats`'s predicted total of the quantized graph on `machine`, memoised
-    per network and machine; the extraction per network and array shape."""
+    per network and machine; the extraction per network and array shape (`shared`: a
+    directory the workers share, where each extraction is kept for the others)."""
     network = network_key(graph)
     key = (network, machine)
     if key not in _PAIRS:
-        _PAIRS[key] = on_egglog_thread(_pair_cost, graph, network, machine)
+        _PAIRS[key] = on_egglog_thread(_pair_cost, graph, network, machine, shared)
     return _PAIRS[key]
 
 
-def _pair_cost(graph: Graph, network: tuple[object, ...], machine: Machine) -> Cost:
+def _pair_cost(graph: Graph, network: tuple[object, ...], machine: Machine,
+               shared: str | None) -> Cost:
     from glensidec import pipeline
-    from glensidec.lang.typecheck import check_program
-    from glensidec.nas.cost import COMPILE_LIMITS
 
     compiled_for = target(machine)
     shape = (network, machine.rows, machine.cols)
     if shape not in _EXTRACTED:
-        with tempfile.TemporaryDirectory(prefix="glensidec-nas-") as folder:
-            program = quantized(graph, Path(folder))
-        compiled = pipeline.compile_for(
-            pipeline.Typed(program.program, check_program(program.program)), compiled_for,
-            COMPILE_LIMITS)
-        _EXTRACTED[shape] = Extracted(compiled.program, compiled.types, program.weights)
-        del compiled  # holds the e-graph: freed here, on the e-graph thread
-        gc.collect()
+        _EXTRACTED[shape] = shared_extraction(graph, shape, compiled_for, shared)
     extracted = _EXTRACTED[shape]
     cycles = pipeline.lowered_machine_cycles(extracted.program, extracted.types,
                                              compiled_for, extracted.weights)
     return Cost(cycles.accelerator, cycles.array, cycles.host)
+
+
+def shared_extraction(graph: Graph, shape: tuple[object, ...], compiled_for: Any,
+                      shared: str | None) -> Extracted:
+    """The network extracted for its array shape: read from `shared` when another worker
+    extracted it already (an extraction is most of a pair's price: the search's gene
+    changes of scratchpad, accumulator, bus and lanes keep the network and shape, and Dask
+    sends them to any worker), else extracted here and written there."""
+    path = None
+    if shared is not None:
+        digest = hashlib.sha256(repr(shape).encode()).hexdigest()
+        path = Path(shared) / f"{digest}.pickle"
+        if path.exists():
+            kept: Extracted = pickle.loads(path.read_bytes())
+            return kept
+    extracted = extract(graph, compiled_for)
+    if path is not None:  # written whole, then renamed: a reader never sees a part
+        part = path.with_suffix(f".{os.getpid()}.part")
+        part.write_bytes(pickle.dumps(extracted))
+        os.replace(part, path)
+    return extracted
+
+
+def extract(graph: Graph, compiled_for: Any) -> Extracted:
+    """The quantized graph rewritten and extracted for the target's array (on the e-graph
+    thread: its e-graph is freed here)."""
+    from glensidec import pipeline
+    from glensidec.lang.typecheck import check_program
+    from glensidec.nas.cost import COMPILE_LIMITS
+
+    with tempfile.TemporaryDirectory(prefix="glensidec-nas-") as folder:
+        program = quantized(graph, Path(folder))
+    compiled = pipeline.compile_for(
+        pipeline.Typed(program.program, check_program(program.program)), compiled_for,
+        COMPILE_LIMITS)
+    extracted = Extracted(compiled.program, compiled.types, program.weights)
+    del compiled  # holds the e-graph: freed here, on the e-graph thread
+    gc.collect()
+    return extracted
 
 
 def compiled_pair_cost(graph: Graph, machine: Machine) -> Cost:
@@ -264,6 +299,8 @@ class Codesign:
 
     reference: Machine
     networks: int  # how many of the candidate's choices are the network's
+    #: a directory the workers share extractions in (`pair_cost`); None: none
+    shared: str | None = None
 
 
 def score_task(setup: S.Setup, candidate: S.Candidate) -> dict[str, Any]:
@@ -344,7 +381,7 @@ def evaluate_round(setup: S.Setup, codesign: Codesign, networks: list[S.Candidat
 def cost_task(setup: S.Setup, codesign: Codesign, candidate: S.Candidate) -> dict[str, int]:
     graph = S.apply(S.original(setup), setup.layers, candidate, T.INHERIT)
     machine = machine_of(codesign.reference, candidate[codesign.networks:])
-    cost = pair_cost(graph, machine)
+    cost = pair_cost(graph, machine, codesign.shared)
     return {"accelerator_cycles": cost.accelerator, "array_cycles": cost.array,
             "host_cycles": cost.host, "cycles": cost.total}
 
@@ -357,7 +394,7 @@ def machines_task(setup: S.Setup, codesign: Codesign, candidate: S.Candidate,
     costs: list[Cost | None] = []
     for machine in machines:
         try:
-            costs.append(pair_cost(graph, machine))
+            costs.append(pair_cost(graph, machine, codesign.shared))
         except GlensideError:
             costs.append(None)
     return costs
@@ -414,7 +451,21 @@ def run_codesign(program_text: str, weights: dict[str, Array],
     legality scores are reused: a network's score does not depend on the machine. After
     the strategy, `options.descent` pairs judged by a cheapest-first descent over single
     gene changes (`descend_pairs`), then every machine of the space within the budget
-    priced for the `sweep` cheapest legal networks (`sweep_machines`)."""
+    priced for the `sweep` cheapest legal networks (`sweep_machines`). The workers share
+    their extractions in a temporary directory (`shared_extraction`), removed after."""
+    with tempfile.TemporaryDirectory(prefix="glensidec-codesign-") as shared:
+        return _run_codesign(program_text, weights, train_data, val_data, reference,
+                             space_of_machines, budget, options, mapper, progress, name,
+                             model, known, sweep, shared)
+
+
+def _run_codesign(program_text: str, weights: dict[str, Array],
+                  train_data: tuple[Array, Array], val_data: tuple[Array, Array],
+                  reference: Machine, space_of_machines: dict[str, tuple[int, ...]],
+                  budget: float, options: S.Options, mapper: S.Mapper,
+                  progress: Callable[[int], None] | None, name: str,
+                  model: AreaModel | None, known: dict[S.Candidate, dict[str, Any]] | None,
+                  sweep: int, shared: str) -> CodesignResult:
     model = model or fitted()
     graph = lift(parse_program(program_text, name), weights)
     networks = S.search_space(graph, options.space)
@@ -427,7 +478,7 @@ def run_codesign(program_text: str, weights: dict[str, Array],
     setup = S.Setup(program_text, weights, space.layers, reference.array(), options.legality,
                     train_data[0], train_data[1], val_data[0], val_data[1], options.seed,
                     options.train_epochs, name, reference.bus_bytes, options.train_seeds)
-    codesign = Codesign(reference, n)
+    codesign = Codesign(reference, n, shared)
     scores: dict[S.Candidate, dict[str, Any]] = {}
     for candidate, record in (known or {}).items():
         if len(candidate) == n:
