@@ -152,6 +152,7 @@ def stage(mapper: Any, train_data: Data, val: Data, fixed: S.Result | None = Non
                     "descent": sum(1 for r in found.result.records if r.get("descent")),
                     "swept": swept_rows(found),
                     "stage_seconds": seconds, "settings": settings_text(),
+                    "work": found.work,
                     "started_from": [{k: str(v) for k, v in zip(fixed.space.layers, c, strict=False)
                                       if v != S.KEEP} for c in verified]}
     save(found_so_far)
@@ -434,12 +435,15 @@ def bound_lines(found: dict[str, Any]) -> list[str]:
 
 
 def stage_lines(found: dict[str, Any]) -> list[str]:
-    """Where the run's time went, stage by stage."""
+    """Where the run's time went, stage by stage, and the co-design search's work."""
     stages = found.get("stage_seconds")
     if not stages:
         return []
+    work = found.get("work")
+    done = ("" if not work else " The co-design search's work: " + ", ".join(
+        f"{value} {name}" for name, value in work.items()) + ".")
     return ["Its stages: " + ", ".join(f"{name} {value} s" for name, value in stages.items())
-            + ".", ""]
+            + "." + done, ""]
 
 
 def settings_text() -> str:

@@ -237,7 +237,7 @@ def shared_extraction(graph: Graph, shape: tuple[object, ...], compiled_for: Any
     changes of scratchpad, accumulator, bus and lanes keep the network and shape, and Dask
     sends them to any worker), else extracted here and written there."""
     path = None
-    if shared is not None:
+    if shared is not None and Path(shared).is_dir():  # (a worker on another host has none)
         digest = hashlib.sha256(repr(shape).encode()).hexdigest()
         path = Path(shared) / f"{digest}.pickle"
         if path.exists():
@@ -432,6 +432,10 @@ class CodesignResult:
     #: the networks whose every machine within the budget was priced (`sweep_machines`),
     #: by their choices, with how many machines that was
     swept: dict[tuple[str, ...], int] = field(default_factory=dict)
+    #: the work behind it: networks scored (trained, with `train` legality), pairs priced
+    #: (the evolution's, the descent's and the sweep's) and distinct extractions (network
+    #: and array shape) the workers shared
+    work: dict[str, int] = field(default_factory=dict)
 
 
 def network_part(candidate: S.Candidate, networks: int) -> S.Candidate:
@@ -485,6 +489,7 @@ def _run_codesign(program_text: str, weights: dict[str, Array],
             fields = ("valid", "error", "params", "macs", "score", "accuracies")
             scores[candidate + tuple(S.KEEP for _ in GENES)] = {
                 k: record[k] for k in fields if k in record}
+    preloaded = len(scores)
     memo: dict[S.Candidate, dict[str, Any]] = {}
     keep = tuple(S.KEEP for _ in space.layers)
 
@@ -567,6 +572,9 @@ def _run_codesign(program_text: str, weights: dict[str, Array],
     found = CodesignResult(result, reference, budget, model, setup=setup,
                            swept={tuple(str(c) for c in network[:n]): priced
                                   for network, (_, priced) in sweeps.items()})
+    found.work = {"networks scored": len(scores) - preloaded,
+                  "pairs priced": priced_pairs(memo, sweeps),
+                  "extractions": len(list(Path(shared).glob("*.pickle")))}
     found.front = pareto_front([r for r in result.records if r.get("network_legal")
                                 and r.get("valid")])
     retrain_front(found, setup, order, records, mapper)
@@ -574,6 +582,16 @@ def _run_codesign(program_text: str, weights: dict[str, Array],
                     and r["machine"] == reference.key()]
     found.fixed_best = min(on_reference, key=lambda r: r["cycles"], default=None)
     return found
+
+
+def priced_pairs(memo: dict[S.Candidate, dict[str, Any]],
+                 sweeps: dict[S.Candidate, tuple[list[tuple[S.Candidate, dict[str, Any]]],
+                                                 int]]) -> int:
+    """Pairs whose cycles were priced: the records with cycles that no sweep priced, and
+    every machine each sweep priced."""
+    swept = {c for pairs, _ in sweeps.values() for c, _ in pairs}
+    return (sum(1 for c, r in memo.items() if "cycles" in r and c not in swept)
+            + sum(priced for _, priced in sweeps.values()))
 
 
 def descend_pairs(space: S.Space, options: S.Options, visited: list[S.Candidate],
