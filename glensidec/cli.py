@@ -256,10 +256,13 @@ def compile_command(program: Path, shapes: Path | None, array_size: str, emit: s
     if not (placement.takes_all or stats):  # products on the host: say why
         click.echo(f"note: {placement.line}", err=True)
     if result.host_epilogues:
+        from glensidec.opt.batch import unsplit_reason
+
+        why = unsplit_reason(parsed, typed.types) or (
+            "the accelerator cannot take them: e.g. weights that are not constant, a bias "
+            "or multiplier not per column")
         click.echo(f"warning: {result.host_epilogues} host instructions of accel-epilogue "
-                   "or accel-max-pool terms stay on the host (the accelerator cannot take "
-                   "them: e.g. weights that are not constant, a bias or multiplier not per "
-                   "column)", err=True)
+                   f"or accel-max-pool terms stay on the host ({why})", err=True)
     if stats and target.accel is not None:
         from glensidec.backend.accel_layers import accel_layer_lines
 

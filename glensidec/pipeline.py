@@ -63,6 +63,7 @@ from glensidec.lang.terms import (
     postorder,
 )
 from glensidec.lang.typecheck import AccessType, TupleType, TypeTable, check_program, infer
+from glensidec.opt.batch import split_images
 from glensidec.opt.extract import (
     Compiled,
     array_target,
@@ -722,8 +723,16 @@ def choose_target(configs: tuple[ArrayConfig, ...], bare_array: bool = False,
 
 @without_cycle_collection
 def compile_for(typed: Typed, target: Target, limits: Limits | None = None) -> Compiled:
-    """Rewrite and extract for the target's arrays, then (the accelerator) fuse epilogues."""
-    compiled = compile_program(typed.program, target.config, limits, types=typed.types,
+    """Rewrite and extract for the target's arrays, then (the accelerator) fuse epilogues.
+    On the accelerator a batch of independent images is compiled as one copy per image
+    (`opt.batch.split_images`): the accelerator's layers, pools and layouts take one image's
+    views."""
+    program, types = typed.program, typed.types
+    if target.accel is not None:
+        split = split_images(program, types)
+        if split is not program:
+            program, types = split, check_program(split)
+    compiled = compile_program(program, target.config, limits, types=types,
                                more_arrays=target.more_arrays,
                                rulesets=RULESETS if target.accel is None else ACCEL_RULESETS)
     return fuse_epilogues(compiled, target.config) if target.accel is not None else compiled

@@ -16,6 +16,7 @@ convolution and its skip connection read the same rows.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -66,6 +67,7 @@ class _Found:
 
     input: str
     layout: NhwcLayout
+    image: int = 0  # which image of a batched input (N, C, H, W)
 
 
 #: absorb_input_layouts' `rows_of`: the rows of the layout layer that makes a found operand
@@ -78,11 +80,11 @@ def absorb_input_layouts(lowered: LoweredProgram, weights: dict[str, Array],
     layout layer on the accelerator instead of the host (a new program)."""
     result = lowered.copy()
     builder = LayerBuilder(result)
-    made: dict[tuple[str, NhwcLayout], View] = {}  # layout layers' rows, by what they hold
+    made: dict[tuple[str, int, NhwcLayout], View] = {}  # layout layers' rows, by what they hold
     new_layers: list[AccelLayer] = []
 
     def rows_of(found: _Found) -> View | None:
-        key = (found.input, found.layout)
+        key = (found.input, found.image, found.layout)
         if key not in made:
             layer = _layout_layer(result, builder, found, accel)
             if layer is None:
@@ -176,40 +178,88 @@ def _read_rows_unpadded(lowered: LoweredProgram, builder: LayerBuilder,
 def _absorb_output_layout(lowered: LoweredProgram, builder: LayerBuilder,
                           accel: AccelConfig) -> None:
     """The program's result, when it is a layer's (P, C) rows copied to NCHW, written by a
-    layout layer (NchwLayout) instead of the host's copy."""
+    layout layer (NchwLayout) instead of the host's copy; a batch's result, one image's
+    rows copied to each block of it (`opt.batch`), by one layout layer per image."""
     output = lowered.buffers[lowered.output]
+    if output.dtype != "i8":
+        return
+    _copy_parts_into_the_output(lowered)
     writers = lowered.writers().get(lowered.output, [])
-    copy = lowered.instructions[writers[0]] if len(writers) == 1 else None
-    if output.dtype != "i8" or not isinstance(copy, Copy) or not lowered.is_whole(copy.dst):
+    copies = [index for index in writers if isinstance(lowered.instructions[index], Copy)]
+    if len(copies) != len(writers):
         return
-    traced = trace_layer_rows(lowered, copy.src.buffer, writers[0])
+    dropped = 0  # (a copy a layer makes unneeded goes: the later ones move up)
+    for index in copies:
+        dropped += _absorb_output_copy(lowered, builder, accel, index - dropped)
+
+
+def _copy_parts_into_the_output(lowered: LoweredProgram) -> None:
+    """A copy into the program's result of a buffer that only copies write and only it
+    reads (a batch's concatenation of three or more images' results, nested: the first
+    images' concatenated, then copied in) becomes those copies, each into its run of the
+    result, so that each image's part is a copy from its layer's rows."""
+    for index, copy in enumerate(lowered.instructions):
+        if not (isinstance(copy, Copy) and copy.dst.buffer == lowered.output and
+                copy.dst.is_row_major() and lowered.is_whole(copy.src)):
+            continue
+        source = lowered.buffer_of(copy.src)
+        parts = lowered.writers().get(source.name, [])
+        if source.kind != ACTIVATION or lowered.readers().get(source.name) != [index] or \
+                not parts or not all(isinstance(lowered.instructions[part], Copy)
+                                     for part in parts):
+            continue
+        if any(parts[0] < reader < index for reader in
+               lowered.readers().get(lowered.output, [])):
+            continue  # (the result read in between: its run written earlier would show)
+        for part in parts:  # the buffer's element e is the result's copy.dst.offset + e
+            written = lowered.instructions[part]
+            lowered.instructions[part] = replace(written, dst=View(
+                lowered.output, copy.dst.offset + written.dst.offset, written.dst.dims))
+        del lowered.instructions[index]
+        _copy_parts_into_the_output(lowered)  # (the indices moved: start again)
+        return
+
+
+def _absorb_output_copy(lowered: LoweredProgram, builder: LayerBuilder, accel: AccelConfig,
+                        index: int) -> bool:
+    """`_absorb_output_layout` for the copy at `index` into the program's result: the
+    whole result, or a row-major block of it (one image of a batch). True when the copy
+    was dropped (the layer writes the result itself)."""
+    copy = lowered.instructions[index]
+    assert isinstance(copy, Copy)
+    if not copy.dst.is_row_major():
+        return False
+    traced = trace_layer_rows(lowered, copy.src.buffer, index)
     if traced is None:
-        return
+        return False
     source = lowered.instructions[traced[0]]
     assert isinstance(source, AccelLayer)
     rows = layer_rows(source)
     pixels, channels = rows.m, rows.n
     origin = view_array(copy.src, traced[1]).reshape(-1)
     expected = np.arange(pixels * channels).reshape(pixels, channels).T.reshape(-1)
-    if output.elements != pixels * channels or not np.array_equal(origin, expected) or \
+    if math.prod(copy.dst.shape) != pixels * channels or \
+            not np.array_equal(origin, expected) or \
             lowered.buffers[rows.buffer].elements != pixels * channels:
-        return
+        return False
     if pixels == 1 or channels == 1:  # the same bytes: the layer writes the result itself
-        if lowered.readers().get(source.dst.buffer) == [writers[0]] and \
+        if lowered.readers().get(source.dst.buffer) == [index] and \
                 lowered.is_whole(source.dst) and not source.output_pitch:
             lowered.instructions[traced[0]] = replace(
-                source, dst=contiguous(lowered.output, source.dst.shape))
-            del lowered.instructions[writers[0]]
-        return
+                source, dst=contiguous(lowered.output, source.dst.shape, copy.dst.offset))
+            del lowered.instructions[index]
+            return True
+        return False
     layout = NchwLayout(pixels, channels)
     try:
         nchw_channels(layout, accel)
     except CapacityError:
-        return
-    lowered.instructions[writers[0]] = nchw_layer(
+        return False
+    lowered.instructions[index] = nchw_layer(
         builder, "the result in NCHW, laid out by the accelerator",
-        contiguous(lowered.output, (channels, pixels)),
+        contiguous(lowered.output, (channels, pixels), copy.dst.offset),
         rows.view((pixels * channels,)), layout, accel)
+    return False
 
 
 def nchw_layer(builder: LayerBuilder, note: str, dst: View, rows: View, layout: NchwLayout,
@@ -219,6 +269,9 @@ def nchw_layer(builder: LayerBuilder, note: str, dst: View, rows: View, layout: 
     group = nchw_group(layout, accel)
     pixels, channels = layout.pixels, layout.channels
     name = builder.name(f"{dst.buffer}_nchw")
+    number = 1
+    while f"{name}_weights" in builder.lowered.buffers:  # a batch's images: one layer each
+        name, number = builder.name(f"{dst.buffer}_nchw_{number}"), number + 1
     return AccelLayer(
         note, contiguous(dst.buffer, (channels * pixels // group, group), dst.offset), name,
         rows, builder.constant(f"{name}_weights", "i8", nchw_weights(layout, accel)),
@@ -307,7 +360,7 @@ def _dma_padded(lowered: LoweredProgram, layer: AccelLayer, found: _Found, rows_
                                             input_zero_point=layout.pad_value))
     except GlensideError:
         return None
-    rows = rows_of(_Found(found.input, replace(layout, padding=0, pad_value=0)))
+    rows = rows_of(replace(found, layout=replace(layout, padding=0, pad_value=0)))
     if rows is None:
         return None
     pixels = layout.height * layout.width
@@ -331,8 +384,14 @@ def _operand(lowered: LoweredProgram, view: View, index: int, nhwc: tuple[int, i
         return None
     name, origin, fill = traced
     shape = lowered.buffers[name].shape
-    if len(shape) != 4 or shape[0] != 1 or shape[1] != channels:
+    if len(shape) != 4 or shape[1] != channels:
         return None
+    # Of a batch (N, C, H, W), one image: its elements are those of image 0 moved by
+    # C·H·W each (the per-image copies of `opt.batch`).
+    image_elements = channels * shape[2] * shape[3]
+    held = origin[origin != PADDING]
+    image = int(held.min()) // image_elements if held.size else 0
+    origin = np.where(origin == PADDING, PADDING, origin - image * image_elements)
     rows, cols = shape[2], shape[3]
     if padding is None:  # an image: its height and width tell the padding
         pad = (height - rows) // 2
@@ -350,7 +409,7 @@ def _operand(lowered: LoweredProgram, view: View, index: int, nhwc: tuple[int, i
     if values.size > 1:
         return None
     return _Found(name, NhwcLayout(channels, rows, cols, pad,
-                                   int(values[0]) if values.size else 0))
+                                   int(values[0]) if values.size else 0), image)
 
 
 def trace_input(lowered: LoweredProgram, name: str, before: int, depth: int = 0
@@ -385,7 +444,8 @@ def _layout_layer(lowered: LoweredProgram, builder: LayerBuilder, found: _Found,
     name = builder.name(f"{found.input}_nhwc")
     dst = builder.activation(name, (m, n))
     return AccelLayer(
-        NOTE, dst, name, contiguous(found.input, lowered.buffers[found.input].shape),
+        NOTE, dst, name, contiguous(found.input, (1, *lowered.buffers[found.input].shape[1:]),
+                                    found.image * layout.channels * layout.height * layout.width),
         builder.constant(f"{name}_weights", "i8", layout_weights(layout, accel)),
         builder.constant(f"{name}_bias", "i32", layout_bias(layout, accel)),
         builder.constant(f"{name}_multiplier", "i32", np.ones(n, np.int64)),

@@ -387,7 +387,9 @@ def _skip_connection(lowered: LoweredProgram, view: View, weights: dict[str, Arr
             and lowered.buffer_of(writer.dst).dtype == "i32"):
         return None
     source = writer.src
-    if lowered.buffer_of(source).dtype != "i8" or not _whole(source, lowered, elements) or \
+    # (whole, or one image of a batch: a row-major run of the elements at an offset)
+    if lowered.buffer_of(source).dtype != "i8" or not source.is_row_major() or \
+            math.prod(source.shape) != elements or \
             any(index >= before for index in lowered.writers().get(source.buffer, [])):
         return None
     multiplier = int(wrap_signed(multiplier, 32))

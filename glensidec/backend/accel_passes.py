@@ -69,7 +69,10 @@ In order (each a module of its own, each taking and giving a `LoweredProgram`):
 9. `accel_row_sums`: a LayerNorm's row sums Σq and Σq² of its int8 rows become array
    calls (q times a column of ones; each block of rows times its transpose, the host
    copying the transposes in and the diagonals out).
-10. `accel_layers.program_accel_layers`: every layer's commands and cycles, once, last.
+10. `accel_batch.fold_image_layers`: a batch's per-image matrix layers (or int8 array
+   calls) with the same weights and epilogue become one layer of all their rows where the
+   exact model prices that lower (a classifier's weights loaded once, not once an image).
+11. `accel_layers.program_accel_layers`: every layer's commands and cycles, once, last.
 """
 
 from __future__ import annotations
@@ -79,6 +82,7 @@ from glensidec.backend.accel_attention import (
     split_head_projections,
     write_in_place,
 )
+from glensidec.backend.accel_batch import fold_image_layers
 from glensidec.backend.accel_boundary import absorb_input_layouts, absorb_result_layouts
 from glensidec.backend.accel_dense import fuse_dense_blocks
 from glensidec.backend.accel_depthwise import fuse_accel_depthwise
@@ -144,4 +148,5 @@ def fuse_for_accelerator(lowered: LoweredProgram, weights: dict[str, Array],
     # (then the scores' bias add, writing the rows where the maxima's pool reads them)
     layers = fuse_position_biases(layers, weights, accel)
     layers = sum_rows_on_the_array(layers, accel)
+    layers = fold_image_layers(layers, weights, accel)  # (a batch's classifiers: one layer)
     return program_accel_layers(layers, weights, accel)
