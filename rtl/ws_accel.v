@@ -127,13 +127,15 @@ module ws_accel #(
     localparam integer LEN_W   = $clog2(ROW_BYTES + 1);
     localparam integer RW      = $clog2(ROWS);          // ROWS >= 2
     localparam integer TRACK   = 1 << $clog2(LATENCY + 3);  // loads in flight, never full
-    localparam integer EXEC_W  = 160;
+    localparam integer EXEC_W  = 192;   // COMPUTE's fields and its rows-wait stamp
     localparam integer AW      = $clog2(ACC_DEPTH);
-    // {acc_row, stride2, stride1, count1, signal, emit, add, m_len, a_row}
-    localparam integer AQ_W    = 123;
+    // {rows wait, rows needed, acc_row, stride2, stride1, count1, signal, emit, add, m_len,
+    //  a_row}
+    localparam integer AQ_W    = 140;
     localparam integer TOK_W   = 16;
     localparam [1:0] OP_LOAD = 2'd0, OP_COMPUTE = 2'd1, OP_STORE = 2'd2, OP_CONFIG = 2'd3;
     localparam integer STAMP = 280;                 // a fenced LOAD's count of earlier STOREs
+    localparam integer C_STAMP = 176;               // a rows-waiting COMPUTE's promised rows
 
     // ---- dispatcher -------------------------------------------------------------------
     wire [1:0] cmd_op = cmd_data[1:0];
@@ -142,6 +144,36 @@ module ws_accel #(
     wire to_store = !to_load && !to_exec;
     assign cmd_ready = to_load ? !lq_full : to_exec ? !eq_full : !sq_full;
     wire cmd_fire = cmd_valid && cmd_ready;
+
+    // ---- rows made on chip ----------------------------------------------------------------
+    // STOREs with bit 5 write their rows into the scratchpad (on-chip rows); oc_sent counts
+    // the rows such STOREs promised when dispatched, oc_made the rows written so far (16-bit
+    // counts). A COMPUTE with bit 5 or a STORE with bit 2 (rows wait) is stamped at dispatch
+    // with oc_sent and carries `ahead`: it starts reading once oc_made has reached
+    // stamp - ahead (modulo 2^16), i.e. once every promised row but the last `ahead` is in
+    // the scratchpad: a layer starts on its input rows while the layer before makes them.
+    reg  [15:0]      oc_sent, oc_made;
+    wire             oc_write;                // the on-chip writer writes a row this cycle
+    wire [15:0]      cmd_rows16 = cmd_data[48 +: 16] * cmd_data[96 +: 16];
+    wire             cmd_onchip = cmd_op == OP_STORE && cmd_data[5];
+    wire             cmd_dram_store = cmd_op == OP_STORE && !cmd_data[5];
+    always @(posedge clk) begin
+        if (rst) begin
+            oc_sent <= 16'd0;
+            oc_made <= 16'd0;
+        end else begin
+            if (cmd_fire && cmd_onchip) oc_sent <= oc_sent + cmd_rows16;
+            if (oc_write) oc_made <= oc_made + 16'd1;
+        end
+    end
+    // made >= need, modulo 2^16 (fewer than 2^15 rows are ever outstanding)
+    function automatic rows_ready(input [15:0] need, input [15:0] made);
+        reg [15:0] behind;
+        begin
+            behind = need - made;
+            rows_ready = behind == 16'd0 || behind[15];
+        end
+    endfunction
 
     // ---- token counters -----------------------------------------------------------------
     reg  [TOK_W-1:0] tok_le, tok_el;   // load -> exec (operands ready), exec -> load (free)
@@ -184,7 +216,7 @@ module ws_accel #(
             st_sent    <= 16'd0;
             st_written <= 16'd0;
         end else begin
-            if (cmd_fire && cmd_op == OP_STORE) st_sent <= st_sent + 16'd1;
+            if (cmd_fire && cmd_dram_store) st_sent <= st_sent + 16'd1;
             if (st_cmd_done) st_written <= st_written + 16'd1;
         end
     end
@@ -249,7 +281,8 @@ module ws_accel #(
     assign le_take = w_start && eq_head[3];
 
     ws_fifo #(.WIDTH(EXEC_W), .DEPTH(QUEUE_DEPTH)) exec_queue (
-        .clk(clk), .rst(rst), .push(cmd_fire && to_exec), .din(cmd_data[EXEC_W-1:0]),
+        .clk(clk), .rst(rst), .push(cmd_fire && to_exec),
+        .din(cmd_data[5] ? {oc_sent, cmd_data[C_STAMP-1:0]} : cmd_data[EXEC_W-1:0]),
         .pop(w_start), .head(eq_head), .empty(eq_empty), .full(eq_full));
 
     always @(posedge clk) begin
@@ -278,7 +311,8 @@ module ws_accel #(
     wire            a_start;
     ws_fifo #(.WIDTH(AQ_W), .DEPTH(4)) act_queue (
         .clk(clk), .rst(rst), .push(w_start),
-        .din({eq_head[144 +: 16], eq_head[120 +: 24], eq_head[96 +: 24], eq_head[80 +: 16],
+        .din({eq_head[5], eq_head[C_STAMP +: 16] - eq_head[160 +: 16],
+              eq_head[144 +: 16], eq_head[120 +: 24], eq_head[96 +: 24], eq_head[80 +: 16],
               eq_head[4],
               eq_head[73], eq_head[72], eq_head[56 +: 16], eq_head[32 +: 24]}),
         .pop(a_start), .head(aq_head), .empty(aq_empty), .full(aq_full));
@@ -297,7 +331,8 @@ module ws_accel #(
     wire a_try        = a_active && (!q_valid || a_consume);
     wire a_issued     = a_try && rd1_grant;
     wire a_issue_last = a_issued && a_left == 16'd1;
-    assign a_start    = (!a_active || a_issue_last) && !aq_empty;
+    wire a_rows_ok    = !aq_head[139] || rows_ready(aq_head[123 +: 16], oc_made);
+    assign a_start    = (!a_active || a_issue_last) && !aq_empty && a_rows_ok;
     assign el_give = a_consume && q_last && q_signal;
 
     always @(posedge clk) begin
@@ -344,9 +379,12 @@ module ws_accel #(
     wire [ROW_BYTES*8-1:0] rd0_data, rd1_data, rd2_data;
     /* verilator lint_on UNUSEDSIGNAL */
     wire                   res_read;                    // a residual row read (port 2)
+    wire                   spad_w_en;                   // the DMA's or the on-chip writer's
+    wire [SPAD_W-1:0]      spad_w_addr;
+    wire [ROW_BYTES*8-1:0] spad_w_data;
     reg  [SPAD_W-1:0]      res_addr;
     ws_spad #(.ROW_BYTES(ROW_BYTES), .BANKS(BANKS), .BANK_ROWS(BANK_ROWS)) spad (
-        .clk(clk), .wr_en(spad_wr_en), .wr_addr(spad_wr_addr), .wr_data(spad_wr_data),
+        .clk(clk), .wr_en(spad_w_en), .wr_addr(spad_w_addr), .wr_data(spad_w_data),
         .wr_mask({ROW_BYTES{1'b1}}),
         .rd0_en(w_issue), .rd0_addr(w_base + {{(SPAD_W-RW){1'b0}}, w_beat}), .rd0_data(rd0_data),
         .rd1_en(a_try), .rd1_addr(a_addr), .rd1_grant(rd1_grant), .rd1_data(rd1_data),
@@ -377,6 +415,7 @@ module ws_accel #(
     reg  [143:0]     s_cmd;                 // its fields [8..144) of the command word
     /* verilator lint_on UNUSEDSIGNAL */
     reg              s_signal;              // the admitting STORE gives a store -> load token
+    reg              s_onchip;              // the pending STORE writes the scratchpad
     reg  [31:0]      s_left;                // its rows not yet admitted to the epilogue
     reg  [31:0]      epi_rows;              // rows inside the epilogue (its FIFO included)
     // pooling: the admitting STORE's reads (p_*) and the row read last cycle (q2_*)
@@ -399,15 +438,22 @@ module ws_accel #(
     wire acc_admit    = r_valid && epi_in_ready && s_left != 32'd0 && !s_pool;
     wire admit        = acc_admit || pool_admit;
     wire admit_last   = admit && s_left == 32'd1;
-    wire s_accept     = s_pending && s_cmd_ready;
+    // the pending STORE goes to ws_dma_store or (bit 5) to the on-chip writer, once both
+    // have taken their last rows from the output FIFO (its rows come after theirs)
+    wire oc_free;
+    wire s_accept     = s_pending && s_cmd_ready && oc_free;
     wire head_config  = sq_head[1:0] == OP_CONFIG;
+    // a STORE with bit 2 reads on-chip rows (pooled or residual): it waits for them
+    wire s_rows_ok    = !sq_head[2] || rows_ready(sq_head[STAMP +: 16] - sq_head[256 +: 16],
+                                                  oc_made);
     wire store_pop    = !sq_empty && !head_config && (s_left == 32'd0 || admit_last)
-                        && (!s_pending || s_accept) && (!sq_head[3] || tok_ls != {TOK_W{1'b0}});
+                        && (!s_pending || s_accept) && (!sq_head[3] || tok_ls != {TOK_W{1'b0}})
+                        && s_rows_ok;
     // a CONFIG waits until every earlier row has left the epilogue (rows in the output
     // FIFO are int8 already: the store DMA writes them while the next block computes)
     wire config_pop   = !sq_empty && head_config && s_left == 32'd0 && epi_rows == 32'd0;
     wire epi_out_fire = epi_out_valid && !out_full;   // a row into the output FIFO
-    wire out_pop      = !out_empty && st_in_ready;   // the store DMA takes the oldest
+    wire out_pop      = (!out_empty && st_in_ready) || oc_write;  // the oldest row leaves
     assign r_ready = epi_in_ready && s_left != 32'd0 && !s_pool;
     assign sl_give = admit_last && s_signal;
     assign ls_take = store_pop && sq_head[3];
@@ -478,7 +524,9 @@ module ws_accel #(
     end
 
     ws_fifo #(.WIDTH(CMD_W), .DEPTH(QUEUE_DEPTH)) store_queue (
-        .clk(clk), .rst(rst), .push(cmd_fire && to_store), .din(cmd_data),
+        .clk(clk), .rst(rst), .push(cmd_fire && to_store),
+        .din(cmd_op == OP_STORE && cmd_data[2]
+             ? (cmd_data & ~stamp_mask) | ({{(CMD_W-16){1'b0}}, oc_sent} << STAMP) : cmd_data),
         .pop(store_pop || config_pop), .head(sq_head), .empty(sq_empty), .full(sq_full));
 
     localparam integer RES = 48 + 64 * COLS;    // the residual fields of CONFIG
@@ -531,6 +579,7 @@ module ws_accel #(
                 s_cmd     <= sq_head[143:0];
                 s_left    <= sq_head[48 +: 16] * sq_head[96 +: 16];
                 s_signal  <= sq_head[4];
+                s_onchip  <= sq_head[5];
                 res_addr  <= sq_head[144 +: SPAD_W];
             end else begin
                 if (s_accept) s_pending <= 1'b0;
@@ -591,13 +640,65 @@ module ws_accel #(
         end
     endgenerate
     ws_dma_store #(.ROW_BYTES(ROW_BYTES), .BUS_BYTES(BUS_BYTES), .COUNT_W(16)) dma_store (
-        .clk(clk), .rst(rst), .cmd_valid(s_pending), .cmd_ready(s_cmd_ready),
+        .clk(clk), .rst(rst), .cmd_valid(s_pending && !s_onchip && oc_free),
+        .cmd_ready(s_cmd_ready),
         .cmd_base(s_cmd[8 +: 32]), .cmd_length(s_cmd[40 +: LEN_W]),
         .cmd_count1(s_cmd[48 +: 16]), .cmd_stride1(s_cmd[64 +: 32]),
         .cmd_count2(s_cmd[96 +: 16]), .cmd_stride2(s_cmd[112 +: 32]),
         .in_valid(!out_empty), .in_ready(st_in_ready), .in_data(st_row),
         .mem_wr_valid(mem_wr_valid), .mem_wr_addr(mem_wr_addr), .mem_wr_data(mem_wr_data),
         .mem_wr_strb(mem_wr_strb), .busy(st_busy), .cmd_done(st_cmd_done));
+
+    // ---- on-chip writer: an on-chip STORE's rows from the output FIFO into the scratchpad ----
+    // Row i = i2*count1 + i1 goes to scratchpad row base + i2*stride2 + i1*stride1 (the next
+    // layer's input layout; rows wrap), its bytes from `length` on 0 (as a LOAD writes
+    // them). It shares the scratchpad's write port with ws_dma_load, which goes first.
+    reg               oc_active;
+    reg  [31:0]       oc_left;
+    reg  [15:0]       oc_count1, oc_col;
+    reg  [SPAD_W-1:0] oc_addr, oc_line, oc_stride1, oc_stride2;
+    reg  [LEN_W-1:0]  oc_length;
+    assign oc_write = oc_active && !out_empty && !spad_wr_en;
+    assign oc_free  = !oc_active || (oc_write && oc_left == 32'd1);
+    wire   oc_start = s_accept && s_onchip;
+    always @(posedge clk) begin
+        if (rst) begin
+            oc_active <= 1'b0;
+        end else if (oc_start) begin
+            oc_active  <= 1'b1;
+            oc_left    <= s_cmd[48 +: 16] * s_cmd[96 +: 16];
+            oc_count1  <= s_cmd[48 +: 16];
+            oc_col     <= 16'd0;
+            oc_addr    <= s_cmd[8 +: SPAD_W];
+            oc_line    <= s_cmd[8 +: SPAD_W];
+            oc_stride1 <= s_cmd[64 +: SPAD_W];
+            oc_stride2 <= s_cmd[112 +: SPAD_W];
+            oc_length  <= s_cmd[40 +: LEN_W];
+        end else if (oc_write) begin
+            oc_left <= oc_left - 32'd1;
+            if (oc_left == 32'd1) oc_active <= 1'b0;
+            if (oc_col + 16'd1 == oc_count1) begin     // the next line
+                oc_col  <= 16'd0;
+                oc_line <= oc_line + oc_stride2;
+                oc_addr <= oc_line + oc_stride2;
+            end else begin
+                oc_col  <= oc_col + 16'd1;
+                oc_addr <= oc_addr + oc_stride1;
+            end
+        end
+    end
+    wire [ROW_BYTES*8-1:0] oc_row;
+    genvar ob;
+    generate
+        for (ob = 0; ob < ROW_BYTES; ob = ob + 1) begin : g_oc_row
+            localparam integer OB_I = ob;
+            localparam [LEN_W-1:0] OB = OB_I[LEN_W-1:0];
+            assign oc_row[ob*8 +: 8] = OB < oc_length ? st_row[ob*8 +: 8] : 8'd0;
+        end
+    endgenerate
+    assign spad_w_en   = spad_wr_en || oc_write;
+    assign spad_w_addr = spad_wr_en ? spad_wr_addr : oc_addr;
+    assign spad_w_data = spad_wr_en ? spad_wr_data : oc_row;
 
     // ---- idle: every command done and every emitted row stored -------------------------------
     reg [31:0] emit_rows;   // emitting rows inside the array, not yet admitted
@@ -608,6 +709,6 @@ module ws_accel #(
     assign idle = lq_empty && track_empty && !l_busy && eq_empty && !w_active && !w_q
                   && aq_empty && !a_active && !q_valid && emit_rows == 32'd0
                   && sq_empty && !s_pending && s_left == 32'd0 && epi_rows == 32'd0 && !st_busy
-                  && out_empty
+                  && out_empty && !oc_active
                   && !q2_valid && p_reads == 32'd0;
 endmodule

@@ -289,6 +289,68 @@ async def run_chain(dut: Any, config: AccelConfig, layer: ConvLayer, pool_size: 
     return predicted
 
 
+async def run_onchip_chain(dut: Any, config: AccelConfig, layer: ConvLayer, pool_size: int,
+                           seed: int) -> int:
+    """The convolution `layer`, then a pool_size × pool_size stride pool_size max-pool of
+    its output in each pool schedule, chained through the scratchpad
+    (glensidec.hardware.chain.onchip_chain: the convolution's STOREs write the pool's input
+    rows on chip, the pool's pooling STOREs wait for the rows they read), the pool's rows
+    placed at the first shift that keeps them apart from the convolution's. The pool's
+    output must equal the pooled reference, main memory hold nothing of the convolution's
+    result (it never leaves the chip), and the cycles equal `AccelModel`'s; returns them."""
+    from glensidec.hardware.chain import NotChainable, onchip_chain, relocated
+
+    rng = np.random.default_rng(seed)
+    feature = rng.integers(-128, 128, (layer.height, layer.width, layer.channels))
+    weights = rng.integers(-128, 128, (*layer.kernel_hw, layer.channels, layer.out_channels))
+    quant = random_quant(rng, layer.out_channels, "")
+    conv = conv_program(config, layer, quant)
+    out_h, out_w = layer.out_size
+    pool_layer = ConvLayer(f"{layer.name}_pool", out_h, out_w, layer.out_channels,
+                           layer.out_channels, pool_size, pool_size)
+    expected = pool_reference(pool_layer, conv_reference(layer, feature, weights, quant)
+                              .reshape(out_h, out_w, layer.out_channels))
+    total = 0
+    for schedule in ("band", "gather"):
+        pool = pool_program(config, pool_layer, schedule=schedule)
+        offset = conv.output_base - pool.input_base
+        step = config.memory.bank_rows // 4
+        chained = None
+        for shift in range(step, config.memory.scratchpad_rows, step):
+            try:
+                chained = onchip_chain(config, conv.commands,
+                                       relocated(config, pool.commands, offset, shift))
+                break
+            except NotChainable:
+                continue
+        what = f"{layer.name} then a {pool_size}x{pool_size} {schedule} max-pool on chip"
+        if chained is None:
+            dut._log.info(f"{what}: the pool's rows do not fit beside the convolution's")
+            continue
+        size = max(conv.memory_bytes, offset + pool.memory_bytes)
+        memory = np.random.default_rng(seed).integers(0, 256, size).astype(np.uint8)
+        before = memory.copy()
+        image = conv.input_image(feature, quant.input_zero_point)
+        memory[conv.input_base:conv.input_base + image.size] = image
+        stored = weight_matrix(layer, config.cols, weights).reshape(-1)
+        memory[conv.weight_base:conv.weight_base + stored.size] = stored & 0xFF
+        output = offset + pool.output_base
+        words = [encode_command(command, config.cols) for command in chained]
+        cycles = await run_commands(dut, words, memory, range(output, output + expected.size),
+                                    config.memory.bus_bytes, config.memory.latency)
+        got = memory[output:output + expected.size].astype(np.int64)
+        got = np.where(got >= 128, got - 256, got).reshape(expected.shape)
+        mismatches = int(np.count_nonzero(got != expected))
+        assert mismatches == 0, f"{what}: {mismatches} of {expected.size} outputs differ"
+        result = slice(conv.output_base, conv.output_base + out_h * out_w * layer.out_channels)
+        assert (memory[result] == before[result]).all(), f"{what}: the result left the chip"
+        predicted = AccelModel(config).run(chained).cycles
+        assert cycles == predicted, f"{what}: simulated {cycles} cycles, predicted {predicted}"
+        dut._log.info(f"{what}: {predicted} cycles (predicted = simulated)")
+        total += predicted
+    return total
+
+
 async def run_program(dut: Any, config: AccelConfig, layer: ConvLayer, program: LayerProgram,
                       rng: np.random.Generator, feature: np.ndarray, weights: np.ndarray,
                       quant: LayerQuant, residual: str, what: str) -> int:
@@ -320,10 +382,14 @@ async def layers(dut: Any) -> None:
         start = time.perf_counter()
         fields = {key: tuple(value) if isinstance(value, list) else value  # (dilation)
                   for key, value in spec.items()
-                  if key not in ("residual", "pool", "schedule", "lookup", "scale", "chain")}
+                  if key not in ("residual", "pool", "schedule", "lookup", "scale", "chain",
+                                 "onchip")}
         if spec.get("residual") == "rows" and config.cols < ROW_VALUE_BYTES:
             continue  # the per-row mode needs 8 bytes of residual row (ws_epilogue's ROW_OK)
-        if spec.get("chain"):
+        if spec.get("onchip"):
+            cycles = await run_onchip_chain(dut, config, ConvLayer(**fields),
+                                            int(spec["onchip"]), seed)
+        elif spec.get("chain"):
             cycles = await run_chain(dut, config, ConvLayer(**fields), int(spec["chain"]), seed)
         elif spec.get("pool"):
             cycles = await run_pool(dut, config, ConvLayer(**fields), seed,

@@ -51,7 +51,9 @@ CASES = [(2, 2, 2, 32768, 16, 8, 16, 1024, 1, 8), (4, 4, 4, 32, 4, 2, 16, 2, 4, 
 #: digits CNN's first layer) in chunks of a few output rows reading one resident band,
 #: every such tiling (where the configuration's epilogue makes any); and a 3×3 followed in
 #: the same command stream by a 2×2 max-pool of its result, the pool's first load fenced
-#: (it waits for the convolution's stores: reads the result in place, in memory).
+#: (it waits for the convolution's stores: reads the result in place, in memory); and the
+#: same chained through the scratchpad (the convolution's stores write the pool's input
+#: rows on chip, its pooling stores wait for the rows they read), in both pool schedules.
 LAYERS = [
     {"name": "gemm4x2x2", "height": 4, "width": 1, "channels": 2, "out_channels": 2},
     {"name": "conv3x3", "height": 5, "width": 5, "channels": 6, "out_channels": 6,
@@ -127,6 +129,8 @@ LAYERS = [
      "kernel": 3, "stride": 1, "padding": 1, "schedule": "one-band"},
     {"name": "chain3x3_maxpool", "height": 4, "width": 4, "channels": 5, "out_channels": 6,
      "kernel": 3, "stride": 1, "padding": 1, "chain": 2},
+    {"name": "onchip3x3_maxpool", "height": 4, "width": 4, "channels": 5, "out_channels": 6,
+     "kernel": 3, "stride": 1, "padding": 1, "onchip": 2},
 ]
 
 

@@ -54,6 +54,9 @@ _dma_fields = operator.attrgetter(*_DMA_FIELDS)  # a DmaCommand's fields, in ord
 #: A LOAD's fence (commands.Load.fence) sits in the `emit` column, which loads do not use
 #: otherwise: tables without fenced loads are unchanged.
 FENCE = FIELDS.index("emit")
+#: On-chip rows (Store.to_spad, a Compute's or Store's wait_rows) are priced by AccelModel
+#: only: the C port does not model the on-chip writer yet.
+ONCHIP_REFUSED = "the C cycle model does not price on-chip rows (AccelModel does)"
 #: The `epilogue` column of a CONFIG row: a Config whose epilogue applies the lookup table
 #: (EPILOGUE_LOOKUP), a chunk of the table (EPILOGUE_TABLE: `length` entries from entry
 #: `base` of the layer's table), or the scales (EPILOGUE_SCALE: the layer's scale vector
@@ -201,6 +204,8 @@ def pack_commands(commands: Sequence[Command | FlatCompute | FlatLoad],
     for position in np.flatnonzero(widths == 0).tolist():
         command = commands[position]
         if isinstance(command, Compute):
+            if command.wait_rows:
+                raise ValueError(ONCHIP_REFUSED)
             computes.append(position)
             compute_values.extend(_compute_fields(command))
         elif isinstance(command, Load):
@@ -211,6 +216,8 @@ def pack_commands(commands: Sequence[Command | FlatCompute | FlatLoad],
                                 command.wait_store, command.signal_store))
         else:
             assert not isinstance(command, tuple)
+            if isinstance(command, Store) and (command.to_spad or command.wait_rows):
+                raise ValueError(ONCHIP_REFUSED)
             others.append(command)
             other_positions.append(position)
     table = np.zeros((len(commands), len(FIELDS)), dtype=np.int64) if buffer is None else \

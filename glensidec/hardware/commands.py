@@ -92,6 +92,10 @@ class Compute:
     #: the accumulator row of the tile's first row (row i: acc_row + i), so several
     #: tiles' partial sums stay side by side (N blocks of one chunk taken fold by fold)
     acc_row: int = 0
+    #: wait for on-chip rows (bit 5): its activation reads start once every row that the
+    #: on-chip Stores sent before it promised, but the last `rows_ahead`, is written
+    wait_rows: bool = False
+    rows_ahead: int = 0
 
     def activation_rows(self) -> list[int]:
         """The scratchpad rows the tile reads, in order (unwrapped)."""
@@ -126,6 +130,21 @@ class Store:
     window_count1: int = 0
     window_stride2: int = 0
     pixel_step: int = 0
+    #: on chip (bit 5): the rows go into the scratchpad instead of main memory, row
+    #: i = i2·count1 + i1 to scratchpad row dma.base + i2·dma.stride2 + i1·dma.stride1
+    #: (the next layer's input layout), bytes from dma.length on 0
+    to_spad: bool = False
+    #: wait for on-chip rows (bit 2; its pooled or residual rows were made on chip): it
+    #: starts once every row promised by the on-chip Stores sent before it, but the last
+    #: `rows_ahead`, is written
+    wait_rows: bool = False
+    rows_ahead: int = 0
+
+    def spad_rows(self) -> list[int]:
+        """The scratchpad rows an on-chip store writes, in order (unwrapped)."""
+        dma = self.dma
+        return [dma.base + i2 * dma.stride2 + i1 * dma.stride1
+                for i2 in range(dma.count2) for i1 in range(dma.count1)]
 
     def window_rows(self, index: int) -> list[int]:
         """The scratchpad rows pooled row `index` reads, in order (unwrapped)."""
@@ -173,6 +192,10 @@ class Scale:
 
 
 Command = Load | Compute | Store | Config | Table | Scale
+
+#: Where a rows-waiting Compute or Store keeps `rows_ahead` in its command word.
+ROWS_AHEAD_COMPUTE = 160
+ROWS_AHEAD_STORE = 256
 
 #: Entries of the epilogue's lookup table (int8 results, indexed by an int8 value + 128).
 TABLE_ENTRIES = 256
@@ -322,6 +345,10 @@ def encode_command(command: Command, cols: int) -> int:
             word |= _field(command.window_count1, 216, 8)
             word |= _field(command.window_stride2, 224, SPAD_ROW_BITS)
             word |= _field(command.pixel_step, 248, 8)
+        word |= _field(command.to_spad, 5, 1) | _field(command.wait_rows, 2, 1)
+        if command.wait_rows:  # where a load has `width`
+            word &= ~(((1 << 16) - 1) << ROWS_AHEAD_STORE)
+            word |= _field(command.rows_ahead, ROWS_AHEAD_STORE, 16)
         return word
     if isinstance(command, Table):
         word = OP_CONFIG | _field(1, 2, 1) | _field(command.first // table_chunk(cols), 8, 8)
@@ -341,7 +368,9 @@ def encode_command(command: Command, cols: int) -> int:
                 | _field(command.emit, 73, 1) | _field(command.a_count1, 80, 16)
                 | _field(command.a_stride1, 96, SPAD_ROW_BITS)
                 | _field(command.a_stride2, 120, SPAD_ROW_BITS)
-                | _field(command.acc_row, 144, 16))
+                | _field(command.acc_row, 144, 16)
+                | _field(command.wait_rows, 5, 1)
+                | _field(command.rows_ahead, ROWS_AHEAD_COMPUTE, 16))
     epilogue = command.epilogue
     word = (OP_CONFIG | _field(epilogue.pre, 8, 6) | _field(epilogue.post, 16, 6)
             | _field(epilogue.zero_point, 24, 8) | _field(epilogue.low, 32, 8)
@@ -404,6 +433,15 @@ class AccelModel:
         self.eq: deque[Compute] = deque()
         self.sq: deque[Store | Config | Table | Scale] = deque()
         self.aq: deque[Compute] = deque()
+        # rows made on chip: promised by the on-chip Stores dispatched, written so far; the
+        # on-chip rows each queued Compute and Store needs (rows-waiting ones)
+        self.oc_sent = self.oc_made = 0
+        self.eq_need: deque[int] = deque()
+        self.aq_need: deque[int] = deque()
+        self.sq_need: deque[int] = deque()
+        self.oc_active = False  # the on-chip writer (an on-chip Store's rows → scratchpad)
+        self.oc_left = 0
+        self.s_onchip = False
         self.tok_le = self.tok_el = self.tok_sl = self.tok_ls = 0
         # load unit: ws_dma_load slots (True ends a row), row write times, loads in flight
         self.dma_slots: deque[bool] = deque()
@@ -465,7 +503,7 @@ class AccelModel:
                     or self.writes or self.track or self.w_active or self.w_q or self.a_active
                     or self.q_valid or any(valid for valid, _ in self.tags) or self.s_pending
                     or self.s_left or self.epi_rows or self.st_rows or self.q2_valid
-                    or self.p_reads or self.out_rows)
+                    or self.p_reads or self.out_rows or self.oc_active)
 
     def _bank(self, row: int) -> int:
         return row >> self.bank_shift
@@ -480,6 +518,10 @@ class AccelModel:
         st_cmd_last = st_in_ready and st_in_valid and len(self.st_rows) == 1
         st_cmd_ready = not st_active or st_cmd_last
         write = st_active and st_in_valid
+        # the on-chip writer, after the load DMA on the scratchpad's write port
+        dma_wr_en = bool(self.writes) and self.writes[0] == 0
+        oc_write = self.oc_active and st_in_valid and not dma_wr_en
+        oc_free = not self.oc_active or (oc_write and self.oc_left == 1)
         out_full = self.out_rows == self.config.out_depth
         epi_out_fire = self.out_valid and not out_full  # into the output FIFO
         # the lanes take the epilogue FIFO's oldest row a column group per cycle; its last
@@ -488,7 +530,7 @@ class AccelModel:
         lane_step = self.epi_fifo > 0 and (not lane_last or not self.out_valid or not out_full)
         lane_done = lane_step and lane_last
         epi_en = self.epi_fifo + int(self.s1_valid) < self.config.epilogue_depth  # in_ready
-        out_pop = st_in_valid and st_in_ready
+        out_pop = (st_in_valid and st_in_ready) or oc_write
         tag_valid, tag_emit = self.tags[-1]
         r_valid = tag_valid and tag_emit
         q2_consume = self.q2_valid and (not self.q2_last or epi_en)
@@ -499,11 +541,12 @@ class AccelModel:
         admit_last = admit and self.s_left == 1
         r_ready = epi_en and self.s_left > 0 and not self.s_pool
         en = not (r_valid and not r_ready)
-        s_accept = self.s_pending is not None and st_cmd_ready
+        s_accept = self.s_pending is not None and st_cmd_ready and oc_free
         head = self.sq[0] if self.sq else None
         store_pop = (isinstance(head, Store) and (self.s_left == 0 or admit_last)
                      and (self.s_pending is None or s_accept)
-                     and (not head.wait or self.tok_ls > 0))
+                     and (not head.wait or self.tok_ls > 0)
+                     and (not head.wait_rows or self.oc_made >= self.sq_need[0]))
         res_read = acc_admit and self.cfg_residual  # scratchpad port 2
         rd2 = res_read or pool_issue
         rd2_addr = self.p_addr if pool_issue else self.res_addr
@@ -536,7 +579,8 @@ class AccelModel:
             rd2 and self._bank(rd2_addr) == self._bank(self.a_addr))
         a_issued = a_try and not conflict
         a_issue_last = a_issued and self.a_left == 1
-        a_start = (not self.a_active or a_issue_last) and bool(self.aq)
+        a_start = ((not self.a_active or a_issue_last) and bool(self.aq)
+                   and (not self.aq[0].wait_rows or self.oc_made >= self.aq_need[0]))
         el_give = a_fire and self.q_last and self.q_signal
         a_last, a_emit = self.q_last, self.q_emit  # the row offered to the array now
         # -- load unit -------------------------------------------------------------------------
@@ -587,6 +631,7 @@ class AccelModel:
         if w_start and e_head is not None:
             self.eq.popleft()
             self.aq.append(e_head)
+            self.aq_need.append(self.eq_need.popleft())
             self.w_active, self.w_base, self.w_beat = True, e_head.w_row, 0
         elif w_issue_last:
             self.w_active = False
@@ -600,6 +645,7 @@ class AccelModel:
             self.q_valid = False
         if a_start:
             self.a_cmd = self.aq.popleft()
+            self.aq_need.popleft()
             self.a_active, self.a_addr, self.a_left = True, self.a_cmd.a_row, self.a_cmd.m_len
             self.a_line, self.a_col = self.a_cmd.a_row, 0
         elif a_issue_last:
@@ -646,12 +692,20 @@ class AccelModel:
             else:
                 self.st_beat += 1
             timing.store_bytes += memory.bus_bytes
-        if s_accept and self.s_pending is not None:
-            store = self.s_pending
-            self.st_rows = deque(row_beats(row.addr, store.length, memory.bus_bytes)
-                                 for row in dma_rows(store))
-            self.st_beat = 0
+        self.oc_made += int(oc_write)
+        if s_accept and self.s_pending is not None and self.s_onchip:
+            self.oc_active, self.oc_left = True, self.s_pending.rows
             self.s_pending = None
+        else:
+            if oc_write:
+                self.oc_left -= 1
+                self.oc_active = self.oc_left > 0
+            if s_accept and self.s_pending is not None:
+                store = self.s_pending
+                self.st_rows = deque(row_beats(row.addr, store.length, memory.bus_bytes)
+                                     for row in dma_rows(store))
+                self.st_beat = 0
+                self.s_pending = None
         if pool_issue:
             self.q2_valid, self.q2_first = True, self.p_t == 0
             self.q2_last = self.p_t == self.p_window - 1
@@ -659,7 +713,9 @@ class AccelModel:
             self.q2_valid = False
         if store_pop and isinstance(head, Store):
             self.sq.popleft()
+            self.sq_need.popleft()
             self.s_pending, self.s_left = head.dma, head.dma.rows
+            self.s_onchip = head.to_spad
             self.s_signal, self.res_addr = head.signal, head.dma.spad_row
             self.s_pool, self.p_window, self.p_wstride = bool(head.window), head.window, \
                 head.window_stride
@@ -684,13 +740,22 @@ class AccelModel:
                     self.p_addr += self.p_wstride
         if config_pop and isinstance(head, Config):
             self.sq.popleft()
+            self.sq_need.popleft()
             self.cfg_residual = head.residual is not None
         elif config_pop:  # a table chunk or the scales: the epilogue's settings stay
             self.sq.popleft()
+            self.sq_need.popleft()
         if dispatch and offered is not None:
             if isinstance(offered, Load):
                 self.lq_sent.append(self.st_sent)
-            self.st_sent += int(isinstance(offered, Store))
+            elif isinstance(offered, Compute):
+                self.eq_need.append(self.oc_sent - offered.rows_ahead)
+            else:
+                self.sq_need.append(self.oc_sent - offered.rows_ahead
+                                    if isinstance(offered, Store) else 0)
+            if isinstance(offered, Store) and offered.to_spad:
+                self.oc_sent += offered.dma.rows
+            self.st_sent += int(isinstance(offered, Store) and not offered.to_spad)
             queue.append(self.commands.popleft())  # type: ignore[arg-type]
         timing.load_busy_cycles += int(bool(self.dma_slots_before))
         timing.store_busy_cycles += int(write)
@@ -708,7 +773,9 @@ def accel_cycles(config: AccelConfig, commands: Sequence[Command],
     """
     from glensidec.hardware.accel_native import native_cycles, native_model
 
-    native = None if trace else native_model()
+    onchip = any((isinstance(command, Compute | Store) and command.wait_rows)
+                 or (isinstance(command, Store) and command.to_spad) for command in commands)
+    native = None if trace or onchip else native_model()
     if native is not None:
         return native_cycles(native, config, commands, limit)
     return AccelModel(config).run(commands, limit=limit, trace=trace)
@@ -2954,7 +3021,14 @@ def run_functional(config: AccelConfig, commands: Sequence[Command],
                 row = np.zeros(row_bytes, dtype=np.uint8)
                 row[:C] = out[0] & 0xFF
                 rows_out.append(row)
-            memory = dma_store_reference(memory, command.dma, rows_out)
+            if command.to_spad:  # the next layer's input rows, bytes from length on 0
+                mask = config.memory.scratchpad_rows - 1
+                for target, out_row in zip(command.spad_rows(), rows_out, strict=True):
+                    made = out_row.copy()
+                    made[command.dma.length:] = 0
+                    spad[target & mask] = made
+            else:
+                memory = dma_store_reference(memory, command.dma, rows_out)
     return memory
 
 

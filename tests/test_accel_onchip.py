@@ -1,0 +1,82 @@
+"""On-chip rows (glensidec.hardware.chain): a layer's STOREs write the next layer's input
+rows into the scratchpad and the next layer's readers wait for the rows they read. The
+RTL runs the same streams in sim/test_ws_accel.py (onchip3x3_maxpool: bits and cycles)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from glensidec.hardware.accel import ConvLayer, DmaCommand, EpilogueConfig, MemoryConfig
+from glensidec.hardware.accel_native import pack_commands
+from glensidec.hardware.chain import NotChainable, onchip_chain, relocated
+from glensidec.hardware.commands import (
+    AccelConfig,
+    Compute,
+    LayerQuant,
+    Store,
+    conv_program,
+    encode_command,
+    pool_program,
+    run_functional,
+)
+
+CONFIG = AccelConfig(rows=4, cols=8, acc_depth=32, memory=MemoryConfig(
+    row_bytes=8, scratchpad_bytes=8 * 128 * 4, banks=4, bus_bytes=4, latency=3),
+    queue_depth=8, out_depth=4, epilogue_lanes=2, epilogue_depth=4)
+LAYER = ConvLayer("conv", 4, 4, 5, 6, 3, 1, 1)
+POOL = ConvLayer("pool", 4, 4, 6, 6, 2, 2)
+
+
+def _quant() -> LayerQuant:
+    rng = np.random.default_rng(1)
+    return LayerQuant(EpilogueConfig(pre=1, post=38, zero_point=3, low=-128, high=127),
+                      bias=tuple(int(v) for v in rng.integers(-500, 500, 6)),
+                      multiplier=tuple(int(v) for v in rng.integers(1 << 29, 1 << 30, 6)))
+
+
+def _chained(schedule: str) -> tuple[list, list, slice]:
+    conv = conv_program(CONFIG, LAYER, _quant())
+    pool = pool_program(CONFIG, POOL, schedule=schedule)
+    offset = conv.output_base - pool.input_base
+    consumer = relocated(CONFIG, pool.commands, offset, 96)
+    output = offset + pool.output_base
+    return conv.commands + consumer, onchip_chain(CONFIG, conv.commands, consumer), \
+        slice(output, output + 4 * 6)
+
+
+@pytest.mark.parametrize("schedule", ["band", "gather"])
+def test_onchip_chain_computes_what_memory_does(schedule: str) -> None:
+    through_memory, chained, output = _chained(schedule)
+    conv_output = conv_program(CONFIG, LAYER, _quant()).output_base
+    memory = np.random.default_rng(2).integers(0, 256, 4096).astype(np.uint8)
+    expected = run_functional(CONFIG, through_memory, memory)[output]
+    got = run_functional(CONFIG, chained, memory)
+    assert (got[output] == expected).all()
+    # nothing of the convolution's result reaches main memory, and the pool loads none
+    result = slice(conv_output, conv_output + 16 * 6)  # the convolution's, in memory
+    assert (got[result] == memory[result]).all()
+    waiting = [c for c in chained if isinstance(c, Store | Compute) and c.wait_rows]
+    assert waiting and all(c.rows_ahead >= 0 for c in waiting)
+
+
+def test_command_words_carry_the_fields() -> None:
+    dma = DmaCommand(base=40, length=6, count1=4, stride1=1, count2=2, stride2=6)
+    word = encode_command(Store(dma, to_spad=True, wait_rows=True, rows_ahead=5), 8)
+    assert word >> 5 & 1 and word >> 2 & 1 and word >> 256 & 0xFFFF == 5
+    compute = encode_command(Compute(0, 0, 1, wait_rows=True, rows_ahead=7), 8)
+    assert compute >> 5 & 1 and compute >> 160 & 0xFFFF == 7
+
+
+def test_the_c_model_refuses_onchip_rows() -> None:
+    with pytest.raises(ValueError, match="on-chip"):
+        pack_commands([Compute(0, 0, 1, wait_rows=True)])
+
+
+def test_an_im2col_consumer_is_not_chainable() -> None:
+    conv = conv_program(CONFIG, LAYER, _quant())
+    after = ConvLayer("next", 4, 4, 6, 6, 3, 1, 1)
+    im2col = conv_program(CONFIG, after, _quant(), "im2col")
+    offset = conv.output_base - im2col.input_base
+    with pytest.raises(NotChainable):
+        onchip_chain(CONFIG, conv.commands, relocated(CONFIG, im2col.commands, offset, 96))
