@@ -31,6 +31,16 @@
 //            signal: after its last activation row entered the array (its buffers are free)
 //   STORE    wait: rows to pool are loaded (load -> store, taken when it starts);
 //            signal: after its last row entered the epilogue (its scratchpad rows are read)
+// On-chip rows (the next layer's input made in place, as Gemmini's accumulator ->
+// scratchpad move-out): a STORE with bit 5 sends its rows, after the epilogue and the
+// output FIFO, into the scratchpad instead of main memory (row i = i2*count1 + i1 to row
+// base + i2*stride2 + i1*stride1, bytes from `length` on 0), written by the on-chip writer
+// in cycles the load DMA does not write. Two 16-bit counters, the rows such STOREs promised
+// when dispatched and the rows written, let a reader wait for exactly the rows it reads:
+// a COMPUTE with bit 5 ([160+:16] ahead) starts its activation reads, a STORE with bit 2
+// ([256+:16] ahead: its pooled or residual rows) is popped, once every promised row but the
+// last `ahead` is written (its dispatch stamps the promised count in [176+:16] / [280+:16]).
+// An on-chip STORE is not one the fence counts.
 // Results need no token: the store unit admits emitted rows into the epilogue only for
 // a STORE command, so the array simply waits (back-pressure) for one. The epilogue's
 // int8 rows wait in an output FIFO (OUT_DEPTH rows) for ws_dma_store, so on a bus

@@ -47,7 +47,7 @@ def _store_rows(store: Store) -> list[tuple[int, int]]:
     return [(row.addr, store.dma.length) for row in dma_rows(store.dma)]
 
 
-def _spad_rows_used(config: AccelConfig, commands: Sequence[Command]) -> set[int]:
+def spad_rows_used(config: AccelConfig, commands: Sequence[Command]) -> set[int]:
     """Every scratchpad row the commands write or read (wrapped)."""
     mask = config.memory.scratchpad_rows - 1
     used: set[int] = set()
@@ -82,23 +82,27 @@ def _progression(values: list[int]) -> int | None:
 
 def _onchip_pieces(store: Store, targets: list[int]) -> list[Store]:
     """`store` as on-chip Stores writing its rows to `targets` (one per row, in order):
-    one Store when the targets are a 2-D pattern of its lines, else one per line, else
-    one per row. Signal on the last piece, wait on the first; a piece's pooled or
-    residual rows start where its first row's do."""
-    count1, count2 = store.dma.count1, store.dma.count2
-    lines = [targets[i * count1:(i + 1) * count1] for i in range(count2)]
-    stride1 = _progression(lines[0])
-    if stride1 is not None and all(_progression(line) == stride1 for line in lines):
+    one Store when the targets are lines of equal runs a constant step apart (a band's
+    pixel rows: lines of a feature map's width, the padding between them), else one per
+    run of targets a constant step apart. Signal on the last piece, wait on the first; a
+    piece's pooled or residual rows start where its first row's do."""
+    count = len(targets)
+    step = _progression(targets[:2]) or 0
+    run = 1
+    while run < count and targets[run] - targets[run - 1] == step:
+        run += 1
+    lines = [targets[i:i + run] for i in range(0, count, run)]
+    if count % run == 0 and all(_progression(line) == step for line in lines):
         stride2 = _progression([line[0] for line in lines])
         if stride2 is not None:
-            return [_piece(store, 0, targets[0], count1, stride1, count2, stride2, True, True)]
+            return [_piece(store, 0, targets[0], run, step, len(lines), stride2, True, True)]
     pieces: list[tuple[int, list[int]]] = []
-    for index, line in enumerate(lines):
-        step = _progression(line)
-        if step is not None:
-            pieces.append((index * count1, line))
+    for index, target in enumerate(targets):
+        last = pieces[-1][1] if pieces else []
+        if last and (len(last) == 1 or target - last[-1] == last[1] - last[0]):
+            last.append(target)
         else:
-            pieces += [(index * count1 + i, [row]) for i, row in enumerate(line)]
+            pieces.append((index, [target]))
     return [_piece(store, first, rows[0], len(rows), _progression(rows) or 0, 1, 0,
                    number == 0, number == len(pieces) - 1)
             for number, (first, rows) in enumerate(pieces)]
@@ -137,6 +141,13 @@ def onchip_chain(config: AccelConfig, producer: Sequence[Command],
     scratchpad (module docstring). The consumer's scratchpad rows must already be apart
     from the producer's (NotChainable otherwise); every row the producer stores must be
     read by the consumer and by no other layer (the caller's to check)."""
+    made, reading = onchip_pair(config, producer, consumer)
+    return made + reading
+
+
+def onchip_pair(config: AccelConfig, producer: Sequence[Command],
+                consumer: Sequence[Command]) -> tuple[list[Command], list[Command]]:
+    """onchip_chain's stream as (the producer's commands, the consumer's)."""
     mask = config.memory.scratchpad_rows - 1
     stored: dict[int, int] = {}  # main-memory address of each stored row -> its length
     for command in producer:
@@ -178,10 +189,10 @@ def onchip_chain(config: AccelConfig, producer: Sequence[Command],
     if missing:
         raise NotChainable(f"{len(missing)} stored rows are not loaded by the consumer")
     targets = set(target_of.values())
-    producer_rows = _spad_rows_used(config, producer)
+    producer_rows = spad_rows_used(config, producer)
     if producer_rows & (targets | {row for _, _, pad in replaced for row in pad}):
         raise NotChainable("the consumer's input rows overlap rows the producer uses")
-    others = _spad_rows_used(config, [c for c in kept if isinstance(c, Load)
+    others = spad_rows_used(config, [c for c in kept if isinstance(c, Load)
                                       and all(c is not load for _, load, _ in replaced)])
     if others & targets:
         raise NotChainable("the consumer's other loads overwrite its on-chip input rows")
@@ -196,8 +207,9 @@ def onchip_chain(config: AccelConfig, producer: Sequence[Command],
             chained += _onchip_pieces(command, rows_to)
         else:
             chained.append(command)
+    made_part, chained = chained, []
     promised = len(made)
-    busy = producer_rows | targets | _spad_rows_used(config, consumer)
+    busy = producer_rows | targets | spad_rows_used(config, consumer)
     spare = next(row for row in range(mask, -1, -1) if row not in busy)
     # the consumer: loads of the result become loads of its padding rows (keeping their
     # tokens), readers of on-chip rows wait for the rows they read
@@ -229,23 +241,31 @@ def onchip_chain(config: AccelConfig, producer: Sequence[Command],
         if needed and isinstance(command, Compute | Store):
             command = replace(command, wait_rows=True, rows_ahead=promised - 1 - max(needed))
         chained.append(command)
-    return chained
+    return made_part, chained
 
 
-def relocated(config: AccelConfig, commands: Sequence[Command], offset: int, rows: int
-              ) -> list[Command]:
+def relocated(config: AccelConfig, commands: Sequence[Command], offset: int,
+              rows: int | tuple[int, ...]) -> list[Command]:
     """The commands with every main-memory address `offset` bytes further and every
-    scratchpad row `rows` further (wrapped): a layer placed beside another."""
+    scratchpad row `rows` further (wrapped), or with a tuple, each row the shift of its
+    bank further (the caller keeps each pattern inside its bank): a layer placed beside
+    another."""
     mask = config.memory.scratchpad_rows - 1
+    bank_rows = config.memory.bank_rows
+
+    def moved_row(row: int) -> int:
+        shift = rows if isinstance(rows, int) else rows[(row & mask) // bank_rows]
+        return (row + shift) & mask
+
     moved: list[Command] = []
     for command in commands:
         if isinstance(command, Load | Store):
-            base = command.dma.base + (rows if isinstance(command, Store)
-                                       and command.to_spad else offset)
+            onchip = isinstance(command, Store) and command.to_spad
+            base = moved_row(command.dma.base) if onchip else command.dma.base + offset
             command = replace(command, dma=replace(
-                command.dma, base=base, spad_row=(command.dma.spad_row + rows) & mask))
+                command.dma, base=base, spad_row=moved_row(command.dma.spad_row)))
         elif isinstance(command, Compute):
-            command = replace(command, w_row=(command.w_row + rows) & mask,
-                              a_row=(command.a_row + rows) & mask)
+            command = replace(command, w_row=moved_row(command.w_row),
+                              a_row=moved_row(command.a_row))
         moved.append(command)
     return moved
