@@ -39,7 +39,7 @@ SRAM_CELLS_PER_BIT = 0.25  # an assumption (module docstring), not a measurement
 # ws_accel's command queues (rtl/ws_accel.v): CMD_W-bit load and store queues and an
 # EXEC_W-bit execute queue of QUEUE_DEPTH entries, a 4-entry AQ_W-bit activation queue and
 # a TRACK-entry 34-bit load tracker, TRACK = next power of two >= LATENCY + 3.
-QUEUE_DEPTH, LATENCY, EXEC_W, AQ_W, TRACK_W = 8, 8, 160, 123, 34
+QUEUE_DEPTH, LATENCY, EXEC_W, AQ_W, TRACK_W = 8, 8, 192, 140, 34
 FEATURES = ("rows x cols", "cols", "bus bytes x row bytes", "1")
 # ws_epilogue alone (bench_synth.py --area-epilogue): its cells against its lanes and columns
 EPILOGUE_FEATURES = ("lanes", "cols", "1")
