@@ -80,3 +80,16 @@ def test_an_im2col_consumer_is_not_chainable() -> None:
     offset = conv.output_base - im2col.input_base
     with pytest.raises(NotChainable):
         onchip_chain(CONFIG, conv.commands, relocated(CONFIG, im2col.commands, offset, 96))
+
+
+def test_a_consumer_that_loads_its_buffers_again_is_not_chainable() -> None:
+    """On a 2×2 array the band pool loads two chunks' bands into the same rows: a stored
+    row's target would be written twice (the readers would wait for rows never made)."""
+    small = AccelConfig(rows=2, cols=2, acc_depth=16, memory=MemoryConfig(
+        row_bytes=2, scratchpad_bytes=2 * 32768 * 4, banks=4, bus_bytes=16, latency=8),
+        queue_depth=8, out_depth=1024, epilogue_lanes=1, epilogue_depth=8)
+    conv = conv_program(small, LAYER, _quant())
+    pool = pool_program(small, POOL, schedule="band")
+    offset = conv.output_base - pool.input_base
+    with pytest.raises(NotChainable, match="twice"):
+        onchip_chain(small, conv.commands, relocated(small, pool.commands, offset, 8192))

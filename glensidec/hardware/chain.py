@@ -178,7 +178,10 @@ def onchip_pair(config: AccelConfig, producer: Sequence[Command],
                                    f"{command.dma.length}) is not one stored row")
             if row.addr in target_of:
                 raise NotChainable(f"the stored row at {row.addr} is loaded twice")
-            target_of[row.addr] = (command.dma.spad_row + row_index) & mask
+            target = (command.dma.spad_row + row_index) & mask
+            if target in target_of.values():  # a buffer the consumer loads again
+                raise NotChainable(f"the consumer loads scratchpad row {target} twice")
+            target_of[row.addr] = target
         padding = [(command.dma.spad_row + i) & mask for i, row in enumerate(rows)
                    if row.padding]
         replaced.append((len(kept), command, padding))
