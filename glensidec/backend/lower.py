@@ -761,9 +761,12 @@ class Users(Mapping[str, list[int]]):
     keeps positions, and any edit of it recomputes.)"""
 
     def __init__(self, by_buffer: _UsersByBuffer | None, where: _Positions | None,
-                 answers: dict[str, list[int]] | None = None) -> None:
+                 answers: dict[str, list[int]] | None = None,
+                 edit: _AnswersBefore | None = None) -> None:
         self._by_buffer, self._where = by_buffer, where
         self._answers: dict[str, list[int]] = answers or {}
+        self._before = edit
+        self.depth: int = 0 if edit is None else edit.users.depth + 1
 
     @staticmethod
     def of(program: tuple[Instruction, ...], positions: dict[str, list[int]]) -> Users:
@@ -774,13 +777,22 @@ class Users(Mapping[str, list[int]]):
                      _Positions.of(program))
 
     def __getitem__(self, name: str) -> list[int]:
-        answer = self._answers.get(name)
+        answer = self._known(name)
         if answer is None:
             users = None if self._by_buffer is None else self._by_buffer.get(name)
             if users is None or self._where is None:
                 raise KeyError(name)
             at = self._where.at
             answer = self._answers[name] = [at(user) for user in users]
+        return answer
+
+    def _known(self, name: str) -> list[int] | None:
+        """The answer for `name` if this one or an answer before its edits has it."""
+        answer = self._answers.get(name)
+        if answer is None and self._before is not None:
+            answer = self._before.answer(name)
+            if answer is not None:
+                self._answers[name] = answer
         return answer
 
     def __contains__(self, name: object) -> bool:
@@ -823,7 +835,39 @@ class Users(Mapping[str, list[int]]):
             users += [user for user in added.values() if name in buffers(user)]
             users.sort(key=where.at)
             changed[name] = users or None
-        return Users(self._by_buffer.edited(changed), where)
+        before = _AnswersBefore(self, frozenset(changed), moved_from, shift)
+        if self.depth < _POSITION_DEPTH:
+            return Users(self._by_buffer.edited(changed), where, edit=before)
+        # (every _POSITION_DEPTH edits the answers known so far are carried over at once,
+        # so the chain of answers before stays short)
+        answers = {name: answer for name in self._answers
+                   if (answer := before.answer(name)) is not None}
+        return Users(self._by_buffer.edited(changed), where, answers)
+
+
+@dataclass(frozen=True)
+class _AnswersBefore:
+    """The `Users` an edit replaced, and the edit: a buffer whose users the
+    edit did not take out, put in or move keeps its users, each at its old position or,
+    from `moved_from` on, `shift` further (as `_Positions.find` says), so its answer is
+    the old one shifted, not found again user by user (which walked the chain of
+    `_Positions` for each: a swin_t's accelerator passes asked for 138,000 answers)."""
+
+    users: Users  # the answer the edit replaced
+    changed: frozenset[str]  # the buffers whose users the edit changed
+    moved_from: int
+    shift: int
+
+    def answer(self, name: str) -> list[int] | None:
+        if name in self.changed:
+            return None
+        old = self.users._known(name)
+        if not old:
+            return None
+        if not self.shift or old[-1] < self.moved_from:
+            return old  # (answers are not changed by callers)
+        return [position + self.shift if position >= self.moved_from else position
+                for position in old]
 
 
 def _read_buffers(instruction: Instruction) -> frozenset[str]:
