@@ -25,8 +25,27 @@ from test_accel_offload import _accelerated, _interpreted, _lowered_result
 from test_quantize import calibration_for, sample_list
 from test_transformer import layer_norm
 
-from glensidec.backend.lower import ACTIVATION, Copy, Fused, Map, RequantizePerChannel
+from glensidec.backend.lower import (
+    ACTIVATION,
+    AccelLayer,
+    ArrayGemm,
+    Copy,
+    Fused,
+    Map,
+    RequantizePerChannel,
+)
 from glensidec.frontends.quantize import quantize, save_quantized
+from glensidec.hardware.accel import ConvLayer, EpilogueConfig, ResidualConfig
+from glensidec.hardware.array import ArrayConfig
+from glensidec.hardware.commands import (
+    LayerQuant,
+    accel_config_for,
+    accel_cycles,
+    conv_program,
+    row_runs,
+    run_functional,
+    with_row_order,
+)
 
 
 @dataclass(frozen=True)
@@ -186,8 +205,9 @@ def test_the_heads_contexts_are_stored_in_the_output_projections_rows(tmp_path: 
     assert len(contexts) == TINY.windows * TINY.heads
     assert len({layer.dst.buffer for layer in contexts}) == 1
     (rows,) = {layer.dst.buffer for layer in contexts}
+    # the projection alone (a layer, its residual add in its epilogue)
     assert [type(i).__name__ for i in lowered.instructions if rows in
-            {view.buffer for view in i.reads()}] == ["ArrayGemm"]  # the projection alone
+            {view.buffer for view in i.reads()}] == ["AccelLayer"]
     expected = _interpreted(source, inputs)
     got = _lowered_result(source, lowered, inputs, 16)
     assert np.array_equal(got.reshape(expected.shape), expected)
@@ -249,9 +269,105 @@ def test_the_position_bias_add_is_a_layer_per_run_of_windows(
     assert np.array_equal(got.reshape(expected.shape), expected)
 
 
+
+def _window_order(size: Window) -> np.ndarray:
+    """(tokens,): the map row (y·size + x) of each row in window order, the cyclic shift
+    applied as the block applies it (its windows partition the map rolled by −shift)."""
+    count, ws = size.size // size.window, size.window
+    rows = []
+    for window in range(size.windows):
+        for token in range(size.tokens):
+            y = window // count * ws + token // ws
+            x = window % count * ws + token % ws
+            rows.append((y + size.shift) % size.size * size.size + (x + size.shift) % size.size)
+    return np.array(rows)
+
+
+@pytest.mark.parametrize("size", [TINY, PADDED, UNSHIFTED],
+                         ids=["shifted", "padded", "unshifted"])
+def test_the_attention_residual_add_is_the_output_projections_epilogue(
+        tmp_path: Path, size: Window) -> None:
+    """Before: the output projection an array call, its requantization and the residual
+    add x + reverse(out) host loops in the map's order (and, shifted, the shift's copies
+    of the projection's i32 rows). Now the projection is one layer in window order that
+    requantizes, adds x's rows (read in window order) and stores each row at its place in
+    the map (`AccelLayer.row_order`: the window reverse, and the shift back): nothing of
+    the block is left after the layer, and the lowered program gives the interpreter's
+    integers."""
+    source, inputs = _quantized_block(tmp_path, size)
+    lowered = _accelerated(source, "16x16")
+    last = lowered.instructions[-1]
+    assert isinstance(last, AccelLayer) and last.residual_add is not None
+    assert last.row_order is not None and last.residual_order == last.row_order
+    assert np.array_equal(np.array(last.row_order), _window_order(size))
+    assert last.dst.buffer == lowered.output
+    assert not any(isinstance(i, ArrayGemm) and (i.m, i.n) == (size.size ** 2, size.features)
+                   for i in lowered.instructions)
+    expected = _interpreted(source, inputs)
+    got = _lowered_result(source, lowered, inputs, 16)
+    assert np.array_equal(got.reshape(expected.shape), expected)
+
+
+def test_a_window_is_one_dma_pattern_and_the_shift_cuts_it_at_the_border() -> None:
+    """commands.row_runs: the 16 rows of a 4×4 window of an 8×8 map are one 2-D pattern
+    (4 runs of 4 rows, 8 apart); a window the cyclic shift wraps around the bottom border
+    is two (the lines above it, those below), one it wraps around the right border a
+    pattern per line (its two runs of 2 rows, 6 back)."""
+    size = Window(size=8, window=4, features=4, heads=1, shift=0)
+    order = _window_order(size)
+    assert row_runs(order[:16]) == [(0, 4, 1, 4, 8)]
+    shifted = _window_order(Window(size=8, window=4, features=4, heads=1, shift=2))
+    assert row_runs(shifted[:16]) == [(0, 4, 1, 4, 8)]
+    assert row_runs(shifted[32:48]) == [(0, 4, 1, 2, 8), (8, 4, 1, 2, 8)]
+    assert row_runs(shifted[16:32]) == [(line, 2, 1, 2, -6) for line in (0, 4, 8, 12)]
+    assert len(row_runs(shifted[48:64])) == 4
+    rows = np.random.default_rng(2).permutation(200)  # any order: the pieces make it
+    expanded = [rows[first] + line * stride2 + row * stride1
+                for first, count1, stride1, count2, stride2 in row_runs(rows)
+                for line in range(count2) for row in range(count1)]
+    assert np.array_equal(expanded, rows)
+
+
+def test_stores_and_residual_loads_in_another_row_order_move_only_rows() -> None:
+    """commands.with_row_order cuts the stores and residual loads into row patterns: run
+    functionally, row i of the result lands at row order[i], made with residual row
+    residual_order[i] — the rows the plain program makes from the residual's rows in that
+    order — and the model prices the extra commands."""
+    accel = accel_config_for(ArrayConfig(4, 4))
+    m, k, n = 64, 8, 6
+    layer = ConvLayer("proj", m, 1, k, n)
+    quant = LayerQuant(EpilogueConfig(0, 6, 0), tuple(range(n)), (1,) * n,
+                       residual=ResidualConfig(self_multiplier=3, multiplier=2,
+                                               requantize_multiplier=1, post=2))
+    program = conv_program(accel, layer, quant)
+    rng = np.random.default_rng(5)
+    a, b, residual = (rng.integers(-128, 128, shape) for shape in ((m, k), (k, n), (m, n)))
+    order = _window_order(Window(size=8, window=4, features=n, heads=1, shift=2))
+
+    def memory_of(rows: np.ndarray) -> np.ndarray:
+        memory = np.zeros(program.memory_bytes, np.uint8)
+        memory[program.input_base:program.input_base + m * k] = (a.reshape(-1) & 0xFF)
+        memory[program.weight_base:program.weight_base + k * n] = (b.reshape(-1) & 0xFF)
+        memory[program.residual_base:program.residual_base + m * n] = \
+            (rows.reshape(-1) & 0xFF)
+        return memory
+
+    def result(memory: np.ndarray) -> np.ndarray:
+        return memory[program.output_base:program.output_base + m * n].reshape(m, n)
+
+    plain = result(run_functional(accel, program.commands, memory_of(residual[order])))
+    moved = with_row_order(program, m, n, order, order)
+    assert len(moved.commands) > len(program.commands)
+    stored = result(run_functional(accel, moved.commands, memory_of(residual)))
+    assert np.array_equal(stored[order], plain)
+    assert accel_cycles(accel, moved.commands).cycles >= \
+        accel_cycles(accel, program.commands).cycles
+
+
 @pytest.mark.slow
 @pytest.mark.rtl
-@pytest.mark.parametrize("size", [TINY, PADDED], ids=["shifted", "padded"])
+@pytest.mark.parametrize("size", [TINY, PADDED, UNSHIFTED],
+                         ids=["shifted", "padded", "unshifted"])
 def test_a_window_block_cosimulates_bit_exactly(tmp_path: Path, sim_cache: Path,
                                                 size: Window) -> None:
     """The block compiled by default: the C program and `make sim` (every layer on

@@ -94,6 +94,7 @@ from glensidec.hardware.commands import (
     table_traffic,
     with_input_pitch,
     with_output_pitch,
+    with_row_order,
 )
 from glensidec.hardware.layout import NchwLayout, NhwcLayout, layout_program, nchw_program
 from glensidec.lang.dtypes import DTYPES, Array, integer_range, lookup_table, wrap_signed
@@ -784,7 +785,8 @@ def program_accel_layers(lowered: LoweredProgram, weights: dict[str, Array],
                                        pool=layer.pool, pool_sum=layer.pool_sum,
                                        layout=layer.layout,
                                        commands=bool(layer.input_pitch)
-                                       or key[:-1] in pitched_shapes)
+                                       or key[:-1] in pitched_shapes
+                                       or reordered(layer))
                 if layer.input_pitch:
                     chosen = input_pitched_program(accel, geometry, chosen[0],
                                                    layer.input_pitch,
@@ -793,6 +795,9 @@ def program_accel_layers(lowered: LoweredProgram, weights: dict[str, Array],
                     schedules[key[:-1]] = chosen
             program, table, timing = chosen if not layer.output_pitch else \
                 pitched_program(accel, geometry, chosen[0], layer.output_pitch)
+            if reordered(layer):
+                program, table, timing = _timed(accel, with_row_order(
+                    program, layer.m, layer.n, layer.row_order, layer.residual_order))
             traffic = layer_traffic(accel, geometry, program, layer.residual is not None,
                                     layer.pool) if program.commands else \
                 table_traffic(accel, geometry, program, table, layer.residual is not None)
@@ -821,7 +826,12 @@ def _layer_key(lowered: LoweredProgram, layer: AccelLayer, weights: dict[str, Ar
             layer.layout, quant.input_zero_point, quant.residual is not None,
             layer.residual is not None, layer.pool and requantized_pool(quant),
             layer.table is not None, layer.scale is not None,
-            layer.input_pitch, layer.output_pitch)
+            layer.input_pitch, layer.row_order, layer.residual_order, layer.output_pitch)
+
+
+def reordered(layer: AccelLayer) -> bool:
+    """Does the layer store or read its residual rows in another order (`row_order`)?"""
+    return layer.row_order is not None or layer.residual_order is not None
 
 
 def pitched_program(accel: AccelConfig, layer: ConvLayer, program: LayerProgram, pitch: int

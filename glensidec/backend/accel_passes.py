@@ -106,6 +106,7 @@ from glensidec.backend.accel_softmax_exp import (
 )
 from glensidec.backend.accel_swin import (
     fuse_position_biases,
+    fuse_window_residuals,
     merge_window_requantizations,
     requantize_in_loops,
     write_heads_in_place,
@@ -133,6 +134,7 @@ def fuse_for_accelerator(lowered: LoweredProgram, weights: dict[str, Array],
     layers = fuse_row_scaled_products(layers, weights, accel)
     layers = sum_exponentials_on_the_array(fuse_softmax_exponentials(layers, weights, accel))
     layers = fuse_dense_blocks(layers, weights, accel)
+    layers = fuse_window_residuals(layers, weights, accel)
     layers = fuse_accel_residuals(requantize_in_loops(layers), weights, accel)
     layers = fuse_accel_pools(layers, weights, accel)  # pools of the layers that took an add
     # concatenations of pools' rows too, then the pools of those concatenations; channel

@@ -144,7 +144,10 @@ def trace_layer_rows(lowered: LoweredProgram, name: str, before: int, depth: int
     buffer = lowered.buffers[name]
     if not writers or max(writers) >= before or depth > 8:
         return None
-    if (len(writers) == 1 and isinstance(lowered.instructions[writers[0]], AccelLayer)) or \
+    only = lowered.instructions[writers[0]] if len(writers) == 1 else None
+    if isinstance(only, AccelLayer) and only.row_order is not None:
+        return None  # its rows are not its result's order
+    if isinstance(only, AccelLayer) or \
             joined_rows(lowered, name, writers):
         return max(writers), np.arange(buffer.elements), np.zeros(buffer.elements, np.int64)
     if buffer.kind != ACTIVATION:

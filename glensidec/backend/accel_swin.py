@@ -35,11 +35,14 @@ from glensidec.backend.accel_attention import (
 from glensidec.backend.accel_layers import (
     LayerBuilder,
     _fusable,
+    _known,
     check_fits,
+    clip_range,
     drop_dead_code,
     evaluate_buffer,
     scalar_value,
 )
+from glensidec.backend.accel_residual import FormValue, Linear, residual_form
 from glensidec.backend.accel_softmax_exp import _relaid
 from glensidec.backend.lower import (
     ACTIVATION,
@@ -63,6 +66,7 @@ from glensidec.errors import GlensideError
 from glensidec.hardware.accel import ConvLayer, EpilogueConfig, ResidualConfig
 from glensidec.hardware.commands import AccelConfig, LayerQuant, depthwise_weight_matrix
 from glensidec.lang.dtypes import Array
+from glensidec.lang.terms import ComputeOp
 
 
 def merge_window_requantizations(lowered: LoweredProgram, weights: dict[str, Array],
@@ -502,3 +506,478 @@ def requantize_in_loops(lowered: LoweredProgram) -> LoweredProgram:
                 View(name, reader.src.offset, reader.src.dims))
     drop_dead_code(result)
     return result
+
+
+# -- the attention's output projection in window order, its residual add in image order --
+
+
+@dataclass(frozen=True)
+class _WindowEpilogue:
+    """A loop's requantize-per-channel (after an optional bias add) of an array call's
+    i32 result G, which it reads a row at a time in another row order."""
+
+    gemm_index: int
+    leaf: int  # the loop's leaf reading G
+    steps: frozenset[int]  # the loop's steps that compute it (the requantize last)
+    requantize: int  # that step
+    bias: Array  # (N,) per column
+    multiplier: Array  # (N,)
+    rows: Array  # (M,): the loop's row j reads G's row rows[j]
+
+
+def fuse_window_residuals(lowered: LoweredProgram, weights: dict[str, Array],
+                          accel: AccelConfig) -> LoweredProgram:
+    """`lowered` with each host loop clip(requantize(a·y + b·r + c)) whose y is
+    requantize-per-channel(G + bias) of an array call's result G read in another row
+    order (Swin's output projection, its rows in window order, read through the window
+    reverse: the residual add is in the map's order) done by the call's layer: its
+    epilogue requantizes, adds r's rows, read in the layer's row order, and its stores put
+    each row where the loop wrote it (`AccelLayer.row_order`: the DMA's 2-D row patterns,
+    a window's 7 runs of 7 rows one store), a new program."""
+    result = lowered.copy()
+    _merge_row_requantizations(result, weights, accel)
+    drop_dead_code(result)
+    index = 0
+    while index < len(result.instructions):
+        instruction = result.instructions[index]
+        if isinstance(instruction, Fused) and (
+                _window_residual(result, index, weights, accel) or
+                _traced_residual(result, index, weights, accel)):
+            continue  # the loop is gone: look again from where it was
+        index += 1
+    drop_dead_code(result)
+    return result
+
+
+def _window_residual(lowered: LoweredProgram, index: int, weights: dict[str, Array],
+                     accel: AccelConfig) -> bool:
+    """Move the loop at `index` into its array call's layer: whether it did."""
+    fused = lowered.instructions[index]
+    assert isinstance(fused, Fused)
+    destination = lowered.buffer_of(fused.dst)
+    if destination.dtype != "i8" or not lowered.is_whole(fused.dst) or \
+            lowered.writers().get(fused.dst.buffer) != [index] or len(fused.dst.shape) < 2:
+        return False
+    found = _window_epilogue(lowered, index, weights)
+    if found is None:
+        return False
+    gemm = lowered.instructions[found.gemm_index]
+    assert isinstance(gemm, ArrayGemm)
+    m, n = gemm.m, gemm.n
+    # the loop with y a leaf of its own (an int8 stand-in for the layer's rows)
+    stand_in = len(fused.leaves)
+    rest = _without_steps(fused, found.steps, found.requantize, stand_in)
+    if rest is None:
+        return False
+    values: list[FormValue] = []
+    runtime: list[int] = []
+    leaves = [*fused.leaves, fused.leaves[found.leaf]]
+    used = {operand for step in rest.steps for operand in step.operands if operand >= 0}
+    for leaf, view in enumerate(leaves):
+        scalar = None if leaf == stand_in or leaf not in used else \
+            scalar_value(lowered, view, weights, index)
+        if scalar is not None:
+            values.append(scalar)
+        elif leaf in used:
+            values.append(Linear(((leaf, 1),), 0))
+            runtime.append(leaf)
+        else:
+            values.append(0)  # (no step reads it any more: G, the bias, the multiplier)
+    others = [leaf for leaf in runtime if leaf != stand_in]
+    if len(runtime) != 2 or len(others) != 1 or \
+            lowered.buffer_of(leaves[others[0]]).dtype != "i8":
+        return False
+    form = residual_form(rest, values)
+    if form is None or form.product or \
+            {leaf for leaf, _ in form.linear.coefficients} != set(runtime):
+        return False
+    residual_view = leaves[others[0]]
+    residual_rows = _rows_read(lowered, residual_view, m, n)
+    if residual_rows is None or any(
+            writer >= found.gemm_index
+            for writer in lowered.writers().get(residual_view.buffer, [])):
+        return False
+    b_values = _known(lowered, gemm.b, weights, found.gemm_index, (gemm.k, n), widen=False)
+    if b_values is None:
+        return False
+    coefficients = dict(form.linear.coefficients)
+    added = ResidualConfig(
+        self_multiplier=coefficients[stand_in], multiplier=coefficients[others[0]],
+        offset=form.linear.constant, requantize_multiplier=form.multiplier, pre=form.pre,
+        post=form.post, zero_point=form.zero_point, low=form.low, high=form.high)
+    requantize = fused.steps[found.requantize]
+    pre, post, zero_point = (int(value) for value in requantize.params)
+    epilogue = EpilogueConfig(pre, post, zero_point)
+    quant = LayerQuant(epilogue, tuple(int(v) for v in found.bias),
+                       tuple(int(v) for v in found.multiplier), residual=added)
+    name = fused.dst.buffer
+    try:
+        check_fits(accel, ConvLayer(name, height=m, width=1, channels=gemm.k, out_channels=n),
+                   quant)
+    except GlensideError:
+        return False
+    order = np.empty(m, np.int64)
+    order[found.rows] = np.arange(m)  # the layer's row rows[j] is stored at row j
+    read_from = np.empty(m, np.int64)
+    read_from[found.rows] = residual_rows
+    builder = LayerBuilder(lowered)
+    layer = AccelLayer(
+        f"{fused.note}: the products in window order, stored in the loop's order",
+        contiguous(name, (m, n)), name=name,
+        a=contiguous(gemm.a.buffer, (m, gemm.k), gemm.a.offset),
+        b=builder.constant(f"{name}_weights", "i8", b_values),
+        bias=builder.constant(f"{name}_bias", "i32", found.bias),
+        multiplier=builder.constant(f"{name}_multiplier", "i32", found.multiplier),
+        commands=builder.commands_placeholder(name), m=m, k=gemm.k, n=n, pre=pre,
+        post=post, zero_point=zero_point, low=-128, high=127,
+        residual=contiguous(residual_view.buffer, (m, n)), residual_add=added,
+        row_order=tuple(int(v) for v in order),
+        residual_order=None if np.array_equal(read_from, np.arange(m))
+        else tuple(int(v) for v in read_from))
+    del lowered.instructions[index]
+    lowered.instructions[found.gemm_index] = layer
+    return True
+
+
+def _rows_read(lowered: LoweredProgram, view: View, m: int, n: int) -> Array | None:
+    """(M,): the row of `view`'s (M, N) buffer that each of its M rows of N reads whole, in
+    order; None when they are not whole rows of such a buffer."""
+    buffer = lowered.buffer_of(view)
+    if buffer.elements != m * n or view.shape[-1] != n:
+        return None
+    positions = view_array(view, np.arange(buffer.elements)).reshape(-1, n)
+    if positions.shape[0] != m or np.any(positions[:, 0] % n) or \
+            not np.array_equal(positions - positions[:, :1],
+                               np.broadcast_to(np.arange(n), positions.shape)):
+        return None
+    rows: Array = positions[:, 0] // n
+    return rows
+
+
+def _window_epilogue(lowered: LoweredProgram, index: int, weights: dict[str, Array]
+                     ) -> _WindowEpilogue | None:
+    """The loop's requantization of an array call's result read a row at a time, rows
+    permuted, which it alone reads; else None."""
+    fused = lowered.instructions[index]
+    assert isinstance(fused, Fused)
+    for leaf, view in enumerate(fused.leaves):
+        buffer = lowered.buffer_of(view)
+        writers = lowered.writers().get(view.buffer, [])
+        if buffer.dtype != "i32" or buffer.kind != ACTIVATION or len(writers) != 1 or \
+                lowered.readers().get(view.buffer) != [index]:
+            continue
+        gemm = lowered.instructions[writers[0]]
+        if not isinstance(gemm, ArrayGemm) or not lowered.is_whole(gemm.dst) or \
+                gemm.m * gemm.n != buffer.elements:
+            continue
+        rows = _rows_read(lowered, view, gemm.m, gemm.n)
+        if rows is None or not np.array_equal(np.sort(rows), np.arange(gemm.m)):
+            continue
+        found = _requantized_leaf(lowered, fused, leaf, index, weights, gemm.n)
+        if found is not None:
+            steps, requantize, bias, multiplier = found
+            return _WindowEpilogue(writers[0], leaf, steps, requantize, bias, multiplier, rows)
+    return None
+
+
+def _requantized_leaf(lowered: LoweredProgram, fused: Fused, leaf: int, index: int,
+                      weights: dict[str, Array], n: int
+                      ) -> tuple[frozenset[int], int, Array, Array] | None:
+    """(steps, the requantize step, bias, multiplier) when the loop reads leaf `leaf` only
+    as requantize-per-channel(leaf + bias) or requantize-per-channel(leaf), constant
+    per-column bias and multiplier, read by nothing else; else None."""
+    users = [position for position, step in enumerate(fused.steps) if leaf in step.operands]
+    if len(users) != 1:
+        return None
+    first = users[0]
+    step = fused.steps[first]
+    bias = np.zeros(n, np.int64)
+    steps = {first}
+    if step.name == "elementwise-add" and step.dtype == "i32":
+        other = [operand for operand in step.operands if operand != leaf]
+        values = _per_column(lowered, fused, other, index, weights, n)
+        if values is None:
+            return None
+        bias = values
+        later = [position for position, later_step in enumerate(fused.steps)
+                 if -(first + 1) in later_step.operands]
+        if len(later) != 1:
+            return None
+        step, first = fused.steps[later[0]], later[0]
+        steps.add(first)
+        reads = -(min(steps) + 1)
+    else:
+        reads = leaf
+    if step.name != "requantize-per-channel" or step.operands[0] != reads:
+        return None
+    multiplier = _per_column(lowered, fused, list(step.operands[1:]), index, weights, n)
+    if multiplier is None or np.any(multiplier < 0):
+        return None
+    return frozenset(steps), first, bias, multiplier
+
+
+def _per_column(lowered: LoweredProgram, fused: Fused, operands: list[int], index: int,
+                weights: dict[str, Array], n: int) -> Array | None:
+    """The values of the one leaf in `operands` when it is a compile-time constant equal
+    in every row of the loop: (N,); else None."""
+    if len(operands) != 1 or operands[0] < 0:
+        return None
+    view = fused.leaves[operands[0]]
+    flat = evaluate_buffer(lowered, view.buffer, weights, index)
+    if flat is None or view.shape[-1] != n:
+        return None
+    values = view_array(view, flat).reshape(-1, n).astype(np.int64)
+    if not np.all(values == values[:1]):
+        return None
+    column: Array = values[0]
+    return column
+
+
+def _without_steps(fused: Fused, removed: frozenset[int], replaced: int, leaf: int
+                   ) -> Fused | None:
+    """`fused` without the steps `removed`, the result of step `replaced` (one of them)
+    read from a new last leaf (index `leaf`) instead; None when a kept step reads another
+    removed step."""
+    kept = [position for position in range(len(fused.steps)) if position not in removed]
+    new_index = {old: new for new, old in enumerate(kept)}
+    steps = []
+    for position in kept:
+        operands = []
+        for operand in fused.steps[position].operands:
+            if operand >= 0:
+                operands.append(operand)
+            elif -operand - 1 == replaced:
+                operands.append(leaf)
+            elif -operand - 1 in removed:
+                return None
+            else:
+                operands.append(-(new_index[-operand - 1] + 1))
+        steps.append(replace(fused.steps[position], operands=tuple(operands)))
+    return replace(fused, leaves=(*fused.leaves, fused.leaves[0]), steps=tuple(steps))
+
+
+def _merge_row_requantizations(lowered: LoweredProgram, weights: dict[str, Array],
+                               accel: AccelConfig) -> None:
+    """Each array call whose i32 result only loops requantizing it alike read — directly
+    or through i32 copies (the shifted windows' reverse: the cyclic shift's slices of the
+    projection's rows, each requantized) — as one layer that requantizes all its rows in
+    its epilogue, the loops and copies copies of its int8 rows (in place)."""
+    index = 0
+    while index < len(lowered.instructions):
+        gemm = lowered.instructions[index]
+        if isinstance(gemm, ArrayGemm) and lowered.is_whole(gemm.dst) and \
+                lowered.buffer_of(gemm.dst).kind == ACTIVATION and \
+                _fusable(lowered, gemm, accel):
+            _merge_call(lowered, index, weights, accel)
+        index += 1
+
+
+def _merge_call(lowered: LoweredProgram, index: int, weights: dict[str, Array],
+                accel: AccelConfig) -> None:
+    gemm = lowered.instructions[index]
+    assert isinstance(gemm, ArrayGemm)
+    m, n = gemm.m, gemm.n
+    readers = lowered.readers()
+    copies: list[int] = []
+    loops: list[tuple[int, int]] = []  # (position, the leaf reading G or a copy of it)
+    for reader in readers.get(gemm.dst.buffer, []):
+        instruction = lowered.instructions[reader]
+        if isinstance(instruction, Copy) and \
+                lowered.buffer_of(instruction.dst).kind == ACTIVATION and \
+                lowered.writers().get(instruction.dst.buffer) == [reader]:
+            copies.append(reader)
+            sources = [instruction.dst.buffer]
+            for user in readers.get(instruction.dst.buffer, []):
+                found = _loop_leaf(lowered, user, sources)
+                if found is None:
+                    return
+                loops.append(found)
+        else:
+            found = _loop_leaf(lowered, reader, [gemm.dst.buffer])
+            if found is None:
+                return
+            loops.append(found)
+    if len(loops) < 2:
+        return  # (one loop: fuse_window_residuals or accel_layers take it)
+    settings = set()
+    for position, leaf in loops:
+        loop = lowered.instructions[position]
+        if isinstance(loop, RequantizePerChannel):
+            multiplier = _per_column(lowered, Fused("", loop.dst, loop.members, ()), [1],
+                                     position, weights, n)
+            if multiplier is None or np.any(multiplier < 0):
+                return
+            settings.add(((0,) * n, tuple(int(v) for v in multiplier), loop.pre, loop.post,
+                          loop.zero_point, -128, 127))
+            continue
+        assert isinstance(loop, Fused)
+        requantized = _requantized_leaf(lowered, loop, leaf, position, weights, n)
+        if requantized is None:
+            return
+        steps, requantize, bias, multiplier = requantized
+        low, high = -128, 127
+        for later in range(requantize + 1, len(loop.steps)):
+            step = loop.steps[later]
+            if not (isinstance(step.op, ComputeOp) and step.op.name in ("relu", "clip") and
+                    step.operands == (-later,)):
+                return
+            low, high = max(low, clip_range(step.op)[0]), min(high, clip_range(step.op)[1])
+        if len(steps) + len(loop.steps) - requantize - 1 != len(loop.steps):
+            return  # a step besides the requantize, its bias add and clips
+        pre, post, zero_point = (int(value) for value in loop.steps[requantize].params)
+        settings.add((tuple(int(v) for v in bias), tuple(int(v) for v in multiplier), pre,
+                      post, zero_point, low, high))
+    if len(settings) != 1:
+        return
+    bias_values, multiplier_values, pre, post, zero_point, low, high = settings.pop()
+    b_values = _known(lowered, gemm.b, weights, index, (gemm.k, n), widen=False)
+    if b_values is None:
+        return
+    quant = LayerQuant(EpilogueConfig(pre, post, zero_point, low, high), bias_values,
+                       multiplier_values)
+    builder = LayerBuilder(lowered)
+    name = builder.name(f"{gemm.dst.buffer}_requantized")
+    try:
+        check_fits(accel, ConvLayer(name, height=m, width=1, channels=gemm.k, out_channels=n),
+                   quant)
+    except GlensideError:
+        return
+    rows = builder.activation(name, (m, n))
+    renamed = {gemm.dst.buffer: name}
+    for position in copies:
+        copy = lowered.instructions[position]
+        assert isinstance(copy, Copy)
+        source = lowered.buffer_of(copy.dst)
+        narrow = builder.name(f"{source.name}_requantized")
+        lowered.buffers[narrow] = Buffer(narrow, "i8", source.shape, ACTIVATION)
+        renamed[source.name] = narrow
+        lowered.instructions[position] = replace(
+            copy, dst=replace(copy.dst, buffer=narrow), src=replace(copy.src, buffer=name))
+    for position, leaf in loops:
+        loop = lowered.instructions[position]
+        assert isinstance(loop, Fused | RequantizePerChannel)
+        view = loop.leaves[leaf] if isinstance(loop, Fused) else loop.members[0]
+        lowered.instructions[position] = Copy(
+            f"{loop.note}: its rows of the layer that requantizes them all", loop.dst,
+            replace(view, buffer=renamed[view.buffer]))
+    lowered.instructions[index] = AccelLayer(
+        f"{gemm.note}: requantized in the epilogue (the rows several loops requantized)",
+        rows, name=name, a=contiguous(gemm.a.buffer, (m, gemm.k), gemm.a.offset),
+        b=builder.constant(f"{name}_weights", "i8", b_values),
+        bias=builder.constant(f"{name}_bias", "i32", np.array(bias_values, np.int64)),
+        multiplier=builder.constant(f"{name}_multiplier", "i32",
+                                    np.array(multiplier_values, np.int64)),
+        commands=builder.commands_placeholder(name), m=m, k=gemm.k, n=n, pre=pre, post=post,
+        zero_point=zero_point, low=low, high=high)
+
+
+def _loop_leaf(lowered: LoweredProgram, position: int, sources: list[str]
+               ) -> tuple[int, int] | None:
+    """(position, leaf) when the instruction there is a loop with one leaf reading one of
+    `sources`; else None."""
+    loop = lowered.instructions[position]
+    if isinstance(loop, RequantizePerChannel):  # its accumulators, a constant multiplier
+        if loop.members[0].buffer in sources and loop.members[1].buffer not in sources and \
+                lowered.buffer_of(loop.dst).dtype == "i8":
+            return position, 0
+        return None
+    if not isinstance(loop, Fused) or lowered.buffer_of(loop.dst).dtype != "i8":
+        return None
+    leaves = [leaf for leaf, view in enumerate(loop.leaves) if view.buffer in sources]
+    return (position, leaves[0]) if len(leaves) == 1 else None
+
+
+def _traced_residual(lowered: LoweredProgram, index: int, weights: dict[str, Array],
+                     accel: AccelConfig) -> bool:
+    """Move the residual add at `index` into the layer whose rows, permuted a row at a
+    time by copies (the shifted windows' reverse), its y is: the layer then stores each
+    row where the loop wrote it and the copies go. Whether it did."""
+    # (here, not at the top: accel_pool reads accel_residual, which this module reads)
+    from glensidec.backend.accel_pool import PADDING, trace_layer_rows
+    fused = lowered.instructions[index]
+    assert isinstance(fused, Fused)
+    values: list[FormValue] = []
+    runtime: list[int] = []
+    for leaf, view in enumerate(fused.leaves):
+        scalar = scalar_value(lowered, view, weights, index)
+        if scalar is not None:
+            values.append(scalar)
+        else:
+            values.append(Linear(((leaf, 1),), 0))
+            runtime.append(leaf)
+    if len(runtime) != 2 or any(lowered.buffer_of(fused.leaves[leaf]).dtype != "i8"
+                                for leaf in runtime):
+        return False
+    form = residual_form(fused, values)
+    if form is None or form.product or \
+            {leaf for leaf, _ in form.linear.coefficients} != set(runtime):
+        return False
+    for y_leaf in runtime:
+        y_view = fused.leaves[y_leaf]
+        if lowered.readers().get(y_view.buffer) != [index]:
+            continue
+        traced = trace_layer_rows(lowered, y_view.buffer, index)
+        if traced is None:
+            continue
+        layer_index, origin, _ = traced
+        layer = lowered.instructions[layer_index]
+        if not isinstance(layer, AccelLayer) or layer.residual is not None or layer.pool or \
+                layer.output_pitch or layer.layout is not None or layer.scale is not None or \
+                not lowered.is_whole(layer.dst) or layer.row_order is not None:
+            continue
+        m, n = layer.m, layer.n
+        positions = view_array(y_view, origin).reshape(-1)
+        if positions.size != m * n or np.any(positions == PADDING):
+            continue
+        rows = _rows_read_of(positions, m, n)
+        if rows is None or not np.array_equal(np.sort(rows), np.arange(m)):
+            continue
+        r_leaf = runtime[0] if runtime[1] == y_leaf else runtime[1]
+        r_view = fused.leaves[r_leaf]
+        residual_rows = _rows_read(lowered, r_view, m, n)
+        if residual_rows is None or any(
+                writer >= layer_index for writer in lowered.writers().get(r_view.buffer, [])):
+            continue
+        coefficients = dict(form.linear.coefficients)
+        added = ResidualConfig(
+            self_multiplier=coefficients[y_leaf], multiplier=coefficients[r_leaf],
+            offset=form.linear.constant, requantize_multiplier=form.multiplier,
+            pre=form.pre, post=form.post, zero_point=form.zero_point, low=form.low,
+            high=form.high)
+        try:
+            check_fits(accel, ConvLayer(layer.name, height=m, width=1, channels=layer.k,
+                                        out_channels=n),
+                       replace(LayerQuant(EpilogueConfig(), (0,) * n, (1,) * n),
+                               residual=added))
+        except GlensideError:
+            continue
+        order = np.empty(m, np.int64)
+        order[rows] = np.arange(m)
+        read_from = np.empty(m, np.int64)
+        read_from[rows] = residual_rows
+        saved = list(lowered.instructions), dict(lowered.buffers)
+        old_rows = layer.dst.buffer
+        lowered.instructions[layer_index] = replace(
+            layer, note=f"{fused.note}: the products in window order, stored in the loop's "
+            f"order", dst=contiguous(fused.dst.buffer, (m, n)), name=fused.dst.buffer,
+            residual=contiguous(r_view.buffer, (m, n)), residual_add=added,
+            row_order=tuple(int(v) for v in order),
+            residual_order=None if np.array_equal(read_from, np.arange(m))
+            else tuple(int(v) for v in read_from))
+        del lowered.instructions[index]
+        drop_dead_code(lowered)
+        if lowered.readers().get(old_rows):  # another reader of the layer's old rows
+            lowered.instructions, lowered.buffers = saved
+            continue
+        return True
+    return False
+
+
+def _rows_read_of(positions: Array, m: int, n: int) -> Array | None:
+    """(M,): the row of an (M, N) buffer each run of N `positions` reads whole, in order."""
+    grid = positions.reshape(m, n)
+    if np.any(grid[:, 0] % n) or not np.array_equal(
+            grid - grid[:, :1], np.broadcast_to(np.arange(n), grid.shape)):
+        return None
+    rows: Array = grid[:, 0] // n
+    return rows

@@ -349,6 +349,12 @@ class AccelLayer(Instruction):
     # (a dense block's concatenation, read in place: `a` is strided); 0: `image`'s
     # channels apart.
     input_pitch: int = 0
+    # The result's rows in another order: the layer's row i is row row_order[i] of dst (an
+    # (M, N) buffer), and its residual row i row residual_order[i] of `residual` (None:
+    # row i) — Swin's attention rows in window order, its map in image order. The DMA
+    # cuts each store and residual load into 2-D row patterns (commands.with_row_order).
+    row_order: tuple[int, ...] | None = None
+    residual_order: tuple[int, ...] | None = None
 
     @property
     def multiplies(self) -> bool:

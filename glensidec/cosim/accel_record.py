@@ -48,7 +48,7 @@ class AccelLayerStruct(ctypes.Structure):
                 ("predicted_cycles", ctypes.c_longlong), ("input_bytes", ctypes.c_long),
                 ("residual_base", ctypes.c_long),
                 *((name, ctypes.c_int) for name in RESIDUAL_FIELDS),
-                ("output_pitch", ctypes.c_long)]
+                ("output_pitch", ctypes.c_long), ("reordered", ctypes.c_int)]
 
     def residual_add(self) -> ResidualConfig | None:
         """The layer's residual add, or None."""
@@ -112,9 +112,10 @@ def _layer_files(accel: AccelConfig, index: int, layer: AccelLayerStruct, comman
         memory[layer.residual_base:layer.residual_base + m * n] = (residual & 0xFF).reshape(-1)
     c_model = np.ctypeslib.as_array(c_ptr, shape=(output.stop - output.start,))[
         output_rows(m, n, pitch)].copy()
-    # numpy's product for a matrix; for an im2col layer the C model (which glensidec diff
-    # checks against numpy's convolution) is the reference
-    expected = c_model if image else epilogue_reference(
+    # numpy's product for a matrix; for an im2col layer, or one whose commands store its
+    # rows in another order, the C model (which glensidec diff checks against numpy's
+    # convolution and the layer's row order) is the reference
+    expected = c_model if image or layer.reordered else epilogue_reference(
         reference_gemm(a.reshape(m, k), b, None, 32, 8), bias[None, :], multiplier, epilogue,
         residual=added, residual_rows=residual, scale=scale)
     return write_layer(directory, index, layer.name.decode(), (m, k, n),

@@ -226,10 +226,17 @@ def _accel_layer(layer: AccelLayer, read: Callable[[View], Array]) -> Array:
     if residual is not None and residual.dtype != np.int8 and layer.residual_add is not None \
             and layer.residual_add.rows:  # the per-row values: the rows' bytes
         residual = np.asarray(residual, "<i4").view(np.int8).reshape(layer.m, -1)
+    if residual is not None and layer.residual_order is not None:  # read in that order
+        residual = residual.reshape(layer.m, -1)[list(layer.residual_order)]
     scale = None if layer.scale is None else read(layer.scale)
-    return epilogue_reference(products, read(layer.bias)[None, :], read(layer.multiplier),
+    rows = epilogue_reference(products, read(layer.bias)[None, :], read(layer.multiplier),
                               epilogue, residual=layer.residual_add, residual_rows=residual,
                               scale=scale)
+    if layer.row_order is None:
+        return rows
+    stored = np.empty_like(rows)  # row i stored at row row_order[i]
+    stored[list(layer.row_order)] = rows
+    return stored
 
 
 def im2col_rows(image: Array, layer: ConvLayer) -> Array:

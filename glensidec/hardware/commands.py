@@ -2585,6 +2585,88 @@ def with_input_pitch(program: LayerProgram, pixels: int, channels: int, pitch: i
                    + 2 * bus_bytes)
 
 
+#: The DMA's count fields' limit (COUNT_W bits): a run of rows longer is split.
+_MAX_COUNT = (1 << 16) - 1
+
+
+def row_runs(rows: Sequence[int] | npt.NDArray[np.int64]
+             ) -> list[tuple[int, int, int, int, int]]:
+    """`rows` (main-memory row numbers, in transfer order) as the fewest 2-D row patterns a
+    greedy cut finds: (first index, count1, stride1, count2, stride2) each, row
+    i2·count1 + i1 of a piece at rows[first] + i2·stride2 + i1·stride1. A window of a map
+    (Swin's 7×7 tokens of a 56×56 grid) is one piece: 7 runs of 7 rows, 56 apart."""
+    values = np.asarray(rows, np.int64)
+    pieces: list[tuple[int, int, int, int, int]] = []
+    first, total = 0, len(values)
+    while first < total:
+        steps = np.diff(values[first:first + _MAX_COUNT + 1])
+        stride1 = int(steps[0]) if steps.size else 0
+        count1 = 1 + (int(np.argmax(steps != stride1)) if np.any(steps != stride1)
+                      else steps.size)
+        line = values[first:first + count1]
+        count2, stride2 = 1, 0
+        if first + count1 < total:
+            stride2 = int(values[first + count1] - values[first])
+            lines = min((total - first) // count1, _MAX_COUNT)
+            block = values[first:first + lines * count1].reshape(lines, count1)
+            expected = line[None, :] + stride2 * np.arange(lines)[:, None]
+            matches = np.all(block == expected, axis=1)
+            count2 = int(np.argmin(matches)) if not matches.all() else lines
+        pieces.append((first, count1, stride1, count2, stride2))
+        first += count1 * count2
+    return pieces
+
+
+def with_row_order(program: LayerProgram, m: int, n: int, order: Sequence[int] | None,
+                   residual_order: Sequence[int] | None) -> LayerProgram:
+    """`program` storing its result's row i at row order[i] of the (M, N) result and
+    reading its residual row i from row residual_order[i] of the (M, N) residual (None:
+    row i): each store and each load of residual rows cut into the 2-D row patterns of
+    `row_runs`, the same rows in the same order through the scratchpad, so nothing in the
+    hardware changes (Swin's attention rows in window order, its residual and result in
+    the map's order). Only the first piece waits and only the last signals (a fence
+    stays on the first). CapacityError when a transfer is not a run of whole rows."""
+    commands: list[Command] = []
+    for command in program.commands:
+        if isinstance(command, Store) and order is not None and not command.window:
+            pieces = _reordered(command.dma, program.output_base, m, n, order, "a store")
+            commands += [replace(command, dma=dma, wait=command.wait and index == 0,
+                                 signal=command.signal and index == len(pieces) - 1)
+                         for index, dma in enumerate(pieces)]
+        elif isinstance(command, Load) and residual_order is not None and \
+                program.residual_base >= 0 and \
+                program.residual_base <= command.dma.base < program.residual_base + m * n:
+            pieces = _reordered(command.dma, program.residual_base, m, n, residual_order,
+                                "a residual load")
+            last = len(pieces) - 1
+            commands += [replace(command, dma=dma, wait=command.wait and index == 0,
+                                 wait_store=command.wait_store and index == 0,
+                                 fence=command.fence and index == 0,
+                                 signal=command.signal and index == last,
+                                 signal_store=command.signal_store and index == last)
+                         for index, dma in enumerate(pieces)]
+        else:
+            commands.append(command)
+    return replace(program, commands=commands)
+
+
+def _reordered(dma: DmaCommand, base: int, m: int, n: int, order: Sequence[int],
+               transfer: str) -> list[DmaCommand]:
+    """`dma`, a run of consecutive (M, N) rows from `base`, as the transfers of the same
+    columns of rows order[…], scratchpad rows in the same order."""
+    row, column = divmod(dma.base - base, n)
+    lines_apart = dma.count2 > 1 and dma.stride2 != dma.count1 * n
+    rows_apart = dma.count1 > 1 and dma.stride1 != n
+    if dma.bounds or column + dma.length > n or lines_apart or rows_apart or \
+            row + dma.rows > m:
+        raise CapacityError(f"{transfer} that is not a run of whole {n}-byte rows")
+    targets = np.asarray(order[row:row + dma.rows], np.int64)
+    return [replace(dma, base=base + int(targets[first]) * n + column, count1=count1,
+                    stride1=stride1 * n, count2=count2, stride2=stride2 * n,
+                    spad_row=dma.spad_row + first)
+            for first, count1, stride1, count2, stride2 in row_runs(targets)]
+
+
 def _pitched(dma: DmaCommand, base: int, new_base: int, width: int, pitch: int, transfer: str,
              rows: str) -> DmaCommand:
     """`dma` moved from compact `width`-byte rows at `base` to `pitch`-byte rows at
