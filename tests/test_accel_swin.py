@@ -213,23 +213,27 @@ def test_the_heads_contexts_are_stored_in_the_output_projections_rows(tmp_path: 
     assert np.array_equal(got.reshape(expected.shape), expected)
 
 
-def test_a_shifted_blocks_layer_norm_is_a_layer_whose_rows_the_shift_copies(
+def test_a_shifted_blocks_layer_norm_is_a_layer_storing_its_rows_in_window_order(
         tmp_path: Path) -> None:
     """With LayerNorm's initial scale and bias its normalised rows t are requantized by the
     cyclic shift's two slices (a requantize each, no loop after t): the normalisation is
-    one layer in the epilogue's per-row mode, its requantize in the epilogue, and each
-    slice a copy of its part of the layer's rows; no host loop over every element is left
-    of it (`accel_layer_norm`). The lowered program gives the interpreter's integers."""
+    one layer in the epilogue's per-row mode, its requantize in the epilogue; no host loop
+    over every element is left of it (`accel_layer_norm`), and the shift's and the window
+    partition's copies of its rows are its stores. The lowered program gives the
+    interpreter's integers."""
     source, inputs = _quantized_block(tmp_path, PADDED)
     lowered = _accelerated(source, "16x16")
     pixels = PADDED.size * PADDED.size
     norms = [layer for layer in lowered.accel_layers() if layer.residual_add is not None
              and layer.residual_add.rows and (layer.m, layer.n) == (pixels, PADDED.features)]
     assert len(norms) == 1
-    shifted = [i for i in lowered.instructions if isinstance(i, Copy) and
-               i.src.buffer == norms[0].dst.buffer]
-    assert len(shifted) == 2 and sum(int(np.prod(i.dst.shape)) for i in shifted) == \
-        pixels * PADDED.features
+    # the cyclic shift and window partition: the layer stores its rows in window order
+    # where the qkv projection reads them (`accel_swin.store_rows_in_place`), no copy
+    assert np.array_equal(np.argsort(np.array(norms[0].row_order)), _window_order(PADDED))
+    readers = [i for i in lowered.instructions
+               if norms[0].dst.buffer in {view.buffer for view in i.reads()}]
+    assert len(readers) == 3 * PADDED.heads and all(isinstance(i, AccelLayer)
+                                                    for i in readers)
     whole = pixels * PADDED.features
     assert not any(isinstance(i, Fused) and int(np.prod(i.dst.shape)) == whole and
                    any(step.name == "elementwise-div" for step in i.steps)
@@ -420,17 +424,21 @@ def test_a_residual_add_that_patch_merging_slices_is_the_layers_epilogue(
     """x + x·W, which only patch merging's strided slices read: the quantizer requantizes
     the i32 sum in each slice (requantizes of parts of it, no loop after the add).
     The add's loop takes that requantize (`accel_swin.requantize_in_loops`), so the
-    product's layer adds x in its epilogue and the slices are copies of parts of the
-    layer's rows; no host loop is left. The lowered program gives the interpreter's
-    integers."""
-    source, inputs = _quantized(patch_merging_after_a_residual_block(), tmp_path)
+    product's layer adds x in its epilogue; the slices and their concatenation put each
+    of its rows, whole, at a row of the merged map's (4·features)-byte pixels, so the layer
+    stores them there (`accel_swin.store_rows_in_place`: each image row's pixels two rows
+    apart, the next image row one row on) and no host copy is left. The lowered program
+    gives the interpreter's integers."""
+    features, size = 16, 4
+    source, inputs = _quantized(patch_merging_after_a_residual_block(features, size),
+                                tmp_path)
     lowered = _accelerated(source, "16x16")
     added = [layer for layer in lowered.accel_layers() if layer.residual_add is not None]
     assert len(added) == 1 and not added[0].residual_add.early  # type: ignore[union-attr]
-    assert not any(isinstance(i, Fused | Map) for i in lowered.instructions)
-    slices = [i for i in lowered.instructions
-              if added[0].dst.buffer in {view.buffer for view in i.reads()}]
-    assert slices and all(isinstance(i, Copy) for i in slices)
+    assert lowered.instructions == [added[0]] and added[0].dst.buffer == lowered.output
+    y, x = np.divmod(np.arange(size * size), size)  # the layer's rows: the map's pixels
+    merged_rows = ((y // 2) * (size // 2) + x // 2) * 4 + y % 2 + 2 * (x % 2)
+    assert np.array_equal(np.array(added[0].row_order), merged_rows)
     expected = _interpreted(source, inputs)
     got = _lowered_result(source, lowered, inputs, 16)
     assert np.array_equal(got.reshape(expected.shape), expected)

@@ -34,7 +34,12 @@ In order (each a module of its own, each taking and giving a `LoweredProgram`):
    pre-activation batch-norm and ReLU) becomes one too (or, with a shift the bias cannot
    take after the scale, a depthwise 1×1 layer), and a dense block's chain of
    concatenations is written in place, once, by the layers that make its parts.
-4. `accel_swin.requantize_in_loops`: a loop whose i32 sum only equal requantizes of its
+4. `accel_swin.fuse_window_residuals`: Swin's output projection, its rows in window
+   order, with its requantize (the shifted windows' per-slice requantizations of its
+   rows merged first) and the residual add after the window reverse becomes one layer
+   that reads the residual's rows and stores its own at their places in the map
+   (`AccelLayer.row_order`: its stores and residual loads cut into 2-D row patterns);
+   `accel_swin.requantize_in_loops`: a loop whose i32 sum only equal requantizes of its
    parts read (a Swin stage's last residual add, which patch merging's slices read) ends
    in that requantize, the readers copies of its result; then
    `accel_residual`: a quantized residual add after a layer moves into its epilogue (not
@@ -72,7 +77,11 @@ In order (each a module of its own, each taking and giving a `LoweredProgram`):
 10. `accel_batch.fold_image_layers`: a batch's per-image matrix layers (or int8 array
    calls) with the same weights and epilogue become one layer of all their rows where the
    exact model prices that lower (a classifier's weights loaded once, not once an image).
-11. `accel_layers.program_accel_layers`: every layer's commands and cycles, once, last.
+11. `accel_swin.store_rows_in_place`: a buffer that copies make of one layer's whole rows,
+   each row to a row (Swin's cyclic shift and window partition of a LayerNorm's rows,
+   patch merging's 2×2 neighbours), is written by the layer's stores themselves
+   (`row_order`), last: a layer storing its rows reordered is no longer traced as them.
+12. `accel_layers.program_accel_layers`: every layer's commands and cycles, once, last.
 """
 
 from __future__ import annotations
@@ -109,6 +118,7 @@ from glensidec.backend.accel_swin import (
     fuse_window_residuals,
     merge_window_requantizations,
     requantize_in_loops,
+    store_rows_in_place,
     write_heads_in_place,
 )
 from glensidec.backend.fold_constants import fold_constant_copies
@@ -151,4 +161,6 @@ def fuse_for_accelerator(lowered: LoweredProgram, weights: dict[str, Array],
     layers = fuse_position_biases(layers, weights, accel)
     layers = sum_rows_on_the_array(layers, accel)
     layers = fold_image_layers(layers, weights, accel)  # (a batch's classifiers: one layer)
+    # (last: a layer storing its rows reordered is no longer traced as its rows)
+    layers = store_rows_in_place(layers)
     return program_accel_layers(layers, weights, accel)

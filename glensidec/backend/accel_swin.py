@@ -981,3 +981,74 @@ def _rows_read_of(positions: Array, m: int, n: int) -> Array | None:
         return None
     rows: Array = grid[:, 0] // n
     return rows
+
+
+# -- layers that store their rows where copies would put them ----------------------------
+
+
+def store_rows_in_place(lowered: LoweredProgram) -> LoweredProgram:
+    """`lowered` with each buffer that only copies write, which together put one
+    accelerator layer's rows there whole, each row to a row of it (the cyclic shift and
+    window partition of Swin's LayerNorm rows before the qkv projection, patch merging's
+    2×2 neighbours side by side), written by that layer itself: its stores put each row
+    where the copies did (`AccelLayer.row_order`), and the copies go (a new program). The
+    layer's rows must have no other reader."""
+    # (here, not at the top: accel_pool reads accel_residual, which this module reads)
+    from glensidec.backend.accel_pool import PADDING, trace_layer_rows, trace_writers
+    result = lowered.copy()
+    writers = result.writers()
+    readers = result.readers()
+    targets = []
+    for name, positions in writers.items():
+        buffer = result.buffers[name]
+        users = readers.get(name, [])
+        if name == result.output:  # (read after the program)
+            users = [len(result.instructions)]
+        if buffer.dtype != "i8" or not users or \
+                (buffer.kind != ACTIVATION and name != result.output) or \
+                not all(isinstance(result.instructions[position], Copy)
+                        for position in positions) or \
+                all(user < len(result.instructions) and
+                    isinstance(result.instructions[user], Copy) for user in users):
+            continue
+        targets.append((min(users), name))
+    for _, name in sorted(targets, reverse=True):  # (later first: indices stay valid)
+        users = result.readers().get(name, [])
+        first_reader = len(result.instructions) if name == result.output else \
+            min(users, default=-1)
+        if first_reader < 0:
+            continue
+        copies = result.writers().get(name, [])
+        if not copies or max(copies) >= first_reader:
+            continue
+        # (the program's result too, which trace_layer_rows does not follow)
+        traced = trace_writers(result, name, copies, 0, trace_layer_rows)
+        if traced is None:
+            continue
+        layer_index, origin, _ = traced
+        layer = result.instructions[layer_index]
+        buffer = result.buffers[name]
+        if not isinstance(layer, AccelLayer) or layer.pool or layer.output_pitch or \
+                layer.layout is not None or layer.row_order is not None or \
+                not result.is_whole(layer.dst) or buffer.elements != layer.m * layer.n or \
+                np.any(origin == PADDING):
+            continue
+        rows = _rows_read_of(origin, layer.m, layer.n)
+        if rows is None or not np.array_equal(np.sort(rows), np.arange(layer.m)):
+            continue
+        order = np.empty(layer.m, np.int64)
+        order[rows] = np.arange(layer.m)  # the layer's row rows[j] lands at row j
+        saved = list(result.instructions), dict(result.buffers)
+        old_rows = layer.dst.buffer
+        result.instructions[layer_index] = replace(
+            layer, dst=contiguous(name, (layer.m, layer.n)),
+            row_order=tuple(int(v) for v in order))
+        result.instructions = [instruction for position, instruction
+                               in enumerate(result.instructions)
+                               if not (isinstance(instruction, Copy) and
+                                       instruction.dst.buffer == name and
+                                       position != layer_index)]
+        drop_dead_code(result)
+        if result.readers().get(old_rows):  # another reader of the layer's rows
+            result.instructions, result.buffers = saved
+    return result
