@@ -21,7 +21,12 @@ from typing import Any
 import numpy as np
 import pytest
 from onnx_models import OnnxGraph, imported
-from test_accel_offload import _accelerated, _interpreted, _lowered_result
+from test_accel_offload import (
+    _accelerated,
+    _checked_cosimulation,
+    _interpreted,
+    _lowered_result,
+)
 from test_quantize import calibration_for, sample_list
 from test_transformer import layer_norm
 
@@ -31,7 +36,6 @@ from glensidec.backend.lower import (
     ArrayGemm,
     Copy,
     Fused,
-    Map,
     RequantizePerChannel,
 )
 from glensidec.frontends.quantize import quantize, save_quantized
@@ -442,3 +446,15 @@ def test_a_residual_add_that_patch_merging_slices_is_the_layers_epilogue(
     expected = _interpreted(source, inputs)
     got = _lowered_result(source, lowered, inputs, 16)
     assert np.array_equal(got.reshape(expected.shape), expected)
+
+
+@pytest.mark.slow
+@pytest.mark.rtl
+def test_patch_merging_stored_by_the_layer_cosimulates_bit_exactly(
+        tmp_path: Path, sim_cache: Path) -> None:
+    """The layer that stores its rows as patch merging's pixels (each image row's pixels
+    two rows apart, `store_rows_in_place`): the C program and ws_accel's RTL give the
+    interpreter's integers, the layer its predicted cycles."""
+    source, inputs = _quantized(patch_merging_after_a_residual_block(16, 8), tmp_path)
+    run = _checked_cosimulation(source, None, inputs, tmp_path, sim_cache)
+    assert run.report["calls"]  # (the layer among them: it writes the program's result)

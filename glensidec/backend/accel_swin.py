@@ -631,9 +631,8 @@ def _window_residual(lowered: LoweredProgram, index: int, weights: dict[str, Arr
         commands=builder.commands_placeholder(name), m=m, k=gemm.k, n=n, pre=pre,
         post=post, zero_point=zero_point, low=-128, high=127,
         residual=contiguous(residual_view.buffer, (m, n)), residual_add=added,
-        row_order=tuple(int(v) for v in order),
-        residual_order=None if np.array_equal(read_from, np.arange(m))
-        else tuple(int(v) for v in read_from))
+        row_order=_order_or_none(order),
+        residual_order=_order_or_none(read_from))
     del lowered.instructions[index]
     lowered.instructions[found.gemm_index] = layer
     return True
@@ -961,9 +960,8 @@ def _traced_residual(lowered: LoweredProgram, index: int, weights: dict[str, Arr
             layer, note=f"{fused.note}: the products in window order, stored in the loop's "
             f"order", dst=contiguous(fused.dst.buffer, (m, n)), name=fused.dst.buffer,
             residual=contiguous(r_view.buffer, (m, n)), residual_add=added,
-            row_order=tuple(int(v) for v in order),
-            residual_order=None if np.array_equal(read_from, np.arange(m))
-            else tuple(int(v) for v in read_from))
+            row_order=_order_or_none(order),
+            residual_order=_order_or_none(read_from))
         del lowered.instructions[index]
         drop_dead_code(lowered)
         if lowered.readers().get(old_rows):  # another reader of the layer's old rows
@@ -1042,7 +1040,7 @@ def store_rows_in_place(lowered: LoweredProgram) -> LoweredProgram:
         old_rows = layer.dst.buffer
         result.instructions[layer_index] = replace(
             layer, dst=contiguous(name, (layer.m, layer.n)),
-            row_order=tuple(int(v) for v in order))
+            row_order=_order_or_none(order))
         result.instructions = [instruction for position, instruction
                                in enumerate(result.instructions)
                                if not (isinstance(instruction, Copy) and
@@ -1052,3 +1050,10 @@ def store_rows_in_place(lowered: LoweredProgram) -> LoweredProgram:
         if result.readers().get(old_rows):  # another reader of the layer's rows
             result.instructions, result.buffers = saved
     return result
+
+
+def _order_or_none(order: Array) -> tuple[int, ...] | None:
+    """A layer's row order, None when it is the rows' own (nothing to reorder)."""
+    if np.array_equal(order, np.arange(order.size)):
+        return None
+    return tuple(int(value) for value in order)
