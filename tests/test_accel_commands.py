@@ -12,6 +12,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+import glensidec.hardware.commands as commands_module
 from glensidec.hardware.accel import (
     CapacityError,
     ConvLayer,
@@ -465,6 +466,55 @@ def test_the_tiling_loads_least_among_those_as_fast(monkeypatch: pytest.MonkeyPa
     assert commands.layer_traffic(config, layer, fastest).loaded > 2 * chosen_bytes
     assert accel_cycles(config, chosen.commands).cycles <= \
         accel_cycles(config, fastest.commands).cycles * 1.02
+
+
+def _estimate_step_by_step(config: AccelConfig, layer: ConvLayer,
+                           tiling: commands_module.LayerTiling, residual: int
+                           ) -> tuple[int, int]:
+    """_tiling_estimate as its docstring says it, a term per (chunk, block, piece)."""
+    out_h, out_w = layer.out_size
+    R, bus = config.rows, config.memory.bus_bytes
+    beats = max(1, config.memory.row_bytes // bus)
+    blocks_of = commands_module.group_blocks(layer, config.cols)
+    length = max(fold[3] for fold in commands_module.conv_folds(layer, R, blocks_of[0]))
+    aligned = layer.channels % bus == 0 and not commands_module.packs_taps(layer, R) and \
+        all(block.channel0 % bus == 0 for block in blocks_of)
+    act_beats = -(-length // bus) if aligned else 1 + (length - 1) / bus
+    sizes = [min(tiling.piece_folds, tiling.folds - start)
+             for start in range(0, tiling.folds, tiling.piece_folds)]
+    cycles, loaded = 0.0, 0
+    for oy0 in range(0, out_h, tiling.chunk_rows):
+        m = min(tiling.chunk_rows, out_h - oy0) * out_w
+        for block in range(-(-layer.out_channels // config.cols)):
+            for position, piece in enumerate(sizes):
+                act_rows = m * (piece if len(sizes) > 1 else tiling.folds) \
+                    if len(sizes) > 1 or block == 0 or layer.groups > 1 else 0
+                act_rows += residual * m if position == len(sizes) - 1 else 0
+                cycles += max(piece * max(m, R), piece * R * beats + act_rows * act_beats)
+                loaded += piece * R + act_rows
+    return round(cycles), loaded
+
+
+@pytest.mark.parametrize("bus", [4, 16, 64])
+def test_the_tiling_estimate_is_its_sum_over_every_step(bus: int) -> None:
+    """_tiling_estimate adds each distinct term times how often it occurs (a dense layer
+    in pieces of one fold was 400 k terms): the floats are multiples of 1/bus, so the sum
+    is the step-by-step one to the bit, whatever the order."""
+    config = commands_module.accel_config_for(ArrayConfig(16, 16))
+    config = dataclasses.replace(config, memory=dataclasses.replace(config.memory,
+                                                                    bus_bytes=bus))
+    layers = [ConvLayer("dense", 1, 1, 1000, 300), ConvLayer("rgb", 30, 30, 3, 40, kernel=3),
+              ConvLayer("c3", 13, 11, 40, 70, kernel=3, stride=2, padding=1),
+              ConvLayer("dw", 9, 9, 24, 24, kernel=3, padding=1, groups=24)]
+    for layer in layers:
+        folds = commands_module.layer_folds(layer, config)
+        out_h = layer.out_size[0]
+        for piece in {1, 2, folds, max(1, folds // 3)}:
+            for chunk in {1, 2, out_h, max(1, out_h // 3)}:
+                tiling = commands_module.LayerTiling(folds, piece, chunk)
+                for residual in (0, 1):
+                    assert commands_module._tiling_estimate(config, layer, tiling, residual) \
+                        == _estimate_step_by_step(config, layer, tiling, residual)
 
 
 #: Layers the window schedule takes (not grouped): padded 3×3, strided 3×3 over two N

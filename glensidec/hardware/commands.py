@@ -20,6 +20,7 @@ import math
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import chain
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 import numpy as np
@@ -1086,21 +1087,34 @@ def _tiling_estimate(config: AccelConfig, layer: ConvLayer, tiling: LayerTiling,
         all(block.channel0 % bus == 0 for block in blocks_of)
     grouped = layer.groups > 1  # each N block reads its own channels
     act_beats = -(-length // bus) if aligned else 1 + (length - 1) / bus
-    piece_sizes = [min(tiling.piece_folds, tiling.folds - start)
-                   for start in range(0, tiling.folds, tiling.piece_folds)]
+    # The sum over every (chunk, block, piece) of the loop this replaces, taken per
+    # distinct term times how often it occurs: chunks are full but the last, blocks all
+    # alike but the first, pieces full but the last. Every term is a multiple of 1/bus
+    # (a power of two) well below 2**53·bus, so the floats add exactly in any order and the
+    # estimate is the loop's to the bit (a dense layer in pieces of one fold was 400 k
+    # iterations).
+    piece_count = -(-tiling.folds // tiling.piece_folds)
+    last_size = tiling.folds - (piece_count - 1) * tiling.piece_folds
+    chunk_count = -(-out_h // tiling.chunk_rows)
+    chunk_rows = [(tiling.chunk_rows, chunk_count - 1),
+                  (out_h - (chunk_count - 1) * tiling.chunk_rows, 1)]
     cycles, loaded = 0.0, 0
-    for oy0 in range(0, out_h, tiling.chunk_rows):
-        m = min(tiling.chunk_rows, out_h - oy0) * out_w
-        for block in range(blocks):
-            for position, piece in enumerate(piece_sizes):
+    for rows_here, chunks in chunk_rows:
+        m = rows_here * out_w
+        for first_block, block_count in ((True, 1), (False, blocks - 1)):
+            for last, size, count in ((False, tiling.piece_folds, piece_count - 1),
+                                      (True, last_size, 1)):
+                times = chunks * block_count * count
+                if not times:
+                    continue
                 act_rows = 0
-                if len(piece_sizes) > 1 or block == 0 or grouped:
-                    act_rows = m * (piece if len(piece_sizes) > 1 else tiling.folds)
-                if position == len(piece_sizes) - 1:  # the last piece loads the residual
+                if piece_count > 1 or first_block or grouped:
+                    act_rows = m * (size if piece_count > 1 else tiling.folds)
+                if last:  # the last piece loads the residual
                     act_rows += residual * m
-                slots = piece * R * beats + act_rows * act_beats
-                cycles += max(piece * max(m, R), slots)
-                loaded += piece * R + act_rows
+                slots = size * R * beats + act_rows * act_beats
+                cycles += times * max(size * max(m, R), slots)
+                loaded += times * (size * R + act_rows)
     return round(cycles), loaded
 
 
@@ -1607,6 +1621,10 @@ def dma_fields(base: int, length: int, count1: int = 1, stride1: int = 0, count2
             height, x0, x_step, width, pad_value)
 
 
+#: How many fields a DmaCommand has (`dma_fields`' tuple).
+DMA_WIDTH = 15
+
+
 def dma_command(fields: DmaFields) -> DmaCommand:
     """The DmaCommand of `dma_fields`' tuple."""
     (base, length, count1, stride1, count2, stride2, spad_row, bounds, y0, y_step, height, x0,
@@ -1665,9 +1683,22 @@ class _WindowSteps:
     compute's Store reads (-1: none). `after`: (step, place of the compute, the Config and
     Store that follow it)."""
 
-    loads: list[DmaFields] = field(default_factory=list)
-    load_regions: list[_Region] = field(default_factory=list)
-    load_steps: list[int] = field(default_factory=list)
+    # The loads are kept in two kinds: weight loads, per block of each step (`load_fields`
+    # makes their fields at once: a dense layer has hundreds of thousands), and the others
+    # (band planes, residual rows) as fields; `load_count` places both in the stream.
+    weight_templates: list[list[DmaFields]] = field(default_factory=list)  # per piece
+    weight_columns: list[int] = field(default_factory=list)  # per block: its first byte
+    weight_widths: list[int] = field(default_factory=list)  # per block
+    weight_starts: list[int] = field(default_factory=list)  # per block's loads: place
+    weight_pieces: list[int] = field(default_factory=list)
+    weight_blocks: list[int] = field(default_factory=list)
+    weight_rows: list[int] = field(default_factory=list)  # its first scratchpad row
+    weight_regions: list[_Region] = field(default_factory=list)
+    other_loads: list[DmaFields] = field(default_factory=list)
+    other_regions: list[_Region] = field(default_factory=list)
+    step_loads: list[int] = field(default_factory=list)  # per step, its loads
+    load_count: int = 0
+    loads_before: int = 0  # loads of the steps before the one being made
     orders: list[int] = field(default_factory=list)
     pieces: list[int] = field(default_factory=list)
     a_rows: list[int] = field(default_factory=list)
@@ -1678,6 +1709,47 @@ class _WindowSteps:
     w_keys: list[list[_Region]] = field(default_factory=list)
     residual_reads: list[_Region] = field(default_factory=list)
     after: list[tuple[int, int, list[Command]]] = field(default_factory=list)
+
+    def add_weight_loads(self, piece: int, count: int, blocks: list[int], rows: list[int],
+                         regions: list[_Region]) -> None:
+        """The step's weight loads: `count` (its piece's template) for each block in
+        turn, from scratchpad row rows[i] on, into regions[i]."""
+        self.weight_starts += range(self.load_count, self.load_count + len(blocks) * count,
+                                    count)
+        self.weight_pieces += [piece] * len(blocks)
+        self.weight_blocks += blocks
+        self.weight_rows += rows
+        self.weight_regions += regions
+        self.load_count += len(blocks) * count
+
+    def load_fields(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """Every load's DMA fields (a row each, in stream order) and its region: a
+        template's loads moved to their block's columns (`weight_columns`) and scratchpad
+        rows, its width a row."""
+        fields = np.zeros((self.load_count, DMA_WIDTH), dtype=np.int64)
+        regions = np.zeros(self.load_count, dtype=np.int64)
+        weight = np.zeros(self.load_count, dtype=bool)
+        starts = np.array(self.weight_starts, dtype=np.int64)
+        pieces = np.array(self.weight_pieces, dtype=np.int64)
+        blocks = np.array(self.weight_blocks, dtype=np.int64)
+        counts = np.array([len(loads) for loads in self.weight_templates], dtype=np.int64)
+        for count in np.unique(counts[pieces]).tolist():  # the templates of one length
+            ids = np.flatnonzero(counts == count)
+            templates = np.zeros((len(counts), count, fields.shape[1]), dtype=np.int64)
+            templates[ids] = [self.weight_templates[piece] for piece in ids.tolist()]
+            mine = np.flatnonzero(counts[pieces] == count)
+            places = starts[mine, None] + np.arange(count)
+            made = templates[pieces[mine]]
+            made[:, :, 0] += np.array(self.weight_columns, dtype=np.int64)[blocks[mine], None]
+            made[:, :, 1] = np.array(self.weight_widths, dtype=np.int64)[blocks[mine], None]
+            made[:, :, 6] += np.array(self.weight_rows, dtype=np.int64)[mine, None]
+            fields[places] = made
+            regions[places] = np.array(self.weight_regions, dtype=np.int64)[mine, None]
+            weight[places] = True
+        if self.other_loads:
+            fields[~weight] = self.other_loads
+            regions[~weight] = self.other_regions
+        return fields, regions
 
 
 @dataclass(frozen=True)
@@ -1785,8 +1857,8 @@ def _window_table(steps: _WindowSteps, shape: _WindowShape, prefix: list[Command
     residual_computes = firsts[residual_steps] + counts[residual_steps] - 1
     residual_regions = np.array(steps.residual_reads, dtype=np.int64)[residual_steps]
 
-    load_regions = np.array(steps.load_regions, dtype=np.int64)
-    load_steps = np.array(steps.load_steps, dtype=np.int64)
+    dma, load_regions = steps.load_fields()
+    load_steps = np.repeat(np.arange(len(steps.step_loads)), steps.step_loads)
     loads = len(load_regions)
     span = len(counts) + 1
     load_keys = load_regions * span + load_steps
@@ -1862,7 +1934,6 @@ def _window_table(steps: _WindowSteps, shape: _WindowShape, prefix: list[Command
         (column("emit"), last_piece & (fold == step_last_fold[step_of])),
         (column("a_count1"), shape.pattern[0]), (column("a_stride1"), shape.pattern[1]),
         (column("a_stride2"), shape.pattern[2]), (column("acc_row"), block * shape.acc_stride)])
-    dma = np.array(steps.loads, dtype=np.int64)
     _scatter(table, load_rows, [
         (column("wait"), load_waits), (column("signal"), load_signals),
         *((place, dma[:, index]) for index, place in enumerate(LOAD_COLUMNS[2:-2])),
@@ -2035,7 +2106,7 @@ def _window_steps(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
     acc_stride = tiling.chunk_rows * out_w if group_size > 1 else 0
     # What a piece's steps share in every chunk and block, worked out once (a long layer
     # has hundreds of thousands of steps): its folds, its weight loads up to their base,
-    # width and first row (`_shifted_loads`), and per fold its activation rows' offset in
+    # width and first row (`_WindowSteps.load_fields`), and per fold its activation rows' offset in
     # the band buffer and its plane.
     piece_plans = []
     for piece in range(pieces):
@@ -2048,6 +2119,9 @@ def _window_steps(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
             offsets.append(plane_of[fold] * plane_rows + dy * band.width + dx)
         piece_plans.append((indices, _piece_weight_loads(layer, R, piece_folds, 0, N, 0, 0),
                             offsets, [plane_of[fold] for fold in indices]))
+    steps.weight_templates = [plan[1] for plan in piece_plans]
+    steps.weight_columns = [weight_base + block.n0 for block in blocks]
+    steps.weight_widths = [block.width for block in blocks]
     band_regions: list[list[tuple[_Region, ...]]] = []  # per chunk and plane
     pattern = (out_w, band.stride_x, band.stride_y * band.width)  # every compute's lines
     orders: dict[tuple[int, int, bool], int] = {}  # a shape's group order: its number
@@ -2063,10 +2137,11 @@ def _window_steps(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
         planes_loaded: set[int] = set()
         chunk_band = band_loads(chunk) if chunk == 0 or not prefetch else []
         numbered = list(enumerate(blocks))
-        for group in [numbered[:group_size]] + [[entry] for entry in numbered[group_size:]]:
+        groups = [numbered[:group_size]] + [[entry] for entry in numbered[group_size:]]
+        group_ids = [[index for index, _ in group] for group in groups]
+        for group_index, group in enumerate(groups):
             for piece, (indices, weight_loads, _, planes) in enumerate(piece_plans):
                 first = piece * tiling.piece_folds
-                loads: list[tuple[DmaFields, _Region]] = []
                 # per block of the group: its piece's first weight row and weight region
                 if tiling.resident:
                     w_rows = [weight_start + (block_index * len(folds) + first) * R
@@ -2080,9 +2155,9 @@ def _window_steps(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
                     w_keys = [_weights_region(w_loads % 2)] * len(group)
                     w_loads += 1
                 if not (tiling.resident and chunk > 0):  # (resident: loaded with chunk 0)
-                    for (_, block), w_row, w_key in zip(group, w_rows, w_keys, strict=True):
-                        loads += [(dma, w_key) for dma in _shifted_loads(
-                            weight_loads, weight_base + block.n0, block.width, w_row)]
+                    steps.add_weight_loads(piece, len(weight_loads), group_ids[group_index],
+                                           w_rows, w_keys)
+                loads: list[tuple[DmaFields, _Region]] = []
                 # the band after the weights, each plane in the first step that reads it
                 # (a compute waits only for its own plane; the next step's weights are
                 # not queued behind planes no compute needs yet)
@@ -2112,9 +2187,11 @@ def _window_steps(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
                 if prefetch and len(steps.pieces) == first_step + 1 and \
                         chunk + 1 < len(chunk_list):
                     loads += band_loads(chunk + 1)
-                steps.loads += [dma for dma, _ in loads]
-                steps.load_regions += [region for _, region in loads]
-                steps.load_steps += [len(steps.pieces)] * len(loads)
+                steps.other_loads += [dma for dma, _ in loads]
+                steps.other_regions += [region for _, region in loads]
+                steps.step_loads.append(steps.load_count + len(loads) - steps.loads_before)
+                steps.load_count += len(loads)
+                steps.loads_before = steps.load_count
                 steps.orders.append(orders[shape])
                 steps.pieces.append(piece)
                 steps.a_rows.append(band_base + band_shift)
@@ -2194,14 +2271,6 @@ def _piece_weight_loads(layer: ConvLayer, rows: int, piece_folds: list[tuple[int
     return loads
 
 
-def _shifted_loads(loads: list[DmaFields], base: int, length: int, spad_row: int
-                   ) -> list[DmaFields]:
-    """`loads` (made with base, length and spad_row 0: `_piece_weight_loads`) moved to
-    `base` and `spad_row`, `length` bytes a row."""
-    return [(base + load[0], length, *load[2:6], spad_row + load[6], *load[7:])
-            for load in loads]
-
-
 def im2col_load_slots(config: AccelConfig, layer: ConvLayer, residual: bool = False) -> int:
     """A lower bound on the cycles of `im2col_stream`'s schedule, from its loads alone:
     the DMA issues one load slot a cycle, a row of L bytes from memory takes at least
@@ -2272,12 +2341,19 @@ def im2col_stream(config: AccelConfig, layer: ConvLayer, quant: LayerQuant
     steps: list[_Step[FlatCompute]] = []
     block_configured, a_loads, w_loads, stores = -1, 0, 0, 0
     a_buffer = 0
+    # What every chunk repeats, made once: each block's folds, and the weight loads of a
+    # (block, piece, weight buffer) (a layer of many chunks and blocks has hundreds of
+    # thousands of loads)
+    block_folds = [conv_folds(layer, R, group_block) for group_block in blocks] if grouped \
+        else [conv_folds(layer, R)] * len(blocks)
+    taps_along, tap_rows = layer.kernel_hw[1], K // layer.taps
+    weight_loads: dict[tuple[int, int, int], list[DmaFields]] = {}
     for oy0 in range(0, out_h, tiling.chunk_rows):
         rows_here = min(tiling.chunk_rows, out_h - oy0)
         m0, m_len = oy0 * out_w, rows_here * out_w
         for block, group_block in enumerate(blocks):
             n0, width = group_block.n0, group_block.width
-            folds = conv_folds(layer, R, group_block if grouped else None)
+            folds = block_folds[block]
             pieces = -(-len(folds) // tiling.piece_folds)
             for piece in range(pieces):
                 piece_folds = folds[piece * tiling.piece_folds:(piece + 1) * tiling.piece_folds]
@@ -2291,11 +2367,14 @@ def im2col_stream(config: AccelConfig, layer: ConvLayer, quant: LayerQuant
                               for index, fold in enumerate(piece_folds)]
                 w_buffer = (2 + w_loads % 2) * quarter
                 w_loads += 1
-                for index, (ky, kx, channel0, length) in enumerate(piece_folds):
-                    k_first = (ky * layer.kernel_hw[1] + kx) * (K // layer.taps) + \
-                        channel0 - group_block.channel0
-                    loads.append(_weight_row_fields(R, k_first, length, weight_base + n0, N,
-                                                    width, w_buffer + index * R))
+                key = (block, piece, w_buffer)
+                if key not in weight_loads:
+                    weight_loads[key] = [
+                        _weight_row_fields(R, (ky * taps_along + kx) * tap_rows + channel0
+                                           - group_block.channel0, length, weight_base + n0,
+                                           N, width, w_buffer + index * R)
+                        for index, (ky, kx, channel0, length) in enumerate(piece_folds)]
+                loads += weight_loads[key]
                 last_piece = piece == pieces - 1
                 residual_row = stores % 2 * quarter + tiling.piece_folds * tiling.chunk_rows * out_w
                 if residual and last_piece:
@@ -2944,9 +3023,11 @@ def _software_pipeline(steps: Sequence[_Step[_Computes]]) -> list[Command | _Com
     commands: list[Command | _Computes] = list(steps[0].loads) if steps else []
     for index, step in enumerate(steps):
         following = steps[index + 1].loads if index + 1 < len(steps) else []
-        for pair in range(max(len(following), len(step.computes))):
-            commands += following[pair:pair + 1]
-            commands += step.computes[pair:pair + 1]
+        pairs = min(len(following), len(step.computes))
+        commands += chain.from_iterable(zip(following[:pairs], step.computes[:pairs],
+                                            strict=True))
+        commands += following[pairs:]  # (one of the two has no more)
+        commands += step.computes[pairs:]
         commands += step.tail
     return commands
 
