@@ -670,7 +670,9 @@ def _window_epilogue(lowered: LoweredProgram, index: int, weights: dict[str, Arr
                 gemm.m * gemm.n != buffer.elements:
             continue
         rows = _rows_read(lowered, view, gemm.m, gemm.n)
-        if rows is None or not np.array_equal(np.sort(rows), np.arange(gemm.m)):
+        # (rows in their own order: the epilogue passes take the loop as they always did)
+        if rows is None or np.array_equal(rows, np.arange(gemm.m)) or \
+                not np.array_equal(np.sort(rows), np.arange(gemm.m)):
             continue
         found = _requantized_leaf(lowered, fused, leaf, index, weights, gemm.n)
         if found is not None:
@@ -929,8 +931,9 @@ def _traced_residual(lowered: LoweredProgram, index: int, weights: dict[str, Arr
         if positions.size != m * n or np.any(positions == PADDING):
             continue
         rows = _rows_read_of(positions, m, n)
-        if rows is None or not np.array_equal(np.sort(rows), np.arange(m)):
-            continue
+        if rows is None or np.array_equal(rows, np.arange(m)) or \
+                not np.array_equal(np.sort(rows), np.arange(m)):
+            continue  # (in the layer's own order: accel_residual takes it)
         r_leaf = runtime[0] if runtime[1] == y_leaf else runtime[1]
         r_view = fused.leaves[r_leaf]
         residual_rows = _rows_read(lowered, r_view, m, n)
