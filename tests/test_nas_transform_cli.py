@@ -68,7 +68,7 @@ def test_transform_writes_a_program_and_its_weights_beside_it(skip_model: Path,
     assert lines[1].startswith("  params 2016 -> 1296, MACs 73728 -> 41472, ")
     network = next(line for line in lines if line.startswith("network: "))
     assert " predicted cycles on 16x16 " in network
-    assert network.endswith("compile --accel's prediction, as a search scores it)")
+    assert network.endswith("the default compile's prediction, as a search scores it)")
     # spatial-split with inherited weights computes exactly the original network
     program = read_program(out)
     assert [d.source for d in program.weights()] == ["split.npz"] * len(program.weights())

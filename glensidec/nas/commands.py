@@ -246,7 +246,7 @@ def transform(model: Path, steps_by_kind: dict[str, tuple[str, ...]], init: str,
     click.echo(f"network: params {p0} -> {p1}, MACs {m0} -> {m1}, predicted cycles on "
                f"{array_size} {old.total} -> {new.total} (accelerator layers "
                f"{old.accelerator} -> {new.accelerator}, array calls {old.array} -> "
-               f"{new.array}, host {old.host} -> {new.host}; compile --accel's "
+               f"{new.array}, host {old.host} -> {new.host}; the default compile's "
                "prediction, as a search scores it)")
     result = lower(current, output.with_suffix(".npz").name, str(output))
     npz = write_outputs(result, current.weights, output, inputs, force)
