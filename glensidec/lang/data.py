@@ -62,6 +62,13 @@ def read_npy(path: Path, key: str | None = None) -> Array:
     return read_arrays(path, [key])[key]
 
 
+def _held(files: list[str]) -> str:
+    """An archive's array names for an error message (escaped only when one is raised: a
+    network's archive holds thousands, and escaping them for every key read was half of
+    swin_t's compile)."""
+    return ", ".join(map(escaped, files)) or "none"
+
+
 def read_arrays(path: Path, keys: list[str | None]) -> dict[str | None, Array]:
     """Arrays from one .npy file (key None) or several from one .npz archive, opened once
     (a network's weights are hundreds of arrays in one archive)."""
@@ -73,13 +80,13 @@ def read_arrays(path: Path, keys: list[str | None]) -> dict[str | None, Array]:
                     if key is None and len(archive.files) == 1:  # a .npz given for a .npy
                         arrays[key] = np.asarray(archive[archive.files[0]])
                         continue
-                    held = ", ".join(map(escaped, archive.files)) or "none"
                     if key is None:
                         raise GlensideError(f"{path}: an .npz holding "
-                                            f"{len(archive.files)} arrays ({held}); give "
-                                            "a .npy file")
+                                            f"{len(archive.files)} arrays "
+                                            f"({_held(archive.files)}); give a .npy file")
                     if key not in archive.files:
-                        raise GlensideError(f"{path}: no array {quoted(key)} (it has: {held})")
+                        raise GlensideError(f"{path}: no array {quoted(key)} "
+                                            f"(it has: {_held(archive.files)})")
                     arrays[key] = np.asarray(archive[key])
                 return arrays
         with open(path, "rb") as handle:
