@@ -47,9 +47,13 @@ class _Mixes(Exception):
 
 def batch_size(program: Program) -> int:
     """The batch size N when every input is an integer tensor (an int8 program's: the
-    accelerator's) leading with the same N ≥ 2, else 1."""
-    leading = {decl.shape[0] if decl.shape else 1 for decl in program.inputs()}
-    if len(leading) != 1 or not all(DTYPES[decl.dtype].integer for decl in program.inputs()):
+    accelerator's) of rank 3 or more leading with the same N ≥ 2, else 1. A matrix (N, K)
+    is not a batch: its rows are what one array call streams, one layer for all of them
+    (splitting a dense layer's 5 rows made 5 layers)."""
+    inputs = program.inputs()
+    leading = {decl.shape[0] if decl.shape else 1 for decl in inputs}
+    if (len(leading) != 1 or not all(DTYPES[decl.dtype].integer for decl in inputs)
+            or any(len(decl.shape) < 3 for decl in inputs)):
         return 1
     return max(1, leading.pop())
 
