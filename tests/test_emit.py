@@ -829,7 +829,7 @@ def test_harness_rejects_wrong_shape_dtype_and_names(built: dict[str, Built],
     run = built["small_cnn"]
     wrong_shape, wrong_dtype = tmp_path / "shape.npy", tmp_path / "dtype.npy"
     np.save(wrong_shape, np.zeros((1, 1, 16, 15), dtype=np.int8))
-    np.save(wrong_dtype, np.zeros((1, 1, 16, 16), dtype=np.int16))
+    np.save(wrong_dtype, np.zeros((1, 1, 16, 16), dtype=np.float64))  # int16 would fit
     failures = {
         "shape": _harness(run, f"image={wrong_shape}"),
         "dtype": _harness(run, f"image={wrong_dtype}"),
@@ -840,7 +840,7 @@ def test_harness_rejects_wrong_shape_dtype_and_names(built: dict[str, Built],
     for what, completed in failures.items():
         assert completed.returncode != 0, what
     assert "shape (1, 1, 16, 15), expected (1, 1, 16, 16)" in failures["shape"].stderr
-    assert "dtype '<i2', expected '<i1'" in failures["dtype"].stderr
+    assert "dtype '<f8', expected '<i1'" in failures["dtype"].stderr
     assert "missing input" in failures["missing"].stderr
     assert "unknown input" in failures["unknown"].stderr
 
