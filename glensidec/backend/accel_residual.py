@@ -337,7 +337,11 @@ def _producer(lowered: LoweredProgram, view: View, pooling: bool = True
     return None
 
 
-def _find(lowered: LoweredProgram, index: int, weights: dict[str, Array]) -> _Found | None:
+def two_int8_form(lowered: LoweredProgram, index: int, weights: dict[str, Array]
+                  ) -> tuple[_Requantized, list[int]] | None:
+    """The residual form of the fused loop at `index` when exactly two of its leaves are
+    run-time int8 tensors (the rest constants) and its linear part reads both: the form
+    and those two leaves."""
     fused = lowered.instructions[index]
     assert isinstance(fused, Fused)
     values: list[FormValue] = []
@@ -355,6 +359,16 @@ def _find(lowered: LoweredProgram, index: int, weights: dict[str, Array]) -> _Fo
     form = residual_form(fused, values)
     if form is None or {leaf for leaf, _ in form.linear.coefficients} != set(runtime):
         return None
+    return form, runtime
+
+
+def _find(lowered: LoweredProgram, index: int, weights: dict[str, Array]) -> _Found | None:
+    fused = lowered.instructions[index]
+    assert isinstance(fused, Fused)
+    pair = two_int8_form(lowered, index, weights)
+    if pair is None:
+        return None
+    form, runtime = pair
     destination = lowered.buffer_of(fused.dst)
     if destination.dtype != "i8" or not lowered.is_whole(fused.dst) or \
             lowered.writers().get(fused.dst.buffer) != [index]:

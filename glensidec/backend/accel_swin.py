@@ -42,7 +42,7 @@ from glensidec.backend.accel_layers import (
     evaluate_buffer,
     scalar_value,
 )
-from glensidec.backend.accel_residual import FormValue, Linear, residual_form
+from glensidec.backend.accel_residual import FormValue, Linear, residual_form, two_int8_form
 from glensidec.backend.accel_softmax_exp import _relaid
 from glensidec.backend.lower import (
     ACTIVATION,
@@ -897,22 +897,10 @@ def _traced_residual(lowered: LoweredProgram, index: int, weights: dict[str, Arr
     from glensidec.backend.accel_pool import PADDING, trace_layer_rows
     fused = lowered.instructions[index]
     assert isinstance(fused, Fused)
-    values: list[FormValue] = []
-    runtime: list[int] = []
-    for leaf, view in enumerate(fused.leaves):
-        scalar = scalar_value(lowered, view, weights, index)
-        if scalar is not None:
-            values.append(scalar)
-        else:
-            values.append(Linear(((leaf, 1),), 0))
-            runtime.append(leaf)
-    if len(runtime) != 2 or any(lowered.buffer_of(fused.leaves[leaf]).dtype != "i8"
-                                for leaf in runtime):
+    found = two_int8_form(lowered, index, weights)
+    if found is None or found[0].product:
         return False
-    form = residual_form(fused, values)
-    if form is None or form.product or \
-            {leaf for leaf, _ in form.linear.coefficients} != set(runtime):
-        return False
+    form, runtime = found
     for y_leaf in runtime:
         y_view = fused.leaves[y_leaf]
         if lowered.readers().get(y_view.buffer) != [index]:
