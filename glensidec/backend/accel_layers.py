@@ -929,28 +929,32 @@ def zero_padding_mask(lowered: LoweredProgram, name: str, before: int,
     """1 where buffer `name` (flat) holds zero padding (a `Fill` wrote it, or a copy of
     such), 0 where it holds run-time data; the fills go to `fills`. None when the padding
     could not be changed without changing what another instruction reads (a buffer on the
-    way has other readers) or is not zero padding."""
+    way that holds padding has other readers) or is not zero padding."""
     buffer = lowered.buffers[name]
     mask = np.zeros(buffer.elements, dtype=np.int64)
     writers = lowered.writers().get(name, [])
     if buffer.kind != ACTIVATION or not writers or max(writers) >= before or not all(
             isinstance(lowered.instructions[index], Fill | Copy) for index in writers):
         return mask  # data
-    if len(lowered.readers().get(name, [])) != 1:
-        return None
+    found: list[int] = []
     for index in writers:
         writer = lowered.instructions[index]
         if isinstance(writer, Fill):
             if writer.minimum or writer.value != 0:
                 return None
             store_view(writer.dst, mask, np.ones(writer.dst.shape, np.int64))
-            fills.append(index)
+            found.append(index)
         else:
             assert isinstance(writer, Copy)
-            source = zero_padding_mask(lowered, writer.src.buffer, index, fills)
+            source = zero_padding_mask(lowered, writer.src.buffer, index, found)
             if source is None:
                 return None
             store_view(writer.dst, mask, view_array(writer.src, source))
+    # Other readers see the fills' values too; a buffer of data alone (a layer's result
+    # copied back to NCHW, which a residual add reads as well) changes for no one.
+    if found and len(lowered.readers().get(name, [])) != 1:
+        return None
+    fills.extend(found)
     return mask
 
 
