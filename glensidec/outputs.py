@@ -86,13 +86,17 @@ def _file_mode() -> int:
     return 0o666 & ~_umask()
 
 
-def _make_parent(path: Path) -> None:
+def _make_parent(path: Path, given: str | Path | None = None) -> None:
+    """Create `path`'s missing parents; an error names `given`, the path as the user wrote
+    it (`path` may be resolved: /proc/self/x is /proc/1234/x)."""
+    shown = Path(path if given is None else given)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
-        raise GlensideError(f"cannot write {path}: {path.parent} is not a directory") from None
+        raise GlensideError(f"cannot write {shown}: {shown.parent} is not a directory"
+                            ) from None
     except OSError as error:
-        raise GlensideError(f"cannot write {path}: cannot create {path.parent}: "
+        raise GlensideError(f"cannot write {shown}: cannot create {shown.parent}: "
                             f"{_reason(error)}") from None
 
 
@@ -112,6 +116,21 @@ def check_writable_file(path: Path) -> None:
         raise GlensideError(f"cannot write {path}: it is not a regular file")
     if not os.access(path, os.W_OK):
         raise GlensideError(f"cannot write {path}: permission denied")
+
+
+def check_can_create(path: Path) -> None:
+    """Refuse `path` by its own name when its directory cannot be made or written in: a
+    command that writes siblings of it first (quantize's PATH.json, transform's OUT.npz)
+    would otherwise name the sibling, a file the user never gave. Creates missing parent
+    directories (call it once the files' contents are ready)."""
+    _make_parent(path)
+    try:  # a file made and removed: what writing one needs (root passes access checks)
+        handle, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial",
+                                        dir=path.parent)
+    except OSError as error:
+        raise GlensideError(f"cannot write {path}: {_reason(error)}") from None
+    os.close(handle)
+    os.unlink(name)
 
 
 def write_file(path: str | Path, content: bytes | str) -> None:
@@ -243,7 +262,7 @@ def write_directory(outdir: str | Path, files: dict[str, bytes], *, force: bool 
     if force and path.is_dir() and any(path.iterdir()):
         _replace_own_files(path, content)
         return
-    _make_parent(path)
+    _make_parent(path, outdir)
     try:
         _swap_in(path, content)
     except OSError as error:

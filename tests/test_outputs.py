@@ -86,6 +86,8 @@ def command(kind: str, sources: dict[str, Path], target: str) -> list[str | Path
                 target]
     if kind == "import":
         return ["import", sources["tiny.onnx"], "-o", target]
+    if kind == "transform":
+        return ["transform", EXAMPLES / "digits_cnn.gs", "--group", "c2:2", "-o", target]
     return ["quantize", sources["tiny.gs"], "--calibrate", sources["calib.npz"], "-o", target]
 
 
@@ -193,14 +195,17 @@ def test_unwritable_parent_is_one_clean_line(sources: dict[str, Path], tmp_path:
         locked.chmod(0o755)
 
 
-@pytest.mark.parametrize("kind", ["compile", "import", "quantize"])
-def test_impossible_paths_are_one_clean_line(kind: str, sources: dict[str, Path],
+@pytest.mark.parametrize("kind", ["compile", "import", "quantize", "transform"])
+@pytest.mark.parametrize("where", ["/proc/self/no-such-dir/out", "/proc/out"])
+def test_impossible_paths_are_one_clean_line(kind: str, where: str, sources: dict[str, Path],
                                              tmp_path: Path,
                                              capsys: pytest.CaptureFixture[str]) -> None:
-    target = "/proc/self/no-such-dir/out" + (".gs" if kind == "quantize" else "")
+    """One line naming the path given (quantize and transform write a sibling first, its
+    .json or .npz: the error named that file, one the user never gave)."""
+    target = where + (".gs" if kind in ("quantize", "transform") else "")
     assert run_cli(*command(kind, sources, target), cwd=tmp_path) == 1
     err = capsys.readouterr().err
-    assert err.startswith("error: cannot write") and err.count("\n") == 1, err
+    assert err.startswith(f"error: cannot write {target}: ") and err.count("\n") == 1, err
 
 
 # -- single files -------------------------------------------------------------------------------

@@ -88,6 +88,7 @@ from glensidec.lang.typecheck import (
     require_access_result,
 )
 from glensidec.outputs import (
+    check_can_create,
     check_sibling_files,
     check_writable_file,
     file_digests,
@@ -625,6 +626,7 @@ def save_quantized(quantized: QuantizedProgram, path: str | Path, force: bool = 
                                                        tensors=relocated))
     files = {path.name: text.encode(), weights_file.name: npz_bytes(quantized.weights)}
     metadata = {**quantized.metadata(), "files": file_digests(files)}
+    check_can_create(path)
     # The record goes first and the program last: a program on disk always has its weights
     # and parameters beside it.
     write_file(record, json.dumps(metadata, indent=1, sort_keys=True) + "\n")

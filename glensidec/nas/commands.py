@@ -26,7 +26,7 @@ from glensidec.lang.terms import Program
 from glensidec.lang.typecheck import check_program
 from glensidec.nas import transforms as T
 from glensidec.nas.graph import Graph, lift, lower
-from glensidec.outputs import check_writable_file, write_file
+from glensidec.outputs import check_can_create, check_writable_file, write_file
 
 if TYPE_CHECKING:
     from glensidec.nas.cost import Cost
@@ -139,6 +139,7 @@ def write_outputs(program: Program, weights: dict[str, np.ndarray], output: Path
     text = format_program(program)
     header = HEADER.format(program=_sha256(text.encode()), weights=_sha256(weights_bytes),
                            npz=npz.name)
+    check_can_create(output)
     existed = npz.exists()
     # The weights first: a program on disk always has its weights beside it.
     write_file(npz, weights_bytes)
