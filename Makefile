@@ -12,7 +12,7 @@ STAMP  := $(VENV)/.deps-stamp
 # pytest-xdist workers for the test suites: one per core by default; JOBS=1 runs serially.
 JOBS   ?= auto
 
-.PHONY: all demo test quick sim lint bench install clean
+.PHONY: all demo test unit-tests rtl-tests quick sim lint bench install clean
 
 all: test
 
@@ -52,13 +52,31 @@ lint: install
 	$(BIN)/ruff check glensidec tests $(wildcard sim bench)
 	$(BIN)/mypy
 
+# The unit tests and the RTL testbenches run side by side: alone, the RTL suite keeps two
+# cores busy only part of the time (a worker waits for a build the other one makes, the
+# last tests run alone), and so does the end of the unit tests. make -O prints each
+# suite's output whole when it ends. (JOBS=1: one after the other, one test at a time.)
+# --dist worksteal: an idle worker takes tests from the end of the other's queue (the
+# default hands out tests in order, so a long co-simulation near the end ran alone);
+# tests/conftest.py puts the co-simulating modules first.
+ifeq ($(JOBS),1)
 test: lint
-	$(BIN)/pytest -q -n $(JOBS) tests
+	$(MAKE) --no-print-directory unit-tests rtl-tests
+else
+test: lint
+	$(MAKE) --no-print-directory -j2 -Otarget unit-tests rtl-tests
+endif
+
+# (the two halves of `make test`, after its set-up and lint)
+unit-tests:
+	$(BIN)/pytest -q -n $(JOBS) --dist worksteal tests
+
+rtl-tests:
 	$(MAKE) -C sim PYTHON=$(abspath $(BIN))/python JOBS=$(JOBS)
 
 # The quick subset: no C builds, no simulation, no fuzzing (the tests marked `slow`).
 quick: lint
-	$(BIN)/pytest -q -n $(JOBS) -m "not slow" tests
+	$(BIN)/pytest -q -n $(JOBS) --dist worksteal -m "not slow" tests
 
 sim: install
 	$(MAKE) -C sim PYTHON=$(abspath $(BIN))/python JOBS=$(JOBS)

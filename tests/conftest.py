@@ -114,9 +114,15 @@ def save_inputs(inputs: dict[str, Any], workdir: Path) -> list[str]:
     return arguments
 
 
+# The tests build OUTDIR's C program and its co-simulation library at -O1: the default -O3
+# takes about twice the compile time (tests/test_emit.py builds the examples as `make`
+# does), and `make sim` at the same level as `make` keeps OUTDIR's recorded flags.
+C_OPT = "OPT=-O1"
+
+
 def run_c_program(outdir: Path, arguments: list[str], output: Path) -> np.ndarray[Any, Any]:
     """`make` OUTDIR's C program and run it on `arguments`: its result."""
-    run_checked(["make", "-s", "-C", str(outdir), "OPT=-O1"])
+    run_checked(["make", "-s", "-C", str(outdir), C_OPT])
     run_checked([str(outdir / "model"), *arguments, "-o", str(output)])
     return np.load(output)
 
@@ -133,9 +139,10 @@ class Cosimulation:
 def cosimulate(outdir: Path, arguments: list[str], output: Path, sim_cache: Path,
                *options: str) -> Cosimulation:
     """`make -C OUTDIR sim` on `arguments` (`options`: more make variables, e.g.
-    `DEQUANTIZE=1`), its result written to `output`."""
+    `DEQUANTIZE=1`), its result written to `output`. The library it loads is built at the
+    tests' C_OPT (as `make sim OPT=...` would by hand)."""
     done = run_checked(["make", "-C", str(outdir), "sim", f"INPUTS={' '.join(arguments)}",
-                        f"OUTPUT={output}", *options], timeout=1800,
+                        f"OUTPUT={output}", C_OPT, *options], timeout=1800,
                        env={**os.environ, "GLENSIDEC_SIM_CACHE": str(sim_cache)})
     report = json.loads((outdir / "cosim_report.json").read_text())
     return Cosimulation(np.load(output), report, done.stdout)
@@ -183,3 +190,25 @@ def assert_calls_match_the_model(report: dict[str, Any]) -> None:
     assert report["status"] == 0
     for call in report["calls"]:
         assert call["data_ok"] and call["simulated_cycles"] == call["predicted_cycles"]
+
+
+# -- order ----------------------------------------------------------------------------------
+
+
+def _weight(item: pytest.Item) -> int:
+    """0: builds and runs the RTL, 1: otherwise slow, 2: quick."""
+    if item.get_closest_marker("rtl"):
+        return 0
+    return 1 if item.get_closest_marker("slow") else 2
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Modules that co-simulate run first, then the other slow ones, then the quick ones,
+    each module's tests together and in their order (module-scoped fixtures are set up
+    once). pytest-xdist (`--dist worksteal`) hands the first half to one worker and the
+    second to the other, and an idle worker takes tests from the end of the other's queue:
+    a co-simulation of minutes that started last would leave one core idle meanwhile."""
+    weights: dict[Path, int] = {}
+    for item in items:
+        weights[item.path] = min(weights.get(item.path, 2), _weight(item))
+    items.sort(key=lambda item: weights[item.path])  # stable: each module's order kept
