@@ -31,6 +31,7 @@ LayerNormalization and GELU stay on the host (the report lists them as host rows
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
+from functools import lru_cache
 from itertools import pairwise
 
 import numpy as np
@@ -116,7 +117,17 @@ def trace_source(lowered: LoweredProgram, name: str, before: int, depth: int = 0
         return trace_writers(lowered, name, writers, depth, trace_source)
     if buffer.dtype != "i8":
         return None
-    return name, np.arange(buffer.elements), np.zeros(buffer.elements, np.int64)
+    return name, *_identity(buffer.elements)
+
+
+@lru_cache(maxsize=8)
+def _identity(elements: int) -> tuple[np.ndarray, np.ndarray]:
+    """(origin, fill) of a buffer that is its own source: each element itself, no fill;
+    read-only, made once per size (a swin_t's 3,648 operands trace back to a few
+    projections' results, each as large as its whole projection)."""
+    origin, fill = np.arange(elements), np.zeros(elements, np.int64)
+    origin.flags.writeable = fill.flags.writeable = False
+    return origin, fill
 
 
 def _run(origin: Array) -> int | None:
@@ -162,15 +173,11 @@ def _product_layer(lowered: LoweredProgram, builder: LayerBuilder, index: int,
     bias_vector, multiplier_vector = per_column(bias), per_column(chain.multiplier)
     if bias_vector is None or multiplier_vector is None:
         return None
-    quant = LayerQuant(EpilogueConfig(chain.pre, chain.post, chain.zero_point, chain.low,
-                                      chain.high), tuple(bias_vector), tuple(multiplier_vector),
-                       residual=None if rows_mode is None else rows_mode.config)
+    epilogue = EpilogueConfig(chain.pre, chain.post, chain.zero_point, chain.low, chain.high)
+    if not _fits(accel, rows, depth, cols, epilogue,
+                 None if rows_mode is None else rows_mode.config):
+        return None  # too big for the memories: the call stays on the array
     name = chain.dst.buffer
-    try:
-        check_fits(accel, ConvLayer(name, height=rows, width=1, channels=depth,
-                                    out_channels=cols), quant)
-    except GlensideError:  # too big for the memories: the call stays on the array
-        return None
     before: list[Instruction] = []
     if b_first is not None:
         b_view = contiguous(traced_b[0], (depth, cols), b_first)
@@ -199,6 +206,21 @@ def _product_layer(lowered: LoweredProgram, builder: LayerBuilder, index: int,
         layer = replace(layer, residual=rows_mode.values, residual_add=rows_mode.config)
         before = [*rows_mode.packing, *before]
     return [*before, layer]
+
+
+@lru_cache(maxsize=256)
+def _fits(accel: AccelConfig, rows: int, depth: int, cols: int, epilogue: EpilogueConfig,
+          residual: ResidualConfig | None) -> bool:
+    """Whether a product layer of M = rows, K = depth, N = cols with this epilogue and
+    residual add fits the memories and the epilogue's arithmetic (`check_fits`, which reads
+    no more of the layer): asked once per shape (a swin_t's 1,824 products have a few)."""
+    quant = LayerQuant(epilogue, (0,) * cols, (1,) * cols, residual=residual)
+    try:
+        check_fits(accel, ConvLayer("", height=rows, width=1, channels=depth,
+                                    out_channels=cols), quant)
+    except GlensideError:
+        return False
+    return True
 
 
 @dataclass(frozen=True)

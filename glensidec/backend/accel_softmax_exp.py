@@ -456,8 +456,7 @@ def _relaid(lowered: LoweredProgram, name: str, keys: int, pitch: int, target: s
         return None
     moved: dict[int, list[Instruction]] = {}
     for position, instruction in enumerate(lowered.instructions):
-        views = [*instruction.reads(), instruction.dst]
-        if all(view.buffer != name for view in views):
+        if name not in instruction.read_buffers and instruction.dst.buffer != name:
             continue
         if isinstance(instruction, AccelLayer):
             layer = _relaid_layer(instruction, name, keys, pitch, target)

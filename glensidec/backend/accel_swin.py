@@ -23,6 +23,7 @@ copies go too.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 import numpy as np
 
@@ -434,21 +435,20 @@ def _bias_layers(lowered: LoweredProgram, index: int, found: _BiasAdd,
     assert isinstance(fused, Fused)
     diagonal = np.zeros(n, np.int64)
     diagonal[found.columns] = 1  # s·1 on the array (the gaps: 0)
+    packed_of: dict[int, Array] = {}
     for start, stop in runs:
         bias = np.full(n, GAP_BIAS, np.int64)
         bias[found.columns] = found.bias[start]
         m = stop - start
         name = found.dst
         geometry = ConvLayer(name, m, 1, n, n, groups=n)
-        quant = LayerQuant(found.epilogue, tuple(int(v) for v in bias),
-                           (found.multiplier,) * n, residual=added)
-        try:
-            check_fits(accel, geometry, quant)
-        except GlensideError:
+        if not _depthwise_fits(accel, m, n, found.epilogue, added):
             return 0  # the host adds the bias
         rows_of = ((Axis(m, n),), (Axis(n, 1),))
         scores = View(found.scores, int(found.score_bases[start]), rows_of)
-        packed = depthwise_weight_matrix(geometry, accel.cols, diagonal)
+        if m not in packed_of:  # (the runs' weights differ only in their rows)
+            packed_of[m] = depthwise_weight_matrix(geometry, accel.cols, diagonal)
+        packed = packed_of[m]
         layers.append(AccelLayer(
             f"{fused.note}: windows {start}..{stop - 1}, the bias per column, c·s as s "
             f"plus the early residual {found.factor - 1}·s",
@@ -464,6 +464,20 @@ def _bias_layers(lowered: LoweredProgram, index: int, found: _BiasAdd,
             group_cols=accel.cols, residual=scores, residual_add=added))
     lowered.instructions[index:index + 1] = layers
     return len(layers) - 1
+
+
+@lru_cache(maxsize=256)
+def _depthwise_fits(accel: AccelConfig, m: int, n: int, epilogue: EpilogueConfig,
+                    residual: ResidualConfig) -> bool:
+    """Whether a depthwise 1×1 layer of m rows of n columns with this epilogue and early
+    residual add fits (`check_fits` reads no bias or multiplier): asked once per shape, not
+    once per run of windows."""
+    quant = LayerQuant(epilogue, (0,) * n, (1,) * n, residual=residual)
+    try:
+        check_fits(accel, ConvLayer("", m, 1, n, n, groups=n), quant)
+    except GlensideError:
+        return False
+    return True
 
 
 # -- a sum that several requantizes read in parts, requantized in its loop ----------------
