@@ -45,7 +45,9 @@ typedef struct {
   int64_t dispatched; /* commands dispatched when the run ended (a stopped run: how far) */
 } gs_timing;
 
-/* A FIFO of int64 that grows as needed (the Python model's deques). */
+/* A FIFO of int64 that grows as needed (the Python model's deques). Its capacity is a
+ * power of two (64, doubled when full), so positions wrap with a mask: a division per
+ * push and pop was a large part of a cycle's cost. */
 typedef struct {
   int64_t *items;
   int64_t head, count, capacity;
@@ -58,13 +60,13 @@ static int fifo_push(fifo *queue, int64_t value) {
     if (items == NULL)
       return -1;
     for (int64_t i = 0; i < queue->count; ++i)
-      items[i] = queue->items[(queue->head + i) % queue->capacity];
+      items[i] = queue->items[(queue->head + i) & (queue->capacity - 1)];
     free(queue->items);
     queue->items = items;
     queue->head = 0;
     queue->capacity = capacity;
   }
-  queue->items[(queue->head + queue->count) % queue->capacity] = value;
+  queue->items[(queue->head + queue->count) & (queue->capacity - 1)] = value;
   queue->count += 1;
   return 0;
 }
@@ -73,7 +75,7 @@ static int64_t fifo_front(const fifo *queue) { return queue->items[queue->head];
 
 static int64_t fifo_pop(fifo *queue) {
   int64_t value = queue->items[queue->head];
-  queue->head = (queue->head + 1) % queue->capacity;
+  queue->head = (queue->head + 1) & (queue->capacity - 1);
   queue->count -= 1;
   return value;
 }
@@ -188,6 +190,34 @@ static void advance_rows(model *m, const gs_command *tile, int64_t k) {
  * stepped: checking costs about as much as a cycle). */
 #define PLAIN_MIN_ROWS 8
 
+/* The load unit through a stretch of up to `k` plain cycles from `cycle` (see step()):
+ * it takes a slot a cycle and its row writes fall due, as stepping would, and the stretch
+ * ends before a cycle in which a load's last row is written (its tokens move other
+ * units) or a queued load is accepted (`l_valid`, which nothing in the stretch changes,
+ * and one slot or none left). Returns the stretch's cycles (>= 1: its first cycle has
+ * neither; the caller checked), or -1 when out of memory. The rest of a plain cycle does
+ * not read the load unit, so the array's rows go on as if it were idle. */
+static int64_t plain_loads(model *m, int64_t cycle, int64_t k, int l_valid,
+                           gs_timing *timing) {
+  for (int64_t j = 0; j < k; ++j) {
+    int64_t now = cycle + j;
+    int wr_en = m->writes.count && fifo_front(&m->writes) == now;
+    if (j > 0 && ((wr_en && m->track_written + 1 == fifo_front(&m->track_rows)) ||
+                  (l_valid && m->dma_slots.count <= 1)))
+      return j;
+    if (wr_en) {
+      fifo_pop(&m->writes);
+      m->track_written += 1;
+    }
+    if (m->dma_slots.count) {
+      timing->load_busy_cycles += 1;
+      if (fifo_pop(&m->dma_slots) && fifo_push(&m->writes, now + 1 + m->latency))
+        return -1;
+    }
+  }
+  return k;
+}
+
 /* One cycle, or (a plain cycle: see below) a stretch of plain cycles at once; `*cycles`
  * is how many it took. Returns 1 when it writes main memory, 0 when not, -1 when out of
  * memory, -3 when the program reads a residual and a weight row from one bank at once. */
@@ -278,16 +308,19 @@ static int step(model *m, int64_t cycle, int64_t limit, gs_timing *timing, int64
 
   /* A plain cycle: the array takes a row of its tile (not the tile's last, nor one that
    * emits) and nothing else moves — the weight streamer done or held (its last beat until
-   * its bank has drained, at least), no load issuing,
-   * arriving or accepted, nothing dispatched, no row in the delay line that emits, the
-   * store path and the epilogue idle or waiting for rows. Nothing a plain cycle changes
-   * (the streamer's row count and address, the delay line, the row count) is read by
-   * these conditions, so the next cycles are plain too until the tile's last row: they
-   * are taken at once, with the state they leave (exactly what stepping would give). */
+   * its bank has drained, at least), no load accepted nor a load's last row written
+   * (a load may be issuing and its rows arriving: `plain_loads`), nothing dispatched, no
+   * row in the delay line that emits, the store path and the epilogue idle or waiting for
+   * rows. Nothing a plain cycle changes (the streamer's row count and address, the delay
+   * line, the row count, the load unit's slots and writes) is read by these conditions,
+   * so the next cycles are plain too until the tile's last row or the load unit's next
+   * event: they are taken at once, with the state they leave (exactly what stepping would
+   * give). (Stretches with loads in flight halve the steps of a layer whose bands and
+   * weights stream in while the array computes.) */
   *cycles = 1;
   if (a_issued && a_fire && m->a_left >= PLAIN_MIN_ROWS && !a_last && !m->q_emit &&
       !cmd[m->a_cmd].emit && en && !w_issue && !w_fire && !w_start && !l_accept &&
-      !load_busy && !wr_en && !m->writes.count && !dispatch && !store_pop && !config_pop &&
+      !track_done && !dispatch && !store_pop && !config_pop &&
       !s_accept && !write && !admit && !pool_issue && !m->q2_valid && !lane_step &&
       !epi_out_fire && !m->s1_valid && !m->epi_fifo && !m->out_rows && !m->tags_emit) {
     int64_t k = m->a_left - 1; /* the stretch ends before the tile's last row */
@@ -296,6 +329,11 @@ static int step(model *m, int64_t cycle, int64_t limit, gs_timing *timing, int64
       k = held; /* a held last weight beat goes once its bank has drained */
     if (k > limit - cycle)
       k = limit - cycle;
+    if (load_busy || m->writes.count) {
+      k = plain_loads(m, cycle, k, l_valid, timing);
+      if (k < 0)
+        return -1;
+    }
     for (int b = 0; b < 2; ++b)
       m->drain[b] = m->drain[b] > k ? m->drain[b] - k : 0;
     m->q_valid = 1;
@@ -405,7 +443,7 @@ static int step(model *m, int64_t cycle, int64_t limit, gs_timing *timing, int64
     m->tags_emit += (a_fire && a_emit) - (m->tag_valid[m->tag_pos] && m->tag_emit[m->tag_pos]);
     m->tag_valid[m->tag_pos] = (uint8_t)a_fire;
     m->tag_emit[m->tag_pos] = (uint8_t)a_emit;
-    m->tag_pos = (m->tag_pos + 1) % m->lat;
+    m->tag_pos = m->tag_pos + 1 == m->lat ? 0 : m->tag_pos + 1; /* (no division) */
     timing->compute_rows += a_fire;
   } else {
     timing->array_stall_cycles += 1;
