@@ -1177,10 +1177,10 @@ def best_conv_table(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
     # Each table is packed into a buffer of its own, taken back when its candidate is
     # ruled out: memory fresh from the system costs the kernel more to hand out (its
     # pages zeroed on first touch) than packing costs, and the one chosen is not packed
-    # again.
+    # again. The buffers left over stay for the next layer's search (SPARE_BUFFERS).
     priced: list[tuple[int, AccelTiming]] = []  # (place in the order, timing)
     kept: dict[int, _Candidate] = {}
-    spare: list[PackBuffer] = []
+    spare = _spare_buffers
 
     def rank(entry: tuple[int, AccelTiming]) -> tuple[int, int, int]:
         place, timing = entry  # the rule's key, ties to the first
@@ -1265,7 +1265,16 @@ def best_conv_table(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
     program = chosen.program
     if commands:
         program = replace(program, commands=commands_of(chosen.stream()))
+    # the largest few stay (a pool as large as one layer's candidates: their pages stay
+    # mapped, where a layer's own buffers had the kernel zero every page of them anew)
+    spare.sort(key=lambda buffer: len(buffer.rows))
+    del spare[:-SPARE_BUFFERS]
     return program, chosen.table, timing
+
+
+#: Table buffers best_conv_table keeps from one layer's search for the next's.
+SPARE_BUFFERS = 3
+_spare_buffers: list[PackBuffer] = []
 
 
 @dataclass
