@@ -2066,13 +2066,16 @@ def _window_steps(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
     slabs = [(0 if oy0 == 0 else band.rows(oy0), band.rows(oy0 + rows_here))
              for oy0, rows_here in chunk_list]
 
+    buffer_planes = [[(_band_region(buffer, plane),) for plane in range(len(band.planes))]
+                     for buffer in (0, 1)]
+
     def band_slabs(chunk: int) -> list[tuple[_Region, ...]]:
         """Per plane, the band regions a compute of `chunk` on it reads (one_band: the
         slabs its rows meet, found once for every plane; else the chunk's band buffer's
         plane)."""
         planes = range(len(band.planes))
-        if not one_band:
-            return [(_band_region(band_buffer_of(chunk), plane),) for plane in planes]
+        if not one_band:  # (the same two lists for every chunk, made once)
+            return buffer_planes[band_buffer_of(chunk)]
         oy0, rows_here = chunk_list[chunk]
         low, high = oy0 * band.stride_y, (oy0 + rows_here - 1) * band.stride_y + band.reach
         meeting = [index for index, (first, end) in enumerate(slabs)
