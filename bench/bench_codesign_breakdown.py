@@ -5,13 +5,12 @@ The fixed-machine search's pick (c2 bottlenecked by 2 and strided, c3 by 2) comp
 `glensidec compile` does for a few machines; each accelerator layer's commands run on
 `AccelModel` (the RTL's cycles, checked equal to the compile's prediction) with a trace:
 when its DMA issued load slots, when rows entered the array, when results were written.
-Then two levers no parameter of ws_accel offers today, priced by running the same commands
-on the model changed (what-ifs, not RTL):
+The machines with "N rows a DMA write" have ws_dma_load's groups (built, in the RTL and
+both cycle models: rows that lie end to end, weight blocks and whole lines of a map, go
+into the scratchpad N a write, several a bus beat); until they were built this column was
+a what-if on the weights alone. One lever no parameter of ws_accel offers, priced by
+running the same commands on the model changed (a what-if, not RTL):
 
-- **weight rows a beat (DMA)**: ws_dma_load writes one scratchpad row a cycle, so a weight
-  block of K rows takes K slots whatever the bus; with W rows a beat (a scratchpad write
-  port W rows wide), a contiguous weight load of K rows of L bytes is priced as K/W rows of
-  W*L bytes (`wide_weight_loads`);
 - **weight rows a cycle (array)**: ws_ctrl shifts one weight row a cycle into the array, so
   a K fold's weights take ROWS cycles before its first activation; with W (each column's
   shift chain cut in W segments fed at once) they take ROWS/W. Priced by counting ROWS/W
@@ -48,9 +47,12 @@ from glensidec.nas.cost import quantized  # noqa: E402
 PICK = {"c2": "bottleneck:2", "c2.maxpool": "stride", "c3": "bottleneck:2"}
 MACHINES = (Machine(16, 16),  # today's accelerator: the fixed pick's machine
             Machine(16, 16, 16 * 1024, 256, 64, 16),
+            Machine(16, 16, 16 * 1024, 256, 64, 16, write_rows=4),
             Machine(16, 32, 16 * 1024, 256, 64, 16),  # --bound's fastest within the budget
-            Machine(16, 32, 16 * 1024, 256, 64, 32))  # over the budget: 32 lanes
-LEVERS = ((1, 1), (4, 1), (1, 4), (4, 4))  # (weight rows a beat, weight rows a cycle)
+            Machine(16, 32, 16 * 1024, 256, 64, 16, write_rows=2),
+            Machine(16, 32, 16 * 1024, 256, 64, 16, write_rows=4),
+            Machine(16, 32, 16 * 1024, 256, 64, 32, write_rows=4))  # 32 lanes: over it
+LEVERS = ((1, 1), (1, 4))  # (weight rows a beat, weight rows a cycle): what-ifs
 #: any table entries do: only the commands' timing is priced, not their data
 TIMING_ONLY = EpilogueConfig(table=tuple(range(-128, 128)))
 OUT = B.RESULTS / "codesign_breakdown.md"
@@ -145,7 +147,8 @@ def main() -> int:
         out += [f"## {name} ({area:,.0f} cell "
                 f"equivalents{', over the budget' if area > model.area(MACHINES[0]) else ''})",
                 "", "| layer | cycles | load slots (first-last cycle) | array rows | store "
-                "beats | " + " | ".join(f"W {b} a beat, {c} a cycle" for b, c in LEVERS[1:])
+                "beats | " + " | ".join(f"{c} weight rows a cycle (what-if)"
+                                        for _, c in LEVERS[1:])
                 + " |", "|---|---:|---:|---:|---:|" + "---:|" * (len(LEVERS) - 1)]
         sums = [0] * len(LEVERS)
         for layer in layers:
@@ -162,7 +165,7 @@ def main() -> int:
     fixed = next(iter(totals.values()))[0]
     out += ["## Against the fixed pick on today's 16x16", "",
             f"1.5x of the fixed pick's {fixed} cycles is {fixed / 1.5:.0f}.", "",
-            "| machine | today | " + " | ".join(f"W {b} a beat, {c} a cycle"
+            "| machine | today | " + " | ".join(f"{c} weight rows a cycle (what-if)"
                                                   for b, c in LEVERS[1:]) + " |",
             "|---|---:|" + "---:|" * (len(LEVERS) - 1)]
     for machine, sums in totals.items():

@@ -555,6 +555,50 @@ def area_epilogue_table(command: list[str],
     area_report()
 
 
+#: (row bytes, bus bytes, rows a write) of `--area-write`: ws_dma_load and ws_spad alone at
+#: each; a machine's cells with W rows a DMA write are its cells at 1 with these two
+#: modules' swapped (per module the accelerator's cells add up by module, as the lanes'),
+#: so each W > 1 is measured against its W = 1 at the same rows and bus.
+AREA_WRITE = [(16, 64, 1), (16, 64, 4), (16, 64, 2), (32, 64, 1), (32, 64, 2),
+              (16, 32, 1), (16, 32, 2)]
+AREA_WRITE_SPAD = (4, 4096)  # ws_spad's banks and bank rows (its bits are SRAM, not cells)
+
+
+def area_write_table(command: list[str],
+                     points: list[tuple[int, int, int]] | None = None) -> None:
+    """Synthesize `ws_dma_load` and `ws_spad` for `points` (row bytes, bus, rows a write;
+    default AREA_WRITE) into area_cells.json's "write" (kept when from today's RTL), then
+    refit and write bench/results/area.md."""
+    import json
+
+    from glensidec.hardware.area import rtl_digest
+
+    for row_bytes, bus, write_rows in points or AREA_WRITE:
+        key = f"{row_bytes}x{bus}x{write_rows}"
+        known = json.loads(AREA_JSON.read_text()).get("write", {}).get(key)
+        if known is not None and known.get("rtl") == rtl_digest():
+            continue
+        start = time.perf_counter()
+        dma = synthesize(command, "ws_dma_load", {
+            "ROW_BYTES": row_bytes, "BUS_BYTES": bus, "LATENCY": 8, "SPAD_W": 14,
+            "WRITE_ROWS": write_rows}, script=AREA_SCRIPT)
+        banks, bank_rows = AREA_WRITE_SPAD
+        spad = synthesize(command, "ws_spad", {
+            "ROW_BYTES": row_bytes, "BANKS": banks, "BANK_ROWS": bank_rows,
+            "WRITE_ROWS": write_rows}, script=AREA_SCRIPT)
+        if not dma.get("cells") or not spad.get("cells"):
+            raise RuntimeError(f"no statistics parsed for {key}")
+        measured = json.loads(AREA_JSON.read_text())  # re-read: runs may go side by side
+        measured.setdefault("write", {})[key] = {
+            "dma_cells": dma["cells"], "spad_cells": spad["cells"],
+            "spad_memory_bits": spad.get("memory bits", 0), "rtl": rtl_digest(),
+            "seconds": round(time.perf_counter() - start)}
+        print(key, measured["write"][key], flush=True)
+        AREA_JSON.write_text(json.dumps(measured, indent=1, sort_keys=True) + "\n",
+                             encoding="utf-8")
+    area_report()
+
+
 def area_report() -> None:
     from glensidec.hardware import area
 
@@ -657,6 +701,17 @@ def main() -> int:
                   "16x4,16x16)", file=sys.stderr)
             return 2
         area_epilogue_table(command, shapes)
+        return 0
+    if "--area-write" in sys.argv[1:]:  # [ROWSxBUSxW,...]: a DMA write's rows, alone
+        words = sys.argv[sys.argv.index("--area-write") + 1:][:1]
+        try:
+            points = [(int(r), int(b), int(w)) for word in words for point in word.split(",")
+                      for r, b, w in [point.split("x")]]
+        except ValueError:
+            print(f"bench_synth: --area-write {words[0]}: give ROWBYTESxBUSxW,... (e.g. "
+                  "16x64x1,16x64x4)", file=sys.stderr)
+            return 2
+        area_write_table(command, points)
         return 0
     if "--area" in sys.argv[1:]:  # [fit | held-out] [--backwards]: part of the grid
         part = sys.argv[sys.argv.index("--area") + 1:][:1]

@@ -117,6 +117,7 @@ module ws_accel #(
     parameter integer OUT_DEPTH   = 16,    // int8 result rows waiting for the store DMA (2^n)
     parameter integer EPI_LANES   = COLS,  // the epilogue's lanes: a row takes COLS/EPI_LANES cycles
     parameter integer EPI_DEPTH   = 2,     // accumulator rows waiting for them (2^n, >= 2)
+    parameter integer WRITE_ROWS  = 1,     // rows a DMA write may carry (ws_dma_load's groups)
     parameter integer CMD_W       = (216 + 64 * COLS > 296) ? 216 + 64 * COLS : 296
 ) (
     input  wire                   clk,
@@ -135,6 +136,7 @@ module ws_accel #(
 );
     localparam integer SPAD_W  = $clog2(BANKS * BANK_ROWS);
     localparam integer LEN_W   = $clog2(ROW_BYTES + 1);
+    localparam integer WN_W    = $clog2(WRITE_ROWS + 1);
     localparam integer RW      = $clog2(ROWS);          // ROWS >= 2
     localparam integer TRACK   = 1 << $clog2(LATENCY + 3);  // loads in flight, never full
     localparam integer EXEC_W  = 192;   // COMPUTE's fields and its rows-wait stamp
@@ -241,10 +243,11 @@ module ws_accel #(
 
     wire                 spad_wr_en;
     wire [SPAD_W-1:0]    spad_wr_addr;
-    wire [ROW_BYTES*8-1:0] spad_wr_data;
+    wire [WN_W-1:0]      spad_wr_rows;          // rows the DMA writes at once
+    wire [WRITE_ROWS*ROW_BYTES*8-1:0] spad_wr_data;
     wire                 l_busy;
     ws_dma_load #(.ROW_BYTES(ROW_BYTES), .BUS_BYTES(BUS_BYTES), .LATENCY(LATENCY),
-                  .COUNT_W(16), .SPAD_W(SPAD_W)) dma_load (
+                  .COUNT_W(16), .SPAD_W(SPAD_W), .WRITE_ROWS(WRITE_ROWS)) dma_load (
         .clk(clk), .rst(rst), .cmd_valid(l_valid), .cmd_ready(l_cmd_ready),
         .cmd_base(lq_head[8 +: 32]), .cmd_length(lq_head[40 +: LEN_W]),
         .cmd_count1(lq_head[48 +: 16]), .cmd_stride1(lq_head[64 +: 32]),
@@ -255,13 +258,15 @@ module ws_accel #(
         .cmd_x_step(lq_head[240 +: 16]), .cmd_width(lq_head[256 +: 16]),
         .cmd_pad_value(lq_head[272 +: 8]),
         .mem_req_valid(mem_rd_valid), .mem_req_addr(mem_rd_addr), .mem_resp_data(mem_rd_data),
-        .wr_en(spad_wr_en), .wr_addr(spad_wr_addr), .wr_data(spad_wr_data), .busy(l_busy));
+        .wr_en(spad_wr_en), .wr_addr(spad_wr_addr), .wr_rows(spad_wr_rows),
+        .wr_data(spad_wr_data), .busy(l_busy));
 
     // Loads in flight: {signal to store, signal, rows}; done when the last row is written.
     wire [33:0] track_head;
     reg  [31:0] track_written;
     wire [31:0] load_rows = lq_head[48 +: 16] * lq_head[96 +: 16];
-    wire        track_done = spad_wr_en && track_written + 32'd1 == track_head[31:0];
+    wire [31:0] wr_rows32 = {{(32-WN_W){1'b0}}, spad_wr_rows};
+    wire        track_done = spad_wr_en && track_written + wr_rows32 == track_head[31:0];
     assign le_give = track_done && track_head[32];
     assign ls_give = track_done && track_head[33];
     ws_fifo #(.WIDTH(34), .DEPTH(TRACK)) load_track (
@@ -269,7 +274,7 @@ module ws_accel #(
         .pop(track_done), .head(track_head), .empty(track_empty), .full(track_full));
     always @(posedge clk) begin
         if (rst || track_done) track_written <= 32'd0;
-        else if (spad_wr_en)   track_written <= track_written + 32'd1;
+        else if (spad_wr_en)   track_written <= track_written + wr_rows32;
     end
 
     // ---- execute unit: weight streamer (port 0) ---------------------------------------------
@@ -391,10 +396,13 @@ module ws_accel #(
     wire                   res_read;                    // a residual row read (port 2)
     wire                   spad_w_en;                   // the DMA's or the on-chip writer's
     wire [SPAD_W-1:0]      spad_w_addr;
-    wire [ROW_BYTES*8-1:0] spad_w_data;
+    wire [WN_W-1:0]        spad_w_rows;
+    wire [WRITE_ROWS*ROW_BYTES*8-1:0] spad_w_data;
     reg  [SPAD_W-1:0]      res_addr;
-    ws_spad #(.ROW_BYTES(ROW_BYTES), .BANKS(BANKS), .BANK_ROWS(BANK_ROWS)) spad (
-        .clk(clk), .wr_en(spad_w_en), .wr_addr(spad_w_addr), .wr_data(spad_w_data),
+    ws_spad #(.ROW_BYTES(ROW_BYTES), .BANKS(BANKS), .BANK_ROWS(BANK_ROWS),
+              .WRITE_ROWS(WRITE_ROWS)) spad (
+        .clk(clk), .wr_en(spad_w_en), .wr_addr(spad_w_addr), .wr_rows(spad_w_rows),
+        .wr_data(spad_w_data),
         .wr_mask({ROW_BYTES{1'b1}}),
         .rd0_en(w_issue), .rd0_addr(w_base + {{(SPAD_W-RW){1'b0}}, w_beat}), .rd0_data(rd0_data),
         .rd1_en(a_try), .rd1_addr(a_addr), .rd1_grant(rd1_grant), .rd1_data(rd1_data),
@@ -708,7 +716,15 @@ module ws_accel #(
     endgenerate
     assign spad_w_en   = spad_wr_en || oc_write;
     assign spad_w_addr = spad_wr_en ? spad_wr_addr : oc_addr;
-    assign spad_w_data = spad_wr_en ? spad_wr_data : oc_row;
+    assign spad_w_rows = spad_wr_en ? spad_wr_rows : {{(WN_W-1){1'b0}}, 1'b1};
+    generate
+        if (WRITE_ROWS == 1) begin : g_w_one
+            assign spad_w_data = spad_wr_en ? spad_wr_data : oc_row;
+        end else begin : g_w_rows   // the on-chip writer's row is the first
+            assign spad_w_data = spad_wr_en ? spad_wr_data
+                : {{((WRITE_ROWS-1)*ROW_BYTES*8){1'b0}}, oc_row};
+        end
+    endgenerate
 
     // ---- idle: every command done and every emitted row stored -------------------------------
     reg [31:0] emit_rows;   // emitting rows inside the array, not yet admitted

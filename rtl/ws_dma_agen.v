@@ -4,15 +4,19 @@
 //   base + i2*stride2 + i1*stride1
 // and, with bounds on (im2col), is padding when y = y0 + i2*y_step is outside
 // [0, height) or x = x0 + i1*x_step is outside [0, width). The addresses are kept as
-// running sums (no multiplier). `start` loads a transfer (row 0 is then current),
-// `step` moves to the next row; `last` marks the transfer's final row.
+// running sums. `start` loads a transfer (row 0 is then current), `step` moves on by
+// `step_rows` rows of the current line (1, or a group of rows ws_dma_load writes at once:
+// never past the line's end); `line_left` is the rows of the line from the current one
+// on, and `last` marks the transfer's final row (group) for the current `step_rows`.
 module ws_dma_agen #(
     parameter integer COUNT_W = 16,
-    parameter integer SPAD_W  = 14
+    parameter integer SPAD_W  = 14,
+    parameter integer STEP_W  = 1       // width of step_rows
 ) (
     input  wire               clk,
     input  wire               start,
     input  wire               step,
+    input  wire [STEP_W-1:0]  step_rows,      // >= 1
     input  wire [31:0]        cmd_base,
     input  wire [COUNT_W-1:0] cmd_count1,     // >= 1
     input  wire [31:0]        cmd_stride1,
@@ -29,14 +33,17 @@ module ws_dma_agen #(
     output reg  [31:0]        addr,
     output reg  [SPAD_W-1:0]  spad_row,
     output wire               padding,
-    output wire               last
+    output wire               last,
+    output wire [COUNT_W-1:0] line_left
 );
     reg [COUNT_W-1:0] count1, count2, i1, i2;
     reg [31:0]        stride1, stride2, line_addr;
     reg               bounds;
     reg [15:0]        y, x, x0, y_step, x_step, height, width;
 
-    wire end_of_line = (i1 == count1 - 1'b1);
+    wire [COUNT_W-1:0] rows = {{(COUNT_W-STEP_W){1'b0}}, step_rows};
+    assign line_left = count1 - i1;
+    wire end_of_line = (line_left == rows);
     assign last = end_of_line && (i2 == count2 - 1'b1);
     assign padding = bounds && ($signed(y) < 0 || $signed(y) >= $signed(height)
                                 || $signed(x) < 0 || $signed(x) >= $signed(width));
@@ -49,7 +56,7 @@ module ws_dma_agen #(
             {i1, i2, y, x} <= {{(2*COUNT_W){1'b0}}, cmd_y0, cmd_x0};
             {addr, line_addr, spad_row} <= {cmd_base, cmd_base, cmd_spad_row};
         end else if (step) begin
-            spad_row <= spad_row + 1'b1;
+            spad_row <= spad_row + {{(SPAD_W-STEP_W){1'b0}}, step_rows};
             if (end_of_line) begin
                 i1 <= {COUNT_W{1'b0}};
                 i2 <= i2 + 1'b1;
@@ -58,9 +65,10 @@ module ws_dma_agen #(
                 y <= y + y_step;
                 x <= x0;
             end else begin
-                i1 <= i1 + 1'b1;
-                addr <= addr + stride1;
-                x <= x + x_step;
+                i1 <= i1 + rows;
+                addr <= addr + (STEP_W == 1 ? stride1
+                                            : stride1 * {{(32-STEP_W){1'b0}}, step_rows});
+                x <= x + x_step;   // bounds never step by more than a row
             end
         end
     end

@@ -47,6 +47,7 @@ module ws_dma_store #(
     /* verilator lint_off UNUSEDSIGNAL */  // no scratchpad row and no padding on this side
     wire [0:0]      unused_spad;
     wire            unused_padding;
+    wire [COUNT_W-1:0] unused_left;
     /* verilator lint_on UNUSEDSIGNAL */
 
     wire [31:0] offset = row_addr & (BUS_BYTES - 1);
@@ -68,11 +69,13 @@ module ws_dma_store #(
 
     ws_dma_agen #(.COUNT_W(COUNT_W), .SPAD_W(1)) agen (
         .clk(clk), .start(accept), .step(active && in_valid && beat_last && !last_row),
+        .step_rows(1'b1),
         .cmd_base(cmd_base), .cmd_count1(cmd_count1), .cmd_stride1(cmd_stride1),
         .cmd_count2(cmd_count2), .cmd_stride2(cmd_stride2), .cmd_spad_row(1'b0),
         .cmd_bounds(1'b0), .cmd_y0(16'd0), .cmd_y_step(16'd0), .cmd_height(16'd0),
         .cmd_x0(16'd0), .cmd_x_step(16'd0), .cmd_width(16'd0),
-        .addr(row_addr), .spad_row(unused_spad), .padding(unused_padding), .last(last_row)
+        .addr(row_addr), .spad_row(unused_spad), .padding(unused_padding), .last(last_row),
+        .line_left(unused_left)
     );
 
     // Memory byte j of this beat is row byte k*BUS_BYTES + j - offset, when inside the row.

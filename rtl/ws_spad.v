@@ -12,45 +12,105 @@
 // activations in different banks so port 1 is refused only by a residual read. Write masks are per byte. A read of the row written in the
 // same cycle returns the old contents (read-before-write), as a 1R1W SRAM does.
 //
+// WRITE_ROWS > 1: the write port takes up to WRITE_ROWS consecutive rows at once (wr_addr
+// + j for j < wr_rows, row j in wr_data's j-th row; ws_dma_load's groups). The rows are
+// interleaved over WRITE_ROWS sub-banks by their low address bits (Gemmini's scratchpad
+// splits its banks likewise), so consecutive rows are in different sub-banks and each
+// sub-bank still has one write port; a read takes its row from the sub-bank its low bits
+// name. Reads and conflicts are as above (the banks are the high address bits).
+//
 // Default: 16-byte rows (a 16x16 int8 array's operand row), 4 banks x 4096 rows = 256 KiB.
 module ws_spad #(
     parameter integer ROW_BYTES = 16,
     parameter integer BANKS     = 4,
-    parameter integer BANK_ROWS = 4096
+    parameter integer BANK_ROWS = 4096,
+    parameter integer WRITE_ROWS = 1     // rows one write may carry (a power of two)
 ) (
     input  wire                     clk,
     input  wire                     wr_en,
     input  wire [$clog2(BANKS*BANK_ROWS)-1:0] wr_addr,
-    input  wire [ROW_BYTES*8-1:0]   wr_data,
+    input  wire [$clog2(WRITE_ROWS+1)-1:0] wr_rows,  // 1 .. WRITE_ROWS
+    input  wire [WRITE_ROWS*ROW_BYTES*8-1:0] wr_data,
     input  wire [ROW_BYTES-1:0]     wr_mask,   // byte b written when wr_mask[b]
     input  wire                     rd0_en,
     input  wire [$clog2(BANKS*BANK_ROWS)-1:0] rd0_addr,
-    output reg  [ROW_BYTES*8-1:0]   rd0_data,  // the cycle after rd0_en
+    output wire [ROW_BYTES*8-1:0]   rd0_data,  // the cycle after rd0_en
     input  wire                     rd1_en,
     input  wire [$clog2(BANKS*BANK_ROWS)-1:0] rd1_addr,
     output wire                     rd1_grant, // rd1_en and no conflict with port 0
-    output reg  [ROW_BYTES*8-1:0]   rd1_data,  // the cycle after a granted read
+    output wire [ROW_BYTES*8-1:0]   rd1_data,  // the cycle after a granted read
     input  wire                     rd2_en,
     input  wire [$clog2(BANKS*BANK_ROWS)-1:0] rd2_addr,
-    output reg  [ROW_BYTES*8-1:0]   rd2_data   // the cycle after rd2_en
+    output wire [ROW_BYTES*8-1:0]   rd2_data   // the cycle after rd2_en
 );
     // BANKS and BANK_ROWS are powers of two: the bank is the address above the row bits.
     localparam integer ROW_W = $clog2(BANK_ROWS);
-
-    reg [ROW_BYTES*8-1:0] mem [0:BANKS*BANK_ROWS-1];
+    localparam integer A_W   = $clog2(BANKS * BANK_ROWS);
 
     assign rd1_grant = rd1_en && !(rd0_en && (rd0_addr >> ROW_W) == (rd1_addr >> ROW_W))
                               && !(rd2_en && (rd2_addr >> ROW_W) == (rd1_addr >> ROW_W));
 
-    integer b;
-    always @(posedge clk) begin
-        if (rd0_en) rd0_data <= mem[rd0_addr];
-        if (rd1_grant) rd1_data <= mem[rd1_addr];
-        if (rd2_en) rd2_data <= mem[rd2_addr];
-        if (wr_en) begin
-            for (b = 0; b < ROW_BYTES; b = b + 1) begin
-                if (wr_mask[b]) mem[wr_addr][b*8 +: 8] <= wr_data[b*8 +: 8];
+    generate
+        if (WRITE_ROWS == 1) begin : g_one
+            /* verilator lint_off UNUSEDSIGNAL */  // one row a write
+            wire unused_rows = wr_rows[0];
+            /* verilator lint_on UNUSEDSIGNAL */
+            reg [ROW_BYTES*8-1:0] mem [0:BANKS*BANK_ROWS-1];
+            reg [ROW_BYTES*8-1:0] q0, q1, q2;
+            assign {rd0_data, rd1_data, rd2_data} = {q0, q1, q2};
+            integer b;
+            always @(posedge clk) begin
+                if (rd0_en) q0 <= mem[rd0_addr];
+                if (rd1_grant) q1 <= mem[rd1_addr];
+                if (rd2_en) q2 <= mem[rd2_addr];
+                if (wr_en) begin
+                    for (b = 0; b < ROW_BYTES; b = b + 1) begin
+                        if (wr_mask[b]) mem[wr_addr][b*8 +: 8] <= wr_data[b*8 +: 8];
+                    end
+                end
+            end
+        end else begin : g_sub
+            localparam integer SUB_W = $clog2(WRITE_ROWS);
+            // each read port: every sub-bank's row read, and which sub-bank was asked
+            wire [WRITE_ROWS*ROW_BYTES*8-1:0] q0, q1, q2;
+            reg  [SUB_W-1:0] sel0, sel1, sel2;
+            always @(posedge clk) begin
+                if (rd0_en) sel0 <= rd0_addr[SUB_W-1:0];
+                if (rd1_grant) sel1 <= rd1_addr[SUB_W-1:0];
+                if (rd2_en) sel2 <= rd2_addr[SUB_W-1:0];
+            end
+            assign rd0_data = q0[sel0*ROW_BYTES*8 +: ROW_BYTES*8];
+            assign rd1_data = q1[sel1*ROW_BYTES*8 +: ROW_BYTES*8];
+            assign rd2_data = q2[sel2*ROW_BYTES*8 +: ROW_BYTES*8];
+            genvar k;
+            for (k = 0; k < WRITE_ROWS; k = k + 1) begin : g_bank
+                localparam integer K_I = k;
+                localparam [SUB_W-1:0] K = K_I[SUB_W-1:0];
+                reg [ROW_BYTES*8-1:0] mem [0:BANKS*BANK_ROWS/WRITE_ROWS-1];
+                reg [ROW_BYTES*8-1:0] r0, r1, r2;
+                assign q0[k*ROW_BYTES*8 +: ROW_BYTES*8] = r0;
+                assign q1[k*ROW_BYTES*8 +: ROW_BYTES*8] = r1;
+                assign q2[k*ROW_BYTES*8 +: ROW_BYTES*8] = r2;
+                // the write's row j = (k - wr_addr) mod WRITE_ROWS lands here, if j < wr_rows
+                wire [SUB_W-1:0] lane = K - wr_addr[SUB_W-1:0];
+                /* verilator lint_off UNUSEDSIGNAL */  // its low bits are k
+                wire [A_W-1:0]   row  = wr_addr + {{(A_W-SUB_W){1'b0}}, lane};
+                /* verilator lint_on UNUSEDSIGNAL */
+                wire             we   = wr_en && {1'b0, lane} < wr_rows;
+                integer b;
+                always @(posedge clk) begin
+                    if (rd0_en) r0 <= mem[rd0_addr[A_W-1:SUB_W]];
+                    if (rd1_grant) r1 <= mem[rd1_addr[A_W-1:SUB_W]];
+                    if (rd2_en) r2 <= mem[rd2_addr[A_W-1:SUB_W]];
+                    if (we) begin
+                        for (b = 0; b < ROW_BYTES; b = b + 1) begin
+                            if (wr_mask[b])
+                                mem[row[A_W-1:SUB_W]][b*8 +: 8] <=
+                                    wr_data[(lane*ROW_BYTES + b)*8 +: 8];
+                        end
+                    end
+                end
             end
         end
-    end
+    endgenerate
 endmodule

@@ -81,7 +81,8 @@ def accel_config() -> AccelConfig:
     p = params()
     memory = MemoryConfig(row_bytes=p["ROW_BYTES"],
                           scratchpad_bytes=p["ROW_BYTES"] * p["BANKS"] * p["BANK_ROWS"],
-                          banks=p["BANKS"], bus_bytes=p["BUS_BYTES"], latency=p["LATENCY"])
+                          banks=p["BANKS"], bus_bytes=p["BUS_BYTES"], latency=p["LATENCY"],
+                          write_rows=p.get("WRITE_ROWS", 1))
     return AccelConfig(p["ROWS"], p["COLS"], p["ACC_DEPTH"], memory, p["QUEUE_DEPTH"],
                        p["OUT_DEPTH"], p["EPI_LANES"], p["EPI_DEPTH"])
 

@@ -1,8 +1,9 @@
 """cocotb test of ws_dma_load against accel.dma_load_reference and accel.dma_load_writes.
 
 Python plays the main memory (random bytes, every read answered exactly LATENCY cycles
-later, garbage on the bus otherwise) and offers random sequences of strided and im2col
-commands back to back. Every scratchpad write is checked: its cycle, its row, its bytes.
+later, garbage on the bus otherwise) and offers random sequences of strided, im2col and
+end-to-end (stride1 = ±length: WRITE_ROWS > 1 groups them) commands back to back. Every
+scratchpad write is checked: its cycle, its first row, its row count, every row's bytes.
 """
 
 from __future__ import annotations
@@ -40,6 +41,17 @@ def random_strided(rng: np.random.Generator, row_bytes: int, spad_row: int) -> D
                       stride2=stride2, spad_row=spad_row)
 
 
+def random_end_to_end(rng: np.random.Generator, row_bytes: int, spad_row: int) -> DmaCommand:
+    """Rows that lie end to end, ascending or descending (weights are loaded bottom row
+    first): what ws_dma_load issues in groups when a write carries several rows."""
+    length = int(rng.choice([row_bytes, int(rng.integers(1, row_bytes + 1))]))
+    count1, count2 = int(rng.integers(1, 14)), int(rng.integers(1, 3))
+    stride1 = length if rng.random() < 0.5 else -length
+    base = int(rng.integers(400, 1500))
+    return DmaCommand(base=base, length=length, count1=count1, stride1=stride1, count2=count2,
+                      stride2=int(rng.integers(0, 300)), spad_row=spad_row)
+
+
 def random_im2col(rng: np.random.Generator, row_bytes: int, spad_row: int) -> DmaCommand:
     size, channels = int(rng.integers(3, 7)), int(rng.choice([row_bytes, 2 * row_bytes, 3]))
     kernel, stride = int(rng.choice([1, 3])), int(rng.integers(1, 3))
@@ -53,6 +65,25 @@ def random_im2col(rng: np.random.Generator, row_bytes: int, spad_row: int) -> Dm
                           zero_point=int(rng.integers(0, 256)))
 
 
+def check_write(dut: Any, expected_writes: deque[tuple[int, int, int]], cycle: int,
+                expected_rows: dict[int, np.ndarray], row_bytes: int, write_rows: int) -> int:
+    """The write in this cycle is the next expected one, row for row; returns its rows."""
+    first, rows = read(dut.wr_addr), read(dut.wr_rows)
+    when, expected_first, expected_count = expected_writes.popleft()
+    assert (cycle, first, rows) == (when, expected_first, expected_count), \
+        f"write {rows} rows from {first}@{cycle}, expected {expected_count} from " \
+        f"{expected_first}@{when}"
+    got = unpack(read(dut.wr_data), write_rows * row_bytes, 8, signed=False)
+    for j in range(rows):
+        row = got[j * row_bytes:(j + 1) * row_bytes]
+        assert np.array_equal(row, expected_rows[first + j]), f"row {first + j}: {row}"
+    return int(rows)
+
+
+def write_rows_param() -> int:
+    return int(params().get("WRITE_ROWS", 1))
+
+
 def apply_command(dut: Any, command: DmaCommand) -> None:
     for name in FIELDS:
         value = int(getattr(command, name))
@@ -63,20 +94,22 @@ def apply_command(dut: Any, command: DmaCommand) -> None:
 async def random_sequences(dut: Any) -> None:
     """Sequences of 1-6 commands; each sequence runs from idle to idle."""
     row_bytes, bus, latency = params()["ROW_BYTES"], params()["BUS_BYTES"], params()["LATENCY"]
-    rng = np.random.default_rng(row_bytes * 100 + bus * 10 + latency)
+    write_rows = write_rows_param()
+    rng = np.random.default_rng(row_bytes * 100 + bus * 10 + latency + 1000 * write_rows)
+    kinds = (random_im2col, random_strided, random_end_to_end)
     memory = rng.integers(0, 256, MEMORY_BYTES).astype(np.uint8)
     dut.rst.value, dut.cmd_valid.value = 1, 0
     await start_clock(dut)
     await next_cycle(dut)
     dut.rst.value = 0
-    rows_checked = 0
+    rows_checked = grouped_rows = 0
     for sequence in range(12):
-        commands = [random_im2col(rng, row_bytes, 64 * i) if rng.random() < 0.5
-                    else random_strided(rng, row_bytes, 64 * i) for i in range(rng.integers(1, 7))]
+        commands = [kinds[int(rng.integers(0, 3))](rng, row_bytes, 64 * i)
+                    for i in range(rng.integers(1, 7))]
         expected_rows: dict[int, np.ndarray] = {}
         for command in commands:
             expected_rows.update(dma_load_reference(memory, command, row_bytes))
-        expected_writes = deque(dma_load_writes(commands, bus, latency))
+        expected_writes = deque(dma_load_writes(commands, bus, latency, write_rows))
         pending = deque(commands)
         responses: deque[tuple[int, np.ndarray]] = deque()
         cycle = 0
@@ -99,21 +132,19 @@ async def random_sequences(dut: Any) -> None:
                 assert addr % bus == 0 and addr + bus <= MEMORY_BYTES, f"request at {addr}"
                 responses.append((cycle + latency, memory[addr:addr + bus]))
             if read(dut.wr_en):
-                row = read(dut.wr_addr)
-                when, expected_row = expected_writes.popleft()
-                assert (cycle, row) == (when, expected_row), f"write {row}@{cycle}, expected " \
-                                                             f"{expected_row}@{when}"
-                got = unpack(read(dut.wr_data), row_bytes, 8, signed=False)
-                assert np.array_equal(got, expected_rows[row]), f"row {row}: {got}"
-                rows_checked += 1
+                rows = check_write(dut, expected_writes, cycle, expected_rows, row_bytes,
+                                   write_rows)
+                rows_checked += rows
+                grouped_rows += rows * (rows > 1)
             await next_cycle(dut)
             cycle += 1
-        assert cycle == dma_load_cycles(commands, bus, latency)
+        assert cycle == dma_load_cycles(commands, bus, latency, write_rows)
         dut.cmd_valid.value = 0
         await settle()
         assert not read(dut.busy), f"sequence {sequence}: busy after its last write"
         await next_cycle(dut)
     assert rows_checked > 200, rows_checked
+    assert (grouped_rows > 50) == (write_rows > 1), grouped_rows  # groups were written
 
 
 @cocotb.test()
@@ -126,6 +157,7 @@ async def im2col_layer(dut: Any) -> None:
     import json
 
     row_bytes, bus, latency = params()["ROW_BYTES"], params()["BUS_BYTES"], params()["LATENCY"]
+    write_rows = write_rows_param()
     settings = testbench_settings()
     layer = settings["layer"]
     height, width, channels = layer["height"], layer["width"], layer["channels"]
@@ -146,7 +178,7 @@ async def im2col_layer(dut: Any) -> None:
     expected_rows: dict[int, np.ndarray] = {}
     for command in commands:
         expected_rows.update(dma_load_reference(memory, command, row_bytes))
-    expected_writes = deque(dma_load_writes(commands, bus, latency))
+    expected_writes = deque(dma_load_writes(commands, bus, latency, write_rows))
     dut.rst.value, dut.cmd_valid.value = 1, 0
     await start_clock(dut)
     await next_cycle(dut)
@@ -166,11 +198,8 @@ async def im2col_layer(dut: Any) -> None:
             addr = read(dut.mem_req_addr)
             responses.append((cycle + latency, memory[addr:addr + bus]))
         if read(dut.wr_en):
-            when, row = expected_writes.popleft()
-            assert (cycle, read(dut.wr_addr)) == (when, row), f"write at {cycle}"
-            got = unpack(read(dut.wr_data), row_bytes, 8, signed=False)
-            assert np.array_equal(got, expected_rows[row]), f"row {row}"
+            check_write(dut, expected_writes, cycle, expected_rows, row_bytes, write_rows)
         await next_cycle(dut)
         cycle += 1
-    assert cycle == dma_load_cycles(commands, bus, latency)
+    assert cycle == dma_load_cycles(commands, bus, latency, write_rows)
     Path(settings["out"]).write_text(json.dumps({"cycles": cycle}))

@@ -19,7 +19,8 @@ async def random_cycles(dut: Any) -> None:
     """
     row_bytes, banks, bank_rows = params()["ROW_BYTES"], params()["BANKS"], params()["BANK_ROWS"]
     depth = banks * bank_rows
-    rng = np.random.default_rng(row_bytes * 1000 + depth)
+    write_rows = int(params().get("WRITE_ROWS", 1))  # rows a write carries (sub-banks)
+    rng = np.random.default_rng(row_bytes * 1000 + depth + 7 * write_rows)
     memory: dict[int, np.ndarray] = {}
     await start_clock(dut)
     pending: list[tuple[str, np.ndarray]] = []
@@ -35,14 +36,19 @@ async def random_cycles(dut: Any) -> None:
         rd1_en = rd1_en and rd1_addr in memory
         rd2_en = rd2_en and rd2_addr in memory and not (
             rd0_en and rd0_addr // bank_rows == rd2_addr // bank_rows)
-        data = rng.integers(0, 256, row_bytes)
+        # rows wr_addr .. wr_addr + wr_rows - 1 (wrapping), row j in wr_data's j-th row
+        wr_rows = int(rng.integers(1, write_rows + 1))
+        written = [(wr_addr + j) % depth for j in range(wr_rows)]
+        data = rng.integers(0, 256, (write_rows, row_bytes))
         # a row's first write is whole, later ones masked: every byte read back is known
-        mask = rng.random(row_bytes) < 0.7 if wr_addr in memory else np.ones(row_bytes, bool)
-        for name, value in (("wr_en", wr_en), ("wr_addr", wr_addr), ("rd0_en", rd0_en),
+        mask = rng.random(row_bytes) < 0.7 if all(row in memory for row in written) \
+            else np.ones(row_bytes, bool)
+        for name, value in (("wr_en", wr_en), ("wr_addr", wr_addr), ("wr_rows", wr_rows),
+                            ("rd0_en", rd0_en),
                             ("rd0_addr", rd0_addr), ("rd1_en", rd1_en), ("rd1_addr", rd1_addr),
                             ("rd2_en", rd2_en), ("rd2_addr", rd2_addr)):
             getattr(dut, name).value = int(value)
-        dut.wr_data.value = pack(data, 8)
+        dut.wr_data.value = pack(data.reshape(-1), 8)
         dut.wr_mask.value = pack(mask.astype(int), 1)
         await settle()
         conflict = rd1_en and any(
@@ -62,8 +68,9 @@ async def random_cycles(dut: Any) -> None:
         if rd2_en:
             pending.append(("rd2", memory[rd2_addr].copy()))
         if wr_en:
-            row = memory.get(wr_addr, np.zeros(row_bytes, np.int64)).copy()
-            row[mask] = data[mask]
-            memory[wr_addr] = row
+            for j, address in enumerate(written):
+                row = memory.get(address, np.zeros(row_bytes, np.int64)).copy()
+                row[mask] = data[j][mask]
+                memory[address] = row
         await next_cycle(dut)
     assert checked > 1000 and conflicts > 100, (checked, conflicts)

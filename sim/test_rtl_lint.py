@@ -49,9 +49,11 @@ def test_fp32_lane_wrapper_lints_clean() -> None:
 MEMORY_SYSTEM_SIZES = [
     ("ws_dma_load", {"ROW_BYTES": 4, "BUS_BYTES": 8, "LATENCY": 1}),
     ("ws_dma_load", {"ROW_BYTES": 16, "BUS_BYTES": 1, "LATENCY": 3}),
+    ("ws_dma_load", {"ROW_BYTES": 16, "BUS_BYTES": 64, "LATENCY": 8, "WRITE_ROWS": 4}),
     ("ws_dma_store", {"ROW_BYTES": 4, "BUS_BYTES": 8}),
     ("ws_dma_store", {"ROW_BYTES": 32, "BUS_BYTES": 1}),
     ("ws_spad", {"ROW_BYTES": 4, "BANKS": 1, "BANK_ROWS": 8}),
+    ("ws_spad", {"ROW_BYTES": 4, "BANKS": 1, "BANK_ROWS": 8, "WRITE_ROWS": 2}),
     ("ws_epilogue", {"COLS": 1, "OUT_W": 4}),
     ("ws_epilogue", {"COLS": 6, "LANES": 2, "DEPTH": 8}),
     ("ws_epilogue", {"COLS": 16, "LANES": 4, "DEPTH": 256}),
@@ -60,6 +62,9 @@ MEMORY_SYSTEM_SIZES = [
     ("ws_accel", {"ROWS": 8, "COLS": 4, "ROW_BYTES": 8, "BUS_BYTES": 16, "LATENCY": 5}),
     ("ws_accel", {"ROWS": 16, "COLS": 16, "ROW_BYTES": 16, "BUS_BYTES": 16, "LATENCY": 8,
                   "BANK_ROWS": 4096, "ACC_DEPTH": 1024, "EPI_LANES": 4, "EPI_DEPTH": 512}),
+    ("ws_accel", {"ROWS": 16, "COLS": 32, "ROW_BYTES": 32, "BUS_BYTES": 64, "LATENCY": 8,
+                  "BANK_ROWS": 128, "ACC_DEPTH": 256, "EPI_LANES": 16, "EPI_DEPTH": 128,
+                  "WRITE_ROWS": 4}),
 ]
 
 

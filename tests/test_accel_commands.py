@@ -875,6 +875,31 @@ def test_the_traffic_count_of_a_dma_is_dma_load_bytes_over_every_kind_of_row_pat
         assert _bus_bytes_of(dma, bus) == dma_load_bytes(dma, bus), (dma, bus)
 
 
+def test_the_traffic_of_a_grouped_load_is_its_groups_bytes() -> None:
+    """A load ws_dma_load issues in groups (rows end to end, a write port of several rows)
+    moves its groups' beats: `_bus_bytes_of` (per part, by residues) equals
+    accel.dma_load_bytes group by group, ascending and descending, over every remainder."""
+    import random
+
+    from glensidec.hardware.accel import dma_groups, dma_load_bytes, grouped
+    from glensidec.hardware.commands import _bus_bytes_of
+
+    rng = random.Random(31)
+    seen = 0
+    for _ in range(2000):
+        length = rng.randrange(1, 40)
+        dma = DmaCommand(base=rng.randrange(500, 5000), length=length,
+                         count1=rng.randrange(1, 20), stride1=rng.choice([length, -length]),
+                         count2=rng.randrange(1, 5), stride2=rng.randrange(-400, 400))
+        bus, write_rows = rng.choice([1, 4, 16, 64]), rng.choice([2, 4, 8])
+        assert grouped(dma, write_rows)
+        groups = list(dma_groups(dma, write_rows))
+        assert sum(group.rows for group in groups) == dma.rows
+        seen += any(group.rows > 1 for group in groups)
+        assert _bus_bytes_of(dma, bus, write_rows) == dma_load_bytes(dma, bus, write_rows)
+    assert seen > 1500
+
+
 @pytest.mark.parametrize("channels", [1, 5, 8, 16, 21, 40])
 @pytest.mark.parametrize("cols", [4, 8, 16])
 def test_the_depthwise_weight_matrix_is_weight_matrix_of_the_diagonal(channels: int,

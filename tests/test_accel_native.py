@@ -61,6 +61,9 @@ CONFIGS = {
     "epilogue-two-groups": AccelConfig(4, 8, 16, MemoryConfig(
         row_bytes=8, scratchpad_bytes=4096, banks=4, bus_bytes=16, latency=2),
         epilogue_lanes=4, epilogue_depth=8),
+    # ws_dma_load's groups: rows end to end written 4 at once from a bus of 4 rows a beat
+    "four-rows-a-write": AccelConfig(4, 8, 16, MemoryConfig(
+        row_bytes=8, scratchpad_bytes=4096, banks=4, bus_bytes=32, latency=2, write_rows=4)),
 }
 
 

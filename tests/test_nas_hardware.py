@@ -42,6 +42,15 @@ def test_machine_keys_and_compile_options_round_trip() -> None:
     assert wide.key() == "16x32/16384/256/32/32" and Machine.parse_key(wide.key()) == wide
     assert wide.compile_options()[-2:] == ["--epilogue-lanes", "32"]
     assert "epilogue 32 lanes" in wide.describe()
+    # the rows a DMA write carries: a field after the lanes, and an option
+    written = Machine(16, 32, 16 * 1024, 256, 64, 16, write_rows=4)
+    assert written.key() == "16x32/16384/256/64/16/w4"
+    assert Machine.parse_key(written.key()) == written
+    assert Machine.parse_key("16x16/262144/1024/64/w2") == Machine(16, 16, bus_bytes=64,
+                                                                   write_rows=2)
+    assert written.compile_options()[-4:] == ["--epilogue-lanes", "16", "--dma-write-rows",
+                                              "4"]
+    assert "4 rows a DMA write" in written.describe()
 
 
 def test_sram_bits_are_what_yosys_counted_on_every_synthesized_configuration() -> None:
@@ -186,13 +195,19 @@ def test_keep_is_the_reference_machine_and_genes_change_only_their_part() -> Non
     assert [o[0] for o in options] == [S.KEEP] * len(H.GENES)
     assert S.Choice("rows", 16) not in options[0] and S.Choice("rows", 8) in options[0]
     assert H.machine_of(reference, tuple(S.KEEP for _ in H.GENES)) == reference
-    genes = (S.Choice("rows", 8), S.KEEP, S.KEEP, S.KEEP, S.Choice("bus", 64), S.KEEP)
+    genes = (S.Choice("rows", 8), S.KEEP, S.KEEP, S.KEEP, S.Choice("bus", 64), S.KEEP,
+             S.KEEP)
     assert H.machine_of(reference, genes) == Machine(8, 16, bus_bytes=64)
     # the epilogue gene is cycles a row: the lanes follow the columns
-    genes = (S.KEEP, S.Choice("cols", 32), S.KEEP, S.KEEP, S.KEEP, S.Choice("epilogue", 1))
+    genes = (S.KEEP, S.Choice("cols", 32), S.KEEP, S.KEEP, S.KEEP, S.Choice("epilogue", 1),
+             S.KEEP)
     assert H.machine_of(reference, genes) == Machine(16, 32, epilogue_lanes=32)
-    genes = (S.KEEP, S.Choice("cols", 32), S.KEEP, S.KEEP, S.KEEP, S.KEEP)
+    genes = (S.KEEP, S.Choice("cols", 32), S.KEEP, S.KEEP, S.KEEP, S.KEEP, S.KEEP)
     assert H.machine_of(reference, genes).epilogue_lanes == 8  # 4 cycles a row, as today
+    # the rows a DMA write carries: a machine of their own, and back to its genes
+    genes = (S.KEEP,) * 6 + (S.Choice("write", 4),)
+    assert H.machine_of(reference, genes) == Machine(16, 16, write_rows=4)
+    assert H.genes_of(reference, Machine(16, 16, write_rows=4)) == genes
 
 
 def test_area_budgets_and_their_errors() -> None:
@@ -231,8 +246,8 @@ def test_a_pair_costs_what_the_network_search_costs_on_the_same_machine() -> Non
 
 def test_a_machine_compile_refuses_is_an_invalid_pair_not_a_crash() -> None:
     candidate = (S.KEEP, S.Choice("rows", 32), S.Choice("cols", 32),
-                 S.Choice("scratchpad", 256), S.KEEP, S.KEEP, S.KEEP)
-    space = S.Space(["c1", *H.GENE_NAMES], [[S.KEEP]] * 7)
+                 S.Choice("scratchpad", 256), S.KEEP, S.KEEP, S.KEEP, S.KEEP)
+    space = S.Space(["c1", *H.GENE_NAMES], [[S.KEEP]] * 8)
     scored = {"valid": True, "score": 1.0, "params": 1, "macs": 1}
     record = H.pair_record(candidate, space, 1, Machine(16, 16), area.fitted(), 1e9, scored)
     assert record["valid"] is False and record["error"].startswith("--scratchpad 256: ")

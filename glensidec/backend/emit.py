@@ -886,14 +886,17 @@ def cosim_manifest(program: Program, lowered: LoweredProgram,
 
 
 def accel_manifest(accel: AccelConfig) -> dict[str, int]:
-    """The accelerator's sizes, as `accel_config_for` takes them (the epilogue's lanes
-    only when not the default: a default compile's manifest is what it was)."""
+    """The accelerator's sizes, as `accel_config_for` takes them (the epilogue's lanes and
+    the rows a DMA write carries only when not the default: a default compile's manifest
+    is what it was)."""
     lanes = accel.epilogue_lanes
     return {"rows": accel.rows, "cols": accel.cols, "acc_depth": accel.acc_depth,
             "scratchpad_bytes": accel.memory.scratchpad_bytes,
             "bus_bytes": accel.memory.bus_bytes, "latency": accel.memory.latency,
             **({} if lanes == default_epilogue_lanes(accel.cols) else
-               {"epilogue_lanes": lanes})}
+               {"epilogue_lanes": lanes}),
+            **({} if accel.memory.write_rows == 1 else
+               {"write_rows": accel.memory.write_rows})}
 
 
 # What `make` and `make sim` create in OUTDIR: ours too, so compiling again into a built

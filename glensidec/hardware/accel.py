@@ -41,9 +41,12 @@ class MemoryConfig:
     banks: int = 4
     bus_bytes: int = 16  # main-memory bandwidth, bytes per cycle
     latency: int = 8  # cycles from a read request to its data
+    #: rows one DMA write may carry (ws_dma_load's groups, ws_spad's interleaved sub-banks):
+    #: rows that lie end to end in memory go into the scratchpad up to this many a write
+    write_rows: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("row_bytes", "banks", "bus_bytes"):
+        for name in ("row_bytes", "banks", "bus_bytes", "write_rows"):
             value = getattr(self, name)
             if value < 1 or value & (value - 1):
                 raise ValueError(f"{name} must be a power of two, got {value}")
@@ -57,6 +60,9 @@ class MemoryConfig:
             )
         if self.bank_rows & (self.bank_rows - 1):
             raise ValueError(f"bank rows must be a power of two, got {self.bank_rows}")
+        if self.write_rows > self.scratchpad_rows:
+            raise ValueError(f"{self.write_rows} rows a write is more than the scratchpad's "
+                             f"{self.scratchpad_rows} rows")
 
     @property
     def scratchpad_rows(self) -> int:
@@ -120,36 +126,77 @@ def row_beats(addr: int, length: int, bus_bytes: int) -> int:
     return (addr + length - 1) // bus_bytes - addr // bus_bytes + 1
 
 
-def dma_load_slots(command: DmaCommand, bus_bytes: int) -> int:
+@dataclass(frozen=True)
+class DmaGroup:
+    """Rows ws_dma_load issues and writes together: `rows` rows from `spad_row` on, whose
+    bytes are the `length` bytes from `addr` (a single row: its own)."""
+
+    addr: int
+    length: int
+    spad_row: int
+    rows: int
+    padding: bool
+
+
+def grouped(command: DmaCommand, write_rows: int) -> bool:
+    """Does ws_dma_load issue this load in groups of rows? With a write port of several
+    rows, when it has no bounds and its rows lie end to end (stride1 = ±length)."""
+    return write_rows > 1 and not command.bounds and abs(command.stride1) == command.length
+
+
+def dma_groups(command: DmaCommand, write_rows: int = 1) -> Iterator[DmaGroup]:
+    """The groups of a load in issue order: each row alone, or (`grouped`) each line's rows
+    min(write_rows, rows left in the line) at a time, a group's bytes from its lowest
+    row's address (the last row's when stride1 < 0)."""
+    if not grouped(command, write_rows):
+        for row in dma_rows(command):
+            yield DmaGroup(row.addr, command.length, row.spad_row, 1, row.padding)
+        return
+    length = command.length
+    for i2 in range(command.count2):
+        i1 = 0
+        while i1 < command.count1:
+            rows = min(write_rows, command.count1 - i1)
+            addr = command.base + i2 * command.stride2 + i1 * command.stride1
+            low = addr if command.stride1 > 0 else addr - (rows - 1) * length
+            yield DmaGroup(low, rows * length, command.spad_row + i2 * command.count1 + i1,
+                           rows, False)
+            i1 += rows
+
+
+def group_slots(group: DmaGroup, bus_bytes: int) -> int:
+    """Issue slots of a group: a bus beat each, one for a padding row."""
+    return 1 if group.padding else row_beats(group.addr, group.length, bus_bytes)
+
+
+def dma_load_slots(command: DmaCommand, bus_bytes: int, write_rows: int = 1) -> int:
     """Issue cycles of a load: one per bus beat, one per padding row (no memory access)."""
-    return sum(
-        1 if row.padding else row_beats(row.addr, command.length, bus_bytes)
-        for row in dma_rows(command)
-    )
+    return sum(group_slots(group, bus_bytes) for group in dma_groups(command, write_rows))
 
 
 def dma_load_writes(
-    commands: Sequence[DmaCommand], bus_bytes: int, latency: int
-) -> list[tuple[int, int]]:
-    """(cycle, scratchpad row) of every row write of ws_dma_load, in order.
+    commands: Sequence[DmaCommand], bus_bytes: int, latency: int, write_rows: int = 1
+) -> list[tuple[int, int, int]]:
+    """(cycle, first scratchpad row, rows) of every write of ws_dma_load, in order.
 
     Commands offered back to back: the first is accepted in cycle 0, issue slots follow
     in cycles 1, 2, … without gaps (the next command is accepted in its predecessor's
-    last slot); a row's last slot's data returns `latency` cycles later and the row is
-    written one cycle after that.
+    last slot); a group's last slot's data returns `latency` cycles later and its rows
+    are written one cycle after that.
     """
-    writes: list[tuple[int, int]] = []
+    writes: list[tuple[int, int, int]] = []
     slot = 0
     for command in commands:
-        for row in dma_rows(command):
-            slot += 1 if row.padding else row_beats(row.addr, command.length, bus_bytes)
-            writes.append((slot + latency + 1, row.spad_row))
+        for group in dma_groups(command, write_rows):
+            slot += group_slots(group, bus_bytes)
+            writes.append((slot + latency + 1, group.spad_row, group.rows))
     return writes
 
 
-def dma_load_cycles(commands: Sequence[DmaCommand], bus_bytes: int, latency: int) -> int:
+def dma_load_cycles(commands: Sequence[DmaCommand], bus_bytes: int, latency: int,
+                    write_rows: int = 1) -> int:
     """Cycles of ws_dma_load for back-to-back commands, up to and including the last write."""
-    slots = sum(dma_load_slots(command, bus_bytes) for command in commands)
+    slots = sum(dma_load_slots(command, bus_bytes, write_rows) for command in commands)
     return slots + latency + 2
 
 
@@ -168,12 +215,12 @@ def dma_load_reference(
     return written
 
 
-def dma_load_bytes(command: DmaCommand, bus_bytes: int) -> int:
+def dma_load_bytes(command: DmaCommand, bus_bytes: int, write_rows: int = 1) -> int:
     """Bytes a load moves over the bus (whole beats, padding rows move none)."""
     return bus_bytes * sum(
-        row_beats(row.addr, command.length, bus_bytes)
-        for row in dma_rows(command)
-        if not row.padding
+        group_slots(group, bus_bytes)
+        for group in dma_groups(command, write_rows)
+        if not group.padding
     )
 
 

@@ -92,6 +92,7 @@ static int64_t row_beats(int64_t addr, int64_t length, int64_t bus) {
 typedef struct {
   /* configuration */
   int64_t rows, bus, latency, queue_depth, lat, track_depth, bank_shift, spad_mask;
+  int64_t write_rows; /* rows one DMA write may carry (ws_dma_load's groups) */
   int64_t out_depth; /* rows of the output FIFO (epilogue -> ws_dma_store) */
   int64_t epi_depth, epi_phases; /* the epilogue's row FIFO; cycles per row (COLS / LANES) */
   const gs_command *commands;
@@ -103,8 +104,9 @@ typedef struct {
      STOREs whose last beat is written */
   fifo lq_sent;
   int64_t st_sent, st_written;
-  /* load unit: slots (1 ends a row), due cycles of row writes, loads in flight */
-  fifo dma_slots, writes, track_signal, track_rows, track_signal_store;
+  /* load unit: slots (the rows a slot that ends a group writes, else 0), due cycles and
+     rows of the writes, loads in flight */
+  fifo dma_slots, writes, write_rows_due, track_signal, track_rows, track_signal_store;
   int64_t track_written;
   /* execute unit */
   int w_active, w_q, a_active, q_valid, q_last, q_emit, q_signal;
@@ -139,8 +141,32 @@ static fifo *queue_of(model *m, const gs_command *command) {
   return command->op == OP_COMPUTE ? &m->eq : &m->sq;
 }
 
+/* A LOAD that ws_dma_load issues in groups (accel.grouped): each line's rows
+ * min(write_rows, rows left) at a time, a group priced as one row of its bytes from its
+ * lowest address (slots into dma_slots, bytes counted). */
+static int expand_groups(model *m, const gs_command *c, gs_timing *timing) {
+  int64_t length = c->length;
+  for (int64_t i2 = 0; i2 < c->count2; ++i2) {
+    for (int64_t i1 = 0; i1 < c->count1;) {
+      int64_t n = c->count1 - i1 < m->write_rows ? c->count1 - i1 : m->write_rows;
+      int64_t addr = c->base + i2 * c->stride2 + i1 * c->stride1;
+      int64_t low = c->stride1 > 0 ? addr : addr - (n - 1) * length;
+      int64_t beats = row_beats(low, n * length, m->bus);
+      timing->load_bytes += beats * m->bus;
+      for (int64_t beat = 0; beat < beats; ++beat)
+        if (fifo_push(&m->dma_slots, beat == beats - 1 ? n : 0))
+          return -1;
+      i1 += n;
+    }
+  }
+  return 0;
+}
+
 /* The rows of a LOAD (slots into dma_slots, bytes counted) or a STORE (beats into st_rows). */
 static int expand_rows(model *m, const gs_command *c, int load, gs_timing *timing) {
+  if (load && m->write_rows > 1 && !c->bounds &&
+      (c->stride1 == c->length || c->stride1 == -c->length))
+    return expand_groups(m, c, timing);
   for (int64_t i2 = 0; i2 < c->count2; ++i2) {
     int64_t y = c->y0 + i2 * c->y_step;
     for (int64_t i1 = 0; i1 < c->count1; ++i1) {
@@ -295,7 +321,8 @@ static int step(model *m, int64_t cycle, int64_t limit, gs_timing *timing, int64
                 m->track_rows.count < m->track_depth;
   int l_accept = l_valid && (m->dma_slots.count == 0 || dma_last);
   int wr_en = m->writes.count && fifo_front(&m->writes) == cycle;
-  int track_done = wr_en && m->track_written + 1 == fifo_front(&m->track_rows);
+  int64_t wr_rows = wr_en ? fifo_front(&m->write_rows_due) : 0;
+  int track_done = wr_en && m->track_written + wr_rows == fifo_front(&m->track_rows);
   int le_give = track_done && fifo_front(&m->track_signal);
   int ls_give = track_done && fifo_front(&m->track_signal_store);
   /* -- dispatcher */
@@ -358,18 +385,23 @@ static int step(model *m, int64_t cycle, int64_t limit, gs_timing *timing, int64
   m->tok_sl += sl_give - (l_accept && cmd[l_head].wait_store);
   m->tok_ls += ls_give - (store_pop && cmd[head].wait);
   /* load unit */
-  if (wr_en)
-    fifo_pop(&m->writes); /* its countdown reached 0 */
-  if (m->dma_slots.count && fifo_pop(&m->dma_slots))
-    if (fifo_push(&m->writes, cycle + 1 + m->latency)) /* wr_en LATENCY + 1 cycles later */
+  if (wr_en) { /* its countdown reached 0 */
+    fifo_pop(&m->writes);
+    fifo_pop(&m->write_rows_due);
+  }
+  if (m->dma_slots.count) {
+    int64_t ends = fifo_pop(&m->dma_slots); /* the rows of the group it ends, or 0 */
+    if (ends && (fifo_push(&m->writes, cycle + 1 + m->latency) || /* LATENCY + 1 later */
+                 fifo_push(&m->write_rows_due, ends)))
       return -1;
+  }
   if (track_done) {
     fifo_pop(&m->track_rows);
     fifo_pop(&m->track_signal);
     fifo_pop(&m->track_signal_store);
     m->track_written = 0;
   } else if (wr_en) {
-    m->track_written += 1;
+    m->track_written += wr_rows;
   }
   if (l_accept) {
     const gs_command *load = &cmd[fifo_pop(&m->lq)];
@@ -537,6 +569,7 @@ static int step(model *m, int64_t cycle, int64_t limit, gs_timing *timing, int64
 
 static void release(model *m) {
   fifo *fifos[] = {&m->lq, &m->lq_sent, &m->eq, &m->sq, &m->aq, &m->dma_slots, &m->writes,
+                   &m->write_rows_due,
                    &m->track_signal, &m->track_rows, &m->track_signal_store, &m->st_rows};
   for (size_t i = 0; i < sizeof fifos / sizeof fifos[0]; ++i)
     free(fifos[i]->items);
@@ -547,7 +580,8 @@ static void release(model *m) {
 /* Runs `n` commands offered from cycle 0 until every result is in memory.
  * Returns 0, 1 when `limit` cycles pass first, 2 when memory runs out, 3 on a bank
  * conflict between the residual and the weight reads (the Python model's ValueError). */
-int gs_accel_cycles(int64_t rows, int64_t cols, int64_t bus_bytes, int64_t latency,
+int gs_accel_cycles(int64_t rows, int64_t cols, int64_t bus_bytes, int64_t write_rows,
+                    int64_t latency,
                     int64_t bank_rows, int64_t scratchpad_rows, int64_t queue_depth,
                     int64_t out_depth, int64_t epi_depth, int64_t epi_phases,
                     const gs_command *commands,
@@ -559,6 +593,7 @@ int gs_accel_cycles(int64_t rows, int64_t cols, int64_t bus_bytes, int64_t laten
   memset(timing, 0, sizeof *timing);
   m.rows = rows;
   m.bus = bus_bytes;
+  m.write_rows = write_rows;
   m.latency = latency;
   m.queue_depth = queue_depth;
   m.out_depth = out_depth;

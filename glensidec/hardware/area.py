@@ -43,6 +43,10 @@ QUEUE_DEPTH, LATENCY, EXEC_W, AQ_W, TRACK_W = 8, 8, 192, 140, 34
 FEATURES = ("rows x cols", "cols", "bus bytes x row bytes", "1")
 # ws_epilogue alone (bench_synth.py --area-epilogue): its cells against its lanes and columns
 EPILOGUE_FEATURES = ("lanes", "cols", "1")
+# ws_dma_load + ws_spad alone (bench_synth.py --area-write): the cells W rows a DMA write
+# add to those at one row, against the bus and row bytes (each of the W rows is assembled
+# from any byte of a beat, as the one row is; ws_spad's reads pick one of W sub-banks)
+WRITE_FEATURES = ("(W-1) x bus bytes x row bytes", "(W-1) x row bytes")
 
 
 def size_text(size: int) -> str:
@@ -56,8 +60,9 @@ def size_text(size: int) -> str:
 @dataclass(frozen=True, order=True)
 class Machine:
     """One accelerator configuration: the array, its memories, its bus and the epilogue's
-    lanes (what `glensidec compile`'s --array, --scratchpad, --accumulator,
-    --dram-bandwidth and --epilogue-lanes choose)."""
+    lanes and the rows a DMA write carries (what `glensidec compile`'s --array,
+    --scratchpad, --accumulator, --dram-bandwidth, --epilogue-lanes and --dma-write-rows
+    choose)."""
 
     rows: int
     cols: int
@@ -68,6 +73,8 @@ class Machine:
     #: lanes cycles); 0 means the default of `cols` (commands.default_epilogue_lanes, 4 of
     #: 16), which is what the field then holds, so equal machines compare equal
     epilogue_lanes: int = 0
+    #: scratchpad rows one DMA write may carry (ws_dma_load's groups, ws_spad's sub-banks)
+    write_rows: int = 1
 
     def __post_init__(self) -> None:
         from glensidec.hardware.commands import default_epilogue_lanes
@@ -95,32 +102,37 @@ class Machine:
 
     def key(self) -> str:
         """rows x cols/scratchpad/accumulator rows/bus, then /lanes when not the default
-        (the keys of the machines before the lanes were a knob stay what they were)."""
+        and /wN when a DMA write carries N > 1 rows (the keys of the machines before these
+        were knobs stay what they were)."""
         lanes = "" if self.default_lanes else f"/{self.epilogue_lanes}"
+        write = "" if self.write_rows == 1 else f"/w{self.write_rows}"
         return (f"{self.rows}x{self.cols}/{self.scratchpad_bytes}/{self.accumulator_rows}/"
-                f"{self.bus_bytes}{lanes}")
+                f"{self.bus_bytes}{lanes}{write}")
 
     @staticmethod
     def parse_key(key: str) -> Machine:
-        match = re.fullmatch(r"(\d+)x(\d+)/(\d+)/(\d+)/(\d+)(?:/(\d+))?", key)
+        match = re.fullmatch(r"(\d+)x(\d+)/(\d+)/(\d+)/(\d+)(?:/(\d+))?(?:/w(\d+))?", key)
         if match is None:
             raise ValueError(f"not a machine key: {key!r}")
         rows, cols, scratchpad, depth, bus = (int(g) for g in match.groups()[:5])
-        return Machine(rows, cols, scratchpad, depth, bus, int(match.group(6) or 0))
+        return Machine(rows, cols, scratchpad, depth, bus, int(match.group(6) or 0),
+                       int(match.group(7) or 1))
 
     def describe(self) -> str:
         lanes = "" if self.default_lanes else f", epilogue {self.epilogue_lanes} lanes"
+        write = "" if self.write_rows == 1 else f", {self.write_rows} rows a DMA write"
         return (f"{self.rows}x{self.cols}, scratchpad {size_text(self.scratchpad_bytes)}, "
                 f"accumulator {self.accumulator_rows} rows, bus {self.bus_bytes} B/cycle"
-                f"{lanes}")
+                f"{lanes}{write}")
 
     def compile_options(self) -> list[str]:
         """The `glensidec compile` options that build this machine."""
         lanes = [] if self.default_lanes else ["--epilogue-lanes", str(self.epilogue_lanes)]
+        write = [] if self.write_rows == 1 else ["--dma-write-rows", str(self.write_rows)]
         return ["--array", f"{self.rows}x{self.cols}",
                 "--scratchpad", size_text(self.scratchpad_bytes),
                 "--accumulator", size_text(self.accumulator_bytes),
-                "--dram-bandwidth", str(self.bus_bytes), *lanes]
+                "--dram-bandwidth", str(self.bus_bytes), *lanes, *write]
 
 
 def sram_bits(machine: Machine) -> int:
@@ -155,6 +167,10 @@ def epilogue_features(cols: int, lanes: int) -> list[float]:
     return [lanes, cols, 1.0]
 
 
+def write_features(row_bytes: int, bus_bytes: int, write_rows: int) -> list[float]:
+    return [(write_rows - 1) * bus_bytes * row_bytes, (write_rows - 1) * row_bytes]
+
+
 @dataclass(frozen=True)
 class AreaModel:
     coefficients: tuple[float, ...]  # one per FEATURES
@@ -162,17 +178,22 @@ class AreaModel:
     #: ws_epilogue's cells, one per EPILOGUE_FEATURES (none: every machine at the default
     #: lanes, as the whole-accelerator fit measured them)
     epilogue: tuple[float, ...] = (0.0, 0.0, 0.0)
+    #: the cells W rows a DMA write add (ws_dma_load and ws_spad), one per WRITE_FEATURES
+    write: tuple[float, ...] = (0.0, 0.0)
 
     def logic_cells(self, machine: Machine) -> float:
-        """The whole-accelerator fit at the default lanes, and the epilogue's cells at the
-        machine's lanes in place of those at the default (per module, the accelerator's
-        cells are the sum of its modules': the epilogue is measured alone)."""
+        """The whole-accelerator fit at the default lanes and one row a DMA write, the
+        epilogue's cells at the machine's lanes in place of those at the default and the
+        cells its rows a write add (per module, the accelerator's cells are the sum of its
+        modules': the epilogue, the DMA and the scratchpad are measured alone)."""
         from glensidec.hardware.commands import default_epilogue_lanes
 
         cols = machine.cols
         lanes = (np.dot(self.epilogue, epilogue_features(cols, machine.epilogue_lanes))
                  - np.dot(self.epilogue, epilogue_features(cols, default_epilogue_lanes(cols))))
-        return float(np.dot(self.coefficients, features(machine)) + lanes)
+        write = np.dot(self.write, write_features(machine.row_bytes, machine.bus_bytes,
+                                                  machine.write_rows))
+        return float(np.dot(self.coefficients, features(machine)) + lanes + write)
 
     def area(self, machine: Machine) -> float:
         """Cell equivalents: logic cells + SRAM bits at `sram_cells_per_bit`."""
@@ -244,6 +265,25 @@ def fit_epilogue(rows: list[tuple[int, int, int]]) -> tuple[float, ...]:
                           [cells for _, _, cells in rows])
 
 
+def write_rows_deltas() -> list[tuple[int, int, int, float]]:
+    """(row bytes, bus bytes, W, cells) of each W > 1 synthesized with its W = 1 at the same
+    row and bus bytes (area_cells.json "write"): the cells ws_dma_load and ws_spad at W
+    have over those at 1."""
+    data = measured().get("write", {})
+    cells = {tuple(int(v) for v in key.split("x")): row["dma_cells"] + row["spad_cells"]
+             for key, row in data.items()}
+    return [(r, b, w, float(total - cells[(r, b, 1)])) for (r, b, w), total in
+            sorted(cells.items()) if w > 1 and (r, b, 1) in cells]
+
+
+def fit_write(rows: list[tuple[int, int, int, float]]) -> tuple[float, ...]:
+    """The write-rows cells' coefficients, least squares on relative error."""
+    if not rows:
+        return (0.0,) * len(WRITE_FEATURES)
+    return _least_squares([write_features(r, b, w) for r, b, w, _ in rows],
+                          [cells for *_, cells in rows])
+
+
 @cache
 def fitted(sram_cells_per_bit: float = SRAM_CELLS_PER_BIT) -> AreaModel:
     """The model fitted to the configurations the bench marked "fit"."""
@@ -253,7 +293,7 @@ def fitted(sram_cells_per_bit: float = SRAM_CELLS_PER_BIT) -> AreaModel:
     if len(rows) < len(FEATURES):
         raise GlensideError(f"{AREA_DATA}: {len(rows)} fitted configurations, the area model "
                             f"needs at least {len(FEATURES)}")
-    return AreaModel(fit(rows), sram_cells_per_bit, epilogue)
+    return AreaModel(fit(rows), sram_cells_per_bit, epilogue, fit_write(write_rows_deltas()))
 
 
 def quality(model: AreaModel) -> dict[str, float]:
@@ -287,7 +327,10 @@ def quality(model: AreaModel) -> dict[str, float]:
             "current": sum(1 for row in configurations.values() if current(row)),
             "epilogue_max": max((100 * abs(float(np.dot(model.epilogue, epilogue_features(
                 cols, lanes))) / cells - 1) for cols, lanes, cells in epilogue_rows()),
-                default=float("nan"))}
+                default=float("nan")),
+            "write_max": max((100 * abs(float(np.dot(model.write, write_features(r, b, w)))
+                                        / cells - 1) for r, b, w, cells in write_rows_deltas()),
+                             default=float("nan"))}
 
 
 def describe_model(model: AreaModel) -> list[str]:
@@ -299,6 +342,9 @@ def describe_model(model: AreaModel) -> list[str]:
             f"columns); other lanes add ws_epilogue's cells at them less those at the "
             f"default, ws_epilogue's cells = {epilogue} (synthesized alone): "
             f"{model.epilogue[0]:,.0f} cells a lane.",
+            "W rows a DMA write add " + " + ".join(
+                f"{c:,.2f}·({f})" for c, f in zip(model.write, WRITE_FEATURES, strict=True))
+            + " cells (ws_dma_load and ws_spad synthesized alone, less theirs at one row).",
             f"Area (cell equivalents) = logic cells + {model.sram_cells_per_bit:g} × SRAM "
             "bits (scratchpad, accumulator, command queues, the epilogue's and the output "
             "FIFO; the factor is an assumption, "

@@ -33,7 +33,10 @@ from glensidec.hardware.accel import (
     EpilogueConfig,
     MemoryConfig,
     ResidualConfig,
+    dma_groups,
     dma_rows,
+    group_slots,
+    grouped,
     row_beats,
 )
 from glensidec.hardware.array import ArrayConfig
@@ -292,7 +295,7 @@ class AccelConfig:
             "BANK_ROWS": memory.bank_rows, "BUS_BYTES": memory.bus_bytes,
             "LATENCY": memory.latency, "QUEUE_DEPTH": self.queue_depth,
             "OUT_DEPTH": self.out_depth, "EPI_LANES": self.epilogue_lanes,
-            "EPI_DEPTH": self.epilogue_depth,
+            "EPI_DEPTH": self.epilogue_depth, "WRITE_ROWS": memory.write_rows,
         }
 
     @property
@@ -444,9 +447,10 @@ class AccelModel:
         self.oc_left = 0
         self.s_onchip = False
         self.tok_le = self.tok_el = self.tok_sl = self.tok_ls = 0
-        # load unit: ws_dma_load slots (True ends a row), row write times, loads in flight
-        self.dma_slots: deque[bool] = deque()
-        self.writes: deque[int] = deque()
+        # load unit: ws_dma_load slots (the rows a slot that ends a group writes, else 0),
+        # [countdown, rows] of each write due, loads in flight
+        self.dma_slots: deque[int] = deque()
+        self.writes: deque[list[int]] = deque()
         self.track: deque[tuple[bool, int, bool]] = deque()  # signal, rows, signal_store
         self.track_written = 0
         # execute unit
@@ -520,7 +524,7 @@ class AccelModel:
         st_cmd_ready = not st_active or st_cmd_last
         write = st_active and st_in_valid
         # the on-chip writer, after the load DMA on the scratchpad's write port
-        dma_wr_en = bool(self.writes) and self.writes[0] == 0
+        dma_wr_en = bool(self.writes) and self.writes[0][0] == 0
         oc_write = self.oc_active and st_in_valid and not dma_wr_en
         oc_free = not self.oc_active or (oc_write and self.oc_left == 1)
         out_full = self.out_rows == self.config.out_depth
@@ -593,8 +597,9 @@ class AccelModel:
                    and (not l_head.fence or self.st_written >= self.lq_sent[0])
                    and len(self.track) < self.track_depth)
         l_accept = l_valid and (not self.dma_slots or dma_last)
-        wr_en = bool(self.writes) and self.writes[0] == 0
-        track_done = wr_en and self.track_written + 1 == self.track[0][1]
+        wr_en = bool(self.writes) and self.writes[0][0] == 0
+        wr_rows = self.writes[0][1] if wr_en else 0
+        track_done = wr_en and self.track_written + wr_rows == self.track[0][1]
         le_give = track_done and self.track[0][0]
         ls_give = track_done and self.track[0][2]
         # -- dispatcher ------------------------------------------------------------------------
@@ -610,23 +615,22 @@ class AccelModel:
         self.tok_sl += int(sl_give) - int(l_accept and l_head is not None and l_head.wait_store)
         self.tok_ls += int(ls_give) - int(store_pop and isinstance(head, Store) and head.wait)
         # load unit
-        self.writes = deque(when - 1 for when in self.writes if when > 0)
-        if self.dma_slots and self.dma_slots.popleft():  # a slot that ends a row
-            self.writes.append(memory.latency)  # wr_en LATENCY + 1 cycles later
+        self.writes = deque([when - 1, n] for when, n in self.writes if when > 0)
+        if self.dma_slots and (ends := self.dma_slots.popleft()):  # a slot that ends a group
+            self.writes.append([memory.latency, ends])  # wr_en LATENCY + 1 cycles later
         if track_done:
             self.track.popleft()
             self.track_written = 0
         elif wr_en:
-            self.track_written += 1
+            self.track_written += wr_rows
         if l_accept and l_head is not None:
             self.lq.popleft()
             self.lq_sent.popleft()
             self.track.append((l_head.signal, l_head.dma.rows, l_head.signal_store))
-            for row in dma_rows(l_head.dma):
-                beats = 1 if row.padding else row_beats(row.addr, l_head.dma.length,
-                                                        memory.bus_bytes)
-                self.dma_slots.extend([False] * (beats - 1) + [True])
-                timing.load_bytes += 0 if row.padding else beats * memory.bus_bytes
+            for group in dma_groups(l_head.dma, memory.write_rows):
+                beats = group_slots(group, memory.bus_bytes)
+                self.dma_slots.extend([0] * (beats - 1) + [group.rows])
+                timing.load_bytes += 0 if group.padding else beats * memory.bus_bytes
         # execute unit
         self.w_q = w_issue or (self.w_q and not w_fire)
         if w_start and e_head is not None:
@@ -2859,14 +2863,17 @@ class LayerTraffic:
         return self.moved / self.compulsory if self.compulsory else 0.0
 
 
-def _bus_bytes_of(dma: DmaCommand, bus_bytes: int) -> int:
+def _bus_bytes_of(dma: DmaCommand, bus_bytes: int, write_rows: int = 1) -> int:
     """`accel.dma_load_bytes` (the bytes AccelModel counts for a load or store), in
-    O(bus²) at most: a whole network has hundreds of thousands of commands.
+    O(bus²) at most: a whole network has hundreds of thousands of commands. A load
+    ws_dma_load issues in groups (`accel.grouped`) is its groups' rows (`_group_parts`).
 
     The rows inside the bounds are a rectangle of (i2, i1) (each coordinate is linear in
     its index), and a row's beats depend only on its address modulo the bus, so the sum
     depends on the rectangle's first residue, the strides modulo the bus and its sides:
     equal sums are shared across commands (`_residue_beats`)."""
+    if grouped(dma, write_rows):
+        return sum(_bus_bytes_of(part, bus_bytes) for part in _group_parts(dma, write_rows))
     first2, count2 = _inside(dma.y0, dma.y_step, dma.count2, dma.height, dma.bounds)
     first1, count1 = _inside(dma.x0, dma.x_step, dma.count1, dma.width, dma.bounds)
     if count1 == 0 or count2 == 0:
@@ -2874,6 +2881,23 @@ def _bus_bytes_of(dma: DmaCommand, bus_bytes: int) -> int:
     start = (dma.base + first2 * dma.stride2 + first1 * dma.stride1) % bus_bytes
     return bus_bytes * _residue_beats(start, dma.length, dma.stride1 % bus_bytes, count1,
                                       dma.stride2 % bus_bytes, count2, bus_bytes)
+
+
+def _group_parts(dma: DmaCommand, write_rows: int) -> list[DmaCommand]:
+    """A grouped load as plain ones whose rows are its groups (`accel.dma_groups`): each
+    line's whole groups of write_rows rows, then its last, shorter group."""
+    length, down = dma.length, dma.stride1 < 0
+    whole, rest = divmod(dma.count1, write_rows)
+    parts = []
+    if whole:
+        parts.append(replace(dma, base=dma.base - (write_rows - 1) * length * down,
+                             length=write_rows * length, count1=whole,
+                             stride1=write_rows * dma.stride1))
+    if rest:
+        parts.append(replace(dma, base=dma.base + whole * write_rows * dma.stride1
+                             - (rest - 1) * length * down, length=rest * length, count1=1,
+                             stride1=0))
+    return parts
 
 
 def _inside(start: int, step: int, count: int, limit: int, bounded: bool) -> tuple[int, int]:
@@ -2930,7 +2954,7 @@ def layer_traffic(config: AccelConfig, layer: ConvLayer, program: LayerProgram,
     the bus, counted from the commands as AccelModel counts them (its `load_bytes` and
     `store_bytes` are the sums), each load attributed to the tensor its addresses are in;
     and the layer's compulsory bytes."""
-    bus = config.memory.bus_bytes
+    bus, write_rows = config.memory.bus_bytes, config.memory.write_rows
     loaded = {"input": 0, "weights": 0, "residual": 0}
     stored = 0
     for command in program.commands:
@@ -2940,7 +2964,7 @@ def layer_traffic(config: AccelConfig, layer: ConvLayer, program: LayerProgram,
             base = command.dma.base
             tensor = ("residual" if 0 <= program.residual_base <= base else
                       "weights" if not pool and base >= program.weight_base else "input")
-            loaded[tensor] += _bus_bytes_of(command.dma, bus)
+            loaded[tensor] += _bus_bytes_of(command.dma, bus, write_rows)
     return LayerTraffic(loaded["input"], loaded["weights"], loaded["residual"], stored,
                         compulsory_bytes(layer, residual, pool))
 
@@ -2975,6 +2999,14 @@ def table_traffic(config: AccelConfig, layer: ConvLayer, program: LayerProgram,
     per_key = np.array([bus * _residue_beats(*(int(value) for value in key), bus)
                         if key[3] and key[5] else 0 for key in distinct], dtype=np.int64)
     moved = per_key[which.reshape(-1)]
+    write_rows = config.memory.write_rows
+    if write_rows > 1:  # grouped loads (few: weights, whole lines) counted one by one
+        for index in np.flatnonzero((op[rows] == 0) & (bounds == 0)
+                                    & (np.abs(stride1) == length)):
+            dma = DmaCommand(base=int(base[index]), length=int(length[index]),
+                             count1=int(count1[index]), stride1=int(stride1[index]),
+                             count2=int(count2[index]), stride2=int(stride2[index]))
+            moved[index] = _bus_bytes_of(dma, bus, write_rows)
     tensor = np.where(op[rows] == 2, 3,
                       np.where((program.residual_base >= 0) & (base >= program.residual_base),
                                2, np.where(base >= program.weight_base, 1, 0)))
@@ -3233,13 +3265,20 @@ MAX_BUS_BYTES = 1 << 27
 MAX_C_STATIC_BYTES = 1 << 29
 
 
+#: Scratchpad rows one DMA write may carry (ws_spad's interleaved sub-banks; 1: today's
+#: single-row write port).
+WRITE_ROWS_CHOICES = (1, 2, 4, 8)
+
+
 def accel_config_for(array: ArrayConfig, scratchpad_bytes: int = DEFAULT_SCRATCHPAD_BYTES,
                      bus_bytes: int = DEFAULT_DRAM_BANDWIDTH,
                      latency: int = DEFAULT_DRAM_LATENCY,
-                     acc_depth: int | None = None, epilogue_lanes: int = 0) -> AccelConfig:
+                     acc_depth: int | None = None, epilogue_lanes: int = 0,
+                     write_rows: int = 1) -> AccelConfig:
     """ws_accel around `array`: scratchpad rows of the next power of two ≥ max(rows, cols)
     bytes in four banks; `acc_depth` accumulator rows of COLS int32 (the array's by default);
-    `epilogue_lanes` columns requantized a cycle (0: default_epilogue_lanes).
+    `epilogue_lanes` columns requantized a cycle (0: default_epilogue_lanes); `write_rows`
+    scratchpad rows a DMA write may carry (ws_dma_load's groups, a power of two).
 
     Raises ValueError with a message for sizes the RTL cannot have, or the generated C
     cannot link (the limits: SPAD_ROW_BITS in AccelConfig, MAX_ACC_DEPTH, MAX_BUS_BYTES,
@@ -3277,8 +3316,11 @@ def accel_config_for(array: ArrayConfig, scratchpad_bytes: int = DEFAULT_SCRATCH
     if epilogue_lanes < 0 or (epilogue_lanes and array.cols % epilogue_lanes):
         raise ValueError(f"the epilogue's lanes divide the array's {array.cols} columns, got "
                          f"{epilogue_lanes}")
+    if write_rows not in WRITE_ROWS_CHOICES:
+        raise ValueError(f"a DMA write carries {', '.join(map(str, WRITE_ROWS_CHOICES))} "
+                         f"scratchpad rows, got {write_rows}")
     memory = MemoryConfig(row_bytes=row_bytes, scratchpad_bytes=scratchpad_bytes, banks=banks,
-                          bus_bytes=bus_bytes, latency=latency)
+                          bus_bytes=bus_bytes, latency=latency, write_rows=write_rows)
     return AccelConfig(array.rows, array.cols, depth, memory, epilogue_lanes=epilogue_lanes)
 
 
