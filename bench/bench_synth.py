@@ -651,7 +651,7 @@ def area_report() -> None:
               + " SRAM bits are counted, not fitted: "
               f"`area.sram_bits` equals Yosys's count on {quality['bits_exact']} of the "
               f"{quality['current']} configurations synthesized from today's RTL.", "",
-              *epilogue_report(model), ""]
+              *epilogue_report(model), "", *write_report(model), ""]
     AREA_RESULTS.write_text("\n".join(lines), encoding="utf-8")
     print("\n".join(lines))
 
@@ -680,6 +680,40 @@ def epilogue_report(model: Any) -> list[str]:
         lines.append(f"| {cols} | {lanes} | {'today' if area.current(row) else 'earlier'} | "
                      f"{cells:,} | {fit:,.0f} | {100 * (fit / cells - 1):+.1f} % | "
                      f"{row['seconds']} s |")
+    return lines
+
+
+def write_report(model: Any) -> list[str]:
+    """The rows a DMA write: ws_dma_load and ws_spad alone (`--area-write`) against the fit
+    of their cells over those at one row."""
+    import numpy as np
+
+    from glensidec.hardware import area
+
+    data = area.measured().get("write", {})
+    if not data:
+        return []
+    deltas = {(r, b, w): cells for r, b, w, cells in area.write_rows_deltas()}
+    lines = ["## Rows a DMA write", "",
+             "`python bench/bench_synth.py --area-write`: `ws_dma_load` (LATENCY 8, SPAD_W "
+             f"14) and `ws_spad` ({AREA_WRITE_SPAD[0]} banks of {AREA_WRITE_SPAD[1]} rows) "
+             "synthesized alone (the same script) at each row bytes × bus bytes × rows a "
+             "write (W). A machine's cells at W are its cells at one row with these two "
+             "modules' swapped: the fit is of the cells W adds over W = 1 at the same row "
+             "and bus bytes (`added`). The scratchpad's bits do not change (W sub-banks of "
+             "1/W the rows).", "",
+             "| row bytes | bus bytes | W | RTL | ws_dma_load | ws_spad | added | fit | error "
+             "| synthesis time |", "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for key, row in sorted(data.items(), key=lambda item: [int(v) for v in
+                                                          item[0].split("x")]):
+        r, b, w = (int(v) for v in key.split("x"))
+        added = deltas.get((r, b, w))
+        fit = float(np.dot(model.write, area.write_features(r, b, w)))
+        error = f"{100 * (fit / added - 1):+.1f} %" if added else "-"
+        lines.append(f"| {r} | {b} | {w} | {'today' if area.current(row) else 'earlier'} | "
+                     f"{row['dma_cells']:,} | {row['spad_cells']:,} | "
+                     f"{'-' if added is None else f'{added:,.0f}'} | "
+                     f"{fit:,.0f} | {error} | {row['seconds']} s |")
     return lines
 
 
