@@ -8,9 +8,10 @@ the same search finds on the fixed 16x16 machine.
 2. `glensidec nas --hardware`'s search (`nas/hardware.run_codesign`) over the same
    networks and the default machine space (rows 4-32, cols 8-64, scratchpad 16-256 KiB,
    accumulator 256 or 1024 rows, bus 8-64 B/cycle, 1, 2 or 4 cycles a row through the
-   epilogue's lanes), with the same legality (scores shared with 1), over CODESIGN_BUDGET
-   pairs; its first population is the fixed search's legal networks, cheapest first, each
-   on every array shape of the space at each epilogue.
+   epilogue's lanes, 1, 2 or 4 scratchpad rows a DMA write), with the same legality
+   (scores shared with 1), over CODESIGN_BUDGET pairs; its first population is the fixed
+   search's legal networks, cheapest first, each on every array shape of the space at
+   each epilogue.
 3. The original, the fixed-machine pick and the co-designed pick retrained from inherited
    weights with seeds 0 and 1; the co-designed pair quantized, compiled for its machine and
    co-simulated on the RTL (`make sim`'s runner), C and RTL against the interpreter.
@@ -64,8 +65,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_nas as B
 
 REFERENCE = Machine(16, 16)  # today's accelerator: 16x16, 256 KiB, 1024 rows, 16 B/cycle
-# The joint space is 1,152 times the network space: more pairs than networks, and a first
-# population large enough to hold the fixed search's legal networks on every array shape
+# The joint space is 3,456 times the network space (1,152 before the rows a DMA write):
+# more pairs than networks, and a first population large enough to hold the fixed search's legal networks on every array shape
 # (16) at each of the 3 epilogues (a lanes-only variant costs a lowering, not an extraction).
 # Half the pairs of the last session's run (384, population 192, 4 starting networks: 35
 # minutes at load 25, mostly training the networks its children made): the machines of the
@@ -76,8 +77,8 @@ CODESIGN_OPTIONS = dataclasses.replace(B.OPTIONS, budget=CODESIGN_BUDGET, popula
 STARTING_NETWORKS = 2  # the fixed search's cheapest legal networks the evolution starts from
 # legal networks whose every machine within the budget is priced after the search: a
 # network's legality is the machine's no matter, so for the best ones the machine is not
-# left to the evolution (a network on the ~630 machines of the default space within
-# today's budget: ~16 extractions and ~630 lowerings, about a minute of CPU)
+# left to the evolution (a network on the ~1,780 machines of the default space within
+# today's budget: ~16 extractions and ~1,780 lowerings, about two minutes of CPU)
 SWEEP = H.DEFAULT_SWEEP  # 3, as `glensidec nas --hardware` sweeps
 INT8_IMAGES = 100  # validation images the int8 interpreter runs (the bench's first ones)
 PARTIAL = B.RESULTS / "nas_codesign.json"
