@@ -67,7 +67,8 @@ import bench_nas as B
 REFERENCE = Machine(16, 16)  # today's accelerator: 16x16, 256 KiB, 1024 rows, 16 B/cycle
 # The joint space is 3,456 times the network space (1,152 before the rows a DMA write):
 # more pairs than networks, and a first population large enough to hold the fixed
-# search's legal networks on every array shape (16) at each of the 3 epilogues (a lanes-only variant costs a lowering, not an extraction).
+# search's legal networks on every array shape (16) at each of the 3 epilogues (a
+# lanes-only variant costs a lowering, not an extraction).
 # Half the pairs of the last session's run (384, population 192, 4 starting networks: 35
 # minutes at load 25, mostly training the networks its children made): the machines of the
 # best networks are now swept exhaustively after the search (SWEEP), not left to it.
