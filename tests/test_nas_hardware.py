@@ -4,6 +4,7 @@ stubbed: no training) and the command's one-line errors."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -144,6 +145,25 @@ def test_the_lanes_cost_what_the_epilogue_synthesized_alone_costs() -> None:
     assert others and all(row["role"] == "held out" for row in others.values())
     for key, row in others.items():
         assert abs(model.logic_cells(Machine.parse_key(key)) / row["cells"] - 1) < 0.15, key
+
+
+def test_rows_a_dma_write_add_the_cells_synthesized_alone() -> None:
+    """W rows a DMA write: the cells ws_dma_load and ws_spad synthesized alone add over W = 1
+    (area_cells.json "write") are fitted within 10 %, a machine's logic cells grow by the
+    fit's term and nothing else (its SRAM bits stay), and W = 1 adds nothing."""
+    model = area.fitted()
+    deltas = area.write_rows_deltas()
+    assert len(deltas) >= len(area.WRITE_FEATURES)
+    for row_bytes, bus, write_rows, cells in deltas:
+        predicted = float(np.dot(model.write, area.write_features(row_bytes, bus, write_rows)))
+        assert cells > 0 and abs(predicted / cells - 1) < 0.10, (row_bytes, bus, write_rows)
+    base = Machine(16, 32, 16 * 1024, 256, 64, 16)
+    for write_rows in (2, 4):
+        wide = dataclasses.replace(base, write_rows=write_rows)
+        term = float(np.dot(model.write, area.write_features(32, 64, write_rows)))
+        assert model.logic_cells(wide) - model.logic_cells(base) == pytest.approx(term)
+        assert term > 0 and area.sram_bits(wide) == area.sram_bits(base)
+    assert area.write_features(16, 64, 1) == [0, 0]
 
 
 def test_an_earlier_configuration_counts_todays_epilogue_in_place_of_its_own() -> None:
