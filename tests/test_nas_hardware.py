@@ -430,7 +430,8 @@ def test_nas_hardware_writes_the_front_and_the_machine(tmp_path: Path) -> None:
     chosen = [r for r in candidates if r.get("chosen")]
     assert len(chosen) == 1 and chosen[0]["machine"] == Machine(
         machine["rows"], machine["cols"], machine["scratchpad_bytes"],
-        machine["accumulator_rows"], machine["bus_bytes"], machine["epilogue_lanes"]).key()
+        machine["accumulator_rows"], machine["bus_bytes"], machine["epilogue_lanes"],
+        machine["write_rows"]).key()
     assert chosen[0]["area"] <= machine["budget"]
     assert "network-machine pairs; chosen" in result.output
 
@@ -530,7 +531,7 @@ def test_a_round_scores_each_seed_apart_and_prices_the_pairs_beside_them(
     b2 = S.Choice("bottleneck", 2)
     networks = [(b2,) + (S.KEEP,) * (len(layers) - 1 + len(H.GENES)),
                 (S.KEEP, b2) + (S.KEEP,) * (len(layers) - 2 + len(H.GENES))]
-    pair = networks[0][:len(layers)] + (S.Choice("rows", 8),) + (S.KEEP,) * 5
+    pair = networks[0][:len(layers)] + (S.Choice("rows", 8),) + (S.KEEP,) * (len(H.GENES) - 1)
     calls: list[tuple[Any, ...]] = []
 
     def mapper(function: Any, given: list[Any]) -> list[Any]:
