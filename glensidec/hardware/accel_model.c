@@ -228,16 +228,20 @@ static int64_t plain_loads(model *m, int64_t cycle, int64_t k, int l_valid,
   for (int64_t j = 0; j < k; ++j) {
     int64_t now = cycle + j;
     int wr_en = m->writes.count && fifo_front(&m->writes) == now;
-    if (j > 0 && ((wr_en && m->track_written + 1 == fifo_front(&m->track_rows)) ||
+    int64_t wr_rows = wr_en ? fifo_front(&m->write_rows_due) : 0; /* a group's rows */
+    if (j > 0 && ((wr_en && m->track_written + wr_rows == fifo_front(&m->track_rows)) ||
                   (l_valid && m->dma_slots.count <= 1)))
       return j;
     if (wr_en) {
       fifo_pop(&m->writes);
-      m->track_written += 1;
+      fifo_pop(&m->write_rows_due);
+      m->track_written += wr_rows;
     }
     if (m->dma_slots.count) {
+      int64_t ends = fifo_pop(&m->dma_slots); /* the rows of the group it ends, or 0 */
       timing->load_busy_cycles += 1;
-      if (fifo_pop(&m->dma_slots) && fifo_push(&m->writes, now + 1 + m->latency))
+      if (ends && (fifo_push(&m->writes, now + 1 + m->latency) ||
+                   fifo_push(&m->write_rows_due, ends)))
         return -1;
     }
   }
