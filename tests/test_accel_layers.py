@@ -522,7 +522,7 @@ def test_make_sim_runs_the_layers_on_ws_accel(case: str, tmp_path: Path,
     inputs = {name: rng.integers(-128, 128, shape).astype(np.int8)
               for name, shape in shapes.items()}
     sim = cosimulate(outdir, save_inputs(inputs, tmp_path), tmp_path / "sim.npy", sim_cache)
-    assert "co-simulation: every array result and cycle count matches" in sim.log
+    assert "co-simulation: every result and cycle count matches" in sim.log
     layers = [call for call in sim.report["calls"] if "accel" in call]
     layouts = sum(layer.layout is not None for layer in load_compiled(outdir)[1].accel_layers())
     assert len(layers) == fused + layouts

@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 from conftest import EXAMPLES, Executions, assert_calls_match_the_model, compile_and_cosimulate
 
-from glensidec.cosim.runner import Manifest, host_products_note
+from glensidec.backend.report import simulated_work
+from glensidec.cosim.runner import CosimResult, Manifest, host_products_note, print_report
 from glensidec.hardware.array import ArrayConfig
 from glensidec.lang.data import all_tensors, random_inputs
 from glensidec.lang.interp import run_program
@@ -46,8 +47,11 @@ def test_example_cosimulates_bit_exactly(example: str, array: str, tmp_path: Pat
     np.testing.assert_array_equal(run.sim, expected)
     assert run.report["calls"]
     assert_calls_match_the_model(run.report)
-    total = sum(call["simulated_cycles"] for call in run.report["calls"])
-    assert f"simulated array cycles: {total} (predicted {total})" in run.log
+    calls = run.report["calls"]
+    total = sum(call["simulated_cycles"] for call in calls)
+    layers = sum(1 for call in calls if "accel" in call)
+    assert f"simulated cycles of {simulated_work(layers, len(calls) - layers)}: {total} " \
+           f"(predicted {total})" in run.log
 
 
 @pytest.mark.slow
@@ -134,5 +138,24 @@ def test_make_sim_runs_with_the_python_on_path_and_names_one_without_glensidec(
     ran = subprocess.run(["make", "-s", "-C", str(outdir), "sim", *arguments],
                          capture_output=True, text=True, env=env, timeout=600)
     assert ran.returncode == 0, ran.stderr
-    assert "co-simulation: every array result and cycle count matches" in ran.stdout
+    assert "co-simulation: every result and cycle count matches" in ran.stdout
     np.testing.assert_array_equal(np.load(tmp_path / "sim.npy"), np.maximum(a, 0))
+
+
+def test_the_summary_says_what_was_simulated(capsys: pytest.CaptureFixture[str]) -> None:
+    """An accelerator-only program's summary read "simulated array cycles: 3003 …; 0 array
+    calls, 6 accelerator layers" and "… s in array calls": it names what ran instead."""
+    def call(cycles: int, layer: str | None) -> dict[str, int | bool | float | str]:
+        return {"call": 0, "m": 4, "k": 4, "n": 4, "predicted_cycles": cycles,
+                "simulated_cycles": cycles, "data_ok": True, "cycles_ok": True,
+                "rtl_seconds": 0.5, **({"accel": layer} if layer else {})}
+
+    for calls, what in [([call(100, "conv"), call(35, "pool")], "2 accelerator layers"),
+                        ([call(135, None)], "1 array call"),
+                        ([call(100, None), call(35, "pool")],
+                         "1 accelerator layer and 1 array call")]:
+        print_report(CosimResult(calls, 0, 3.0))  # type: ignore[arg-type]
+        out = capsys.readouterr().out
+        assert f"simulated cycles of {what}: 135 (predicted 135)\n" in out
+        assert f"{0.5 * len(calls):.3f} s simulating them (" in out
+        assert "array cycles" not in out and ("array call" in what) == ("array call" in out)

@@ -82,7 +82,7 @@ def test_sim_section_is_added_and_the_directory_stays_ours(tmp_path: Path) -> No
     text = (outdir / "report.html").read_text()
     assert "Co-simulation (make sim)" in text and "12.25 s" in text
     simulated = sum(int(call["simulated_cycles"]) for call in simulation.calls)
-    assert f"Simulated array cycles: {simulated:,}" in text
+    assert f"Simulated cycles of {len(simulation.calls)} array calls: {simulated:,}" in text
     check_output_directory(outdir)  # compiling into it again is still allowed
     _compile(outdir)
     assert "Co-simulation" not in (outdir / "report.html").read_text()

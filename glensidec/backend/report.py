@@ -445,6 +445,17 @@ def _html_templates() -> jinja2.Environment:
     return environment
 
 
+def simulated_work(layers: int, calls: int) -> str:
+    """What a co-simulation ran, for `make sim`'s summary and the report: its accelerator
+    layers (on ws_accel) and its array calls (on the bare array), whichever it had."""
+    def counted(count: int, noun: str) -> str:
+        return f"{count} {noun}{'' if count == 1 else 's'}"
+
+    parts = ([counted(layers, "accelerator layer")] if layers else []) + \
+        ([counted(calls, "array call")] if calls or not layers else [])
+    return " and ".join(parts)
+
+
 def render_html(data: ReportData, simulation: Simulation | None = None) -> str:
     environment = _html_templates()
     calls = [row for row in data.rows if row.where in ("array", "accelerator")]
@@ -466,6 +477,9 @@ def render_html(data: ReportData, simulation: Simulation | None = None) -> str:
         "total": data.cycles,
         "utilization_svg": Markup(utilization_plot(data) or ""),
         "simulation": simulation, "sim_rows": sim_rows, "rate": rate,
+        "simulated_work": simulated_work(*(sum(1 for row in calls[:len(sim_rows)]
+                                               if row.where == where)
+                                           for where in ("accelerator", "array"))),
     }
     return environment.get_template("report.html.j2").render(context)
 

@@ -33,7 +33,7 @@ from typing import Any
 from glensidec import progress
 from glensidec.backend.report import DATA as REPORT_DATA
 from glensidec.backend.report import HTML as REPORT_HTML
-from glensidec.backend.report import ReportData, Simulation, render_html
+from glensidec.backend.report import ReportData, Simulation, render_html, simulated_work
 from glensidec.cosim.accel_sim import (
     LAYERS_FILE,
     MEM_TOP,
@@ -455,12 +455,10 @@ def print_report(result: CosimResult) -> None:
                 break
     rate = result.simulated_cycles / result.rtl_seconds if result.rtl_seconds else 0.0
     layers = sum(1 for call in result.calls if "accel" in call)
-    what = f"{len(result.calls) - layers} array calls" + (
-        f", {layers} accelerator layers" if layers else "")
-    print(f"simulated array cycles: {result.simulated_cycles} "
-          f"(predicted {result.predicted_cycles}); {what}")
+    print(f"simulated cycles of {simulated_work(layers, len(result.calls) - layers)}: "
+          f"{result.simulated_cycles} (predicted {result.predicted_cycles})")
     print(f"wall time: {result.wall_seconds:.2f} s in the simulator, "
-          f"{result.rtl_seconds:.3f} s in array calls ({rate:,.0f} simulated cycles/s)")
+          f"{result.rtl_seconds:.3f} s simulating them ({rate:,.0f} simulated cycles/s)")
 
 
 def add_to_report(outdir: Path, result: CosimResult) -> Path | None:
@@ -535,7 +533,7 @@ def main(argv: list[str] | None = None) -> int:
         print("error: the RTL disagrees with the model (data or cycles); see above",
               file=sys.stderr)
     else:
-        print("co-simulation: every array result and cycle count matches")
+        print("co-simulation: every result and cycle count matches")
     return 0 if result.ok else 1
 
 
