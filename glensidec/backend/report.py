@@ -445,12 +445,14 @@ def _html_templates() -> jinja2.Environment:
     return environment
 
 
+def counted(count: int, noun: str) -> str:
+    """"1 array call", "2 array calls"."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def simulated_work(layers: int, calls: int) -> str:
     """What a co-simulation ran, for `make sim`'s summary and the report: its accelerator
     layers (on ws_accel) and its array calls (on the bare array), whichever it had."""
-    def counted(count: int, noun: str) -> str:
-        return f"{count} {noun}{'' if count == 1 else 's'}"
-
     parts = ([counted(layers, "accelerator layer")] if layers else []) + \
         ([counted(calls, "array call")] if calls or not layers else [])
     return " and ".join(parts)

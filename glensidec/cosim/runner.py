@@ -33,7 +33,13 @@ from typing import Any
 from glensidec import progress
 from glensidec.backend.report import DATA as REPORT_DATA
 from glensidec.backend.report import HTML as REPORT_HTML
-from glensidec.backend.report import ReportData, Simulation, render_html, simulated_work
+from glensidec.backend.report import (
+    ReportData,
+    Simulation,
+    counted,
+    render_html,
+    simulated_work,
+)
 from glensidec.cosim.accel_sim import (
     LAYERS_FILE,
     MEM_TOP,
@@ -272,7 +278,7 @@ def _cosimulate_array(outdir: Path, manifest: Manifest, array: int, program_args
     except (Exception, SystemExit):
         raise GlensideError(f"the simulator build failed:\n{_tail(build_log)}") from None
     calls_here = len(manifest.calls_on(array))
-    print(f"co-simulating {manifest.source}: {calls_here} array calls"
+    print(f"co-simulating {manifest.source}: {counted(calls_here, 'array call')}"
           f"{f' on the {config.rows}x{config.cols} array' if several else ''} "
           f"(log: {run_log})", flush=True)
     # The run's files (results, hex files, waveforms) stay in OUTDIR even when the build
@@ -310,7 +316,8 @@ def _cosimulate_accel(outdir: Path, manifest: Manifest, program_args: list[str],
             shutil.rmtree(scratch)
     build_log, run_log = outdir / BUILD_LOG, outdir / RUN_LOG
     print(f"co-simulating {manifest.source}: running the program on the accelerator's C "
-          f"model, recording its {manifest.accel_layers} layers (log: {run_log})", flush=True)
+          f"model, recording its {counted(manifest.accel_layers, 'layer')} (log: {run_log})",
+          flush=True)
     with open(run_log, "w") as log:
         subprocess.run([sys.executable, "-m", "glensidec.cosim.accel_record", str(outdir),
                         str(outdir / library), str(layer_dir), str(outdir / "model"),
@@ -341,8 +348,8 @@ def _cosimulate_accel(outdir: Path, manifest: Manifest, program_args: list[str],
         raise GlensideError(f"the simulator build failed:\n{_tail(build_log)}") from None
     groups = [list(layers)] if how.whole else partition(layers, how.jobs or cpu_count())
     where = f"the Dask cluster at {how.scheduler}" if client is not None else "this machine"
-    print(f"co-simulating {len(layers)} accelerator layers on ws_accel in {len(groups)} "
-          f"simulator process{'es' if len(groups) > 1 else ''} on {where} "
+    print(f"co-simulating {counted(len(layers), 'accelerator layer')} on ws_accel in "
+          f"{len(groups)} simulator process{'es' if len(groups) > 1 else ''} on {where} "
           f"(logs: {jobs_dir}/*/sim.log)", flush=True)
     jobs = [SimJob(str(build_dir), str(layer_dir), str(jobs_dir / f"job{number}"),
                    tuple(group), str(jobs_dir / f"job{number}" / "sim.log"))
