@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -247,42 +247,71 @@ def moved(program: LayerProgram, offset: int, fence: bool) -> list[Any]:
     return commands
 
 
-async def run_chain(dut: Any, config: AccelConfig, layer: ConvLayer, pool_size: int,
-                    seed: int) -> int:
-    """The convolution `layer`, then a pool_size × pool_size stride pool_size max-pool of
-    its output, in one command stream (module docstring); returns the simulated cycles."""
+@dataclass(frozen=True)
+class Chained:
+    """A random convolution `layer` and the pool_size × pool_size stride pool_size max-pool
+    of its output (`pool_layer`): what run_chain and run_onchip_chain both run."""
+
+    layer: ConvLayer
+    conv: LayerProgram
+    pool_layer: ConvLayer
+    feature: np.ndarray
+    weights: np.ndarray
+    quant: LayerQuant
+    expected: np.ndarray  # the pooled reference, (pool rows, pool cols, channels)
+
+    def memory(self, config: AccelConfig, size: int, seed: int) -> np.ndarray:
+        """`size` bytes of random main memory holding the convolution's image and weights."""
+        memory = np.random.default_rng(seed).integers(0, 256, size).astype(np.uint8)
+        image = self.conv.input_image(self.feature, self.quant.input_zero_point)
+        memory[self.conv.input_base:self.conv.input_base + image.size] = image
+        stored = weight_matrix(self.layer, config.cols, self.weights).reshape(-1)
+        memory[self.conv.weight_base:self.conv.weight_base + stored.size] = stored & 0xFF
+        return memory
+
+    def mismatches(self, memory: np.ndarray, output: int) -> int:
+        """Outputs of the pool at byte `output` that differ from the reference."""
+        got = memory[output:output + self.expected.size].astype(np.int64)
+        got = np.where(got >= 128, got - 256, got).reshape(self.expected.shape)
+        return int(np.count_nonzero(got != self.expected))
+
+
+def chained(config: AccelConfig, layer: ConvLayer, pool_size: int, seed: int) -> Chained:
     rng = np.random.default_rng(seed)
     feature = rng.integers(-128, 128, (layer.height, layer.width, layer.channels))
     weights = rng.integers(-128, 128, (*layer.kernel_hw, layer.channels, layer.out_channels))
     quant = random_quant(rng, layer.out_channels, "")
-    conv = conv_program(config, layer, quant)
     out_h, out_w = layer.out_size
     pool_layer = ConvLayer(f"{layer.name}_pool", out_h, out_w, layer.out_channels,
                            layer.out_channels, pool_size, pool_size)
-    pool = pool_program(config, pool_layer)
+    expected = pool_reference(pool_layer, conv_reference(layer, feature, weights, quant)
+                              .reshape(out_h, out_w, layer.out_channels))
+    return Chained(layer, conv_program(config, layer, quant), pool_layer, feature, weights,
+                   quant, expected)
+
+
+async def run_chain(dut: Any, config: AccelConfig, layer: ConvLayer, pool_size: int,
+                    seed: int) -> int:
+    """The convolution `layer`, then a pool_size × pool_size stride pool_size max-pool of
+    its output, in one command stream (module docstring); returns the simulated cycles."""
+    chain = chained(config, layer, pool_size, seed)
+    conv = chain.conv
+    pool = pool_program(config, chain.pool_layer)
     offset = conv.output_base - pool.input_base  # the pool reads the conv's output in place
-    (pool_h, pool_w), N = pool_layer.out_size, layer.out_channels
+    (pool_h, pool_w), N = chain.pool_layer.out_size, layer.out_channels
     output = offset + pool.output_base
     size = max(conv.memory_bytes, offset + pool.memory_bytes)
-    expected = pool_reference(pool_layer, conv_reference(layer, feature, weights, quant)
-                              .reshape(out_h, out_w, N))
     results = []
     for fence in (True, False):
-        memory = np.random.default_rng(seed).integers(0, 256, size).astype(np.uint8)
-        image = conv.input_image(feature, quant.input_zero_point)
-        memory[conv.input_base:conv.input_base + image.size] = image
-        stored = weight_matrix(layer, config.cols, weights).reshape(-1)
-        memory[conv.weight_base:conv.weight_base + stored.size] = stored & 0xFF
+        memory = chain.memory(config, size, seed)
         commands = conv.commands + moved(pool, offset, fence)
         words = [encode_command(command, config.cols) for command in commands]
         cycles = await run_commands(dut, words, memory, range(conv.output_base, size),
                                     config.memory.bus_bytes, config.memory.latency)
-        got = memory[output:output + expected.size].astype(np.int64)
-        got = np.where(got >= 128, got - 256, got).reshape(expected.shape)
-        results.append((cycles, int(np.count_nonzero(got != expected))))
+        results.append((cycles, chain.mismatches(memory, output)))
     (cycles, mismatches), (_, unfenced_mismatches) = results
     what = f"{layer.name} then a {pool_size}x{pool_size} max-pool to {pool_h * pool_w}x{N}"
-    assert mismatches == 0, f"{what}: {mismatches} of {expected.size} outputs differ"
+    assert mismatches == 0, f"{what}: {mismatches} of {chain.expected.size} outputs differ"
     predicted = AccelModel(config).run(conv.commands + moved(pool, offset, True)).cycles
     assert cycles == predicted, f"{what}: simulated {cycles} cycles, predicted {predicted}"
     dut._log.info(f"{what}, chained with a fence: {predicted} cycles (predicted = simulated);"
@@ -301,51 +330,40 @@ async def run_onchip_chain(dut: Any, config: AccelConfig, layer: ConvLayer, pool
     result (it never leaves the chip), and the cycles equal `AccelModel`'s; returns them."""
     from glensidec.hardware.chain import NotChainable, onchip_chain, relocated
 
-    rng = np.random.default_rng(seed)
-    feature = rng.integers(-128, 128, (layer.height, layer.width, layer.channels))
-    weights = rng.integers(-128, 128, (*layer.kernel_hw, layer.channels, layer.out_channels))
-    quant = random_quant(rng, layer.out_channels, "")
-    conv = conv_program(config, layer, quant)
+    chain = chained(config, layer, pool_size, seed)
+    conv = chain.conv
     out_h, out_w = layer.out_size
-    pool_layer = ConvLayer(f"{layer.name}_pool", out_h, out_w, layer.out_channels,
-                           layer.out_channels, pool_size, pool_size)
-    expected = pool_reference(pool_layer, conv_reference(layer, feature, weights, quant)
-                              .reshape(out_h, out_w, layer.out_channels))
     total = 0
     for schedule in ("band", "gather"):
-        pool = pool_program(config, pool_layer, schedule=schedule)
+        pool = pool_program(config, chain.pool_layer, schedule=schedule)
         offset = conv.output_base - pool.input_base
         step = config.memory.bank_rows // 4
-        chained = None
+        commands = None
         for shift in range(step, config.memory.scratchpad_rows, step):
             try:
-                chained = onchip_chain(config, conv.commands,
-                                       relocated(config, pool.commands, offset, shift))
+                commands = onchip_chain(config, conv.commands,
+                                        relocated(config, pool.commands, offset, shift))
                 break
             except NotChainable:
                 continue
         what = f"{layer.name} then a {pool_size}x{pool_size} {schedule} max-pool on chip"
-        if chained is None:
+        if commands is None:
             dut._log.info(f"{what}: the pool's rows do not fit beside the convolution's")
             continue
         size = max(conv.memory_bytes, offset + pool.memory_bytes)
-        memory = np.random.default_rng(seed).integers(0, 256, size).astype(np.uint8)
-        before = memory.copy()
-        image = conv.input_image(feature, quant.input_zero_point)
-        memory[conv.input_base:conv.input_base + image.size] = image
-        stored = weight_matrix(layer, config.cols, weights).reshape(-1)
-        memory[conv.weight_base:conv.weight_base + stored.size] = stored & 0xFF
+        memory = chain.memory(config, size, seed)
+        # main memory before the image and weights went in (the same seed's bytes)
+        before = np.random.default_rng(seed).integers(0, 256, size).astype(np.uint8)
         output = offset + pool.output_base
-        words = [encode_command(command, config.cols) for command in chained]
-        cycles = await run_commands(dut, words, memory, range(output, output + expected.size),
+        words = [encode_command(command, config.cols) for command in commands]
+        cycles = await run_commands(dut, words, memory,
+                                    range(output, output + chain.expected.size),
                                     config.memory.bus_bytes, config.memory.latency)
-        got = memory[output:output + expected.size].astype(np.int64)
-        got = np.where(got >= 128, got - 256, got).reshape(expected.shape)
-        mismatches = int(np.count_nonzero(got != expected))
-        assert mismatches == 0, f"{what}: {mismatches} of {expected.size} outputs differ"
+        mismatches = chain.mismatches(memory, output)
+        assert mismatches == 0, f"{what}: {mismatches} of {chain.expected.size} outputs differ"
         result = slice(conv.output_base, conv.output_base + out_h * out_w * layer.out_channels)
         assert (memory[result] == before[result]).all(), f"{what}: the result left the chip"
-        predicted = AccelModel(config).run(chained).cycles
+        predicted = AccelModel(config).run(commands).cycles
         assert cycles == predicted, f"{what}: simulated {cycles} cycles, predicted {predicted}"
         dut._log.info(f"{what}: {predicted} cycles (predicted = simulated)")
         total += predicted

@@ -485,6 +485,13 @@ def test_calibration_shapes_are_checked(tmp_path: Path) -> None:
         profile(program, {"y": np.zeros((4, 1, 32), np.float32)})
     # (samples·N, …) along the batch axis is accepted too
     assert profile(program, {"x": np.zeros((5, 32), np.float32)}).samples == 5
+    # from a file: the error names it and both shapes it takes
+    np.savez(tmp_path / "calib.npz", x=np.zeros((4, 3), np.float32))
+    with pytest.raises(GlensideError) as raised:
+        profile(program, tmp_path / "calib.npz")
+    assert str(raised.value) == (
+        f"error: {tmp_path / 'calib.npz'}: calibration array 'x' has shape (4, 3); expected "
+        "(samples, 1, 32) or (samples, 32)")
 
 
 # -- unsupported cases are clear --------------------------------------------------------------

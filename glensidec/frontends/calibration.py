@@ -88,8 +88,10 @@ def calibration_batches(program: Program, calibration: dict[str, Array] | str | 
     """
     # an input renamed at import is also found under its ONNX name (`; onnx-input` lines)
     originals = {name: original for original, name in input_aliases(program).items()}
+    source = ""  # the file, for the errors below
     if not isinstance(calibration, dict):
         path = Path(calibration)
+        source = f"{path}: "
         calibration = {decl.name: _calibration_array(path, decl.name, originals.get(decl.name))
                        for decl in program.inputs()}
     calibration = {**{name: calibration[original] for name, original in originals.items()
@@ -112,14 +114,24 @@ def calibration_batches(program: Program, calibration: dict[str, Array] | str | 
                 1:] and array.shape[0] % decl.shape[0] == 0:
             samples = list(array.reshape(-1, *decl.shape))
         else:
-            raise GlensideError(f"calibration array '{decl.name}' has shape {array.shape}; "
-                                f"expected (samples, {', '.join(map(str, decl.shape))})")
+            raise GlensideError(f"{source}calibration array '{decl.name}' has shape "
+                                f"{array.shape}; expected {_sample_shapes(decl.shape)}")
         split[decl.name] = samples
         counts.add(len(samples))
     if len(counts) != 1 or 0 in counts:
         raise GlensideError(f"calibration arrays disagree on (or have no) samples: {counts}")
     count = counts.pop()
     return [{name: samples[i] for name, samples in split.items()} for i in range(count)]
+
+
+def _sample_shapes(shape: tuple[int, ...]) -> str:
+    """The calibration shapes an input of `shape` takes: one sample per row, or (its batch
+    axis first) the samples' batches stacked, "(samples, 1, 3, 8, 8) or (samples, 3, 8, 8)"."""
+    rows = f"(samples, {', '.join(map(str, shape))})"
+    if not shape:
+        return rows
+    batch = "samples" if shape[0] == 1 else f"{shape[0]}·samples"
+    return f"{rows} or ({', '.join([batch, *map(str, shape[1:])])})"
 
 
 def integer_samples(decl: TensorDecl, array: Array) -> Array:
