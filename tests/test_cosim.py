@@ -20,6 +20,7 @@ from conftest import EXAMPLES, Executions, assert_calls_match_the_model, compile
 
 from glensidec.backend.report import simulated_work
 from glensidec.cosim.runner import CosimResult, Manifest, host_products_note, print_report
+from glensidec.cosim.runner import main as runner_main
 from glensidec.hardware.array import ArrayConfig
 from glensidec.lang.data import all_tensors, random_inputs
 from glensidec.lang.interp import run_program
@@ -159,3 +160,18 @@ def test_the_summary_says_what_was_simulated(capsys: pytest.CaptureFixture[str])
         assert f"simulated cycles of {what}: 135 (predicted 135)\n" in out
         assert f"{0.5 * len(calls):.3f} s simulating them (" in out
         assert "array cycles" not in out and ("array call" in what) == ("array call" in out)
+
+
+def test_a_relative_input_missing_in_outdir_is_refused_before_any_build(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`make -C out sim INPUTS="x=x.npy"` runs in out/, where x.npy is not: one line that says
+    so and how to give it, before the simulator is built (the C program said only "cannot
+    open out/x.npy", after the build)."""
+    monkeypatch.chdir(tmp_path)  # OUTDIR, as make -C makes it
+    assert runner_main(["-o", "sim.npy", "--", ".", "x=x.npy"]) == 1
+    assert capsys.readouterr().err == (
+        f"error: INPUTS: x=x.npy: no file {tmp_path / 'x.npy'}; make -C OUTDIR runs in "
+        "OUTDIR, so a relative path is taken from there: give an absolute one "
+        "(e.g. x=$PWD/x.npy)\n")
+    assert list(tmp_path.iterdir()) == []

@@ -520,6 +520,12 @@ def main(argv: list[str] | None = None) -> int:
     program_args = []
     for item in args.inputs:
         name, equals, path = item.partition("=")
+        if equals and not Path(path).is_absolute() and not Path(path).exists():
+            # (found before anything is built; the C program would say only "cannot open")
+            print(f"error: INPUTS: {item}: no file {Path(path).resolve()}; make -C OUTDIR "
+                  "runs in OUTDIR, so a relative path is taken from there: give an absolute "
+                  f"one (e.g. {name}=$PWD/{path})", file=sys.stderr)
+            return 1
         program_args.append(f"{name}={Path(path).resolve()}" if equals else item)
     program_args += ["-o", str(Path(args.output).resolve())]
     if args.dequantize == "1":  # the C program's own flag (quantized programs only)
