@@ -361,17 +361,22 @@ def test_the_final_choice_averages_the_retraining_seeds(
     def fake_train(graph: Any, data: Any, epochs: int, seed: int, learning_rate: float) -> Any:
         return SimpleNamespace(graph=graph, seed=seed, weights=graph.weights)
 
+    def params(graph: Any) -> int:
+        return sum(int(np.size(values)) for values in graph.weights.values())
+
     def fake_accuracy(trained: Any, data: Any) -> float:
-        original = len(trained.graph.layers) == base_layers
+        original = params(trained.graph) == base_params
         return {(True, 0): 0.98, (True, 1): 0.96, (False, 0): 0.965, (False, 1): 0.97}[
             (original, trained.seed)]
 
     program = read_program(skip_model)
-    base_layers = len(lift(program, load_weights(program)).layers)
+    base_params = params(lift(program, load_weights(program)))
     monkeypatch.setattr(torch_model, "train", fake_train)
     monkeypatch.setattr(torch_model, "accuracy", fake_accuracy)
     train = np.load(data(tmp_path, "train", 24, 1))
-    options = S.Options(budget=4, space=("spatial-split",), legality="fisher-init",
+    # (bottlenecks: cheaper than the original; spatial splits were too while the block's
+    # 3x3 convolution after the stem stayed on the host, 7308ee0)
+    options = S.Options(budget=4, space=("bottleneck",), legality="fisher-init",
                         threshold=0.0, train_epochs=1, top=2, seed=0)
 
     def here(function: Any, calls: list[Any]) -> list[Any]:
