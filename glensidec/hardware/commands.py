@@ -2070,7 +2070,8 @@ def _window_steps(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
     slabs = [(0 if oy0 == 0 else band.rows(oy0), band.rows(oy0 + rows_here))
              for oy0, rows_here in chunk_list]
 
-    buffer_planes = [[(_band_region(buffer, plane),) for plane in range(len(band.planes))]
+    buffer_planes: list[list[tuple[_Region, ...]]] = [
+        [(_band_region(buffer, plane),) for plane in range(len(band.planes))]
                      for buffer in (0, 1)]
 
     def band_slabs(chunk: int) -> list[tuple[_Region, ...]]:
