@@ -2072,7 +2072,7 @@ def _window_steps(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
 
     buffer_planes: list[list[tuple[_Region, ...]]] = [
         [(_band_region(buffer, plane),) for plane in range(len(band.planes))]
-                     for buffer in (0, 1)]
+        for buffer in (0, 1)]
 
     def band_slabs(chunk: int) -> list[tuple[_Region, ...]]:
         """Per plane, the band regions a compute of `chunk` on it reads (one_band: the
