@@ -525,19 +525,39 @@ AREA_EPILOGUE = [(16, 4), (16, 8), (16, 16), (32, 8), (32, 16), (32, 32), (8, 2)
 AREA_EPILOGUE_DEPTH = 512  # the FIFO at 1024 accumulator rows (its bits are SRAM, not cells)
 
 
+def _measured_today(section: str, key: str) -> bool:
+    """Whether area_cells.json's `section` holds `key` synthesized from today's RTL."""
+    import json
+
+    from glensidec.hardware.area import rtl_digest
+
+    known = json.loads(AREA_JSON.read_text()).get(section, {}).get(key)
+    return known is not None and known.get("rtl") == rtl_digest()
+
+
+def _record_measured(section: str, key: str, entry: dict[str, Any]) -> None:
+    """Store one synthesized point in area_cells.json's `section` (the file re-read first:
+    synthesis runs may go side by side)."""
+    import json
+
+    measured = json.loads(AREA_JSON.read_text())
+    measured.setdefault(section, {})[key] = entry
+    print(key, entry, flush=True)
+    AREA_JSON.write_text(json.dumps(measured, indent=1, sort_keys=True) + "\n",
+                         encoding="utf-8")
+
+
 def area_epilogue_table(command: list[str],
                         shapes: list[tuple[int, int]] | None = None) -> None:
     """Synthesize `ws_epilogue` for `shapes` (columns, lanes; default AREA_EPILOGUE) into
     area_cells.json's "epilogue" (kept when from today's RTL), then refit and write
     bench/results/area.md."""
-    import json
 
     from glensidec.hardware.area import rtl_digest
 
     for cols, lanes in shapes or AREA_EPILOGUE:
         key = f"{cols}x{lanes}"
-        known = json.loads(AREA_JSON.read_text()).get("epilogue", {}).get(key)
-        if known is not None and known.get("rtl") == rtl_digest():
+        if _measured_today("epilogue", key):
             continue
         start = time.perf_counter()
         counts = synthesize(command, "ws_epilogue", {
@@ -545,13 +565,9 @@ def area_epilogue_table(command: list[str],
             script=AREA_SCRIPT)
         if not counts.get("cells"):
             raise RuntimeError(f"no statistics parsed for ws_epilogue {key}")
-        measured = json.loads(AREA_JSON.read_text())
-        measured.setdefault("epilogue", {})[key] = {
+        _record_measured("epilogue", key, {
             "cells": counts["cells"], "rtl": rtl_digest(),
-            "seconds": round(time.perf_counter() - start)}
-        print(key, measured["epilogue"][key], flush=True)
-        AREA_JSON.write_text(json.dumps(measured, indent=1, sort_keys=True) + "\n",
-                             encoding="utf-8")
+            "seconds": round(time.perf_counter() - start)})
     area_report()
 
 
@@ -569,14 +585,12 @@ def area_write_table(command: list[str],
     """Synthesize `ws_dma_load` and `ws_spad` for `points` (row bytes, bus, rows a write;
     default AREA_WRITE) into area_cells.json's "write" (kept when from today's RTL), then
     refit and write bench/results/area.md."""
-    import json
 
     from glensidec.hardware.area import rtl_digest
 
     for row_bytes, bus, write_rows in points or AREA_WRITE:
         key = f"{row_bytes}x{bus}x{write_rows}"
-        known = json.loads(AREA_JSON.read_text()).get("write", {}).get(key)
-        if known is not None and known.get("rtl") == rtl_digest():
+        if _measured_today("write", key):
             continue
         start = time.perf_counter()
         dma = synthesize(command, "ws_dma_load", {
@@ -588,14 +602,10 @@ def area_write_table(command: list[str],
             "WRITE_ROWS": write_rows}, script=AREA_SCRIPT)
         if not dma.get("cells") or not spad.get("cells"):
             raise RuntimeError(f"no statistics parsed for {key}")
-        measured = json.loads(AREA_JSON.read_text())  # re-read: runs may go side by side
-        measured.setdefault("write", {})[key] = {
+        _record_measured("write", key, {
             "dma_cells": dma["cells"], "spad_cells": spad["cells"],
             "spad_memory_bits": spad.get("memory bits", 0), "rtl": rtl_digest(),
-            "seconds": round(time.perf_counter() - start)}
-        print(key, measured["write"][key], flush=True)
-        AREA_JSON.write_text(json.dumps(measured, indent=1, sort_keys=True) + "\n",
-                             encoding="utf-8")
+            "seconds": round(time.perf_counter() - start)})
     area_report()
 
 
