@@ -67,12 +67,14 @@ test: lint
 	$(MAKE) --no-print-directory -j2 -Otarget unit-tests rtl-tests
 endif
 
-# (the two halves of `make test`, after its set-up and lint)
+# (the two halves of `make test`, after its set-up and lint). Without this make's MAKEFLAGS:
+# under -j2 they name a jobserver the tests' own `make` runs cannot reach, and each says
+# so on stderr ("jobserver unavailable"), which tests of make's messages read.
 unit-tests:
-	$(BIN)/pytest -q -n $(JOBS) --dist worksteal tests
+	env -u MAKEFLAGS -u MFLAGS $(BIN)/pytest -q -n $(JOBS) --dist worksteal tests
 
 rtl-tests:
-	$(MAKE) -C sim PYTHON=$(abspath $(BIN))/python JOBS=$(JOBS)
+	env -u MAKEFLAGS -u MFLAGS $(MAKE) -C sim PYTHON=$(abspath $(BIN))/python JOBS=$(JOBS)
 
 # The quick subset: no C builds, no simulation, no fuzzing (the tests marked `slow`).
 quick: lint
