@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -120,16 +122,28 @@ def test_check_layers_fails_wrong_cycles_bad_accesses_and_unfinished_layers(
     assert entry["error"] == "the simulator stopped"
 
 
-def _compiled_small_cnn(tmp_path: Path) -> tuple[Path, str]:
+@dataclass
+class SmallCnn:
+    """examples/small_cnn.gs compiled once for the module's co-simulations."""
+
+    outdir: Path
+    inputs: str  # make sim's INPUTS
+    folder: Path  # the module's scratch folder
+
+
+@pytest.fixture(scope="module")
+def small_cnn(tmp_path_factory: pytest.TempPathFactory) -> SmallCnn:
     """examples/small_cnn.gs with --accel on 8×8 (a convolution and a pooling layer as
-    accelerator layers, its dense layer an array call) and make sim's INPUTS for it."""
-    outdir = tmp_path / "out"
+    accelerator layers, its dense layer an array call) and make sim's INPUTS for it: one
+    compile for the module (each test compiled it alike)."""
+    folder = tmp_path_factory.mktemp("small_cnn")
+    outdir = folder / "out"
     subprocess.run([sys.executable, "-m", "glensidec", "compile",
                     str(EXAMPLES / "small_cnn.gs"), "--array", "8x8", "--accel", "-o",
                     str(outdir)], check=True, capture_output=True, timeout=600)
     image = np.random.default_rng(5).integers(-128, 128, (1, 1, 16, 16)).astype(np.int8)
-    np.save(tmp_path / "image.npy", image)
-    return outdir, f"INPUTS=image={tmp_path / 'image.npy'}"
+    np.save(folder / "image.npy", image)
+    return SmallCnn(outdir, f"INPUTS=image={folder / 'image.npy'}", folder)
 
 
 def _accel_layers(outdir: Path) -> list[dict[str, object]]:
@@ -145,36 +159,34 @@ def _make_sim(outdir: Path, inputs: str, output: Path, sim_cache: Path, *options
                           env={**os.environ, "GLENSIDEC_SIM_CACHE": str(sim_cache)})
 
 
-@pytest.mark.slow
-@pytest.mark.rtl
-def test_layers_cosimulate_on_a_dask_cluster_as_in_one_process(tmp_path: Path,
-                                                               sim_cache: Path) -> None:
-    distributed = pytest.importorskip("dask.distributed")
-    outdir, inputs = _compiled_small_cnn(tmp_path)
-    whole = _make_sim(outdir, inputs, tmp_path / "whole.npy", sim_cache, "WHOLE=1")
+@dataclass
+class WholeRun:
+    """`make sim WHOLE=1` of small_cnn: every accelerator layer in one simulator process."""
+
+    output: Path  # its result
+    layers: list[dict[str, object]]  # the accelerator layers of its report
+    layer_dir: Path  # a copy of the layers it recorded (later runs rewrite OUTDIR's)
+
+
+@pytest.fixture(scope="module")
+def whole_run(small_cnn: SmallCnn, sim_cache: Path) -> WholeRun:
+    """One `make sim WHOLE=1` for the module's tests that compare with it (each ran its
+    own, alike)."""
+    output = small_cnn.folder / "whole.npy"
+    whole = _make_sim(small_cnn.outdir, small_cnn.inputs, output, sim_cache, "WHOLE=1")
     assert whole.returncode == 0, whole.stdout[-3000:] + whole.stderr[-3000:]
     assert "in 1 simulator process on this machine" in whole.stdout
-    one = _accel_layers(outdir)
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address=None) as cluster:
-        spread = _make_sim(outdir, inputs, tmp_path / "spread.npy", sim_cache,
-                           f"SCHEDULER={cluster.scheduler_address}")
-    assert spread.returncode == 0, spread.stdout[-3000:] + spread.stderr[-3000:]
-    assert "in 2 simulator processes on the Dask cluster" in spread.stdout
-    calls = _accel_layers(outdir)
-    assert len(calls) == len(one) == 3  # the input's layout, the convolution, the pool
-    assert all(call["data_ok"] and call["cycles_ok"] for call in calls)
-    assert [call["simulated_cycles"] for call in calls] == \
-        [call["simulated_cycles"] for call in one]
-    assert np.array_equal(np.load(tmp_path / "spread.npy"), np.load(tmp_path / "whole.npy"))
+    layer_dir = small_cnn.folder / "whole_layers"
+    shutil.copytree(small_cnn.outdir / "sim_build" / "accel" / "layers", layer_dir)
+    return WholeRun(output, _accel_layers(small_cnn.outdir), layer_dir)
 
 
+# Before the co-simulations below: the module's OUTDIR is as compile left it, not yet built.
 @pytest.mark.slow
-def test_an_unreachable_scheduler_is_a_one_line_error(tmp_path: Path,
+def test_an_unreachable_scheduler_is_a_one_line_error(tmp_path: Path, small_cnn: SmallCnn,
                                                       sim_cache: Path) -> None:
     pytest.importorskip("dask.distributed")
-    outdir, inputs = _compiled_small_cnn(tmp_path)
-    ran = _make_sim(outdir, inputs, tmp_path / "out.npy", sim_cache,
+    ran = _make_sim(small_cnn.outdir, small_cnn.inputs, tmp_path / "out.npy", sim_cache,
                     "SCHEDULER=tcp://127.0.0.1:9")
     assert ran.returncode != 0
     errors = [line for line in ran.stderr.splitlines() if not line.startswith("make")]
@@ -186,20 +198,35 @@ def test_an_unreachable_scheduler_is_a_one_line_error(tmp_path: Path,
 
 @pytest.mark.slow
 @pytest.mark.rtl
+def test_layers_cosimulate_on_a_dask_cluster_as_in_one_process(
+        tmp_path: Path, small_cnn: SmallCnn, whole_run: WholeRun, sim_cache: Path) -> None:
+    distributed = pytest.importorskip("dask.distributed")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster:
+        spread = _make_sim(small_cnn.outdir, small_cnn.inputs, tmp_path / "spread.npy",
+                           sim_cache, f"SCHEDULER={cluster.scheduler_address}")
+    assert spread.returncode == 0, spread.stdout[-3000:] + spread.stderr[-3000:]
+    assert "in 2 simulator processes on the Dask cluster" in spread.stdout
+    one = whole_run.layers
+    calls = _accel_layers(small_cnn.outdir)
+    assert len(calls) == len(one) == 3  # the input's layout, the convolution, the pool
+    assert all(call["data_ok"] and call["cycles_ok"] for call in calls)
+    assert [call["simulated_cycles"] for call in calls] == \
+        [call["simulated_cycles"] for call in one]
+    assert np.array_equal(np.load(tmp_path / "spread.npy"), np.load(whole_run.output))
+
+
+@pytest.mark.slow
+@pytest.mark.rtl
 def test_the_raw_harness_runs_the_same_layers_to_the_same_bytes_and_cycles(
-        tmp_path: Path, sim_cache: Path) -> None:
+        tmp_path: Path, small_cnn: SmallCnn, whole_run: WholeRun) -> None:
     """The anchor of bench/bench_cosim_speed.py: tb_ws_accel_mem as a plain Verilator
     binary, no cocotb, on the layers make sim recorded."""
-    outdir, inputs = _compiled_small_cnn(tmp_path)
-    ran = _make_sim(outdir, inputs, tmp_path / "out.npy", sim_cache, "WHOLE=1")
-    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
-    layer_dir = outdir / "sim_build" / "accel" / "layers"
-    _, layers = read_layers(layer_dir)
-    accel = Manifest.read(outdir).accel_config()
+    _, layers = read_layers(whole_run.layer_dir)
+    accel = Manifest.read(small_cnn.outdir).accel_config()
     assert accel is not None
     binary = build_raw_harness(sim_parameters(accel, layers), tmp_path / "raw")
-    _, entries = run_raw_harness(binary, layer_dir, tmp_path / "raw_job", layers)
-    cosim = _accel_layers(outdir)
+    _, entries = run_raw_harness(binary, whole_run.layer_dir, tmp_path / "raw_job", layers)
     assert all(entry["data_ok"] and entry["cycles_ok"] for entry in entries)
     assert [entry["simulated_cycles"] for entry in entries] == \
-        [call["simulated_cycles"] for call in cosim]
+        [call["simulated_cycles"] for call in whole_run.layers]
