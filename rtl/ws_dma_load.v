@@ -13,6 +13,13 @@
 //   the row of slot j written (wr_en) in cycle j + LATENCY + 1;
 //   the next command is accepted in the previous one's last slot (gap-free).
 //
+// WRITE_ROWS > 1: rows that overlap or lie end to end (0 < |stride1| <= length: weight
+// blocks, whole lines of a map, an input's packed taps a byte apart) are issued in groups
+// of up to WRITE_ROWS rows of one line, each group's span ((n-1)*|stride1| + length bytes)
+// one row's worth of beats and its rows written at once; with bounds (x_step 0 or 1) a
+// group is all padding (one slot) or all inside, ws_dma_agen's runs
+// (glensidec.hardware.accel.dma_groups).
+//
 // glensidec.hardware.accel.dma_load_cycles is this count; sim/test_ws_dma_load.py checks it.
 module ws_dma_load #(
     parameter integer ROW_BYTES = 16,
@@ -56,42 +63,48 @@ module ws_dma_load #(
     localparam integer K_W   = $clog2(G_BYTES + 2);       // beat index within a group
     localparam integer N_W   = $clog2(WRITE_ROWS + 1);    // rows of a group
     localparam integer GL_W  = $clog2(G_BYTES + 1);       // bytes of a group
-    // tag: pad, first, last, offset, beat, scratchpad row, length, rows, descending, pad value
-    localparam integer TAG_W = 3 + OFF_W + K_W + SPAD_W + LEN_W + N_W + 1 + 8;
+    // tag: pad, first, last, offset, beat, scratchpad row, length, rows, row step,
+    // descending, pad value
+    localparam integer TAG_W = 3 + OFF_W + K_W + SPAD_W + LEN_W + N_W + LEN_W + 1 + 8;
 
     reg               issuing;
     reg [LEN_W-1:0]   length;
     reg [7:0]         pad_value;
     reg [K_W-1:0]     beat;
-    reg               grouped, descending;   // groups of rows (end to end, no bounds)
+    // groups of rows: rows that overlap or lie end to end (0 < |stride1| <= length), `step`
+    // = |stride1| bytes apart, with bounds only at x_step 0 or 1 (ws_dma_agen's runs)
+    reg               grouped, descending;
+    reg [LEN_W-1:0]   step;
     wire [31:0]       row_addr;
     wire [SPAD_W-1:0] row_spad;
     wire              padding, last_row;
-    /* verilator lint_off UNUSEDSIGNAL */  // only groups look at the line's rows left
-    wire [COUNT_W-1:0] line_left;
+    /* verilator lint_off UNUSEDSIGNAL */  // only groups look at the run's rows left
+    wire [COUNT_W-1:0] run_left;
     /* verilator lint_on UNUSEDSIGNAL */
 
     wire accept = cmd_valid && cmd_ready;
     wire [31:0] cmd_len32 = {{(32-LEN_W){1'b0}}, cmd_length};
+    wire [31:0] cmd_step32 = cmd_stride1[31] ? 32'd0 - cmd_stride1 : cmd_stride1;
 
-    // The current group: n rows (1 unless grouped), gbytes = n*length bytes from gaddr (its
-    // lowest byte: the first row's, or with descending rows the last's).
+    // The current group: n rows (1 unless grouped), all padding or all inside, gbytes =
+    // (n-1)*step + length bytes from gaddr (its lowest byte: the first row's, or with
+    // descending rows the last's).
     wire [N_W-1:0] n;
     generate
         if (WRITE_ROWS == 1) begin : g_one
             assign n = 1'b1;
         end else begin : g_group
             /* verilator lint_off UNUSEDSIGNAL */
-            wire [31:0] left_wide = {{(32-COUNT_W){1'b0}}, line_left};
+            wire [31:0] left_wide = {{(32-COUNT_W){1'b0}}, run_left};
             /* verilator lint_on UNUSEDSIGNAL */
             assign n = !grouped ? {{(N_W-1){1'b0}}, 1'b1}
                      : left_wide < WRITE_ROWS ? left_wide[N_W-1:0] : WRITE_ROWS[N_W-1:0];
         end
     endgenerate
-    wire [GL_W-1:0]  gbytes = {{(GL_W-N_W){1'b0}}, n} * {{(GL_W-LEN_W){1'b0}}, length};
+    wire [GL_W-1:0]  gspan = ({{(GL_W-N_W){1'b0}}, n} - 1'b1) * {{(GL_W-LEN_W){1'b0}}, step};
+    wire [GL_W-1:0]  gbytes = gspan + {{(GL_W-LEN_W){1'b0}}, length};
     wire [31:0]      gbytes32 = {{(32-GL_W){1'b0}}, gbytes};
-    wire [31:0]      gaddr = descending ? row_addr - gbytes32 + {{(32-LEN_W){1'b0}}, length}
-                                        : row_addr;
+    wire [31:0]      gaddr = descending ? row_addr - {{(32-GL_W){1'b0}}, gspan} : row_addr;
 
     // Beats the current group touches: from its aligned start to its last byte.
     wire [31:0]      offset_full = gaddr & (BUS_BYTES - 1);
@@ -115,7 +128,7 @@ module ws_dma_load #(
         .cmd_bounds(cmd_bounds), .cmd_y0(cmd_y0), .cmd_y_step(cmd_y_step),
         .cmd_height(cmd_height), .cmd_x0(cmd_x0), .cmd_x_step(cmd_x_step), .cmd_width(cmd_width),
         .addr(row_addr), .spad_row(row_spad), .padding(padding), .last(last_row),
-        .line_left(line_left)
+        .run_left(run_left)
     );
 
     always @(posedge clk) begin
@@ -130,9 +143,10 @@ module ws_dma_load #(
             length <= cmd_length;
             pad_value <= cmd_pad_value;
             beat <= {K_W{1'b0}};
-            grouped <= WRITE_ROWS > 1 && !cmd_bounds
-                      && (cmd_stride1 == cmd_len32 || cmd_stride1 == 32'd0 - cmd_len32);
+            grouped <= WRITE_ROWS > 1 && cmd_stride1 != 32'd0 && cmd_step32 <= cmd_len32
+                      && (!cmd_bounds || cmd_x_step <= 16'd1);
             descending <= WRITE_ROWS > 1 && cmd_stride1[31];
+            step <= cmd_step32[LEN_W-1:0];   // kept only when grouped (<= length)
         end else if (issuing) begin
             beat <= slot_last ? {K_W{1'b0}} : beat + 1'b1;
         end
@@ -141,7 +155,7 @@ module ws_dma_load #(
     // The tag line: slot bookkeeping delayed by LATENCY cycles, beside the memory.
     reg  [TAG_W:0] tag_line [0:LATENCY-1];   // {valid, tag}
     wire [TAG_W:0] tag_in = {issuing, padding, beat == {K_W{1'b0}}, slot_last, offset, beat,
-                             row_spad, length, n, grouped && descending, pad_value};
+                             row_spad, length, n, step, grouped && descending, pad_value};
     integer s;
     always @(posedge clk) begin
         for (s = LATENCY - 1; s > 0; s = s - 1) tag_line[s] <= tag_line[s-1];
@@ -158,21 +172,22 @@ module ws_dma_load #(
     wire [SPAD_W-1:0] out_spad;
     wire [LEN_W-1:0]  out_length;
     wire [N_W-1:0]    out_n;
+    wire [LEN_W-1:0]  out_step;
     wire              out_descending;
     wire [7:0]        out_pad_value;
     assign {out_valid, out_pad, out_first, out_last, out_offset, out_beat, out_spad, out_length,
-            out_n, out_descending, out_pad_value} = tag_line[LATENCY-1];
+            out_n, out_step, out_descending, out_pad_value} = tag_line[LATENCY-1];
 
-    // Row assembly: row j of a group starts at group byte base_j = j*length (descending:
-    // (n-1-j)*length); its byte i is memory byte (group address + base_j + i), found in
+    // Row assembly: row j of a group starts at group byte base_j = j*step (descending:
+    // (n-1-j)*step); its byte i is memory byte (group address + base_j + i), found in
     // beat k at position offset + base_j + i - k*BUS_BYTES.
     reg [WRITE_ROWS*ROW_BYTES*8-1:0] row_buf, row_next;
     integer i, j, src, base_j;
     always @(*) begin
         for (j = 0; j < WRITE_ROWS; j = j + 1) begin
             base_j = out_descending
-                ? ({{(32-N_W){1'b0}}, out_n} - 1 - j) * {{(32-LEN_W){1'b0}}, out_length}
-                : j * {{(32-LEN_W){1'b0}}, out_length};
+                ? ({{(32-N_W){1'b0}}, out_n} - 1 - j) * {{(32-LEN_W){1'b0}}, out_step}
+                : j * {{(32-LEN_W){1'b0}}, out_step};
             for (i = 0; i < ROW_BYTES; i = i + 1) begin
                 src = {{(32-OFF_W){1'b0}}, out_offset} + base_j + i
                       - {{(32-K_W){1'b0}}, out_beat} * BUS_BYTES;

@@ -75,7 +75,7 @@ module ws_dma_store #(
         .cmd_bounds(1'b0), .cmd_y0(16'd0), .cmd_y_step(16'd0), .cmd_height(16'd0),
         .cmd_x0(16'd0), .cmd_x_step(16'd0), .cmd_width(16'd0),
         .addr(row_addr), .spad_row(unused_spad), .padding(unused_padding), .last(last_row),
-        .line_left(unused_left)
+        .run_left(unused_left)
     );
 
     // Memory byte j of this beat is row byte k*BUS_BYTES + j - offset, when inside the row.

@@ -1,8 +1,10 @@
 """cocotb test of ws_dma_load against accel.dma_load_reference and accel.dma_load_writes.
 
 Python plays the main memory (random bytes, every read answered exactly LATENCY cycles
-later, garbage on the bus otherwise) and offers random sequences of strided, im2col and
-end-to-end (stride1 = ±length: WRITE_ROWS > 1 groups them) commands back to back. Every
+later, garbage on the bus otherwise) and offers random sequences of strided, im2col,
+end-to-end and overlapping (0 < |stride1| <= length) and padded-band (bounds, x_step 0 or 1)
+commands back to back (WRITE_ROWS > 1 groups the last three and the im2col ones at
+x_step 1). Every
 scratchpad write is checked: its cycle, its first row, its row count, every row's bytes.
 """
 
@@ -52,6 +54,34 @@ def random_end_to_end(rng: np.random.Generator, row_bytes: int, spad_row: int) -
                       stride2=int(rng.integers(0, 300)), spad_row=spad_row)
 
 
+def random_overlapping(rng: np.random.Generator, row_bytes: int, spad_row: int
+                       ) -> DmaCommand:
+    """Rows that overlap (0 < |stride1| < length: an input's packed taps, a byte apart),
+    ascending or descending: grouped too when a write carries several rows."""
+    length = int(rng.integers(2, row_bytes + 1)) if row_bytes > 1 else 1
+    step = int(rng.integers(1, length + 1))
+    count1, count2 = int(rng.integers(1, 14)), int(rng.integers(1, 3))
+    return DmaCommand(base=int(rng.integers(400, 1500)), length=length, count1=count1,
+                      stride1=step if rng.random() < 0.5 else -step, count2=count2,
+                      stride2=int(rng.integers(0, 300)), spad_row=spad_row)
+
+
+def random_band(rng: np.random.Generator, row_bytes: int, spad_row: int) -> DmaCommand:
+    """A band of a padded map, a pixel a row (x_step 1, or 0: a column of one pixel) and
+    lines outside it: runs of padding and inside rows, grouped apart."""
+    width, height = int(rng.integers(1, 9)), int(rng.integers(1, 5))
+    length = int(rng.integers(1, row_bytes + 1))
+    x_step = int(rng.integers(0, 2))
+    x0, y0 = int(rng.integers(-3, 2)), int(rng.integers(-2, 1))
+    count1, count2 = int(rng.integers(1, width + 5)), int(rng.integers(1, min(height + 3, 6)))
+    stride1 = length * x_step if x_step else int(rng.integers(1, length + 1))
+    return DmaCommand(base=int(rng.integers(600, 1200)), length=length, count1=count1,
+                      stride1=stride1, count2=count2, stride2=width * length,
+                      spad_row=spad_row, bounds=True, y0=y0, y_step=1, height=height,
+                      x0=x0, x_step=x_step, width=width,
+                      pad_value=int(rng.integers(0, 256)))
+
+
 def random_im2col(rng: np.random.Generator, row_bytes: int, spad_row: int) -> DmaCommand:
     size, channels = int(rng.integers(3, 7)), int(rng.choice([row_bytes, 2 * row_bytes, 3]))
     kernel, stride = int(rng.choice([1, 3])), int(rng.integers(1, 3))
@@ -96,7 +126,8 @@ async def random_sequences(dut: Any) -> None:
     row_bytes, bus, latency = params()["ROW_BYTES"], params()["BUS_BYTES"], params()["LATENCY"]
     write_rows = write_rows_param()
     rng = np.random.default_rng(row_bytes * 100 + bus * 10 + latency + 1000 * write_rows)
-    kinds = (random_im2col, random_strided, random_end_to_end)
+    kinds = (random_im2col, random_strided, random_end_to_end, random_overlapping,
+             random_band)
     memory = rng.integers(0, 256, MEMORY_BYTES).astype(np.uint8)
     dut.rst.value, dut.cmd_valid.value = 1, 0
     await start_clock(dut)
@@ -104,7 +135,7 @@ async def random_sequences(dut: Any) -> None:
     dut.rst.value = 0
     rows_checked = grouped_rows = 0
     for sequence in range(12):
-        commands = [kinds[int(rng.integers(0, 3))](rng, row_bytes, 64 * i)
+        commands = [kinds[int(rng.integers(0, len(kinds)))](rng, row_bytes, 64 * i)
                     for i in range(rng.integers(1, 7))]
         expected_rows: dict[int, np.ndarray] = {}
         for command in commands:

@@ -876,28 +876,43 @@ def test_the_traffic_count_of_a_dma_is_dma_load_bytes_over_every_kind_of_row_pat
 
 
 def test_the_traffic_of_a_grouped_load_is_its_groups_bytes() -> None:
-    """A load ws_dma_load issues in groups (rows end to end, a write port of several rows)
-    moves its groups' beats: `_bus_bytes_of` (per part, by residues) equals
-    accel.dma_load_bytes group by group, ascending and descending, over every remainder."""
+    """A load ws_dma_load issues in groups (rows that overlap or lie end to end, a write
+    port of several rows; with bounds at x_step 0 or 1) moves its groups' beats:
+    `_bus_bytes_of` (per part, by residues) equals accel.dma_load_bytes group by group,
+    ascending and descending, over every remainder; a group is all padding or all inside,
+    and its span holds its rows."""
     import random
 
-    from glensidec.hardware.accel import dma_groups, dma_load_bytes, grouped
+    from glensidec.hardware.accel import dma_groups, dma_load_bytes, dma_rows, grouped
     from glensidec.hardware.commands import _bus_bytes_of
 
     rng = random.Random(31)
-    seen = 0
-    for _ in range(2000):
+    seen = padded = 0
+    for _ in range(3000):
         length = rng.randrange(1, 40)
+        step = rng.choice([length, rng.randrange(1, length + 1)])
+        bounds = rng.random() < 0.4
         dma = DmaCommand(base=rng.randrange(500, 5000), length=length,
-                         count1=rng.randrange(1, 20), stride1=rng.choice([length, -length]),
-                         count2=rng.randrange(1, 5), stride2=rng.randrange(-400, 400))
+                         count1=rng.randrange(1, 20), stride1=rng.choice([step, -step]),
+                         count2=rng.randrange(1, 5), stride2=rng.randrange(-400, 400),
+                         bounds=bounds, y0=rng.randrange(-2, 2), y_step=1,
+                         height=rng.randrange(1, 5), x0=rng.randrange(-4, 3),
+                         x_step=rng.randrange(0, 2), width=rng.randrange(1, 12))
         bus, write_rows = rng.choice([1, 4, 16, 64]), rng.choice([2, 4, 8])
         assert grouped(dma, write_rows)
         groups = list(dma_groups(dma, write_rows))
-        assert sum(group.rows for group in groups) == dma.rows
+        rows = iter(dma_rows(dma))
+        for group in groups:
+            members = [next(rows) for _ in range(group.rows)]
+            assert {row.padding for row in members} == {group.padding}
+            assert group.padding or all(
+                group.addr <= row.addr and row.addr + length <= group.addr + group.length
+                for row in members)
+        assert next(rows, None) is None
         seen += any(group.rows > 1 for group in groups)
+        padded += any(group.rows > 1 and group.padding for group in groups)
         assert _bus_bytes_of(dma, bus, write_rows) == dma_load_bytes(dma, bus, write_rows)
-    assert seen > 1500
+    assert seen > 2000 and padded > 300, (seen, padded)
 
 
 @pytest.mark.parametrize("channels", [1, 5, 8, 16, 21, 40])

@@ -42,7 +42,8 @@ class MemoryConfig:
     bus_bytes: int = 16  # main-memory bandwidth, bytes per cycle
     latency: int = 8  # cycles from a read request to its data
     #: rows one DMA write may carry (ws_dma_load's groups, ws_spad's interleaved sub-banks):
-    #: rows that lie end to end in memory go into the scratchpad up to this many a write
+    #: rows that overlap or lie end to end in memory (`grouped`) go into the scratchpad up
+    #: to this many a write
     write_rows: int = 1
 
     def __post_init__(self) -> None:
@@ -140,27 +141,46 @@ class DmaGroup:
 
 def grouped(command: DmaCommand, write_rows: int) -> bool:
     """Does ws_dma_load issue this load in groups of rows? With a write port of several
-    rows, when it has no bounds and its rows lie end to end (stride1 = ±length)."""
-    return write_rows > 1 and not command.bounds and abs(command.stride1) == command.length
+    rows, when its rows overlap or lie end to end (0 < |stride1| <= length: weight
+    blocks, whole lines of a map, an input's packed taps one byte apart), so a group's
+    bytes are one span of memory; with bounds, only when x moves by at most a pixel a row
+    (x_step 0 or 1), so a line is at most three runs: padding, inside, padding."""
+    return (write_rows > 1 and 0 < abs(command.stride1) <= command.length
+            and (not command.bounds or command.x_step in (0, 1)))
+
+
+def run_left(command: DmaCommand, y: int, x: int, left: int) -> int:
+    """Rows of a line from the one at (y, x) on whose padding is that row's (at most
+    `left`, the rows the line has left): with x_step 1 a run ends where x enters or
+    leaves [0, width)."""
+    if not command.bounds or command.x_step == 0 or not 0 <= y < command.height:
+        return left
+    end = -x if x < 0 else command.width - x if x < command.width else left
+    return min(end, left)
 
 
 def dma_groups(command: DmaCommand, write_rows: int = 1) -> Iterator[DmaGroup]:
     """The groups of a load in issue order: each row alone, or (`grouped`) each line's rows
-    min(write_rows, rows left in the line) at a time, a group's bytes from its lowest
-    row's address (the last row's when stride1 < 0)."""
+    min(write_rows, rows left in the line, rows left in its run of padding or inside rows)
+    at a time. A group of rows inside spans the bytes from its lowest row's address (the
+    last row's when stride1 < 0) to its highest row's end, (n - 1)·|stride1| + length; a
+    group of padding rows takes one issue slot and no memory access."""
     if not grouped(command, write_rows):
         for row in dma_rows(command):
             yield DmaGroup(row.addr, command.length, row.spad_row, 1, row.padding)
         return
-    length = command.length
+    length, step = command.length, abs(command.stride1)
     for i2 in range(command.count2):
+        y = command.y0 + i2 * command.y_step
         i1 = 0
         while i1 < command.count1:
-            rows = min(write_rows, command.count1 - i1)
+            x = command.x0 + i1 * command.x_step
+            rows = min(write_rows, run_left(command, y, x, command.count1 - i1))
+            padding = command.bounds and not (0 <= y < command.height and 0 <= x < command.width)
             addr = command.base + i2 * command.stride2 + i1 * command.stride1
-            low = addr if command.stride1 > 0 else addr - (rows - 1) * length
-            yield DmaGroup(low, rows * length, command.spad_row + i2 * command.count1 + i1,
-                           rows, False)
+            low = addr if command.stride1 > 0 else addr - (rows - 1) * step
+            yield DmaGroup(low, (rows - 1) * step + length,
+                           command.spad_row + i2 * command.count1 + i1, rows, padding)
             i1 += rows
 
 

@@ -141,18 +141,30 @@ static fifo *queue_of(model *m, const gs_command *command) {
   return command->op == OP_COMPUTE ? &m->eq : &m->sq;
 }
 
-/* A LOAD that ws_dma_load issues in groups (accel.grouped): each line's rows
- * min(write_rows, rows left) at a time, a group priced as one row of its bytes from its
- * lowest address (slots into dma_slots, bytes counted). */
+/* A LOAD that ws_dma_load issues in groups (accel.grouped, accel.dma_groups): each line's
+ * rows min(write_rows, rows left, rows left in the run of padding or inside rows) at a
+ * time; a group inside priced as one row of its span ((n - 1)|stride1| + length bytes from
+ * its lowest address), a group of padding rows one slot (slots into dma_slots, bytes
+ * counted). */
 static int expand_groups(model *m, const gs_command *c, gs_timing *timing) {
-  int64_t length = c->length;
+  int64_t step = c->stride1 > 0 ? c->stride1 : -c->stride1;
   for (int64_t i2 = 0; i2 < c->count2; ++i2) {
+    int64_t y = c->y0 + i2 * c->y_step;
+    int y_in = 0 <= y && y < c->height;
     for (int64_t i1 = 0; i1 < c->count1;) {
-      int64_t n = c->count1 - i1 < m->write_rows ? c->count1 - i1 : m->write_rows;
+      int64_t left = c->count1 - i1, x = c->x0 + i1 * c->x_step, n = left;
+      int padding = c->bounds && !(y_in && 0 <= x && x < c->width);
+      if (c->bounds && c->x_step && y_in) /* a run ends where x enters or leaves [0, width) */
+        n = x < 0 ? -x : x < c->width ? c->width - x : left;
+      if (n > left)
+        n = left;
+      if (n > m->write_rows)
+        n = m->write_rows;
       int64_t addr = c->base + i2 * c->stride2 + i1 * c->stride1;
-      int64_t low = c->stride1 > 0 ? addr : addr - (n - 1) * length;
-      int64_t beats = row_beats(low, n * length, m->bus);
-      timing->load_bytes += beats * m->bus;
+      int64_t low = c->stride1 > 0 ? addr : addr - (n - 1) * step;
+      int64_t beats = padding ? 1 : row_beats(low, (n - 1) * step + c->length, m->bus);
+      if (!padding)
+        timing->load_bytes += beats * m->bus;
       for (int64_t beat = 0; beat < beats; ++beat)
         if (fifo_push(&m->dma_slots, beat == beats - 1 ? n : 0))
           return -1;
@@ -164,8 +176,8 @@ static int expand_groups(model *m, const gs_command *c, gs_timing *timing) {
 
 /* The rows of a LOAD (slots into dma_slots, bytes counted) or a STORE (beats into st_rows). */
 static int expand_rows(model *m, const gs_command *c, int load, gs_timing *timing) {
-  if (load && m->write_rows > 1 && !c->bounds &&
-      (c->stride1 == c->length || c->stride1 == -c->length))
+  if (load && m->write_rows > 1 && c->stride1 && c->stride1 <= c->length &&
+      -c->stride1 <= c->length && (!c->bounds || c->x_step == 0 || c->x_step == 1))
     return expand_groups(m, c, timing);
   for (int64_t i2 = 0; i2 < c->count2; ++i2) {
     int64_t y = c->y0 + i2 * c->y_step;

@@ -34,6 +34,7 @@ from glensidec.hardware.accel import (
     MemoryConfig,
     ResidualConfig,
     dma_groups,
+    dma_load_bytes,
     dma_rows,
     group_slots,
     grouped,
@@ -2873,6 +2874,8 @@ def _bus_bytes_of(dma: DmaCommand, bus_bytes: int, write_rows: int = 1) -> int:
     its index), and a row's beats depend only on its address modulo the bus, so the sum
     depends on the rectangle's first residue, the strides modulo the bus and its sides:
     equal sums are shared across commands (`_residue_beats`)."""
+    if grouped(dma, write_rows) and dma.bounds:  # its runs of padding: group by group
+        return dma_load_bytes(dma, bus_bytes, write_rows)
     if grouped(dma, write_rows):
         return sum(_bus_bytes_of(part, bus_bytes) for part in _group_parts(dma, write_rows))
     first2, count2 = _inside(dma.y0, dma.y_step, dma.count2, dma.height, dma.bounds)
@@ -2885,19 +2888,20 @@ def _bus_bytes_of(dma: DmaCommand, bus_bytes: int, write_rows: int = 1) -> int:
 
 
 def _group_parts(dma: DmaCommand, write_rows: int) -> list[DmaCommand]:
-    """A grouped load as plain ones whose rows are its groups (`accel.dma_groups`): each
-    line's whole groups of write_rows rows, then its last, shorter group."""
-    length, down = dma.length, dma.stride1 < 0
+    """A grouped load without bounds as plain ones whose rows are its groups
+    (`accel.dma_groups`): each line's whole groups of write_rows rows, then its last,
+    shorter group; a group of n rows spans (n - 1)·|stride1| + length bytes."""
+    step, down = abs(dma.stride1), dma.stride1 < 0
     whole, rest = divmod(dma.count1, write_rows)
     parts = []
     if whole:
-        parts.append(replace(dma, base=dma.base - (write_rows - 1) * length * down,
-                             length=write_rows * length, count1=whole,
+        parts.append(replace(dma, base=dma.base - (write_rows - 1) * step * down,
+                             length=(write_rows - 1) * step + dma.length, count1=whole,
                              stride1=write_rows * dma.stride1))
     if rest:
         parts.append(replace(dma, base=dma.base + whole * write_rows * dma.stride1
-                             - (rest - 1) * length * down, length=rest * length, count1=1,
-                             stride1=0))
+                             - (rest - 1) * step * down, length=(rest - 1) * step + dma.length,
+                             count1=1, stride1=0))
     return parts
 
 
@@ -3001,12 +3005,17 @@ def table_traffic(config: AccelConfig, layer: ConvLayer, program: LayerProgram,
                         if key[3] and key[5] else 0 for key in distinct], dtype=np.int64)
     moved = per_key[which.reshape(-1)]
     write_rows = config.memory.write_rows
-    if write_rows > 1:  # grouped loads (few: weights, whole lines) counted one by one
-        for index in np.flatnonzero((op[rows] == 0) & (bounds == 0)
-                                    & (np.abs(stride1) == length)):
+    if write_rows > 1:  # grouped loads (`accel.grouped`: few a layer) counted one by one
+        for index in np.flatnonzero((op[rows] == 0) & (stride1 != 0)
+                                    & (np.abs(stride1) <= length)
+                                    & ((bounds == 0) | (x_step == 0) | (x_step == 1))):
             dma = DmaCommand(base=int(base[index]), length=int(length[index]),
                              count1=int(count1[index]), stride1=int(stride1[index]),
-                             count2=int(count2[index]), stride2=int(stride2[index]))
+                             count2=int(count2[index]), stride2=int(stride2[index]),
+                             bounds=bool(bounds[index]), y0=int(y0[index]),
+                             y_step=int(y_step[index]), height=int(height[index]),
+                             x0=int(x0[index]), x_step=int(x_step[index]),
+                             width=int(width[index]))
             moved[index] = _bus_bytes_of(dma, bus, write_rows)
     tensor = np.where(op[rows] == 2, 3,
                       np.where((program.residual_base >= 0) & (base >= program.residual_base),
