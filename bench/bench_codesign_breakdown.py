@@ -6,10 +6,15 @@ The fixed-machine search's pick (c2 bottlenecked by 2 and strided, c3 by 2) comp
 `AccelModel` (the RTL's cycles, checked equal to the compile's prediction) with a trace:
 when its DMA issued load slots, when rows entered the array, when results were written.
 The machines with "N rows a DMA write" have ws_dma_load's groups (built, in the RTL and
-both cycle models: rows that lie end to end, weight blocks and whole lines of a map, go
-into the scratchpad N a write, several a bus beat); until they were built this column was
-a what-if on the weights alone. One lever no parameter of ws_accel offers, priced by
-running the same commands on the model changed (a what-if, not RTL):
+both cycle models: rows that overlap or lie end to end — weight blocks, whole lines of a
+map, packed taps a byte apart — and padded lines in runs go into the scratchpad N a
+write, several a bus beat). Each layer's cycles are cut in three that add up: the head
+(cycle 0 to its first array row: its first loads, their latency, the first fold's
+weights), the array span (first to last array row: the rows it took and the cycles it
+waited between them), and the tail (after its last array row: the row through the array,
+ROWS + COLS - 1 cycles, then the epilogue's lanes and the store). One lever no parameter
+of ws_accel offers, priced by running the same commands on the model changed (a what-if,
+not RTL):
 
 - **weight rows a cycle (array)**: ws_ctrl shifts one weight row a cycle into the array, so
   a K fold's weights take ROWS cycles before its first activation; with W (each column's
@@ -49,8 +54,8 @@ MACHINES = (Machine(16, 16),  # today's accelerator: the fixed pick's machine
             Machine(16, 16, 16 * 1024, 256, 64, 16),
             Machine(16, 16, 16 * 1024, 256, 64, 16, write_rows=4),
             Machine(16, 32, 16 * 1024, 256, 64, 16),  # --bound's fastest within the budget
-            Machine(16, 32, 16 * 1024, 256, 64, 16, write_rows=2),
-            Machine(16, 32, 16 * 1024, 256, 64, 16, write_rows=4),
+            Machine(16, 32, 16 * 1024, 256, 64, 16, write_rows=2),  # fastest with groups
+            Machine(16, 32, 16 * 1024, 256, 64, 16, write_rows=4),  # over it
             Machine(16, 32, 16 * 1024, 256, 64, 32, write_rows=4))  # 32 lanes: over it
 LEVERS = ((1, 1), (1, 4))  # (weight rows a beat, weight rows a cycle): what-ifs
 #: any table entries do: only the commands' timing is priced, not their data
@@ -118,15 +123,23 @@ def priced(accel: AccelConfig, layer: Layer, beat_rows: int, cycle_rows: int) ->
 
 
 def timeline(accel: AccelConfig, layer: Layer) -> dict[str, int | str]:
-    """When the layer's DMA, array and stores worked (first..last cycle, cycles busy)."""
+    """When the layer's DMA, array and stores worked (first..last cycle, cycles busy), and
+    its cycles cut in head, array span and tail (module docstring)."""
     timing = AccelModel(accel).run(layer.commands, trace=True)
     if timing.cycles != layer.cycles:
         raise SystemExit(f"{layer.name}: AccelModel {timing.cycles} != compile "
                          f"{layer.cycles}")
-    spans = {}
+    spans: dict[str, int | str] = {}
     for index, what in enumerate(("load slots", "array rows", "store beats")):
         busy = [cycle for cycle, flags in enumerate(timing.trace) if flags[index]]
         spans[what] = f"{len(busy)} ({busy[0]}-{busy[-1]})" if busy else "0"
+    rows = [cycle for cycle, flags in enumerate(timing.trace) if flags[1]]
+    if rows:  # head + span + tail = cycles
+        span = rows[-1] - rows[0] + 1
+        spans["phases"] = (f"{rows[0]} / {span} ({span - len(rows)} waiting) / "
+                           f"{timing.cycles - rows[-1] - 1}")
+    else:  # a pool: no array rows, its loads and pooling stores only
+        spans["phases"] = f"- / - / {timing.cycles}"
     return {"cycles": timing.cycles, **spans}
 
 
@@ -146,20 +159,21 @@ def main() -> int:
             name += f", epilogue {accel.epilogue_lanes} lanes (the default)"
         out += [f"## {name} ({area:,.0f} cell "
                 f"equivalents{', over the budget' if area > model.area(MACHINES[0]) else ''})",
-                "", "| layer | cycles | load slots (first-last cycle) | array rows | store "
-                "beats | " + " | ".join(f"{c} weight rows a cycle (what-if)"
-                                        for _, c in LEVERS[1:])
-                + " |", "|---|---:|---:|---:|---:|" + "---:|" * (len(LEVERS) - 1)]
+                "", "| layer | cycles | head / array span (waiting) / tail | load slots "
+                "(first-last cycle) | array rows | store beats | "
+                + " | ".join(f"{c} weight rows a cycle (what-if)" for _, c in LEVERS[1:])
+                + " |", "|---|---:|---:|---:|---:|---:|" + "---:|" * (len(LEVERS) - 1)]
         sums = [0] * len(LEVERS)
         for layer in layers:
             span = timeline(accel, layer)
             levers = [priced(accel, layer, b, c) for b, c in LEVERS]
             assert levers[0] == layer.cycles
             sums = [a + b for a, b in zip(sums, levers, strict=True)]
-            out.append(f"| {layer.name} | {span['cycles']} | {span['load slots']} | "
+            out.append(f"| {layer.name} | {span['cycles']} | {span['phases']} | "
+                       f"{span['load slots']} | "
                        f"{span['array rows']} | {span['store beats']} | "
                        + " | ".join(map(str, levers[1:])) + " |")
-        out += [f"| **total** | **{sums[0]}** | | | | " + " | ".join(
+        out += [f"| **total** | **{sums[0]}** | | | | | " + " | ".join(
             f"**{s}**" for s in sums[1:]) + " |", ""]
         totals[name] = sums
     fixed = next(iter(totals.values()))[0]
