@@ -273,6 +273,10 @@ def onchip(accel: AccelConfig, layers: list[Layer]) -> tuple[list[int], list[str
                              memory)[output]
     if not (run_functional(accel, stream, memory)[output] == through).all():
         raise SystemExit("the on-chip chain's output differs from the layers' through memory")
+    native = native_model()  # the C port prices on-chip rows too: the compile's model
+    if native is not None and native_cycles(native, accel, pack_commands(stream),
+                                            10**9).cycles != totals[-1]:
+        raise SystemExit("the C cycle model and AccelModel differ on an on-chip stream")
     return totals, how
 
 
@@ -293,8 +297,8 @@ def main() -> int:
              *(__doc__ or "").split("\n\n")[1:3], "",
              "Made by `python bench/bench_nas_chain.py`: every figure is `AccelModel`'s "
              "(exact to the RTL; the fence is checked by sim/test_ws_accel.py), and the C "
-             "port of it, which the compile uses, gives the same chained totals (the "
-             "benchmark stops otherwise). The compiler does not chain layers yet: "
+             "port of it, which the compile uses, gives the same chained and on-chip totals "
+             "(the benchmark stops otherwise). The compiler does not chain layers yet: "
              "`glensidec compile` predicts the 'alone' column.", ""]
     for label, (layers, alone, fenced, unfenced, on_chip, how) in rows.items():
         choices = ", ".join(f"{k} {v}" for k, v in picks[label].items() if v != "keep")

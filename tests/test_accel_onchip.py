@@ -4,15 +4,27 @@ RTL runs the same streams in sim/test_ws_accel.py (onchip3x3_maxpool: bits and c
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 from glensidec.hardware.accel import ConvLayer, DmaCommand, EpilogueConfig, MemoryConfig
-from glensidec.hardware.accel_native import pack_commands
+from glensidec.hardware.accel_native import (
+    ROWS_AHEAD,
+    TO_SPAD,
+    WAIT_ROWS,
+    native_cycles,
+    native_model,
+    pack_commands,
+    unpack_commands,
+)
 from glensidec.hardware.chain import NotChainable, onchip_chain, relocated
 from glensidec.hardware.commands import (
     AccelConfig,
+    AccelModel,
     Compute,
+    Config,
     LayerQuant,
     Store,
     conv_program,
@@ -68,9 +80,42 @@ def test_command_words_carry_the_fields() -> None:
     assert compute >> 5 & 1 and compute >> 160 & 0xFFFF == 7
 
 
-def test_the_c_model_refuses_onchip_rows() -> None:
-    with pytest.raises(ValueError, match="on-chip"):
-        pack_commands([Compute(0, 0, 1, wait_rows=True)])
+#: the chains' configuration and variants that make the on-chip writer, the output FIFO
+#: and the queues the bottleneck (the commands are the same: only the timing differs)
+TIMINGS = {"default": CONFIG,
+           "short-queues": dataclasses.replace(CONFIG, queue_depth=2),
+           "short-fifos": dataclasses.replace(CONFIG, out_depth=2, epilogue_depth=2),
+           "slow-epilogue": dataclasses.replace(CONFIG, epilogue_lanes=1),
+           "slow-memory": dataclasses.replace(CONFIG, memory=dataclasses.replace(
+               CONFIG.memory, latency=9, bus_bytes=2))}
+
+
+@pytest.mark.parametrize("timing", sorted(TIMINGS))
+@pytest.mark.parametrize("schedule", ["band", "gather"])
+def test_the_c_model_prices_onchip_rows_and_tables_keep_them(schedule: str, timing: str
+                                                            ) -> None:
+    """The C port takes AccelModel's cycles (every AccelTiming field) on an on-chip chain,
+    and its packed table (wait_rows, rows_ahead and to_spad in columns those commands do
+    not use otherwise) unpacks to the same commands; a table without them is unchanged."""
+    native = native_model()
+    if native is None:
+        pytest.fail("the C cycle model did not build (is a C compiler on PATH?)")
+    config = TIMINGS[timing]
+    through_memory, chained, _ = _chained(schedule)
+    for stream in (chained, through_memory):
+        expected = AccelModel(config).run(stream)
+        got = native_cycles(native, config, stream, 10**7)
+        assert dataclasses.asdict(got) == dataclasses.asdict(expected)
+    quant = _quant()  # (a CONFIG's vectors are the layer's: only its place is in the table)
+    for stream in (chained, through_memory):
+        unpacked = unpack_commands(pack_commands(stream), CONFIG.cols, quant.epilogue,
+                                   quant.bias, quant.multiplier)
+        assert [c for c in unpacked if not isinstance(c, Config)] == \
+            [c for c in stream if not isinstance(c, Config)]
+    plain = pack_commands(through_memory)
+    onchip_columns = [WAIT_ROWS, ROWS_AHEAD, TO_SPAD]
+    assert not plain[plain[:, 0] != 0][:, onchip_columns].any()
+    assert pack_commands(chained)[:, onchip_columns].any()
 
 
 def test_an_im2col_consumer_is_not_chainable() -> None:

@@ -26,11 +26,14 @@ typedef struct {
                    every STORE dispatched before it has written its last beat) */
   int64_t base, length, count1, stride1, count2, stride2, spad_row, bounds; /* LOAD/STORE */
   int64_t y0, y_step, height, x0, x_step, width, pad_value;
-  int64_t wait_store; /* LOAD: take a store -> load token */
-  int64_t residual;   /* CONFIG: a residual add (STORE rows read residual rows) */
+  int64_t wait_store; /* LOAD: take a store -> load token; COMPUTE, STORE: wait for
+                         on-chip rows (wait_rows) */
+  int64_t residual;   /* CONFIG: a residual add (STORE rows read residual rows);
+                         COMPUTE, STORE: the rows it does not wait for (rows_ahead) */
   int64_t signal_store; /* LOAD: give a load -> store token (a pooling STORE's y0,
                            y_step and height columns hold its window, window stride and
-                           1 for a sum pool) */
+                           1 for a sum pool); STORE: on chip, its rows into the
+                           scratchpad (to_spad) */
   int64_t a_count1, a_stride1, a_stride2; /* COMPUTE: the activation rows' 2-D pattern */
   int64_t epilogue; /* CONFIG: 1 applies the lookup table; 2 is a chunk of it, 3 the
                        per-column scales (all timed as a CONFIG: each waits until the
@@ -104,6 +107,12 @@ typedef struct {
      STOREs whose last beat is written */
   fifo lq_sent;
   int64_t st_sent, st_written;
+  /* on-chip rows: promised by the on-chip STOREs dispatched, written so far; the rows each
+     queued COMPUTE (eq_need, then aq_need) and STORE (sq_need) needs; the on-chip writer
+     (an on-chip STORE's rows -> scratchpad) */
+  int64_t oc_sent, oc_made, oc_left;
+  fifo eq_need, aq_need, sq_need;
+  int oc_active, s_onchip;
   /* load unit: slots (the rows a slot that ends a group writes, else 0), due cycles and
      rows of the writes, loads in flight */
   fifo dma_slots, writes, write_rows_due, track_signal, track_rows, track_signal_store;
@@ -132,7 +141,7 @@ static int idle(const model *m) {
            m->aq.count || m->dma_slots.count || m->writes.count || m->track_rows.count ||
            m->w_active || m->w_q || m->a_active || m->q_valid || m->tags_valid ||
            m->s_pending >= 0 || m->s_left || m->epi_rows || m->st_rows.count || m->q2_valid ||
-           m->p_reads || m->out_rows);
+           m->p_reads || m->out_rows || m->oc_active);
 }
 
 static fifo *queue_of(model *m, const gs_command *command) {
@@ -274,6 +283,10 @@ static int step(model *m, int64_t cycle, int64_t limit, gs_timing *timing, int64
   int st_cmd_last = st_in_ready && st_in_valid && m->st_rows.count == 1;
   int st_cmd_ready = !st_active || st_cmd_last;
   int write = st_active && st_in_valid;
+  /* the on-chip writer, after the load DMA on the scratchpad's write port */
+  int dma_wr_en = m->writes.count && fifo_front(&m->writes) == cycle;
+  int oc_write = m->oc_active && st_in_valid && !dma_wr_en;
+  int oc_free = !m->oc_active || (oc_write && m->oc_left == 1);
   int out_full = m->out_rows == m->out_depth;
   int epi_out_fire = m->out_valid && !out_full; /* into the output FIFO */
   /* the lanes take the FIFO's oldest row a column group per cycle; its last group
@@ -282,7 +295,7 @@ static int step(model *m, int64_t cycle, int64_t limit, gs_timing *timing, int64
   int lane_step = m->epi_fifo > 0 && (!lane_last || !m->out_valid || !out_full);
   int lane_done = lane_step && lane_last;
   int epi_en = m->epi_fifo + m->s1_valid < m->epi_depth; /* in_ready: room for a row */
-  int out_pop = st_in_valid && st_in_ready;
+  int out_pop = (st_in_valid && st_in_ready) || oc_write;
   int r_valid = m->tag_valid[m->tag_pos] && m->tag_emit[m->tag_pos];
   int q2_consume = m->q2_valid && (!m->q2_last || epi_en);
   int pool_issue = m->s_pool && m->p_reads > 0 && (!m->q2_valid || q2_consume);
@@ -292,10 +305,11 @@ static int step(model *m, int64_t cycle, int64_t limit, gs_timing *timing, int64
   int admit_last = admit && m->s_left == 1;
   int r_ready = epi_en && m->s_left > 0 && !m->s_pool;
   int en = !(r_valid && !r_ready);
-  int s_accept = m->s_pending >= 0 && st_cmd_ready;
+  int s_accept = m->s_pending >= 0 && st_cmd_ready && oc_free;
   int64_t head = m->sq.count ? fifo_front(&m->sq) : -1;
   int store_pop = head >= 0 && cmd[head].op == OP_STORE && (m->s_left == 0 || admit_last) &&
-                  (m->s_pending < 0 || s_accept) && (!cmd[head].wait || m->tok_ls > 0);
+                  (m->s_pending < 0 || s_accept) && (!cmd[head].wait || m->tok_ls > 0) &&
+                  (!cmd[head].wait_store || m->oc_made >= fifo_front(&m->sq_need));
   /* a CONFIG waits until every earlier row has left the epilogue (not the FIFO) */
   int config_pop = head >= 0 && cmd[head].op == OP_CONFIG && m->s_left == 0 && m->epi_rows == 0;
   int res_read = acc_admit && m->cfg_residual; /* scratchpad port 2 */
@@ -324,7 +338,8 @@ static int step(model *m, int64_t cycle, int64_t limit, gs_timing *timing, int64
   int conflict = (w_issue && w_bank == a_bank) || (rd2 && rd2_bank == a_bank);
   int a_issued = a_try && !conflict;
   int a_issue_last = a_issued && m->a_left == 1;
-  int a_start = (!m->a_active || a_issue_last) && m->aq.count > 0;
+  int a_start = (!m->a_active || a_issue_last) && m->aq.count > 0 &&
+                (!cmd[fifo_front(&m->aq)].wait_store || m->oc_made >= fifo_front(&m->aq_need));
   int el_give = a_fire && m->q_last && m->q_signal;
   int a_last = m->q_last, a_emit = m->q_emit; /* the row offered to the array now */
   /* -- load unit */
@@ -432,7 +447,7 @@ static int step(model *m, int64_t cycle, int64_t limit, gs_timing *timing, int64
   m->w_q = w_issue || (m->w_q && !w_fire);
   if (w_start) {
     fifo_pop(&m->eq);
-    if (fifo_push(&m->aq, e_head))
+    if (fifo_push(&m->aq, e_head) || fifo_push(&m->aq_need, fifo_pop(&m->eq_need)))
       return -1;
     m->w_active = 1;
     m->w_base = cmd[e_head].w_row;
@@ -452,6 +467,7 @@ static int step(model *m, int64_t cycle, int64_t limit, gs_timing *timing, int64
   }
   if (a_start) {
     m->a_cmd = fifo_pop(&m->aq);
+    fifo_pop(&m->aq_need);
     m->a_active = 1;
     m->a_addr = cmd[m->a_cmd].a_row;
     m->a_left = cmd[m->a_cmd].m_len;
@@ -514,12 +530,23 @@ static int step(model *m, int64_t cycle, int64_t limit, gs_timing *timing, int64
     }
     timing->store_bytes += m->bus;
   }
-  if (s_accept) {
-    m->st_rows.count = 0;
-    if (expand_rows(m, &cmd[m->s_pending], 0, timing))
-      return -1;
-    m->st_beat = 0;
+  m->oc_made += oc_write;
+  if (s_accept && m->s_onchip) { /* its rows go to the on-chip writer */
+    m->oc_active = 1;
+    m->oc_left = cmd[m->s_pending].count1 * cmd[m->s_pending].count2;
     m->s_pending = -1;
+  } else {
+    if (oc_write) {
+      m->oc_left -= 1;
+      m->oc_active = m->oc_left > 0;
+    }
+    if (s_accept) {
+      m->st_rows.count = 0;
+      if (expand_rows(m, &cmd[m->s_pending], 0, timing))
+        return -1;
+      m->st_beat = 0;
+      m->s_pending = -1;
+    }
   }
   if (pool_issue) {
     m->q2_valid = 1;
@@ -530,7 +557,9 @@ static int step(model *m, int64_t cycle, int64_t limit, gs_timing *timing, int64
   }
   if (store_pop) {
     fifo_pop(&m->sq);
+    fifo_pop(&m->sq_need);
     m->s_pending = head;
+    m->s_onchip = (int)cmd[head].signal_store;
     m->s_left = cmd[head].count1 * cmd[head].count2;
     m->s_signal = (int)cmd[head].signal;
     m->res_addr = cmd[head].spad_row;
@@ -568,12 +597,22 @@ static int step(model *m, int64_t cycle, int64_t limit, gs_timing *timing, int64
   }
   if (config_pop) {
     fifo_pop(&m->sq);
+    fifo_pop(&m->sq_need);
     m->cfg_residual = (int)cmd[head].residual;
   }
   if (dispatch) {
-    if (cmd[offered].op == OP_LOAD && fifo_push(&m->lq_sent, m->st_sent))
+    const gs_command *sent = &cmd[offered];
+    if (sent->op == OP_LOAD && fifo_push(&m->lq_sent, m->st_sent))
       return -1;
-    m->st_sent += cmd[offered].op == OP_STORE;
+    /* a COMPUTE's or STORE's on-chip rows: every row promised so far but rows_ahead */
+    if (sent->op == OP_COMPUTE && fifo_push(&m->eq_need, m->oc_sent - sent->residual))
+      return -1;
+    if ((sent->op == OP_STORE || sent->op == OP_CONFIG) &&
+        fifo_push(&m->sq_need, sent->op == OP_STORE ? m->oc_sent - sent->residual : 0))
+      return -1;
+    if (sent->op == OP_STORE && sent->signal_store)
+      m->oc_sent += sent->count1 * sent->count2;
+    m->st_sent += sent->op == OP_STORE && !sent->signal_store;
     if (fifo_push(queue, offered))
       return -1;
     m->next_command += 1;
@@ -585,6 +624,7 @@ static int step(model *m, int64_t cycle, int64_t limit, gs_timing *timing, int64
 
 static void release(model *m) {
   fifo *fifos[] = {&m->lq, &m->lq_sent, &m->eq, &m->sq, &m->aq, &m->dma_slots, &m->writes,
+                   &m->eq_need, &m->aq_need, &m->sq_need,
                    &m->write_rows_due,
                    &m->track_signal, &m->track_rows, &m->track_signal_store, &m->st_rows};
   for (size_t i = 0; i < sizeof fifos / sizeof fifos[0]; ++i)

@@ -54,9 +54,12 @@ _dma_fields = operator.attrgetter(*_DMA_FIELDS)  # a DmaCommand's fields, in ord
 #: A LOAD's fence (commands.Load.fence) sits in the `emit` column, which loads do not use
 #: otherwise: tables without fenced loads are unchanged.
 FENCE = FIELDS.index("emit")
-#: On-chip rows (Store.to_spad, a Compute's or Store's wait_rows) are priced by AccelModel
-#: only: the C port does not model the on-chip writer yet.
-ONCHIP_REFUSED = "the C cycle model does not price on-chip rows (AccelModel does)"
+#: On-chip rows (docs/hardware.md) sit in columns a COMPUTE or a STORE does not use
+#: otherwise, so tables without them are unchanged: a COMPUTE's or STORE's wait_rows in
+#: `wait_store` (a LOAD's), its rows_ahead in `residual` (a CONFIG's), a STORE's to_spad in
+#: `signal_store` (a LOAD's).
+WAIT_ROWS, ROWS_AHEAD, TO_SPAD = (FIELDS.index(name)
+                                  for name in ("wait_store", "residual", "signal_store"))
 #: The `epilogue` column of a CONFIG row: a Config whose epilogue applies the lookup table
 #: (EPILOGUE_LOOKUP), a chunk of the table (EPILOGUE_TABLE: `length` entries from entry
 #: `base` of the layer's table), or the scales (EPILOGUE_SCALE: the layer's scale vector
@@ -199,13 +202,15 @@ def pack_commands(commands: Sequence[Command | FlatCompute | FlatLoad],
     loads: list[int] = []
     load_values: list[int] = []
     fenced: list[int] = []  # fenced LOADs: 1 in their `emit` column (FENCE)
+    waiting: list[tuple[int, int]] = []  # rows-waiting COMPUTEs and STOREs, rows_ahead
+    onchip: list[int] = []  # on-chip STOREs
     others: list[Config | Store | Table | Scale] = []
     other_positions: list[int] = []
     for position in np.flatnonzero(widths == 0).tolist():
         command = commands[position]
         if isinstance(command, Compute):
             if command.wait_rows:
-                raise ValueError(ONCHIP_REFUSED)
+                waiting.append((position, command.rows_ahead))
             computes.append(position)
             compute_values.extend(_compute_fields(command))
         elif isinstance(command, Load):
@@ -216,8 +221,10 @@ def pack_commands(commands: Sequence[Command | FlatCompute | FlatLoad],
                                 command.wait_store, command.signal_store))
         else:
             assert not isinstance(command, tuple)
-            if isinstance(command, Store) and (command.to_spad or command.wait_rows):
-                raise ValueError(ONCHIP_REFUSED)
+            if isinstance(command, Store) and command.wait_rows:
+                waiting.append((position, command.rows_ahead))
+            if isinstance(command, Store) and command.to_spad:
+                onchip.append(position)
             others.append(command)
             other_positions.append(position)
     table = np.zeros((len(commands), len(FIELDS)), dtype=np.int64) if buffer is None else \
@@ -262,6 +269,9 @@ def pack_commands(commands: Sequence[Command | FlatCompute | FlatLoad],
                 dma[_PIXEL_STEP] = command.pixel_step
             table[position] = [2, command.wait, command.signal, 0, 0, 0, 0, 0, *dma, 0, 0, 0,
                                0, 0, 0, 0, 0]
+    for position, ahead in waiting:
+        table[position, WAIT_ROWS], table[position, ROWS_AHEAD] = 1, ahead
+    table[onchip, TO_SPAD] = 1
     return table
 
 
@@ -348,7 +358,8 @@ def unpack_commands(table: np.ndarray, cols: int, epilogue: EpilogueConfig,
                                     bool(field["add"]), bool(field["emit"]),
                                     bool(field["wait"]), bool(field["signal"]),
                                     field["a_count1"], field["a_stride1"],
-                                    field["a_stride2"], field["acc_row"]))
+                                    field["a_stride2"], field["acc_row"],
+                                    bool(field["wait_store"]), field["residual"]))
         elif op == 3 and field["epilogue"] == EPILOGUE_SCALE:
             assert scale is not None, "scales in a layer without a scale vector"
             first = field["base"]
@@ -386,5 +397,7 @@ def unpack_commands(table: np.ndarray, cols: int, epilogue: EpilogueConfig,
                                       pooling and bool(field["height"]),
                                       field["x0"] if pooling else 0,
                                       field["x_step"] if pooling else 0,
-                                      field["width"] if pooling else 0))
+                                      field["width"] if pooling else 0,
+                                      bool(field["signal_store"]),
+                                      bool(field["wait_store"]), field["residual"]))
     return commands

@@ -779,9 +779,7 @@ def accel_cycles(config: AccelConfig, commands: Sequence[Command],
     """
     from glensidec.hardware.accel_native import native_cycles, native_model
 
-    onchip = any((isinstance(command, Compute | Store) and command.wait_rows)
-                 or (isinstance(command, Store) and command.to_spad) for command in commands)
-    native = None if trace or onchip else native_model()
+    native = None if trace else native_model()
     if native is not None:
         return native_cycles(native, config, commands, limit)
     return AccelModel(config).run(commands, limit=limit, trace=trace)
