@@ -10,7 +10,7 @@ drains, and the fenced one — its first load of anything else, the previous lay
 — starts once every earlier STORE has written its last beat. This benchmark prices, with
 `AccelModel` (the model sim/test_ws_accel.py's chain3x3_maxpool checks the fence against
 the RTL with), the original digits CNN and the NAS's pick (bench/results/nas_candidates.json,
-the search by cycles) compiled as `glensidec compile` does, three ways:
+the search by cycles) compiled as `glensidec compile` does, these ways:
 
 - alone: each layer's commands from an idle machine (today's total);
 - chained: all layers' commands as one stream, each layer's first non-weight load fenced,
@@ -23,6 +23,10 @@ the search by cycles) compiled as `glensidec compile` does, three ways:
   convolution loads its input once per tap — the first load of the result fenced), each
   layer's scratchpad rows at the first shift that keeps them apart from the two layers
   before it;
+- on chip, weights resident (a what-if): on chip, each layer's weights kept in rows of
+  their own (`resident_weights`), loaded once before any inference rather than by each;
+  and the same with a 16-lane epilogue (a row a cycle), the commands re-timed (each of
+  the two alone too, in the last table);
 - unfenced (a bound no machine reaches: each layer's loads read its input at once, before
   the previous layer has written it): what layers overlapped without waiting for the
   data would give.
@@ -47,7 +51,7 @@ import bench_nas  # noqa: E402
 
 from glensidec import pipeline  # noqa: E402
 from glensidec.backend.lower import AccelLayer, constant_array  # noqa: E402
-from glensidec.hardware.accel import EpilogueConfig  # noqa: E402
+from glensidec.hardware.accel import EpilogueConfig, dma_rows  # noqa: E402
 from glensidec.hardware.accel_native import (  # noqa: E402
     FIELDS,
     native_cycles,
@@ -58,6 +62,7 @@ from glensidec.hardware.accel_native import (  # noqa: E402
 from glensidec.hardware.chain import (  # noqa: E402
     NotChainable,
     onchip_pair,
+    pad_load,
     relocated,
     spad_rows_used,
 )
@@ -151,7 +156,7 @@ def chained(accel: AccelConfig, layers: list[Layer], parity: int, fence: bool
         shift = total_rows // 8 if index % 2 == parity else 0
         commands = [moved(command, shift, total_rows - 1) for command in layer.commands]
         first = next(i for i, c in enumerate(commands) if isinstance(c, Load)
-                     and (c.dma.base not in layer.weights or not fence))
+                     and (not reads_weights(c, layer.weights) or not fence))
         early = commands[:first]  # loads of weights, before the fence
         if fence and rows_loaded(early) & before:
             first = next(i for i, c in enumerate(commands) if isinstance(c, Load))
@@ -176,6 +181,13 @@ CYCLE_LIMIT = 100_000
 SHIFTS = tuple(range(0, 2048, 128))
 
 
+def reads_weights(command: Command, weights: range) -> bool:
+    """Whether the command is a LOAD of the layer's weights (any row it reads from memory
+    lies in `weights`; a layer's weight loads may run backwards from their last row)."""
+    return isinstance(command, Load) and any(row.addr in weights for row in
+                                             dma_rows(command.dma) if not row.padding)
+
+
 def placed(accel: AccelConfig, layer: Layer, index: int, input_at: int, shift: int
            ) -> list[Command] | None:
     """The layer's commands in one address space: its input and output `input_at` on
@@ -196,7 +208,7 @@ def placed(accel: AccelConfig, layer: Layer, index: int, input_at: int, shift: i
     moved: list[Command] = []
     for command in relocated(accel, layer.commands, 0, tuple(shifts)):
         if isinstance(command, Load | Store):
-            own = isinstance(command, Load) and command.dma.base in layer.weights
+            own = reads_weights(command, layer.weights)
             offset = WEIGHT_SPACE * (index + 1) if own else input_at
             command = dataclasses.replace(command, dma=dataclasses.replace(
                 command.dma, base=command.dma.base + offset))
@@ -204,13 +216,79 @@ def placed(accel: AccelConfig, layer: Layer, index: int, input_at: int, shift: i
     return moved
 
 
-def onchip(accel: AccelConfig, layers: list[Layer]) -> tuple[list[int], list[str]]:
+def resident_rows(accel: AccelConfig, layers: list[Layer]) -> list[dict[int, int]]:
+    """Where each layer's resident weights start in each bank (resident_weights): the
+    layers one after another, from the first row past every layer's other rows moved by
+    the largest shift (SHIFTS), a spare row for each layer's token loads first."""
+    bank_rows = accel.memory.bank_rows
+    mask = accel.memory.scratchpad_rows - 1
+    used = [row % bank_rows for layer in layers for command in layer.commands
+            if not reads_weights(command, layer.weights)
+            for row in ([row & mask for row in command.activation_rows()]
+                        if isinstance(command, Compute) else spad_rows_used(accel, [command]))]
+    cursor = {bank: bank * bank_rows + max(used) + SHIFTS[-1] + 1
+              for bank in range(accel.memory.banks)}
+    starts = []
+    for layer in layers:
+        starts.append(dict(cursor))
+        cursor[0] += 1
+        for command in layer.commands:
+            if reads_weights(command, layer.weights):
+                assert isinstance(command, Load)
+                cursor[command.dma.spad_row // bank_rows] += command.dma.rows
+    if any(row > (bank + 1) * bank_rows for bank, row in cursor.items()):
+        raise SystemExit("the layers' weights do not fit the scratchpad beside their rows")
+    return starts
+
+
+def resident_weights(accel: AccelConfig, commands: list[Command], weights: range,
+                     start: dict[int, int]) -> tuple[list[Command], list[Command]]:
+    """A layer whose weights stay in the scratchpad (a what-if: loaded once, before any
+    inference, not by each): the LOADs that put them there, each into rows of its own
+    from `start` (a row per bank: where its rows were, so the array's bank conflicts are
+    unchanged; the spare row of bank 0 first), and the layer's commands without them,
+    each COMPUTE reading its weight rows there. A weight load that gave or took a token
+    leaves a LOAD of one padding row into the spare row, with its tokens, in its place."""
+    mask = accel.memory.scratchpad_rows - 1
+    bank_rows = accel.memory.bank_rows
+    cursor = dict(start)
+    spare = cursor[0]
+    cursor[0] += 1
+    now: dict[int, int] = {}  # each weight row where the layer loaded it -> its resident row
+    prologue: list[Command] = []
+    kept: list[Command] = []
+    for command in commands:
+        if isinstance(command, Load) and reads_weights(command, weights):
+            bank = (command.dma.spad_row & mask) // bank_rows
+            at = cursor[bank]
+            cursor[bank] += command.dma.rows
+            now.update({(command.dma.spad_row + i) & mask: at + i
+                        for i in range(command.dma.rows)})
+            prologue.append(Load(dataclasses.replace(command.dma, spad_row=at)))
+            if command.wait or command.signal or command.wait_store or command.signal_store:
+                kept.append(dataclasses.replace(
+                    pad_load(spare, 1, accel.memory.row_bytes, 0), wait=command.wait,
+                    signal=command.signal, wait_store=command.wait_store,
+                    signal_store=command.signal_store))
+            continue
+        if isinstance(command, Compute):
+            command = dataclasses.replace(command, w_row=now[command.w_row & mask])
+        kept.append(command)
+    return prologue, kept
+
+
+def onchip(accel: AccelConfig, layers: list[Layer], resident: bool = False
+           ) -> tuple[list[int], list[str]]:
     """Each layer's cycles in one stream of all of them, each chained to the layer before
     through the scratchpad where onchip_chain can (else its first load of the layer before's
     result fenced), each layer's rows at the shift (SHIFTS) that keeps them apart from the
     two layers before it (the first of them that fits): the running total after each, and how each
     layer was chained. The stream's output equals the layers' run one after the other
-    through memory (run_functional on the same random memory; SystemExit otherwise)."""
+    through memory (run_functional on the same random memory; SystemExit otherwise). With
+    `resident`, each layer's weights stay in the scratchpad (resident_weights): loaded by
+    a prologue that is not timed (the functional check runs it first)."""
+    starts = resident_rows(accel, layers) if resident else []
+    prologue: list[Command] = []
     stream: list[Command] = []
     reference: list[Command] = []
     totals: list[int] = []
@@ -219,7 +297,8 @@ def onchip(accel: AccelConfig, layers: list[Layer]) -> tuple[list[int], list[str
     input_at = 0
     previous: list[Command] = []  # the layer before, as in the stream (stores to memory)
     for index, layer in enumerate(layers):
-        best: tuple[int, list[Command], list[Command], str] | None = None
+        best: tuple[int, list[Command], list[Command], list[Command], str,
+                    list[Command]] | None = None
         rejected: list[str] = []
         for shift, chain in [(shift, True) for shift in SHIFTS] + [(shift, False)
                                                                   for shift in SHIFTS]:
@@ -227,6 +306,11 @@ def onchip(accel: AccelConfig, layers: list[Layer]) -> tuple[list[int], list[str
             if moved is None:
                 rejected.append(f"{shift}: leaves a bank")
                 continue
+            loads: list[Command] = []
+            own_weights = range(WEIGHT_SPACE * (index + 1) + layer.weights.start,
+                                WEIGHT_SPACE * (index + 1) + layer.weights.stop)
+            if resident:
+                loads, moved = resident_weights(accel, moved, own_weights, starts[index])
             commands = moved
             if set().union(*recent) & spad_rows_used(accel, commands):
                 rejected.append(f"{shift}: rows of the two layers before")
@@ -244,7 +328,7 @@ def onchip(accel: AccelConfig, layers: list[Layer]) -> tuple[list[int], list[str
                     kind = "on chip"
                 except NotChainable as reason:
                     first = next(i for i, c in enumerate(commands) if isinstance(c, Load)
-                                 and c.dma.base < WEIGHT_SPACE)
+                                 and not reads_weights(c, own_weights))
                     commands[first] = dataclasses.replace(commands[first], fence=True)
                     candidate = stream + commands
                     form = commands
@@ -254,12 +338,15 @@ def onchip(accel: AccelConfig, layers: list[Layer]) -> tuple[list[int], list[str
             except (ValueError, RuntimeError) as conflict:  # a bank conflict, a deadlock
                 rejected.append(f"{shift}: {conflict}")
                 continue
-            best = (cycles, candidate, commands, form, kind)
+            reading_memory = placed(accel, layer, index, input_at, shift)
+            assert reading_memory is not None
+            best = (cycles, candidate, reading_memory, form, kind, loads)
             break  # the first shift that fits (each costs a run of the whole stream)
         if best is None:
             raise SystemExit(f"{layer.name}: no shift fits ({rejected})")
         print(f"{layer.name}: {kind}, {best[0]} cycles", flush=True)
-        cycles, stream, commands, previous, kind = best
+        cycles, stream, commands, previous, kind, loads = best
+        prologue += loads
         reference += commands
         recent = [*recent[-1:], spad_rows_used(accel, previous)]
         input_at += layer.output_base
@@ -268,10 +355,8 @@ def onchip(accel: AccelConfig, layers: list[Layer]) -> tuple[list[int], list[str
     memory = np.random.default_rng(0).integers(0, 256, input_at + 4096 + WEIGHT_SPACE
                                                * (len(layers) + 1)).astype(np.uint8)
     output = slice(input_at, input_at + 4096)
-    through = run_functional(accel, [dataclasses.replace(c, fence=False)
-                                     if isinstance(c, Load) else c for c in reference],
-                             memory)[output]
-    if not (run_functional(accel, stream, memory)[output] == through).all():
+    through = run_functional(accel, reference, memory)[output]
+    if not (run_functional(accel, prologue + stream, memory)[output] == through).all():
         raise SystemExit("the on-chip chain's output differs from the layers' through memory")
     native = native_model()  # the C port prices on-chip rows too: the compile's model
     if native is not None and native_cycles(native, accel, pack_commands(stream),
@@ -280,60 +365,109 @@ def onchip(accel: AccelConfig, layers: list[Layer]) -> tuple[list[int], list[str
     return totals, how
 
 
+#: the what-if epilogue: a lane per column (a row a cycle; the default has 4 lanes, a row
+#: every 4 cycles at 16 columns), the same commands re-timed
+FAST_EPILOGUE_LANES = 16
+
+
 def main() -> int:
     saved = json.loads((RESULTS / "nas_candidates.json").read_text())
     picks = {"original": {}, "search by cycles": saved["picks"][1]["choices"]}
     rows = {}
     for label, choices in picks.items():
         accel, layers = layers_of(choices)
-        alone = [AccelModel(accel).run(layer.commands).cycles for layer in layers]
+        timings = [AccelModel(accel).run(layer.commands) for layer in layers]
         fenced = min((chained(accel, layers, parity, True) for parity in (0, 1)),
                      key=lambda totals: totals[-1])
         unfenced = min((chained(accel, layers, parity, False) for parity in (0, 1)),
                        key=lambda totals: totals[-1])
         on_chip, how = onchip(accel, layers)
-        rows[label] = (layers, alone, fenced, unfenced, on_chip, how)
+        resident, _ = onchip(accel, layers, resident=True)
+        fast = dataclasses.replace(accel, epilogue_lanes=FAST_EPILOGUE_LANES)
+        resident_fast, _ = onchip(fast, layers, resident=True)
+        starts = resident_rows(accel, layers)
+        alone_resident = sum(AccelModel(accel).run(resident_weights(
+            accel, layer.commands, layer.weights, start)[1]).cycles
+            for layer, start in zip(layers, starts, strict=True))
+        alone_fast = sum(AccelModel(fast).run(layer.commands).cycles for layer in layers)
+        rows[label] = (layers, timings, fenced, unfenced, on_chip, how, resident,
+                       resident_fast, [alone_resident], [alone_fast])
     lines = ["# Chaining the digits CNN's layers on ws_accel (a what-if, issue 26)", "",
              *(__doc__ or "").split("\n\n")[1:3], "",
              "Made by `python bench/bench_nas_chain.py`: every figure is `AccelModel`'s "
              "(exact to the RTL; the fence is checked by sim/test_ws_accel.py), and the C "
              "port of it, which the compile uses, gives the same chained and on-chip totals "
              "(the benchmark stops otherwise). The compiler does not chain layers yet: "
-             "`glensidec compile` predicts the 'alone' column.", ""]
-    for label, (layers, alone, fenced, unfenced, on_chip, how) in rows.items():
+             "`glensidec compile` predicts the 'alone' column. 'array rows' and 'DMA busy' are "
+             "the layer's alone: cycles a row entered the array and cycles the load DMA "
+             "issued a bus beat.", ""]
+    for label, (layers, timings, fenced, unfenced, on_chip, how, resident,
+                resident_fast, _, _) in rows.items():
         choices = ", ".join(f"{k} {v}" for k, v in picks[label].items() if v != "keep")
         lines += [f"## {label}{': ' + choices if choices else ''}", "",
-                  "| layer | alone | chained (fenced) | on chip | unfenced bound | on chip: "
-                  "its input |",
-                  "|---|---:|---:|---:|---:|---|"]
+                  "| layer | alone | array rows | DMA busy | chained (fenced) | on chip | "
+                  "on chip, weights resident | + a row a cycle through the epilogue | "
+                  "unfenced bound | on chip: its input |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
         for index, layer in enumerate(layers):
             step = [totals[index] - (totals[index - 1] if index else 0)
-                    for totals in (fenced, on_chip, unfenced)]
-            lines.append(f"| {layer.name} | {alone[index]} | {step[0]} | {step[1]} | "
-                         f"{step[2]} | {how[index]} |")
-        lines += [f"| **total** | **{sum(alone)}** | **{fenced[-1]}** | **{on_chip[-1]}** | "
-                  f"**{unfenced[-1]}** | |", ""]
-    (_, alone_o, fenced_o, unfenced_o, onchip_o, _), \
-        (_, alone_p, fenced_p, unfenced_p, onchip_p, _) = rows.values()
+                    for totals in (fenced, on_chip, resident, resident_fast, unfenced)]
+            timing = timings[index]
+            lines.append(f"| {layer.name} | {timing.cycles} | {timing.compute_rows} | "
+                         f"{timing.load_busy_cycles} | "
+                         + " | ".join(str(value) for value in step) + f" | {how[index]} |")
+        lines += [f"| **total** | **{sum(t.cycles for t in timings)}** | "
+                  f"{sum(t.compute_rows for t in timings)} | "
+                  f"{sum(t.load_busy_cycles for t in timings)} | "
+                  + " | ".join(f"**{totals[-1]}**" for totals in
+                               (fenced, on_chip, resident, resident_fast, unfenced))
+                  + " | |", ""]
+    original, pick = rows.values()
+
+    def total(row: tuple, column: int) -> int:  # type: ignore[type-arg]
+        return sum(t.cycles for t in row[1]) if column == 1 else row[column][-1]
+
     lines += ["## The NAS's figure", "",
               "| machine | original | pick | fewer cycles (target >= 3x) |",
               "|---|---:|---:|---:|"]
-    for what, original, pick in (("layers alone (today)", sum(alone_o), sum(alone_p)),
-                                 ("layers chained, fenced", fenced_o[-1], fenced_p[-1]),
-                                 ("layers chained on chip", onchip_o[-1], onchip_p[-1]),
-                                 ("unfenced bound", unfenced_o[-1], unfenced_p[-1])):
-        lines.append(f"| {what} | {original} | {pick} | {original / pick:.2f}x |")
+    for what, column in (("layers alone (today)", 1),
+                         ("layers alone, weights resident in the scratchpad", 8),
+                         (f"layers alone, {FAST_EPILOGUE_LANES} epilogue lanes", 9),
+                         ("layers chained, fenced", 2),
+                         ("layers chained on chip", 4),
+                         ("on chip, weights resident in the scratchpad", 6),
+                         (f"on chip, weights resident, {FAST_EPILOGUE_LANES} epilogue lanes",
+                          7),
+                         ("unfenced bound", 3)):
+        lines.append(f"| {what} | {total(original, column)} | {total(pick, column)} | "
+                     f"{total(original, column) / total(pick, column):.2f}x |")
     lines += ["", f"Chained on chip (ws_accel's on-chip rows, docs/hardware.md: each layer's "
               "stores write the next layer's input rows into the scratchpad, and its readers "
               "wait only for the rows they read) the pick is "
-              f"{onchip_o[-1] / onchip_p[-1]:.2f}x (the original {sum(alone_o)} -> "
-              f"{onchip_o[-1]}, the pick {sum(alone_p)} -> {onchip_p[-1]} cycles); with the "
-              f"fence only {fenced_o[-1] / fenced_p[-1]:.2f}x. Each on-chip stream computes "
-              "what its layers do through memory (run_functional on the same random memory; "
-              "the benchmark stops otherwise). The compiler does not emit on-chip rows yet: "
-              "`glensidec compile`, and so the NAS's cost, predict the 'alone' column."]
+              f"{total(original, 4) / total(pick, 4):.2f}x (the original {total(original, 1)} "
+              f"-> {total(original, 4)}, the pick {total(pick, 1)} -> {total(pick, 4)} "
+              f"cycles); with the fence only {total(original, 2) / total(pick, 2):.2f}x. "
+              "Each on-chip stream computes what its layers do through memory (run_functional "
+              "on the same random memory; the benchmark stops otherwise). The compiler does "
+              "not emit on-chip rows yet: `glensidec compile`, and so the NAS's cost, predict "
+              "the 'alone' column.", "",
+              "The pick is not array-bound as the original is (array rows "
+              f"{sum(t.compute_rows for t in pick[1])} of its {total(pick, 1)} cycles, the "
+              f"original {sum(t.compute_rows for t in original[1])} of {total(original, 1)}): "
+              "its DMA spends most of its beats on weights, and each layer's start and drain "
+              "(first weights and input over the bus; the array's pipeline, the epilogue at "
+              "a row every 4 cycles, the store) are a larger share. Two what-ifs beyond the "
+              "chain, each on the same commands: weights resident in the scratchpad "
+              "(`resident_weights`: loaded once, before any inference, by a prologue the "
+              "functional check runs and the timing does not; the layers' weights fit 256 KiB "
+              "beside their rows) gives "
+              f"{total(original, 6) / total(pick, 6):.2f}x; with it an epilogue of "
+              f"{FAST_EPILOGUE_LANES} lanes (a row a cycle; area: docs/hardware.md's epilogue "
+              "table) "
+              f"{total(original, 7) / total(pick, 7):.2f}x. Neither is in the RTL or the "
+              "compiler."]
     (RESULTS / "nas_chain.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    print("\n".join(lines[-9:]))
+    print("\n".join(lines[-16:]))
     return 0
 
 

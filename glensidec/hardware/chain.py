@@ -117,7 +117,7 @@ def _piece(store: Store, first: int, base: int, count1: int, stride1: int, count
                    signal=store.signal and is_last)
 
 
-def _pad_load(spad_row: int, rows: int, length: int, pad_value: int) -> Load:
+def pad_load(spad_row: int, rows: int, length: int, pad_value: int) -> Load:
     """A LOAD of `rows` padding rows (no memory access: every row is outside its bounds)."""
     return Load(DmaCommand(base=0, length=length, count1=rows, stride1=0, count2=1,
                            stride2=0, spad_row=spad_row, bounds=True, y0=0, y_step=0,
@@ -224,7 +224,7 @@ def onchip_pair(config: AccelConfig, producer: Sequence[Command],
             runs = _runs(padding) or [(spare, 1)]
             for number, (first, count) in enumerate(runs):
                 is_first, is_last = number == 0, number == len(runs) - 1
-                pad = _pad_load(first, count, load.dma.length, load.dma.pad_value)
+                pad = pad_load(first, count, load.dma.length, load.dma.pad_value)
                 chained.append(replace(pad, wait=load.wait and is_first,
                                        wait_store=load.wait_store and is_first,
                                        signal=load.signal and is_last,
