@@ -22,7 +22,8 @@ the search by cycles) compiled as `glensidec compile` does, these ways:
   they read (glensidec.hardware.chain.onchip_pair; where it does not apply — the first
   convolution loads its input once per tap — the first load of the result fenced), each
   layer's scratchpad rows at the first shift that keeps them apart from the two layers
-  before it;
+  before it, on chip or fenced, whichever ends the stream so far sooner (a pool that
+  waits for its rows one by one can take longer than one that starts on all of them);
 - on chip, weights resident (a what-if): on chip, each layer's weights kept in rows of
   their own (`resident_weights`), loaded once before any inference rather than by each;
   and the same with a 16-lane epilogue (a row a cycle), the commands re-timed (each of
@@ -282,8 +283,9 @@ def onchip(accel: AccelConfig, layers: list[Layer], resident: bool = False
     """Each layer's cycles in one stream of all of them, each chained to the layer before
     through the scratchpad where onchip_chain can (else its first load of the layer before's
     result fenced), each layer's rows at the shift (SHIFTS) that keeps them apart from the
-    two layers before it (the first of them that fits): the running total after each, and how each
-    layer was chained. The stream's output equals the layers' run one after the other
+    two layers before it: the first shift that fits on chip and the first that fits
+    fenced, whichever ends the stream so far sooner. Returns the running total after each
+    layer and how each was chained. The stream's output equals the layers' run one after the other
     through memory (run_functional on the same random memory; SystemExit otherwise). With
     `resident`, each layer's weights stay in the scratchpad (resident_weights): loaded by
     a prologue that is not timed (the functional check runs it first)."""
@@ -300,8 +302,12 @@ def onchip(accel: AccelConfig, layers: list[Layer], resident: bool = False
         best: tuple[int, list[Command], list[Command], list[Command], str,
                     list[Command]] | None = None
         rejected: list[str] = []
+        found: dict[bool, tuple[int, list[Command], list[Command], list[Command], str,
+                                list[Command]]] = {}
         for shift, chain in [(shift, True) for shift in SHIFTS] + [(shift, False)
                                                                   for shift in SHIFTS]:
+            if chain in found:
+                continue
             moved = placed(accel, layer, index, input_at, shift)
             if moved is None:
                 rejected.append(f"{shift}: leaves a bank")
@@ -340,8 +346,10 @@ def onchip(accel: AccelConfig, layers: list[Layer], resident: bool = False
                 continue
             reading_memory = placed(accel, layer, index, input_at, shift)
             assert reading_memory is not None
-            best = (cycles, candidate, reading_memory, form, kind, loads)
-            break  # the first shift that fits (each costs a run of the whole stream)
+            # the first shift that fits (each costs a run of the whole stream)
+            found[chain] = (cycles, candidate, reading_memory, form, kind, loads)
+        if found:  # on chip or fenced, whichever ends the stream so far sooner
+            best = min(found.values(), key=lambda entry: entry[0])
         if best is None:
             raise SystemExit(f"{layer.name}: no shift fits ({rejected})")
         print(f"{layer.name}: {kind}, {best[0]} cycles", flush=True)
