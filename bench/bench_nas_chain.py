@@ -327,7 +327,9 @@ def onchip(accel: AccelConfig, layers: list[Layer], resident: bool = False
             if previous:
                 try:
                     if not chain:
-                        raise NotChainable("no shift fits on chip")
+                        raise NotChainable(
+                            "on chip it ends later" if found.get(True, ("",) * 5)[4]
+                            == "on chip" else "no shift fits on chip")
                     made, reading = onchip_pair(accel, previous, commands)
                     candidate = stream[:len(stream) - len(previous)] + made + reading
                     form = reading
