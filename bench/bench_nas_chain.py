@@ -32,7 +32,8 @@ the search by cycles) compiled as `glensidec compile` does, these ways:
   the previous layer has written it): what layers overlapped without waiting for the
   data would give.
 
-    python bench/bench_nas_chain.py   → bench/results/nas_chain.md (a few seconds)
+    python bench/bench_nas_chain.py [--rtl]   → bench/results/nas_chain.md (a minute;
+    --rtl: and the on-chip streams co-simulated on ws_accel, a few minutes more)
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ from glensidec.hardware.commands import (  # noqa: E402
     Compute,
     Load,
     Store,
+    encode_command,
     run_functional,
 )
 from glensidec.lang.typecheck import check_program  # noqa: E402
@@ -278,17 +280,28 @@ def resident_weights(accel: AccelConfig, commands: list[Command], weights: range
     return prologue, kept
 
 
+@dataclasses.dataclass
+class Stream:
+    """A stream as the RTL runs it (`--rtl`): its commands, main memory before it and
+    after it (run_functional's)."""
+
+    commands: list[Command]
+    memory: np.ndarray
+    expected: np.ndarray
+
+
 def onchip(accel: AccelConfig, layers: list[Layer], resident: bool = False
-           ) -> tuple[list[int], list[str]]:
+           ) -> tuple[list[int], list[str], Stream]:
     """Each layer's cycles in one stream of all of them, each chained to the layer before
     through the scratchpad where onchip_chain can (else its first load of the layer before's
     result fenced), each layer's rows at the shift (SHIFTS) that keeps them apart from the
     two layers before it: the first shift that fits on chip and the first that fits
     fenced, whichever ends the stream so far sooner. Returns the running total after each
-    layer and how each was chained. The stream's output equals the layers' run one after the other
-    through memory (run_functional on the same random memory; SystemExit otherwise). With
-    `resident`, each layer's weights stay in the scratchpad (resident_weights): loaded by
-    a prologue that is not timed (the functional check runs it first)."""
+    layer, how each was chained, and the stream (its prologue in front, if any). The
+    stream's output equals the layers' run one after the other through memory
+    (run_functional on the same random memory; SystemExit otherwise). With `resident`,
+    each layer's weights stay in the scratchpad (resident_weights): loaded by a prologue
+    that is not timed (the functional check runs it first)."""
     starts = resident_rows(accel, layers) if resident else []
     prologue: list[Command] = []
     stream: list[Command] = []
@@ -366,13 +379,14 @@ def onchip(accel: AccelConfig, layers: list[Layer], resident: bool = False
                                                * (len(layers) + 1)).astype(np.uint8)
     output = slice(input_at, input_at + 4096)
     through = run_functional(accel, reference, memory)[output]
-    if not (run_functional(accel, prologue + stream, memory)[output] == through).all():
+    expected = run_functional(accel, prologue + stream, memory)
+    if not (expected[output] == through).all():
         raise SystemExit("the on-chip chain's output differs from the layers' through memory")
     native = native_model()  # the C port prices on-chip rows too: the compile's model
     if native is not None and native_cycles(native, accel, pack_commands(stream),
                                             10**9).cycles != totals[-1]:
         raise SystemExit("the C cycle model and AccelModel differ on an on-chip stream")
-    return totals, how
+    return totals, how, Stream(prologue + stream, memory, expected)
 
 
 #: the what-if epilogue: a lane per column (a row a cycle; the default has 4 lanes, a row
@@ -380,21 +394,65 @@ def onchip(accel: AccelConfig, layers: list[Layer], resident: bool = False
 FAST_EPILOGUE_LANES = 16
 
 
+def co_simulate(accel: AccelConfig, streams: dict[str, Stream]) -> list[str]:
+    """Runs each stream on ws_accel (rtl/, the target's parameters; from reset, against
+    its memory): a line per stream, its simulated cycles against AccelModel's; stops
+    (SystemExit) where they differ or any byte of memory differs from run_functional's."""
+    from glensidec.cosim import rtl_build
+    from glensidec.cosim.settings import settings_env
+
+    parameters = accel.rtl_parameters()
+    runner = rtl_build.build("ws_accel", rtl_build.rtl_sources(),
+                             REPO / "sim" / "sim_build" / "bench_nas_chain", parameters,
+                             public_ports=True)
+    with tempfile.TemporaryDirectory(prefix="bench_nas_chain.") as folder:
+        paths = {}
+        for number, (name, stream) in enumerate(streams.items()):
+            paths[name] = str(Path(folder) / f"{number}.npz")
+            np.savez(paths[name], words=np.array([str(encode_command(c, accel.cols))
+                                                  for c in stream.commands]),
+                     memory=stream.memory, expected=stream.expected)
+        job, out = Path(folder) / "job.json", Path(folder) / "out.json"
+        (Path(folder) / "run").mkdir()
+        job.write_text(json.dumps({"streams": paths, "bus_bytes": accel.memory.bus_bytes,
+                                   "latency": accel.memory.latency}))
+        tests, failures = rtl_build.run(
+            runner, "ws_accel", "cocotb_nas_chain", Path(folder) / "run",
+            testcase="run_streams", extra_env=settings_env(
+                parameters=parameters, job=str(job), out=str(out)))
+        if tests != 1 or failures:
+            raise SystemExit("the co-simulation of the streams failed")
+        results = json.loads(out.read_text())
+    lines = []
+    for name, stream in streams.items():
+        predicted = AccelModel(accel).run(stream.commands).cycles
+        simulated, differ = results[name]["cycles"], results[name]["bytes_differ"]
+        if simulated != predicted or differ:
+            raise SystemExit(f"{name}: simulated {simulated} cycles, predicted {predicted}; "
+                             f"{differ} bytes of memory differ")
+        lines.append(f"- {name}: {len(stream.commands)} commands, {simulated} cycles "
+                     "simulated = predicted, every byte of main memory as run_functional's")
+    return lines
+
+
 def main() -> int:
     saved = json.loads((RESULTS / "nas_candidates.json").read_text())
     picks = {"original": {}, "search by cycles": saved["picks"][1]["choices"]}
     rows = {}
+    streams: dict[str, Stream] = {}
     for label, choices in picks.items():
         accel, layers = layers_of(choices)
+        original_accel = accel
         timings = [AccelModel(accel).run(layer.commands) for layer in layers]
         fenced = min((chained(accel, layers, parity, True) for parity in (0, 1)),
                      key=lambda totals: totals[-1])
         unfenced = min((chained(accel, layers, parity, False) for parity in (0, 1)),
                        key=lambda totals: totals[-1])
-        on_chip, how = onchip(accel, layers)
-        resident, _ = onchip(accel, layers, resident=True)
+        on_chip, how, streams[label] = onchip(accel, layers)
+        resident, _, streams[f"{label}, weights resident"] = onchip(accel, layers,
+                                                                    resident=True)
         fast = dataclasses.replace(accel, epilogue_lanes=FAST_EPILOGUE_LANES)
-        resident_fast, _ = onchip(fast, layers, resident=True)
+        resident_fast, _, _ = onchip(fast, layers, resident=True)
         starts = resident_rows(accel, layers)
         alone_resident = sum(AccelModel(accel).run(resident_weights(
             accel, layer.commands, layer.weights, start)[1]).cycles
@@ -432,6 +490,13 @@ def main() -> int:
                   + " | ".join(f"**{totals[-1]}**" for totals in
                                (fenced, on_chip, resident, resident_fast, unfenced))
                   + " | |", ""]
+    if "--rtl" in sys.argv[1:]:
+        lines += ["## On ws_accel", "",
+                  "`python bench/bench_nas_chain.py --rtl` runs the on-chip streams (each with "
+                  "its resident weights' prologue in front where it has one: that prologue "
+                  "is timed here, not in the tables) on the RTL, built with the default "
+                  "target's parameters (bench/cocotb_nas_chain.py):", "",
+                  *co_simulate(original_accel, streams), ""]
     original, pick = rows.values()
 
     def total(row: tuple, column: int) -> int:  # type: ignore[type-arg]
