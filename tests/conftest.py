@@ -140,9 +140,14 @@ def cosimulate(outdir: Path, arguments: list[str], output: Path, sim_cache: Path
                *options: str) -> Cosimulation:
     """`make -C OUTDIR sim` on `arguments` (`options`: more make variables, e.g.
     `DEQUANTIZE=1`), its result written to `output`. The library it loads is built at the
-    tests' C_OPT (as `make sim OPT=...` would by hand)."""
+    tests' C_OPT (as `make sim OPT=...` would by hand), and the accelerator layers run in
+    one simulator process (JOBS=1): each further process (the default is one per core)
+    starts Python, cocotb and the model again, about 2 CPU-s, while the test suites keep
+    both cores busy anyway. Each layer is checked alike either way (it runs from its own
+    recorded memory image); the default JOBS is co-simulated by test_packaging and
+    test_accel_swin, which run `make sim` themselves."""
     done = run_checked(["make", "-C", str(outdir), "sim", f"INPUTS={' '.join(arguments)}",
-                        f"OUTPUT={output}", C_OPT, *options], timeout=1800,
+                        f"OUTPUT={output}", C_OPT, "JOBS=1", *options], timeout=1800,
                        env={**os.environ, "GLENSIDEC_SIM_CACHE": str(sim_cache)})
     report = json.loads((outdir / "cosim_report.json").read_text())
     return Cosimulation(np.load(output), report, done.stdout)
