@@ -54,6 +54,19 @@ def matmul(left: Term, right_transposed: Term) -> Term:
     return compute("dot-product", op("access-cartesian-product", left, right_transposed))
 
 
+def batched_matmul(left: Term, right: Term, count: int, m: int, k: int, n: int) -> Term:
+    """left ((count,M,K),()) times right ((count,K,N),()) → ((count,M,N),()), one product of
+    every batch item at once: each row of left_b paired with each column of right_b, both
+    broadcast over the other's axis (a dot-product over an access-pair, as a grouped
+    convolution), so later stages see one product, not `count` sliced ones."""
+    rows = op("access-insert-axis", reshape(left, (count, m), (k,)), 2)
+    columns = op("access-insert-axis",
+                 reshape(transpose(right, 0, 2, 1), (count, n), (k,)), 1)
+    pair = op("access-pair", broadcast(rows, (count, m, n), (k,)),
+              broadcast(columns, (count, m, n), (k,)))
+    return compute("dot-product", pair)
+
+
 def conv2d_nchw(
     activations: Term, weights: Term, in_channels: int, kernel: tuple[int, int],
     strides: tuple[int, int] = (1, 1), pads: tuple[int, int, int, int] = (0, 0, 0, 0),

@@ -263,13 +263,36 @@ def activation_product(q: Quantizer, term: Term, operand: Pair) -> Value:
     if deferred is not None:
         return deferred
     members, scale = [], 1.0
-    for side in (operand.left, operand.right):
-        q8 = symmetric_q8(q, side)
+    for side, side_term in zip((operand.left, operand.right),
+                               float_product(q, term).children(), strict=True):
+        q8 = batched_q8(q, side_term, side)
         members.append(q8.term)
         scale *= q8.params.scale
     dot = q.rebuild(term, Term(float_product(q, term).op, tuple(members)))
     full = q.qtype(dot).full
     return Acc(dot, np.full(full, scale), np.zeros(full, dtype=np.int64), term)
+
+
+# The views `builders.batched_matmul` spreads each operand of a batched product with
+BATCH_SPREAD = ("access-broadcast", "access-insert-axis")
+
+
+def batched_q8(q: Quantizer, side: Term, value: Value) -> Q8:
+    """`symmetric_q8` of one side of a product: for a batched product's side (an operand
+    broadcast over the other's axis), the operand requantized once and then spread, not
+    each broadcast copy requantized (Q·Kᵀ of 64 windows × 3 heads would requantize
+    every Q row 49 times)."""
+    spread = []
+    while side.op in BATCH_SPREAD:
+        inner = side.args[0]
+        if not isinstance(inner, Term) or inner not in q.values:
+            break
+        spread.append(side)
+        side = inner
+    if not spread:
+        return symmetric_q8(q, value)
+    operand = symmetric_q8(q, q.values[side])
+    return Q8(viewed_over(spread, operand.term), operand.params, operand.base)
 
 
 def symmetric_q8(q: Quantizer, value: Value) -> Q8:
@@ -527,11 +550,11 @@ def deferred_softmax_product(q: Quantizer, term: Term, operand: Pair) -> Acc | N
     if levels is None or 127 * 127 * math.prod(parts.item) << shift >= 2 ** 31 or \
             not reads_whole_rows(q, levels, parts):
         return None
-    value = symmetric_q8(q, operand.right)
+    value = batched_q8(q, float_product(q, term).children()[1], operand.right)
     dot = q.rebuild(term, Term(float_product(q, term).op,
                                (viewed_over(levels, parts.e), value.term)))
     result = q.qtype(dot)
-    if len(result.shape) != 2 or result.item:
+    if len(result.shape) not in (2, 3) or result.item:  # (M, N), or batched (B, M, N)
         return None
     dividend = 1 << (RECIPROCAL_BITS + shift)  # 2^30
     rows = q.qtype(parts.total)
@@ -544,8 +567,11 @@ def deferred_softmax_product(q: Quantizer, term: Term, operand: Pair) -> Acc | N
 
     def per_row(values: Term) -> Term:  # the row's value, along the product's row
         viewed = viewed_over(levels, parts.over_item(values))
-        first = B.op("access-slice", viewed, 1, 0, 1)
-        return B.broadcast(B.reshape(first, (result.shape[0], 1), ()), result.shape, ())
+        rows = q.qtype(viewed).shape  # (M), or (B, M, N) already spread along N
+        first = B.op("access-slice", viewed, len(rows), 0, 1)
+        spread = B.reshape(first, (*rows, *(1,) * (len(result.shape) - len(rows))), ())
+        return spread if len(rows) == len(result.shape) else \
+            B.broadcast(spread, result.shape, ())
 
     def fold(name: str, left_term: Term, right_term: Term) -> Term:
         return B.compute(name, B.op("access-pair", left_term, right_term))
@@ -595,7 +621,7 @@ def reads_whole_rows(q: Quantizer, levels: list[Term], parts: SoftmaxRows) -> bo
         inner = level.args[0]
         assert isinstance(inner, Term)
         value = apply_term(level, q.types, {inner: value}, {})
-    return value.ndim == 2 and bool(np.all(value == value[:, :1]))
+    return value.ndim >= 2 and bool(np.all(value == value[..., :1]))
 
 
 def symmetric_params(q: Quantizer, term: Term) -> QParams:
