@@ -52,6 +52,7 @@ from glensidec.hardware.accel import (
     ResidualConfig,
     epilogue_reference,
 )
+from glensidec.hardware.batched import batched_program
 from glensidec.hardware.commands import (
     AccelConfig,
     AccelModel,
@@ -390,6 +391,28 @@ async def run_program(dut: Any, config: AccelConfig, layer: ConvLayer, program: 
                                f"{layer.name}: {M}x{K}x{N} ({what})")
 
 
+async def run_batched(dut: Any, config: AccelConfig, item: ConvLayer, count: int,
+                      seed: int) -> int:
+    """`count` GEMMs of the shape `item`, each its own input and weights, as one chained
+    stream (glensidec.hardware.batched): every item's result as `conv_reference`'s and the
+    whole stream in `AccelModel`'s cycles; returns them."""
+    rng = np.random.default_rng(seed)
+    M, K, N = item.gemm
+    quant = random_quant(rng, N, "")
+    program = batched_program(config, item, quant, count)
+    features = rng.integers(-128, 128, (count, M, K))
+    weights = rng.integers(-128, 128, (count, K, N))
+    memory = rng.integers(0, 256, program.memory_bytes).astype(np.uint8)
+    memory[program.input_base:program.input_base + features.size] = \
+        features.reshape(-1) & 0xFF
+    memory[program.weight_base:program.weight_base + weights.size] = weights.reshape(-1) & 0xFF
+    expected = np.concatenate([conv_reference(item, features[g].reshape(M, 1, K),
+                                              weights[g].reshape(1, 1, K, N), quant)
+                               for g in range(count)])
+    return await run_and_check(dut, config, program, memory, expected,
+                               f"{item.name}: {count} GEMMs of {M}x{K}x{N}, one stream")
+
+
 @cocotb.test()
 async def layers(dut: Any) -> None:
     """Every layer of the `layers` setting, one after the other (reset in between)."""
@@ -402,10 +425,13 @@ async def layers(dut: Any) -> None:
         fields = {key: tuple(value) if isinstance(value, list) else value  # (dilation)
                   for key, value in spec.items()
                   if key not in ("residual", "pool", "schedule", "lookup", "scale", "chain",
-                                 "onchip")}
+                                 "onchip", "batched")}
         if spec.get("residual") == "rows" and config.cols < ROW_VALUE_BYTES:
             continue  # the per-row mode needs 8 bytes of residual row (ws_epilogue's ROW_OK)
-        if spec.get("onchip"):
+        if spec.get("batched"):
+            cycles = await run_batched(dut, config, ConvLayer(**fields), int(spec["batched"]),
+                                       seed)
+        elif spec.get("onchip"):
             cycles = await run_onchip_chain(dut, config, ConvLayer(**fields),
                                             int(spec["onchip"]), seed)
         elif spec.get("chain"):

@@ -77,6 +77,7 @@ from glensidec.hardware.accel import (
 )
 from glensidec.hardware.accel_native import FIELDS, native_cycles, native_model, pack_commands
 from glensidec.hardware.array import ArrayConfig, ideal_cycles
+from glensidec.hardware.batched import batched_program
 from glensidec.hardware.commands import (
     AccelConfig,
     AccelTiming,
@@ -778,6 +779,12 @@ def program_accel_layers(lowered: LoweredProgram, weights: dict[str, Array],
         layer = result.instructions[index]
         assert isinstance(layer, AccelLayer)
         geometry = layer_geometry(layer)
+        if key not in programmed and layer.batch:
+            item = replace(geometry, height=layer.m // layer.batch)
+            program, table, timing = _timed(accel, batched_program(
+                accel, item, layer_quant(result, layer, weights), layer.batch))
+            programmed[key] = (replace(program, commands=[]), table, timing, table_traffic(
+                accel, geometry, program, table, False))
         if key not in programmed:
             chosen = schedules.get(key[:-1])
             if chosen is None:
@@ -827,7 +834,8 @@ def _layer_key(lowered: LoweredProgram, layer: AccelLayer, weights: dict[str, Ar
             layer.layout, quant.input_zero_point, quant.residual is not None,
             layer.residual is not None, layer.pool and requantized_pool(quant),
             layer.table is not None, layer.scale is not None,
-            layer.input_pitch, layer.row_order, layer.residual_order, layer.output_pitch)
+            layer.input_pitch, layer.row_order, layer.residual_order, layer.batch,
+            layer.output_pitch)
 
 
 def reordered(layer: AccelLayer) -> bool:

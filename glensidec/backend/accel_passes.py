@@ -14,7 +14,10 @@ In order (each a module of its own, each taking and giving a `LoweredProgram`):
    `accel_tables`); `accel_depthwise`: a depthwise convolution (a host dot-product over
    windows) with its epilogue becomes a grouped `AccelLayer`; `accel_attention`: an int8
    array call of two activations (attention's Q·Kᵀ and softmax·V per head) becomes one
-   too, its B operand the layer's weights, loaded from where its producer wrote it.
+   too, its B operand the layer's weights, loaded from where its producer wrote it;
+   `accel_batched`: a batched product of two int8 activations (every item's product one
+   host `Dot`) with its requantize becomes one layer of all the items
+   (`hardware.batched`).
 1b. `accel_layout.join_concatenations`: a channel concatenation of layers' results is
    written by the layers as its NHWC rows, each its block of columns (a row pitch).
 2. `accel_pool`: a max-pool of a layer's result, or an average pool (a window sum and its
@@ -92,6 +95,7 @@ from glensidec.backend.accel_attention import (
     write_in_place,
 )
 from glensidec.backend.accel_batch import fold_image_layers
+from glensidec.backend.accel_batched import fuse_batched_products
 from glensidec.backend.accel_boundary import absorb_input_layouts, absorb_result_layouts
 from glensidec.backend.accel_dense import fuse_dense_blocks
 from glensidec.backend.accel_depthwise import fuse_accel_depthwise
@@ -137,7 +141,8 @@ def fuse_for_accelerator(lowered: LoweredProgram, weights: dict[str, Array],
     layers = recompute_shared_products(layers, weights, accel)
     layers = fuse_accel_depthwise(fuse_accel_layers(layers, weights, accel), weights, accel)
     layers = fuse_accel_grouped(layers, weights, accel)
-    layers = join_concatenations(fuse_activation_products(layers, weights, accel))
+    layers = join_concatenations(fuse_batched_products(
+        fuse_activation_products(layers, weights, accel), weights, accel))
     layers = fuse_accel_pools(layers, weights, accel)  # (a later residual add reads its rows)
     layers = fuse_accel_scales(fuse_elementwise(layers), accel)
     layers = fuse_layer_norms(layers, weights, accel)

@@ -366,7 +366,8 @@ class _Renderer:
                   f"{added.pre}, {added.post}, {added.zero_point}, {added.low}, {added.high}, "
                   f"{int(added.early)}, {int(added.product)}, {int(added.rows)}, "
                   f"{layer.output_pitch or layer.n}, "
-                  f"{int(layer.row_order is not None or layer.residual_order is not None)}")
+                  f"{int(layer.row_order is not None or layer.residual_order is not None)}, "
+                  f"{layer.batch}")
         residual = "NULL" if layer.residual is None else pointer(layer.residual)
         if layer.residual is not None and self.lowered.buffer_of(layer.residual).dtype != "i8":
             residual = f"(const int8_t *)({residual})"  # per-row values: the rows' bytes

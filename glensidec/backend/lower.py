@@ -355,6 +355,11 @@ class AccelLayer(Instruction):
     # cuts each store and residual load into 2-D row patterns (commands.with_row_order).
     row_order: tuple[int, ...] | None = None
     residual_order: tuple[int, ...] | None = None
+    # A batch of `batch` independent products of one shape (hardware.batched: attention's
+    # per-window, per-head products as one layer): `a` holds (batch, M/batch, K), `b`
+    # (batch, K, N), dst (batch, M/batch, N), each contiguous; m counts every item's rows.
+    # 0: one product.
+    batch: int = 0
 
     @property
     def multiplies(self) -> bool:

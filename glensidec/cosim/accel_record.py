@@ -48,7 +48,8 @@ class AccelLayerStruct(ctypes.Structure):
                 ("predicted_cycles", ctypes.c_longlong), ("input_bytes", ctypes.c_long),
                 ("residual_base", ctypes.c_long),
                 *((name, ctypes.c_int) for name in RESIDUAL_FIELDS),
-                ("output_pitch", ctypes.c_long), ("reordered", ctypes.c_int)]
+                ("output_pitch", ctypes.c_long), ("reordered", ctypes.c_int),
+                ("batch", ctypes.c_long)]
 
     def residual_add(self) -> ResidualConfig | None:
         """The layer's residual add, or None."""
@@ -85,7 +86,8 @@ def _layer_files(accel: AccelConfig, index: int, layer: AccelLayerStruct, comman
     table = np.ctypeslib.as_array(commands_ptr, shape=(layer.commands, len(FIELDS)))
     image = int(layer.input_bytes) != m * k  # an NHWC map the DMA reads as im2col
     a = np.ctypeslib.as_array(a_ptr, shape=(int(layer.input_bytes),)).astype(np.int64)
-    b = _matrix(b_ptr, k, n).astype(np.int64) if k else np.zeros((0, n), np.int64)
+    batch = int(layer.batch) or 1  # a batch's B: batch K x N matrices, one per product
+    b = _matrix(b_ptr, batch * k, n).astype(np.int64) if k else np.zeros((0, n), np.int64)
     bias = np.ctypeslib.as_array(bias_ptr, shape=(n,)).astype(np.int64)
     multiplier = np.ctypeslib.as_array(multiplier_ptr, shape=(n,)).astype(np.int64)
     table_values = None if not table_ptr else tuple(
@@ -105,7 +107,7 @@ def _layer_files(accel: AccelConfig, index: int, layer: AccelLayerStruct, comman
     end = max(output.stop, layer.residual_base + m * n, layer.input_base + a.size)
     memory = np.zeros(end + 2 * accel.memory.bus_bytes, dtype=np.uint8)
     memory[layer.input_base:layer.input_base + a.size] = a & 0xFF
-    memory[layer.weight_base:layer.weight_base + k * n] = (b & 0xFF).reshape(-1)
+    memory[layer.weight_base:layer.weight_base + b.size] = (b & 0xFF).reshape(-1)
     residual = None
     if added is not None:
         residual = _matrix(r_ptr, m, n).astype(np.int64)
@@ -115,9 +117,13 @@ def _layer_files(accel: AccelConfig, index: int, layer: AccelLayerStruct, comman
     # numpy's product for a matrix; for an im2col layer, or one whose commands store its
     # rows in another order, the C model (which glensidec diff checks against numpy's
     # convolution and the layer's row order) is the reference
-    expected = c_model if image or layer.reordered else epilogue_reference(
-        reference_gemm(a.reshape(m, k), b, None, 32, 8), bias[None, :], multiplier, epilogue,
-        residual=added, residual_rows=residual, scale=scale)
+    expected = c_model
+    if not (image or layer.reordered):
+        products = np.concatenate([
+            reference_gemm(a_item, b_item, None, 32, 8) for a_item, b_item in zip(
+                a.reshape(batch, m // batch, k), b.reshape(batch, k, n), strict=True)])
+        expected = epilogue_reference(products, bias[None, :], multiplier, epilogue,
+                                      residual=added, residual_rows=residual, scale=scale)
     return write_layer(directory, index, layer.name.decode(), (m, k, n),
                        int(layer.predicted_cycles),
                        [encode_command(command, accel.cols) for command in commands],

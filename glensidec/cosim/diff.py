@@ -218,7 +218,13 @@ def _accel_layer(layer: AccelLayer, read: Callable[[View], Array]) -> Array:
         if layer.groups > 1:  # packed per N block: the dense (K, N) matrix it stands for
             weights = unpack_weight_matrix(geometry, layer.group_cols, weights).reshape(
                 -1, layer.n)
-        products = matmul(activations, weights, "i8")
+        if layer.batch:  # one product per item: (batch, M, K) times (batch, K, N)
+            items = layer.batch
+            products = np.concatenate([matmul(a, b, "i8") for a, b in zip(
+                activations.reshape(items, -1, layer.k),
+                weights.reshape(items, layer.k, layer.n), strict=True)])
+        else:
+            products = matmul(activations, weights, "i8")
     table = None if layer.table is None else tuple(int(v) for v in read(layer.table))
     epilogue = EpilogueConfig(layer.pre, layer.post, layer.zero_point, layer.low, layer.high,
                               table)

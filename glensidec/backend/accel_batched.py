@@ -1,0 +1,141 @@
+"""Batched products of two activations as ONE accelerator layer (issue 30).
+
+`builders.batched_matmul` writes every batch item's product at once (attention's Q·Kᵀ
+and softmax·V of each window × head): a dot-product over an access-pair of A (B, M, ·, K)
+and B (B, ·, N, K), each broadcast over the other's axis, which lowers to one host `Dot`
+of a (B, M, N) i32 result. For such a `Dot` of two int8 activations whose epilogue fits
+(the requantize after it, per tensor or per column: `accel_layers.follow_chain`), this
+pass makes the `Dot` and its chain one `AccelLayer` with `batch` = B
+(`hardware.batched.batched_program`: the items' GEMMs chained in one command stream), when
+A's buffer holds (B, M, K) row-major and B's (B, K, N) — or (B, N, K), the transposed
+operand Q·Kᵀ reads, which a host copy lays out first (a layout layer is the next step).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from glensidec.backend.accel_attention import _fits, apply_edits
+from glensidec.backend.accel_layers import (
+    LayerBuilder,
+    drop_dead_code,
+    follow_chain,
+    per_column,
+)
+from glensidec.backend.lower import (
+    ACTIVATION,
+    INPUT,
+    AccelLayer,
+    Copy,
+    Dot,
+    Instruction,
+    LoweredProgram,
+)
+from glensidec.backend.views import Axis, View, contiguous, view_array
+from glensidec.hardware.accel import EpilogueConfig
+from glensidec.hardware.commands import AccelConfig
+from glensidec.lang.dtypes import Array
+
+
+def fuse_batched_products(lowered: LoweredProgram, weights: dict[str, Array],
+                          accel: AccelConfig) -> LoweredProgram:
+    """`lowered` with every batched product of two int8 activations, and its epilogue, as
+    one batched accelerator layer (a new program)."""
+    result = lowered.copy()
+    builder = LayerBuilder(result)
+    edits: dict[int, list[Instruction]] = {}
+    readers = result.readers()
+    for index, dot in enumerate(lowered.instructions):
+        found = _batched_product(result, index) if isinstance(dot, Dot) else None
+        if found is None:
+            continue
+        a_view, b_view, b_transposed = found
+        count, m, n = dot.dst.shape
+        k = a_view.shape[-1]
+        chain = follow_chain(result, index, contiguous(dot.dst.buffer, (count * m, n)),
+                             (count * m, n), weights, readers)
+        if chain is None or chain.transposed or chain.skip is not None or \
+                chain.rows != count * m or chain.cols != n or chain.table is not None:
+            continue
+        bias = np.zeros((chain.rows, n), np.int64) if chain.bias is None else chain.bias
+        bias_vector, multiplier_vector = per_column(bias), per_column(chain.multiplier)
+        epilogue = EpilogueConfig(chain.pre, chain.post, chain.zero_point, chain.low,
+                                  chain.high)
+        if bias_vector is None or multiplier_vector is None or \
+                not _fits(accel, m, k, n, epilogue, None):
+            continue
+        name = chain.dst.buffer
+        before: list[Instruction] = []
+        if b_transposed:  # (B, N, K) → (B, K, N): each item's weights row-major
+            laid = builder.activation(f"{name}_rhs", (count, k, n))
+            before.append(Copy(f"{dot.note}: the operand's rows transposed", _transposed(
+                laid), b_view))
+            b_view = laid
+        layer = AccelLayer(
+            result.instructions[chain.indices[-1]].note, chain.dst, name=name,
+            a=contiguous(a_view.buffer, (count * m, k)),
+            b=contiguous(b_view.buffer, (count * k, n)),
+            bias=builder.constant(f"{name}_bias", "i32", np.array(bias_vector, np.int64)),
+            multiplier=builder.constant(f"{name}_multiplier", "i32",
+                                        np.array(multiplier_vector, np.int64)),
+            commands=builder.commands_placeholder(name), m=count * m, k=k, n=n,
+            pre=chain.pre, post=chain.post, zero_point=chain.zero_point, low=chain.low,
+            high=chain.high, batch=count)
+        edits.update({position: [] for position in chain.indices})
+        edits[index] = [*before, layer]
+    apply_edits(result, edits)
+    drop_dead_code(result)
+    return result
+
+
+def _batched_product(lowered: LoweredProgram, index: int) -> tuple[View, View, bool] | None:
+    """(A as (B, M, K), B's operand as (B, K, N) or, transposed, (B, N, K), whether it is
+    transposed) when the `Dot` at `index` is a batched product of two whole int8
+    activation buffers: (B, M, N) sums over K of A[b, m, k]·B[b, k, n]; else None."""
+    dot = lowered.instructions[index]
+    assert isinstance(dot, Dot)
+    if dot.reduce_rank != 1 or len(dot.members) != 2 or len(dot.dst.shape) != 3 or \
+            lowered.buffer_of(dot.dst).dtype != "i32" or not lowered.is_whole(dot.dst):
+        return None
+    count, m, n = dot.dst.shape
+    for left, right in (dot.members, dot.members[::-1]):
+        if left.shape[:3] != (count, m, n) or right.shape != left.shape:
+            continue
+        k = left.shape[3]
+        a_order = _order(lowered, left)
+        b_order = _order(lowered, right)
+        if a_order is None or b_order is None or \
+                lowered.buffer_of(left).elements != count * m * k or \
+                lowered.buffer_of(right).elements != count * k * n:
+            continue
+        g, rows, cols, depth = np.ix_(np.arange(count), np.arange(m), np.arange(n),
+                                      np.arange(k))
+        if not np.array_equal(a_order, g * m * k + rows * k + depth + 0 * cols):
+            continue
+        if np.array_equal(b_order, g * k * n + depth * n + cols + 0 * rows):
+            return _stacked(left, (count, m, k)), _stacked(right, (count, k, n)), False
+        if np.array_equal(b_order, g * n * k + cols * k + depth + 0 * rows):
+            return _stacked(left, (count, m, k)), _stacked(right, (count, n, k)), True
+    return None
+
+
+def _order(lowered: LoweredProgram, view: View) -> Array | None:
+    """Which element of its buffer each element of `view` reads (None: not an int8
+    activation or input: what the layer's DMA reads at run time)."""
+    buffer = lowered.buffer_of(view)
+    if buffer.dtype != "i8" or buffer.kind not in (ACTIVATION, INPUT) or \
+            buffer.name == lowered.output:
+        return None
+    return view_array(view, np.arange(buffer.elements))
+
+
+def _stacked(view: View, shape: tuple[int, int, int]) -> View:
+    """The whole buffer `view` reads, row-major as `shape`."""
+    return contiguous(view.buffer, shape)
+
+
+def _transposed(laid: View) -> View:
+    """`laid`, a (B, K, N) buffer, walked as (B, N, K): where a copy of (B, N, K) rows
+    writes them transposed."""
+    count, k, n = laid.shape
+    return View(laid.buffer, 0, ((Axis(count, k * n),), (Axis(n, 1),), (Axis(k, n),)))
