@@ -422,9 +422,10 @@ def report(saved: dict[str, Any], space: S.Space) -> int:
         f"## The search ({saved['searches']['cycles']['strategy']}, budget {BUDGET}, then "
         f"a descent of up to {DESCENT})", "",
         f"Legality: {legality_text(OPTIONS)}. Legal candidates compete within "
-        f"a cost band of +-{100 * OPTIONS.band:g} % (only the best-scored of a band is "
-        f"retrained); the top {OPTIONS.top} by cost are retrained (the mean of seeds "
-        f"{SEEDS}) and the cheapest within one point of the original kept. Searches: " +
+        f"a cost band of +-{100 * OPTIONS.band:g} % (the best-scored of a band is a "
+        f"finalist); finalists are taken cheapest first, {OPTIONS.top} at a time and at most "
+        f"{OPTIONS.retrain}, until one is within one point of the original (the mean of "
+        f"seeds {SEEDS}), and the cheapest such kept. Searches: " +
         "; ".join(
             f"by {label}: {s['evaluated']} evaluated ({s.get('descent', 0)} by the descent), "
             f"{s['legal']} legal, {s['band_best']} best of their band"

@@ -172,8 +172,9 @@ def report(saved: dict[str, Any]) -> int:
         f"{', '.join(saved['space_layers'])} ({', '.join(KINDS)}); {saved['strategy']}, "
         f"budget {BUDGET}: {saved['evaluated']} evaluated, {saved['legal']} legal (legality "
         f"`{OPTIONS.legality}`: the retrained accuracy, mean of seeds {SEEDS}, >= "
-        f"{OPTIONS.threshold} x the original's), the {OPTIONS.top} cheapest retrained and the "
-        f"cheapest whose mean is within a point of the original's kept. Accuracy: validation "
+        f"{OPTIONS.threshold} x the original's), finalists taken cheapest first, "
+        f"{OPTIONS.top} at a time and at most {OPTIONS.retrain}, until one's mean is within a "
+        f"point of the original's, and the cheapest such kept. Accuracy: validation "
         f"(597 images) after retraining {EPOCHS} epochs from inherited weights, seeds "
         f"{SEEDS}. Records: nas_transformer.json.", "",
         f"| pick | choices | predicted cycles | speed-up | MACs | params | {OPTIONS.legality} "

@@ -471,7 +471,10 @@ def transform_command(model: Path, group: tuple[str, ...], bottleneck: tuple[str
               help="Seeds each retraining averages (and --legality train): --seed, "
                    "--seed + 1, ...")
 @click.option("--top", type=click.IntRange(min=1), default=3, show_default=True,
-              help="Legal candidates retrained.")
+              help="Finalists retrained at once, cheapest first.")
+@click.option("--retrain", type=click.IntRange(min=1), default=12, show_default=True,
+              help="Finalists retrained at most: the search retrains the next cheapest "
+                   "until one keeps the original's accuracy within a point.")
 @click.option("--descent", type=click.IntRange(min=0), default=0, show_default=True,
               help="After the strategy, judge up to this many more candidates: the "
                    "single-layer changes of the cheapest legal ones that cost less, "
@@ -501,7 +504,7 @@ def transform_command(model: Path, group: tuple[str, ...], bottleneck: tuple[str
 def nas_command(model: Path, train_path: Path, val_path: Path, array_size: str,
                 dram_bandwidth: int, budget: int,
                 space: str, legality: str, threshold: float, band: float, cost: str,
-                train_epochs: int, train_seeds: int, top: int, descent: int,
+                train_epochs: int, train_seeds: int, top: int, retrain: int, descent: int,
                 seed: int, strategy: str, workers: int, scheduler: str | None,
                 hardware: str | None, area_budget: str | None, sweep: int | None,
                 output: Path) -> None:
@@ -509,7 +512,7 @@ def nas_command(model: Path, train_path: Path, val_path: Path, array_size: str,
     nas_commands.search(model, train_path, val_path, array_size, budget, space, legality,
                         threshold, band, cost, train_epochs, top, seed, strategy, workers,
                         scheduler, output, dram_bandwidth, hardware, area_budget, train_seeds,
-                        descent, sweep)
+                        descent, sweep, retrain)
 
 
 # Every stage walks terms recursively somewhere (parsing, printing, lowering); a program

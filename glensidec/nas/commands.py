@@ -431,7 +431,8 @@ def search(model: Path, train_path: Path, val_path: Path, array_size: str, budge
            train_epochs: int, top: int, seed: int, strategy: str, workers: int,
            scheduler: str | None, output: Path, dram_bandwidth: int = 16,
            hardware: str | None = None, area_budget: str | None = None,
-           train_seeds: int = 1, descent: int = 0, sweep: int | None = None) -> None:
+           train_seeds: int = 1, descent: int = 0, sweep: int | None = None,
+           retrain: int = 12) -> None:
     """`glensidec nas` (options as glensidec.cli's command takes them); `hardware` (a
     machine space, "" for the default one) searches the machine too (nas/hardware.py),
     then prices every machine within the budget for the `sweep` cheapest legal networks
@@ -486,7 +487,7 @@ def search(model: Path, train_path: Path, val_path: Path, array_size: str, budge
     check_fits(val_data, val_path, graph)
     options = Options(budget, kinds, legality, threshold, train_epochs, top, seed, strategy,
                       cost=cost, band=band, dram_bandwidth=dram_bandwidth,
-                      train_seeds=train_seeds, descent=descent)
+                      train_seeds=train_seeds, descent=descent, retrain=retrain)
     client = None
     interrupted = True
     try:
@@ -531,7 +532,10 @@ def search(model: Path, train_path: Path, val_path: Path, array_size: str, budge
     write_directory(output, files)
     original, chosen = result.original, result.chosen
     changes = [f"{k} {v}" for k, v in chosen["choices"].items() if v != "keep"]
-    click.echo(f"{result.strategy}: {len(result.records)} candidates; chosen "
+    finalists = result.retrained[1:]
+    failed = sum(1 for r in finalists if r["accuracy"] < result.retrain_floor)
+    click.echo(f"{result.strategy}: {len(result.records)} candidates, {len(finalists)} "
+               f"finalists retrained ({failed} more than a point below the original); chosen "
                f"{', '.join(changes) or 'the original'}: predicted cycles {original['cycles']} -> "
                f"{chosen['cycles']}, accuracy {100 * original['accuracy']:.1f} % -> "
                f"{100 * chosen['accuracy']:.1f} %; wrote {output}")
