@@ -58,7 +58,8 @@ class Stub:
 
 
 def search(setup: S.Setup, keep: S.Candidate, table: list[tuple[S.Candidate, float, float]],
-           accuracy: dict[float, float], **options: Any) -> tuple[S.Result, Stub]:
+           accuracy: dict[float, float], network: Any = None,
+           **options: Any) -> tuple[S.Result, Stub]:
     """`choose` over the original (1,000 cycles) and the table's legal candidates (candidate,
     cycles, score), in that order."""
     def record(candidate: S.Candidate, cycles: int, score: float) -> dict[str, Any]:
@@ -71,7 +72,8 @@ def search(setup: S.Setup, keep: S.Candidate, table: list[tuple[S.Candidate, flo
         records[candidate] = record(candidate, cycles, score)
     result = S.Result(S.Space([], []), "stub", records[keep])
     stub = Stub(setup, records, {1000: 0.98, **accuracy})
-    S.choose(result, setup, list(records), records, S.Options(**options), stub)
+    S.choose(result, setup, list(records), records, S.Options(**options), stub,
+             **({} if network is None else {"network": network}))
     return result, stub
 
 
@@ -133,6 +135,22 @@ def test_the_retrain_budget_bounds_the_finalists_retrained(
     everything, stub = search(setup, keep_of(setup), table, accuracy, top=1, retrain=10)
     assert stub.batches == [[1000], [300], [400], [500]]
     assert everything.chosen is not None and everything.chosen["cycles"] == 500
+
+
+def test_a_network_is_retrained_once_whatever_else_its_candidates_choose(
+        skip_setup: tuple[S.Setup, list[S.Candidate]]) -> None:
+    """The co-design's pairs: one network on two machines is two candidates of two costs.
+    Its accuracy is the machine's no matter: retrained once, and the second candidate
+    costs none of the retrain budget."""
+    setup, (a, b, c, *_) = skip_setup
+    same = {b: a}  # b stands for a on another machine
+    result, stub = search(setup, keep_of(setup), [(a, 300, 1.0), (b, 350, 1.0), (c, 400, 1.0)],
+                          {300: 0.5, 400: 0.98}, network=lambda n: same.get(n, n), top=1,
+                          retrain=2)
+    assert stub.batches == [[1000], [300], [400]]
+    assert [r["cycles"] for r in result.retrained] == [1000, 300, 350, 400]
+    assert result.retrained[2]["accuracy"] == 0.5
+    assert result.chosen is not None and result.chosen["cycles"] == 400
 
 
 def test_the_report_lists_every_finalist_retrained_and_by_how_much_it_failed(

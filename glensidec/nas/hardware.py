@@ -578,7 +578,9 @@ def _run_codesign(program_text: str, weights: dict[str, Array],
         # the original is the fallback of `choose`: over the budget it may not be chosen,
         # but it stays the accuracy it must keep
         records[keep]["legal"] = False
-    S.choose(result, setup, order, records, options, mapper)
+    # a network on several machines is retrained once (its accuracy is the machine's no matter)
+    S.choose(result, setup, order, records, options, mapper,
+             network=lambda candidate: network_part(candidate, n))
     found = CodesignResult(result, reference, budget, model, setup=setup,
                            swept={tuple(str(c) for c in network[:n]): priced
                                   for network, (_, priced) in sweeps.items()})

@@ -689,7 +689,8 @@ def run_search(program_text: str, weights: dict[str, Array], train_data: tuple[A
 
 
 def choose(result: Result, setup: Setup, order: list[Candidate],
-           memo: dict[Candidate, dict[str, Any]], options: Options, mapper: Mapper) -> None:
+           memo: dict[Candidate, dict[str, Any]], options: Options, mapper: Mapper,
+           network: Callable[[Candidate], Candidate] = lambda candidate: candidate) -> None:
     """Retrain the original, then the finalists cheapest first until one keeps the accuracy
     (within one point of the original's), `top` at a time and at most `retrain` in all; keep
     the cheapest that does (the original if none: a search never chooses a network costlier
@@ -700,28 +701,37 @@ def choose(result: Result, setup: Setup, order: list[Candidate],
     extra candidates took the cheap places and all failed (the digits CNN at budget 64 kept
     the original where budget 8 found 1.7x fewer cycles). With `train` legality the scores
     are those retrained accuracies already; only the chosen network is trained again, once,
-    for its weights. `result.retrained` lists the retrained records in order."""
+    for its weights. `result.retrained` lists the retrained records in order. `network`:
+    the candidate's network, retrained once whatever else the candidate chooses (the
+    co-design's pairs: one network on several machines); `retrain` counts networks."""
     keep = order[0]
     legal = [c for c in order[1:] if memo[c].get("legal")]
     winners = band_winners([memo[c] for c in legal], options.cost, options.band)
     for candidate in legal:
         memo[candidate]["band_best"] = id(memo[candidate]) in winners
+    # by network: its accuracy and the weights its retraining's first seed made
+    accuracy_of: dict[Candidate, float] = {}
     weights_of: dict[Candidate, dict[str, Array]] = {}
     measured: set[Candidate] = set()
 
-    def measure(batch: list[Candidate]) -> None:
+    def measure(batch: list[Candidate]) -> int:
+        """Accuracies for the batch; returns how many networks were retrained for them."""
+        fresh = list(dict.fromkeys(network(c) for c in batch
+                                   if network(c) not in accuracy_of))
         if setup.legality == "train":
             # `train` legality judged every candidate by this very retraining (the same
             # epochs, rate and seeds, deterministic): the accuracies are the scores
             for candidate in batch:
-                memo[candidate]["accuracy"] = memo[candidate]["score"]
-        else:
-            for candidate, (acc, weights) in zip(batch, mapper(retrain, [(setup, c) for c in
-                                                                         batch]), strict=True):
-                memo[candidate]["accuracy"] = acc
-                weights_of[candidate] = weights
+                accuracy_of.setdefault(network(candidate), memo[candidate]["score"])
+        elif fresh:
+            for key, (acc, weights) in zip(fresh, mapper(retrain, [(setup, key) for key in
+                                                                   fresh]), strict=True):
+                accuracy_of[key], weights_of[key] = acc, weights
+        for candidate in batch:
+            memo[candidate]["accuracy"] = accuracy_of[network(candidate)]
         result.retrained += [memo[c] for c in batch]
         measured.update(batch)
+        return len(fresh)
 
     def cost(candidate: Candidate) -> float:
         return float(memo[candidate][options.cost])
@@ -738,8 +748,7 @@ def choose(result: Result, setup: Setup, order: list[Candidate],
         batch = batch[:min(options.top, options.retrain - tried)]
         if not batch:
             break
-        measure(batch)
-        tried += len(batch)
+        tried += measure(batch)
         for candidate in batch:  # cheapest first: of equal costs the earlier is kept
             if memo[candidate]["accuracy"] < floor:
                 failed.add(candidate)
@@ -748,10 +757,10 @@ def choose(result: Result, setup: Setup, order: list[Candidate],
     result.retrain_floor = floor
     memo[best]["chosen"] = True
     result.chosen = memo[best]
-    if best not in weights_of:
-        weights_of[best] = mapper(first_seed_weights, [(setup, best)])[0]
+    if network(best) not in weights_of:
+        weights_of[network(best)] = mapper(first_seed_weights, [(setup, best)])[0]
     graph = apply(original(setup), setup.layers, best, T.INHERIT)
-    result.chosen_graph = graph.with_layers(graph.layers, weights_of[best])
+    result.chosen_graph = graph.with_layers(graph.layers, weights_of[network(best)])
 
 
 def band_winners(records: list[dict[str, Any]], cost: str, band: float) -> set[int]:
