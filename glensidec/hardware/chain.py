@@ -145,10 +145,84 @@ def onchip_chain(config: AccelConfig, producer: Sequence[Command],
     return made + reading
 
 
+def _fresh_rows(config: AccelConfig, busy: set[int], bank: int, count: int) -> int:
+    """The first of `count` consecutive scratchpad rows of `bank` none of which is busy."""
+    bank_rows = config.memory.bank_rows
+    start = bank * bank_rows
+    while start + count <= (bank + 1) * bank_rows:
+        clash = [row for row in range(start, start + count) if row in busy]
+        if not clash:
+            return start
+        start = max(clash) + 1
+    raise NotChainable(f"no {count} free scratchpad rows in bank {bank}")
+
+
+def _shifted(rows: list[int], alias: dict[int, int]) -> int | None:
+    """The one shift that moves every aliased row of `rows` where it now is (0: none is
+    aliased), None when the rows moved apart or only some moved."""
+    shifts = {alias[row] - row if row in alias else 0 for row in rows}
+    if len(shifts) == 1 and (next(iter(shifts)) == 0 or all(row in alias for row in rows)):
+        return next(iter(shifts))
+    return None
+
+
+def unaliased(config: AccelConfig, producer: Sequence[Command],
+              consumer: Sequence[Command]) -> list[Command]:
+    """The consumer with each load of the producer's result into scratchpad rows that an
+    earlier such load filled (a double buffer: a dense layer's input row per K fold, a
+    pool's band per chunk) moved to rows of its own in the same bank, and the COMPUTEs and
+    STOREs that read those rows until they are loaded again reading them there: each
+    stored row then has one target, as onchip_pair needs. Rows that neither layer uses
+    are taken; NotChainable where none are left or a reader's rows moved apart."""
+    mask = config.memory.scratchpad_rows - 1
+    bank_rows = config.memory.bank_rows
+    written = {row.addr for command in producer if isinstance(command, Store)
+               for row in dma_rows(command.dma)}
+    busy = spad_rows_used(config, producer) | spad_rows_used(config, consumer)
+    filled: set[int] = set()  # rows a load of the result filled
+    alias: dict[int, int] = {}  # a row -> where its latest load of the result put it
+    moved: list[Command] = []
+    residual = False
+    for command in consumer:
+        if isinstance(command, Load):
+            rows = [(command.dma.spad_row + i) & mask for i in range(command.dma.rows)]
+            for row in rows:
+                alias.pop(row, None)
+            reads_result = any(row.addr in written for row in dma_rows(command.dma)
+                               if not row.padding)
+            if reads_result and filled & set(rows):
+                start = _fresh_rows(config, busy, rows[0] // bank_rows, len(rows))
+                busy.update(range(start, start + len(rows)))
+                alias.update({row: start + i for i, row in enumerate(rows)})
+                command = replace(command, dma=replace(command.dma, spad_row=start))
+            elif reads_result:
+                filled.update(rows)
+        elif isinstance(command, Compute):
+            shift = _shifted([row & mask for row in command.activation_rows()], alias)
+            if shift is None:
+                raise NotChainable("a tile reads rows of two loads of the result")
+            command = replace(command, a_row=command.a_row + shift)
+        elif isinstance(command, Config):
+            residual = command.residual is not None
+        elif isinstance(command, Store) and (command.window or residual):
+            read = [row & mask for i in range(command.dma.rows)
+                    for row in (command.window_rows(i) if command.window
+                                else [command.dma.spad_row + i])]
+            shift = _shifted(read, alias)
+            if shift is None:
+                raise NotChainable("a store reads rows of two loads of the result")
+            command = replace(command, dma=replace(command.dma,
+                                                   spad_row=command.dma.spad_row + shift))
+        moved.append(command)
+    return moved
+
+
 def onchip_pair(config: AccelConfig, producer: Sequence[Command],
                 consumer: Sequence[Command]) -> tuple[list[Command], list[Command]]:
-    """onchip_chain's stream as (the producer's commands, the consumer's)."""
+    """onchip_chain's stream as (the producer's commands, the consumer's; a consumer that
+    loads the result into its rows again first `unaliased`)."""
     mask = config.memory.scratchpad_rows - 1
+    consumer = unaliased(config, producer, consumer)
     stored: dict[int, int] = {}  # main-memory address of each stored row -> its length
     for command in producer:
         if isinstance(command, Store):
