@@ -12,7 +12,7 @@ STAMP  := $(VENV)/.deps-stamp
 # pytest-xdist workers for the test suites: one per core by default; JOBS=1 runs serially.
 JOBS   ?= auto
 
-.PHONY: all demo test unit-tests rtl-tests quick sim lint bench install clean
+.PHONY: all demo test unit-tests rtl-tests quick sim lint lint-checks bench install clean
 
 all: test
 
@@ -49,22 +49,30 @@ demo: install
 	$(BIN)/python examples/compare.py out/interpreter.npy out/c.npy out/sim.npy
 
 lint: install
+	$(MAKE) --no-print-directory lint-checks
+
+# (lint without the set-up: `make test` runs it beside the suites, after its own set-up.)
+lint-checks:
 	$(BIN)/ruff check glensidec tests $(wildcard sim bench)
 	$(BIN)/mypy
 
 # The unit tests and the RTL testbenches run side by side: alone, the RTL suite keeps two
 # cores busy only part of the time (a worker waits for a build the other one makes, the
 # last tests run alone), and so does the end of the unit tests. make -O prints each
-# suite's output whole when it ends. (JOBS=1: one after the other, one test at a time.)
+# suite's output whole when it ends. (JOBS=1: lint, then one suite after the other, one
+# test at a time.)
 # --dist worksteal: an idle worker takes tests from the end of the other's queue (the
 # default hands out tests in order, so a long co-simulation near the end ran alone);
 # tests/conftest.py puts the co-simulating modules first.
+# Lint runs beside them too: mypy from a fresh clone is about 30 CPU-s on one core, during
+# which the other one sat idle when lint ran first. A lint failure still fails `make test`
+# (once the suites have run).
 ifeq ($(JOBS),1)
 test: lint
 	$(MAKE) --no-print-directory unit-tests rtl-tests
 else
-test: lint
-	$(MAKE) --no-print-directory -j2 -Otarget unit-tests rtl-tests
+test: install
+	$(MAKE) --no-print-directory -j3 -Otarget lint-checks unit-tests rtl-tests
 endif
 
 # (the two halves of `make test`, after its set-up and lint). Without this make's MAKEFLAGS:
