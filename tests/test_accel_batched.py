@@ -110,6 +110,9 @@ def test_a_batched_product_and_its_requantize_are_one_layer(tmp_path: Path,
     layers = [i for i in lowered.instructions if isinstance(i, AccelLayer)]
     assert [(layer.batch, layer.m, layer.k, layer.n) for layer in layers] == \
         [(COUNT, COUNT * M, K, N)]
+    # every item's A, its own weights B and its result, each once
+    assert layers[0].traffic is not None
+    assert layers[0].traffic.compulsory == COUNT * (M * K + K * N + M * N)
     copies = [i for i in lowered.instructions if isinstance(i, Copy)]
     assert len(copies) == int(transposed) and len(lowered.instructions) == 1 + len(copies)
     inputs = _random_inputs(source, 0)

@@ -783,8 +783,12 @@ def program_accel_layers(lowered: LoweredProgram, weights: dict[str, Array],
             item = replace(geometry, height=layer.m // layer.batch)
             program, table, timing = _timed(accel, batched_program(
                 accel, item, layer_quant(result, layer, weights), layer.batch))
-            programmed[key] = (replace(program, commands=[]), table, timing, table_traffic(
-                accel, geometry, program, table, False))
+            traffic = table_traffic(accel, geometry, program, table, False)
+            # every item multiplies by weights of its own (B's batch·K·N bytes), where
+            # compulsory_bytes counts one layer's K·N
+            item_weights = geometry.channels * geometry.out_channels
+            programmed[key] = (replace(program, commands=[]), table, timing, replace(
+                traffic, compulsory=traffic.compulsory + (layer.batch - 1) * item_weights))
         if key not in programmed:
             chosen = schedules.get(key[:-1])
             if chosen is None:
