@@ -295,3 +295,28 @@ def test_a_table_without_fences_is_unchanged_by_the_fence_column() -> None:
     unpacked = unpack_commands(pack_commands(fenced).astype(np.int32), SMALL.cols,
                                quant.epilogue, quant.bias, quant.multiplier)
     assert unpacked == fenced
+
+
+@pytest.mark.parametrize("layer", [
+    ConvLayer("dense", 1, 1, 96, 24, kernel=1),  # one activation row: weight beats
+    ConvLayer("emitting", 9, 11, 5, 16, kernel=1),  # one fold a tile: the epilogue drains
+    ConvLayer("banded", 10, 12, 12, 16, kernel=3, padding=1),
+], ids=lambda layer: layer.name)
+def test_weight_beats_and_draining_epilogue_stretches_take_the_python_models_cycles(
+        layer: ConvLayer) -> None:
+    """Stretches of plain cycles in which the weight streamer issues beats (a tile's
+    weights loading while the array takes the last tile's rows, or a dense layer of one
+    activation row whose cycles are nearly all weight beats) and in which the epilogue's
+    lanes and ws_dma_store go on with rows already admitted: on an 8×8 array whose
+    epilogue takes a row in four cycles, every field of the timing as the Python model
+    steps it, for each window tiling, the interleaved ones and im2col."""
+    config = AccelConfig(8, 8, 128, MemoryConfig(row_bytes=8, scratchpad_bytes=8192,
+                                                 banks=4, bus_bytes=8, latency=3),
+                         epilogue_lanes=2, epilogue_depth=16)
+    quant = random_layer_data(layer, 1)[2]
+    tilings = window_tilings(config, layer)
+    programs = [conv_program(config, layer, quant, "im2col")]
+    programs += [window_program(config, layer, quant, tiling)
+                 for tiling in [*tilings, *interleaved_tilings(config, layer, tilings[0])]]
+    for program in programs:
+        _compare(config, program.commands)

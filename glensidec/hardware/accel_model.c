@@ -134,6 +134,7 @@ typedef struct {
   int64_t p_window, p_wstride, p_t, p_pix, p_addr, p_reads;
   int64_t p_wcount1, p_wstride2, p_step, p_tx, p_line; /* a window in lines, pixels apart */
   fifo st_rows;
+  int64_t last_write; /* the last cycle that wrote main memory (-1: none yet) */
 } model;
 
 static int idle(const model *m) {
@@ -233,6 +234,27 @@ static void advance_rows(model *m, const gs_command *tile, int64_t k) {
   m->a_col = col;
 }
 
+/* How many of the next `k` cycles (at least 1: this one's reads were checked) the weight
+ * streamer's beat and the activation streamer's row read different scratchpad banks,
+ * each going on a row a cycle (the weights from w_base + w_beat, the activations along
+ * their tile's pattern: step()'s per-row update). */
+static int64_t apart_rows(const model *m, const gs_command *tile, int64_t k) {
+  int64_t addr = m->a_addr, line = m->a_line, col = m->a_col;
+  for (int64_t j = 1; j < k; ++j) {
+    if (tile->a_count1 && col + 1 == tile->a_count1) {
+      line = (line + tile->a_stride2) & m->spad_mask;
+      addr = line;
+      col = 0;
+    } else {
+      addr = (addr + tile->a_stride1) & m->spad_mask;
+      col += 1;
+    }
+    if ((m->w_base + m->w_beat + j) >> m->bank_shift == addr >> m->bank_shift)
+      return j;
+  }
+  return k;
+}
+
 /* Rows a plain stretch must have left before it is taken in one go (shorter ones are
  * stepped: checking costs about as much as a cycle). */
 #define PLAIN_MIN_ROWS 8
@@ -269,9 +291,78 @@ static int64_t plain_loads(model *m, int64_t cycle, int64_t k, int l_valid,
   return k;
 }
 
+/* The store path through a stretch of up to `k` plain cycles from `cycle` with no row
+ * admitted (see step()): the epilogue's lanes take their FIFO's rows a column group a
+ * cycle into the output register and FIFO, and ws_dma_store writes that FIFO's rows a
+ * beat a cycle, as stepping would. The stretch ends before a cycle in which a STORE
+ * writes its last beat (the fence's count and the next STORE's acceptance read it) or the
+ * epilogue's last row leaves it (a CONFIG waits for that). Returns the stretch's cycles;
+ * the state is left as it was unless `apply` (then the writes are counted and the last
+ * one's cycle kept). The rest of a plain cycle does not read the store path. */
+static int64_t plain_store(model *m, int64_t cycle, int64_t k, int apply, gs_timing *timing) {
+  int64_t epi_rows = m->epi_rows, out_rows = m->out_rows, epi_fifo = m->epi_fifo;
+  int64_t epi_phase = m->epi_phase, st_beat = m->st_beat, written = 0; /* rows written */
+  int64_t beats_written = 0, last = -1; /* beats written; the last one's cycle */
+  int out_valid = m->out_valid;
+  const fifo *beats = &m->st_rows; /* each row's beats */
+  for (int64_t j = 0; j < k; ++j) {
+    int64_t rows_left = beats->count - written;
+    int st_active = rows_left > 0;
+    int64_t row_beats_now =
+        st_active ? beats->items[(beats->head + written) & (beats->capacity - 1)] : 0;
+    int st_beat_last = st_active && st_beat == row_beats_now - 1;
+    int st_in_valid = out_rows > 0;
+    int write = st_active && st_in_valid;
+    int out_pop = st_in_valid && st_beat_last;
+    int out_full = out_rows == m->out_depth;
+    int epi_out_fire = out_valid && !out_full;
+    int lane_last = epi_phase == m->epi_phases - 1;
+    int lane_step = epi_fifo > 0 && (!lane_last || !out_valid || !out_full);
+    int lane_done = lane_step && lane_last;
+    if (!write && !epi_out_fire && !lane_step)
+      break; /* nothing moves: nor will it */
+    if ((out_pop && rows_left == 1) || (epi_out_fire && epi_rows == 1))
+      k = j;
+    else {
+      epi_rows -= epi_out_fire;
+      out_rows += epi_out_fire - out_pop;
+      epi_fifo -= lane_done;
+      if (lane_step)
+        epi_phase = lane_last ? 0 : epi_phase + 1;
+      out_valid = lane_done || (out_valid && out_full);
+      if (write) {
+        if (st_beat_last) {
+          written += 1;
+          st_beat = 0;
+        } else {
+          st_beat += 1;
+        }
+        beats_written += 1;
+        last = j;
+      }
+    }
+  }
+  if (apply) {
+    m->epi_rows = epi_rows;
+    m->out_rows = out_rows;
+    m->epi_fifo = epi_fifo;
+    m->epi_phase = epi_phase;
+    m->out_valid = out_valid;
+    m->st_beat = st_beat;
+    timing->store_bytes += beats_written * m->bus;
+    timing->store_busy_cycles += beats_written;
+    if (last >= 0)
+      m->last_write = cycle + last;
+    for (int64_t i = 0; i < written; ++i)
+      fifo_pop(&m->st_rows);
+  }
+  return k;
+}
+
 /* One cycle, or (a plain cycle: see below) a stretch of plain cycles at once; `*cycles`
- * is how many it took. Returns 1 when it writes main memory, 0 when not, -1 when out of
- * memory, -3 when the program reads a residual and a weight row from one bank at once. */
+ * is how many it took (a cycle that writes main memory is kept in m->last_write).
+ * Returns 0, -1 when out of memory, -3 when the program reads a residual and a weight row
+ * from one bank at once. */
 static int step(model *m, int64_t cycle, int64_t limit, gs_timing *timing, int64_t *cycles) {
   const gs_command *cmd = m->commands;
   int64_t rows = m->rows;
@@ -364,50 +455,83 @@ static int step(model *m, int64_t cycle, int64_t limit, gs_timing *timing, int64
   if (w_issue && rd2 && w_bank == rd2_bank)
     return -3; /* a residual or pooled row and a weight row read from one bank */
 
-  /* A plain cycle: the array takes a row of its tile (not the tile's last, nor one that
-   * emits) and nothing else moves — the weight streamer done or held (its last beat until
-   * its bank has drained, at least), no load accepted nor a load's last row written
-   * (a load may be issuing and its rows arriving: `plain_loads`), nothing dispatched, no
-   * row in the delay line that emits, the store path and the epilogue idle or waiting for
-   * rows. Nothing a plain cycle changes (the streamer's row count and address, the delay
-   * line, the row count, the load unit's slots and writes) is read by these conditions,
-   * so the next cycles are plain too until the tile's last row or the load unit's next
-   * event: they are taken at once, with the state they leave (exactly what stepping would
-   * give). (Stretches with loads in flight halve the steps of a layer whose bands and
-   * weights stream in while the array computes.) */
+  /* A plain cycle: nothing moves but the array's rows, the weight beats and the load
+   * unit's slots and writes, each at its steady rate. The array takes a row of its tile
+   * (not the tile's last, nor one that emits: `a_rows`) or its activation streamer is
+   * still (`a_still`: idle with nothing queued, or a row offered that the array does not
+   * take, its weights not in); the weight streamer issues a beat that ws_ctrl takes (not
+   * a tile's last: `w_beats`) or is done or held (its last beat until its bank has
+   * drained, at least); no load accepted nor a load's last row written (a load may be
+   * issuing and its rows arriving: `plain_loads`), nothing dispatched, no row in the
+   * delay line that emits, the store path and the epilogue idle or waiting for rows.
+   * Nothing a plain cycle changes (the streamers' row counts and addresses, the beat
+   * counts, the delay line, the row count, the load unit's slots and writes) is read by
+   * these conditions, except the scratchpad banks of the two streamers' reads (checked
+   * row by row), so the next cycles are plain too until the tile's last row, the weights'
+   * last beat or the load unit's next event: they are taken at once, with the state they
+   * leave (exactly what stepping would give). (Stretches with loads in flight halve the
+   * steps of a layer whose bands and weights stream in while the array computes; with
+   * weight beats, those of a tile loading while the array takes the last one's rows and
+   * the dense layers of one activation row, whose cycles are nearly all weight beats.) */
   *cycles = 1;
-  if (a_issued && a_fire && m->a_left >= PLAIN_MIN_ROWS && !a_last && !m->q_emit &&
-      !cmd[m->a_cmd].emit && en && !w_issue && !w_fire && !w_start && !l_accept &&
-      !track_done && !dispatch && !store_pop && !config_pop &&
-      !s_accept && !write && !admit && !pool_issue && !m->q2_valid && !lane_step &&
-      !epi_out_fire && !m->s1_valid && !m->epi_fifo && !m->out_rows && !m->tags_emit) {
-    int64_t k = m->a_left - 1; /* the stretch ends before the tile's last row */
-    int64_t held = m->w_q ? m->drain[m->w_load_bank] : 0;
-    if (held > 0 && k > held)
-      k = held; /* a held last weight beat goes once its bank has drained */
-    if (k > limit - cycle)
-      k = limit - cycle;
-    if (load_busy || m->writes.count) {
-      k = plain_loads(m, cycle, k, l_valid, timing);
-      if (k < 0)
-        return -1;
+  if (en && !l_accept && !track_done && !dispatch && !store_pop && !config_pop && !s_accept &&
+      !admit && !pool_issue && !m->q2_valid && !m->s1_valid && !m->tags_emit) {
+    int a_rows = a_issued && a_fire && m->a_left >= PLAIN_MIN_ROWS && !a_last && !m->q_emit &&
+                 !cmd[m->a_cmd].emit;
+    int a_still = !a_fire && !a_start && !(m->a_active && !m->q_valid);
+    int w_beats = w_issue && w_fire && m->w_beat < rows - 1 && !w_last_beat;
+    int w_quiet = !w_issue && !w_fire && !w_start;
+    int64_t k = limit - cycle;
+    if ((a_rows || a_still) && (w_beats || w_quiet)) {
+      if (a_rows && m->a_left - 1 < k)
+        k = m->a_left - 1; /* the stretch ends before the tile's last row */
+      if (w_beats) { /* and before the weights' last beat */
+        int64_t beats = rows - 1 - (m->w_beat > m->w_count ? m->w_beat : m->w_count);
+        if (beats < k)
+          k = beats;
+      } else {
+        int64_t held = m->w_q ? m->drain[m->w_load_bank] : 0;
+        if (held > 0 && k > held)
+          k = held; /* a held last weight beat goes once its bank has drained */
+      }
+      if (w_beats && a_rows) /* and before a row whose two reads share a bank */
+        k = apart_rows(m, &cmd[m->a_cmd], k);
+    } else {
+      k = 0;
     }
-    for (int b = 0; b < 2; ++b)
-      m->drain[b] = m->drain[b] > k ? m->drain[b] - k : 0;
-    m->q_valid = 1;
-    m->q_last = m->q_emit = m->q_signal = 0;
-    advance_rows(m, &cmd[m->a_cmd], k);
-    m->a_left -= k;
-    for (int64_t j = 0; j < k && j < m->lat; ++j) { /* k rows into the delay line */
-      int64_t position = (m->tag_pos + j) % m->lat;
-      m->tags_valid += 1 - m->tag_valid[position];
-      m->tag_valid[position] = 1;
-      m->tag_emit[position] = 0;
+    int loads = load_busy || m->writes.count;
+    if (k > 0) /* the store path taken now unless the loads may end the stretch sooner */
+      k = plain_store(m, cycle, k, !loads, timing);
+    if (k > 0) {
+      if (loads) { /* (the store path then taken for the k left) */
+        k = plain_loads(m, cycle, k, l_valid, timing);
+        if (k < 0)
+          return -1;
+        plain_store(m, cycle, k, 1, timing);
+      }
+      for (int b = 0; b < 2; ++b)
+        m->drain[b] = m->drain[b] > k ? m->drain[b] - k : 0;
+      if (w_beats) {
+        m->w_beat += k;
+        m->w_count += k;
+      }
+      if (a_rows) {
+        m->q_valid = 1;
+        m->q_last = m->q_emit = m->q_signal = 0;
+        advance_rows(m, &cmd[m->a_cmd], k);
+        m->a_left -= k;
+        timing->compute_rows += k;
+      }
+      for (int64_t j = 0; j < k && j < m->lat; ++j) { /* k rows (or none) into the line */
+        int64_t position = (m->tag_pos + j) % m->lat;
+        m->tags_valid += a_rows - m->tag_valid[position];
+        m->tag_valid[position] = (uint8_t)a_rows;
+        m->tag_emit[position] = 0;
+      }
+      m->tag_pos = (m->tag_pos + k) % m->lat;
+      *cycles = k;
+      return 0;
     }
-    m->tag_pos = (m->tag_pos + k) % m->lat;
-    timing->compute_rows += k;
-    *cycles = k;
-    return 0;
   }
 
   /* ==== clock edge */
@@ -619,7 +743,9 @@ static int step(model *m, int64_t cycle, int64_t limit, gs_timing *timing, int64
   }
   timing->load_busy_cycles += load_busy;
   timing->store_busy_cycles += write;
-  return write;
+  if (write)
+    m->last_write = cycle;
+  return 0;
 }
 
 static void release(model *m) {
@@ -643,7 +769,7 @@ int gs_accel_cycles(int64_t rows, int64_t cols, int64_t bus_bytes, int64_t write
                     const gs_command *commands,
                     int64_t n, int64_t limit, gs_timing *timing) {
   model m;
-  int64_t last_write = -1, cycle = 0;
+  int64_t cycle = 0;
   int status = 0;
   memset(&m, 0, sizeof m);
   memset(timing, 0, sizeof *timing);
@@ -664,28 +790,26 @@ int gs_accel_cycles(int64_t rows, int64_t cols, int64_t bus_bytes, int64_t write
     m.bank_shift += 1;
   m.commands = commands;
   m.n_commands = n;
-  m.a_cmd = m.s_pending = -1;
+  m.a_cmd = m.s_pending = m.last_write = -1;
   m.tag_valid = calloc((size_t)m.lat, 1);
   m.tag_emit = calloc((size_t)m.lat, 1);
   if (m.tag_valid == NULL || m.tag_emit == NULL)
     status = 2;
   while (status == 0 && !idle(&m)) {
-    int wrote;
+    int result;
     int64_t cycles = 1;
     if (cycle >= limit) {
       status = 1;
       break;
     }
-    wrote = step(&m, cycle, limit, timing, &cycles);
-    if (wrote == -3)
+    result = step(&m, cycle, limit, timing, &cycles);
+    if (result == -3)
       status = 3;
-    else if (wrote < 0)
+    else if (result < 0)
       status = 2;
-    else if (wrote)
-      last_write = cycle;
     cycle += cycles;
   }
-  timing->cycles = last_write + 1;
+  timing->cycles = m.last_write + 1;
   timing->dispatched = m.next_command;
   release(&m);
   return status;
