@@ -1645,9 +1645,6 @@ def dma_command(fields: DmaFields) -> DmaCommand:
                       y0, y_step, height, x0, x_step, width, pad_value)
 
 
-def _flat_load(dma: DmaFields, wait: bool = False, signal: bool = False,
-               wait_store: bool = False) -> FlatLoad:
-    return (wait, signal, *dma, wait_store, False)
 #: A region of the scratchpad a load writes and computes read, numbered (`_band_region`,
 #: `_weights_region`, `_residual_region`): the token passes look one up per compute.
 _Region = int
@@ -1802,13 +1799,14 @@ SCATTER_ROWS = 4096
 
 def _scatter(table: npt.NDArray[np.int64], rows: npt.NDArray[np.int64],
              columns: list[tuple[int, npt.NDArray[np.generic] | int]]) -> None:
-    """table[rows, column] = values for each (column, values), a block of rows at a time:
-    the block's rows gathered, their columns set, the rows put back (whole rows move at
-    once: a fancy-indexed write per column took eight times as long, most of building a
-    long layer's candidate table)."""
+    """table[rows, column] = values for each (column, values), the other columns of those
+    rows 0 (as they were: a new table's), a block of rows at a time: the block's rows made,
+    their columns set, the rows put in place (whole rows move at once: a fancy-indexed
+    write per column took eight times as long, most of building a long layer's candidate
+    table)."""
     for start in range(0, len(rows), SCATTER_ROWS):
         block = rows[start:start + SCATTER_ROWS]
-        written = table[block]
+        written = np.zeros((len(block), table.shape[1]), dtype=table.dtype)
         for place, values in columns:
             written[:, place] = values if isinstance(values, int) else \
                 values[start:start + SCATTER_ROWS]
@@ -2305,11 +2303,15 @@ def im2col_load_slots(config: AccelConfig, layer: ConvLayer, residual: bool = Fa
     grouped = layer.groups > 1
     tiling = layer_tiling(config, layer, residual)
     slots = 0
+    # (an ungrouped layer's blocks have one list of folds: a dense layer of 25088 inputs
+    # has 1568 folds and 256 blocks)
+    lengths = [fold[3] for fold in conv_folds(layer, R)] if not grouped else []
     for block, group_block in enumerate(group_blocks(layer, config.cols)):
-        lengths = [fold[3] for fold in conv_folds(layer, R, group_block if grouped else None)]
+        if grouped:
+            lengths = [fold[3] for fold in conv_folds(layer, R, group_block)]
         width_slots = -(-group_block.width // bus)
         # a fold's ROWS weight rows: `length` from memory, the rest padding
-        weights = sum(length * width_slots + R - length for length in lengths)
+        weights = sum(lengths) * (width_slots - 1) + R * len(lengths)
         loads_rows = tiling.pieces > 1 or block == 0 or grouped
         for oy0 in range(0, out_h, tiling.chunk_rows):
             m_len = min(tiling.chunk_rows, out_h - oy0) * out_w
@@ -2401,16 +2403,20 @@ def im2col_stream(config: AccelConfig, layer: ConvLayer, quant: LayerQuant
                 if residual and last_piece:
                     loads.append(dma_fields(base=residual_base + m0 * N + n0, length=width,
                                             count1=m_len, stride1=N, spad_row=residual_row))
+                # (FlatLoads: wait, signal, the DMA's fields, wait_store, signal_store;
+                # made inline, as the computes: a long layer has hundreds of thousands)
+                late, last_load = len(steps) >= 2, len(loads) - 1
+                store_wait = residual and last_piece and stores >= 2
+                last_fold = len(piece_folds) - 1
                 steps.append(_Step(
-                    [_flat_load(dma, len(steps) >= 2 and index == 0, index == len(loads) - 1,
-                                residual and last_piece and stores >= 2
-                                and index == len(loads) - 1)
+                    [(late and index == 0, index == last_load, *dma,
+                      store_wait and index == last_load, False)
                      for index, dma in enumerate(loads)],
-                    [(index == 0, index == len(piece_folds) - 1,  # wait, signal
+                    [(index == 0, index == last_fold,  # wait, signal
                       w_buffer + index * R, a_buffer + index * m_len, m_len,
-                      piece > 0 or index > 0, last_piece and index == len(piece_folds) - 1,
+                      piece > 0 or index > 0, last_piece and index == last_fold,
                       0, 1, 0, 0)  # one line of consecutive rows, accumulator row 0
-                     for index in range(len(piece_folds))], []))
+                     for index in range(last_fold + 1)], []))
             tail = steps[-1].tail
             if block != block_configured:
                 tail.append(_block_config(quant, n0, width, C))
