@@ -15,6 +15,7 @@ order); the count runs up to and including the last main-memory write.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import math
 from collections import deque
@@ -1257,6 +1258,8 @@ def best_conv_table(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
     # Chunks reading one band (a layer the epilogue holds back) replace that choice only
     # when strictly faster: every other layer keeps the schedule it had
     for tiling in one_band_tilings(config, layer, quant.residual is not None):
+        if window_weight_beats(config, layer, tiling) >= timing.cycles:
+            continue  # not strictly faster, whatever its table (a 1×1's chunks of a pixel)
         built = window(tiling)
         built_timing = table_cycles_within(config, built.stream, built.table,
                                            timing.cycles - 1)
@@ -1273,6 +1276,16 @@ def best_conv_table(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
     spare.sort(key=lambda buffer: len(buffer.rows))
     del spare[:-SPARE_BUFFERS]
     return program, chosen.table, timing
+
+
+def window_weight_beats(config: AccelConfig, layer: ConvLayer, tiling: WindowTiling) -> int:
+    """A lower bound on the cycles of `tiling`'s window schedule (interleave 1): each of
+    its COMPUTEs (a chunk's K folds for each N block) streams its ROWS weight rows into
+    the array a beat a cycle, one COMPUTE after another."""
+    assert tiling.interleave == 1
+    blocks = -(-layer.out_channels // config.cols)
+    folds = len(_band_of(layer, config.rows).offsets)
+    return len(tiling.chunks(layer.out_size[0])) * blocks * folds * config.rows
 
 
 #: Table buffers best_conv_table keeps from one layer's search for the next's.
@@ -2066,6 +2079,10 @@ def _window_steps(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
     # one_band: chunk c loads band rows slabs[c] (those no earlier chunk read)
     slabs = [(0 if oy0 == 0 else band.rows(oy0), band.rows(oy0 + rows_here))
              for oy0, rows_here in chunk_list]
+    # (their firsts and ends never decrease: the slabs a chunk meets are a run, found by
+    # bisection; a scan of every slab per chunk took mobilenet_v2's 12544-row layer in
+    # chunks of a row 157 M steps)
+    slab_firsts, slab_ends = [first for first, _ in slabs], [end for _, end in slabs]
 
     buffer_planes: list[list[tuple[_Region, ...]]] = [
         [(_band_region(buffer, plane),) for plane in range(len(band.planes))]
@@ -2080,8 +2097,8 @@ def _window_steps(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
             return buffer_planes[band_buffer_of(chunk)]
         oy0, rows_here = chunk_list[chunk]
         low, high = oy0 * band.stride_y, (oy0 + rows_here - 1) * band.stride_y + band.reach
-        meeting = [index for index, (first, end) in enumerate(slabs)
-                   if first < high and end > low]
+        meeting = range(bisect.bisect_right(slab_ends, low),
+                        bisect.bisect_left(slab_firsts, high))
         return [tuple(_band_region(0, index * len(band.planes) + plane) for index in meeting)
                 for plane in planes]
 
