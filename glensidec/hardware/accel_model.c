@@ -475,7 +475,9 @@ static int step(model *m, int64_t cycle, int64_t limit, gs_timing *timing, int64
    * the dense layers of one activation row, whose cycles are nearly all weight beats.) */
   *cycles = 1;
   if (en && !l_accept && !track_done && !dispatch && !store_pop && !config_pop && !s_accept &&
-      !admit && !pool_issue && !m->q2_valid && !m->s1_valid && !m->tags_emit) {
+      !admit && !pool_issue && !m->q2_valid && !m->s1_valid && !m->tags_emit &&
+      /* (the on-chip writer takes the output FIFO's rows: only with no row on the way) */
+      !(m->oc_active && (m->epi_fifo || m->out_valid || m->out_rows))) {
     int a_rows = a_issued && a_fire && m->a_left >= PLAIN_MIN_ROWS && !a_last && !m->q_emit &&
                  !cmd[m->a_cmd].emit;
     int a_still = !a_fire && !a_start && !(m->a_active && !m->q_valid);
