@@ -2,7 +2,7 @@
 by side in one run (issue 26: within 1.5× of the bare array's CPU, in 4 GiB; issue 30:
 at most 15 s CPU). No PyTorch: it compiles the programs bench/bench_zoo.py made.
 
-Run: .venv/bin/python bench/bench_zoo_compile.py [--zoo DIR] [--models a,b] [--out FILE]
+Run: .venv/bin/python bench/bench_zoo_compile.py --zoo DIR [--models a,b] [--out FILE]
 Per model, `glensidec.compile(DIR/MODEL/q/model.gs, "16x16", OUT)` (the default: the whole
 accelerator around a 16×16 array, C written) and the same with `bare_array=True`, one after
 the other, each in a process of its own under /usr/bin/time: the compile call's CPU
@@ -63,7 +63,8 @@ def load_now() -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--zoo", type=Path, default=Path("/work/zoomodels"))
+    parser.add_argument("--zoo", type=Path, required=True,
+                        help="the directory of MODEL/q/model.gs programs bench_zoo.py made")
     parser.add_argument("--models", default=",".join(ZOO_ORDER))
     parser.add_argument("--out", type=Path, default=BENCH_DIR / "results" / "zoo_compile.md")
     args = parser.parse_args()
