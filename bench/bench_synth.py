@@ -609,6 +609,46 @@ def area_write_table(command: list[str],
     area_report()
 
 
+#: `--area-load`'s modules: ("top", rows, cols, L) is ws_top (the array, ws_ctrl, the
+#: skews, the accumulator) at L weight rows a cycle, ("spad", row bytes, W, L) ws_spad at W
+#: rows a DMA write and L; each synthesized alone. A machine's cells with L weight rows a
+#: cycle are its cells at 1 with these two modules' swapped, so each L > 1 is measured
+#: against L = 1 at the same array (ws_top does not see W) and the same W.
+AREA_LOAD: list[tuple[str, int, int, int]] = [
+    ("top", 16, 16, 1), ("spad", 16, 4, 1), ("top", 16, 16, 4), ("spad", 16, 4, 4),
+    ("spad", 16, 1, 1), ("spad", 16, 1, 4), ("spad", 16, 4, 2), ("top", 16, 16, 2)]
+AREA_LOAD_ACC = 256  # ws_top's accumulator rows (its bits are SRAM, not cells)
+
+
+def area_load_table(command: list[str],
+                    points: list[tuple[str, int, int, int]] | None = None) -> None:
+    """Synthesize `points` (AREA_LOAD's form; default AREA_LOAD) into area_cells.json's
+    "load" (kept when from today's RTL), then refit and write bench/results/area.md."""
+
+    from glensidec.hardware.area import rtl_digest
+
+    for module, a, b, load in points or AREA_LOAD:
+        key = f"{module}:{a}x{b}x{load}"
+        if _measured_today("load", key):
+            continue
+        start = time.perf_counter()
+        if module == "top":
+            counts = synthesize(command, "ws_top", {
+                "ROWS": a, "COLS": b, "ACC_DEPTH": AREA_LOAD_ACC, "W_LOAD": load},
+                script=AREA_SCRIPT)
+        else:
+            banks, bank_rows = AREA_WRITE_SPAD
+            counts = synthesize(command, "ws_spad", {
+                "ROW_BYTES": a, "BANKS": banks, "BANK_ROWS": bank_rows, "WRITE_ROWS": b,
+                "W_LOAD": load}, script=AREA_SCRIPT)
+        if not counts.get("cells"):
+            raise RuntimeError(f"no statistics parsed for {key}")
+        _record_measured("load", key, {
+            "cells": counts["cells"], "memory_bits": counts.get("memory bits", 0),
+            "rtl": rtl_digest(), "seconds": round(time.perf_counter() - start)})
+    area_report()
+
+
 def area_report() -> None:
     from glensidec.hardware import area
 
@@ -764,6 +804,9 @@ def main() -> int:
         if points is None:
             return 2
         area_write_table(command, [(rows, bus, write) for rows, bus, write in points])
+        return 0
+    if "--area-load" in sys.argv[1:]:  # weight rows a cycle: ws_top and ws_spad, alone
+        area_load_table(command)
         return 0
     if "--area" in sys.argv[1:]:  # [fit | held-out] [--backwards]: part of the grid
         part = sys.argv[sys.argv.index("--area") + 1:][:1]

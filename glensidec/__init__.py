@@ -214,13 +214,14 @@ def compile(program: Program | str | Path, array: str | tuple[int, int] = "16x16
             max_enodes: int = 50_000, timeout: float = 10.0, bare_array: bool = False,
             accel: bool | None = None, scratchpad: str | int = "256KiB",
             accumulator: str | int | None = None, dram_bandwidth: int = 16,
-            epilogue_lanes: int = 0, dma_write_rows: int = 1) -> Compilation:
+            epilogue_lanes: int = 0, dma_write_rows: int = 1,
+            weight_load_rows: int = 1) -> Compilation:
     """Compile the program for the whole accelerator around an RxC int8 array (`array`,
     e.g. "16x16" or (16, 16)), as `glensidec compile` does; with `outdir`, write the C
     program there (new, empty or an earlier compile's; `force` as `--force`). The memory
     sizes are `--scratchpad`, `--accumulator`, `--dram-bandwidth` (sizes as "256KiB" or an
     int of bytes), `epilogue_lanes` is `--epilogue-lanes` (0: the default),
-    `dma_write_rows` `--dma-write-rows`. `bare_array`
+    `dma_write_rows` `--dma-write-rows`, `weight_load_rows` `--weight-load-rows`. `bare_array`
     (or the older `accel=False`) compiles for the bare array instead; an f32 array
     ("16x16:f32") or several sizes always do. `accel=True` is the default.
     `Compilation.target` says where the products run and why."""
@@ -241,7 +242,8 @@ def compile(program: Program | str | Path, array: str | tuple[int, int] = "16x16
         None if accumulator is None else _size(accumulator, "accumulator"),
         _integer(dram_bandwidth, "dram_bandwidth", 1),
         _integer(epilogue_lanes, "epilogue_lanes", 0),
-        _integer(dma_write_rows, "dma_write_rows", 1))
+        _integer(dma_write_rows, "dma_write_rows", 1),
+        _integer(weight_load_rows, "weight_load_rows", 1))
     limits = Limits(_integer(iterations, "iterations", 0, 2**31 - 1),
                     _integer(max_enodes, "max_enodes", 1, 2**62), _seconds(timeout))
     if outdir is not None:

@@ -173,6 +173,10 @@ def fmt(program: Path, shapes: Path | None, in_place: bool) -> None:
               metavar="N", help="Scratchpad rows one DMA write may carry (1, 2, 4 or 8): "
                                 "rows that lie end to end come N a write, several a bus "
                                 "beat when the bus is wider than a row.")
+@click.option("--weight-load-rows", type=click.IntRange(min=1), default=1, show_default=True,
+              metavar="N", help="Weight rows the array takes a cycle (a power of two, at "
+                                "most --dma-write-rows and half the array's rows): a tile's "
+                                "weights load in ROWS/N cycles.")
 @click.option("--bare-array", is_flag=True,
               help="Compile for the bare systolic array, the host doing everything else "
                    "(original Glenside programs, teaching), instead of the whole accelerator.")
@@ -183,8 +187,8 @@ def compile_command(program: Path, shapes: Path | None, array_size: str, emit: s
                     stats: bool, verify: bool, iterations: int, max_enodes: int,
                     timeout: float, output: Path | None, force: bool, scratchpad: str,
                     accumulator: str | None, dram_bandwidth: int,
-                    epilogue_lanes: int | None, dma_write_rows: int, bare_array: bool,
-                    accel: bool) -> None:
+                    epilogue_lanes: int | None, dma_write_rows: int, weight_load_rows: int,
+                    bare_array: bool, accel: bool) -> None:
     """Map PROGRAM onto the accelerator around an RxC systolic array; write the C program
     to OUTDIR.
 
@@ -216,7 +220,8 @@ def compile_command(program: Path, shapes: Path | None, array_size: str, emit: s
         raise click.UsageError("--accel drives the int8 accelerator around one array: not "
                                "with an f32 array or several arrays")
     target = pipeline.choose_target(configs, bare_array, scratchpad, accumulator,
-                                    dram_bandwidth, epilogue_lanes or 0, dma_write_rows)
+                                    dram_bandwidth, epilogue_lanes or 0, dma_write_rows,
+                                    weight_load_rows)
     if target.accel is None and not bare_array:  # not asked for: say so, and why
         click.echo(target.describe(), err=True)
     typed = pipeline.load(program, shapes)  # parse, typecheck
@@ -330,7 +335,9 @@ def _accelerator_lines(accel: AccelConfig, invocations: Sequence[Invocation]) ->
            f"{accel.acc_depth} rows ({accel.acc_depth * accel.cols * 4} B), DRAM "
            f"{memory.bus_bytes} B/cycle, epilogue {accel.epilogue_lanes} lanes "
            f"({accel.epilogue_cycles} cycles a row)"
-           + (f", {memory.write_rows} rows a DMA write" if memory.write_rows > 1 else ""))
+           + (f", {memory.write_rows} rows a DMA write" if memory.write_rows > 1 else "")
+           + (f", {accel.weight_load_rows} weight rows a cycle"
+              if accel.weight_load_rows > 1 else ""))
     for call in invocations:
         tiling = gemm_tiling(accel, call.m, call.k, call.n, call.op)
         yield (f"  {call.op} M={call.m} K={call.k} N={call.n}: K pieces of "

@@ -566,10 +566,12 @@ def parse_bytes(text: str, option: str) -> int:
 
 def accelerator_for(config: ArrayConfig, scratchpad: str = "256KiB",
                     accumulator: str | None = None, dram_bandwidth: int = 16,
-                    epilogue_lanes: int = 0, write_rows: int = 1) -> AccelConfig:
+                    epilogue_lanes: int = 0, write_rows: int = 1,
+                    weight_load_rows: int = 1) -> AccelConfig:
     """The accelerator around the array, from --scratchpad, --accumulator, --dram-bandwidth,
-    --epilogue-lanes and --dma-write-rows (the defaults: 256 KiB, 1024 accumulator rows,
-    16 B/cycle, a quarter of the columns, one row a DMA write).
+    --epilogue-lanes, --dma-write-rows and --weight-load-rows (the defaults: 256 KiB, 1024
+    accumulator rows, 16 B/cycle, a quarter of the columns, one row a DMA write, one
+    weight row a cycle into the array).
 
     Every size is checked here, once, against what the RTL can have (the command fields'
     widths: glensidec.hardware.commands.accel_config_for) and what one tile needs, so the
@@ -589,7 +591,8 @@ def accelerator_for(config: ArrayConfig, scratchpad: str = "256KiB",
     try:
         accel = accel_config_for(config, parse_bytes(scratchpad, "--scratchpad"),
                                  dram_bandwidth, acc_depth=acc_depth,
-                                 epilogue_lanes=epilogue_lanes, write_rows=write_rows)
+                                 epilogue_lanes=epilogue_lanes, write_rows=write_rows,
+                                 weight_load_rows=weight_load_rows)
         gemm_tiling(accel, 1, config.rows, config.cols, "tile")
     except CapacityError as error:  # "layer tile: …": every array call has such a tile
         raise GlensideError(f"--scratchpad {scratchpad}: {str(error).split(': ', 1)[1]}") \
@@ -597,6 +600,7 @@ def accelerator_for(config: ArrayConfig, scratchpad: str = "256KiB",
     except ValueError as error:
         option = (f"--dram-bandwidth {dram_bandwidth}" if "bandwidth" in str(error)
                   else f"--epilogue-lanes {epilogue_lanes}" if "lanes" in str(error)
+                  else f"--weight-load-rows {weight_load_rows}" if "weight rows" in str(error)
                   else f"--dma-write-rows {write_rows}" if "DMA write" in str(error)
                   else f"--accumulator {accumulator or f'{acc_depth} rows (the default)'}"
                   if "accumulator" in str(error) else f"--scratchpad {scratchpad}")
@@ -710,13 +714,13 @@ BARE_SEVERAL = "the accelerator has one array; several sizes run as bare arrays"
 def choose_target(configs: tuple[ArrayConfig, ...], bare_array: bool = False,
                   scratchpad: str = "256KiB", accumulator: str | None = None,
                   dram_bandwidth: int = 16, epilogue_lanes: int = 0,
-                  write_rows: int = 1) -> Target:
+                  write_rows: int = 1, weight_load_rows: int = 1) -> Target:
     """The whole accelerator, unless the bare array is asked for or the arrays are ones the
     accelerator does not have (f32, several sizes). The memory options are checked either
     way, so a bad size is an error whatever the target."""
     config, more = configs[0], configs[1:]
     accel = accelerator_for(config, scratchpad, accumulator, dram_bandwidth, epilogue_lanes,
-                            write_rows)
+                            write_rows, weight_load_rows)
     if bare_array:
         return Target(config, more, None, BARE_ASKED)
     if config.is_float:

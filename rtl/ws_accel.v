@@ -118,6 +118,7 @@ module ws_accel #(
     parameter integer EPI_LANES   = COLS,  // the epilogue's lanes: a row takes COLS/EPI_LANES cycles
     parameter integer EPI_DEPTH   = 2,     // accumulator rows waiting for them (2^n, >= 2)
     parameter integer WRITE_ROWS  = 1,     // rows a DMA write may carry (ws_dma_load's groups)
+    parameter integer W_LOAD      = 1,     // weight rows a cycle into the array (2^n, <= ROWS)
     parameter integer CMD_W       = (216 + 64 * COLS > 296) ? 216 + 64 * COLS : 296
 ) (
     input  wire                   clk,
@@ -286,8 +287,10 @@ module ws_accel #(
     reg               w_active, w_q;        // w_q: rd0_data holds an untaken weight beat
     reg  [SPAD_W-1:0] w_base;
     reg  [RW-1:0]     w_beat;
-    localparam integer  LAST_BEAT_I = ROWS - 1;
+    // a tile's weights: ROWS / W_LOAD beats of W_LOAD rows (ws_spad's port 0 reads them)
+    localparam integer  LAST_BEAT_I = ROWS / W_LOAD - 1;
     localparam [RW-1:0] LAST_BEAT = LAST_BEAT_I[RW-1:0];
+    localparam integer  LOAD_SHIFT  = $clog2(W_LOAD);
     wire w_consume    = w_q && arr_w_ready;
     wire w_issue      = w_active && (!w_q || w_consume);
     wire w_issue_last = w_issue && w_beat == LAST_BEAT;
@@ -391,7 +394,8 @@ module ws_accel #(
 
     // ---- scratchpad and array ---------------------------------------------------------------
     /* verilator lint_off UNUSEDSIGNAL */  // rows wider than the array's operands
-    wire [ROW_BYTES*8-1:0] rd0_data, rd1_data, rd2_data;
+    wire [W_LOAD*ROW_BYTES*8-1:0] rd0_data;     // a weight beat: W_LOAD rows
+    wire [ROW_BYTES*8-1:0] rd1_data, rd2_data;
     /* verilator lint_on UNUSEDSIGNAL */
     wire                   res_read;                    // a residual row read (port 2)
     wire                   spad_w_en;                   // the DMA's or the on-chip writer's
@@ -400,11 +404,12 @@ module ws_accel #(
     wire [WRITE_ROWS*ROW_BYTES*8-1:0] spad_w_data;
     reg  [SPAD_W-1:0]      res_addr;
     ws_spad #(.ROW_BYTES(ROW_BYTES), .BANKS(BANKS), .BANK_ROWS(BANK_ROWS),
-              .WRITE_ROWS(WRITE_ROWS)) spad (
+              .WRITE_ROWS(WRITE_ROWS), .W_LOAD(W_LOAD)) spad (
         .clk(clk), .wr_en(spad_w_en), .wr_addr(spad_w_addr), .wr_rows(spad_w_rows),
         .wr_data(spad_w_data),
         .wr_mask({ROW_BYTES{1'b1}}),
-        .rd0_en(w_issue), .rd0_addr(w_base + {{(SPAD_W-RW){1'b0}}, w_beat}), .rd0_data(rd0_data),
+        .rd0_en(w_issue), .rd0_addr(w_base + ({{(SPAD_W-RW){1'b0}}, w_beat} << LOAD_SHIFT)),
+        .rd0_data(rd0_data),
         .rd1_en(a_try), .rd1_addr(a_addr), .rd1_grant(rd1_grant), .rd1_data(rd1_data),
         .rd2_en(res_read || pool_issue), .rd2_addr(pool_issue ? p_addr : res_addr),
         .rd2_data(rd2_data));
@@ -414,9 +419,18 @@ module ws_accel #(
     /* verilator lint_off UNUSEDSIGNAL */  // no D stream: bias is added in the epilogue
     wire             d_ready;
     /* verilator lint_on UNUSEDSIGNAL */
-    ws_top #(.ROWS(ROWS), .COLS(COLS), .IN_W(8), .ACC_W(32), .ACC_DEPTH(ACC_DEPTH)) array (
+    // each of a beat's rows: its first COLS bytes (the scratchpad row is ROW_BYTES wide)
+    wire [W_LOAD*COLS*8-1:0] w_beat_data;
+    genvar wk;
+    generate
+        for (wk = 0; wk < W_LOAD; wk = wk + 1) begin : g_w_beat
+            assign w_beat_data[wk*COLS*8 +: COLS*8] = rd0_data[wk*ROW_BYTES*8 +: COLS*8];
+        end
+    endgenerate
+    ws_top #(.ROWS(ROWS), .COLS(COLS), .IN_W(8), .ACC_W(32), .ACC_DEPTH(ACC_DEPTH),
+             .W_LOAD(W_LOAD)) array (
         .clk(clk), .rst(rst),
-        .w_valid(w_q), .w_ready(arr_w_ready), .w_data(rd0_data[COLS*8-1:0]),
+        .w_valid(w_q), .w_ready(arr_w_ready), .w_data(w_beat_data),
         .a_valid(q_valid), .a_ready(arr_a_ready), .a_data(rd1_data[ROWS*8-1:0]),
         .a_last(q_last), .a_add(q_add), .a_emit(q_emit), .a_use_d(1'b0), .a_acc_row(q_acc),
         .d_valid(1'b0), .d_ready(d_ready), .d_data({COLS*32{1'b0}}),

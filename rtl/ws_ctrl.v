@@ -1,7 +1,7 @@
 // ws_ctrl: the stream controller of the weight-stationary array.
 //
-// Weights: a tile is ROWS beats (one row of COLS weights each, the beat for the bottom
-// row first). Every accepted beat shifts the column chains; the ROWS-th beat also
+// Weights: a tile is ROWS/W_LOAD beats (W_LOAD rows of COLS weights each, the beat with
+// the bottom row first; ws_array shifts its chains W_LOAD rows a beat). Every accepted beat shifts the column chains; the ROWS-th beat also
 // commits the chains into the weight bank the tile was assigned (banks alternate
 // 0,1,0,...). That last beat waits until the bank is free: its previous tile's last
 // activation row was injected at least ROWS cycles earlier, so that activation has
@@ -21,7 +21,8 @@
 module ws_ctrl #(
     parameter integer ROWS      = 4,
     parameter integer COLS      = 4,
-    parameter integer ACC_DEPTH = 1024
+    parameter integer ACC_DEPTH = 1024,
+    parameter integer W_LOAD    = 1      // weight rows a beat (a power of two dividing ROWS)
 ) (
     input  wire                 clk,
     input  wire                 rst,
@@ -54,7 +55,7 @@ module ws_ctrl #(
     localparam integer RW  = (ROWS > 1) ? $clog2(ROWS) : 1;
     localparam integer AW  = $clog2(ACC_DEPTH);     // ACC_DEPTH >= 2
     localparam integer TAG = AW + 3;                    // {valid, add, emit, row}
-    localparam integer  LAST_BEAT_I   = ROWS - 1;
+    localparam integer  LAST_BEAT_I   = ROWS / W_LOAD - 1;
     localparam integer  DRAIN_START_I = ROWS - 1;       // see the bank-free rule above
     localparam [RW-1:0] LAST_BEAT     = LAST_BEAT_I[RW-1:0];
     localparam [RW-1:0] DRAIN_START   = DRAIN_START_I[RW-1:0];

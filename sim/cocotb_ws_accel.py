@@ -85,7 +85,7 @@ def accel_config() -> AccelConfig:
                           banks=p["BANKS"], bus_bytes=p["BUS_BYTES"], latency=p["LATENCY"],
                           write_rows=p.get("WRITE_ROWS", 1))
     return AccelConfig(p["ROWS"], p["COLS"], p["ACC_DEPTH"], memory, p["QUEUE_DEPTH"],
-                       p["OUT_DEPTH"], p["EPI_LANES"], p["EPI_DEPTH"])
+                       p["OUT_DEPTH"], p["EPI_LANES"], p["EPI_DEPTH"], p.get("W_LOAD", 1))
 
 
 def random_table(rng: np.random.Generator, lookup: bool) -> tuple[int, ...] | None:

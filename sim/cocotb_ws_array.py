@@ -33,8 +33,9 @@ def random_bits(rng: np.random.Generator, count: int, p_one: float = 0.5) -> np.
 async def random_cycles(dut: Any) -> None:
     """Random stimulus for 600 cycles; psum_bottom checked every cycle."""
     rows, cols = params()["ROWS"], params()["COLS"]
-    model = PeArrayModel(rows, cols, IN_W, ACC_W)
-    rng = np.random.default_rng(rows * 31 + cols)
+    w_load = int(params().get("W_LOAD", 1))  # weight rows a beat
+    model = PeArrayModel(rows, cols, IN_W, ACC_W, w_load)
+    rng = np.random.default_rng(rows * 31 + cols + 1000 * (w_load - 1))
     dut.rst.value = 1
     await start_clock(dut)
     await next_cycle(dut)
@@ -45,7 +46,7 @@ async def random_cycles(dut: Any) -> None:
         inputs = {
             "a_in": random_vector(rng, rows, IN_W),
             "sel_in": random_bits(rng, rows),
-            "w_in": random_vector(rng, cols, IN_W),
+            "w_in": random_vector(rng, w_load * cols, IN_W),  # row k at k*cols
             "w_shift": random_bits(rng, cols),
             "w_commit": random_bits(rng, cols, 0.3),
             "w_bank": random_bits(rng, cols),

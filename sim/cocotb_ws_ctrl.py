@@ -60,8 +60,9 @@ def expected(outputs: CtrlOutputs) -> dict[str, int]:
 async def random_cycles(dut: Any) -> None:
     """4000 random cycles with occasional resets."""
     rows, cols, depth = params()["ROWS"], params()["COLS"], params()["ACC_DEPTH"]
-    model = CtrlModel(rows, cols, depth)
-    rng = np.random.default_rng(rows * 100 + cols * 10 + depth)
+    w_load = int(params().get("W_LOAD", 1))  # weight rows a beat
+    model = CtrlModel(rows, cols, depth, w_load)
+    rng = np.random.default_rng(rows * 100 + cols * 10 + depth + 7 * (w_load - 1))
     dut.rst.value = 1
     await start_clock(dut)
     await next_cycle(dut)

@@ -23,12 +23,15 @@ Ints = npt.NDArray[np.int64]
 
 @dataclass
 class PeArrayModel:
-    """ROWS x COLS grid of ws_pe registers (a single PE is the 1x1 case)."""
+    """ROWS x COLS grid of ws_pe registers (a single PE is the 1x1 case). The weight
+    chains shift `w_load` rows a beat: PE row r takes row r - w_load's chain register, the
+    top w_load rows take the beat's rows (its row k at chain row w_load - 1 - k)."""
 
     rows: int
     cols: int
     in_width: int = 8
     acc_width: int = 32
+    w_load: int = 1
     a: Ints = field(init=False)
     sel: Ints = field(init=False)
     psum: Ints = field(init=False)
@@ -49,7 +52,7 @@ class PeArrayModel:
         en: bool,
         a_in: Ints,  # (rows,) signed
         sel_in: Ints,  # (rows,)
-        w_in: Ints,  # (cols,) signed
+        w_in: Ints,  # (cols,) signed, or (w_load, cols): the beat's rows
         w_shift: Ints,  # (cols,) 0/1
         w_commit: Ints,
         w_bank: Ints,
@@ -60,7 +63,8 @@ class PeArrayModel:
             return
         a_here = np.concatenate([a_in[:, None], self.a[:, :-1]], axis=1)
         sel_here = np.concatenate([sel_in[:, None], self.sel[:, :-1]], axis=1)
-        chain_in = np.concatenate([w_in[None, :], self.chain[:-1, :]], axis=0)
+        beat = np.reshape(w_in, (self.w_load, self.cols))[::-1]  # row k → chain row L-1-k
+        chain_in = np.concatenate([beat, self.chain[:-self.w_load, :]], axis=0)
         shift = np.broadcast_to(w_shift[None, :], self.chain.shape).astype(bool)
         commit = np.broadcast_to(w_commit[None, :], self.chain.shape).astype(bool)
         bank = np.broadcast_to(w_bank[None, :], self.chain.shape)
@@ -136,11 +140,13 @@ class CtrlOutputs:
 
 @dataclass
 class CtrlModel:
-    """ws_ctrl, cycle by cycle: handshakes, weight banks and the row tag delay line."""
+    """ws_ctrl, cycle by cycle: handshakes, weight banks and the row tag delay line (a
+    tile's weights are rows / w_load beats)."""
 
     rows: int
     cols: int
     acc_depth: int
+    w_load: int = 1
     w_count: int = 0
     w_load_bank: int = 0
     bank_full: list[bool] = field(default_factory=lambda: [False, False])
@@ -159,7 +165,7 @@ class CtrlModel:
 
     def outputs(self, i: CtrlInputs) -> CtrlOutputs:
         """Combinational outputs for this cycle's inputs."""
-        last_beat = self.w_count == self.rows - 1
+        last_beat = self.w_count == self.rows // self.w_load - 1
         bank = self.w_load_bank
         bank_free = not self.bank_full[bank] and self.drain[bank] == 0
         w_ready = i.en and (not last_beat or bank_free)
@@ -189,7 +195,7 @@ class CtrlModel:
             return out
         self.drain = [max(value - 1, 0) for value in self.drain]
         if i.w_valid and out.w_ready:
-            if self.w_count == self.rows - 1:
+            if self.w_count == self.rows // self.w_load - 1:
                 self.w_count = 0
                 self.bank_full[self.w_load_bank] = True
                 self.w_load_bank ^= 1

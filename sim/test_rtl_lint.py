@@ -54,6 +54,10 @@ MEMORY_SYSTEM_SIZES = [
     ("ws_dma_store", {"ROW_BYTES": 32, "BUS_BYTES": 1}),
     ("ws_spad", {"ROW_BYTES": 4, "BANKS": 1, "BANK_ROWS": 8}),
     ("ws_spad", {"ROW_BYTES": 4, "BANKS": 1, "BANK_ROWS": 8, "WRITE_ROWS": 2}),
+    ("ws_spad", {"ROW_BYTES": 4, "BANKS": 2, "BANK_ROWS": 8, "WRITE_ROWS": 1, "W_LOAD": 4}),
+    ("ws_spad", {"ROW_BYTES": 4, "BANKS": 2, "BANK_ROWS": 8, "WRITE_ROWS": 4, "W_LOAD": 2}),
+    ("ws_top", {"ROWS": 8, "COLS": 4, "ACC_DEPTH": 48, "W_LOAD": 4}),
+    ("ws_top", {"ROWS": 4, "COLS": 3, "ACC_DEPTH": 48, "W_LOAD": 4}),
     ("ws_epilogue", {"COLS": 1, "OUT_W": 4}),
     ("ws_epilogue", {"COLS": 6, "LANES": 2, "DEPTH": 8}),
     ("ws_epilogue", {"COLS": 16, "LANES": 4, "DEPTH": 256}),
@@ -65,6 +69,11 @@ MEMORY_SYSTEM_SIZES = [
     ("ws_accel", {"ROWS": 16, "COLS": 32, "ROW_BYTES": 32, "BUS_BYTES": 64, "LATENCY": 8,
                   "BANK_ROWS": 128, "ACC_DEPTH": 256, "EPI_LANES": 16, "EPI_DEPTH": 128,
                   "WRITE_ROWS": 4}),
+    ("ws_accel", {"ROWS": 16, "COLS": 16, "ROW_BYTES": 16, "BUS_BYTES": 64, "LATENCY": 8,
+                  "BANK_ROWS": 64, "ACC_DEPTH": 256, "EPI_LANES": 16, "EPI_DEPTH": 128,
+                  "WRITE_ROWS": 4, "W_LOAD": 4}),
+    ("ws_accel", {"ROWS": 4, "COLS": 8, "ROW_BYTES": 8, "BUS_BYTES": 4, "LATENCY": 3,
+                  "W_LOAD": 2}),
 ]
 
 

@@ -12,17 +12,21 @@ from cycle_bench import params_env
 from sim_harness import build_module, run_cocotb
 
 #: (rows, cols, row bytes, bank rows, bus bytes, latency, accumulator rows, output FIFO rows,
-#: epilogue lanes, epilogue FIFO rows[, rows a DMA write carries: 1 if absent])
+#: epilogue lanes, epilogue FIFO rows[, rows a DMA write carries: 1 if absent[, weight rows
+#: a cycle into the array: 1 if absent]])
 #: The first is `compile --array 2x2 --accel`'s default: 256 KiB of 2-byte rows is 2^17
 #: scratchpad rows, more than 16-bit row fields address (issue 27: data and cycles differed).
 #: Output FIFOs of 2 and 4 rows fill up (the array freezes again), 1024 never does.
 #: The last, at 8 B/cycle, offers the window schedule's every weight layout (issue 28). The
 #: epilogue: a lane per column, or lanes shared by 2 or 4 column groups (a row over 2 or 4
 #: cycles), behind FIFOs of 2 rows (the array freezes for every row) to 16. The last
-#: writes 4 scratchpad rows at once (ws_dma_load's groups) from a bus of 4 rows a beat.
+#: writes 4 scratchpad rows at once (ws_dma_load's groups) from a bus of 4 rows a beat. The
+#: 8×4 after it takes 4 weight rows a cycle into the array (a tile's weights in 2 beats,
+#: read from 4 scratchpad sub-banks while a DMA write carries 2 rows).
 CASES = [(2, 2, 2, 32768, 16, 8, 16, 1024, 1, 8), (4, 4, 4, 32, 4, 2, 16, 2, 4, 2),
          (4, 8, 8, 128, 4, 3, 32, 4, 2, 4), (8, 4, 8, 128, 16, 5, 32, 16, 1, 16),
-         (4, 4, 4, 32, 8, 2, 16, 1024, 1, 16), (4, 8, 8, 128, 32, 3, 32, 4, 2, 4, 4)]
+         (4, 4, 4, 32, 8, 2, 16, 1024, 1, 16), (4, 8, 8, 128, 32, 3, 32, 4, 2, 4, 4),
+         (8, 4, 8, 128, 16, 5, 32, 16, 1, 16, 2, 4)]
 
 #: ConvLayer fields: the 4×2×2 GEMM of issue 27, 3×3 padded (partial channel fold, two N
 #: blocks), strided 1×1, a GEMM, a 2-channel 5×5 whose kernel taps are packed into
@@ -146,7 +150,8 @@ def test_ws_accel(case: tuple[int, ...]) -> None:
                   "BANK_ROWS": bank_rows, "BUS_BYTES": bus, "LATENCY": latency,
                   "ACC_DEPTH": acc_depth, "QUEUE_DEPTH": 8, "OUT_DEPTH": out_depth,
                   "EPI_LANES": lanes, "EPI_DEPTH": depth, **(
-                      {"WRITE_ROWS": case[10]} if len(case) > 10 else {})}
+                      {"WRITE_ROWS": case[10]} if len(case) > 10 else {}), **(
+                      {"W_LOAD": case[11]} if len(case) > 11 else {})}
     runner = build_module("ws_accel", "ws_accel_" + "_".join(map(str, case)), parameters)
     env = params_env(parameters, layers=LAYERS)
     run_cocotb(runner, "ws_accel", "cocotb_ws_accel", "layers", env)

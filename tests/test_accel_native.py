@@ -64,6 +64,10 @@ CONFIGS = {
     # ws_dma_load's groups: rows end to end written 4 at once from a bus of 4 rows a beat
     "four-rows-a-write": AccelConfig(4, 8, 16, MemoryConfig(
         row_bytes=8, scratchpad_bytes=4096, banks=4, bus_bytes=32, latency=2, write_rows=4)),
+    # 4 weight rows a cycle into an 8-row array (a tile's weights in 2 beats)
+    "four-weight-rows-a-cycle": AccelConfig(8, 4, 32, MemoryConfig(
+        row_bytes=8, scratchpad_bytes=4096, banks=4, bus_bytes=16, latency=2, write_rows=2),
+        weight_load_rows=4),
 }
 
 
@@ -231,15 +235,18 @@ def test_the_built_library_is_named_by_its_compiler_and_flags(
     assert accel_native._library_name("cc") != name
 
 
+@pytest.mark.parametrize("load", [1, 2])
 @pytest.mark.parametrize("stride", [1, 2, 3])
-def test_stretches_end_where_held_weights_collide_with_patterned_rows(stride: int) -> None:
+def test_stretches_end_where_held_weights_collide_with_patterned_rows(stride: int,
+                                                                       load: int) -> None:
     """Banks of one row, tiles whose 2-D patterns cross lines and wrap around the
     scratchpad into the weights' rows, and a third tile's weights held until the first's
     bank drains: the stretch of plain cycles taken at once ends where that beat goes, and
     the rows after it collide with the weight streamer exactly where stepping puts them
-    (every first row and line step, so some collide)."""
+    (every first row and line step, so some collide); with 2 weight rows a beat, a beat
+    reads two banks and collides with either."""
     config = AccelConfig(4, 4, 64, MemoryConfig(row_bytes=4, scratchpad_bytes=64, banks=16,
-                                                bus_bytes=4, latency=2))
+                                                bus_bytes=4, latency=2), weight_load_rows=load)
     loads = [Load(DmaCommand(base=0, length=4, count1=16, stride1=4, spad_row=0), signal=True)]
     tail: list[Command] = [Config(EpilogueConfig(), (0,) * 4, (1,) * 4),
                            Store(DmaCommand(base=256, length=4, count1=49, stride1=4))]
@@ -302,17 +309,19 @@ def test_a_table_without_fences_is_unchanged_by_the_fence_column() -> None:
     ConvLayer("emitting", 9, 11, 5, 16, kernel=1),  # one fold a tile: the epilogue drains
     ConvLayer("banded", 10, 12, 12, 16, kernel=3, padding=1),
 ], ids=lambda layer: layer.name)
+@pytest.mark.parametrize("load", [1, 4])
 def test_weight_beats_and_draining_epilogue_stretches_take_the_python_models_cycles(
-        layer: ConvLayer) -> None:
+        layer: ConvLayer, load: int) -> None:
     """Stretches of plain cycles in which the weight streamer issues beats (a tile's
     weights loading while the array takes the last tile's rows, or a dense layer of one
     activation row whose cycles are nearly all weight beats) and in which the epilogue's
     lanes and ws_dma_store go on with rows already admitted: on an 8×8 array whose
     epilogue takes a row in four cycles, every field of the timing as the Python model
-    steps it, for each window tiling, the interleaved ones and im2col."""
+    steps it, for each window tiling, the interleaved ones and im2col; and with 4 weight
+    rows a cycle (a tile's weights in 2 beats)."""
     config = AccelConfig(8, 8, 128, MemoryConfig(row_bytes=8, scratchpad_bytes=8192,
                                                  banks=4, bus_bytes=8, latency=3),
-                         epilogue_lanes=2, epilogue_depth=16)
+                         epilogue_lanes=2, epilogue_depth=16, weight_load_rows=load)
     quant = random_layer_data(layer, 1)[2]
     tilings = window_tilings(config, layer)
     programs = [conv_program(config, layer, quant, "im2col")]

@@ -77,8 +77,9 @@ def test_the_manifest_carries_the_lanes_to_make_sim(tmp_path: Path) -> None:
 def test_make_sim_runs_the_digits_pick_with_a_lane_per_column(
         tmp_path: Path, sim_cache: Path) -> None:
     """The co-design's kind of machine: bench_nas's pick (c2 strided, c2 and c3
-    bottlenecked by 2) in int8 on a 16x32 with 32 lanes; every layer's bits and cycles as
-    predicted, the result the interpreter's."""
+    bottlenecked by 2) in int8 on a 16x32 with 32 lanes, 2 rows a DMA write and 2 weight
+    rows a cycle into the array; every layer's bits and cycles as predicted, the result
+    the interpreter's."""
     source = read_program(EXAMPLES / "digits_cnn.gs")
     graph = T.stride(lift(source, data.load_weights(source)), "c2.maxpool")
     graph = T.bottleneck(T.bottleneck(graph, "c2", 2), "c3", 2)
@@ -87,7 +88,8 @@ def test_make_sim_runs_the_digits_pick_with_a_lane_per_column(
     image = np.random.default_rng(7).integers(-128, 128, (1, 1, 8, 8)).astype(np.int8)
     ran = compile_and_cosimulate(program, "16x32", {"image": image}, tmp_path, sim_cache,
                                  options=("--epilogue-lanes", "32", "--scratchpad", "16KiB",
-                                          "--accumulator", "32KiB", "--dram-bandwidth", "32"))
+                                          "--accumulator", "32KiB", "--dram-bandwidth", "32",
+                                          "--dma-write-rows", "2", "--weight-load-rows", "2"))
     assert_calls_match_the_model(ran.report)
     assert all("accel" in call for call in ran.report["calls"])
     expected = _interpreted(program, {"image": image})

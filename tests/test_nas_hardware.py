@@ -52,6 +52,13 @@ def test_machine_keys_and_compile_options_round_trip() -> None:
     assert written.compile_options()[-4:] == ["--epilogue-lanes", "16", "--dma-write-rows",
                                               "4"]
     assert "4 rows a DMA write" in written.describe()
+    # the weight rows a cycle into the array: a field after the rows a write, an option
+    loaded = dataclasses.replace(written, weight_load_rows=4)
+    assert loaded.key() == "16x32/16384/256/64/16/w4/l4"
+    assert Machine.parse_key(loaded.key()) == loaded
+    assert Machine.parse_key("16x16/262144/1024/16/l2") == Machine(16, 16, weight_load_rows=2)
+    assert loaded.compile_options()[-2:] == ["--weight-load-rows", "4"]
+    assert "4 weight rows a cycle" in loaded.describe()
 
 
 def test_sram_bits_are_what_yosys_counted_on_every_synthesized_configuration() -> None:
@@ -203,7 +210,10 @@ def test_the_machine_space_and_its_errors() -> None:
             ("rows=0", "--hardware rows: 0 is not a positive size"),
             ("scratchpad=lots", "--hardware scratchpad takes a size in bytes"),
             ("cols=8,12 epilogue=8", "--hardware epilogue: 8 cycles a row needs columns it "
-             "divides, not 12")]:
+             "divides, not 12"),
+            ("rows=4,16 load=1,8", "--hardware load: the array takes a power of two weight "
+             "rows a cycle, at most its rows (4), not 8"),
+            ("load=3", "--hardware load: the array takes a power of two")]:
         with pytest.raises(GlensideError) as error:
             H.parse_space(text)
         assert error.value.message.startswith(message), error.value.message
@@ -216,18 +226,22 @@ def test_keep_is_the_reference_machine_and_genes_change_only_their_part() -> Non
     assert S.Choice("rows", 16) not in options[0] and S.Choice("rows", 8) in options[0]
     assert H.machine_of(reference, tuple(S.KEEP for _ in H.GENES)) == reference
     genes = (S.Choice("rows", 8), S.KEEP, S.KEEP, S.KEEP, S.Choice("bus", 64), S.KEEP,
-             S.KEEP)
+             S.KEEP, S.KEEP)
     assert H.machine_of(reference, genes) == Machine(8, 16, bus_bytes=64)
     # the epilogue gene is cycles a row: the lanes follow the columns
     genes = (S.KEEP, S.Choice("cols", 32), S.KEEP, S.KEEP, S.KEEP, S.Choice("epilogue", 1),
-             S.KEEP)
+             S.KEEP, S.KEEP)
     assert H.machine_of(reference, genes) == Machine(16, 32, epilogue_lanes=32)
-    genes = (S.KEEP, S.Choice("cols", 32), S.KEEP, S.KEEP, S.KEEP, S.KEEP, S.KEEP)
+    genes = (S.KEEP, S.Choice("cols", 32), S.KEEP, S.KEEP, S.KEEP, S.KEEP, S.KEEP, S.KEEP)
     assert H.machine_of(reference, genes).epilogue_lanes == 8  # 4 cycles a row, as today
     # the rows a DMA write carries: a machine of their own, and back to its genes
-    genes = (S.KEEP,) * 6 + (S.Choice("write", 4),)
+    genes = (S.KEEP,) * 6 + (S.Choice("write", 4), S.KEEP)
     assert H.machine_of(reference, genes) == Machine(16, 16, write_rows=4)
     assert H.genes_of(reference, Machine(16, 16, write_rows=4)) == genes
+    # and the weight rows a cycle
+    genes = (S.KEEP,) * 7 + (S.Choice("load", 4),)
+    assert H.machine_of(reference, genes) == Machine(16, 16, weight_load_rows=4)
+    assert H.genes_of(reference, Machine(16, 16, weight_load_rows=4)) == genes
 
 
 def test_area_budgets_and_their_errors() -> None:
@@ -266,7 +280,7 @@ def test_a_pair_costs_what_the_network_search_costs_on_the_same_machine() -> Non
 
 def test_a_machine_compile_refuses_is_an_invalid_pair_not_a_crash() -> None:
     candidate = (S.KEEP, S.Choice("rows", 32), S.Choice("cols", 32),
-                 S.Choice("scratchpad", 256), S.KEEP, S.KEEP, S.KEEP, S.KEEP)
+                 S.Choice("scratchpad", 256), S.KEEP, S.KEEP, S.KEEP, S.KEEP, S.KEEP)
     space = S.Space(["c1", *H.GENE_NAMES], [[S.KEEP]] * 8)
     scored = {"valid": True, "score": 1.0, "params": 1, "macs": 1}
     record = H.pair_record(candidate, space, 1, Machine(16, 16), area.fitted(), 1e9, scored)
@@ -431,7 +445,7 @@ def test_nas_hardware_writes_the_front_and_the_machine(tmp_path: Path) -> None:
     assert len(chosen) == 1 and chosen[0]["machine"] == Machine(
         machine["rows"], machine["cols"], machine["scratchpad_bytes"],
         machine["accumulator_rows"], machine["bus_bytes"], machine["epilogue_lanes"],
-        machine["write_rows"]).key()
+        machine["write_rows"], machine["weight_load_rows"]).key()
     assert chosen[0]["area"] <= machine["budget"]
     assert "network-machine pairs; chosen" in result.output
 

@@ -887,9 +887,9 @@ def cosim_manifest(program: Program, lowered: LoweredProgram,
 
 
 def accel_manifest(accel: AccelConfig) -> dict[str, int]:
-    """The accelerator's sizes, as `accel_config_for` takes them (the epilogue's lanes and
-    the rows a DMA write carries only when not the default: a default compile's manifest
-    is what it was)."""
+    """The accelerator's sizes, as `accel_config_for` takes them (the epilogue's lanes, the
+    rows a DMA write carries and the weight rows a cycle only when not the default: a
+    default compile's manifest is what it was)."""
     lanes = accel.epilogue_lanes
     return {"rows": accel.rows, "cols": accel.cols, "acc_depth": accel.acc_depth,
             "scratchpad_bytes": accel.memory.scratchpad_bytes,
@@ -897,7 +897,9 @@ def accel_manifest(accel: AccelConfig) -> dict[str, int]:
             **({} if lanes == default_epilogue_lanes(accel.cols) else
                {"epilogue_lanes": lanes}),
             **({} if accel.memory.write_rows == 1 else
-               {"write_rows": accel.memory.write_rows})}
+               {"write_rows": accel.memory.write_rows}),
+            **({} if accel.weight_load_rows == 1 else
+               {"weight_load_rows": accel.weight_load_rows})}
 
 
 # What `make` and `make sim` create in OUTDIR: ours too, so compiling again into a built

@@ -109,7 +109,8 @@ class Manifest:
                                             acc_depth=sizes["acc_depth"]),
                                 sizes["scratchpad_bytes"], sizes["bus_bytes"],
                                 sizes["latency"], sizes["acc_depth"],
-                                sizes.get("epilogue_lanes", 0), sizes.get("write_rows", 1))
+                                sizes.get("epilogue_lanes", 0), sizes.get("write_rows", 1),
+                                sizes.get("weight_load_rows", 1))
 
     def calls_on(self, array: int) -> list[tuple[int, int, int]]:
         """The calls that run on array `array` (an index into `configs`)."""

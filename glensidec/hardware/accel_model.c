@@ -96,6 +96,7 @@ typedef struct {
   /* configuration */
   int64_t rows, bus, latency, queue_depth, lat, track_depth, bank_shift, spad_mask;
   int64_t write_rows; /* rows one DMA write may carry (ws_dma_load's groups) */
+  int64_t w_load, w_beats; /* weight rows a beat into the array; a tile's beats */
   int64_t out_depth; /* rows of the output FIFO (epilogue -> ws_dma_store) */
   int64_t epi_depth, epi_phases; /* the epilogue's row FIFO; cycles per row (COLS / LANES) */
   const gs_command *commands;
@@ -249,7 +250,9 @@ static int64_t apart_rows(const model *m, const gs_command *tile, int64_t k) {
       addr = (addr + tile->a_stride1) & m->spad_mask;
       col += 1;
     }
-    if ((m->w_base + m->w_beat + j) >> m->bank_shift == addr >> m->bank_shift)
+    int64_t w_row = m->w_base + (m->w_beat + j) * m->w_load; /* the beat's first row */
+    if (w_row >> m->bank_shift == addr >> m->bank_shift ||
+        ((w_row + m->w_load - 1) & m->spad_mask) >> m->bank_shift == addr >> m->bank_shift)
       return j;
   }
   return k;
@@ -408,7 +411,7 @@ static int step(model *m, int64_t cycle, int64_t limit, gs_timing *timing, int64
   int64_t rd2_addr = pool_issue ? m->p_addr : m->res_addr;
   int sl_give = admit_last && m->s_signal;
   /* -- ws_ctrl handshakes */
-  int w_last_beat = m->w_count == rows - 1;
+  int w_last_beat = m->w_count == m->w_beats - 1;
   int64_t bank = m->w_load_bank;
   int load_bank_free = !m->bank_full[bank] && m->drain[bank] == 0;
   int w_ready = en && (!w_last_beat || load_bank_free);
@@ -418,15 +421,19 @@ static int step(model *m, int64_t cycle, int64_t limit, gs_timing *timing, int64
   int a_fire = m->q_valid && a_ready;
   /* -- weight streamer */
   int w_issue = m->w_active && (!m->w_q || w_fire);
-  int w_issue_last = w_issue && m->w_beat == rows - 1;
+  int w_issue_last = w_issue && m->w_beat == m->w_beats - 1;
   int64_t e_head = m->eq.count ? fifo_front(&m->eq) : -1;
   int w_start = (!m->w_active || w_issue_last) && e_head >= 0 &&
                 (!cmd[e_head].wait || m->tok_le > 0) && m->aq.count < 4;
   /* -- activation streamer */
   int a_try = m->a_active && (!m->q_valid || a_fire);
-  int64_t w_bank = (m->w_base + m->w_beat) >> m->bank_shift;
+  /* a beat reads w_load rows: the banks of its first and last */
+  int64_t w_row = m->w_base + m->w_beat * m->w_load;
+  int64_t w_bank = w_row >> m->bank_shift; /* and its last row's (addresses wrap) */
+  int64_t w_bank_end = ((w_row + m->w_load - 1) & m->spad_mask) >> m->bank_shift;
   int64_t rd2_bank = rd2_addr >> m->bank_shift, a_bank = m->a_addr >> m->bank_shift;
-  int conflict = (w_issue && w_bank == a_bank) || (rd2 && rd2_bank == a_bank);
+  int conflict = (w_issue && (w_bank == a_bank || w_bank_end == a_bank)) ||
+                 (rd2 && rd2_bank == a_bank);
   int a_issued = a_try && !conflict;
   int a_issue_last = a_issued && m->a_left == 1;
   int a_start = (!m->a_active || a_issue_last) && m->aq.count > 0 &&
@@ -452,7 +459,7 @@ static int step(model *m, int64_t cycle, int64_t limit, gs_timing *timing, int64
   fifo *queue = offered >= 0 ? queue_of(m, &cmd[offered]) : NULL;
   int dispatch = offered >= 0 && queue->count < m->queue_depth;
 
-  if (w_issue && rd2 && w_bank == rd2_bank)
+  if (w_issue && rd2 && (w_bank == rd2_bank || w_bank_end == rd2_bank))
     return -3; /* a residual or pooled row and a weight row read from one bank */
 
   /* A plain cycle: nothing moves but the array's rows, the weight beats and the load
@@ -481,14 +488,14 @@ static int step(model *m, int64_t cycle, int64_t limit, gs_timing *timing, int64
     int a_rows = a_issued && a_fire && m->a_left >= PLAIN_MIN_ROWS && !a_last && !m->q_emit &&
                  !cmd[m->a_cmd].emit;
     int a_still = !a_fire && !a_start && !(m->a_active && !m->q_valid);
-    int w_beats = w_issue && w_fire && m->w_beat < rows - 1 && !w_last_beat;
+    int w_beats = w_issue && w_fire && m->w_beat < m->w_beats - 1 && !w_last_beat;
     int w_quiet = !w_issue && !w_fire && !w_start;
     int64_t k = limit - cycle;
     if ((a_rows || a_still) && (w_beats || w_quiet)) {
       if (a_rows && m->a_left - 1 < k)
         k = m->a_left - 1; /* the stretch ends before the tile's last row */
       if (w_beats) { /* and before the weights' last beat */
-        int64_t beats = rows - 1 - (m->w_beat > m->w_count ? m->w_beat : m->w_count);
+        int64_t beats = m->w_beats - 1 - (m->w_beat > m->w_count ? m->w_beat : m->w_count);
         if (beats < k)
           k = beats;
       } else {
@@ -765,7 +772,7 @@ static void release(model *m) {
  * Returns 0, 1 when `limit` cycles pass first, 2 when memory runs out, 3 on a bank
  * conflict between the residual and the weight reads (the Python model's ValueError). */
 int gs_accel_cycles(int64_t rows, int64_t cols, int64_t bus_bytes, int64_t write_rows,
-                    int64_t latency,
+                    int64_t w_load, int64_t latency,
                     int64_t bank_rows, int64_t scratchpad_rows, int64_t queue_depth,
                     int64_t out_depth, int64_t epi_depth, int64_t epi_phases,
                     const gs_command *commands,
@@ -778,6 +785,8 @@ int gs_accel_cycles(int64_t rows, int64_t cols, int64_t bus_bytes, int64_t write
   m.rows = rows;
   m.bus = bus_bytes;
   m.write_rows = write_rows;
+  m.w_load = w_load;
+  m.w_beats = rows / w_load;
   m.latency = latency;
   m.queue_depth = queue_depth;
   m.out_depth = out_depth;

@@ -131,7 +131,7 @@ def _load() -> ctypes.CDLL | None:
         return None
     function = native.gs_accel_cycles
     function.restype = ctypes.c_int
-    function.argtypes = [ctypes.c_int64] * 11 + [ctypes.c_void_p, ctypes.c_int64,
+    function.argtypes = [ctypes.c_int64] * 12 + [ctypes.c_void_p, ctypes.c_int64,
                                                 ctypes.c_int64, ctypes.POINTER(_Timing)]
     return native
 
@@ -312,8 +312,8 @@ def _run(native: ctypes.CDLL, config: AccelConfig, table: np.ndarray, limit: int
     timing = _Timing()
     memory = config.memory
     status = native.gs_accel_cycles(
-        config.rows, config.cols, memory.bus_bytes, memory.write_rows, memory.latency,
-        memory.bank_rows,
+        config.rows, config.cols, memory.bus_bytes, memory.write_rows,
+        config.weight_load_rows, memory.latency, memory.bank_rows,
         memory.scratchpad_rows,
         config.queue_depth, config.out_depth, config.epilogue_depth,
         config.epilogue_cycles, packed.ctypes.data, len(packed), limit,

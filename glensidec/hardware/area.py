@@ -47,6 +47,11 @@ EPILOGUE_FEATURES = ("lanes", "cols", "1")
 # add to those at one row, against the bus and row bytes (each of the W rows is assembled
 # from any byte of a beat, as the one row is; ws_spad's reads pick one of W sub-banks)
 WRITE_FEATURES = ("(W-1) x bus bytes x row bytes", "(W-1) x row bytes")
+# ws_top + ws_spad alone (bench_synth.py --area-load): the cells L weight rows a cycle add
+# to those at one: the weights' skew carries L rows a column (column c delayed c cycles:
+# ~cols² flip-flops a row), and ws_spad's port 0 picks each of its L rows from one of its
+# S = max(W, L) sub-banks (at one row: one of max(W, 1)); the array is only rewired
+LOAD_FEATURES = ("(L-1) x cols x cols", "row bytes x (L x S - max(W, 1))")
 
 
 def size_text(size: int) -> str:
@@ -60,9 +65,9 @@ def size_text(size: int) -> str:
 @dataclass(frozen=True, order=True)
 class Machine:
     """One accelerator configuration: the array, its memories, its bus and the epilogue's
-    lanes and the rows a DMA write carries (what `glensidec compile`'s --array,
-    --scratchpad, --accumulator, --dram-bandwidth, --epilogue-lanes and --dma-write-rows
-    choose)."""
+    lanes, the rows a DMA write carries and the weight rows a cycle into the array (what
+    `glensidec compile`'s --array, --scratchpad, --accumulator, --dram-bandwidth,
+    --epilogue-lanes, --dma-write-rows and --weight-load-rows choose)."""
 
     rows: int
     cols: int
@@ -75,6 +80,8 @@ class Machine:
     epilogue_lanes: int = 0
     #: scratchpad rows one DMA write may carry (ws_dma_load's groups, ws_spad's sub-banks)
     write_rows: int = 1
+    #: weight rows a cycle into the array (ws_array's chains shift that many a beat)
+    weight_load_rows: int = 1
 
     def __post_init__(self) -> None:
         from glensidec.hardware.commands import default_epilogue_lanes
@@ -102,37 +109,44 @@ class Machine:
 
     def key(self) -> str:
         """rows x cols/scratchpad/accumulator rows/bus, then /lanes when not the default
-        and /wN when a DMA write carries N > 1 rows (the keys of the machines before these
-        were knobs stay what they were)."""
+        and /wN when a DMA write carries N > 1 rows, /lN when the array takes N > 1 weight
+        rows a cycle (the keys of the machines before these were knobs stay what they
+        were)."""
         lanes = "" if self.default_lanes else f"/{self.epilogue_lanes}"
         write = "" if self.write_rows == 1 else f"/w{self.write_rows}"
+        load = "" if self.weight_load_rows == 1 else f"/l{self.weight_load_rows}"
         return (f"{self.rows}x{self.cols}/{self.scratchpad_bytes}/{self.accumulator_rows}/"
-                f"{self.bus_bytes}{lanes}{write}")
+                f"{self.bus_bytes}{lanes}{write}{load}")
 
     @staticmethod
     def parse_key(key: str) -> Machine:
-        match = re.fullmatch(r"(\d+)x(\d+)/(\d+)/(\d+)/(\d+)(?:/(\d+))?(?:/w(\d+))?", key)
+        match = re.fullmatch(r"(\d+)x(\d+)/(\d+)/(\d+)/(\d+)(?:/(\d+))?(?:/w(\d+))?"
+                             r"(?:/l(\d+))?", key)
         if match is None:
             raise ValueError(f"not a machine key: {key!r}")
         rows, cols, scratchpad, depth, bus = (int(g) for g in match.groups()[:5])
         return Machine(rows, cols, scratchpad, depth, bus, int(match.group(6) or 0),
-                       int(match.group(7) or 1))
+                       int(match.group(7) or 1), int(match.group(8) or 1))
 
     def describe(self) -> str:
         lanes = "" if self.default_lanes else f", epilogue {self.epilogue_lanes} lanes"
         write = "" if self.write_rows == 1 else f", {self.write_rows} rows a DMA write"
+        load = ("" if self.weight_load_rows == 1
+                else f", {self.weight_load_rows} weight rows a cycle")
         return (f"{self.rows}x{self.cols}, scratchpad {size_text(self.scratchpad_bytes)}, "
                 f"accumulator {self.accumulator_rows} rows, bus {self.bus_bytes} B/cycle"
-                f"{lanes}{write}")
+                f"{lanes}{write}{load}")
 
     def compile_options(self) -> list[str]:
         """The `glensidec compile` options that build this machine."""
         lanes = [] if self.default_lanes else ["--epilogue-lanes", str(self.epilogue_lanes)]
         write = [] if self.write_rows == 1 else ["--dma-write-rows", str(self.write_rows)]
+        load = ([] if self.weight_load_rows == 1
+                else ["--weight-load-rows", str(self.weight_load_rows)])
         return ["--array", f"{self.rows}x{self.cols}",
                 "--scratchpad", size_text(self.scratchpad_bytes),
                 "--accumulator", size_text(self.accumulator_bytes),
-                "--dram-bandwidth", str(self.bus_bytes), *lanes, *write]
+                "--dram-bandwidth", str(self.bus_bytes), *lanes, *write, *load]
 
 
 def sram_bits(machine: Machine) -> int:
@@ -171,6 +185,11 @@ def write_features(row_bytes: int, bus_bytes: int, write_rows: int) -> list[floa
     return [(write_rows - 1) * bus_bytes * row_bytes, (write_rows - 1) * row_bytes]
 
 
+def load_features(cols: int, row_bytes: int, write_rows: int, load: int) -> list[float]:
+    return [(load - 1) * cols * cols,
+            row_bytes * (load * max(write_rows, load) - max(write_rows, 1))]
+
+
 @dataclass(frozen=True)
 class AreaModel:
     coefficients: tuple[float, ...]  # one per FEATURES
@@ -180,6 +199,8 @@ class AreaModel:
     epilogue: tuple[float, ...] = (0.0, 0.0, 0.0)
     #: the cells W rows a DMA write add (ws_dma_load and ws_spad), one per WRITE_FEATURES
     write: tuple[float, ...] = (0.0, 0.0)
+    #: the cells L weight rows a cycle add (ws_top and ws_spad), one per LOAD_FEATURES
+    load: tuple[float, ...] = (0.0, 0.0)
 
     def logic_cells(self, machine: Machine) -> float:
         """The whole-accelerator fit at the default lanes and one row a DMA write, the
@@ -193,7 +214,9 @@ class AreaModel:
                  - np.dot(self.epilogue, epilogue_features(cols, default_epilogue_lanes(cols))))
         write = np.dot(self.write, write_features(machine.row_bytes, machine.bus_bytes,
                                                   machine.write_rows))
-        return float(np.dot(self.coefficients, features(machine)) + lanes + write)
+        load = np.dot(self.load, load_features(cols, machine.row_bytes, machine.write_rows,
+                                               machine.weight_load_rows))
+        return float(np.dot(self.coefficients, features(machine)) + lanes + write + load)
 
     def area(self, machine: Machine) -> float:
         """Cell equivalents: logic cells + SRAM bits at `sram_cells_per_bit`."""
@@ -276,6 +299,34 @@ def write_rows_deltas() -> list[tuple[int, int, int, float]]:
             sorted(cells.items()) if w > 1 and (r, b, 1) in cells]
 
 
+def weight_load_deltas() -> list[tuple[int, int, int, int, float]]:
+    """(rows, cols, W, L, cells) of each L > 1 whose modules were synthesized at L and at 1
+    (area_cells.json "load": ws_top at rows x cols, ws_spad at the row bytes and W): the
+    cells ws_top and ws_spad at L weight rows a cycle have over those at 1."""
+    data = measured().get("load", {})
+    top = {tuple(int(v) for v in key[4:].split("x")): row["cells"]
+           for key, row in data.items() if key.startswith("top:")}
+    spad = {tuple(int(v) for v in key[5:].split("x")): row["cells"]
+            for key, row in data.items() if key.startswith("spad:")}
+    deltas = []
+    for (rows, cols, load), cells in sorted(top.items()):
+        row_bytes = 1 << (max(rows, cols) - 1).bit_length()
+        for (width, write, at), spad_cells in sorted(spad.items()):
+            if load > 1 and at == load and width == row_bytes and \
+                    (rows, cols, 1) in top and (width, write, 1) in spad:
+                deltas.append((rows, cols, write, load, float(
+                    cells - top[(rows, cols, 1)] + spad_cells - spad[(width, write, 1)])))
+    return deltas
+
+
+def fit_load(rows: list[tuple[int, int, int, int, float]]) -> tuple[float, ...]:
+    """The weight-rows-a-cycle cells' coefficients, least squares on relative error."""
+    if len(rows) < len(LOAD_FEATURES):
+        return (0.0,) * len(LOAD_FEATURES)
+    return _least_squares([load_features(c, 1 << (max(r, c) - 1).bit_length(), w, n)
+                           for r, c, w, n, _ in rows], [cells for *_, cells in rows])
+
+
 def fit_write(rows: list[tuple[int, int, int, float]]) -> tuple[float, ...]:
     """The write-rows cells' coefficients, least squares on relative error."""
     if not rows:
@@ -293,7 +344,8 @@ def fitted(sram_cells_per_bit: float = SRAM_CELLS_PER_BIT) -> AreaModel:
     if len(rows) < len(FEATURES):
         raise GlensideError(f"{AREA_DATA}: {len(rows)} fitted configurations, the area model "
                             f"needs at least {len(FEATURES)}")
-    return AreaModel(fit(rows), sram_cells_per_bit, epilogue, fit_write(write_rows_deltas()))
+    return AreaModel(fit(rows), sram_cells_per_bit, epilogue, fit_write(write_rows_deltas()),
+                     fit_load(weight_load_deltas()))
 
 
 def quality(model: AreaModel) -> dict[str, float]:
@@ -330,7 +382,10 @@ def quality(model: AreaModel) -> dict[str, float]:
                 default=float("nan")),
             "write_max": max((100 * abs(float(np.dot(model.write, write_features(r, b, w)))
                                         / cells - 1) for r, b, w, cells in write_rows_deltas()),
-                             default=float("nan"))}
+                             default=float("nan")),
+            "load_max": max((100 * abs(float(np.dot(model.load, load_features(
+                c, 1 << (max(r, c) - 1).bit_length(), w, n))) / cells - 1)
+                for r, c, w, n, cells in weight_load_deltas()), default=float("nan"))}
 
 
 def describe_model(model: AreaModel) -> list[str]:
@@ -345,6 +400,10 @@ def describe_model(model: AreaModel) -> list[str]:
             "W rows a DMA write add " + " + ".join(
                 f"{c:,.2f}·({f})" for c, f in zip(model.write, WRITE_FEATURES, strict=True))
             + " cells (ws_dma_load and ws_spad synthesized alone, less theirs at one row).",
+            "L weight rows a cycle into the array add " + " + ".join(
+                f"{c:,.2f}·({f})" for c, f in zip(model.load, LOAD_FEATURES, strict=True))
+            + " cells (ws_top and ws_spad synthesized alone, less theirs at one row a "
+            "cycle; S = max(W, L) sub-banks).",
             f"Area (cell equivalents) = logic cells + {model.sram_cells_per_bit:g} × SRAM "
             "bits (scratchpad, accumulator, command queues, the epilogue's and the output "
             "FIFO; the factor is an assumption, "

@@ -257,6 +257,11 @@ class AccelConfig:
     #: rows, emitted one per cycle, leave the array while the lanes work through them; 0:
     #: default_epilogue_depth(acc_depth), half the accumulator (512 rows of 1024)
     epilogue_depth: int = 0
+    #: weight rows a cycle into the array (a power of two dividing rows): each of
+    #: ws_array's column chains shifts that many rows a beat, fed at once from ws_spad's
+    #: sub-banks, so a tile's weights take rows / weight_load_rows beats; 1: one row a beat
+    #: (today's machine)
+    weight_load_rows: int = 1
 
     def __post_init__(self) -> None:
         if not self.epilogue_lanes:
@@ -269,6 +274,10 @@ class AccelConfig:
         if self.epilogue_depth < 2 or self.epilogue_depth & (self.epilogue_depth - 1):
             raise ValueError(f"the epilogue's FIFO holds a power of two ≥ 2 rows, got "
                              f"{self.epilogue_depth}")
+        load = self.weight_load_rows
+        if load < 1 or load & (load - 1) or self.rows % load:
+            raise ValueError(f"the weight rows a cycle into the array are a power of two "
+                             f"dividing its {self.rows} rows, got {load}")
         if self.out_depth < 2 or self.out_depth & (self.out_depth - 1):
             raise ValueError(f"the output FIFO holds a power of two ≥ 2 rows, got "
                              f"{self.out_depth}")
@@ -298,6 +307,8 @@ class AccelConfig:
             "LATENCY": memory.latency, "QUEUE_DEPTH": self.queue_depth,
             "OUT_DEPTH": self.out_depth, "EPI_LANES": self.epilogue_lanes,
             "EPI_DEPTH": self.epilogue_depth, "WRITE_ROWS": memory.write_rows,
+            # (only when not 1: a default machine's parameters, and builds, as they were)
+            **({} if self.weight_load_rows == 1 else {"W_LOAD": self.weight_load_rows}),
         }
 
     @property
@@ -429,6 +440,7 @@ class AccelModel:
         self.config = config
         memory = config.memory
         self.lat = config.rows + config.cols - 1  # injection → accumulator (ws_ctrl)
+        self.w_beats = config.rows // config.weight_load_rows  # a tile's weight beats
         self.track_depth = 1 << (memory.latency + 2).bit_length()
         self.bank_shift = memory.bank_rows.bit_length() - 1
         # dispatcher and queues
@@ -562,7 +574,7 @@ class AccelModel:
         config_pop = isinstance(head, Config | Table | Scale) and self.s_left == 0 and \
             self.epi_rows == 0
         # -- ws_ctrl handshakes ----------------------------------------------------------------
-        w_last_beat = self.w_count == rows - 1
+        w_last_beat = self.w_count == self.w_beats - 1
         bank = self.w_load_bank
         load_bank_free = not self.bank_full[bank] and self.drain[bank] == 0
         w_ready = en and (not w_last_beat or load_bank_free)
@@ -572,17 +584,19 @@ class AccelModel:
         a_fire = self.q_valid and a_ready
         # -- weight streamer -------------------------------------------------------------------
         w_issue = self.w_active and (not self.w_q or w_fire)
-        w_issue_last = w_issue and self.w_beat == rows - 1
+        w_issue_last = w_issue and self.w_beat == self.w_beats - 1
         e_head = self.eq[0] if self.eq else None
         w_start = ((not self.w_active or w_issue_last) and e_head is not None
                    and (not e_head.wait or self.tok_le > 0) and len(self.aq) < 4)
         # -- activation streamer ---------------------------------------------------------------
         a_try = self.a_active and (not self.q_valid or a_fire)
-        w_bank = self._bank(self.w_base + self.w_beat)
-        if w_issue and rd2 and w_bank == self._bank(rd2_addr):
+        w_row = self.w_base + self.w_beat * self.config.weight_load_rows  # the beat's first
+        w_banks = {self._bank(w_row),  # and its last row's (addresses wrap as the RTL's)
+                   self._bank((w_row + self.config.weight_load_rows - 1) & self.spad_mask)}
+        if w_issue and rd2 and self._bank(rd2_addr) in w_banks:
             raise ValueError(f"a residual or pooled row ({rd2_addr}) and a weight row "
-                             f"({self.w_base + self.w_beat}) read from one scratchpad bank")
-        conflict = (w_issue and w_bank == self._bank(self.a_addr)) or (
+                             f"({w_row}) read from one scratchpad bank")
+        conflict = (w_issue and self._bank(self.a_addr) in w_banks) or (
             rd2 and self._bank(rd2_addr) == self._bank(self.a_addr))
         a_issued = a_try and not conflict
         a_issue_last = a_issued and self.a_left == 1
@@ -1076,8 +1090,9 @@ def layer_tiling(config: AccelConfig, layer: ConvLayer, residual: bool = False
 def _tiling_estimate(config: AccelConfig, layer: ConvLayer, tiling: LayerTiling,
                      residual: int = 0) -> tuple[int, int]:
     """(cycles, rows loaded) of conv_program's steps, roughly: each step takes the longer
-    of its compute (`piece × max(m, ROWS)`) and its loads (one bus beat per row, more when
-    rows are wider than the bus). Only for choosing tiles; `accel_cycles` is exact."""
+    of its compute (`piece × max(m, weight beats)`: ROWS / weight_load_rows beats a tile)
+    and its loads (one bus beat per row, more when rows are wider than the bus). Only for
+    choosing tiles; `accel_cycles` is exact."""
     out_h, out_w = layer.out_size
     R, blocks = config.rows, -(-layer.out_channels // config.cols)
     bus = config.memory.bus_bytes
@@ -1117,7 +1132,7 @@ def _tiling_estimate(config: AccelConfig, layer: ConvLayer, tiling: LayerTiling,
                 if last:  # the last piece loads the residual
                     act_rows += residual * m
                 slots = size * R * beats + act_rows * act_beats
-                cycles += times * max(size * max(m, R), slots)
+                cycles += times * max(size * max(m, R // config.weight_load_rows), slots)
                 loaded += times * (size * R + act_rows)
     return round(cycles), loaded
 
@@ -1281,11 +1296,12 @@ def best_conv_table(config: AccelConfig, layer: ConvLayer, quant: LayerQuant,
 def window_weight_beats(config: AccelConfig, layer: ConvLayer, tiling: WindowTiling) -> int:
     """A lower bound on the cycles of `tiling`'s window schedule (interleave 1): each of
     its COMPUTEs (a chunk's K folds for each N block) streams its ROWS weight rows into
-    the array a beat a cycle, one COMPUTE after another."""
+    the array (weight_load_rows a beat) a beat a cycle, one COMPUTE after another."""
     assert tiling.interleave == 1
     blocks = -(-layer.out_channels // config.cols)
     folds = len(_band_of(layer, config.rows).offsets)
-    return len(tiling.chunks(layer.out_size[0])) * blocks * folds * config.rows
+    beats = config.rows // config.weight_load_rows
+    return len(tiling.chunks(layer.out_size[0])) * blocks * folds * beats
 
 
 #: Table buffers best_conv_table keeps from one layer's search for the next's.
@@ -3305,11 +3321,13 @@ def accel_config_for(array: ArrayConfig, scratchpad_bytes: int = DEFAULT_SCRATCH
                      bus_bytes: int = DEFAULT_DRAM_BANDWIDTH,
                      latency: int = DEFAULT_DRAM_LATENCY,
                      acc_depth: int | None = None, epilogue_lanes: int = 0,
-                     write_rows: int = 1) -> AccelConfig:
+                     write_rows: int = 1, weight_load_rows: int = 1) -> AccelConfig:
     """ws_accel around `array`: scratchpad rows of the next power of two ≥ max(rows, cols)
     bytes in four banks; `acc_depth` accumulator rows of COLS int32 (the array's by default);
     `epilogue_lanes` columns requantized a cycle (0: default_epilogue_lanes); `write_rows`
-    scratchpad rows a DMA write may carry (ws_dma_load's groups, a power of two).
+    scratchpad rows a DMA write may carry (ws_dma_load's groups, a power of two);
+    `weight_load_rows` weight rows a cycle into the array (at most `write_rows`: read from
+    ws_spad's sub-banks).
 
     Raises ValueError with a message for sizes the RTL cannot have, or the generated C
     cannot link (the limits: SPAD_ROW_BITS in AccelConfig, MAX_ACC_DEPTH, MAX_BUS_BYTES,
@@ -3352,7 +3370,8 @@ def accel_config_for(array: ArrayConfig, scratchpad_bytes: int = DEFAULT_SCRATCH
                          f"scratchpad rows, got {write_rows}")
     memory = MemoryConfig(row_bytes=row_bytes, scratchpad_bytes=scratchpad_bytes, banks=banks,
                           bus_bytes=bus_bytes, latency=latency, write_rows=write_rows)
-    return AccelConfig(array.rows, array.cols, depth, memory, epilogue_lanes=epilogue_lanes)
+    return AccelConfig(array.rows, array.cols, depth, memory, epilogue_lanes=epilogue_lanes,
+                       weight_load_rows=weight_load_rows)
 
 
 def gemm_tiling(config: AccelConfig, m: int, k: int, n: int, name: str) -> LayerTiling:

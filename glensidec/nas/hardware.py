@@ -1,10 +1,11 @@
 """`glensidec nas --hardware`: search the accelerator with the network (co-design).
 
 A candidate is a network candidate of `search.py` (one choice per conv and dense layer)
-followed by seven *machine genes*: the array's rows and columns, the scratchpad, the
+followed by eight *machine genes*: the array's rows and columns, the scratchpad, the
 accumulator rows, the DRAM bus bytes a cycle, the cycles a row takes through the
-epilogue (its lanes: columns / cycles) and the scratchpad rows a DMA write carries
-(ws_dma_load's groups: 1 is today's). A gene's KEEP is the reference machine's
+epilogue (its lanes: columns / cycles), the scratchpad rows a DMA write carries
+(ws_dma_load's groups: 1 is today's) and the weight rows a cycle into the array (1 is
+today's). A gene's KEEP is the reference machine's
 value (`--array`, compile's default memories, `--dram-bandwidth`), so the original network
 on the reference machine is the all-KEEP candidate, and the search's own machinery —
 aging evolution, cost bands, retraining the finalists, keeping the cheapest within a point
@@ -54,7 +55,7 @@ from glensidec.nas import transforms as T
 from glensidec.nas.cost import Cost, network_key, on_egglog_thread, quantized
 from glensidec.nas.graph import Array, Graph, lift
 
-GENES = ("rows", "cols", "scratchpad", "accumulator", "bus", "epilogue", "write")
+GENES = ("rows", "cols", "scratchpad", "accumulator", "bus", "epilogue", "write", "load")
 # The names the genes take among the layers (a layer name never holds a space).
 GENE_NAMES = tuple(f"machine {gene}" for gene in GENES)
 DEFAULT_SPACE: dict[str, tuple[int, ...]] = {
@@ -71,12 +72,16 @@ DEFAULT_SPACE: dict[str, tuple[int, ...]] = {
     # blocks, whole lines of a map) go in several a bus beat when the bus is wider than a
     # row (bench/results/codesign_breakdown.md: c2's 144 weight rows took 144 slots)
     "write": (1, 2, 4),
+    # weight rows a cycle into the array (1 is today's): a K fold's weights take ROWS / L
+    # cycles, the cost of short tiles and of each layer's first fold
+    # (bench/results/codesign_breakdown.md); 2 is left to `--hardware load=1,2,4`
+    "load": (1, 4),
 }
 #: legal networks whose every machine within the budget is priced after the search
 #: (`sweep_machines`): `glensidec nas --hardware --sweep`'s default and bench_codesign's
 DEFAULT_SWEEP = 3
 HELP_SPACE = ("rows=4,8,16,32 cols=8,16,32,64 scratchpad=16KiB,64KiB,256KiB "
-              "accumulator=256,1024 bus=8,16,32,64 epilogue=1,2,4 write=1,2,4")
+              "accumulator=256,1024 bus=8,16,32,64 epilogue=1,2,4 write=1,2,4 load=1,4")
 
 
 # -- the machine space ----------------------------------------------------------------------
@@ -107,6 +112,10 @@ def parse_space(text: str) -> dict[str, tuple[int, ...]]:
     if odd_write:
         raise GlensideError(f"--hardware write: a DMA write carries 1, 2, 4 or 8 rows, not "
                             f"{odd_write[0]}")
+    odd_load = [n for n in space["load"] if n & (n - 1) or n > min(space["rows"])]
+    if odd_load:
+        raise GlensideError(f"--hardware load: the array takes a power of two weight rows a "
+                            f"cycle, at most its rows ({min(space['rows'])}), not {odd_load[0]}")
     # every pair of the space must be a machine: the epilogue's lanes divide the columns
     odd = [(c, e) for c in space["cols"] for e in space["epilogue"] if c % e]
     if odd:
@@ -133,14 +142,15 @@ def machine_values(machine: Machine) -> dict[str, int]:
     return {"rows": machine.rows, "cols": machine.cols,
             "scratchpad": machine.scratchpad_bytes,
             "accumulator": machine.accumulator_rows, "bus": machine.bus_bytes,
-            "epilogue": machine.cols // machine.epilogue_lanes, "write": machine.write_rows}
+            "epilogue": machine.cols // machine.epilogue_lanes, "write": machine.write_rows,
+            "load": machine.weight_load_rows}
 
 
 def space_machines(space: dict[str, tuple[int, ...]]) -> list[Machine]:
     """Every machine of a space, in the order of its genes' values."""
-    return [Machine(rows, cols, scratchpad, depth, bus, cols // epilogue, write)
-            for rows, cols, scratchpad, depth, bus, epilogue, write in itertools.product(
-                *(space[gene] for gene in GENES))]
+    return [Machine(rows, cols, scratchpad, depth, bus, cols // epilogue, write, load)
+            for rows, cols, scratchpad, depth, bus, epilogue, write, load in
+            itertools.product(*(space[gene] for gene in GENES))]
 
 
 def genes_of(reference: Machine, machine: Machine) -> tuple[S.Choice, ...]:
@@ -157,7 +167,7 @@ def machine_of(reference: Machine, genes: tuple[S.Choice, ...]) -> Machine:
             values[gene] = choice.number
     return Machine(values["rows"], values["cols"], values["scratchpad"],
                    values["accumulator"], values["bus"],
-                   values["cols"] // values["epilogue"], values["write"])
+                   values["cols"] // values["epilogue"], values["write"], values["load"])
 
 
 def target(machine: Machine) -> Any:
@@ -170,7 +180,8 @@ def target(machine: Machine) -> Any:
                                   accumulator=size_text(machine.accumulator_bytes),
                                   dram_bandwidth=machine.bus_bytes,
                                   epilogue_lanes=machine.epilogue_lanes,
-                                  write_rows=machine.write_rows)
+                                  write_rows=machine.write_rows,
+                                  weight_load_rows=machine.weight_load_rows)
 
 
 def parse_budget(text: str | None, reference: Machine, model: AreaModel) -> float:
@@ -874,6 +885,7 @@ def machine_json(found: CodesignResult) -> bytes:
                 "scratchpad_bytes": machine.scratchpad_bytes,
                 "accumulator_rows": machine.accumulator_rows, "bus_bytes": machine.bus_bytes,
                 "epilogue_lanes": machine.epilogue_lanes, "write_rows": machine.write_rows,
+                "weight_load_rows": machine.weight_load_rows,
                 "area": chosen["area"],
                 "budget": round(found.budget),
                 "compile_options": machine.compile_options()}

@@ -43,6 +43,7 @@ module tb_ws_accel_mem #(
     parameter integer EPI_LANES   = COLS,
     parameter integer EPI_DEPTH   = 2,
     parameter integer WRITE_ROWS  = 1,
+    parameter integer W_LOAD      = 1,     // weight rows a cycle into the array
     parameter integer MEM_WORDS   = 65536, // main memory, BUS_BYTES words
     parameter integer CMD_DEPTH   = 65536, // command words of one layer
     parameter integer CYCLE_LIMIT = 50000000,
@@ -83,7 +84,8 @@ module tb_ws_accel_mem #(
     ws_accel #(.ROWS(ROWS), .COLS(COLS), .ACC_DEPTH(ACC_DEPTH), .ROW_BYTES(ROW_BYTES),
                .BANKS(BANKS), .BANK_ROWS(BANK_ROWS), .BUS_BYTES(BUS_BYTES),
                .LATENCY(LATENCY), .QUEUE_DEPTH(QUEUE_DEPTH), .OUT_DEPTH(OUT_DEPTH),
-               .EPI_LANES(EPI_LANES), .EPI_DEPTH(EPI_DEPTH), .WRITE_ROWS(WRITE_ROWS)) accel (
+               .EPI_LANES(EPI_LANES), .EPI_DEPTH(EPI_DEPTH), .WRITE_ROWS(WRITE_ROWS),
+               .W_LOAD(W_LOAD)) accel (
         .clk(clk), .rst(rst), .cmd_valid(cmd_valid), .cmd_ready(cmd_ready),
         .cmd_data(cmds[cmd_index[$clog2(CMD_DEPTH)-1:0]]),
         .mem_rd_valid(mem_rd_valid), .mem_rd_addr(mem_rd_addr),
