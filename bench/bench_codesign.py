@@ -8,7 +8,8 @@ the same search finds on the fixed 16x16 machine.
 2. `glensidec nas --hardware`'s search (`nas/hardware.run_codesign`) over the same
    networks and the default machine space (rows 4-32, cols 8-64, scratchpad 16-256 KiB,
    accumulator 256 or 1024 rows, bus 8-64 B/cycle, 1, 2 or 4 cycles a row through the
-   epilogue's lanes, 1, 2 or 4 scratchpad rows a DMA write), with the same legality
+   epilogue's lanes, 1, 2 or 4 scratchpad rows a DMA write, 1 or 4 weight rows a cycle into
+   the array), with the same legality
    (scores shared with 1), over CODESIGN_BUDGET pairs; its first population is the fixed
    search's legal networks, cheapest first, each on every array shape of the space at
    each epilogue.
@@ -65,7 +66,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_nas as B
 
 REFERENCE = Machine(16, 16)  # today's accelerator: 16x16, 256 KiB, 1024 rows, 16 B/cycle
-# The joint space is 3,456 times the network space (1,152 before the rows a DMA write):
+# The joint space is 6,912 times the network space (3,456 before the weight rows a cycle,
+# 1,152 before the rows a DMA write):
 # more pairs than networks, and a first population large enough to hold the fixed
 # search's legal networks on every array shape (16) at each of the 3 epilogues (a
 # lanes-only variant costs a lowering, not an extraction).

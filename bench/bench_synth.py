@@ -618,6 +618,10 @@ AREA_LOAD: list[tuple[str, int, int, int]] = [
     ("top", 16, 16, 1), ("spad", 16, 4, 1), ("top", 16, 16, 4), ("spad", 16, 4, 4),
     ("spad", 16, 1, 1), ("spad", 16, 1, 4), ("spad", 16, 4, 2), ("top", 16, 16, 2)]
 AREA_LOAD_ACC = 256  # ws_top's accumulator rows (its bits are SRAM, not cells)
+#: ws_spad's banks and bank rows for `--area-load`: 16 KiB at 16-byte rows, the co-design's
+#: scratchpad (the cells hardly depend on the rows, its bits are SRAM; at 4 × 4096 rows one
+#: synthesis took 20 minutes at load 20)
+AREA_LOAD_SPAD = (4, 256)
 
 
 def area_load_table(command: list[str],
@@ -637,7 +641,7 @@ def area_load_table(command: list[str],
                 "ROWS": a, "COLS": b, "ACC_DEPTH": AREA_LOAD_ACC, "W_LOAD": load},
                 script=AREA_SCRIPT)
         else:
-            banks, bank_rows = AREA_WRITE_SPAD
+            banks, bank_rows = AREA_LOAD_SPAD
             counts = synthesize(command, "ws_spad", {
                 "ROW_BYTES": a, "BANKS": banks, "BANK_ROWS": bank_rows, "WRITE_ROWS": b,
                 "W_LOAD": load}, script=AREA_SCRIPT)
@@ -701,7 +705,8 @@ def area_report() -> None:
               + " SRAM bits are counted, not fitted: "
               f"`area.sram_bits` equals Yosys's count on {quality['bits_exact']} of the "
               f"{quality['current']} configurations synthesized from today's RTL.", "",
-              *epilogue_report(model), "", *write_report(model), ""]
+              *epilogue_report(model), "", *write_report(model), "",
+              *load_report(model), ""]
     AREA_RESULTS.write_text("\n".join(lines), encoding="utf-8")
     print("\n".join(lines))
 
@@ -730,6 +735,41 @@ def epilogue_report(model: Any) -> list[str]:
         lines.append(f"| {cols} | {lanes} | {'today' if area.current(row) else 'earlier'} | "
                      f"{cells:,} | {fit:,.0f} | {100 * (fit / cells - 1):+.1f} % | "
                      f"{row['seconds']} s |")
+    return lines
+
+
+def load_report(model: Any) -> list[str]:
+    """The weight rows a cycle: ws_top and ws_spad alone (`--area-load`) and the cells L adds
+    over L = 1, against their fit."""
+    import numpy as np
+
+    from glensidec.hardware import area
+
+    data = area.measured().get("load", {})
+    if not data:
+        return []
+    banks, bank_rows = AREA_LOAD_SPAD
+    lines = ["## Weight rows a cycle", "",
+             "`python bench/bench_synth.py --area-load`: `ws_top` (ACC_DEPTH "
+             f"{AREA_LOAD_ACC}) at rows × cols × L and `ws_spad` ({banks} banks of "
+             f"{bank_rows} rows) at row bytes × W × L, synthesized alone (the same script); "
+             "L weight rows a cycle into the array, W rows a DMA write. A machine's cells at "
+             "L are its cells at one row a cycle with these two modules' swapped: the fit "
+             "is of the cells L adds over L = 1 (ws_top at the same array, ws_spad at the "
+             "same W).", "",
+             "| module | point | RTL | cells | synthesis time |", "|---|---|---|---:|---:|"]
+    for key, row in sorted(data.items()):
+        module, point = key.split(":")
+        seconds = "-" if row.get("seconds") is None else f"{row['seconds']} s"
+        lines.append(f"| `ws_{module}` | {point} | "
+                     f"{'today' if area.current(row) else 'earlier'} | {row['cells']:,} | "
+                     f"{seconds} |")
+    lines += ["", "| machine part | added cells | fit | error |", "|---|---:|---:|---:|"]
+    for rows, cols, write, load, cells in area.weight_load_deltas():
+        row_bytes = 1 << (max(rows, cols) - 1).bit_length()
+        fit = float(np.dot(model.load, area.load_features(cols, row_bytes, write, load)))
+        lines.append(f"| {rows}x{cols}, W {write}, L {load} | {cells:,.0f} | {fit:,.0f} | "
+                     f"{100 * (fit / cells - 1):+.1f} % |")
     return lines
 
 
