@@ -173,6 +173,25 @@ def test_rows_a_dma_write_add_the_cells_synthesized_alone() -> None:
     assert area.write_features(16, 64, 1) == [0, 0]
 
 
+def test_weight_rows_a_cycle_add_the_cells_synthesized_alone() -> None:
+    """L weight rows a cycle: the cells ws_top and ws_spad synthesized alone add over L = 1
+    (area_cells.json "load") are fitted within 5 %, a machine's logic cells grow by the
+    fit's term and nothing else (its SRAM bits stay), and L = 1 adds nothing."""
+    model = area.fitted()
+    deltas = area.weight_load_deltas()
+    assert len(deltas) > len(area.LOAD_FEATURES)
+    for rows, cols, write, load, cells in deltas:
+        row_bytes = 1 << (max(rows, cols) - 1).bit_length()
+        predicted = float(np.dot(model.load, area.load_features(cols, row_bytes, write, load)))
+        assert cells > 0 and abs(predicted / cells - 1) < 0.05, (rows, cols, write, load)
+    base = Machine(16, 16, 16 * 1024, 256, 64, 16, write_rows=4)
+    loaded = dataclasses.replace(base, weight_load_rows=4)
+    term = float(np.dot(model.load, area.load_features(16, 16, 4, 4)))
+    assert model.logic_cells(loaded) - model.logic_cells(base) == pytest.approx(term)
+    assert term > 0 and area.sram_bits(loaded) == area.sram_bits(base)
+    assert area.load_features(16, 16, 4, 1) == [0, 0]
+
+
 def test_an_earlier_configuration_counts_todays_epilogue_in_place_of_its_own() -> None:
     """A configuration synthesized from an earlier RTL, its epilogue measured alone on that
     RTL, is fitted with today's epilogue instead (per module the cells add up); one of

@@ -48,10 +48,11 @@ EPILOGUE_FEATURES = ("lanes", "cols", "1")
 # from any byte of a beat, as the one row is; ws_spad's reads pick one of W sub-banks)
 WRITE_FEATURES = ("(W-1) x bus bytes x row bytes", "(W-1) x row bytes")
 # ws_top + ws_spad alone (bench_synth.py --area-load): the cells L weight rows a cycle add
-# to those at one: the weights' skew carries L rows a column (column c delayed c cycles:
-# ~cols² flip-flops a row), and ws_spad's port 0 picks each of its L rows from one of its
-# S = max(W, L) sub-banks (at one row: one of max(W, 1)); the array is only rewired
-LOAD_FEATURES = ("(L-1) x cols x cols", "row bytes x (L x S - max(W, 1))")
+# to those at one. ws_top's grow by nearly the same at any L > 1 (at 16x16: +10,175 cells at
+# L 2, +11,070 at L 4; its weights' skew carries L rows a column, column c delayed c
+# cycles), taken to scale with cols² (only 16x16 was synthesized); ws_spad's by the
+# sub-banks L adds beyond W (S = max(W, L)) and the rows its port 0 reads
+LOAD_FEATURES = ("[L > 1] x cols x cols", "row bytes x (S - max(W, 1) + L - 1)")
 
 
 def size_text(size: int) -> str:
@@ -186,8 +187,8 @@ def write_features(row_bytes: int, bus_bytes: int, write_rows: int) -> list[floa
 
 
 def load_features(cols: int, row_bytes: int, write_rows: int, load: int) -> list[float]:
-    return [(load - 1) * cols * cols,
-            row_bytes * (load * max(write_rows, load) - max(write_rows, 1))]
+    return [float(load > 1) * cols * cols,
+            row_bytes * (max(write_rows, load) - max(write_rows, 1) + load - 1)]
 
 
 @dataclass(frozen=True)
