@@ -1,5 +1,5 @@
 """Where the co-design's pick spends its cycles, layer by layer, and which of those fixed
-costs a machine parameter could cut (issue 31's 1.5x; a what-if on the exact cycle model).
+costs a machine parameter cuts (issue 31's 1.5x; every figure the exact cycle model's).
 
 The fixed-machine search's pick (c2 bottlenecked by 2 and strided, c3 by 2) compiled as
 `glensidec compile` does for a few machines; each accelerator layer's commands run on
@@ -8,18 +8,14 @@ when its DMA issued load slots, when rows entered the array, when results were w
 The machines with "N rows a DMA write" have ws_dma_load's groups (built, in the RTL and
 both cycle models: rows that overlap or lie end to end — weight blocks, whole lines of a
 map, packed taps a byte apart — and padded lines in runs go into the scratchpad N a
-write, several a bus beat). Each layer's cycles are cut in three that add up: the head
-(cycle 0 to its first array row: its first loads, their latency, the first fold's
-weights), the array span (first to last array row: the rows it took and the cycles it
-waited between them), and the tail (after its last array row: the row through the array,
-ROWS + COLS - 1 cycles, then the epilogue's lanes and the store). One lever no parameter
-of ws_accel offers, priced by running the same commands on the model changed (a what-if,
-not RTL):
-
-- **weight rows a cycle (array)**: ws_ctrl shifts one weight row a cycle into the array, so
-  a K fold's weights take ROWS cycles before its first activation; with W (each column's
-  shift chain cut in W segments fed at once) they take ROWS/W. Priced by counting ROWS/W
-  weight beats in `AccelModel` (its bank-free rule shortened with them: optimistic).
+write, several a bus beat). The machines with "N weight rows a cycle" take a K fold's
+weights into the array N rows a beat (ROWS/N beats instead of ROWS: ws_array's chains
+shift N rows, ws_spad's port 0 reads N sub-banks; built, in the RTL and both cycle models;
+an earlier version of this table priced it as a what-if). Each layer's cycles are cut in
+three that add up: the head (cycle 0 to its first array row: its first loads, their
+latency, the first fold's weights), the array span (first to last array row: the rows it
+took and the cycles it waited between them), and the tail (after its last array row: the
+row through the array, ROWS + COLS - 1 cycles, then the epilogue's lanes and the store).
 
     python bench/bench_codesign_breakdown.py   → bench/results/codesign_breakdown.md
                                                  (about a minute)
@@ -42,7 +38,7 @@ from glensidec.backend.lower import AccelLayer, constant_array  # noqa: E402
 from glensidec.hardware.accel import EpilogueConfig  # noqa: E402
 from glensidec.hardware.accel_native import FIELDS, unpack_commands  # noqa: E402
 from glensidec.hardware.area import Machine, fitted  # noqa: E402
-from glensidec.hardware.commands import AccelConfig, AccelModel, Command, Load  # noqa: E402
+from glensidec.hardware.commands import AccelConfig, AccelModel, Command  # noqa: E402
 from glensidec.lang.typecheck import check_program  # noqa: E402
 from glensidec.nas import hardware as H  # noqa: E402
 from glensidec.nas import search as S  # noqa: E402
@@ -53,11 +49,13 @@ PICK = {"c2": "bottleneck:2", "c2.maxpool": "stride", "c3": "bottleneck:2"}
 MACHINES = (Machine(16, 16),  # today's accelerator: the fixed pick's machine
             Machine(16, 16, 16 * 1024, 256, 64, 16),
             Machine(16, 16, 16 * 1024, 256, 64, 16, write_rows=4),
+            Machine(16, 16, 16 * 1024, 256, 64, 16, write_rows=4, weight_load_rows=2),
+            Machine(16, 16, 16 * 1024, 256, 64, 16, write_rows=4, weight_load_rows=4),
+            Machine(16, 16, 16 * 1024, 256, 128, 16, write_rows=4, weight_load_rows=4),
             Machine(16, 32, 16 * 1024, 256, 64, 16),  # --bound's fastest within the budget
             Machine(16, 32, 16 * 1024, 256, 64, 16, write_rows=2),  # fastest with groups
-            Machine(16, 32, 16 * 1024, 256, 64, 16, write_rows=4),  # over it
-            Machine(16, 32, 16 * 1024, 256, 64, 32, write_rows=4))  # 32 lanes: over it
-LEVERS = ((1, 1), (1, 4))  # (weight rows a beat, weight rows a cycle): what-ifs
+            Machine(16, 32, 16 * 1024, 256, 64, 16, write_rows=2, weight_load_rows=2),
+            Machine(16, 32, 16 * 1024, 256, 64, 16, write_rows=4))  # over it
 #: any table entries do: only the commands' timing is priced, not their data
 TIMING_ONLY = EpilogueConfig(table=tuple(range(-128, 128)))
 OUT = B.RESULTS / "codesign_breakdown.md"
@@ -99,29 +97,6 @@ def layers_of(machine: Machine) -> tuple[AccelConfig, list[Layer]]:
     return target.accel, layers
 
 
-def wide_weight_loads(layer: Layer, rows: int) -> list[Command]:
-    """The layer's commands with each contiguous weight load of K rows priced as K/rows
-    loads of `rows` rows together (the what-if of a DMA writing `rows` rows a beat)."""
-    out: list[Command] = []
-    for command in layer.commands:
-        dma = command.dma if isinstance(command, Load) else None
-        if (dma is not None and rows > 1 and not dma.bounds and dma.base in layer.weights
-                and abs(dma.stride1) == dma.length and dma.count1 % rows == 0):
-            base = dma.base if dma.stride1 > 0 else dma.base - (rows - 1) * dma.length
-            command = dataclasses.replace(command, dma=dataclasses.replace(
-                dma, base=base, length=dma.length * rows, count1=dma.count1 // rows,
-                stride1=dma.stride1 * rows))
-        out.append(command)
-    return out
-
-
-def priced(accel: AccelConfig, layer: Layer, beat_rows: int, cycle_rows: int) -> int:
-    model = AccelModel(accel)
-    if cycle_rows > 1:  # weight beats of a fold: ROWS / cycle_rows (the model reads rows)
-        model.config = dataclasses.replace(accel, rows=accel.rows // cycle_rows)
-    return model.run(wide_weight_loads(layer, beat_rows)).cycles
-
-
 def timeline(accel: AccelConfig, layer: Layer) -> dict[str, int | str]:
     """When the layer's DMA, array and stores worked (first..last cycle, cycles busy), and
     its cycles cut in head, array span and tail (module docstring)."""
@@ -145,11 +120,12 @@ def timeline(accel: AccelConfig, layer: Layer) -> dict[str, int | str]:
 
 def main() -> int:
     model = fitted()
+    budget = model.area(MACHINES[0])
     out = ["# Where the co-design's pick spends its cycles (issue 31)", "",
            __doc__.split("\n\n    python")[0].strip(), "",
            "Made by `python bench/bench_codesign_breakdown.py`: the pick is "
-           + ", ".join(f"{k} {v}" for k, v in PICK.items()) + "; the lever columns are "
-           "what-ifs (module docstring), every other figure the exact model's.", ""]
+           + ", ".join(f"{k} {v}" for k, v in PICK.items()) + "; every figure the exact "
+           "model's.", ""]
     totals = {}
     for machine in MACHINES:
         accel, layers = layers_of(machine)
@@ -158,33 +134,27 @@ def main() -> int:
         if "epilogue" not in name:
             name += f", epilogue {accel.epilogue_lanes} lanes (the default)"
         out += [f"## {name} ({area:,.0f} cell "
-                f"equivalents{', over the budget' if area > model.area(MACHINES[0]) else ''})",
+                f"equivalents{', over the budget' if area > budget else ''})",
                 "", "| layer | cycles | head / array span (waiting) / tail | load slots "
-                "(first-last cycle) | array rows | store beats | "
-                + " | ".join(f"{c} weight rows a cycle (what-if)" for _, c in LEVERS[1:])
-                + " |", "|---|---:|---:|---:|---:|---:|" + "---:|" * (len(LEVERS) - 1)]
-        sums = [0] * len(LEVERS)
+                "(first-last cycle) | array rows | store beats |",
+                "|---|---:|---:|---:|---:|---:|"]
+        total = 0
         for layer in layers:
             span = timeline(accel, layer)
-            levers = [priced(accel, layer, b, c) for b, c in LEVERS]
-            assert levers[0] == layer.cycles
-            sums = [a + b for a, b in zip(sums, levers, strict=True)]
+            total += layer.cycles
             out.append(f"| {layer.name} | {span['cycles']} | {span['phases']} | "
                        f"{span['load slots']} | "
-                       f"{span['array rows']} | {span['store beats']} | "
-                       + " | ".join(map(str, levers[1:])) + " |")
-        out += [f"| **total** | **{sums[0]}** | | | | | " + " | ".join(
-            f"**{s}**" for s in sums[1:]) + " |", ""]
-        totals[name] = sums
+                       f"{span['array rows']} | {span['store beats']} |")
+        out += [f"| **total** | **{total}** | | | | |", ""]
+        totals[name] = (total, area)
     fixed = next(iter(totals.values()))[0]
     out += ["## Against the fixed pick on today's 16x16", "",
-            f"1.5x of the fixed pick's {fixed} cycles is {fixed / 1.5:.0f}.", "",
-            "| machine | today | " + " | ".join(f"{c} weight rows a cycle (what-if)"
-                                                  for b, c in LEVERS[1:]) + " |",
-            "|---|---:|" + "---:|" * (len(LEVERS) - 1)]
-    for machine, sums in totals.items():
-        out.append(f"| {machine} | " + " | ".join(
-            f"{s} ({fixed / s:.2f}x)" for s in sums) + " |")
+            f"1.5x of the fixed pick's {fixed} cycles is {fixed / 1.5:.0f}; the budget is "
+            f"today's 16x16, {budget:,.0f} cell equivalents.", "",
+            "| machine | cycles | cell equivalents |", "|---|---:|---:|"]
+    for name, (total, area) in totals.items():
+        out.append(f"| {name} | {total} ({fixed / total:.2f}x) | {area:,.0f}"
+                   f"{' (over the budget)' if area > budget else ''} |")
     OUT.write_text("\n".join(out) + "\n", encoding="utf-8")
     print("\n".join(out))
     return 0
