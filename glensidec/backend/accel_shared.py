@@ -49,20 +49,38 @@ def share_requantizations(lowered: LoweredProgram, weights: dict[str, Array]
     map, a requantize-per-channel) of the same operands, constants compared by value —
     read from its first computation (a new program)."""
     result = lowered.copy()
+    # Per key with each constant as its shape and dtype alone, the instructions of that
+    # key so far (index, result buffer), and per full key (constants by value) its first
+    # result: a constant's values are read only when another instruction has its coarse
+    # key (ResNet-50's bias adds are unique, and their (M, N) biases as bytes took most
+    # of this pass).
+    coarse_seen: dict[_Key, list[tuple[int, str]]] = {}
     first: dict[_Key, str] = {}
     renamed: dict[str, str] = {}
     # Renaming what an instruction reads changes no buffer's writers (a renamed buffer's
     # one writer comes before its readers), so the program's writers hold throughout;
     # asking for them after each renaming compared the whole program each time (10 s on a
-    # swin_t).
+    # swin_t). (Nor does it change a constant: an earlier instruction's full key is the
+    # same whenever it is made.)
     writers = result.writers()
     for index, instruction in enumerate(result.instructions):
         if renamed:  # (a renamed buffer maps to a first computation, never renamed itself)
             instruction = rename_buffers(instruction, renamed)
         result.instructions[index] = instruction
-        key = _key(result, index, weights, writers)
-        if key is None:
+        coarse = _key(result, index, weights, writers, by_value=False)
+        if coarse is None:
             continue
+        earlier = coarse_seen.setdefault(coarse, [])
+        earlier.append((index, instruction.dst.buffer))
+        if len(earlier) == 1:
+            continue  # no other instruction can compute the same values
+        if len(earlier) == 2:  # the first of this coarse key, by value now
+            first_index, first_result = earlier[0]
+            first_key = _key(result, first_index, weights, writers)
+            assert first_key is not None
+            first.setdefault(first_key, first_result)
+        key = _key(result, index, weights, writers)
+        assert key is not None
         if key in first and instruction.dst.buffer != result.output:
             renamed[instruction.dst.buffer] = first[key]
         else:
@@ -72,10 +90,10 @@ def share_requantizations(lowered: LoweredProgram, weights: dict[str, Array]
     return result
 
 
-def _key(lowered: LoweredProgram, index: int, weights: dict[str, Array], writers: Users
-         ) -> _Key | None:
+def _key(lowered: LoweredProgram, index: int, weights: dict[str, Array], writers: Users,
+         by_value: bool = True) -> _Key | None:
     """The elementwise instruction at `index` as a key, when it alone writes its whole
-    result buffer."""
+    result buffer (without `by_value`, its constants as their shapes and dtypes alone)."""
     instruction = lowered.instructions[index]
     if isinstance(instruction, Fold):
         what: tuple[object, ...] = ("fold", instruction.op)
@@ -89,14 +107,19 @@ def _key(lowered: LoweredProgram, index: int, weights: dict[str, Array], writers
     if writers.get(instruction.dst.buffer) != [index] or \
             not lowered.is_whole(instruction.dst):
         return None
-    operands = tuple(_operand(lowered, view, weights) for view in instruction.reads())
+    operands = tuple(_operand(lowered, view, weights, by_value)
+                     for view in instruction.reads())
     return (*what, operands, instruction.dst.shape, dst.shape, dst.dtype)
 
 
-def _operand(lowered: LoweredProgram, view: View, weights: dict[str, Array]) -> object:
-    """A run-time operand as its view; a constant as its values (its copies are equal)."""
+def _operand(lowered: LoweredProgram, view: View, weights: dict[str, Array],
+             by_value: bool) -> object:
+    """A run-time operand as its view; a constant as its values (its copies are equal), or
+    without `by_value` as its shape and dtype."""
     buffer = lowered.buffer_of(view)
     if buffer.kind != CONSTANT:
         return view
+    if not by_value:
+        return tuple(view.shape), buffer.dtype
     values = view_array(view, constant_array(buffer, weights).reshape(-1))
     return tuple(view.shape), buffer.dtype, np.ascontiguousarray(values, np.int64).tobytes()
