@@ -414,8 +414,8 @@ def _pitched_copy(lowered: LoweredProgram, name: str, before: int
         if not isinstance(layer, AccelLayer) or not layer.output_pitch:
             return None
         if index < writers[0]:
-            np.add.at(written, view_array(layer.dst, np.arange(source.elements)).reshape(-1),
-                      1)
+            written += np.bincount(view_array(layer.dst, np.arange(source.elements)).reshape(-1),
+                                   minlength=source.elements)
     origin = np.full(lowered.buffers[name].elements, PADDING, np.int64)
     read = view_array(copy.src, np.arange(source.elements))
     store_view(copy.dst, origin, read)
@@ -481,7 +481,8 @@ def _concat(lowered: LoweredProgram, name: str, writers: list[int]) -> _Concat |
         copy = lowered.instructions[index]
         if not isinstance(copy, Copy):
             return None
-        np.add.at(covered, view_array(copy.dst, np.arange(buffer.elements)).reshape(-1), 1)
+        covered += np.bincount(view_array(copy.dst, np.arange(buffer.elements)).reshape(-1),
+                               minlength=buffer.elements)
         first, count = _channel_block(copy.dst, channels, pixels)
         if count < 0:
             return None

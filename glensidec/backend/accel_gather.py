@@ -43,7 +43,12 @@ from glensidec.backend.accel_layers import (
     evaluate_buffer,
 )
 from glensidec.backend.accel_layout import join_concatenation
-from glensidec.backend.accel_pool import LayerRows, layer_rows, trace_layer_rows
+from glensidec.backend.accel_pool import (
+    LayerRows,
+    layer_rows,
+    trace_layer_rows,
+    trace_layer_source,
+)
 from glensidec.backend.lower import ACTIVATION, AccelLayer, Copy, Fused, LoweredProgram
 from glensidec.backend.views import View, regroup, transpose, view_array
 from glensidec.errors import GlensideError
@@ -126,20 +131,23 @@ def _selection(lowered: LoweredProgram, builder: LayerBuilder, index: int,
             len(shape) not in (2, 3, 4) or (len(shape) == 4 and shape[0] != 1):
         return None
     src, (multiplier, pre, post, zero_point) = read
-    found = trace_layer_rows(lowered, src.buffer, index)
-    if found is None:
+    # (the layer first: the element maps only for rows of as many pixels)
+    source_index = trace_layer_source(lowered, src.buffer, index)
+    if source_index is None:
         return None
-    source = lowered.instructions[found[0]]
+    source = lowered.instructions[source_index]
     assert isinstance(source, AccelLayer)
     rows = layer_rows(source)
-    if by_pixel:
-        pixels, channels = shape
-        element = view_array(src, found[1]).reshape(pixels, channels).T
-    else:
-        channels, pixels = shape[-3], shape[-2] * shape[-1]
-        element = view_array(src, found[1]).reshape(channels, pixels)
-    if pixels != rows.m or np.any(element < rows.offset):
-        return None  # padding, or not the rows' pixels
+    pixels, channels = shape if by_pixel else (shape[-2] * shape[-1], shape[-3])
+    if pixels != rows.m:
+        return None  # not the rows' pixels
+    found = trace_layer_rows(lowered, src.buffer, index)
+    assert found is not None and found[0] == source_index
+    element = view_array(src, found[1])
+    element = element.reshape(pixels, channels).T if by_pixel else \
+        element.reshape(channels, pixels)
+    if np.any(element < rows.offset):
+        return None  # padding
     pixel, column = np.divmod(element - rows.offset, rows.n)
     if not np.array_equal(pixel, np.broadcast_to(np.arange(pixels), pixel.shape)) or \
             np.any(column != column[:, :1]):
@@ -213,14 +221,16 @@ def _fold_into_weights(lowered: LoweredProgram, builder: LayerBuilder, index: in
     if layer.image or layer.pool or layer.layout is not None or layer.a.offset or \
             lowered.buffer_of(layer.a).kind != ACTIVATION:
         return None
-    found = trace_layer_rows(lowered, layer.a.buffer, index)
-    if found is None:
+    source_index = trace_layer_source(lowered, layer.a.buffer, index)
+    if source_index is None:
         return None
-    source = lowered.instructions[found[0]]
+    source = lowered.instructions[source_index]
     assert isinstance(source, AccelLayer)
     rows = layer_rows(source)
     if rows.m != layer.m:
-        return None
+        return None  # (before the element maps)
+    found = trace_layer_rows(lowered, layer.a.buffer, index)
+    assert found is not None and found[0] == source_index
     origin = view_array(layer.a, found[1]).reshape(layer.m, layer.k)
     fill = view_array(layer.a, found[2]).reshape(layer.m, layer.k)
     real = origin[0] >= 0

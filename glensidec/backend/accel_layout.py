@@ -20,6 +20,7 @@ copies that only fed them are then dead and go.
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -31,12 +32,19 @@ from glensidec.backend.accel_layers import (
     layer_geometry,
     layer_quant,
 )
-from glensidec.backend.accel_pool import PADDING, layer_rows, padded_rows, trace_layer_rows
+from glensidec.backend.accel_pool import (
+    PADDING,
+    layer_rows,
+    padded_rows,
+    trace_layer_rows,
+    trace_layer_source,
+)
 from glensidec.backend.lower import ACTIVATION, AccelLayer, Copy, LoweredProgram
 from glensidec.backend.views import (
     Axis,
     View,
     contiguous,
+    element_range,
     regroup,
     store_view,
     transpose,
@@ -72,24 +80,29 @@ def _reading_rows(lowered: LoweredProgram, index: int, weights: dict[str, Array]
     layer = lowered.instructions[index]
     assert isinstance(layer, AccelLayer)
     padded_height, padded_width, channels = layer.image
-    # the NHWC copy of the padded map, as the layer reads it
-    found = trace_layer_rows(lowered, layer.a.buffer, index)
-    if found is None:
+    # the NHWC copy of the padded map, as the layer reads it (its layer first: the
+    # element maps only for rows it may read)
+    source_index = trace_layer_source(lowered, layer.a.buffer, index)
+    if source_index is None:
         return None
-    source_index, origin, fill = found
     source = lowered.instructions[source_index]
     assert isinstance(source, AccelLayer)
     rows = layer_rows(source)
     window = layer_geometry(layer)
-    if rows.n != channels or window.padding_hw != (0, 0):
-        return None
     span_h, span_w = window.span_hw
     # the padding along each axis (a 1×7's only along x, a dilated window's as wide as
     # its span), below the window's extent: the rows' map is what remains
-    for pad_h, pad_w in itertools.product(range(span_h), range(span_w)):
+    paddings = [(pad_h, pad_w) for pad_h, pad_w in itertools.product(range(span_h),
+                                                                     range(span_w))
+                if (padded_height - 2 * pad_h) * (padded_width - 2 * pad_w) == rows.m and
+                padded_height - 2 * pad_h >= 1 and padded_width - 2 * pad_w >= 1]
+    if rows.n != channels or window.padding_hw != (0, 0) or not paddings:
+        return None
+    found = trace_layer_rows(lowered, layer.a.buffer, index)
+    assert found is not None and found[0] == source_index
+    _, origin, fill = found
+    for pad_h, pad_w in paddings:
         height, width = padded_height - 2 * pad_h, padded_width - 2 * pad_w
-        if height * width != rows.m or height < 1 or width < 1:
-            continue
         # the rows in NCHW padded, then transposed to the NHWC the layer reads
         expected = padded_rows(height, width, channels, pad_h, padding_w=pad_w).reshape(
             channels, padded_height, padded_width).transpose(1, 2, 0).reshape(-1)
@@ -128,19 +141,22 @@ def _reading_matrix(lowered: LoweredProgram, index: int) -> AccelLayer | None:
     buffer = lowered.buffer_of(layer.a)
     if layer.a.offset or buffer.elements < layer.m * layer.k:
         return None
-    found = trace_layer_rows(lowered, layer.a.buffer, index)
-    if found is None:
+    source_index = trace_layer_source(lowered, layer.a.buffer, index)
+    if source_index is None:
         return None
-    source = lowered.instructions[found[0]]
+    source = lowered.instructions[source_index]
     assert isinstance(source, AccelLayer)
     rows = layer_rows(source)
-    if (rows.m, rows.n) == (layer.m, layer.k) and buffer.elements == layer.m * layer.k:
+    exactly = (rows.m, rows.n) == (layer.m, layer.k) and buffer.elements == layer.m * layer.k
+    if not exactly and (rows.m != layer.m or rows.n >= layer.k):
+        return None  # (before the element maps)
+    found = trace_layer_rows(lowered, layer.a.buffer, index)
+    assert found is not None and found[0] == source_index
+    if exactly:
         if not np.array_equal(found[1], np.arange(buffer.elements)):
             return None
         return replace(layer, a=rows.view((layer.m, layer.k)))
     width = rows.n
-    if rows.m != layer.m or width >= layer.k:
-        return None
     origin = view_array(layer.a, found[1]).reshape(layer.m, layer.k)
     fill = view_array(layer.a, found[2]).reshape(layer.m, layer.k)
     expected = rows.offset + np.arange(layer.m)[:, None] * width + np.arange(width)
@@ -190,6 +206,21 @@ def join_concatenation(lowered: LoweredProgram, builder: LayerBuilder, name: str
             not all(isinstance(lowered.instructions[index], Copy) for index in writers):
         return
     channels, pixels = shape[0], shape[1] * shape[2]
+    # (the layers alone first: the element maps only for layers whose rows it may join)
+    copies = [(index, lowered.instructions[index]) for index in writers]
+    sources = [trace_layer_source(lowered, copy.src.buffer, index)
+               for index, copy in copies if isinstance(copy, Copy)]
+    if None in sources:
+        return
+    # each copy's layer is one the maps below see, unless a later copy overwrites it (or
+    # it copies nothing)
+    seen = [(element_range(copy.dst), source) for (_, copy), source in zip(
+        copies, sources, strict=True) if math.prod(copy.dst.shape) and source is not None]
+    spans = sorted(span for span, _ in seen)
+    apart = all(low > high for (_, high), (low, _) in itertools.pairwise(spans))
+    if not _joinable(lowered, [source for _, source in (seen if apart else seen[-1:])],
+                     pixels):
+        return
     layer_of = np.full(buffer.elements, -1, np.int64)
     origin = np.full(buffer.elements, PADDING, np.int64)
     for index in writers:
@@ -239,6 +270,22 @@ def join_concatenation(lowered: LoweredProgram, builder: LayerBuilder, name: str
     lowered.instructions = [instruction for index, instruction
                             in enumerate(lowered.instructions)
                             if index == last or index not in writers]
+
+
+def _joinable(lowered: LoweredProgram, positions: list[int], pixels: int) -> bool:
+    """Can the layers at `positions` write their rows into a concatenation of `pixels`
+    pixels (what join_concatenation asks of each, before its element maps)?"""
+    buffers: set[str] = set()
+    for position in sorted(set(positions)):
+        layer = lowered.instructions[position]
+        if not isinstance(layer, AccelLayer) or layer.layout is not None:
+            return False
+        rows = layer_rows(layer)
+        if rows.m != pixels or rows.offset or rows.buffer in buffers or \
+                lowered.buffers[rows.buffer].elements != pixels * rows.n:
+            return False
+        buffers.add(rows.buffer)
+    return True
 
 
 def _only_feeds(lowered: LoweredProgram, sources: list[str], target: str,

@@ -42,6 +42,7 @@ from glensidec.backend.lower import (
 from glensidec.backend.views import (
     View,
     contiguous,
+    fill_view,
     regroup,
     store_view,
     transpose,
@@ -140,19 +141,46 @@ def trace_layer_rows(lowered: LoweredProgram, name: str, before: int, depth: int
     element (flat) `origin` is the index of the layer's result element it holds, or
     PADDING where a fill wrote it, and `fill` the value written there (the int8 minimum
     for a minimum fill); else None."""
+    step = _rows_step(lowered, name, before, depth)
+    if step is None:
+        return None
+    writers, themselves = step
+    if themselves:
+        elements = lowered.buffers[name].elements
+        return max(writers), np.arange(elements), np.zeros(elements, np.int64)
+    return trace_writers(lowered, name, writers, depth, trace_layer_rows)
+
+
+def trace_layer_source(lowered: LoweredProgram, name: str, before: int, depth: int = 0
+                       ) -> int | None:
+    """The layer index `trace_layer_rows` gives for buffer `name` before instruction
+    `before` (None where it gives None), without its element maps: a caller checks what
+    the layer alone tells first (most traces that ResNet-50's channel gathers ask for
+    follow rows of another pixel count, and the maps are as large as the buffers)."""
+    step = _rows_step(lowered, name, before, depth)
+    if step is None:
+        return None
+    writers, themselves = step
+    if themselves:
+        return max(writers)
+    return writers_source(lowered, writers, depth, trace_layer_source)
+
+
+def _rows_step(lowered: LoweredProgram, name: str, before: int, depth: int
+               ) -> tuple[list[int], bool] | None:
+    """One step of `trace_layer_rows` back from buffer `name`: (its writers, whether they
+    are a layer's rows themselves, else fills and copies to trace further), or None."""
     writers = lowered.writers().get(name, [])
-    buffer = lowered.buffers[name]
     if not writers or max(writers) >= before or depth > 8:
         return None
     only = lowered.instructions[writers[0]] if len(writers) == 1 else None
     if isinstance(only, AccelLayer) and only.row_order is not None:
         return None  # its rows are not its result's order
-    if isinstance(only, AccelLayer) or \
-            joined_rows(lowered, name, writers):
-        return max(writers), np.arange(buffer.elements), np.zeros(buffer.elements, np.int64)
-    if buffer.kind != ACTIVATION:
+    if isinstance(only, AccelLayer) or joined_rows(lowered, name, writers):
+        return writers, True
+    if lowered.buffers[name].kind != ACTIVATION:
         return None
-    return trace_writers(lowered, name, writers, depth, trace_layer_rows)
+    return writers, False
 
 
 @dataclass(frozen=True)
@@ -188,7 +216,9 @@ def joined_rows(lowered: LoweredProgram, name: str, writers: list[int]) -> bool:
     written = np.zeros(buffer.elements, np.int64)
     for layer in layers:
         assert isinstance(layer, AccelLayer)
-        np.add.at(written, view_array(layer.dst, np.arange(buffer.elements)).reshape(-1), 1)
+        # (a count per element: np.add.at's unbuffered adds took most of this)
+        written += np.bincount(view_array(layer.dst, np.arange(buffer.elements)).reshape(-1),
+                               minlength=buffer.elements)
     return bool(np.all(written == 1))
 
 
@@ -207,7 +237,8 @@ def trace_writers(lowered: LoweredProgram, name: str, writers: list[int], depth:
     if not all(isinstance(writer, Fill | Copy) for writer in instructions):
         return None
     # per buffer copied from, its trace before its first copy here: the same before any
-    # later one (a window partition copies one buffer many times)
+    # later one (a window partition copies one buffer many times; `writers_source`
+    # follows the same ones)
     traced: dict[str, tuple[Source, np.ndarray, np.ndarray]] = {}
     source: Source | None = None
     for index, writer in zip(writers, instructions, strict=True):
@@ -219,19 +250,55 @@ def trace_writers(lowered: LoweredProgram, name: str, writers: list[int], depth:
     if source is None:
         return None
     buffer = lowered.buffers[name]
+    # (the maps of the buffers copied: a fill map of zeros alone, the common case, is not
+    # copied into this one's, which starts as zeros)
+    zero_fills = {src: not found[2].any() for src, found in traced.items()}
+    only = instructions[0]
+    if len(instructions) == 1 and isinstance(only, Copy) and only.dst.offset == 0 and \
+            math.prod(only.dst.shape) == buffer.elements and only.dst.is_row_major():
+        # one copy of the whole buffer in order: its maps are the source's, re-viewed
+        _, origins, fills = traced[only.src.buffer]
+        return source, view_array(only.src, origins).reshape(-1).astype(np.int64, copy=False), \
+            np.zeros(buffer.elements, dtype=np.int64) if zero_fills[only.src.buffer] else \
+            view_array(only.src, fills).reshape(-1).astype(np.int64, copy=False)
     origin = np.full(buffer.elements, PADDING - 1, dtype=np.int64)  # unwritten: not padding
     fill = np.zeros(buffer.elements, dtype=np.int64)
+    filled = False  # whether `fill` holds anything but zeros yet
     for writer in instructions:
         if isinstance(writer, Fill):
             value = integer_range(buffer.dtype)[0] if writer.minimum else writer.value
-            store_view(writer.dst, origin, np.full(writer.dst.shape, PADDING))
-            store_view(writer.dst, fill, np.full(writer.dst.shape, value))
+            fill_view(writer.dst, origin, PADDING)
+            if value or filled:
+                fill_view(writer.dst, fill, value)
+                filled = filled or value != 0
         else:
             assert isinstance(writer, Copy)
             _, origins, fills = traced[writer.src.buffer]
             store_view(writer.dst, origin, view_array(writer.src, origins))
-            store_view(writer.dst, fill, view_array(writer.src, fills))
+            if filled or not zero_fills[writer.src.buffer]:
+                store_view(writer.dst, fill, view_array(writer.src, fills))
+                filled = filled or not zero_fills[writer.src.buffer]
     return source, origin, fill
+
+
+def writers_source(lowered: LoweredProgram, writers: list[int], depth: int,
+                   trace: Callable[[LoweredProgram, str, int, int], Source | None]
+                   ) -> Source | None:
+    """The source `trace_writers` gives for these `writers` (None where it gives None),
+    `trace` giving the sources alone (`trace_layer_source`): no element maps."""
+    instructions = [lowered.instructions[index] for index in writers]
+    if not all(isinstance(writer, Fill | Copy) for writer in instructions):
+        return None
+    followed: set[str] = set()
+    source: Source | None = None
+    for index, writer in zip(writers, instructions, strict=True):
+        if isinstance(writer, Copy) and writer.src.buffer not in followed:
+            found = trace(lowered, writer.src.buffer, index, depth + 1)
+            if found is None or (source is not None and found != source):
+                return None
+            source = found
+            followed.add(writer.src.buffer)
+    return source
 
 
 def padded_rows(height: int, width: int, channels: int, padding: int, end: int = 0,
@@ -256,14 +323,11 @@ def _find(lowered: LoweredProgram, index: int, summed: bool = False) -> _Pool | 
     source = lowered.buffer_of(reduce.src)
     if reduce.reduce_rank != 2 or source.dtype != "i8" or not lowered.is_whole(reduce.dst):
         return None
-    found = trace_layer_rows(lowered, reduce.src.buffer, index)
-    if found is None:
+    # (what the layer alone rules out first: the element maps only for a pool it may be;
+    # fuse_accel_pools runs three times, over the same reduces)
+    layer_index = trace_layer_source(lowered, reduce.src.buffer, index)
+    if layer_index is None:
         return None
-    layer_index, padded, fill = found
-    pad_values = np.unique(fill[padded == PADDING])
-    if (not summed and np.any(pad_values != -128)) or pad_values.size > 1:
-        return None  # padding that could win the max, or a sum's of several values
-    pad_value = int(pad_values[0]) if pad_values.size else -128
     layer = lowered.instructions[layer_index]
     assert isinstance(layer, AccelLayer)
     rows = layer_rows(layer)
@@ -276,13 +340,21 @@ def _find(lowered: LoweredProgram, index: int, summed: bool = False) -> _Pool | 
         return None
     channels, padded_h, padded_w = shape
     kernel = reduce.src.shape[-1]
-    if channels != rows.n:
-        return None
     # padding p on every side, and a ceil-mode pool's extra padding below and right
-    for padding, end in ((p, e) for p in range(kernel) for e in range(kernel)):
+    paddings = [(p, e) for p in range(kernel) for e in range(kernel)
+                if (padded_h - 2 * p - e) * (padded_w - 2 * p - e) == rows.m and
+                padded_h - 2 * p - e >= 1 and padded_w - 2 * p - e >= 1]
+    if channels != rows.n or not paddings:
+        return None
+    found = trace_layer_rows(lowered, reduce.src.buffer, index)
+    assert found is not None and found[0] == layer_index
+    _, padded, fill = found
+    pad_values = np.unique(fill[padded == PADDING])
+    if (not summed and np.any(pad_values != -128)) or pad_values.size > 1:
+        return None  # padding that could win the max, or a sum's of several values
+    pad_value = int(pad_values[0]) if pad_values.size else -128
+    for padding, end in paddings:
         height, width = padded_h - 2 * padding - end, padded_w - 2 * padding - end
-        if height * width != rows.m or height < 1 or width < 1:
-            continue
         # the padded map the reduce should see: the layer's rows (index y·W + x, channel c
         # at row·N + c) in NCHW, padded with the minimum
         expected = padded_rows(height, width, channels, padding, end)

@@ -293,3 +293,14 @@ def store_view(view: View, flat: Array, values: Array) -> None:
         flat[view.offset:], shape=[a.size for a in axes],
         strides=[a.stride * item for a in axes])
     target[...] = np.asarray(values, dtype=flat.dtype).reshape(target.shape)
+
+
+def fill_view(view: View, flat: Array, value: int) -> None:
+    """Write `value` into every element of the view in `flat` (store_view of a constant,
+    without an array of it)."""
+    axes = view.axes()
+    item = flat.itemsize
+    target = np.lib.stride_tricks.as_strided(
+        flat[view.offset:], shape=[a.size for a in axes],
+        strides=[a.stride * item for a in axes])
+    target[...] = value
