@@ -51,17 +51,33 @@ def grouped_conv(lowered: LoweredProgram, index: int, weights: dict[str, Array]
             len(shape) != 5 or shape[0] != 1:
         return None
     for windows, filters in (dot.members, dot.members[::-1]):
-        for name, order in gathered_maps(lowered, windows, index):
-            found = _matching(lowered, index, windows, filters, name, order, weights)
+        # The windows of one group are the same for each of its Og filters (a broadcast:
+        # stride 0): their elements are traced for one filter a group, Og times fewer
+        # (ResNeXt-50's were 14 M elements a layer, most of its compile)
+        one_filter = _without_broadcast(windows, (2,))
+        for name, order in gathered_maps(lowered, one_filter or windows, index):
+            found = _matching(lowered, index, windows, filters, name, order, weights,
+                              one_filter is not None)
             if found is not None:
                 return found
     return None
 
 
+def _without_broadcast(view: View, dims: tuple[int, ...]) -> View | None:
+    """`view` with its logical `dims` of size one when they broadcast (stride 0: every
+    index reads the same elements), else None. (An eight-dim window view's alone.)"""
+    if len(view.dims) != 8 or \
+            not all(axis.stride == 0 for dim in dims for axis in view.dims[dim]):
+        return None
+    return view.with_dims(() if dim in dims else group for dim, group in enumerate(view.dims))
+
+
 def _matching(lowered: LoweredProgram, index: int, windows: View, filters: View, name: str,
-              order: Array, weights: dict[str, Array]) -> GroupedConv | None:
+              order: Array, weights: dict[str, Array], one_filter: bool
+              ) -> GroupedConv | None:
     """The grouped convolution when `windows` reads the map `name` (`order`: the element
-    each window element reads) as one and `filters` is constant over the pixels."""
+    each window element reads; with `one_filter`, for one filter of each group, the
+    windows the same for the others) as one and `filters` is constant over the pixels."""
     dot = lowered.instructions[index]
     assert isinstance(dot, Dot)
     _, groups, out_per, out_h, out_w = dot.dst.shape
@@ -77,7 +93,10 @@ def _matching(lowered: LoweredProgram, index: int, windows: View, filters: View,
     values = evaluate_buffer(lowered, filters.buffer, weights, index)
     if values is None:
         return None
-    taps = view_array(filters, values).reshape(out_channels, out_h * out_w, -1)
+    # (filters broadcast over the pixels are read at one pixel)
+    one_pixel = _without_broadcast(filters, (3, 4))
+    taps = view_array(one_pixel or filters, values).reshape(
+        out_channels, 1 if one_pixel else out_h * out_w, -1)
     if np.any(taps != taps[:, :1]):
         return None  # a filter that changes across the pixels
     whole = np.arange(source.elements).reshape(channels, height, width)
@@ -85,7 +104,9 @@ def _matching(lowered: LoweredProgram, index: int, windows: View, filters: View,
         geometry = ConvLayer("", height, width, channels, out_channels, kernel, stride,
                              groups=groups)
         if kernel <= min(height, width) and geometry.out_size == (out_h, out_w) and \
-                np.array_equal(order, _window_order(whole, groups, out_per, geometry)):
+                np.array_equal(order, _window_order(whole, groups,
+                                                    1 if one_filter else out_per,
+                                                    geometry)):
             filters_flat = taps[:, 0]
             return GroupedConv(index, windows, filters_flat,
                                _dense_weights(filters_flat, groups, per, kernel), geometry,
@@ -94,7 +115,8 @@ def _matching(lowered: LoweredProgram, index: int, windows: View, filters: View,
 
 
 def _window_order(whole: Array, groups: int, out_per: int, geometry: ConvLayer) -> Array:
-    """The map element each element of a (1, G, Og, H', W', Cg, k, k) window view reads."""
+    """The map element each element of a (1, G, `out_per`, H', W', Cg, k, k) window view
+    reads (`out_per` filters of each group, the windows the same for each)."""
     out_h, out_w = geometry.out_size
     kernel, stride = geometry.kernel, geometry.stride
     per = geometry.channels // groups
