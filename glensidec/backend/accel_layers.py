@@ -135,6 +135,8 @@ def _block(view: View, lowered: LoweredProgram, m: int, n: int
     transpose); else None."""
     if lowered.buffer_of(view).elements != m * n or not math.prod(view.shape):
         return None
+    if view.offset == 0 and math.prod(view.shape) == m * n and view.is_row_major():
+        return m, n, False  # the whole buffer in order (what the loop below finds)
     order = view_array(view, np.arange(m * n)).reshape(-1)
     for transposed, step, limit in ((False, 1, n), (True, n, m)):
         run = 1  # the elements of the first row the chain reads
@@ -1125,6 +1127,37 @@ def _matrix_origin(lowered: LoweredProgram, name: str, depth: int = 0
     or such a matrix again (the lowering pads an im2col matrix once per axis: K to the
     array's rows, the pixels to its columns): per element the map element it holds, or
     -1 (a fill)."""
+    copy = _matrix_copy(lowered, name, depth)
+    if copy is None:
+        return None
+    source = lowered.buffer_of(copy.src)
+    if _map_shape(source) is not None:
+        map_name, source_origin = copy.src.buffer, np.arange(source.elements)
+    else:
+        inner = _matrix_origin(lowered, copy.src.buffer, depth + 1)
+        if inner is None:
+            return None
+        map_name, source_origin = inner
+    origin = np.full(lowered.buffers[name].elements, -1, dtype=np.int64)  # -1: a zero fill
+    store_view(copy.dst, origin, view_array(copy.src, source_origin))
+    return map_name, origin
+
+
+def _matrix_map(lowered: LoweredProgram, name: str, depth: int = 0) -> str | None:
+    """The map `_matrix_origin` gives for buffer `name` (None where it gives None),
+    without the element maps."""
+    copy = _matrix_copy(lowered, name, depth)
+    if copy is None:
+        return None
+    if _map_shape(lowered.buffer_of(copy.src)) is not None:
+        return copy.src.buffer
+    return _matrix_map(lowered, copy.src.buffer, depth + 1)
+
+
+def _matrix_copy(lowered: LoweredProgram, name: str, depth: int) -> Copy | None:
+    """The one copy writing buffer `name` when `_matrix_origin` follows it: the rest of
+    its writers zero fills, one reader, and the copy reading a map or (an activation)
+    a matrix."""
     matrix = lowered.buffers[name]
     writers = [lowered.instructions[index] for index in lowered.writers().get(name, [])]
     copies = [writer for writer in writers if isinstance(writer, Copy)]
@@ -1134,20 +1167,17 @@ def _matrix_origin(lowered: LoweredProgram, name: str, depth: int = 0
             for writer in writers if writer is not copies[0]):
         return None
     source = lowered.buffer_of(copies[0].src)
-    shape = source.shape[1:] if len(source.shape) == 4 and source.shape[0] == 1 \
-        else source.shape
-    if len(shape) == 3:
-        map_name, source_origin = copies[0].src.buffer, np.arange(source.elements)
-    elif len(shape) == 2 and source.kind == ACTIVATION:
-        inner = _matrix_origin(lowered, copies[0].src.buffer, depth + 1)
-        if inner is None:
-            return None
-        map_name, source_origin = inner
-    else:
+    if _map_shape(source) is None and \
+            not (len(source.shape) == 2 and source.kind == ACTIVATION):
         return None
-    origin = np.full(matrix.elements, -1, dtype=np.int64)  # -1: a zero fill
-    store_view(copies[0].dst, origin, view_array(copies[0].src, source_origin))
-    return map_name, origin
+    return copies[0]
+
+
+def _map_shape(buffer: Buffer) -> tuple[int, ...] | None:
+    """A (1, C, H, W) or (C, H, W) buffer's (C, H, W), else None."""
+    shape = buffer.shape[1:] if len(buffer.shape) == 4 and buffer.shape[0] == 1 \
+        else buffer.shape
+    return shape if len(shape) == 3 else None
 
 
 def _padded_im2col(lowered: LoweredProgram, gemm: ArrayGemm, packer: Copy, operand: str,
@@ -1159,14 +1189,21 @@ def _padded_im2col(lowered: LoweredProgram, gemm: ArrayGemm, packer: Copy, opera
     holds, a map element's index or padding. The layer reads the first C·k·k rows of K
     (the caller checks that the weights' rows past them are zero: the fill, zero or the
     zero point, adds nothing) and the first `pixels` positions."""
-    found = _matrix_origin(lowered, packer.src.buffer)
-    if found is None:
+    map_name = _matrix_map(lowered, packer.src.buffer)
+    if map_name is None:
         return None
-    map_name, origin = found
     source = lowered.buffers[map_name]
-    shape = source.shape[1:] if len(source.shape) == 4 and source.shape[0] == 1 \
-        else source.shape
+    shape = _map_shape(source)
+    assert shape is not None
     channels, height, width = shape
+    # (a window that gives `pixels` positions first: the element maps only for one)
+    if not any(((height - kernel) // stride + 1) * ((width - kernel) // stride + 1) == pixels
+               for kernel in range(2, math.isqrt(gemm.k // channels) + 1)
+               if channels * kernel * kernel <= gemm.k for stride in range(1, kernel + 2)):
+        return None
+    found = _matrix_origin(lowered, packer.src.buffer)
+    assert found is not None and found[0] == map_name
+    origin = found[1]
     every = gemm.n if operand == "b" else gemm.m
     operand_origin = np.full(gemm.k * every, -2, np.int64)
     store_view(packer.dst, operand_origin, view_array(packer.src, origin))
