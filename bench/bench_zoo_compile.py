@@ -2,13 +2,16 @@
 by side in one run (issue 26: within 1.5× of the bare array's CPU, in 4 GiB; issue 30:
 at most 15 s CPU). No PyTorch: it compiles the programs bench/bench_zoo.py made.
 
-Run: .venv/bin/python bench/bench_zoo_compile.py --zoo DIR [--models a,b] [--out FILE]
+Run: .venv/bin/python bench/bench_zoo_compile.py --zoo DIR [--models a,b] [--keep-others]
+     [--out FILE]
 Per model, `glensidec.compile(DIR/MODEL/q/model.gs, "16x16", OUT)` (the default: the whole
 accelerator around a 16×16 array, C written) and the same with `bare_array=True`, one after
 the other, each in a process of its own under /usr/bin/time: the compile call's CPU
 (process_time, bench_zoo.py's figure), the whole process's user + system CPU (interpreter
 start and imports included) and peak resident MiB; the load averages before and after.
 Writes a Markdown table (default bench/results/zoo_compile.md); exits 1 when a model misses.
+With --keep-others, the rows of the models not run this time stay as the table had them
+(their run's description kept below this run's), so a few models can be measured again.
 """
 
 from __future__ import annotations
@@ -61,17 +64,35 @@ def load_now() -> str:
     return " ".join(f"{value:.1f}" for value in os.getloadavg())
 
 
+def earlier_table(path: Path) -> tuple[dict[str, str], list[str]]:
+    """The rows of an earlier table by model, and its description (what lies between its
+    title and its table); none when there is no table."""
+    if not path.exists():
+        return {}, []
+    lines = path.read_text(encoding="utf-8").splitlines()
+    rows = {line.split("|")[1].strip(): line for line in lines
+            if line.startswith("| ") and not line.startswith("| model |")}
+    table = next((at for at, line in enumerate(lines) if line.startswith("| model |")),
+                 len(lines))
+    return rows, [line.removeprefix("> ").removeprefix(">") for line in lines[1:table]
+                  if line.strip()]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--zoo", type=Path, required=True,
                         help="the directory of MODEL/q/model.gs programs bench_zoo.py made")
     parser.add_argument("--models", default=",".join(ZOO_ORDER))
     parser.add_argument("--out", type=Path, default=BENCH_DIR / "results" / "zoo_compile.md")
+    parser.add_argument("--keep-others", action="store_true",
+                        help="keep the --out table's rows of the models not run this time")
     args = parser.parse_args()
     started = datetime.datetime.now(datetime.UTC)
+    names = args.models.split(",")
+    kept, earlier = earlier_table(args.out) if args.keep_others else ({}, [])
     rows = []
     with tempfile.TemporaryDirectory() as work:
-        for name in args.models.split(","):
+        for name in names:
             program = args.zoo / name / "q" / "model.gs"
             before = load_now()
             try:
@@ -92,6 +113,10 @@ def main() -> int:
                         f"| {before} → {load_now()} | "
                         f"{', '.join(misses) or '–'} |")
             print(rows[-1], flush=True)
+    run = dict(zip(names, rows, strict=True))
+    rows = [run.get(name) or kept[name]
+            for name in [*ZOO_ORDER, *(name for name in names if name not in ZOO_ORDER)]
+            if name in run or name in kept]
     met = sum(row.endswith("| – |") for row in rows)
     lines = [
         "# Default compile against the bare array's, zoo programs (bench/bench_zoo_compile.py)",
@@ -103,7 +128,11 @@ def main() -> int:
         "`bare_array=True`, one Python process each under /usr/bin/time: the CPU of the "
         "compile call (process_time, as bench_zoo.py's; the ratio is of these), the user + "
         "system CPU of the whole process (interpreter start and imports included) and its "
-        "peak resident MiB.",
+        "peak resident MiB." + (
+            f" This run measured {', '.join(names)}; the other rows are an earlier run's:"
+            if kept.keys() - set(names) else ""),
+        *([""] + [f"> {line}" if line else ">" for line in earlier]
+          if kept.keys() - set(names) else []),
         "",
         "| model | default s CPU | bare array s CPU | ratio | process s CPU (bare) "
         "| peak MiB (bare) | load | misses |",
