@@ -9,6 +9,7 @@ the interpreter's integers."""
 from __future__ import annotations
 
 import sys
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -18,8 +19,9 @@ from test_quantize import calibration_for, run_quantized, sample_list
 
 from glensidec.frontends import builders as B
 from glensidec.frontends.quantize import quantize, save_quantized
+from glensidec.lang import interp
 from glensidec.lang.data import all_tensors, npz_bytes
-from glensidec.lang.interp import run_program
+from glensidec.lang.interp import apply_term, evaluate_all, run_program
 from glensidec.lang.syntax import format_program, read_program
 from glensidec.lang.terms import Program, TensorDecl, Term, compute_name, postorder
 from glensidec.lang.typecheck import AccessType, check_program
@@ -45,6 +47,58 @@ def test_a_batched_product_is_numpys_batched_matmul() -> None:
     expected = np.einsum("gmk,gkn->gmn", a.astype(np.int64), b.astype(np.int64))
     assert result.dtype == np.int32
     np.testing.assert_array_equal(result, expected)
+
+
+def _pair_program(count: int, m: int, k: int, n: int, dtype: str) -> Program:
+    root = B.batched_matmul(B.tensor("a"), B.tensor("b"), count, m, k, n)
+    return make_program(root, {"a": ((count, m, k), dtype), "b": ((count, k, n), dtype)})
+
+
+@pytest.mark.parametrize("dtype", ["i8", "f32"])
+def test_a_batched_products_slabs_give_the_whole_pairs_values(
+        dtype: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The interpreter takes a dot-product's pair of broadcast operands a slab of items at
+    a time (interp._dot_of_pair): the same values, bit for bit, as the dot-product of the
+    whole stacked pair (f32 too: each element the same products summed in the same
+    order), with slabs that do not divide the batch."""
+    program = _pair_program(COUNT, TOKENS, WIDTH, TOKENS - 2, dtype)
+    types = check_program(program)
+    generator = np.random.default_rng(1)
+    if dtype == "i8":
+        a = generator.integers(-128, 128, (COUNT, TOKENS, WIDTH), dtype=np.int8)
+        b = generator.integers(-128, 128, (COUNT, WIDTH, TOKENS - 2), dtype=np.int8)
+    else:
+        a = generator.standard_normal((COUNT, TOKENS, WIDTH)).astype(np.float32)
+        b = generator.standard_normal((COUNT, WIDTH, TOKENS - 2)).astype(np.float32)
+    pair = next(t for t in postorder(program.root) if t.op == "access-pair")
+    whole = evaluate_all(program.root, types, {"a": a, "b": b})
+    assert pair not in whole  # never stacked
+    stacked = apply_term(program.root, types, {**whole, pair: apply_term(
+        pair, types, whole, {})}, {})  # the dot-product of the materialised pair
+    monkeypatch.setattr(interp, "PAIR_SLAB_ELEMENTS", 2 * TOKENS * (TOKENS - 2) * WIDTH * 4)
+    slabbed = evaluate_all(program.root, types, {"a": a, "b": b})[program.root]
+    assert stacked.dtype == slabbed.dtype == whole[program.root].dtype
+    np.testing.assert_array_equal(stacked, whole[program.root])
+    np.testing.assert_array_equal(stacked, slabbed)
+
+
+def test_a_batched_product_never_holds_its_whole_pair() -> None:
+    """vit_b_16's Q·Kᵀ pair is 12·197·197·2·64 elements (8 GB as int64 with a batch of
+    calibration images): the interpreter's peak stays a few slabs, far below the pair."""
+    count, m, k, n = 16, 64, 64, 64
+    program = _pair_program(count, m, k, n, "i8")
+    types = check_program(program)
+    generator = np.random.default_rng(2)
+    a = generator.integers(-128, 128, (count, m, k), dtype=np.int8)
+    b = generator.integers(-128, 128, (count, k, n), dtype=np.int8)
+    tracemalloc.start()
+    result = run_program(program, {"a": a, "b": b}, types)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    pair_bytes = count * m * n * 2 * k * 8  # the stacked pair, widened to int64
+    assert peak < pair_bytes / 4, (peak, pair_bytes)
+    np.testing.assert_array_equal(result, np.einsum("gmk,gkn->gmn", a.astype(np.int64),
+                                                    b.astype(np.int64)))
 
 
 def _attention(root: Path) -> Program:

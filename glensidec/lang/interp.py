@@ -501,16 +501,40 @@ def _tuple_get_item(call: Call) -> Array:
 
 
 def _lazy_products(root: Term) -> set[Term]:
-    """Cartesian products only ever consumed by dot-product: never materialise them."""
+    """Cartesian products and pairs only ever consumed by dot-product: never materialise
+    them (a batched product's pair of broadcast operands is B·M·N·2·K elements; its
+    dot-product takes them a slab at a time)."""
     consumers: dict[Term, list[Term]] = {}
     for term in postorder(root):
         for child in term.children():
             consumers.setdefault(child, []).append(term)
     return {
         term for term, users in consumers.items()
-        if term.op == "access-cartesian-product"
+        if term.op in ("access-cartesian-product", "access-pair")
         and all(compute_name(user) == "dot-product" for user in users)
     }
+
+
+#: The most elements of a pair (both members) one slab of a lazy pair's dot-product
+#: stacks at once.
+PAIR_SLAB_ELEMENTS = 1 << 20
+
+
+def _dot_of_pair(op: ComputeOp, left: Array, right: Array, access: AccessType,
+                 result: AccessType) -> Array:
+    """dot-product over access-pair(left, right), a slab of the pair's first axis at a
+    time: each slab is what `_dot_product` computes on the stacked pair, element for
+    element (the same products summed over the same items in the same order), without
+    stacking (and widening) the whole pair, which broadcast operands make B·M·N·2·K."""
+    axis = len(access.shape)
+    if not axis:
+        return _dot_product(op, np.stack([left, right]), access, result)
+    per_row = 2 * max(1, math.prod(left.shape[1:]))
+    step = max(1, PAIR_SLAB_ELEMENTS // per_row)
+    parts = [_dot_product(op, np.stack([left[start:start + step], right[start:start + step]],
+                                       axis=axis), access, result)
+             for start in range(0, left.shape[0], step)]
+    return np.concatenate(parts, axis=0) if len(parts) > 1 else parts[0]
 
 
 def evaluate_all(root: Term, types: TypeTable, tensors: dict[str, Array],
@@ -552,6 +576,10 @@ def _apply_term(term: Term, types: TypeTable, values: dict[Term, Array],
                 tensors: dict[str, Array], lazy: Set[Term]) -> Array:
     result = access_type(types, term)
     product = term.args[1] if term.op == "compute" else None
+    if isinstance(product, Term) and product in lazy and product.op == "access-pair":
+        left, right = product.children()
+        return _dot_of_pair(term.args[0], values[left], values[right],  # type: ignore[arg-type]
+                            access_type(types, product), result)
     if isinstance(product, Term) and product in lazy:
         left, right = product.children()
         return _dot_of_cartesian_product(values[left], values[right], access_type(types, left),
