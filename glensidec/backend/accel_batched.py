@@ -31,7 +31,7 @@ from glensidec.backend.lower import (
     Instruction,
     LoweredProgram,
 )
-from glensidec.backend.views import Axis, View, contiguous, view_array
+from glensidec.backend.views import Axis, Group, View, contiguous
 from glensidec.hardware.accel import EpilogueConfig
 from glensidec.hardware.commands import AccelConfig
 from glensidec.lang.dtypes import Array
@@ -99,34 +99,40 @@ def _batched_product(lowered: LoweredProgram, index: int) -> tuple[View, View, b
         return None
     count, m, n = dot.dst.shape
     for left, right in (dot.members, dot.members[::-1]):
-        if left.shape[:3] != (count, m, n) or right.shape != left.shape:
+        if len(left.dims) != 4 or left.shape[:3] != (count, m, n) or right.shape != left.shape:
             continue
         k = left.shape[3]
-        a_order = _order(lowered, left)
-        b_order = _order(lowered, right)
-        if a_order is None or b_order is None or \
+        if not (_readable(lowered, left) and _readable(lowered, right)) or \
                 lowered.buffer_of(left).elements != count * m * k or \
                 lowered.buffer_of(right).elements != count * k * n:
             continue
-        g, rows, cols, depth = np.ix_(np.arange(count), np.arange(m), np.arange(n),
-                                      np.arange(k))
-        if not np.array_equal(a_order, g * m * k + rows * k + depth + 0 * cols):
+        # (from the views' axes: the index arrays of B·M·N·K elements each took swin_t's
+        # 24 products 8 s)
+        batch, rows, cols, depth = left.dims
+        if not _runs_in_order(left, (batch, rows, depth), cols):
             continue
-        if np.array_equal(b_order, g * k * n + depth * n + cols + 0 * rows):
+        batch, rows, cols, depth = right.dims
+        if _runs_in_order(right, (batch, depth, cols), rows):
             return _stacked(left, (count, m, k)), _stacked(right, (count, k, n)), False
-        if np.array_equal(b_order, g * n * k + cols * k + depth + 0 * rows):
+        if _runs_in_order(right, (batch, cols, depth), rows):
             return _stacked(left, (count, m, k)), _stacked(right, (count, n, k)), True
     return None
 
 
-def _order(lowered: LoweredProgram, view: View) -> Array | None:
-    """Which element of its buffer each element of `view` reads (None: not an int8
-    activation or input: what the layer's DMA reads at run time)."""
+def _readable(lowered: LoweredProgram, view: View) -> bool:
+    """Is `view` of an int8 activation or input: what the layer's DMA reads at run time?"""
     buffer = lowered.buffer_of(view)
-    if buffer.dtype != "i8" or buffer.kind not in (ACTIVATION, INPUT) or \
-            buffer.name == lowered.output:
-        return None
-    return view_array(view, np.arange(buffer.elements))
+    return buffer.dtype == "i8" and buffer.kind in (ACTIVATION, INPUT) and \
+        buffer.name != lowered.output
+
+
+def _runs_in_order(view: View, order: tuple[Group, Group, Group], spread: Group) -> bool:
+    """Does `view` read its buffer from its start, element i the i-th, when its index
+    runs through the dims `order` (outermost first), whatever the index along `spread`
+    (which the view broadcasts: every axis of it a stride of 0)?"""
+    return view.offset == 0 and \
+        all(axis.stride == 0 or axis.size == 1 for axis in spread) and \
+        View(view.buffer, 0, order).is_row_major()
 
 
 def _stacked(view: View, shape: tuple[int, int, int]) -> View:
