@@ -392,13 +392,14 @@ async def run_program(dut: Any, config: AccelConfig, layer: ConvLayer, program: 
 
 
 async def run_batched(dut: Any, config: AccelConfig, item: ConvLayer, count: int,
-                      seed: int) -> int:
-    """`count` GEMMs of the shape `item`, each its own input and weights, as one chained
-    stream (glensidec.hardware.batched): every item's result as `conv_reference`'s and the
-    whole stream in `AccelModel`'s cycles; returns them."""
+                      seed: int, residual: str = "") -> int:
+    """`count` GEMMs of the shape `item`, each its own input and weights (and, with
+    `residual` "rows", its own per-row values: softmax·V's), as one chained stream
+    (glensidec.hardware.batched): every item's result as `conv_reference`'s and the whole
+    stream in `AccelModel`'s cycles; returns them."""
     rng = np.random.default_rng(seed)
     M, K, N = item.gemm
-    quant = random_quant(rng, N, "")
+    quant = random_quant(rng, N, residual)
     program = batched_program(config, item, quant, count)
     features = rng.integers(-128, 128, (count, M, K))
     weights = rng.integers(-128, 128, (count, K, N))
@@ -406,8 +407,14 @@ async def run_batched(dut: Any, config: AccelConfig, item: ConvLayer, count: int
     memory[program.input_base:program.input_base + features.size] = \
         features.reshape(-1) & 0xFF
     memory[program.weight_base:program.weight_base + weights.size] = weights.reshape(-1) & 0xFF
+    added = [per_row_values(rng, M, N, config.cols) if residual else None
+             for _ in range(count)]
+    for g, rows in enumerate(added):
+        if rows is not None:
+            start = program.residual_base + g * M * N
+            memory[start:start + M * N] = rows.reshape(-1) & 0xFF
     expected = np.concatenate([conv_reference(item, features[g].reshape(M, 1, K),
-                                              weights[g].reshape(1, 1, K, N), quant)
+                                              weights[g].reshape(1, 1, K, N), quant, added[g])
                                for g in range(count)])
     return await run_and_check(dut, config, program, memory, expected,
                                f"{item.name}: {count} GEMMs of {M}x{K}x{N}, one stream")
@@ -430,7 +437,7 @@ async def layers(dut: Any) -> None:
             continue  # the per-row mode needs 8 bytes of residual row (ws_epilogue's ROW_OK)
         if spec.get("batched"):
             cycles = await run_batched(dut, config, ConvLayer(**fields), int(spec["batched"]),
-                                       seed)
+                                       seed, str(spec.get("residual", "")))
         elif spec.get("onchip"):
             cycles = await run_onchip_chain(dut, config, ConvLayer(**fields),
                                             int(spec["onchip"]), seed)

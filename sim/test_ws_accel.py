@@ -138,6 +138,8 @@ LAYERS = [
      "batched": 3},
     {"name": "batched4_gemm7x20x18", "height": 7, "width": 1, "channels": 20,
      "out_channels": 18, "batched": 4},
+    {"name": "batched3_rows_gemm9x12x16", "height": 9, "width": 1, "channels": 12,
+     "out_channels": 16, "batched": 3, "residual": "rows"},
     {"name": "onchip3x3_maxpool", "height": 4, "width": 4, "channels": 5, "out_channels": 6,
      "kernel": 3, "stride": 1, "padding": 1, "onchip": 2},
 ]

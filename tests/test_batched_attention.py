@@ -101,12 +101,20 @@ def test_a_batched_product_never_holds_its_whole_pair() -> None:
                                                     b.astype(np.int64)))
 
 
-def _attention(root: Path) -> Program:
+def _attention(root: Path, output_projection: str = "") -> Program:
     """x (count, M, C) projected to Q, K and V (one weight each), softmax(Q·Kᵀ)·V with
-    batched products, saved (with its weights) and read back."""
+    batched products (then, with `output_projection`, each token's context times a weight
+    wo: "items", each item's rows on their own; "heads", the items as heads, each token's
+    row their contexts side by side as ViT's concatenation), saved (with its weights) and
+    read back."""
     generator = np.random.default_rng(3)
     weights = {name: (generator.standard_normal((WIDTH, FEATURES)) / FEATURES ** 0.5
                       ).astype(np.float32) for name in ("wq", "wk", "wv")}
+    heads = output_projection == "heads"
+    if output_projection:
+        width = COUNT * WIDTH if heads else WIDTH
+        weights["wo"] = (generator.standard_normal((FEATURES, width)) / width ** 0.5
+                         ).astype(np.float32)
     rows = B.access(B.reshape(B.tensor("x"), (COUNT * TOKENS, FEATURES), ()), 1)
 
     def projected(name: str) -> Term:  # ((count, M, K), ())
@@ -117,8 +125,14 @@ def _attention(root: Path) -> Program:
     scores = B.batched_matmul(q, B.transpose(k, 0, 2, 1), COUNT, TOKENS, WIDTH, TOKENS)
     p = B.access(B.compute("softmax", B.access(scores, 2)), 3)
     context = B.batched_matmul(p, v, COUNT, TOKENS, TOKENS, WIDTH)
+    if heads:  # (heads, tokens, width) → (tokens, heads·width)
+        rows = B.reshape(B.transpose(context, 1, 0, 2), (TOKENS, COUNT * WIDTH), ())
+        context = B.matmul(B.access(rows, 1), B.access(B.tensor("wo"), 1))
+    elif output_projection:
+        context = B.matmul(B.access(B.reshape(context, (COUNT * TOKENS, WIDTH), ()), 1),
+                           B.access(B.tensor("wo"), 1))
     tensors = {"x": TensorDecl("x", (COUNT, TOKENS, FEATURES), "f32", "input"),
-               **{name: TensorDecl(name, (WIDTH, FEATURES), "f32", "weight", "model.npz")
+               **{name: TensorDecl(name, weights[name].shape, "f32", "weight", "model.npz")
                   for name in weights}}
     (root / "model.npz").write_bytes(npz_bytes(weights))
     path = root / "model.gs"

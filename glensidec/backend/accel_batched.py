@@ -13,11 +13,14 @@ operand Q·Kᵀ reads, which a host copy lays out first (a layout layer is the n
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
-from glensidec.backend.accel_attention import _fits, apply_edits
+from glensidec.backend.accel_attention import RowsMode, _fits, apply_edits
 from glensidec.backend.accel_layers import (
     LayerBuilder,
+    _Chain,
     drop_dead_code,
     follow_chain,
     per_column,
@@ -46,49 +49,71 @@ def fuse_batched_products(lowered: LoweredProgram, weights: dict[str, Array],
     edits: dict[int, list[Instruction]] = {}
     readers = result.readers()
     for index, dot in enumerate(lowered.instructions):
-        found = _batched_product(result, index) if isinstance(dot, Dot) else None
+        found = batched_operands(result, index) if isinstance(dot, Dot) else None
         if found is None:
             continue
-        a_view, b_view, b_transposed = found
+        assert isinstance(dot, Dot)
         count, m, n = dot.dst.shape
-        k = a_view.shape[-1]
         chain = follow_chain(result, index, contiguous(dot.dst.buffer, (count * m, n)),
                              (count * m, n), weights, readers)
-        if chain is None or chain.transposed or chain.skip is not None or \
-                chain.rows != count * m or chain.cols != n or chain.table is not None:
+        if chain is None or chain.table is not None:
             continue
-        bias = np.zeros((chain.rows, n), np.int64) if chain.bias is None else chain.bias
-        bias_vector, multiplier_vector = per_column(bias), per_column(chain.multiplier)
-        epilogue = EpilogueConfig(chain.pre, chain.post, chain.zero_point, chain.low,
-                                  chain.high)
-        if bias_vector is None or multiplier_vector is None or \
-                not _fits(accel, m, k, n, epilogue, None):
-            continue
-        name = chain.dst.buffer
-        before: list[Instruction] = []
-        if b_transposed:  # (B, N, K) → (B, K, N): each item's weights row-major
-            laid = builder.activation(f"{name}_rhs", (count, k, n))
-            before.append(Copy(f"{dot.note}: the operand's rows transposed", _transposed(
-                laid), b_view))
-            b_view = laid
-        layer = AccelLayer(
-            result.instructions[chain.indices[-1]].note, chain.dst, name=name,
-            a=contiguous(a_view.buffer, (count * m, k)),
-            b=contiguous(b_view.buffer, (count * k, n)),
-            bias=builder.constant(f"{name}_bias", "i32", np.array(bias_vector, np.int64)),
-            multiplier=builder.constant(f"{name}_multiplier", "i32",
-                                        np.array(multiplier_vector, np.int64)),
-            commands=builder.commands_placeholder(name), m=count * m, k=k, n=n,
-            pre=chain.pre, post=chain.post, zero_point=chain.zero_point, low=chain.low,
-            high=chain.high, batch=count)
-        edits.update({position: [] for position in chain.indices})
-        edits[index] = [*before, layer]
+        made = batched_layer(result, builder, index, found, chain, accel)
+        if made is not None:
+            edits.update({position: [] for position in chain.indices})
+            edits[index] = made
     apply_edits(result, edits)
     drop_dead_code(result)
     return result
 
 
-def _batched_product(lowered: LoweredProgram, index: int) -> tuple[View, View, bool] | None:
+def batched_layer(lowered: LoweredProgram, builder: LayerBuilder, index: int,
+                  found: tuple[View, View, bool], chain: _Chain, accel: AccelConfig,
+                  rows_mode: RowsMode | None = None) -> list[Instruction] | None:
+    """The batched layer of the `Dot` at `index` (its operands `found` by
+    `batched_operands`) and its epilogue `chain` over the (B·M, N) sums, after a copy
+    transposing B's operand when it is (B, N, K); with `rows_mode`, the epilogue's per-row
+    mode (`accel_softmax`: softmax·V), its rows' values packed first. None when the
+    chain is no epilogue of the layer or the layer does not fit."""
+    dot = lowered.instructions[index]
+    assert isinstance(dot, Dot)
+    a_view, b_view, b_transposed = found
+    count, m, n = dot.dst.shape
+    k = a_view.shape[-1]
+    if chain.transposed or chain.skip is not None or chain.rows != count * m or \
+            chain.cols != n:
+        return None
+    bias = np.zeros((chain.rows, n), np.int64) if chain.bias is None else chain.bias
+    bias_vector, multiplier_vector = per_column(bias), per_column(chain.multiplier)
+    epilogue = EpilogueConfig(chain.pre, chain.post, chain.zero_point, chain.low, chain.high)
+    if bias_vector is None or multiplier_vector is None or \
+            not _fits(accel, m, k, n, epilogue, None if rows_mode is None else
+                      rows_mode.config):
+        return None
+    name = chain.dst.buffer
+    before: list[Instruction] = []
+    if b_transposed:  # (B, N, K) → (B, K, N): each item's weights row-major
+        laid = builder.activation(f"{name}_rhs", (count, k, n))
+        before.append(Copy(f"{dot.note}: the operand's rows transposed", _transposed(laid),
+                           b_view))
+        b_view = laid
+    layer = AccelLayer(
+        lowered.instructions[chain.indices[-1]].note, chain.dst, name=name,
+        a=contiguous(a_view.buffer, (count * m, k)),
+        b=contiguous(b_view.buffer, (count * k, n)),
+        bias=builder.constant(f"{name}_bias", "i32", np.array(bias_vector, np.int64)),
+        multiplier=builder.constant(f"{name}_multiplier", "i32",
+                                    np.array(multiplier_vector, np.int64)),
+        commands=builder.commands_placeholder(name), m=count * m, k=k, n=n,
+        pre=chain.pre, post=chain.post, zero_point=chain.zero_point, low=chain.low,
+        high=chain.high, batch=count)
+    if rows_mode is not None:
+        layer = replace(layer, residual=rows_mode.values, residual_add=rows_mode.config)
+        before = [*rows_mode.packing, *before]
+    return [*before, layer]
+
+
+def batched_operands(lowered: LoweredProgram, index: int) -> tuple[View, View, bool] | None:
     """(A as (B, M, K), B's operand as (B, K, N) or, transposed, (B, N, K), whether it is
     transposed) when the `Dot` at `index` is a batched product of two whole int8
     activation buffers: (B, M, N) sums over K of A[b, m, k]·B[b, k, n]; else None."""

@@ -783,8 +783,12 @@ def program_accel_layers(lowered: LoweredProgram, weights: dict[str, Array],
         geometry = layer_geometry(layer)
         if key not in programmed and layer.batch:
             item = replace(geometry, height=layer.m // layer.batch)
-            program, table, timing = _timed(accel, batched_program(
-                accel, item, layer_quant(result, layer, weights), layer.batch))
+            batched = batched_program(accel, item, layer_quant(result, layer, weights),
+                                      layer.batch)
+            if reordered(layer):  # (store_rows_in_place: its rows stored reordered)
+                batched = with_row_order(batched, layer.m, layer.n, layer.row_order,
+                                         layer.residual_order)
+            program, table, timing = _timed(accel, batched)
             traffic = table_traffic(accel, geometry, program, table, False)
             # every item multiplies by weights of its own (B's batch·K·N bytes), where
             # compulsory_bytes counts one layer's K·N

@@ -17,6 +17,12 @@ requantize. So the call and the loop become one product layer (its operands trac
 (0, p) at the start of every N block of the residual rows the layer reads: O(rows) work
 where the division was O(rows × keys).
 
+A batched product (`builders.batched_matmul`: softmax·V of every window × head as one
+host `Dot` of (B, M, N) sums) whose result such a loop alone reads becomes one batched
+layer (`accel_batched.batched_layer`) in the per-row mode the same way, its B·M rows'
+values packed as one (B·M, N/4) buffer: item g's residual rows in its own slot
+(`hardware.batched`).
+
 Runs after `fuse_elementwise` (the loop is one `Fused` by then).
 """
 
@@ -28,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from glensidec.backend.accel_attention import RowsMode, _product_layer, apply_edits
+from glensidec.backend.accel_batched import batched_layer, batched_operands
 from glensidec.backend.accel_layer_norm import per_row_vector
 from glensidec.backend.accel_layers import (
     LayerBuilder,
@@ -42,10 +49,13 @@ from glensidec.backend.lower import (
     ACTIVATION,
     ArrayGemm,
     Buffer,
+    Copy,
+    Dot,
     Fill,
     Fused,
     Instruction,
     LoweredProgram,
+    Map,
     Step,
 )
 from glensidec.backend.views import Axis, View, contiguous, view_array
@@ -66,6 +76,7 @@ class _Scaled:
     part: View  # (rows,) i32
     shift: int
     chain: _Chain
+    after: tuple[Instruction, ...] = ()  # after the layer (a copy of its rows reordered)
 
 
 def fuse_row_scaled_products(lowered: LoweredProgram, weights: dict[str, Array],
@@ -81,11 +92,18 @@ def fuse_row_scaled_products(lowered: LoweredProgram, weights: dict[str, Array],
     readers = result.readers()
     edits: dict[int, list[Instruction]] = {}
     for index, gemm in enumerate(lowered.instructions):
+        if isinstance(gemm, Dot):  # every item's product at once: one batched layer
+            batched = _batched_layer(result, builder, index, weights, readers, accel)
+            if batched is not None:  # (where the loop was, as below)
+                made, positions = batched
+                edits.update({position: [] for position in positions})
+                edits[positions[-1]] = made
+            continue
         if not (isinstance(gemm, ArrayGemm) and _fusable(result, gemm, accel)
                 and _known(result, gemm.a, weights, index, (gemm.m, gemm.k)) is None
                 and _known(result, gemm.b, weights, index, (gemm.k, gemm.n)) is None):
             continue
-        found = _scaled(result, index, gemm, weights, readers)
+        found = _scaled(result, index, gemm.dst.buffer, gemm.m, gemm.n, weights, readers)
         if found is None or not holds_row_values(found.chain.cols, accel.cols):
             continue
         layer = _product_layer(result, builder, index, found.chain, accel,
@@ -96,6 +114,27 @@ def fuse_row_scaled_products(lowered: LoweredProgram, weights: dict[str, Array],
     apply_edits(result, edits)
     drop_dead_code(result)
     return result
+
+
+def _batched_layer(lowered: LoweredProgram, builder: LayerBuilder, index: int,
+                   weights: dict[str, Array], readers: Mapping[str, list[int]],
+                   accel: AccelConfig) -> tuple[list[Instruction], list[int]] | None:
+    """(the batched layer of the `Dot` at `index`, a batched product of two int8
+    activations, in the per-row mode, with what packs its rows' values; the positions of
+    the product and its loop) when one per-row scaling loop alone reads its (B, M, N)
+    sums (softmax·V of every window × head); else None."""
+    found = batched_operands(lowered, index)
+    if found is None:
+        return None
+    dot = lowered.instructions[index]
+    assert isinstance(dot, Dot)
+    count, m, n = dot.dst.shape
+    scaled = _scaled(lowered, index, dot.dst.buffer, count * m, n, weights, readers, True)
+    if scaled is None or not holds_row_values(n, accel.cols):
+        return None
+    made = batched_layer(lowered, builder, index, found, scaled.chain, accel,
+                         _rows_mode(lowered, builder, scaled, accel))
+    return None if made is None else ([*made, *scaled.after], scaled.chain.indices)
 
 
 def _rows_mode(lowered: LoweredProgram, builder: LayerBuilder, found: _Scaled,
@@ -123,19 +162,22 @@ def _rows_mode(lowered: LoweredProgram, builder: LayerBuilder, found: _Scaled,
                     ResidualConfig(rows=True, pre=found.shift), packing)
 
 
-def _scaled(lowered: LoweredProgram, index: int, gemm: ArrayGemm, weights: dict[str, Array],
-            readers: Mapping[str, list[int]]) -> _Scaled | None:
-    """The per-row scaling loop that alone reads the call's result, as the layer's parts;
-    else None."""
-    users = readers.get(gemm.dst.buffer, [])
+def _scaled(lowered: LoweredProgram, index: int, sums: str, m: int, n: int,
+            weights: dict[str, Array], readers: Mapping[str, list[int]],
+            reordered: bool = False) -> _Scaled | None:
+    """The per-row scaling loop that alone reads the product's M × N result (buffer
+    `sums`), as the layer's parts (with `reordered`, also a loop ending at t whose
+    requantize reads t in another order: `_reordered_requantize`); else None."""
+    users = readers.get(sums, [])
     fused = lowered.instructions[users[0]] if len(users) == 1 else None
-    if not isinstance(fused, Fused) or lowered.buffer_of(fused.dst).dtype != "i8" or \
-            fused.dst.buffer == lowered.output:
+    if not isinstance(fused, Fused) or \
+            lowered.buffer_of(fused.dst).dtype not in (("i8", "i32") if reordered else ("i8",)) \
+            or fused.dst.buffer == lowered.output:
         return None
     block = None
     for leaf in fused.leaves:
-        if leaf.buffer == gemm.dst.buffer:
-            found = _block(leaf, lowered, gemm.m, gemm.n)
+        if leaf.buffer == sums:
+            found = _block(leaf, lowered, m, n)
             if found is None or found[2] or block not in (None, found):
                 return None
             block = found
@@ -147,7 +189,7 @@ def _scaled(lowered: LoweredProgram, index: int, gemm: ArrayGemm, weights: dict[
         return None
     leaves: list[tuple[str, object]] = []
     for leaf in fused.leaves:
-        if leaf.buffer == gemm.dst.buffer:
+        if leaf.buffer == sums:
             leaves.append(("a", None))
         elif (constant := _known(lowered, leaf, weights, users[0], (rows, cols))) is not None:
             leaves.append(("const", constant))
@@ -162,14 +204,52 @@ def _scaled(lowered: LoweredProgram, index: int, gemm: ArrayGemm, weights: dict[
         if value is None:
             return None
         values.append(value)
+    indices: list[int] = [index, users[0]]
+    after: tuple[Instruction, ...] = ()
+    if values and values[-1][0] == "t" and reordered:
+        requantized = _reordered_requantize(lowered, users[0], dst, readers)
+        if requantized is None:
+            return None
+        position, step, dst, copy = requantized
+        after = (copy,)
+        value = _step(step, [values[-1]])
+        if value is None:
+            return None
+        values.append(value)
+        indices.append(position)
     if not values or values[-1][0] != "y":
         return None
     y = values[-1][1]
     assert isinstance(y, _Y)
-    chain = _Chain([index, users[0]], rows, cols, False, dst, None,
+    chain = _Chain(indices, rows, cols, False, dst, None,
                    np.broadcast_to(np.asarray(y.multiplier, np.int64), (rows, cols)),
                    y.pre, y.post, y.zero_point, y.low, y.high)
-    return _Scaled(y.whole, y.part, y.shift, chain)
+    return _Scaled(y.whole, y.part, y.shift, chain, after)
+
+
+def _reordered_requantize(lowered: LoweredProgram, loop: int, sums: View,
+                          readers: Mapping[str, list[int]]
+                          ) -> tuple[int, Step, View, Copy] | None:
+    """(where it is, its step, the layer's rows, the copy that takes its place) when the
+    i32 t the loop at `loop` writes (`sums`: all of its buffer, rows × cols row-major) is
+    read by one int8 requantize alone, in another order (vit_b_16's batched softmax·V:
+    each head's t, read as the heads' concatenation for the output projection): the
+    layer requantizes its rows into a buffer of t's layout, which a copy reorders as the
+    requantize read t."""
+    buffer = lowered.buffer_of(sums)
+    users = readers.get(buffer.name, [])
+    requantize = lowered.instructions[users[0]] if len(users) == 1 else None
+    if not isinstance(requantize, Map) or requantize.op.name != "requantize" or \
+            buffer.dtype != "i32" or lowered.buffer_of(requantize.dst).dtype != "i8" or \
+            int(np.prod(sums.shape)) != buffer.elements or \
+            lowered.writers().get(buffer.name) != [loop]:
+        return None
+    name = LayerBuilder(lowered).name(f"{requantize.dst.buffer}_rows")
+    lowered.buffers[name] = Buffer(name, "i8", buffer.shape, ACTIVATION)
+    copy = Copy(f"{requantize.note}: the layer's rows in the requantize's order",
+                requantize.dst, View(name, requantize.src.offset, requantize.src.dims))
+    return users[0], Step(requantize.op, (-1,), "i8"), \
+        View(name, sums.offset, sums.dims), copy
 
 
 @dataclass(frozen=True)
