@@ -329,3 +329,47 @@ def test_weight_beats_and_draining_epilogue_stretches_take_the_python_models_cyc
                  for tiling in [*tilings, *interleaved_tilings(config, layer, tilings[0])]]
     for program in programs:
         _compare(config, program.commands)
+
+
+def _skipped(config: AccelConfig, table: np.ndarray, limit: int = 10**8) -> int:
+    """How many of the table's commands the C model took in repeated periods."""
+    status, timing = accel_native._run(_native(), config, table, limit)
+    assert status == 0
+    return int(timing.skipped)
+
+
+@pytest.mark.parametrize(("layer", "skipping"), [
+    (ConvLayer("dense", 1, 1, 1024, 8, kernel=1), "all"),  # a fold's LOAD and COMPUTE
+    (ConvLayer("deep", 8, 8, 128, 8, kernel=1), "some"),  # im2col's folds
+], ids=["dense", "deep"])
+@pytest.mark.parametrize("residual", [False, True], ids=["plain", "residual"])
+@pytest.mark.parametrize("load_rows", [1, 2], ids=["one-row-beats", "two-row-beats"])
+def test_repeated_periods_taken_at_once_take_the_python_models_cycles(
+        layer: ConvLayer, skipping: str, residual: bool, load_rows: int) -> None:
+    """The C model takes periods of commands at once when the machine's state repeats
+    the one a period before and the commands repeat theirs (skip_periods): programs of
+    long repetitive layers (each window tiling, the interleaved ones and im2col, with and
+    without a residual add; banks of 128 rows, some programs reading weights and
+    activations from one bank) skip commands (every program of the dense layer does), and
+    every field of the timing is the Python model's as it steps them (also with two
+    weight rows a beat); stopped at a bound of one cycle less, the run says so."""
+    config = AccelConfig(4, 4, 64, MemoryConfig(row_bytes=4, scratchpad_bytes=2048,
+                                                banks=4, bus_bytes=4, latency=3),
+                         weight_load_rows=load_rows)
+    quant = random_layer_data(layer, 2)[2]
+    if residual:
+        quant = dataclasses.replace(quant, residual=random_residual(2))
+    tilings = window_tilings(config, layer, residual)
+    tilings += interleaved_tilings(config, layer, tilings[0], residual) if tilings else []
+    programs = [conv_program(config, layer, quant, "im2col")]
+    programs += [window_program(config, layer, quant, tiling) for tiling in tilings]
+    skipped = []
+    for program in programs:
+        table = pack_commands(program.commands)
+        timing = _compare(config, program.commands)
+        skipped.append(_skipped(config, table))
+        assert accel_native.native_cycles_within(_native(), config, table,
+                                                 timing.cycles - 1) is None
+        assert accel_native.native_cycles_within(_native(), config, table,
+                                                 timing.cycles) == timing
+    assert (min if skipping == "all" else max)(skipped) > 0, skipped

@@ -10,7 +10,9 @@
  *
  * Each call of step() evaluates one clock cycle's combinational signals from the current
  * state, in the order they depend on each other, then applies the clock edge; names
- * follow the Python model (and so the RTL).
+ * follow the Python model (and so the RTL). Where the state repeats with the commands,
+ * whole periods are taken at once (skip_periods, below): a field added to `model` must be
+ * added to its normalize() and jump() as well.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -46,6 +48,7 @@ typedef struct {
   int64_t cycles, compute_rows, load_bytes, store_bytes, array_stall_cycles;
   int64_t load_busy_cycles, store_busy_cycles; /* cycles with a load slot / a store beat */
   int64_t dispatched; /* commands dispatched when the run ended (a stopped run: how far) */
+  int64_t skipped; /* commands taken in repeated periods (skip_periods), not stepped */
 } gs_timing;
 
 /* A FIFO of int64 that grows as needed (the Python model's deques). Its capacity is a
@@ -121,6 +124,8 @@ typedef struct {
   /* execute unit */
   int w_active, w_q, a_active, q_valid, q_last, q_emit, q_signal;
   int64_t w_base, w_beat, a_addr, a_left, a_cmd, a_line, a_col;
+  int64_t w_cmd, s_cmd; /* the COMPUTE w_base came from, the STORE res_addr and p_* came
+                           from (-1: none yet; no effect on timing: the period skip's) */
   /* ws_ctrl */
   int64_t w_count, w_load_bank, a_bank, bank_full[2], drain[2];
   uint8_t *tag_valid, *tag_emit; /* a delay line of lat entries; the oldest at tag_pos */
@@ -584,6 +589,7 @@ static int step(model *m, int64_t cycle, int64_t limit, gs_timing *timing, int64
       return -1;
     m->w_active = 1;
     m->w_base = cmd[e_head].w_row;
+    m->w_cmd = e_head;
     m->w_beat = 0;
   } else if (w_issue_last) {
     m->w_active = 0;
@@ -692,6 +698,7 @@ static int step(model *m, int64_t cycle, int64_t limit, gs_timing *timing, int64
     fifo_pop(&m->sq);
     fifo_pop(&m->sq_need);
     m->s_pending = head;
+    m->s_cmd = head;
     m->s_onchip = (int)cmd[head].signal_store;
     m->s_left = cmd[head].count1 * cmd[head].count2;
     m->s_signal = (int)cmd[head].signal;
@@ -768,6 +775,361 @@ static void release(model *m) {
   free(m->tag_emit);
 }
 
+/* ==== Periodic steady states (exact: a repetition found, not an estimate)
+ *
+ * A layer's program repeats one pattern of commands thousands of times (a fold's LOAD
+ * and COMPUTE, a chunk's N blocks), and the machine settles into a state that repeats
+ * with it. At each dispatch (a checkpoint: the first cycle with next_command = k) the
+ * state can be written relative to the command stream and the cycle (`normalize`):
+ * command indices as distances back from k, cycles as distances back from now, the
+ * fence's and the on-chip rows' counts relative to their running totals, scratchpad
+ * addresses relative to the command they came from. If that vector at checkpoint k
+ * equals the one at an earlier checkpoint a (p = k - a commands before), the commands
+ * the state still refers to and the next ones repeat those p earlier (`same_key`: every
+ * field but main-memory bases, compared modulo the bus, and scratchpad rows), and no two
+ * scratchpad reads can meet in one bank over the whole stretch (bank masks, below), then
+ * every later period takes exactly the cycles and counts of the one from a to k: the
+ * only place a scratchpad address acts on timing is a bank comparison, and step() reads
+ * nothing else the normalization drops. Such periods are then taken at once (`jump`),
+ * as many as the commands keep repeating and the limit allows.
+ *
+ * Any state field added to `model` must be added to normalize() (and, if it holds a
+ * command index, a cycle, a running count or a scratchpad address, to jump()). */
+
+#define KEY_FIELDS 31 /* gs_command's int64 fields */
+enum { F_W_ROW = 3, F_A_ROW = 4, F_BASE = 8, F_SPAD_ROW = 14, F_ACC_ROW = 30 };
+
+typedef struct {
+  int64_t *items;
+  int64_t count, capacity;
+} vec;
+
+static int vec_push(vec *v, int64_t value) {
+  if (v->count == v->capacity) {
+    int64_t capacity = v->capacity ? 2 * v->capacity : 256;
+    int64_t *items = realloc(v->items, (size_t)capacity * sizeof *items);
+    if (items == NULL)
+      return -1;
+    v->items = items;
+    v->capacity = capacity;
+  }
+  v->items[v->count++] = value;
+  return 0;
+}
+
+/* Two commands time alike: with their scratchpad rows (`rows`), or wherever their rows
+ * cannot share a bank. */
+static int same_key(const gs_command *x, const gs_command *y, int64_t bus, int rows) {
+  const int64_t *a = (const int64_t *)x, *b = (const int64_t *)y;
+  for (int i = 0; i < KEY_FIELDS; ++i) {
+    if (i == F_ACC_ROW || (!rows && (i == F_W_ROW || i == F_A_ROW || i == F_SPAD_ROW)))
+      continue;
+    if (i == F_BASE ? (a[i] - floor_div(a[i], bus) * bus) != (b[i] - floor_div(b[i], bus) * bus)
+                    : a[i] != b[i])
+      return 0;
+  }
+  return 1;
+}
+
+/* The banks (bit b for bank b, bank 63 and beyond or below 0 in bit 63) of the rows lo..hi. */
+static uint64_t bank_bits(int64_t lo, int64_t hi, int64_t shift) {
+  int64_t first = lo >> shift, last = hi >> shift;
+  uint64_t bits = 0;
+  if (first < 0 || last > 62)
+    bits |= (uint64_t)1 << 63;
+  if (first < 0)
+    first = 0;
+  if (last > 62)
+    last = 62;
+  if (last - first >= 62)
+    return ~(uint64_t)0;
+  for (int64_t b = first; b <= last; ++b)
+    bits |= (uint64_t)1 << b;
+  return bits;
+}
+
+/* lo..hi of start + i * step for i < count (count >= 1). */
+static void span(int64_t step, int64_t count, int64_t *lo, int64_t *hi) {
+  int64_t reach = (count > 0 ? count - 1 : 0) * step;
+  *lo += reach < 0 ? reach : 0;
+  *hi += reach > 0 ? reach : 0;
+}
+
+typedef struct {
+  uint64_t weights, activations, residual, pool;
+  int residual_config; /* a CONFIG with a residual add among them */
+} banks;
+
+/* The banks of the rows lo..hi, each address wrapped around the scratchpad. */
+static uint64_t wrapped_bank_bits(const model *m, int64_t lo, int64_t hi) {
+  int64_t rows_all = m->spad_mask + 1, first = lo & m->spad_mask, last = hi & m->spad_mask;
+  if (hi - lo + 1 >= rows_all)
+    return bank_bits(0, rows_all - 1, m->bank_shift);
+  if (first <= last)
+    return bank_bits(first, last, m->bank_shift);
+  return bank_bits(first, rows_all - 1, m->bank_shift) | bank_bits(0, last, m->bank_shift);
+}
+
+/* The banks a command's scratchpad reads may use (a superset). */
+static void add_banks(const model *m, const gs_command *c, banks *into) {
+  int64_t shift = m->bank_shift;
+  if (c->op == OP_COMPUTE) {
+    int64_t lo = c->a_row, hi = c->a_row, w_last = c->w_row + m->rows - 1;
+    /* a beat's first row as it is, its last wrapped (step()'s w_bank, w_bank_end) */
+    into->weights |= bank_bits(c->w_row, w_last, shift) |
+                     wrapped_bank_bits(m, c->w_row, w_last);
+    if (c->a_count1) {
+      span(c->a_stride2, (c->m_len + c->a_count1 - 1) / c->a_count1, &lo, &hi);
+      span(c->a_stride1, c->m_len < c->a_count1 ? c->m_len : c->a_count1, &lo, &hi);
+    } else {
+      span(c->a_stride1, c->m_len, &lo, &hi);
+    }
+    into->activations |= wrapped_bank_bits(m, lo, hi);
+  } else if (c->op == OP_STORE && c->y0 > 0) { /* a pooling store's window reads */
+    int64_t lo = c->spad_row, hi = c->spad_row, window = c->y0;
+    span(c->width > 0 ? c->width : 1, c->count1 * c->count2, &lo, &hi);
+    if (c->x0 > 0) {
+      span(c->x_step, (window + c->x0 - 1) / c->x0, &lo, &hi);
+      span(c->y_step, c->x0, &lo, &hi);
+    } else {
+      span(c->y_step, window, &lo, &hi);
+    }
+    into->pool |= bank_bits(lo, hi, shift);
+  } else if (c->op == OP_STORE) { /* residual rows, if a CONFIG asks for them */
+    int64_t rows = c->count1 * c->count2;
+    into->residual |= bank_bits(c->spad_row, c->spad_row + (rows > 0 ? rows - 1 : 0), shift);
+  } else if (c->op == OP_CONFIG && c->residual) {
+    into->residual_config = 1;
+  }
+}
+
+/* No weight, activation and residual or pooled read of these banks can share a bank. */
+static int apart(const model *m, const banks *b) {
+  uint64_t second = b->pool | (b->residual_config || m->cfg_residual ? b->residual : 0);
+  return !(b->weights & b->activations) && !(second & b->activations) && !(b->weights & second);
+}
+
+static int64_t relative(int64_t index, int64_t now) { return index >= 0 ? now - index : -1; }
+
+/* The state at a checkpoint (next_command = k, at `cycle`), relative to both; -1 when
+ * out of memory. `*oldest` gets the earliest command the state refers to. */
+static int normalize(const model *m, int64_t cycle, vec *v, int64_t *oldest,
+                     const vec *against) {
+  const gs_command *cmd = m->commands;
+  int64_t k = m->next_command, low = k;
+  int64_t a_row = m->a_cmd >= 0 ? cmd[m->a_cmd].a_row : 0;
+  int64_t w_row = m->w_cmd >= 0 ? cmd[m->w_cmd].w_row : 0;
+  int64_t s_row = m->s_cmd >= 0 ? cmd[m->s_cmd].spad_row : 0;
+  int64_t scalars[] = {
+      m->tok_le, m->tok_el, m->tok_sl, m->tok_ls, m->st_written - m->st_sent,
+      m->oc_made - m->oc_sent, m->oc_left, m->oc_active, m->s_onchip, m->track_written,
+      m->w_active, m->w_q, m->a_active, m->q_valid, m->q_last, m->q_emit, m->q_signal,
+      m->w_beat, m->a_left, m->a_col, (m->a_addr - a_row) & m->spad_mask,
+      (m->a_line - a_row) & m->spad_mask, relative(m->a_cmd, k), m->w_base - w_row,
+      relative(m->w_cmd, k), m->w_count, m->w_load_bank, m->a_bank, m->bank_full[0],
+      m->bank_full[1], m->drain[0], m->drain[1], m->tags_valid, m->tags_emit,
+      relative(m->s_pending, k), relative(m->s_cmd, k), m->s_left, m->epi_rows, m->st_beat,
+      m->res_addr - s_row, m->out_rows, m->epi_fifo, m->epi_phase, m->s1_valid,
+      m->out_valid, m->s_signal, m->cfg_residual, m->s_pool, m->q2_valid, m->q2_first,
+      m->q2_last, m->p_window, m->p_wstride, m->p_t, m->p_pix - s_row, m->p_addr - s_row,
+      m->p_reads, m->p_wcount1, m->p_wstride2, m->p_step, m->p_tx, m->p_line - s_row,
+      m->last_write >= 0 ? cycle - m->last_write : -1};
+  const fifo *indices[] = {&m->lq, &m->eq, &m->sq, &m->aq};
+  const fifo *plain[] = {&m->dma_slots, &m->write_rows_due, &m->track_signal,
+                         &m->track_rows, &m->track_signal_store, &m->st_rows};
+  const fifo *needs[] = {&m->eq_need, &m->aq_need, &m->sq_need};
+  v->count = 0;
+  for (size_t i = 0; i < sizeof scalars / sizeof scalars[0]; ++i)
+    if (vec_push(v, scalars[i]))
+      return -1;
+  if (against && (against->count < v->count ||  /* (most checkpoints differ here) */
+                  memcmp(against->items, v->items, (size_t)v->count * sizeof *v->items)))
+    return 1;
+  for (int64_t i = 0; i < m->lat; ++i) {
+    int64_t at = (m->tag_pos + i) % m->lat;
+    if (vec_push(v, m->tag_valid[at] | m->tag_emit[at] << 1))
+      return -1;
+  }
+  for (size_t f = 0; f < 4; ++f) {
+    if (vec_push(v, indices[f]->count))
+      return -1;
+    for (int64_t i = 0; i < indices[f]->count; ++i) {
+      int64_t index = indices[f]->items[(indices[f]->head + i) & (indices[f]->capacity - 1)];
+      low = index < low ? index : low;
+      if (vec_push(v, k - index))
+        return -1;
+    }
+  }
+  for (size_t f = 0; f < 6; ++f) {
+    if (vec_push(v, plain[f]->count))
+      return -1;
+    for (int64_t i = 0; i < plain[f]->count; ++i)
+      if (vec_push(v, plain[f]->items[(plain[f]->head + i) & (plain[f]->capacity - 1)]))
+        return -1;
+  }
+  if (vec_push(v, m->writes.count) || vec_push(v, m->lq_sent.count))
+    return -1;
+  for (int64_t i = 0; i < m->writes.count; ++i)
+    if (vec_push(v, m->writes.items[(m->writes.head + i) & (m->writes.capacity - 1)] - cycle))
+      return -1;
+  for (int64_t i = 0; i < m->lq_sent.count; ++i)
+    if (vec_push(v, m->lq_sent.items[(m->lq_sent.head + i) & (m->lq_sent.capacity - 1)] -
+                        m->st_sent))
+      return -1;
+  for (size_t f = 0; f < 3; ++f) {
+    if (vec_push(v, needs[f]->count))
+      return -1;
+    for (int64_t i = 0; i < needs[f]->count; ++i)
+      if (vec_push(v, needs[f]->items[(needs[f]->head + i) & (needs[f]->capacity - 1)] -
+                          m->oc_sent))
+        return -1;
+  }
+  int64_t singles[] = {m->a_cmd, m->w_cmd, m->s_cmd, m->s_pending};
+  for (size_t i = 0; i < 4; ++i)
+    if (singles[i] >= 0 && singles[i] < low)
+      low = singles[i];
+  *oldest = low;
+  return 0;
+}
+
+typedef struct {
+  vec snapshot, current;
+  int64_t at, cycle, st_sent, oc_sent, window; /* at: its checkpoint (-1: none) */
+  gs_timing timing;
+} periods;
+
+#define FIRST_WINDOW 4
+#define LAST_WINDOW ((int64_t)1 << 16)
+
+static void shift_fifo(fifo *queue, int64_t by) {
+  for (int64_t i = 0; i < queue->count; ++i)
+    queue->items[(queue->head + i) & (queue->capacity - 1)] += by;
+}
+
+/* The state `times` periods of `commands` commands and `cycles` cycles later (see above). */
+static void jump(model *m, const periods *p, int64_t times, int64_t commands, int64_t cycles,
+                 int64_t *cycle, gs_timing *timing) {
+  const gs_command *cmd = m->commands;
+  int64_t by = times * commands, later = times * cycles;
+  int64_t sent = times * (m->st_sent - p->st_sent), onchip = times * (m->oc_sent - p->oc_sent);
+  int64_t a_row = m->a_cmd >= 0 ? cmd[m->a_cmd].a_row : 0;
+  int64_t w_row = m->w_cmd >= 0 ? cmd[m->w_cmd].w_row : 0;
+  int64_t s_row = m->s_cmd >= 0 ? cmd[m->s_cmd].spad_row : 0;
+  int64_t a_offset = (m->a_addr - a_row) & m->spad_mask;
+  int64_t line_offset = (m->a_line - a_row) & m->spad_mask;
+  fifo *indices[] = {&m->lq, &m->eq, &m->sq, &m->aq};
+  fifo *needs[] = {&m->eq_need, &m->aq_need, &m->sq_need};
+  for (size_t f = 0; f < 4; ++f)
+    shift_fifo(indices[f], by);
+  for (size_t f = 0; f < 3; ++f)
+    shift_fifo(needs[f], onchip);
+  shift_fifo(&m->lq_sent, sent);
+  shift_fifo(&m->writes, later);
+  m->next_command += by;
+  m->st_sent += sent;
+  m->st_written += sent;
+  m->oc_sent += onchip;
+  m->oc_made += onchip;
+  if (m->last_write >= 0)
+    m->last_write += later;
+  if (m->a_cmd >= 0) {
+    m->a_cmd += by;
+    m->a_addr = (cmd[m->a_cmd].a_row + a_offset) & m->spad_mask;
+    m->a_line = (cmd[m->a_cmd].a_row + line_offset) & m->spad_mask;
+  }
+  if (m->w_cmd >= 0) {
+    m->w_cmd += by;
+    m->w_base += cmd[m->w_cmd].w_row - w_row;
+  }
+  if (m->s_cmd >= 0) {
+    int64_t moved;
+    m->s_cmd += by;
+    moved = cmd[m->s_cmd].spad_row - s_row;
+    m->res_addr += moved;
+    m->p_pix += moved;
+    m->p_addr += moved;
+    m->p_line += moved;
+  }
+  if (m->s_pending >= 0)
+    m->s_pending += by;
+  timing->skipped += by;
+  timing->compute_rows += times * (timing->compute_rows - p->timing.compute_rows);
+  timing->load_bytes += times * (timing->load_bytes - p->timing.load_bytes);
+  timing->store_bytes += times * (timing->store_bytes - p->timing.store_bytes);
+  timing->array_stall_cycles += times * (timing->array_stall_cycles -
+                                         p->timing.array_stall_cycles);
+  timing->load_busy_cycles += times * (timing->load_busy_cycles - p->timing.load_busy_cycles);
+  timing->store_busy_cycles += times * (timing->store_busy_cycles -
+                                        p->timing.store_busy_cycles);
+  *cycle += later;
+}
+
+static int take_snapshot(model *m, periods *p, int64_t cycle, const gs_timing *timing) {
+  int64_t oldest;
+  if (normalize(m, cycle, &p->snapshot, &oldest, NULL))
+    return -1;
+  p->at = m->next_command;
+  p->cycle = cycle;
+  p->st_sent = m->st_sent;
+  p->oc_sent = m->oc_sent;
+  p->timing = *timing;
+  return 0;
+}
+
+/* At a checkpoint: the periods taken at once, if the state repeats the snapshot's (then a
+ * new snapshot is taken at the next checkpoint); else a snapshot now and then, each
+ * kept for twice as many commands as the last (a period up to LAST_WINDOW commands).
+ * -1 when out of memory. */
+static int skip_periods(model *m, periods *p, int64_t *cycle, int64_t limit,
+                        gs_timing *timing) {
+  const gs_command *cmd = m->commands;
+  int64_t k = m->next_command, oldest, period, times = 0, cycles;
+  int differs, rows;
+  banks seen = {0, 0, 0, 0, 0};
+  if (p->at < 0 || k - p->at > p->window) {
+    if (p->at >= 0 && p->window < LAST_WINDOW)
+      p->window *= 2;
+    return take_snapshot(m, p, *cycle, timing);
+  }
+  period = k - p->at;
+  if (!same_key(&cmd[k - 1], &cmd[p->at - 1], m->bus, 0))
+    return 0;
+  differs = normalize(m, *cycle, &p->current, &oldest, &p->snapshot);
+  if (differs < 0)
+    return -1;
+  if (differs || p->current.count != p->snapshot.count ||
+      memcmp(p->current.items, p->snapshot.items,
+             (size_t)p->current.count * sizeof *p->current.items) != 0 ||
+      oldest - period < 0)
+    return 0;
+  /* the commands still referred to, and the period before, repeat: with their rows when
+     the reads of some may share a bank */
+  for (int64_t i = oldest - period; i < k; ++i)
+    add_banks(m, &cmd[i], &seen);
+  rows = !apart(m, &seen);
+  for (int64_t i = oldest; i < k; ++i)
+    if (!same_key(&cmd[i], &cmd[i - period], m->bus, rows))
+      return 0;
+  cycles = *cycle - p->cycle;
+  for (;;) { /* each further period: its commands repeat the last, their banks apart */
+    int64_t start = k + times * period, end = start + period, i;
+    if (end > m->n_commands || (times + 1) * cycles >= limit - *cycle)
+      break;
+    for (i = start; i < end && same_key(&cmd[i], &cmd[i - period], m->bus, rows); ++i)
+      if (!rows)
+        add_banks(m, &cmd[i], &seen);
+    if (i < end || (!rows && !apart(m, &seen)))
+      break;
+    times += 1;
+  }
+  if (times == 0)
+    return 0;
+  jump(m, p, times, period, cycles, cycle, timing);
+  p->at = -1;
+  p->window = FIRST_WINDOW;
+  return 0;
+}
+
 /* Runs `n` commands offered from cycle 0 until every result is in memory.
  * Returns 0, 1 when `limit` cycles pass first, 2 when memory runs out, 3 on a bank
  * conflict between the residual and the weight reads (the Python model's ValueError). */
@@ -778,9 +1140,13 @@ int gs_accel_cycles(int64_t rows, int64_t cols, int64_t bus_bytes, int64_t write
                     const gs_command *commands,
                     int64_t n, int64_t limit, gs_timing *timing) {
   model m;
+  periods search;
   int64_t cycle = 0;
   int status = 0;
   memset(&m, 0, sizeof m);
+  memset(&search, 0, sizeof search);
+  search.at = -1;
+  search.window = FIRST_WINDOW;
   memset(timing, 0, sizeof *timing);
   m.rows = rows;
   m.bus = bus_bytes;
@@ -801,14 +1167,14 @@ int gs_accel_cycles(int64_t rows, int64_t cols, int64_t bus_bytes, int64_t write
     m.bank_shift += 1;
   m.commands = commands;
   m.n_commands = n;
-  m.a_cmd = m.s_pending = m.last_write = -1;
+  m.a_cmd = m.s_pending = m.last_write = m.w_cmd = m.s_cmd = -1;
   m.tag_valid = calloc((size_t)m.lat, 1);
   m.tag_emit = calloc((size_t)m.lat, 1);
   if (m.tag_valid == NULL || m.tag_emit == NULL)
     status = 2;
   while (status == 0 && !idle(&m)) {
     int result;
-    int64_t cycles = 1;
+    int64_t cycles = 1, dispatched = m.next_command;
     if (cycle >= limit) {
       status = 1;
       break;
@@ -819,9 +1185,14 @@ int gs_accel_cycles(int64_t rows, int64_t cols, int64_t bus_bytes, int64_t write
     else if (result < 0)
       status = 2;
     cycle += cycles;
+    if (status == 0 && m.next_command != dispatched &&
+        skip_periods(&m, &search, &cycle, limit, timing))
+      status = 2;
   }
   timing->cycles = m.last_write + 1;
   timing->dispatched = m.next_command;
   release(&m);
+  free(search.snapshot.items);
+  free(search.current.items);
   return status;
 }

@@ -65,10 +65,11 @@ WAIT_ROWS, ROWS_AHEAD, TO_SPAD = (FIELDS.index(name)
 #: `base` of the layer's table), or the scales (EPILOGUE_SCALE: the layer's scale vector
 #: from column `base` on).
 EPILOGUE_LOOKUP, EPILOGUE_TABLE, EPILOGUE_SCALE = 1, 2, 3
-#: gs_timing's fields, in order (the last, how many commands were dispatched, is not
-#: AccelTiming's: `native_cycles_within` reads it).
+#: gs_timing's fields, in order (the last two are not AccelTiming's: how many commands
+#: were dispatched, which `native_cycles_within` reads, and how many of them the model
+#: took in repeated periods rather than stepped, which the tests read).
 TIMING_FIELDS = ("cycles", "compute_rows", "load_bytes", "store_bytes", "array_stall_cycles",
-                 "load_busy_cycles", "store_busy_cycles", "dispatched")
+                 "load_busy_cycles", "store_busy_cycles", "dispatched", "skipped")
 
 
 class _Timing(ctypes.Structure):
