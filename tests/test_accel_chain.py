@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from test_accel_onchip import CONFIG, LAYER, POOL, _quant
 
 from glensidec import pipeline
 from glensidec.backend.accel_chain import onchip_buffers
@@ -25,7 +26,6 @@ from glensidec.hardware.commands import (
 )
 from glensidec.lang import data
 from glensidec.opt.extract import parse_array_size
-from tests.test_accel_onchip import CONFIG, LAYER, POOL, _quant
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
