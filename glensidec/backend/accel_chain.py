@@ -86,6 +86,10 @@ def _why_not(lowered: LoweredProgram, producer: AccelLayer, consumer: AccelLayer
             or producer.row_order is not None or producer.residual_order is not None \
             or consumer.row_order is not None or consumer.residual_order is not None:
         return "a batched, pitched or reordered layer"
+    if producer.groups > 1 or consumer.groups > 1:
+        # the reduced DenseNet's grouped 1x1 layers chained ran on ws_accel with other
+        # bytes than the C model's (cycles as predicted): not chained until understood
+        return "a grouped layer (not chained: its on-chip run is not verified)"
     if _rows_stored(producer, accel) > accel.memory.scratchpad_rows // 2:
         return "the layer before's result does not fit half the scratchpad"
     return ""
