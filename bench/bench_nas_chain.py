@@ -1,8 +1,7 @@
 """What chaining layers on ws_accel buys the digits-CNN NAS (issue 26's 3x): priced on the
-exact cycle model, beside what the compiler emits (it chains on chip where it can:
-backend.accel_chain, the 'compiled' column).
+exact cycle model, not yet what the compiler emits.
 
-Before the chain, every accelerator layer ran alone, from an idle machine: its first weights and
+Today every accelerator layer runs alone, from an idle machine: its first weights and
 inputs cross the bus before the array starts, and its results drain through the array's
 pipeline, the epilogue and the store DMA before the next layer may start. ws_accel's fenced
 LOAD (docs/hardware.md) lets the next layer's commands queue behind the previous layer's:
@@ -40,7 +39,6 @@ the search by cycles) compiled as `glensidec compile` does, these ways:
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import json
 import sys
 import tempfile
@@ -54,14 +52,7 @@ sys.path.insert(0, str(REPO / "bench"))
 import bench_nas  # noqa: E402
 
 from glensidec import pipeline  # noqa: E402
-from glensidec.backend.accel_passes import fuse_for_accelerator  # noqa: E402
-from glensidec.backend.lower import (  # noqa: E402
-    AccelLayer,
-    LoweredProgram,
-    LowerOptions,
-    constant_array,
-    lower_program,
-)
+from glensidec.backend.lower import AccelLayer, constant_array  # noqa: E402
 from glensidec.hardware.accel import EpilogueConfig, dma_rows  # noqa: E402
 from glensidec.hardware.accel_native import (  # noqa: E402
     FIELDS,
@@ -74,7 +65,7 @@ from glensidec.hardware.chain import (  # noqa: E402
     NotChainable,
     onchip_pair,
     pad_load,
-    shifted_rows,
+    relocated,
     spad_rows_used,
 )
 from glensidec.hardware.commands import (  # noqa: E402
@@ -106,10 +97,10 @@ class Layer:
     output_base: int  # where it stores its result (its own address space; input at 0)
 
 
-def layers_of(choices: dict[str, str]) -> tuple[AccelConfig, list[Layer], list[AccelLayer]]:
+def layers_of(choices: dict[str, str]) -> tuple[AccelConfig, list[Layer]]:
     """The accelerator layers of the original CNN changed by `choices` (inherited weights,
     quantized as the NAS's cost does), in program order, as `glensidec compile` makes
-    them before it chains them (backend.accel_chain), and as it chains them."""
+    them."""
     graph = bench_nas.original_graph()
     space = S.search_space(graph, bench_nas.KINDS)
     network = S.apply(graph, space.layers, bench_nas.candidate_of(choices, space.layers),
@@ -120,13 +111,8 @@ def layers_of(choices: dict[str, str]) -> tuple[AccelConfig, list[Layer], list[A
     assert target.accel is not None
     compiled = pipeline.compile_for(
         pipeline.Typed(program.program, check_program(program.program)), target)
-    lowered = fuse_for_accelerator(lower_program(
-        compiled.program, compiled.types, LowerOptions(array_dtype="i8")), program.weights,
-        target.accel)
-    chained = pipeline.lower_for(compiled.program, compiled.types, target.config,
+    lowered = pipeline.lower_for(compiled.program, compiled.types, target.config,
                                  target.accel, program.weights)
-    assert lowered_machine_cycles(chained) == pipeline.predicted_machine_cycles(
-        compiled, target, program.weights).accelerator  # what compile --stats predicts
     layers = []
     for instruction in lowered.instructions:
         if not isinstance(instruction, AccelLayer):
@@ -142,12 +128,7 @@ def layers_of(choices: dict[str, str]) -> tuple[AccelConfig, list[Layer], list[A
         assert instruction.input_base == 0
         layers.append(Layer(instruction.name, commands, range(instruction.weight_base, end),
                             instruction.output_base))
-    return target.accel, layers, chained.accel_layers()
-
-
-def lowered_machine_cycles(lowered: LoweredProgram) -> int:
-    """The accelerator layers' cycles of a lowered program (no host instruction is left)."""
-    return sum(layer.cycles for layer in lowered.accel_layers())
+    return target.accel, layers
 
 
 def moved(command: Command, rows: int, mask: int) -> Command:
@@ -216,11 +197,19 @@ def placed(accel: AccelConfig, layer: Layer, index: int, input_at: int, shift: i
     (its input where the layer before stored its result), its weights in a space of their
     own, its scratchpad rows `shift` further in their banks (or back where they would
     leave the bank; None where neither fits)."""
-    shifted = shifted_rows(accel, layer.commands, shift)
-    if shifted is None:
-        return None
+    bank_rows = accel.memory.bank_rows
+    used = spad_rows_used(accel, layer.commands)
+    shifts = []
+    for bank in range(accel.memory.banks):
+        offsets = [row % bank_rows for row in used if row // bank_rows == bank] or [0]
+        if max(offsets) + shift < bank_rows:
+            shifts.append(shift)
+        elif min(offsets) - shift >= 0:
+            shifts.append(-shift)
+        else:
+            return None
     moved: list[Command] = []
-    for command in shifted:
+    for command in relocated(accel, layer.commands, 0, tuple(shifts)):
         if isinstance(command, Load | Store):
             own = reads_weights(command, layer.weights)
             offset = WEIGHT_SPACE * (index + 1) if own else input_at
@@ -452,9 +441,7 @@ def main() -> int:
     rows = {}
     streams: dict[str, Stream] = {}
     for label, choices in picks.items():
-        accel, layers, compiled = layers_of(choices)
-        assert [layer.name for layer in compiled] == [layer.name for layer in layers]
-        compiled_totals = list(itertools.accumulate(layer.cycles for layer in compiled))
+        accel, layers = layers_of(choices)
         original_accel = accel
         timings = [AccelModel(accel).run(layer.commands) for layer in layers]
         fenced = min((chained(accel, layers, parity, True) for parity in (0, 1)),
@@ -472,44 +459,37 @@ def main() -> int:
             for layer, start in zip(layers, starts, strict=True))
         alone_fast = sum(AccelModel(fast).run(layer.commands).cycles for layer in layers)
         rows[label] = (layers, timings, fenced, unfenced, on_chip, how, resident,
-                       resident_fast, [alone_resident], [alone_fast], compiled_totals,
-                       [layer.chain or "first" for layer in compiled])
-    lines = ["# Chaining the digits CNN's layers on ws_accel (issue 26)", "",
+                       resident_fast, [alone_resident], [alone_fast])
+    lines = ["# Chaining the digits CNN's layers on ws_accel (a what-if, issue 26)", "",
              *(__doc__ or "").split("\n\n")[1:3], "",
              "Made by `python bench/bench_nas_chain.py`: every figure is `AccelModel`'s "
              "(exact to the RTL; the fence is checked by sim/test_ws_accel.py), and the C "
              "port of it, which the compile uses, gives the same chained and on-chip totals "
-             "(the benchmark stops otherwise). 'compiled' is what `glensidec compile` "
-             "predicts (and so the NAS's cost): the compiler chains consecutive layers on "
-             "chip where it can (backend.accel_chain: a layer's input on chip from the "
-             "layer before, or from memory and why, in its last column), each layer's "
-             "figure what it adds to its chain's stream; the other columns are the what-ifs "
-             "above, from the layers as the compiler makes them before it chains them. "
-             "'array rows' and 'DMA busy' are the layer's alone: cycles a row entered the "
-             "array and cycles the load DMA issued a bus beat.", ""]
+             "(the benchmark stops otherwise). The compiler does not chain layers yet: "
+             "`glensidec compile` predicts the 'alone' column. 'array rows' and 'DMA busy' are "
+             "the layer's alone: cycles a row entered the array and cycles the load DMA "
+             "issued a bus beat.", ""]
     for label, (layers, timings, fenced, unfenced, on_chip, how, resident,
-                resident_fast, _, _, compiled, compiled_how) in rows.items():
+                resident_fast, _, _) in rows.items():
         choices = ", ".join(f"{k} {v}" for k, v in picks[label].items() if v != "keep")
         lines += [f"## {label}{': ' + choices if choices else ''}", "",
                   "| layer | alone | array rows | DMA busy | chained (fenced) | on chip | "
                   "on chip, weights resident | + a row a cycle through the epilogue | "
-                  "unfenced bound | on chip: its input | compiled | compiled: its input |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|"]
+                  "unfenced bound | on chip: its input |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
         for index, layer in enumerate(layers):
             step = [totals[index] - (totals[index - 1] if index else 0)
-                    for totals in (fenced, on_chip, resident, resident_fast, unfenced,
-                                   compiled)]
+                    for totals in (fenced, on_chip, resident, resident_fast, unfenced)]
             timing = timings[index]
             lines.append(f"| {layer.name} | {timing.cycles} | {timing.compute_rows} | "
                          f"{timing.load_busy_cycles} | "
-                         + " | ".join(str(value) for value in step[:-1])
-                         + f" | {how[index]} | {step[-1]} | {compiled_how[index]} |")
+                         + " | ".join(str(value) for value in step) + f" | {how[index]} |")
         lines += [f"| **total** | **{sum(t.cycles for t in timings)}** | "
                   f"{sum(t.compute_rows for t in timings)} | "
                   f"{sum(t.load_busy_cycles for t in timings)} | "
                   + " | ".join(f"**{totals[-1]}**" for totals in
                                (fenced, on_chip, resident, resident_fast, unfenced))
-                  + f" | | **{compiled[-1]}** | |", ""]
+                  + " | |", ""]
     if "--rtl" in sys.argv[1:]:
         lines += ["## On ws_accel", "",
                   "`python bench/bench_nas_chain.py --rtl` runs the on-chip streams (each with "
@@ -525,8 +505,7 @@ def main() -> int:
     lines += ["## The NAS's figure", "",
               "| machine | original | pick | fewer cycles (target >= 3x) |",
               "|---|---:|---:|---:|"]
-    for what, column in (("compiled: chained on chip where the compiler can (today)", 10),
-                         ("layers alone (the compile before it chained)", 1),
+    for what, column in (("layers alone (today)", 1),
                          ("layers alone, weights resident in the scratchpad", 8),
                          (f"layers alone, {FAST_EPILOGUE_LANES} epilogue lanes", 9),
                          ("layers chained, fenced", 2),
@@ -544,13 +523,9 @@ def main() -> int:
               f"-> {total(original, 4)}, the pick {total(pick, 1)} -> {total(pick, 4)} "
               f"cycles); with the fence only {total(original, 2) / total(pick, 2):.2f}x. "
               "Each on-chip stream computes what its layers do through memory (run_functional "
-              "on the same random memory; the benchmark stops otherwise). The compiler "
-              "chains layers on chip by itself now (the 'compiled' column, what `glensidec "
-              "compile --stats` and the NAS's cost predict): the pick is "
-              f"{total(original, 10) / total(pick, 10):.2f}x (the original "
-              f"{total(original, 10)}, the pick {total(pick, 10)} cycles). It chains greedily, "
-              "layer by layer, and a layer not on chip reads memory without the fence (the "
-              "'on chip' column fences those and takes whichever ends sooner).", "",
+              "on the same random memory; the benchmark stops otherwise). The compiler does "
+              "not emit on-chip rows yet: `glensidec compile`, and so the NAS's cost, predict "
+              "the 'alone' column.", "",
               "The pick is not array-bound as the original is (array rows "
               f"{sum(t.compute_rows for t in pick[1])} of its {total(pick, 1)} cycles, the "
               f"original {sum(t.compute_rows for t in original[1])} of {total(original, 1)}): "
@@ -565,7 +540,7 @@ def main() -> int:
               f"{FAST_EPILOGUE_LANES} lanes (a row a cycle; area: docs/hardware.md's epilogue "
               "table) "
               f"{total(original, 7) / total(pick, 7):.2f}x. Neither is in the RTL or the "
-              "compiler yet."]
+              "compiler."]
     (RESULTS / "nas_chain.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines[-16:]))
     return 0

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from glensidec import progress
-from glensidec.backend.accel_chain import chain_accel_layers
 from glensidec.backend.accel_passes import fuse_for_accelerator
 from glensidec.backend.emit import emit_directory, predicted_cycles
 from glensidec.backend.lower import (
@@ -756,10 +755,8 @@ def lower_for(program: Program, types: TypeTable, config: ArrayConfig,
     # The binary32 array multiplies f32 operands; the int8 one i8.
     options = replace(options or LowerOptions(), array_dtype="f32" if config.is_float else "i8")
     lowered = lower_program(program, types, options)
-    if accel is not None:  # the accelerator's layers, and the host's loops around them;
-        # consecutive layers chained through the scratchpad where they can be
-        lowered = chain_accel_layers(fuse_for_accelerator(lowered, weights, accel), weights,
-                                     accel)
+    if accel is not None:  # the accelerator's layers, and the host's loops around them
+        lowered = fuse_for_accelerator(lowered, weights, accel)
     return lowered
 
 

@@ -26,8 +26,7 @@ from conftest import (
     save_inputs,
 )
 
-from glensidec.backend.accel_passes import fuse_for_accelerator
-from glensidec.backend.lower import constant_array, lower_program
+from glensidec.backend.lower import constant_array
 from glensidec.cosim.diff import load_compiled
 from glensidec.hardware.accel import ConvLayer, EpilogueConfig
 from glensidec.hardware.accel_native import FIELDS, pack_commands
@@ -423,12 +422,7 @@ def test_layer_cycles_are_the_python_models_for_the_same_commands(tmp_path: Path
     predicts."""
     outdir = tmp_path / "out"
     assert _compile(EXAMPLES / "resnet_block.gs", outdir, "16x16").returncode == 0
-    program, _ = load_compiled(outdir)
-    # the layers before the chain pass (which chains the two convolutions on chip:
-    # tests/test_accel_chain.py)
-    lowered = fuse_for_accelerator(lower_program(program, check_program(program)),
-                                   data.load_weights(program), accel_config_for(
-                                       ArrayConfig(16, 16)))
+    _, lowered = load_compiled(outdir)
     layout, layer, second, result = lowered.accel_layers()
     assert isinstance(result.layout, NchwLayout) and result.a.buffer == second.dst.buffer
     # conv1 reads the input's NHWC rows, which a layout layer makes, the DMA padding them
@@ -530,11 +524,8 @@ def test_make_sim_runs_the_layers_on_ws_accel(case: str, tmp_path: Path,
     sim = cosimulate(outdir, save_inputs(inputs, tmp_path), tmp_path / "sim.npy", sim_cache)
     assert "co-simulation: every result and cycle count matches" in sim.log
     layers = [call for call in sim.report["calls"] if "accel" in call]
-    compiled = load_compiled(outdir)[1].accel_layers()
-    layouts = sum(layer.layout is not None for layer in compiled)
-    # a chain of layers (its results on chip from one to the next) is one stream on the RTL
-    chained = sum(layer.chained for layer in compiled)
-    assert len(layers) == fused + layouts - chained
+    layouts = sum(layer.layout is not None for layer in load_compiled(outdir)[1].accel_layers())
+    assert len(layers) == fused + layouts
     assert_calls_match_the_model(sim.report)
     assert np.array_equal(sim.result, _expected(source, inputs))
 
@@ -591,10 +582,8 @@ def test_stats_and_report_show_each_layers_dram_traffic_against_the_compulsory_b
         assert f"{ratio:.1f}x the compulsory {row['compulsory_bytes']} B" in compiled.stderr
     for row in convolutions:
         # 16 channels in, 16 out, a 3×3 kernel: weights 2304 B, output 4096 B, the input
-        # map (padded by the host, or read by the DMA unpadded) at least 16×16×16 B; the
-        # first's output is the second's input on chip (chained): no DRAM byte of either
-        on_chip = 4096 * (row["chained"] + (row["chain"] == "on chip"))
-        assert 2304 + 4096 + 4096 <= row["compulsory_bytes"] + on_chip <= 2304 + 4096 + 4096 * 3
+        # map (padded by the host, or read by the DMA unpadded) at least 16×16×16 B
+        assert 2304 + 4096 + 4096 <= row["compulsory_bytes"] <= 2304 + 4096 + 4096 * 3
     total_loaded = sum(row["load_bytes"] for row in rows)
     total_stored = sum(row["store_bytes"] for row in rows)
     compulsory = sum(row["compulsory_bytes"] for row in rows)

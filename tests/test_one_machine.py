@@ -203,12 +203,7 @@ def test_the_report_shows_each_layer_and_where_the_cycles_go(tmp_path: Path) -> 
     assert len(layers) == 3 and compiled.accel_cycles == sum(r.array_cycles for r in layers)
     _, conv, pool = layers
     assert 0 < conv.busy_cycles < conv.array_cycles and pool.busy_cycles == 0
-    # the convolution's result goes into the pool's scratchpad rows (chained on chip): it
-    # stores nothing, the pool loads nothing; every other layer loads and stores
-    assert conv.chained and pool.chain == "on chip"
-    assert conv.store_bytes == 0 and pool.load_bytes == 0
-    assert all(r.load_bytes > 0 for r in layers[:2]) and all(
-        r.store_bytes > 0 for r in (layers[0], pool))
+    assert all(r.load_bytes > 0 and r.store_bytes > 0 for r in layers)
     parts = dict(cycle_parts(data))
     assert sum(parts.values()) == data.cycles.total == compiled.predicted_cycles
     page = (tmp_path / "out" / "report.html").read_text()

@@ -1327,11 +1327,8 @@ def traffic_text(layer: AccelLayer) -> str:
         parts.append(f"weights {traffic.weights_loaded}")
     if traffic.residual_loaded:
         parts.append(f"residual {traffic.residual_loaded}")
-    chain = f"; input {layer.chain}" if layer.chain else ""  # (backend.accel_chain)
-    if layer.chained:
-        chain += "; result on chip, chained to the next layer"
     return (f"{traffic.loaded} B loaded ({', '.join(parts)}), {traffic.stored} B stored, "
-            f"{traffic.ratio:.1f}x the compulsory {traffic.compulsory} B{chain}")
+            f"{traffic.ratio:.1f}x the compulsory {traffic.compulsory} B")
 
 
 def total_traffic_line(layers: Sequence[AccelLayer]) -> str:

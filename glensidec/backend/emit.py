@@ -29,7 +29,6 @@ from pathlib import Path
 import jinja2
 import numpy as np
 
-from glensidec.backend.accel_chain import onchip_buffers
 from glensidec.backend.lower import (
     ACTIVATION,
     CONSTANT,
@@ -213,8 +212,6 @@ class _Renderer:
         buffer = self.lowered.buffers[dst]
         trace = (f"  GS_TRACE_BUFFER({position}, \"{dst}\", {c_name(dst)}, {buffer.nbytes}, "
                  f"\"{DTYPES[buffer.dtype].npy_descr}\", \"{_shape_text(buffer.shape)}\");")
-        if isinstance(instruction, AccelLayer) and instruction.chained:
-            trace = "  /* (its result is on chip: no trace) */"
         return "\n".join([header, *lines, trace])
 
     def _copy(self, copy: Copy) -> tuple[str, list[str]]:
@@ -370,7 +367,7 @@ class _Renderer:
                   f"{int(added.early)}, {int(added.product)}, {int(added.rows)}, "
                   f"{layer.output_pitch or layer.n}, "
                   f"{int(layer.row_order is not None or layer.residual_order is not None)}, "
-                  f"{layer.batch}, {int(layer.chained)}, {layer.chain_offset}")
+                  f"{layer.batch}")
         residual = "NULL" if layer.residual is None else pointer(layer.residual)
         if layer.residual is not None and self.lowered.buffer_of(layer.residual).dtype != "i8":
             residual = f"(const int8_t *)({residual})"  # per-row values: the rows' bytes
@@ -398,11 +395,6 @@ class _Renderer:
             product = f"clip(requantize({product} * a + {layer.residual.buffer} * b + c))"
         what = (f"{layer.name} = {product} on the accelerator (M={layer.m} K={layer.k} "
                 f"N={layer.n}, {commands} commands, {layer.cycles} cycles)")
-        if layer.chain == "on chip":
-            what += f"; reads {layer.a.buffer} on chip"
-        if layer.chained:
-            what += ", its result stays on chip for the next layer"
-
         return what, ["  {", f"    static const gs_accel_layer layer = {{{fields}}};",
                       f"    if ({call} != 0)", "      return 1;", "  }"]
 
@@ -732,7 +724,6 @@ def _declarations(lowered: LoweredProgram, plan: MemoryPlan) -> list[dict[str, o
                (OUTPUT, "the output (placeholder)", "mutable_io", plan.mutable),
                (ACTIVATION, "activations (offsets from the memory planner)", "activations",
                 plan.activations.offsets))
-    onchip = onchip_buffers(lowered)
     for kind, title, region, offsets in regions:
         lines = []
         for buffer in lowered.buffers.values():
@@ -740,11 +731,6 @@ def _declarations(lowered: LoweredProgram, plan: MemoryPlan) -> list[dict[str, o
                 continue
             const = "const " if kind in (CONSTANT, INPUT) else ""
             ctype = DTYPES[buffer.dtype].c_type
-            if buffer.name in onchip:  # in the scratchpad between two chained layers
-                lines.append(f"{ctype} *const {c_name(buffer.name)} = NULL; /* {buffer.dtype} "
-                             f"{'x'.join(map(str, buffer.shape))}: on chip, in the "
-                             "scratchpad rows of two chained accelerator layers */")
-                continue
             line = (f"{const}{ctype} *const {c_name(buffer.name)} = ({const}{ctype} *)({region} + "
                     f"{offsets[buffer.name]});")
             shape = "x".join(map(str, buffer.shape)) or "scalar"

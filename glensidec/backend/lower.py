@@ -360,14 +360,6 @@ class AccelLayer(Instruction):
     # (batch, K, N), dst (batch, M/batch, N), each contiguous; m counts every item's rows.
     # 0: one product.
     batch: int = 0
-    # Chained on chip (backend.accel_chain): `chained`, the layer's result goes into the
-    # next layer's scratchpad rows, not to memory (dst has no bytes); `chain_offset`, where
-    # its address space sits in its chain's one address space (the co-simulation's
-    # stream); `chain`, how it reads its input ('on chip', or 'from memory: why not'; ''
-    # where no accelerator layer comes before it).
-    chained: bool = False
-    chain_offset: int = 0
-    chain: str = ""
 
     @property
     def multiplies(self) -> bool:

@@ -5,8 +5,7 @@
 * **mutable** (the placeholders: runtime inputs and the output): bump allocated; the offsets
   are published in `model.h`.
 * **activations** (everything else): each buffer is live from the first instruction that
-  touches it to the last (a result chained accelerator layers hold in scratchpad rows has
-  none: it is never in memory); two buffers whose intervals overlap may not share bytes. The lower
+  touches it to the last; two buffers whose intervals overlap may not share bytes. The lower
   bound is the peak of the live bytes over time; several placement orders are tried
   (first fit, best fit, two-ended) and the smallest result is kept. `efficiency = lower
   bound / used` is reported in the generated header.
@@ -17,7 +16,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from glensidec.backend.accel_chain import onchip_buffers
 from glensidec.backend.lower import ACTIVATION, CONSTANT, INPUT, OUTPUT, LoweredProgram
 
 ALIGNMENT = 64
@@ -64,9 +62,6 @@ class MemoryPlan:
 
 
 def live_intervals(lowered: LoweredProgram) -> list[Interval]:
-    """Every activation buffer's; a result held on chip between two chained accelerator
-    layers (accel_chain.onchip_buffers) has no bytes, so none."""
-    onchip = onchip_buffers(lowered)
     first: dict[str, int] = {}
     last: dict[str, int] = {}
     for index, instruction in enumerate(lowered.instructions):
@@ -75,7 +70,7 @@ def live_intervals(lowered: LoweredProgram) -> list[Interval]:
             last[view.buffer] = index
     return [Interval(name, align(buffer.nbytes), first[name], last[name])
             for name, buffer in lowered.buffers.items()
-            if buffer.kind == ACTIVATION and name in first and name not in onchip]
+            if buffer.kind == ACTIVATION and name in first]
 
 
 def lower_bound(intervals: Sequence[Interval]) -> int:

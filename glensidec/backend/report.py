@@ -75,11 +75,6 @@ class Row:
     weight_load_bytes: int = 0
     residual_load_bytes: int = 0
     compulsory_bytes: int = 0
-    # accelerator layers: how the layer reads its input ('on chip' from the layer before,
-    # chained; or 'from memory: why not'; '' with no accelerator layer before it) and
-    # whether its result stays on chip for the next layer (backend.accel_chain)
-    chain: str = ""
-    chained: bool = False
 
     @property
     def traffic_ratio(self) -> float | None:
@@ -312,9 +307,7 @@ def report_data(source: str, lowered: LoweredProgram, config: ArrayConfig,
             "accelerator" if layer is not None else "array" if on_array else "host", cycles,
             host_cycles(instruction), ideal, utilization, instruction.note,
             busy_cycles=0 if layer is None or layer.pool else layer.compute_rows,
-            why_host=host_reason(instruction, lowered, writers), **_traffic_fields(instruction),
-            chain=layer.chain if layer is not None else "",
-            chained=layer is not None and layer.chained))
+            why_host=host_reason(instruction, lowered, writers), **_traffic_fields(instruction)))
     return data
 
 

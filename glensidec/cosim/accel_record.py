@@ -13,7 +13,6 @@ from __future__ import annotations
 import ctypes
 import json
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +29,7 @@ from glensidec.cosim.runner import Manifest
 from glensidec.hardware.accel import EpilogueConfig, ResidualConfig, epilogue_reference
 from glensidec.hardware.accel_native import FIELDS, unpack_commands
 from glensidec.hardware.array import reference_gemm
-from glensidec.hardware.chain import chain_stream
-from glensidec.hardware.commands import TABLE_ENTRIES, AccelConfig, Command, encode_command
+from glensidec.hardware.commands import TABLE_ENTRIES, AccelConfig, encode_command
 
 #: gs_accel_layer's residual fields, in ResidualConfig's order.
 RESIDUAL_FIELDS = ("res_self", "res_mult", "res_offset", "res_multiplier", "res_pre",
@@ -51,8 +49,7 @@ class AccelLayerStruct(ctypes.Structure):
                 ("residual_base", ctypes.c_long),
                 *((name, ctypes.c_int) for name in RESIDUAL_FIELDS),
                 ("output_pitch", ctypes.c_long), ("reordered", ctypes.c_int),
-                ("batch", ctypes.c_long), ("chained", ctypes.c_int),
-                ("chain_base", ctypes.c_long)]
+                ("batch", ctypes.c_long)]
 
     def residual_add(self) -> ResidualConfig | None:
         """The layer's residual add, or None."""
@@ -81,34 +78,14 @@ def _matrix(pointer: Any, rows: int, cols: int) -> np.ndarray[Any, Any]:
     return np.ctypeslib.as_array(pointer, shape=(rows, cols))
 
 
-@dataclass
-class _Recorded:
-    """One layer the C model ran: what the RTL needs of it, in its own address space."""
-
-    name: str
-    mkn: tuple[int, int, int]
-    predicted_cycles: int
-    commands: list[Command]
-    memory: np.ndarray[Any, Any]  # main memory before it, up to its last byte
-    output: range
-    c_model: np.ndarray[Any, Any]  # its result (empty when on chip)
-    expected: np.ndarray[Any, Any]
-    pitch: int
-    chained: bool
-    chain_base: int
-
-
-def _recorded(accel: AccelConfig, layer: AccelLayerStruct, commands_ptr: Any, a_ptr: Any,
-              b_ptr: Any, bias_ptr: Any, multiplier_ptr: Any, table_ptr: Any,
-              scale_ptr: Any, r_ptr: Any, c_ptr: Any) -> _Recorded:
-    """One layer the C model just ran: main memory before it, its commands, its results
-    (a chained layer's input or result is on chip: its pointer NULL, its bytes zeros)."""
+def _layer_files(accel: AccelConfig, index: int, layer: AccelLayerStruct, commands_ptr: Any,
+                 a_ptr: Any, b_ptr: Any, bias_ptr: Any, multiplier_ptr: Any, table_ptr: Any,
+                 scale_ptr: Any, r_ptr: Any, c_ptr: Any, directory: Path) -> LayerFiles:
+    """One layer the C model just ran: main memory before it, its commands, its results."""
     m, k, n = int(layer.m), int(layer.k), int(layer.n)
     table = np.ctypeslib.as_array(commands_ptr, shape=(layer.commands, len(FIELDS)))
     image = int(layer.input_bytes) != m * k  # an NHWC map the DMA reads as im2col
-    onchip_input = not a_ptr  # the layer before left it in the scratchpad
-    a = np.zeros(int(layer.input_bytes), np.int64) if onchip_input else \
-        np.ctypeslib.as_array(a_ptr, shape=(int(layer.input_bytes),)).astype(np.int64)
+    a = np.ctypeslib.as_array(a_ptr, shape=(int(layer.input_bytes),)).astype(np.int64)
     batch = int(layer.batch) or 1  # a batch's B: batch K x N matrices, one per product
     b = _matrix(b_ptr, batch * k, n).astype(np.int64) if k else np.zeros((0, n), np.int64)
     bias = np.ctypeslib.as_array(bias_ptr, shape=(n,)).astype(np.int64)
@@ -128,54 +105,30 @@ def _recorded(accel: AccelConfig, layer: AccelLayerStruct, commands_ptr: Any, a_
     # (a layer reading wider rows has its input region after everything else:
     # commands.with_input_pitch)
     end = max(output.stop, layer.residual_base + m * n, layer.input_base + a.size)
-    memory = np.zeros(end, dtype=np.uint8)
+    memory = np.zeros(end + 2 * accel.memory.bus_bytes, dtype=np.uint8)
     memory[layer.input_base:layer.input_base + a.size] = a & 0xFF
     memory[layer.weight_base:layer.weight_base + b.size] = (b & 0xFF).reshape(-1)
     residual = None
     if added is not None:
         residual = _matrix(r_ptr, m, n).astype(np.int64)
         memory[layer.residual_base:layer.residual_base + m * n] = (residual & 0xFF).reshape(-1)
-    c_model: np.ndarray[Any, Any]
-    if layer.chained:  # its result went into the next layer's scratchpad rows
-        c_model = np.zeros((0, n), np.int8)
-    else:
-        c_model = np.ctypeslib.as_array(c_ptr, shape=(output.stop - output.start,))[
-            output_rows(m, n, pitch)].copy()
-    # numpy's product for a matrix; for an im2col layer, one whose commands store its
-    # rows in another order, or one whose input is on chip, the C model (which glensidec
-    # diff checks against numpy's convolution and the layer's row order) is the reference
+    c_model = np.ctypeslib.as_array(c_ptr, shape=(output.stop - output.start,))[
+        output_rows(m, n, pitch)].copy()
+    # numpy's product for a matrix; for an im2col layer, or one whose commands store its
+    # rows in another order, the C model (which glensidec diff checks against numpy's
+    # convolution and the layer's row order) is the reference
     expected = c_model
-    if not (image or layer.reordered or onchip_input or layer.chained):
+    if not (image or layer.reordered):
         products = np.concatenate([
             reference_gemm(a_item, b_item, None, 32, 8) for a_item, b_item in zip(
                 a.reshape(batch, m // batch, k), b.reshape(batch, k, n), strict=True)])
         expected = epilogue_reference(products, bias[None, :], multiplier, epilogue,
                                       residual=added, residual_rows=residual, scale=scale)
-    return _Recorded(layer.name.decode(), (m, k, n), int(layer.predicted_cycles), commands,
-                     memory, output, c_model, np.asarray(expected), pitch,
-                     bool(layer.chained), int(layer.chain_base))
-
-
-def _layer_files(accel: AccelConfig, index: int, chain: list[_Recorded], directory: Path
-                 ) -> LayerFiles:
-    """A layer, or a chain of layers (their result on chip from one to the next) as one
-    command stream in one address space (hardware.chain.chain_stream: each layer's memory
-    at its chain_base, as the compiler priced it), written for tb_ws_accel_mem: its output
-    the last layer's, its predicted cycles the sum of the layers' (the stream's)."""
-    last = chain[-1]
-    memory = np.zeros(last.chain_base + last.memory.size + 2 * accel.memory.bus_bytes,
-                      dtype=np.uint8)
-    for layer in chain:  # (a layer's bytes past what it reads are not read: the next
-        # layer's memory, which starts after the last byte a layer's commands touch, wins)
-        memory[layer.chain_base:layer.chain_base + layer.memory.size] = layer.memory
-    stream = chain_stream([layer.commands for layer in chain],
-                          [layer.chain_base for layer in chain])
-    output = range(last.chain_base + last.output.start, last.chain_base + last.output.stop)
-    return write_layer(directory, index, "+".join(layer.name for layer in chain), last.mkn,
-                       sum(layer.predicted_cycles for layer in chain),
-                       [encode_command(command, accel.cols) for command in stream],
-                       memory, output, last.c_model, last.expected, accel.memory.bus_bytes,
-                       command_capacity(accel.cols), last.pitch)
+    return write_layer(directory, index, layer.name.decode(), (m, k, n),
+                       int(layer.predicted_cycles),
+                       [encode_command(command, accel.cols) for command in commands],
+                       memory, output, c_model, np.asarray(expected), accel.memory.bus_bytes,
+                       command_capacity(accel.cols), pitch)
 
 
 def record(outdir: Path, library_path: Path, directory: Path, argv: list[str]) -> int:
@@ -188,7 +141,6 @@ def record(outdir: Path, library_path: Path, directory: Path, argv: list[str]) -
     library.gs_accel_model.argtypes = ACCEL_BACKEND_ARGS
     layers: list[LayerFiles] = []
     failures: list[str] = []
-    chain: list[_Recorded] = []  # the layers so far of a chain not yet written
 
     def backend(layer_ptr: Any, commands_ptr: Any, a_ptr: Any, b_ptr: Any, bias_ptr: Any,
                 multiplier_ptr: Any, table_ptr: Any, scale_ptr: Any, r_ptr: Any,
@@ -197,12 +149,9 @@ def record(outdir: Path, library_path: Path, directory: Path, argv: list[str]) -
                                             multiplier_ptr, table_ptr, scale_ptr, r_ptr,
                                             c_ptr))
         try:
-            chain.append(_recorded(accel, layer_ptr.contents, commands_ptr, a_ptr, b_ptr,
-                                   bias_ptr, multiplier_ptr, table_ptr, scale_ptr, r_ptr,
-                                   c_ptr))
-            if not chain[-1].chained:  # the chain's last layer (or a layer alone)
-                layers.append(_layer_files(accel, len(layers), chain, directory))
-                chain.clear()
+            layers.append(_layer_files(accel, len(layers), layer_ptr.contents, commands_ptr,
+                                       a_ptr, b_ptr, bias_ptr, multiplier_ptr, table_ptr,
+                                       scale_ptr, r_ptr, c_ptr, directory))
         except Exception as error:  # ctypes ignores a callback's exception: stop the program
             failures.append(f"layer {layer_ptr.contents.name.decode()}: "
                             f"{type(error).__name__}: {error}")

@@ -34,7 +34,6 @@ from pathlib import Path
 
 import numpy as np
 
-from glensidec.backend.accel_chain import chain_accel_layers, onchip_buffers
 from glensidec.backend.accel_layers import layer_geometry
 from glensidec.backend.accel_passes import fuse_for_accelerator
 from glensidec.backend.emit import PROGRAM_FILE as PROGRAM
@@ -326,36 +325,26 @@ def _differences(expected: Array, actual: Array, dtype: str, exact: bool = False
     return np.asarray(expected != actual)
 
 
-def compare(lowered: LoweredProgram, expected: list[Array], actual: list[Array | None],
+def compare(lowered: LoweredProgram, expected: list[Array], actual: list[Array],
             expected_by: str, actual_by: str) -> Divergence | None:
-    """The first instruction whose values differ (a result held on chip between two
-    chained accelerator layers, None in a trace, is checked where the next layer's is)."""
     for index, instruction in enumerate(lowered.instructions):
         dst = instruction.writes()
-        traced = actual[index]
-        if traced is None:
-            continue
         dtype = lowered.buffers[dst.buffer].dtype
-        wrong = _differences(expected[index], traced, dtype,
+        wrong = _differences(expected[index], actual[index], dtype,
                              exact=isinstance(instruction, ArrayGemm))
         if wrong.any():
             element = tuple(int(i) for i in np.argwhere(wrong)[0])
             return Divergence(index, instruction, dst.buffer, element,
-                              expected[index][element].item(), traced[element].item(),
+                              expected[index][element].item(), actual[index][element].item(),
                               expected_by, actual_by, int(wrong.sum()))
     return None
 
 
-def read_trace(lowered: LoweredProgram, trace: Path, who: str) -> list[Array | None]:
-    """The values each instruction wrote, from a --trace directory of whole buffers (None:
-    a result on chip, which no memory holds)."""
-    values: list[Array | None] = []
-    onchip = onchip_buffers(lowered)
+def read_trace(lowered: LoweredProgram, trace: Path, who: str) -> list[Array]:
+    """The values each instruction wrote, from a --trace directory of whole buffers."""
+    values = []
     for index, instruction in enumerate(lowered.instructions):
         dst = instruction.writes()
-        if dst.buffer in onchip:
-            values.append(None)
-            continue
         path = trace / f"{index:04d}.npy"
         try:
             whole = np.load(path, allow_pickle=False)
@@ -410,9 +399,7 @@ def load_compiled(outdir: Path) -> tuple[Program, LoweredProgram]:
     lowered = lower_program(program, check_program(program), options)
     accel = manifest.accel_config()
     if accel is not None:  # compiled with --accel: the same layers on the accelerator
-        weights = data.load_weights(program)
-        lowered = chain_accel_layers(fuse_for_accelerator(lowered, weights, accel), weights,
-                                     accel)
+        lowered = fuse_for_accelerator(lowered, data.load_weights(program), accel)
     return program, lowered
 
 

@@ -17,15 +17,12 @@ windows that load a pixel once per tap); otherwise it raises `NotChainable` sayi
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-
-import numpy as np
 
 from glensidec.hardware.accel import DmaCommand, dma_rows
 from glensidec.hardware.commands import (
     AccelConfig,
-    AccelTiming,
     Command,
     Compute,
     Config,
@@ -36,10 +33,6 @@ from glensidec.hardware.commands import (
 
 class NotChainable(ValueError):
     """The two layers cannot be chained through the scratchpad (the reason)."""
-
-
-class RowsClash(NotChainable):
-    """... at these scratchpad rows (the consumer's rows elsewhere may chain)."""
 
 
 @dataclass(frozen=True)
@@ -59,17 +52,12 @@ def spad_rows_used(config: AccelConfig, commands: Sequence[Command]) -> set[int]
     mask = config.memory.scratchpad_rows - 1
     used: set[int] = set()
     residual = False
-    tiles: list[np.ndarray] = []  # the COMPUTEs' activation rows (numpy: a long layer's
-    # tiles read millions of rows)
     for command in commands:
         if isinstance(command, Load):
             used.update((command.dma.spad_row + i) & mask for i in range(command.dma.rows))
         elif isinstance(command, Compute):
             used.update((command.w_row + r) & mask for r in range(config.rows))
-            index = np.arange(command.m_len)
-            tiles.append(command.a_row + index * command.a_stride1 if command.a_count1 == 0
-                         else command.a_row + index // command.a_count1 * command.a_stride2
-                         + index % command.a_count1 * command.a_stride1)
+            used.update(row & mask for row in command.activation_rows())
         elif isinstance(command, Config):
             residual = command.residual is not None
         elif isinstance(command, Store):
@@ -80,8 +68,6 @@ def spad_rows_used(config: AccelConfig, commands: Sequence[Command]) -> set[int]
                 used.update((command.dma.spad_row + i) & mask for i in range(command.dma.rows))
             if command.to_spad:
                 used.update(row & mask for row in command.spad_rows())
-    if tiles:
-        used.update(np.unique(np.concatenate(tiles) & mask).tolist())
     return used
 
 
@@ -168,7 +154,7 @@ def _fresh_rows(config: AccelConfig, busy: set[int], bank: int, count: int) -> i
         if not clash:
             return start
         start = max(clash) + 1
-    raise RowsClash(f"no {count} free scratchpad rows in bank {bank}")
+    raise NotChainable(f"no {count} free scratchpad rows in bank {bank}")
 
 
 def _shifted(rows: list[int], alias: dict[int, int]) -> int | None:
@@ -282,11 +268,11 @@ def onchip_pair(config: AccelConfig, producer: Sequence[Command],
     targets = set(target_of.values())
     producer_rows = spad_rows_used(config, producer)
     if producer_rows & (targets | {row for _, _, pad in replaced for row in pad}):
-        raise RowsClash("the consumer's input rows overlap rows the producer uses")
+        raise NotChainable("the consumer's input rows overlap rows the producer uses")
     others = spad_rows_used(config, [c for c in kept if isinstance(c, Load)
                                       and all(c is not load for _, load, _ in replaced)])
     if others & targets:
-        raise RowsClash("the consumer's other loads overwrite its on-chip input rows")
+        raise NotChainable("the consumer's other loads overwrite its on-chip input rows")
     # the producer's stores, on chip; each row's production index
     chained: list[Command] = []
     made: dict[int, int] = {}  # scratchpad row -> its index among the rows made on chip
@@ -360,194 +346,3 @@ def relocated(config: AccelConfig, commands: Sequence[Command], offset: int,
                               a_row=moved_row(command.a_row))
         moved.append(command)
     return moved
-
-
-def chain_shifts(config: AccelConfig) -> range:
-    """The scratchpad row shifts a layer of a chain tries, in order (its rows moved
-    within their banks by multiples of a 32nd of a bank: 0, 128, … rows of the default
-    4096-row banks): the first that keeps it apart from the two layers before it and
-    chains on chip is taken."""
-    bank_rows = config.memory.bank_rows
-    return range(0, bank_rows, max(1, bank_rows // 32))
-#: Each layer's address space starts at a multiple of this in a chain's one address
-#: space (a multiple of every bus width: the DMA's beats, so its timing, are unchanged).
-CHAIN_ALIGNMENT = 4096
-
-
-def _bank_shifts(config: AccelConfig, used: set[int], shift: int
-                 ) -> tuple[int, ...] | None:
-    """Per bank, `shift` or -shift: the move that keeps the bank's `used` rows inside it
-    (further where it can); None where neither does."""
-    bank_rows = config.memory.bank_rows
-    shifts = []
-    for bank in range(config.memory.banks):
-        offsets = [row % bank_rows for row in used if row // bank_rows == bank] or [0]
-        if max(offsets) + shift < bank_rows:
-            shifts.append(shift)
-        elif min(offsets) - shift >= 0:
-            shifts.append(-shift)
-        else:
-            return None
-    return tuple(shifts)
-
-
-def shifted_rows(config: AccelConfig, commands: Sequence[Command], shift: int
-                 ) -> list[Command] | None:
-    """The commands with their scratchpad rows `shift` further in each bank (or `shift`
-    back in a bank where further would leave it); None where neither fits a bank."""
-    shifts = _bank_shifts(config, spad_rows_used(config, commands), shift)
-    return None if shifts is None else relocated(config, commands, 0, shifts)
-
-
-def address_end(commands: Sequence[Command]) -> int:
-    """The byte after the last main-memory byte the commands read or write."""
-    end = 0
-    for command in commands:
-        if isinstance(command, Load | Store) and not (isinstance(command, Store)
-                                                      and command.to_spad):
-            end = max([end, *(row.addr + command.dma.length for row in dma_rows(command.dma)
-                              if not row.padding)])
-    return end
-
-
-@dataclass(frozen=True)
-class ChainLayer:
-    """One accelerator layer as a chain takes it: its commands in its own address space
-    and, when it may read the layer before it on chip, `link`: how far its input sits from
-    that layer's result (the producer's output base minus its input base; None: it may
-    not, `why` says why)."""
-
-    commands: list[Command]
-    link: int | None = None
-    why: str = ""
-
-
-@dataclass
-class Chained:
-    """Layers chained where they can be: per layer its commands (its own address space),
-    its offset in its chain's one address space, the running timing of its chain after it
-    (the stream from the chain's first layer), and how it reads its input ('on chip', or
-    'from memory: why')."""
-
-    commands: list[list[Command]]
-    offsets: list[int]
-    timings: list[AccelTiming]
-    how: list[str]
-    starts: list[bool]  # a layer that starts a chain (its stream from an idle machine)
-
-    def stream(self, first: int, stop: int) -> list[Command]:
-        """Layers first…stop-1 (one chain) as one stream in its one address space."""
-        return chain_stream(self.commands[first:stop], self.offsets[first:stop])
-
-
-def chain_stream(commands: Sequence[Sequence[Command]], offsets: Sequence[int]
-                 ) -> list[Command]:
-    """The layers' commands, each moved to its offset, as one stream."""
-    stream: list[Command] = []
-    for layer, offset in zip(commands, offsets, strict=True):
-        stream += _moved_addresses(layer, offset)
-    return stream
-
-
-def _moved_addresses(commands: Sequence[Command], offset: int) -> list[Command]:
-    """The commands with every main-memory address `offset` bytes further."""
-    if not offset:
-        return list(commands)
-    moved: list[Command] = []
-    for command in commands:
-        if isinstance(command, Load) or (isinstance(command, Store) and not command.to_spad):
-            command = replace(command, dma=replace(command.dma,
-                                                   base=command.dma.base + offset))
-        moved.append(command)
-    return moved
-
-
-Pricer = Callable[[Sequence[Command], int], AccelTiming]
-
-
-def chain_layers(config: AccelConfig, layers: Sequence[ChainLayer], price: Pricer
-                 ) -> Chained:
-    """The layers (in program order) chained through the scratchpad wherever a layer may
-    read the one before it on chip (`link`), onchip_pair applies at one of chain_shifts that
-    keeps its rows apart from the two layers before it (the one whose stream ends first),
-    the stream runs (no bank conflict, no deadlock) and it ends no later than the layer
-    run alone after the chain so far; every other layer starts a chain of its own,
-    unchanged. `price(commands,
-    limit)` times a stream (the exact model: AccelTiming; RuntimeError or ValueError
-    where it does not run in `limit` cycles)."""
-    result = Chained([], [], [], [], [])
-    alone = [price(layer.commands, 10**12) if layer.commands else AccelTiming(0)
-             for layer in layers]
-    first = 0  # the current chain's first layer
-    recent: list[list[Command]] = []  # the chain's last two layers (their rows: _link)
-    for index, layer in enumerate(layers):
-        linked = _link(config, result, layers, index, first, recent, alone, price)
-        if isinstance(linked, str):  # a chain of its own
-            first = index
-            result.commands.append(list(layer.commands))
-            result.offsets.append(0)
-            result.timings.append(alone[index])
-            result.how.append(linked)
-            result.starts.append(True)
-            recent = [layer.commands]
-            continue
-        made, reading, offset, timing = linked
-        result.commands[index - 1] = made
-        result.commands.append(reading)
-        result.offsets.append(offset)
-        result.timings.append(timing)
-        result.how.append("on chip")
-        result.starts.append(False)
-        recent = [*recent[-1:], reading]
-    return result
-
-
-def _link(config: AccelConfig, result: Chained, layers: Sequence[ChainLayer], index: int,
-          first: int, recent: list[list[Command]], alone: list[AccelTiming], price: Pricer
-          ) -> tuple[list[Command], list[Command], int, AccelTiming] | str:
-    """Layer `index` chained on chip after the chain so far (its producer's commands
-    on chip, its own reading them, its offset, the chain's timing after it), or why
-    not: 'from memory: …'."""
-    layer = layers[index]
-    if index == 0:
-        return "from memory: the first layer"
-    if layer.link is None:
-        return f"from memory: {layer.why}"
-    producer = result.commands[index - 1]
-    offset = result.offsets[index - 1] + -(-address_end(producer) // CHAIN_ALIGNMENT
-                                           * CHAIN_ALIGNMENT)
-    offset = max(offset, result.offsets[index - 1] + CHAIN_ALIGNMENT)
-    before = result.timings[index - 1].cycles
-    why = "no shift keeps its scratchpad rows apart from the two layers before it"
-    best: tuple[list[Command], list[Command], int, AccelTiming] | None = None
-    used = spad_rows_used(config, layer.commands)
-    busy = set().union(*(spad_rows_used(config, commands) for commands in recent))
-    bank_rows = config.memory.bank_rows
-    for shift in chain_shifts(config):  # the shift whose stream ends first
-        shifts = _bank_shifts(config, used, shift)
-        if shifts is None or any(row + shifts[row // bank_rows] in busy for row in used):
-            continue
-        moved = relocated(config, layer.commands, 0, shifts)
-        try:  # the consumer in the producer's address space while the rows are matched
-            made, reading = onchip_pair(config, producer,
-                                        _moved_addresses(moved, layer.link))
-        except RowsClash as error:
-            why = str(error)
-            continue
-        except NotChainable as error:  # (whatever the shift)
-            return f"from memory: {error}"
-        reading = _moved_addresses(reading, -layer.link)
-        stream = chain_stream([*result.commands[first:index - 1], made, reading],
-                              [*result.offsets[first:index], offset])
-        try:
-            timing = price(stream, 4 * (before + alone[index].cycles) + 10_000)
-        except (RuntimeError, ValueError) as error:  # a bank conflict, a deadlock
-            why = f"its stream does not run ({error})"
-            continue
-        if best is None or timing.cycles < best[3].cycles:
-            best = made, reading, offset, timing
-    if best is None:
-        return f"from memory: {why}"
-    if best[3].cycles > before + alone[index].cycles:
-        return "from memory: on chip it ends later than after the layer before"
-    return best

@@ -7,9 +7,7 @@ A float candidate runs as the int8 program `glensidec quantize` makes of it, so 
 that of its quantized program (calibrated on seeded random inputs: the scales change values,
 never cycles), compiled by the compiler's own stages — rewrite and extract
 (`pipeline.compile_program`), the epilogue rules (`pipeline.fuse_epilogues`), lowering and
-the accelerator passes (`backend.accel_passes.fuse_for_accelerator`, then
-`backend.accel_chain`: consecutive layers chained through the scratchpad where they can
-be, each priced as what it adds to its chain's stream) — and priced as
+the accelerator passes (`backend.accel_passes.fuse_for_accelerator`) — and priced as
 `compile --accel --stats` prices it. There is no second model: the estimate a search ranks
 candidates by is the compiled prediction (tests/test_nas_transform_cli.py checks it
 against the command line's for every transformation kind).
